@@ -1,0 +1,234 @@
+# gpucmd - hand-written GNU Makefile.
+#
+#   make                 build daemon, tool, libraries into build/
+#   make run             install missing deps, build, run the daemon in the foreground
+#   make check           every test that needs no GPU; ends with "N passed, N failed"
+#   make check-gpu       the integration suite on the CUDA backend (77 without a GPU)
+#   make bench           build and run gpucmd-bench
+#   make install         PREFIX=/usr/local DESTDIR=
+#
+# Switches: V=1 (show commands), SANITIZER=address,undefined | thread,
+#           CUDA=auto|yes|no, WERROR=1 (CI), CC=gcc|clang.
+
+CC ?= cc
+SANITIZER ?=
+comma := ,
+# Sanitized builds get their own tree so objects never mix.
+BUILD ?= build$(if $(SANITIZER),/san-$(subst $(comma),-,$(SANITIZER)))
+PREFIX ?= /usr/local
+DESTDIR ?=
+CUDA ?= auto
+CUDA_HOME ?= /usr/local/cuda
+V ?= 0
+
+ifeq ($(V),1)
+Q :=
+msg = @true
+else
+Q := @
+msg = @printf '  %-6s %s\n' $(1) $(2)
+endif
+
+SOVERSION := 0
+LIBVERSION := 0.1.0
+
+PKGS := libuv libprotobuf-c libsystemd inih
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+	-Wpointer-arith -Wformat=2 -Wundef -Wvla -Wno-unused-parameter \
+	-Wnull-dereference -Wimplicit-fallthrough -Wno-format-truncation
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+
+OPT ?= -O2
+CFLAGS ?= $(OPT) -g
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden -fno-common \
+	$(WARN) $(CFLAGS) -MMD -MP \
+	-Iinclude -Iproto -I$(BUILD)/proto -Idaemon -Iclient $(PKG_CFLAGS)
+ALL_LDFLAGS := $(LDFLAGS)
+LIBS := -lpthread -ldl -lm
+
+ifneq ($(SANITIZER),)
+ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
+ALL_LDFLAGS += -fsanitize=$(SANITIZER)
+endif
+
+# CUDA backend: auto builds it when cuda.h is found.
+ifeq ($(CUDA),auto)
+HAVE_CUDA := $(if $(wildcard $(CUDA_HOME)/include/cuda.h),1,)
+else ifeq ($(CUDA),yes)
+HAVE_CUDA := 1
+ifeq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+$(error CUDA=yes but $(CUDA_HOME)/include/cuda.h is missing; install the CUDA toolkit or set CUDA_HOME)
+endif
+else
+HAVE_CUDA :=
+endif
+
+# ---- sources -------------------------------------------------------------
+
+PROTO_GEN := $(BUILD)/proto/gpucmd.pb-c.c
+PROTO_SRC := proto/frame.c proto/error.c
+TOOL_SRC := $(wildcard client/gpucmd.c client/cmd_*.c)
+LIB_SRC := $(filter-out $(TOOL_SRC),$(wildcard client/*.c))
+DAEMON_MAIN := daemon/main.c
+DAEMON_SRC := $(filter-out $(DAEMON_MAIN),$(wildcard daemon/*.c)) \
+	$(wildcard daemon/memory/*.c) daemon/driver/host.c \
+	$(wildcard daemon/driver/kernels/*.c) daemon/driver/cuda.c
+
+ifeq ($(HAVE_CUDA),1)
+ALL_CFLAGS += -DGPUCMD_HAVE_CUDA=1
+$(BUILD)/obj/daemon/driver/cuda.o: ALL_CFLAGS += -I$(CUDA_HOME)/include
+-include daemon/driver/cuda.mk
+endif
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+PROTO_OBJ := $(BUILD)/obj/proto/gpucmd.pb-c.o $(call obj,$(PROTO_SRC))
+LIB_OBJ := $(call obj,$(LIB_SRC)) $(PROTO_OBJ)
+TOOL_OBJ := $(call obj,$(TOOL_SRC))
+DAEMON_OBJ := $(call obj,$(DAEMON_SRC)) $(CUDA_EXTRA_OBJ)
+DAEMON_MAIN_OBJ := $(call obj,$(DAEMON_MAIN))
+
+UNIT_SRC := $(wildcard tests/unit/check_*.c)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+INTEG_SRC := $(wildcard tests/integration/*.c)
+INTEG_BIN := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(filter-out tests/integration/harness.c,$(INTEG_SRC)))
+BENCH_SRC := $(wildcard tests/bench/*.c)
+
+BINS := $(BUILD)/gpucmdd $(BUILD)/gpucmd $(BUILD)/libgpucmd.so $(BUILD)/libgpucmd.a
+
+.PHONY: all run check check-unit check-integration check-gpu bench install uninstall clean deps tests
+.DEFAULT_GOAL := all
+
+all: $(BINS)
+
+deps:
+	@sh packaging/deps.sh
+
+# ---- generated protocol code ----------------------------------------------
+
+$(BUILD)/proto/gpucmd.pb-c.c $(BUILD)/proto/gpucmd.pb-c.h: proto/gpucmd.proto
+	$(call msg,PROTOC,$<)
+	$(Q)mkdir -p $(BUILD)/proto
+	$(Q)protoc-c --proto_path=proto --c_out=$(BUILD)/proto $<
+
+# Every object may include the generated header.
+$(BUILD)/obj/%.o: %.c | $(BUILD)/proto/gpucmd.pb-c.h
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/proto/gpucmd.pb-c.o: $(BUILD)/proto/gpucmd.pb-c.c
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -c $< -o $@
+
+# ---- libraries and programs -----------------------------------------------
+
+$(BUILD)/libgpucmd.a: $(LIB_OBJ)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libgpucmd.so: $(LIB_OBJ)
+	$(call msg,LD,$@)
+	$(Q)$(CC) -shared -Wl,-soname,libgpucmd.so.$(SOVERSION) $(ALL_LDFLAGS) \
+		-o $(BUILD)/libgpucmd.so.$(LIBVERSION) $^ $(shell pkg-config --libs libprotobuf-c) $(LIBS)
+	$(Q)ln -sf libgpucmd.so.$(LIBVERSION) $(BUILD)/libgpucmd.so.$(SOVERSION)
+	$(Q)ln -sf libgpucmd.so.$(LIBVERSION) $@
+
+# The daemon's objects as one archive: the daemon and the unit tests link it.
+$(BUILD)/libgpucmdd.a: $(DAEMON_OBJ) $(PROTO_OBJ)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/gpucmdd: $(DAEMON_MAIN_OBJ) $(BUILD)/libgpucmdd.a
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LIBS)
+
+$(BUILD)/gpucmd: $(TOOL_OBJ) $(BUILD)/libgpucmd.a
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(shell pkg-config --libs libprotobuf-c) $(LIBS)
+
+# ---- tests ----------------------------------------------------------------
+
+$(BUILD)/tests/check_%: tests/unit/check_%.c $(BUILD)/libgpucmdd.a $(BUILD)/libgpucmd.a
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Wno-missing-prototypes -o $@ $< \
+		$(BUILD)/libgpucmdd.a $(BUILD)/libgpucmd.a $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) $(LIBS)
+
+$(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(BUILD)/libgpucmd.a
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Wno-missing-prototypes -Itests/integration -o $@ $< \
+		$(BUILD)/libgpucmd.a $(ALL_LDFLAGS) $(CHECK_LIBS) $(shell pkg-config --libs libprotobuf-c) $(LIBS)
+
+tests: all $(UNIT_BIN) $(INTEG_BIN)
+
+check: deps
+	$(Q)$(MAKE) --no-print-directory tests
+	$(Q)BUILD=$(BUILD) sh tests/run.sh
+
+check-unit: deps
+	$(Q)$(MAKE) --no-print-directory tests
+	$(Q)BUILD=$(BUILD) sh tests/run.sh unit
+
+check-integration: deps
+	$(Q)$(MAKE) --no-print-directory tests
+	$(Q)BUILD=$(BUILD) sh tests/run.sh integration
+
+check-gpu: deps
+	$(Q)$(MAKE) --no-print-directory tests
+	$(Q)BUILD=$(BUILD) GPUCMD_TEST_BACKEND=cuda sh tests/run.sh integration
+
+# ---- running --------------------------------------------------------------
+
+RUN_SOCKET ?= $(CURDIR)/$(BUILD)/gpucmd.sock
+run: deps
+	$(Q)$(MAKE) --no-print-directory all
+	@echo "gpucmdd: serving on $(RUN_SOCKET) (Ctrl-C stops it)"
+	@echo "try:     $(BUILD)/gpucmd --socket $(RUN_SOCKET) status"
+	$(Q)$(BUILD)/gpucmdd --socket $(RUN_SOCKET) --backend auto
+
+# ---- install --------------------------------------------------------------
+
+BINDIR := $(PREFIX)/bin
+SBINDIR := $(PREFIX)/sbin
+LIBDIR := $(PREFIX)/lib
+INCDIR := $(PREFIX)/include
+MANDIR := $(PREFIX)/share/man
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR) \
+		$(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 0755 $(BUILD)/gpucmdd $(DESTDIR)$(SBINDIR)/gpucmdd
+	install -m 0755 $(BUILD)/gpucmd $(DESTDIR)$(BINDIR)/gpucmd
+	install -m 0644 $(BUILD)/libgpucmd.so.$(LIBVERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libgpucmd.so.$(LIBVERSION) $(DESTDIR)$(LIBDIR)/libgpucmd.so.$(SOVERSION)
+	ln -sf libgpucmd.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libgpucmd.so
+	install -m 0644 $(BUILD)/libgpucmd.a $(DESTDIR)$(LIBDIR)/
+	install -m 0644 include/gpucmd.h $(DESTDIR)$(INCDIR)/
+	for m in man/*.[1-8]; do \
+		[ -f "$$m" ] || continue; s=$${m##*.}; \
+		install -d $(DESTDIR)$(MANDIR)/man$$s; \
+		install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; \
+	done
+
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/gpucmdd $(DESTDIR)$(BINDIR)/gpucmd \
+		$(DESTDIR)$(LIBDIR)/libgpucmd.so* $(DESTDIR)$(LIBDIR)/libgpucmd.a \
+		$(DESTDIR)$(INCDIR)/gpucmd.h
+	for m in man/*.[1-8]; do \
+		[ -f "$$m" ] || continue; s=$${m##*.}; \
+		rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; \
+	done
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,81 @@
+/*
+ * cmd.h - what the files of the gpucmd tool share: the global options, the
+ * exit statuses, one entry point per subcommand, and the helpers in
+ * gpucmd.c that every subcommand prints and connects with.
+ *
+ * The tool is a plain client of the public library (gpucmd.h); nothing here
+ * reaches into the library's internals.  Subcommands run on the main
+ * thread, print results on stdout and diagnostics on stderr, and return an
+ * exit status instead of calling exit(), so main stays the one place that
+ * ends the process.
+ */
+#pragma once
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gpucmd.h"
+
+/* Exit statuses (gpucmd(1) EXIT STATUS). */
+#define TOOL_EXIT_OK 0
+#define TOOL_EXIT_FAIL 1	/* the daemon answered with an error */
+#define TOOL_EXIT_USAGE 2	/* bad command line or script */
+#define TOOL_EXIT_UNAVAILABLE 69	/* the daemon cannot be reached (EX_UNAVAILABLE) */
+
+/* Room for a size printed by tool_size. */
+#define TOOL_SIZE_LEN 24
+
+/* Options given before the subcommand. */
+struct tool_opts {
+	const char *socket;	/* --socket, NULL: $GPUCMD_SOCKET or default */
+	const char *service;	/* --service */
+};
+
+/** gpucmd ping [-c COUNT]: round trips with a ping op. */
+int cmd_ping(const struct tool_opts *o, int argc, char **argv);
+/** gpucmd status [--json]: the daemon's status and this connection's limits. */
+int cmd_status(const struct tool_opts *o, int argc, char **argv);
+/** gpucmd memory-report [--json] [--bytes]: memory per service. */
+int cmd_memory_report(const struct tool_opts *o, int argc, char **argv);
+/** gpucmd exec [--service NAME] [--json] [SCRIPT|-]: run a script. */
+int cmd_exec(const struct tool_opts *o, int argc, char **argv);
+
+/** The socket the tool connects to: --socket, $GPUCMD_SOCKET or the default. */
+const char *tool_socket_path(const struct tool_opts *o);
+/**
+ * Connect as service (NULL: the global --service).  On failure the reason
+ * is printed and the exit status to return is the result; 0 on success.
+ */
+int tool_connect(const struct tool_opts *o, const char *service,
+		 struct gpucmd_conn **out);
+/**
+ * Report a failed library call ("gpucmd: what: reason") and return the exit
+ * status it deserves: TOOL_EXIT_UNAVAILABLE when the daemon went away,
+ * TOOL_EXIT_FAIL when it answered with an error.
+ */
+int tool_fail(const char *what, int code);
+/** The exit status for a library error code, as tool_fail decides it. */
+int tool_exit_status(int code);
+/**
+ * Print usage text to stdout (status 0, --help) or to stderr after
+ * "prog: complaint" when complaint is not NULL; returns status.
+ */
+int tool_usage(const char *prog, const char *usage, int status,
+	       const char *complaint, ...) __attribute__((format(printf, 4, 5)));
+/**
+ * Parse the flags shared by the report commands (--json, --bytes where
+ * bytes is not NULL, --help).  -1 when the command should go on, else the
+ * exit status to return.
+ */
+int tool_flags(int argc, char **argv, const char *usage, int *json,
+	       int *bytes);
+
+/** Print s as a JSON string literal, quotes included, escaped and valid UTF-8. */
+void tool_json_string(FILE *f, const char *s);
+/** Write a byte count as "1.5 MiB" (exact when exact is set) into buf. */
+const char *tool_size(uint64_t bytes, int exact, char *buf, size_t len);
+/**
+ * Parse an unsigned number in decimal or 0x hex, with an optional K, M or G
+ * (KiB, MiB, GiB) suffix when suffix is set: 0, or -1 when s is not one.
+ */
+int tool_parse_u64(const char *s, int suffix, uint64_t *out);

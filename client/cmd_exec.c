@@ -1,0 +1,1066 @@
+/*
+ * cmd_exec.c - gpucmd exec: the scripting front end, one op per line, in
+ * the spirit of redis-cli.  The language is described in gpucmd(1).
+ *
+ * A script is read one submit group at a time: the ops up to a `submit`
+ * line (or the end of the script) are parsed completely before anything of
+ * the group is sent, so a typo on the last line of a group costs nothing on
+ * the device.  Groups after a good one are still read only when their turn
+ * comes, which keeps a script typed or piped into stdin interactive.
+ *
+ * A protobuf Request has one stream, so a group becomes one request per run
+ * of ops on the same stream.  All requests of a group are sent before any
+ * response is read (pipelined, at most max_in_flight outstanding), and the
+ * results are printed afterwards in script order, whatever order the
+ * daemon finished the streams in.
+ *
+ * Buffers have script names; the tool maps each `empty` or `create` to a
+ * fresh 64-bit handle and remembers the size, so `read NAME` can default to
+ * the whole buffer.  Names are resolved while parsing: a name that was never
+ * created, or was released, is a parse error.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+
+/* Most words on a line: an op, a kernel name, grid, block, arguments. */
+#define EXEC_MAX_WORDS 40
+/* A file: operand larger than this cannot fit any frame. */
+#define EXEC_MAX_FILE (1ull << 30)
+
+static const char exec_usage[] =
+	"usage: gpucmd exec [--service NAME] [--json] [SCRIPT|-]\n"
+	"  --service NAME  service to speak for (default: the global --service)\n"
+	"  --json          print each result as a JSON object on its own line\n"
+	"  SCRIPT          script file; '-' or none reads stdin\n"
+	"\n"
+	"script lines (ops are queued until 'submit' or the end):\n"
+	"  stream N\n"
+	"  empty NAME BYTES                 (BYTES may end in K, M or G)\n"
+	"  create NAME hex:..|file:PATH\n"
+	"  write NAME [OFFSET] hex:..|file:PATH\n"
+	"  read NAME [OFFSET LEN] [file:PATH]\n"
+	"  kernel KERNEL grid=X[,Y,Z] block=X[,Y,Z] ARG...\n"
+	"       ARG: NAME, u32:N, i32:N, u64:N, f32:X\n"
+	"  release NAME\n"
+	"  sync | usage | ping | submit\n";
+
+enum op_kind {
+	OP_EMPTY,
+	OP_CREATE,
+	OP_WRITE,
+	OP_READ,
+	OP_KERNEL,
+	OP_RELEASE,
+	OP_SYNC,
+	OP_USAGE,
+	OP_PING,
+};
+
+/* One parsed script line that becomes an op. */
+struct op {
+	enum op_kind kind;
+	unsigned line;
+	uint32_t stream;
+	const char *name;	/* buffer's script name (the binding owns it) */
+	uint64_t handle;
+	uint64_t offset;
+	uint64_t len;		/* empty: size; read: length */
+	uint8_t *data;		/* create, write */
+	size_t data_len;
+	char *path;		/* read: write the bytes to this file */
+	char *kernel;
+	uint32_t grid[3];
+	uint32_t block[3];
+	struct gpucmd_arg *args;
+	size_t nargs;
+};
+
+/* A script name for a buffer. */
+struct binding {
+	char *name;
+	uint64_t handle;	/* 0 once released */
+	uint64_t size;
+};
+
+struct script {
+	const char *label;	/* the script's name in messages */
+	FILE *in;
+	unsigned line;
+	char *buf;		/* the line, cut into words in place */
+	size_t buf_cap;
+	char *text;		/* the line as read, for messages */
+	char *word[EXEC_MAX_WORDS];
+	size_t col[EXEC_MAX_WORDS];	/* 1-based column of each word */
+	size_t nwords;
+	int eof;
+	uint32_t stream;	/* set by `stream N`, kept across groups */
+	struct binding *names;
+	size_t nnames;
+	size_t names_cap;
+	uint64_t next_handle;
+};
+
+/* The ops of one submit group. */
+struct group {
+	struct op *ops;
+	size_t n;
+	size_t cap;
+};
+
+/* One request of a group: a run of ops on the same stream. */
+struct request {
+	size_t first;
+	size_t n;
+	struct gpucmd_batch *batch;	/* until submitted */
+	uint64_t id;
+	int err;		/* submit or wait failure */
+	struct gpucmd_response *resp;
+};
+
+struct exec {
+	const struct tool_opts *opts;
+	const char *service;
+	int json;
+	struct gpucmd_conn *conn;	/* opened when the first group runs */
+	struct script s;
+};
+
+struct op_syntax {
+	const char *name;
+	enum op_kind kind;
+	size_t min_args;
+	size_t max_args;
+	int (*parse)(struct script *s, struct op *op);
+	const char *usage;
+};
+
+static const char *const op_names[] = {
+	[OP_EMPTY] = "empty",	[OP_CREATE] = "create", [OP_WRITE] = "write",
+	[OP_READ] = "read",	[OP_KERNEL] = "kernel", [OP_RELEASE] = "release",
+	[OP_SYNC] = "sync",	[OP_USAGE] = "usage",	[OP_PING] = "ping",
+};
+
+/* ---- parsing ------------------------------------------------------------ */
+
+/*
+ * Complain about word w of the current line (w == nwords: its end), show
+ * the line with a caret under the spot, and return -1.
+ */
+__attribute__((format(printf, 3, 4))) static int
+parse_error(struct script *s, size_t w, const char *fmt, ...)
+{
+	size_t col = w < s->nwords ? s->col[w] : strlen(s->text) + 1;
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "gpucmd: %s:%u:%zu: ", s->label, s->line, col);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n    %s\n    ", s->text);
+	/* Tabs stay tabs so the caret lines up however they are shown. */
+	for (size_t i = 0; i + 1 < col; i++)
+		fputc(s->text[i] == '\t' ? '\t' : ' ', stderr);
+	fputs("^\n", stderr);
+	return -1;
+}
+
+/* Read the next line and cut it into words; 0, or 1 at the end. */
+static int next_line(struct script *s)
+{
+	ssize_t n = getline(&s->buf, &s->buf_cap, s->in);
+	char *p;
+
+	if (n < 0)
+		return 1;
+	s->line++;
+	while (n > 0 && (s->buf[n - 1] == '\n' || s->buf[n - 1] == '\r'))
+		s->buf[--n] = '\0';
+	free(s->text);
+	s->text = strdup(s->buf);
+	if (s->text == NULL)
+		return -ENOMEM;
+	s->nwords = 0;
+	p = s->buf;
+	for (;;) {
+		p += strspn(p, " \t\v\f\r");
+		if (*p == '\0' || *p == '#')
+			break;
+		if (s->nwords == EXEC_MAX_WORDS)
+			return parse_error(s, s->nwords - 1,
+					   "more than %d words on one line",
+					   EXEC_MAX_WORDS);
+		s->col[s->nwords] = (size_t)(p - s->buf) + 1;
+		s->word[s->nwords++] = p;
+		p += strcspn(p, " \t\v\f\r");
+		if (*p != '\0')
+			*p++ = '\0';
+	}
+	return 0;
+}
+
+static int word_number(struct script *s, size_t w, int suffix, uint64_t *out,
+		       const char *what)
+{
+	if (tool_parse_u64(s->word[w], suffix, out) == 0)
+		return 0;
+	return parse_error(s, w, "bad %s '%s': expected a number in decimal "
+			   "or 0x hex%s", what, s->word[w],
+			   suffix ? ", optionally ending in K, M or G" : "");
+}
+
+static struct binding *binding_find(struct script *s, const char *name)
+{
+	for (size_t i = 0; i < s->nnames; i++)
+		if (strcmp(s->names[i].name, name) == 0)
+			return &s->names[i];
+	return NULL;
+}
+
+/* Word w must name a live buffer; the op then refers to it. */
+static int word_buffer(struct script *s, size_t w, struct op *op,
+		       struct binding **out)
+{
+	struct binding *b = binding_find(s, s->word[w]);
+
+	if (b == NULL || b->handle == 0)
+		return parse_error(s, w, "no buffer named '%s'%s", s->word[w],
+				   b != NULL ? " (it was released)" :
+					       " (create it with empty or create)");
+	op->name = b->name;
+	op->handle = b->handle;
+	if (out != NULL)
+		*out = b;
+	return 0;
+}
+
+static int valid_name(const char *n)
+{
+	if (!((n[0] >= 'a' && n[0] <= 'z') || (n[0] >= 'A' && n[0] <= 'Z') ||
+	      n[0] == '_'))
+		return 0;
+	return n[strspn(n, "abcdefghijklmnopqrstuvwxyz"
+			   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")] == '\0';
+}
+
+/* Word w becomes a new buffer of size bytes with a fresh handle. */
+static int word_new_buffer(struct script *s, size_t w, struct op *op,
+			   uint64_t size)
+{
+	const char *name = s->word[w];
+	struct binding *b;
+
+	if (!valid_name(name))
+		return parse_error(s, w, "bad buffer name '%s': use letters, "
+				   "digits, '_', '.' and '-', starting with a "
+				   "letter or '_'", name);
+	b = binding_find(s, name);
+	if (b != NULL && b->handle != 0)
+		return parse_error(s, w, "'%s' already names a buffer; "
+				   "release it first", name);
+	if (b == NULL) {
+		if (s->nnames == s->names_cap) {
+			size_t cap = s->names_cap ? 2 * s->names_cap : 16;
+			struct binding *nb =
+				realloc(s->names, cap * sizeof(*nb));
+
+			if (nb == NULL)
+				return parse_error(s, w, "out of memory");
+			s->names = nb;
+			s->names_cap = cap;
+		}
+		b = &s->names[s->nnames];
+		b->name = strdup(name);
+		if (b->name == NULL)
+			return parse_error(s, w, "out of memory");
+		s->nnames++;
+	}
+	b->handle = ++s->next_handle;
+	b->size = size;
+	op->name = b->name;
+	op->handle = b->handle;
+	op->len = size;
+	return 0;
+}
+
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static int parse_hex(struct script *s, size_t w, const char *hex,
+		     struct op *op)
+{
+	size_t n = strlen(hex);
+
+	if (n % 2 != 0)
+		return parse_error(s, w, "odd number of hex digits in '%s'",
+				   s->word[w]);
+	op->data = malloc(n / 2 + 1);
+	if (op->data == NULL)
+		return parse_error(s, w, "out of memory");
+	for (size_t i = 0; i < n; i += 2) {
+		int hi = hex_digit(hex[i]), lo = hex_digit(hex[i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return parse_error(s, w, "'%c%c' is not a hex byte in "
+					   "'%s'", hex[i], hex[i + 1],
+					   s->word[w]);
+		op->data[i / 2] = (uint8_t)(hi << 4 | lo);
+	}
+	op->data_len = n / 2;
+	return 0;
+}
+
+/* Read a whole file (a pipe or /dev/stdin too, so no fstat size). */
+static int parse_file(struct script *s, size_t w, const char *path,
+		      struct op *op)
+{
+	FILE *f = fopen(path, "rbe");
+	size_t cap = 0, len = 0;
+	int err = 0;
+
+	if (f == NULL)
+		return parse_error(s, w, "cannot open '%s': %s", path,
+				   strerror(errno));
+	for (;;) {
+		size_t n;
+
+		if (len == cap) {
+			uint8_t *d;
+
+			cap = cap ? 2 * cap : 65536;
+			if (cap > EXEC_MAX_FILE + 1)
+				cap = EXEC_MAX_FILE + 1;
+			if (len == cap) {
+				err = EFBIG;
+				break;
+			}
+			d = realloc(op->data, cap);
+			if (d == NULL) {
+				err = ENOMEM;
+				break;
+			}
+			op->data = d;
+		}
+		n = fread(op->data + len, 1, cap - len, f);
+		len += n;
+		if (n == 0) {
+			if (ferror(f))
+				err = errno != 0 ? errno : EIO;
+			break;
+		}
+	}
+	fclose(f);
+	op->data_len = len;
+	if (err != 0)
+		return parse_error(s, w, "cannot read '%s': %s", path,
+				   strerror(err));
+	return 0;
+}
+
+/* Word w is the data operand: hex:BYTES or file:PATH. */
+static int word_data(struct script *s, size_t w, struct op *op)
+{
+	const char *v = s->word[w];
+
+	if (strncmp(v, "hex:", 4) == 0)
+		return parse_hex(s, w, v + 4, op);
+	if (strncmp(v, "file:", 5) == 0 && v[5] != '\0')
+		return parse_file(s, w, v + 5, op);
+	return parse_error(s, w, "expected hex:BYTES or file:PATH, not '%s'",
+			   v);
+}
+
+static int parse_empty(struct script *s, struct op *op)
+{
+	uint64_t size;
+
+	if (word_number(s, 2, 1, &size, "size") < 0)
+		return -1;
+	return word_new_buffer(s, 1, op, size);
+}
+
+static int parse_create(struct script *s, struct op *op)
+{
+	if (word_data(s, 2, op) < 0)
+		return -1;
+	return word_new_buffer(s, 1, op, op->data_len);
+}
+
+static int parse_write(struct script *s, struct op *op)
+{
+	if (word_buffer(s, 1, op, NULL) < 0)
+		return -1;
+	if (s->nwords == 4 &&
+	    word_number(s, 2, 1, &op->offset, "offset") < 0)
+		return -1;
+	return word_data(s, s->nwords - 1, op);
+}
+
+static int parse_read(struct script *s, struct op *op)
+{
+	struct binding *b;
+	size_t n = s->nwords;
+
+	if (word_buffer(s, 1, op, &b) < 0)
+		return -1;
+	if (n > 2 && strncmp(s->word[n - 1], "file:", 5) == 0) {
+		if (s->word[n - 1][5] == '\0')
+			return parse_error(s, n - 1, "file: needs a path");
+		op->path = strdup(s->word[n - 1] + 5);
+		if (op->path == NULL)
+			return parse_error(s, n - 1, "out of memory");
+		n--;
+	}
+	if (n == 2) {
+		op->len = b->size;
+		return 0;
+	}
+	if (n != 4)
+		return parse_error(s, n - 1, "read takes both OFFSET and LEN, "
+				   "or neither");
+	if (word_number(s, 2, 1, &op->offset, "offset") < 0 ||
+	    word_number(s, 3, 1, &op->len, "length") < 0)
+		return -1;
+	return 0;
+}
+
+static int parse_release(struct script *s, struct op *op)
+{
+	struct binding *b;
+
+	if (word_buffer(s, 1, op, &b) < 0)
+		return -1;
+	b->handle = 0;
+	return 0;
+}
+
+static int parse_plain(struct script *s, struct op *op)
+{
+	return 0;
+}
+
+/* grid=X[,Y,Z] or block=X[,Y,Z]: missing values are 1. */
+static int parse_dims(struct script *s, size_t w, const char *v,
+		      uint32_t dims[3])
+{
+	char part[32];
+
+	for (int i = 0; i < 3; i++)
+		dims[i] = 1;
+	for (int i = 0; *v != '\0'; i++) {
+		size_t len = strcspn(v, ",");
+		uint64_t x;
+
+		if (i == 3 || len == 0 || len >= sizeof(part))
+			return parse_error(s, w, "bad dimensions in '%s': "
+					   "expected X[,Y[,Z]]", s->word[w]);
+		memcpy(part, v, len);
+		part[len] = '\0';
+		if (tool_parse_u64(part, 0, &x) < 0 || x == 0 ||
+		    x > UINT32_MAX)
+			return parse_error(s, w, "bad dimension '%s' in '%s': "
+					   "expected a number from 1 to %u",
+					   part, s->word[w], UINT32_MAX);
+		dims[i] = (uint32_t)x;
+		v += len;
+		if (*v == ',' && *++v == '\0')
+			return parse_error(s, w, "trailing ',' in '%s'",
+					   s->word[w]);
+	}
+	return 0;
+}
+
+/* A typed scalar argument: u32:N, i32:N, u64:N or f32:X. */
+static int parse_scalar(struct script *s, size_t w, struct gpucmd_arg *a)
+{
+	const char *word = s->word[w];
+	const char *v = strchr(word, ':') + 1;
+	int neg = v[0] == '-';
+	uint64_t x, max;
+	char *end;
+
+	if (strncmp(word, "f32:", 4) == 0) {
+		errno = 0;
+		a->kind = GPUCMD_ARG_F32;
+		a->v.f32 = strtof(v, &end);
+		if (*v == '\0' || *end != '\0' || errno == ERANGE)
+			return parse_error(s, w, "bad f32 value '%s'", v);
+		return 0;
+	}
+	if (strncmp(word, "u32:", 4) == 0) {
+		a->kind = GPUCMD_ARG_U32;
+		max = neg ? 0 : UINT32_MAX;
+	} else if (strncmp(word, "u64:", 4) == 0) {
+		a->kind = GPUCMD_ARG_U64;
+		max = neg ? 0 : UINT64_MAX;
+	} else if (strncmp(word, "i32:", 4) == 0) {
+		a->kind = GPUCMD_ARG_I32;
+		max = neg ? (uint64_t)INT32_MAX + 1 : INT32_MAX;
+	} else {
+		return parse_error(s, w, "unknown argument type '%.*s': use a "
+				   "buffer name, u32:, i32:, u64: or f32:",
+				   (int)(v - 1 - word), word);
+	}
+	if (tool_parse_u64(v + neg, 0, &x) < 0)
+		return parse_error(s, w, "bad number '%s': expected decimal or "
+				   "0x hex", v);
+	if (x > max || (neg && x == 0))
+		return parse_error(s, w, "'%s' is out of range for %.3s", v,
+				   word);
+	a->v.u64 = 0;
+	if (a->kind == GPUCMD_ARG_U32)
+		a->v.u32 = (uint32_t)x;
+	else if (a->kind == GPUCMD_ARG_U64)
+		a->v.u64 = x;
+	else
+		a->v.i32 = neg ? (int32_t)(-(int64_t)x) : (int32_t)x;
+	return 0;
+}
+
+static int parse_kernel(struct script *s, struct op *op)
+{
+	op->kernel = strdup(s->word[1]);
+	op->args = calloc(s->nwords, sizeof(*op->args));
+	if (op->kernel == NULL || op->args == NULL)
+		return parse_error(s, 1, "out of memory");
+	for (int i = 0; i < 3; i++)
+		op->grid[i] = op->block[i] = 1;
+	for (size_t w = 2; w < s->nwords; w++) {
+		const char *v = s->word[w];
+		struct gpucmd_arg *a = &op->args[op->nargs];
+		struct op buf = { .kind = OP_KERNEL };
+
+		if (strncmp(v, "grid=", 5) == 0) {
+			if (parse_dims(s, w, v + 5, op->grid) < 0)
+				return -1;
+			continue;
+		}
+		if (strncmp(v, "block=", 6) == 0) {
+			if (parse_dims(s, w, v + 6, op->block) < 0)
+				return -1;
+			continue;
+		}
+		if (strchr(v, ':') != NULL) {
+			if (parse_scalar(s, w, a) < 0)
+				return -1;
+		} else {
+			if (word_buffer(s, w, &buf, NULL) < 0)
+				return -1;
+			a->kind = GPUCMD_ARG_BUFFER;
+			a->v.handle = buf.handle;
+		}
+		op->nargs++;
+	}
+	return 0;
+}
+
+static const struct op_syntax syntax[] = {
+	{ "empty", OP_EMPTY, 2, 2, parse_empty, "empty NAME BYTES" },
+	{ "create", OP_CREATE, 2, 2, parse_create,
+	  "create NAME hex:..|file:PATH" },
+	{ "write", OP_WRITE, 2, 3, parse_write,
+	  "write NAME [OFFSET] hex:..|file:PATH" },
+	{ "read", OP_READ, 1, 4, parse_read,
+	  "read NAME [OFFSET LEN] [file:PATH]" },
+	{ "kernel", OP_KERNEL, 1, EXEC_MAX_WORDS, parse_kernel,
+	  "kernel KERNEL grid=X[,Y,Z] block=X[,Y,Z] ARG..." },
+	{ "release", OP_RELEASE, 1, 1, parse_release, "release NAME" },
+	{ "sync", OP_SYNC, 0, 0, parse_plain, "sync" },
+	{ "usage", OP_USAGE, 0, 0, parse_plain, "usage" },
+	{ "ping", OP_PING, 0, 0, parse_plain, "ping" },
+};
+
+static void op_clear(struct op *op)
+{
+	free(op->data);
+	free(op->path);
+	free(op->kernel);
+	free(op->args);
+}
+
+static void group_clear(struct group *g)
+{
+	for (size_t i = 0; i < g->n; i++)
+		op_clear(&g->ops[i]);
+	g->n = 0;
+}
+
+/* Parse one op line (not stream or submit) onto the group. */
+static int parse_op(struct script *s, struct group *g)
+{
+	const struct op_syntax *syn = NULL;
+	size_t nargs = s->nwords - 1;
+	struct op *op;
+
+	for (size_t i = 0; i < sizeof(syntax) / sizeof(syntax[0]); i++)
+		if (strcmp(s->word[0], syntax[i].name) == 0)
+			syn = &syntax[i];
+	if (syn == NULL)
+		return parse_error(s, 0, "unknown op '%s' (gpucmd exec --help "
+				   "lists them)", s->word[0]);
+	if (nargs < syn->min_args || nargs > syn->max_args)
+		return parse_error(s, nargs < syn->min_args ? s->nwords :
+				   1 + syn->max_args,
+				   "%s: usage: %s", nargs < syn->min_args ?
+				   "missing operand" : "too many operands",
+				   syn->usage);
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 16;
+		struct op *ops = realloc(g->ops, cap * sizeof(*ops));
+
+		if (ops == NULL)
+			return parse_error(s, 0, "out of memory");
+		g->ops = ops;
+		g->cap = cap;
+	}
+	op = &g->ops[g->n];
+	memset(op, 0, sizeof(*op));
+	op->kind = syn->kind;
+	op->line = s->line;
+	op->stream = s->stream;
+	g->n++;	/* counted now so group_clear frees a half-parsed op */
+	return syn->parse(s, op);
+}
+
+/*
+ * Parse lines up to `submit` or the end of the script into g: 0, or -1
+ * after a parse error was printed.
+ */
+static int parse_group(struct script *s, struct group *g)
+{
+	for (;;) {
+		int r = next_line(s);
+
+		if (r == 1) {
+			s->eof = 1;
+			return 0;
+		}
+		if (r == -ENOMEM) {
+			fprintf(stderr, "gpucmd: out of memory\n");
+			return -1;
+		}
+		if (r < 0)
+			return -1;
+		if (s->nwords == 0)
+			continue;
+		if (strcmp(s->word[0], "submit") == 0) {
+			if (s->nwords > 1)
+				return parse_error(s, 1, "submit takes no "
+						   "operands");
+			return 0;
+		}
+		if (strcmp(s->word[0], "stream") == 0) {
+			uint64_t n;
+
+			if (s->nwords != 2)
+				return parse_error(s, s->nwords > 2 ? 2 : 1,
+						   "usage: stream N");
+			if (word_number(s, 1, 0, &n, "stream") < 0)
+				return -1;
+			if (n > UINT32_MAX)
+				return parse_error(s, 1, "stream %" PRIu64
+						   " is out of range", n);
+			s->stream = (uint32_t)n;
+			continue;
+		}
+		if (parse_op(s, g) < 0)
+			return -1;
+	}
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+static int batch_add(struct gpucmd_batch *b, const struct op *op)
+{
+	switch (op->kind) {
+	case OP_EMPTY:
+		return gpucmd_batch_empty(b, op->handle, op->len);
+	case OP_CREATE:
+		return gpucmd_batch_create_with_data(b, op->handle, op->data,
+						     op->data_len);
+	case OP_WRITE:
+		return gpucmd_batch_write(b, op->handle, op->offset, op->data,
+					  op->data_len);
+	case OP_READ:
+		return gpucmd_batch_read(b, op->handle, op->offset, op->len);
+	case OP_KERNEL:
+		return gpucmd_batch_kernel(b, op->kernel, op->grid, op->block,
+					   op->args, op->nargs);
+	case OP_RELEASE:
+		return gpucmd_batch_release(b, op->handle);
+	case OP_SYNC:
+		return gpucmd_batch_sync(b);
+	case OP_USAGE:
+		return gpucmd_batch_memory_usage(b);
+	case OP_PING:
+		return gpucmd_batch_ping(b);
+	}
+	return GPUCMD_EINVAL;
+}
+
+/* Why the library refused to queue op; a limit gets its numbers. */
+static void queue_error(struct exec *x, const struct op *op, int code)
+{
+	const struct gpucmd_info *in = gpucmd_info(x->conn);
+
+	fflush(stdout);
+	fprintf(stderr, "gpucmd: %s:%u: cannot queue %s: ", x->s.label,
+		op->line, op_names[op->kind]);
+	if (code == GPUCMD_ELIMIT && op->data_len > in->max_frame_bytes)
+		fprintf(stderr, "%zu bytes of data is over the daemon's frame "
+			"limit of %u bytes (max_frame_bytes)\n", op->data_len,
+			in->max_frame_bytes);
+	else if (code == GPUCMD_ELIMIT)
+		fprintf(stderr, "the daemon takes at most %u ops per request; "
+			"split the group with submit\n", in->max_ops_per_batch);
+	else
+		fprintf(stderr, "%s\n", gpucmd_strerror(code));
+}
+
+/*
+ * Build every request of the group before any is sent, so an op that the
+ * library refuses (over a limit) stops the group with nothing done.
+ */
+static int build_requests(struct exec *x, struct group *g,
+			  struct request *req, size_t nreq)
+{
+	for (size_t k = 0; k < nreq; k++) {
+		const struct op *first = &g->ops[req[k].first];
+		int r = gpucmd_batch_new(x->conn, first->stream, &req[k].batch);
+
+		for (size_t j = 0; r == 0 && j < req[k].n; j++) {
+			const struct op *op = &first[j];
+
+			r = batch_add(req[k].batch, op);
+			if (r < 0)
+				queue_error(x, op, r);
+		}
+		if (r < 0)
+			return TOOL_EXIT_USAGE;
+	}
+	return 0;
+}
+
+static void wait_request(struct exec *x, struct request *rq)
+{
+	if (rq->err == 0)
+		rq->err = gpucmd_wait(x->conn, rq->id, &rq->resp);
+}
+
+/* Send the requests pipelined, at most max_in_flight outstanding. */
+static void send_requests(struct exec *x, struct request *req, size_t nreq)
+{
+	uint32_t max = gpucmd_info(x->conn)->max_in_flight;
+	size_t waited = 0;
+
+	for (size_t k = 0; k < nreq; k++) {
+		while (max > 0 && k - waited >= max)
+			wait_request(x, &req[waited++]);
+		req[k].err = gpucmd_submit(req[k].batch, &req[k].id);
+		req[k].batch = NULL;
+	}
+	while (waited < nreq)
+		wait_request(x, &req[waited++]);
+}
+
+static void json_head(const struct op *op)
+{
+	printf("{\"line\":%u,\"op\":\"%s\"", op->line, op_names[op->kind]);
+}
+
+static void print_hex(const uint8_t *p, size_t n)
+{
+	static const char digits[] = "0123456789abcdef";
+	char buf[4096];
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		buf[k++] = digits[p[i] >> 4];
+		buf[k++] = digits[p[i] & 15];
+		if (k == sizeof(buf)) {
+			fwrite(buf, 1, k, stdout);
+			k = 0;
+		}
+	}
+	fwrite(buf, 1, k, stdout);
+}
+
+static int write_file(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "wbe");
+	int err;
+
+	if (f == NULL)
+		return -errno;
+	err = fwrite(data, 1, len, f) == len ? 0 : -EIO;
+	if (fclose(f) != 0 && err == 0)
+		err = errno != 0 ? -errno : -EIO;
+	return err;
+}
+
+static int print_read(struct exec *x, const struct op *op, const void *data,
+		      size_t len)
+{
+	int r;
+
+	if (op->path == NULL) {
+		if (x->json) {
+			json_head(op);
+			printf(",\"name\":");
+			tool_json_string(stdout, op->name);
+			printf(",\"data\":\"");
+		}
+		print_hex(data, len);
+		printf(x->json ? "\"}\n" : "\n");
+		return TOOL_EXIT_OK;
+	}
+	r = write_file(op->path, data, len);
+	if (r < 0) {
+		fflush(stdout);
+		fprintf(stderr, "gpucmd: %s:%u: cannot write '%s': %s\n",
+			x->s.label, op->line, op->path, strerror(-r));
+		return TOOL_EXIT_FAIL;
+	}
+	if (x->json) {
+		json_head(op);
+		printf(",\"name\":");
+		tool_json_string(stdout, op->name);
+		printf(",\"bytes\":%zu,\"file\":", len);
+		tool_json_string(stdout, op->path);
+		printf("}\n");
+	} else {
+		printf("%s: %zu bytes -> %s\n", op->name, len, op->path);
+	}
+	return TOOL_EXIT_OK;
+}
+
+/* Print the result of op, which is result i of resp. */
+static int print_result(struct exec *x, const struct op *op,
+			const struct gpucmd_response *resp, size_t i)
+{
+	struct gpucmd_memory_usage u;
+	const void *data;
+	size_t len;
+
+	switch (op->kind) {
+	case OP_READ:
+		if (gpucmd_response_data(resp, i, &data, &len) < 0)
+			break;
+		return print_read(x, op, data, len);
+	case OP_USAGE:
+		if (gpucmd_response_usage(resp, i, &u) < 0)
+			break;
+		if (x->json) {
+			json_head(op);
+			printf(",\"allocations\":%" PRIu64
+			       ",\"bytes_in_use\":%" PRIu64
+			       ",\"bytes_padding\":%" PRIu64
+			       ",\"bytes_reserved\":%" PRIu64 "}\n",
+			       u.allocations, u.bytes_in_use, u.bytes_padding,
+			       u.bytes_reserved);
+		} else {
+			printf("usage: allocations=%" PRIu64
+			       " bytes_in_use=%" PRIu64
+			       " bytes_padding=%" PRIu64
+			       " bytes_reserved=%" PRIu64 "\n",
+			       u.allocations, u.bytes_in_use, u.bytes_padding,
+			       u.bytes_reserved);
+		}
+		return TOOL_EXIT_OK;
+	case OP_PING:
+		if (x->json) {
+			json_head(op);
+			printf("}\n");
+		} else {
+			printf("pong\n");
+		}
+		return TOOL_EXIT_OK;
+	default:
+		return TOOL_EXIT_OK;
+	}
+	fflush(stdout);
+	fprintf(stderr, "gpucmd: %s:%u: the daemon's answer to %s carries no "
+		"%s\n", x->s.label, op->line, op_names[op->kind],
+		op->kind == OP_READ ? "data" : "usage");
+	return TOOL_EXIT_FAIL;
+}
+
+/* "gpucmd: op N (KIND): message [script line L]", and JSON on stdout. */
+static void print_op_error(struct exec *x, const struct op *op, int index,
+			   int code, const char *message)
+{
+	if (message[0] == '\0')
+		message = gpucmd_strerror(code);
+	if (x->json) {
+		json_head(op);
+		printf(",\"error\":\"%s\",\"code\":%d,\"message\":",
+		       gpucmd_errname(code), code);
+		tool_json_string(stdout, message);
+		printf("}\n");
+	}
+	fflush(stdout);
+	fprintf(stderr, "gpucmd: op %d (%s): %s [script line %u]\n", index,
+		gpucmd_errname(code), message, op->line);
+}
+
+/* Print one request's results in order, then its error if it failed. */
+static int print_request(struct exec *x, const struct group *g,
+			 const struct request *rq)
+{
+	const struct gpucmd_response *resp = rq->resp;
+	size_t count = gpucmd_response_count(resp);
+	int code = gpucmd_response_error(resp);
+	int failed = gpucmd_response_failed_index(resp);
+	int status = TOOL_EXIT_OK;
+
+	for (size_t j = 0; j < rq->n && j < count; j++) {
+		int r = print_result(x, &g->ops[rq->first + j], resp, j);
+
+		if (r != TOOL_EXIT_OK)
+			status = r;
+	}
+	if (code == 0)
+		return status;
+	/* A daemon that names no valid op gets the request's first line. */
+	if (failed < 0 || (size_t)failed >= rq->n)
+		failed = 0;
+	print_op_error(x, &g->ops[rq->first + (size_t)failed], failed, code,
+		       gpucmd_response_message(resp));
+	return TOOL_EXIT_FAIL;
+}
+
+static int run_group(struct exec *x, struct group *g)
+{
+	struct request *req = calloc(g->n, sizeof(*req));
+	size_t nreq = 0;
+	int status;
+
+	if (req == NULL) {
+		fprintf(stderr, "gpucmd: out of memory\n");
+		return TOOL_EXIT_FAIL;
+	}
+	for (size_t i = 0; i < g->n; i++) {
+		if (nreq == 0 ||
+		    g->ops[i].stream != g->ops[req[nreq - 1].first].stream)
+			req[nreq++].first = i;
+		req[nreq - 1].n++;
+	}
+	status = x->conn != NULL ? 0 : tool_connect(x->opts, x->service,
+						    &x->conn);
+	if (status == 0)
+		status = build_requests(x, g, req, nreq);
+	if (status == 0) {
+		send_requests(x, req, nreq);
+		for (size_t k = 0; k < nreq; k++) {
+			int r;
+
+			if (req[k].err != 0) {
+				char what[64];
+
+				snprintf(what, sizeof(what), "script line %u: "
+					 "sending the request",
+					 g->ops[req[k].first].line);
+				r = tool_fail(what, req[k].err);
+				if (req[k].err == GPUCMD_ELIMIT)
+					fprintf(stderr, "gpucmd: the request is "
+						"over max_frame_bytes; split "
+						"the group with submit\n");
+				if (status == TOOL_EXIT_OK)
+					status = r;
+				if (r == TOOL_EXIT_UNAVAILABLE)
+					break;	/* the connection is gone */
+				continue;
+			}
+			r = print_request(x, g, &req[k]);
+			if (status == TOOL_EXIT_OK)
+				status = r;
+		}
+	}
+	for (size_t k = 0; k < nreq; k++) {
+		gpucmd_batch_free(req[k].batch);
+		gpucmd_response_free(req[k].resp);
+	}
+	free(req);
+	fflush(stdout);
+	return status;
+}
+
+int cmd_exec(const struct tool_opts *o, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "service", required_argument, NULL, 'S' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct exec x = { .opts = o, .service = o->service };
+	struct group g = { 0 };
+	const char *path = "-";
+	int c, status = TOOL_EXIT_OK;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'S':
+			x.service = optarg;
+			break;
+		case 'j':
+			x.json = 1;
+			break;
+		case 'h':
+			return tool_usage(argv[0], exec_usage, TOOL_EXIT_OK, NULL);
+		default:
+			return tool_usage(argv[0], exec_usage, TOOL_EXIT_USAGE, NULL);
+		}
+	}
+	if (argc - optind > 1)
+		return tool_usage(argv[0], exec_usage, TOOL_EXIT_USAGE,
+				  "more than one script given");
+	if (optind < argc)
+		path = argv[optind];
+	if (strcmp(path, "-") == 0) {
+		x.s.in = stdin;
+		x.s.label = "<stdin>";
+	} else {
+		x.s.in = fopen(path, "re");
+		x.s.label = path;
+		if (x.s.in == NULL) {
+			fprintf(stderr, "gpucmd: cannot open script '%s': %s\n",
+				path, strerror(errno));
+			return TOOL_EXIT_USAGE;
+		}
+	}
+
+	while (status == TOOL_EXIT_OK && !x.s.eof) {
+		if (parse_group(&x.s, &g) < 0)
+			status = TOOL_EXIT_USAGE;
+		else if (g.n > 0)
+			status = run_group(&x, &g);
+		group_clear(&g);
+	}
+
+	if (x.s.in != stdin)
+		fclose(x.s.in);
+	for (size_t i = 0; i < x.s.nnames; i++)
+		free(x.s.names[i].name);
+	free(x.s.names);
+	free(x.s.buf);
+	free(x.s.text);
+	free(g.ops);
+	gpucmd_close(x.conn);
+	return status;
+}

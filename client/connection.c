@@ -1,0 +1,461 @@
+/*
+ * connection.c - the client's socket to gpucmdd.
+ *
+ * Everything is blocking I/O on the caller's thread: a connection is owned
+ * by one thread at a time (gpucmd.h), so there is nothing to lock and no
+ * event loop to drive.  The socket is opened close-on-exec and written with
+ * MSG_NOSIGNAL, so a daemon that goes away shows up as
+ * GPUCMD_EDISCONNECTED instead of a SIGPIPE that kills the client.
+ *
+ * Every submitted request owns a slot until its response is collected.  The
+ * slots are the in-flight count (max_in_flight from the Welcome) and the
+ * place where a response that arrives out of order waits for its own
+ * gpucmd_wait.  Counting uncollected responses, not only unanswered
+ * requests, keeps the client's count deterministic and never below the
+ * daemon's, so a submit is refused here before the daemon would have to.
+ */
+#include "connection.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "frame.h"
+
+/* The service a connection speaks for when the caller names none. */
+#define CONN_DEFAULT_SERVICE "default"
+
+struct conn_slot {
+	uint64_t id;
+	Gpucmd__Frame *frame;	/* NULL until the response is read */
+};
+
+struct gpucmd_conn {
+	int fd;
+	struct gpucmd_info info;
+	uint64_t next_id;
+	struct conn_slot *slots;
+	size_t nslots;
+	size_t slots_cap;
+	int dead;		/* 0, or the code the connection died with */
+};
+
+static int conn_fail(struct gpucmd_conn *c, int code)
+{
+	if (c->dead == 0)
+		c->dead = code;
+	return c->dead;
+}
+
+/* 0, GPUCMD_EDISCONNECTED when the peer closed before len bytes, or -errno. */
+static int read_full(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = recv(fd, p, len, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno == ECONNRESET ? GPUCMD_EDISCONNECTED : -errno;
+		if (n == 0)
+			return GPUCMD_EDISCONNECTED;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Read one whole frame.  Any failure leaves the byte stream at an unknown
+ * place, so the caller must treat it as the end of the connection.
+ */
+static int read_frame(int fd, uint32_t max_body, Gpucmd__Frame **out,
+		      char *msg, size_t msg_len)
+{
+	uint8_t head[FRAME_HEADER_SIZE];
+	struct frame_header hdr;
+	uint8_t *body;
+	Gpucmd__Frame *f;
+	int r;
+
+	r = read_full(fd, head, sizeof(head));
+	if (r < 0)
+		return r;
+	frame_header_unpack(head, &hdr);
+	r = frame_header_check(&hdr, max_body, msg, msg_len);
+	if (r < 0)
+		return r;
+	body = malloc(hdr.length > 0 ? hdr.length : 1);
+	if (body == NULL)
+		return -ENOMEM;
+	r = read_full(fd, body, hdr.length);
+	if (r < 0) {
+		free(body);
+		return r;
+	}
+	f = frame_decode(body, hdr.length);
+	free(body);
+	if (f == NULL)
+		return GPUCMD_EPROTO;
+	*out = f;
+	return 0;
+}
+
+static int write_frame(int fd, const Gpucmd__Frame *f, uint32_t max_body)
+{
+	uint8_t *buf;
+	size_t len;
+	int r;
+
+	r = frame_encode(f, &buf, &len);
+	if (r < 0)
+		return r;
+	if (len - FRAME_HEADER_SIZE > max_body) {
+		free(buf);
+		return GPUCMD_ELIMIT;
+	}
+	r = write_full(fd, buf, len);
+	free(buf);
+	return r;
+}
+
+/* The code carried by an Error frame; a daemon that sends none is broken. */
+static int error_code(const Gpucmd__Error *e)
+{
+	if (e == NULL || e->code >= 0)
+		return GPUCMD_EPROTO;
+	return e->code;
+}
+
+static struct conn_slot *slot_find(struct gpucmd_conn *c, uint64_t id)
+{
+	for (size_t i = 0; i < c->nslots; i++)
+		if (c->slots[i].id == id)
+			return &c->slots[i];
+	return NULL;
+}
+
+/*
+ * Read one frame after the handshake and file it: a response goes to its
+ * slot, an Error frame (the daemon's last word before it closes) or anything
+ * unexpected kills the connection.
+ */
+static int conn_recv_one(struct gpucmd_conn *c)
+{
+	Gpucmd__Frame *f;
+	struct conn_slot *s;
+	int r;
+
+	/*
+	 * The receive side accepts up to the protocol's hard ceiling, not the
+	 * Welcome's max_frame_bytes: that limit is what the daemon accepts, and
+	 * the answer to a read of nearly that many bytes is a few bytes longer.
+	 * The daemon is trusted; the ceiling only stops a runaway length.
+	 */
+	r = read_frame(c->fd, FRAME_MAX_BODY, &f, NULL, 0);
+	if (r < 0)
+		return conn_fail(c, r);
+	switch (f->msg_case) {
+	case GPUCMD__FRAME__MSG_RESPONSE:
+		s = slot_find(c, f->response->id);
+		if (s == NULL || s->frame != NULL)
+			break;
+		s->frame = f;
+		return 0;
+	case GPUCMD__FRAME__MSG_ERROR:
+		r = error_code(f->error);
+		frame_free(f);
+		return conn_fail(c, r);
+	default:
+		break;
+	}
+	/* A response nobody asked for, or a frame a client never gets. */
+	frame_free(f);
+	return conn_fail(c, GPUCMD_EPROTO);
+}
+
+int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, uint64_t *id)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	int r;
+
+	if (c->dead)
+		return c->dead;
+	if (c->info.max_in_flight > 0 && c->nslots >= c->info.max_in_flight)
+		return GPUCMD_ELIMIT;
+	if (c->nslots == c->slots_cap) {
+		size_t cap = c->slots_cap ? 2 * c->slots_cap : 16;
+		struct conn_slot *s = realloc(c->slots, cap * sizeof(*s));
+
+		if (s == NULL)
+			return -ENOMEM;
+		c->slots = s;
+		c->slots_cap = cap;
+	}
+	req->id = c->next_id;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = req;
+	r = write_frame(c->fd, &f, c->info.max_frame_bytes);
+	if (r == GPUCMD_ELIMIT || r == -ENOMEM)
+		return r;	/* nothing was sent; the connection is fine */
+	if (r == -EPIPE || r == -ECONNRESET) {
+		/*
+		 * The daemon closed the socket, usually after an Error frame
+		 * that says why.  Reading cannot block on a closed peer, so
+		 * collect what it sent before it went.
+		 */
+		while (c->dead == 0)
+			conn_recv_one(c);
+		return c->dead;
+	}
+	if (r < 0)
+		return conn_fail(c, r);
+	c->slots[c->nslots].id = c->next_id;
+	c->slots[c->nslots].frame = NULL;
+	c->nslots++;
+	c->next_id++;
+	*id = req->id;
+	return 0;
+}
+
+int conn_wait(struct gpucmd_conn *c, uint64_t id, Gpucmd__Frame **out)
+{
+	struct conn_slot *s = slot_find(c, id);
+
+	if (s == NULL)
+		return GPUCMD_EINVAL;
+	/* Slots never move while reading: only submit and this return do. */
+	while (s->frame == NULL) {
+		if (c->dead)
+			return c->dead;
+		conn_recv_one(c);
+	}
+	*out = s->frame;
+	*s = c->slots[--c->nslots];
+	return 0;
+}
+
+/* $GPUCMD_SOCKET (when set and not empty), else the default path. */
+static const char *socket_path(const char *path)
+{
+	const char *env;
+
+	if (path != NULL)
+		return path;
+	env = getenv("GPUCMD_SOCKET");
+	if (env != NULL && env[0] != '\0')
+		return env;
+	return GPUCMD_DEFAULT_SOCKET;
+}
+
+/*
+ * connect() interrupted by a signal goes on in the background; wait for it
+ * to finish instead of retrying, which would fail with EALREADY.
+ */
+static int connect_unix(int fd, const struct sockaddr_un *sun)
+{
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	socklen_t len = sizeof(int);
+	int err = 0;
+
+	if (connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0)
+		return 0;
+	if (errno != EINTR && errno != EINPROGRESS)
+		return -errno;
+	while (poll(&p, 1, -1) < 0)
+		if (errno != EINTR)
+			return -errno;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		return -errno;
+	return -err;
+}
+
+static void info_from_welcome(struct gpucmd_info *info,
+			      const Gpucmd__Welcome *w)
+{
+	const Gpucmd__DeviceInfo *d = w->device;
+	const Gpucmd__Limits *l = w->limits;
+
+	memset(info, 0, sizeof(*info));
+	info->protocol_version = w->protocol_version;
+	info->service_id = w->service_id;
+	info->connection_id = w->connection_id;
+	snprintf(info->service, sizeof(info->service), "%s", w->service);
+	if (d != NULL) {
+		snprintf(info->device_name, sizeof(info->device_name), "%s",
+			 d->name);
+		snprintf(info->backend, sizeof(info->backend), "%s",
+			 d->backend);
+		info->device_total_memory = d->total_memory;
+		info->max_allocation = d->max_allocation;
+	}
+	if (l != NULL) {
+		info->memory_limit = l->memory_limit;
+		info->max_streams = l->max_streams;
+		info->max_ops_per_batch = l->max_ops_per_batch;
+		info->max_frame_bytes = l->max_frame_bytes;
+		info->max_in_flight = l->max_in_flight;
+	}
+	/* A daemon that names no frame limit takes the protocol default. */
+	if (info->max_frame_bytes == 0)
+		info->max_frame_bytes = FRAME_DEFAULT_MAX_BODY;
+}
+
+/* Send Hello and read the answer: Welcome, or an Error that says why not. */
+static int handshake(struct gpucmd_conn *c, const char *service, char *msg,
+		     size_t msg_len)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
+	Gpucmd__Frame *answer;
+	char name[64];
+	int r;
+
+	snprintf(name, sizeof(name), "%s[%ld]", program_invocation_short_name,
+		 (long)getpid());
+	hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	hello.service = (char *)service;
+	hello.client_name = name;
+	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
+	f.hello = &hello;
+	r = write_frame(c->fd, &f, FRAME_DEFAULT_MAX_BODY);
+	/* A refusing daemon may close before reading: its Error still waits. */
+	if (r < 0 && r != -EPIPE && r != -ECONNRESET) {
+		snprintf(msg, msg_len, "sending Hello: %s", gpucmd_strerror(r));
+		return r;
+	}
+	msg[0] = '\0';
+	r = read_frame(c->fd, FRAME_DEFAULT_MAX_BODY, &answer, msg, msg_len);
+	if (r < 0) {
+		/* A bad header already wrote its sentence into msg. */
+		if (r == GPUCMD_EDISCONNECTED)
+			snprintf(msg, msg_len, "the daemon closed the "
+				 "connection without answering Hello");
+		else if (msg[0] == '\0')
+			snprintf(msg, msg_len, "reading Welcome: %s",
+				 gpucmd_strerror(r));
+		return r;
+	}
+	switch (answer->msg_case) {
+	case GPUCMD__FRAME__MSG_WELCOME:
+		if (answer->welcome->protocol_version !=
+		    GPUCMD_PROTOCOL_VERSION) {
+			snprintf(msg, msg_len,
+				 "the daemon speaks protocol %u, this library %u",
+				 answer->welcome->protocol_version,
+				 GPUCMD_PROTOCOL_VERSION);
+			r = GPUCMD_EVERSION;
+			break;
+		}
+		info_from_welcome(&c->info, answer->welcome);
+		break;
+	case GPUCMD__FRAME__MSG_ERROR:
+		r = error_code(answer->error);
+		snprintf(msg, msg_len, "%s",
+			 answer->error->message[0] != '\0' ?
+				 answer->error->message :
+				 gpucmd_strerror(r));
+		break;
+	default:
+		snprintf(msg, msg_len, "the daemon answered Hello with "
+			 "frame type %d instead of Welcome",
+			 (int)answer->msg_case);
+		r = GPUCMD_EPROTO;
+		break;
+	}
+	frame_free(answer);
+	return r;
+}
+
+GPUCMD_EXTERN int gpucmd_connect(const char *path, const char *service,
+				 struct gpucmd_conn **out, char *msg,
+				 size_t msg_len)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct gpucmd_conn *c;
+	char dummy[1];
+	int r;
+
+	if (msg == NULL || msg_len == 0) {
+		msg = dummy;
+		msg_len = sizeof(dummy);
+	}
+	path = socket_path(path);
+	if (service == NULL)
+		service = CONN_DEFAULT_SERVICE;
+	if (out == NULL) {
+		snprintf(msg, msg_len, "no place for the connection");
+		return GPUCMD_EINVAL;
+	}
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		snprintf(msg, msg_len, "socket path is longer than %zu bytes",
+			 sizeof(sun.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return -ENOMEM;
+	c->next_id = 1;
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->fd < 0) {
+		r = -errno;
+		snprintf(msg, msg_len, "socket: %s", strerror(-r));
+		free(c);
+		return r;
+	}
+	r = connect_unix(c->fd, &sun);
+	if (r < 0) {
+		snprintf(msg, msg_len, "connect %s: %s", path, strerror(-r));
+	} else {
+		r = handshake(c, service, msg, msg_len);
+	}
+	if (r < 0) {
+		gpucmd_close(c);
+		return r;
+	}
+	*out = c;
+	return 0;
+}
+
+GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *c)
+{
+	if (c == NULL)
+		return;
+	for (size_t i = 0; i < c->nslots; i++)
+		frame_free(c->slots[i].frame);
+	free(c->slots);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c);
+}
+
+GPUCMD_EXTERN const struct gpucmd_info *gpucmd_info(const struct gpucmd_conn *c)
+{
+	return &c->info;
+}

@@ -1,0 +1,34 @@
+/*
+ * connection.h - one client connection to gpucmdd: the socket, the
+ * Hello/Welcome handshake, frame I/O and the matching of responses to
+ * requests.  The public half (gpucmd_connect, gpucmd_close, gpucmd_info) is
+ * declared in gpucmd.h; this header is what the rest of the library uses.
+ *
+ * A connection belongs to the caller's thread and does blocking I/O on it.
+ * Requests go out in submit order and are remembered in a slot until their
+ * response is collected; responses come back in any order, and one that
+ * arrives while the caller waits for another is kept in its slot until its
+ * own wait.  Once the daemon closes the socket or sends an Error frame the
+ * connection is dead: waits for responses that never came and every later
+ * submit return that code, while responses that did arrive can still be
+ * collected.
+ */
+#pragma once
+
+#include <stdint.h>
+
+#include "gpucmd.h"
+#include "gpucmd.pb-c.h"
+
+/**
+ * Give req the next request id, send it, and write the id to *id.  Fails
+ * with GPUCMD_ELIMIT when max_in_flight requests are uncollected or the
+ * frame is over max_frame_bytes, or with the code that killed the connection.
+ */
+int conn_submit(struct gpucmd_conn *conn, Gpucmd__Request *req, uint64_t *id);
+
+/**
+ * Block until the response to request id is in, then hand over its frame
+ * (free it with frame_free).  GPUCMD_EINVAL when id is not outstanding.
+ */
+int conn_wait(struct gpucmd_conn *conn, uint64_t id, Gpucmd__Frame **out);

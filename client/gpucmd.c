@@ -1,0 +1,364 @@
+/*
+ * gpucmd.c - the gpucmd command-line tool: global options, the subcommand
+ * table, and the helpers its subcommands share (connecting with a useful
+ * message, exit statuses, JSON strings, sizes, numbers).
+ *
+ * Global options come before the subcommand and stop at its name
+ * ("+" in getopt), so a subcommand's own flags never clash with them.  Each
+ * subcommand gets argv starting at its name, rewritten to "gpucmd NAME" so
+ * getopt's complaints say which command they are about.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+
+struct tool_command {
+	const char *name;
+	int (*run)(const struct tool_opts *o, int argc, char **argv);
+	const char *summary;
+};
+
+static const struct tool_command commands[] = {
+	{ "ping", cmd_ping, "measure round trips to the daemon" },
+	{ "status", cmd_status, "show the daemon's status and this client's limits" },
+	{ "memory-report", cmd_memory_report, "show device memory per service" },
+	{ "exec", cmd_exec, "run a script of operations (see gpucmd(1))" },
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void main_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: gpucmd [--socket PATH] [--service NAME] COMMAND [ARGS]\n"
+		"       gpucmd --help | --version\n"
+		"\n"
+		"options:\n"
+		"  --socket PATH   daemon socket (default: $GPUCMD_SOCKET, else %s)\n"
+		"  --service NAME  service to speak for (default: default)\n"
+		"  --help          show this help\n"
+		"  --version       show the version\n"
+		"\n"
+		"commands:\n",
+		GPUCMD_DEFAULT_SOCKET);
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-14s  %s\n", commands[i].name,
+			commands[i].summary);
+	fprintf(f, "\n'gpucmd COMMAND --help' describes a command; "
+		   "man gpucmd has the details.\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "service", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct tool_opts o = { .socket = NULL, .service = "default" };
+	char prog[64];
+	const char *name;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			o.socket = optarg;
+			break;
+		case 'S':
+			o.service = optarg;
+			break;
+		case 'h':
+			main_usage(stdout);
+			return TOOL_EXIT_OK;
+		case 'V':
+			printf("gpucmd %s\n", GPUCMD_VERSION_STRING);
+			return TOOL_EXIT_OK;
+		default:
+			main_usage(stderr);
+			return TOOL_EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "gpucmd: no command given\n\n");
+		main_usage(stderr);
+		return TOOL_EXIT_USAGE;
+	}
+	name = argv[optind];
+	if (strcmp(name, "help") == 0) {
+		main_usage(stdout);
+		return TOOL_EXIT_OK;
+	}
+	for (size_t i = 0; i < NCOMMANDS; i++) {
+		if (strcmp(name, commands[i].name) != 0)
+			continue;
+		snprintf(prog, sizeof(prog), "gpucmd %s", name);
+		argv[optind] = prog;
+		argc -= optind;
+		argv += optind;
+		optind = 0;	/* GNU getopt: start over for the subcommand */
+		return commands[i].run(&o, argc, argv);
+	}
+	fprintf(stderr, "gpucmd: unknown command '%s'\n\n", name);
+	main_usage(stderr);
+	return TOOL_EXIT_USAGE;
+}
+
+const char *tool_socket_path(const struct tool_opts *o)
+{
+	const char *env = getenv("GPUCMD_SOCKET");
+
+	if (o->socket != NULL)
+		return o->socket;
+	if (env != NULL && env[0] != '\0')
+		return env;
+	return GPUCMD_DEFAULT_SOCKET;
+}
+
+/*
+ * A system error or a lost connection means no daemon is there to answer;
+ * a GPUCMD_E* code (other than a peer that does not speak the protocol) is
+ * the daemon's own answer.
+ */
+int tool_exit_status(int code)
+{
+	if (code > -1000 || code == GPUCMD_EDISCONNECTED ||
+	    code == GPUCMD_EPROTO)
+		return TOOL_EXIT_UNAVAILABLE;
+	return TOOL_EXIT_FAIL;
+}
+
+int tool_connect(const struct tool_opts *o, const char *service,
+		 struct gpucmd_conn **out)
+{
+	const char *path = tool_socket_path(o);
+	char msg[512] = "";
+	int r;
+
+	if (service == NULL)
+		service = o->service;
+	r = gpucmd_connect(path, service, out, msg, sizeof(msg));
+	if (r == 0)
+		return 0;
+	if (tool_exit_status(r) == TOOL_EXIT_FAIL) {
+		fprintf(stderr, "gpucmd: gpucmdd at %s refused service '%s' "
+			"(%s): %s\n", path, service, gpucmd_errname(r),
+			msg[0] != '\0' ? msg : gpucmd_strerror(r));
+		return TOOL_EXIT_FAIL;
+	}
+	fprintf(stderr, "gpucmd: cannot reach gpucmdd at %s: %s\n", path,
+		msg[0] != '\0' ? msg : gpucmd_strerror(r));
+	if (r == -EACCES || r == -EPERM)
+		fprintf(stderr, "gpucmd: the socket is not open to this user; "
+			"members of the gpucmd group may connect\n");
+	else
+		fprintf(stderr, "gpucmd: is gpucmdd running? "
+			"start it with `make run`\n");
+	return TOOL_EXIT_UNAVAILABLE;
+}
+
+int tool_fail(const char *what, int code)
+{
+	fflush(stdout);
+	if (code == GPUCMD_EDISCONNECTED)
+		fprintf(stderr, "gpucmd: %s: the daemon closed the connection\n",
+			what);
+	else
+		fprintf(stderr, "gpucmd: %s: %s (%s)\n", what,
+			gpucmd_strerror(code), gpucmd_errname(code));
+	return tool_exit_status(code);
+}
+
+int tool_usage(const char *prog, const char *usage, int status,
+	       const char *complaint, ...)
+{
+	FILE *f = status == TOOL_EXIT_OK ? stdout : stderr;
+	va_list ap;
+
+	if (complaint != NULL) {
+		va_start(ap, complaint);
+		fprintf(f, "%s: ", prog);
+		vfprintf(f, complaint, ap);
+		fputs("\n", f);
+		va_end(ap);
+	}
+	fputs(usage, f);
+	return status;
+}
+
+int tool_flags(int argc, char **argv, const char *usage, int *json,
+	       int *bytes)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "bytes", no_argument, NULL, 'b' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		if (c == 'j')
+			*json = 1;
+		else if (c == 'b' && bytes != NULL)
+			*bytes = 1;
+		else if (c == 'h')
+			return tool_usage(argv[0], usage, TOOL_EXIT_OK, NULL);
+		else
+			return tool_usage(argv[0], usage, TOOL_EXIT_USAGE,
+					  NULL);
+	}
+	if (optind < argc)
+		return tool_usage(argv[0], usage, TOOL_EXIT_USAGE,
+				  "unexpected argument '%s'", argv[optind]);
+	return -1;
+}
+
+/* Length of the valid UTF-8 sequence at s, or 0 when it is not one. */
+static size_t utf8_len(const unsigned char *s)
+{
+	size_t n;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4, cp = s[0] & 0x07;
+	else
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	/* Overlong forms, surrogates and values past U+10FFFF are invalid. */
+	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return n;
+}
+
+/*
+ * Names come from the daemon's configuration and messages from its code,
+ * so nothing guarantees valid UTF-8: a byte that is not part of a valid
+ * sequence becomes U+FFFD rather than making the whole line invalid JSON.
+ */
+void tool_json_string(FILE *f, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+
+	fputc('"', f);
+	while (*s != '\0') {
+		size_t n = utf8_len(s);
+
+		if (n == 0) {
+			fputs("\\ufffd", f);
+			s++;
+			continue;
+		}
+		switch (*s) {
+		case '"':
+			fputs("\\\"", f);
+			break;
+		case '\\':
+			fputs("\\\\", f);
+			break;
+		case '\n':
+			fputs("\\n", f);
+			break;
+		case '\r':
+			fputs("\\r", f);
+			break;
+		case '\t':
+			fputs("\\t", f);
+			break;
+		default:
+			if (*s < 0x20)
+				fprintf(f, "\\u%04x", *s);
+			else
+				fwrite(s, 1, n, f);
+		}
+		s += n;
+	}
+	fputc('"', f);
+}
+
+const char *tool_size(uint64_t bytes, int exact, char *buf, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB",
+					     "PiB", "EiB" };
+	double v = (double)bytes / 1024;
+	size_t u = 0;
+
+	if (exact || bytes < 1024) {
+		snprintf(buf, len, exact ? "%" PRIu64 : "%" PRIu64 " B", bytes);
+		return buf;
+	}
+	/* 1023.96 KiB would print as "1024.0 KiB": move up a unit first. */
+	while (v >= 1023.95 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+int tool_parse_u64(const char *s, int suffix, uint64_t *out)
+{
+	int base = 10;
+	uint64_t v = 0, mult = 1;
+	const char *digits;
+
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+		base = 16;
+		s += 2;
+	}
+	for (digits = s; *s != '\0'; s++) {
+		unsigned d;
+
+		if (*s >= '0' && *s <= '9')
+			d = (unsigned)(*s - '0');
+		else if (base == 16 && *s >= 'a' && *s <= 'f')
+			d = (unsigned)(*s - 'a' + 10);
+		else if (base == 16 && *s >= 'A' && *s <= 'F')
+			d = (unsigned)(*s - 'A' + 10);
+		else
+			break;
+		if (v > (UINT64_MAX - d) / (unsigned)base)
+			return -1;
+		v = v * (unsigned)base + d;
+	}
+	if (s == digits)
+		return -1;
+	if (suffix && *s != '\0' && s[1] == '\0') {
+		switch (*s) {
+		case 'k': case 'K':
+			mult = 1ull << 10;
+			break;
+		case 'm': case 'M':
+			mult = 1ull << 20;
+			break;
+		case 'g': case 'G':
+			mult = 1ull << 30;
+			break;
+		default:
+			return -1;
+		}
+		s++;
+	}
+	if (*s != '\0' || v > UINT64_MAX / mult)
+		return -1;
+	*out = v * mult;
+	return 0;
+}

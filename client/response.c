@@ -1,0 +1,298 @@
+/*
+ * response.c - reading a collected response, and the two library calls
+ * that are a round trip of their own (memory report, status) and convert
+ * the daemon's answer into the plain structs of gpucmd.h.
+ *
+ * A response keeps the decoded frame and the accessors read it in place,
+ * so read data is not copied a second time; it lives until
+ * gpucmd_response_free.
+ */
+#include "response.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+#include "frame.h"
+
+struct gpucmd_response {
+	Gpucmd__Frame *frame;
+	const Gpucmd__Response *r;	/* frame->response */
+};
+
+int response_new(Gpucmd__Frame *frame, struct gpucmd_response **out)
+{
+	struct gpucmd_response *resp;
+
+	if (frame->msg_case != GPUCMD__FRAME__MSG_RESPONSE)
+		return GPUCMD_EPROTO;
+	resp = malloc(sizeof(*resp));
+	if (resp == NULL)
+		return -ENOMEM;
+	resp->frame = frame;
+	resp->r = frame->response;
+	*out = resp;
+	return 0;
+}
+
+GPUCMD_EXTERN void gpucmd_response_free(struct gpucmd_response *resp)
+{
+	if (resp == NULL)
+		return;
+	frame_free(resp->frame);
+	free(resp);
+}
+
+GPUCMD_EXTERN int gpucmd_response_error(const struct gpucmd_response *resp)
+{
+	const Gpucmd__Error *e = resp->r->error;
+
+	if (e == NULL)
+		return 0;
+	/* An error without a code still failed; say the daemon misspoke. */
+	return e->code < 0 ? e->code : GPUCMD_EPROTO;
+}
+
+GPUCMD_EXTERN const char *
+gpucmd_response_message(const struct gpucmd_response *resp)
+{
+	const Gpucmd__Error *e = resp->r->error;
+
+	return e != NULL && e->message != NULL ? e->message : "";
+}
+
+GPUCMD_EXTERN int
+gpucmd_response_failed_index(const struct gpucmd_response *resp)
+{
+	return resp->r->error != NULL ? (int)resp->r->failed_index : -1;
+}
+
+GPUCMD_EXTERN size_t gpucmd_response_count(const struct gpucmd_response *resp)
+{
+	return resp->r->n_results;
+}
+
+/* Result i when it is of the kind wanted, else NULL. */
+static const Gpucmd__OpResult *result_at(const struct gpucmd_response *resp,
+					 size_t i,
+					 Gpucmd__OpResult__ResultCase kind)
+{
+	const Gpucmd__OpResult *res;
+
+	if (resp == NULL || i >= resp->r->n_results)
+		return NULL;
+	res = resp->r->results[i];
+	return res->result_case == kind ? res : NULL;
+}
+
+GPUCMD_EXTERN int gpucmd_response_data(const struct gpucmd_response *resp,
+				       size_t i, const void **data,
+				       size_t *len)
+{
+	const Gpucmd__OpResult *res =
+		result_at(resp, i, GPUCMD__OP_RESULT__RESULT_DATA);
+
+	if (res == NULL || data == NULL || len == NULL)
+		return GPUCMD_EINVAL;
+	*data = res->data.data;
+	*len = res->data.len;
+	return 0;
+}
+
+static void usage_from_wire(struct gpucmd_memory_usage *out,
+			    const Gpucmd__MemoryUsage *u)
+{
+	memset(out, 0, sizeof(*out));
+	if (u == NULL)
+		return;
+	out->allocations = u->allocations;
+	out->bytes_in_use = u->bytes_in_use;
+	out->bytes_padding = u->bytes_padding;
+	out->bytes_reserved = u->bytes_reserved;
+}
+
+GPUCMD_EXTERN int gpucmd_response_usage(const struct gpucmd_response *resp,
+					size_t i,
+					struct gpucmd_memory_usage *out)
+{
+	const Gpucmd__OpResult *res =
+		result_at(resp, i, GPUCMD__OP_RESULT__RESULT_USAGE);
+
+	if (res == NULL || out == NULL)
+		return GPUCMD_EINVAL;
+	usage_from_wire(out, res->usage);
+	return 0;
+}
+
+/*
+ * Run a batch of the single op kind and hand back the response with its
+ * result, which must be of kind want.  The caller frees *resp.
+ */
+static int query(struct gpucmd_conn *conn, Gpucmd__Op__OpCase kind,
+		 Gpucmd__OpResult__ResultCase want,
+		 struct gpucmd_response **resp, const Gpucmd__OpResult **res)
+{
+	struct gpucmd_batch *b;
+	struct gpucmd_response *got;
+	int r;
+
+	r = gpucmd_batch_new(conn, 0, &b);
+	if (r < 0)
+		return r;
+	r = batch_add_plain(b, kind);
+	if (r < 0) {
+		gpucmd_batch_free(b);
+		return r;
+	}
+	r = gpucmd_run(b, &got);
+	if (r < 0)
+		return r;
+	r = gpucmd_response_error(got);
+	if (r == 0) {
+		*res = result_at(got, 0, want);
+		if (*res == NULL)
+			r = GPUCMD_EPROTO;
+	}
+	if (r < 0) {
+		gpucmd_response_free(got);
+		return r;
+	}
+	*resp = got;
+	return 0;
+}
+
+static void service_from_wire(struct gpucmd_service_report *out,
+			      const Gpucmd__ServiceReport *s)
+{
+	struct gpucmd_memory_usage u;
+
+	memset(out, 0, sizeof(*out));
+	if (s == NULL)
+		return;
+	usage_from_wire(&u, s->usage);
+	snprintf(out->name, sizeof(out->name), "%s", s->name);
+	out->id = s->id;
+	out->connections = s->connections;
+	out->bytes_in_use = u.bytes_in_use;
+	out->bytes_reserved = u.bytes_reserved;
+	out->bytes_padding = u.bytes_padding;
+	out->allocations = u.allocations;
+	out->peak_bytes_in_use = s->peak_bytes_in_use;
+	out->limit_bytes = s->limit_bytes;
+	out->oom_count = s->oom_count;
+}
+
+/* Totals for a daemon that sent none: sums, and no limit. */
+static void add_totals(struct gpucmd_report *rep)
+{
+	struct gpucmd_service_report *t = &rep->totals;
+
+	memset(t, 0, sizeof(*t));
+	snprintf(t->name, sizeof(t->name), "total");
+	for (size_t i = 0; i < rep->nservices; i++) {
+		const struct gpucmd_service_report *s = &rep->services[i];
+
+		t->connections += s->connections;
+		t->bytes_in_use += s->bytes_in_use;
+		t->bytes_reserved += s->bytes_reserved;
+		t->bytes_padding += s->bytes_padding;
+		t->allocations += s->allocations;
+		t->peak_bytes_in_use += s->peak_bytes_in_use;
+		t->oom_count += s->oom_count;
+	}
+}
+
+GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,
+				       struct gpucmd_report **out)
+{
+	struct gpucmd_response *resp;
+	const Gpucmd__OpResult *res;
+	const Gpucmd__MemoryReport *m;
+	struct gpucmd_report *rep;
+	int r;
+
+	if (conn == NULL || out == NULL)
+		return GPUCMD_EINVAL;
+	r = query(conn, GPUCMD__OP__OP_MEMORY_REPORT,
+		  GPUCMD__OP_RESULT__RESULT_REPORT, &resp, &res);
+	if (r < 0)
+		return r;
+	m = res->report;
+	rep = calloc(1, sizeof(*rep));
+	if (rep != NULL && m->n_services > 0) {
+		rep->services = calloc(m->n_services, sizeof(*rep->services));
+		if (rep->services == NULL) {
+			free(rep);
+			rep = NULL;
+		}
+	}
+	if (rep == NULL) {
+		gpucmd_response_free(resp);
+		return -ENOMEM;
+	}
+	if (m->device != NULL) {
+		snprintf(rep->device_name, sizeof(rep->device_name), "%s",
+			 m->device->name);
+		snprintf(rep->backend, sizeof(rep->backend), "%s",
+			 m->device->backend);
+		rep->device_total_memory = m->device->total_memory;
+	}
+	rep->nservices = m->n_services;
+	for (size_t i = 0; i < m->n_services; i++)
+		service_from_wire(&rep->services[i], m->services[i]);
+	if (m->totals != NULL)
+		service_from_wire(&rep->totals, m->totals);
+	else
+		add_totals(rep);
+	gpucmd_response_free(resp);
+	*out = rep;
+	return 0;
+}
+
+GPUCMD_EXTERN void gpucmd_report_free(struct gpucmd_report *rep)
+{
+	if (rep == NULL)
+		return;
+	free(rep->services);
+	free(rep);
+}
+
+GPUCMD_EXTERN int gpucmd_status(struct gpucmd_conn *conn,
+				struct gpucmd_status *out)
+{
+	struct gpucmd_response *resp;
+	const Gpucmd__OpResult *res;
+	const Gpucmd__Status *s;
+	struct gpucmd_memory_usage u;
+	struct gpucmd_status st;
+	int r;
+
+	if (conn == NULL || out == NULL)
+		return GPUCMD_EINVAL;
+	r = query(conn, GPUCMD__OP__OP_STATUS, GPUCMD__OP_RESULT__RESULT_STATUS,
+		  &resp, &res);
+	if (r < 0)
+		return r;
+	s = res->status;
+	memset(&st, 0, sizeof(st));
+	snprintf(st.version, sizeof(st.version), "%s", s->version);
+	if (s->device != NULL) {
+		snprintf(st.backend, sizeof(st.backend), "%s",
+			 s->device->backend);
+		snprintf(st.device_name, sizeof(st.device_name), "%s",
+			 s->device->name);
+		st.device_total_memory = s->device->total_memory;
+	}
+	st.uptime_ms = s->uptime_ms;
+	st.services = s->services;
+	st.connections = s->connections;
+	st.batches = s->batches;
+	usage_from_wire(&u, s->usage);
+	st.bytes_in_use = u.bytes_in_use;
+	st.bytes_reserved = u.bytes_reserved;
+	gpucmd_response_free(resp);
+	*out = st;
+	return 0;
+}

@@ -1,0 +1,562 @@
+/*
+ * command.c - the seed's Command, method by method.  See command.h for the
+ * map from the seed's names to these functions.
+ */
+#include "command.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpucmd.h"
+#include "log.h"
+#include "memory/drop_queue.h"
+#include "memory/handle.h"
+#include "service.h"
+
+void command_init(struct command *cmd, struct command_ctx *ctx,
+		  const struct resolved *resolved, struct service *service)
+{
+	cmd->ctx = ctx;
+	cmd->set = resolved->set;
+	cmd->current = resolved->current;
+	cmd->cursor = resolved->cursor;
+	cmd->service = service;
+	cmd->fence = false;
+	cmd->msg[0] = '\0';
+}
+
+struct stream *command_stream(struct command *cmd)
+{
+	return cmd->current;
+}
+
+int command_resource(struct command *cmd, uint64_t handle,
+		     struct device_resource *out)
+{
+	struct handle *h = handle_table_find(cmd->set->handles, handle);
+
+	if (h == NULL) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "handle %llu names no live allocation on this "
+			 "connection: allocate it first (empty/create) and do "
+			 "not use it after release",
+			 (unsigned long long)handle);
+		return GPUCMD_ENOTFOUND;
+	}
+	/* The slice lives in its owner's pools, wherever it is used. */
+	out->ptr = h->alloc.ptr;
+	out->size = h->alloc.size;
+	out->handle = h;
+	return 0;
+}
+
+void command_memory_usage(struct command *cmd, struct memory_usage *out)
+{
+	memory_manager_usage(cmd->current->memory, out);
+}
+
+size_t command_memory_report(struct command *cmd,
+			     struct memory_pool_report *out, size_t max)
+{
+	return memory_manager_report(cmd->current->memory, out, max);
+}
+
+void command_memory_cleanup(struct command *cmd)
+{
+	/*
+	 * The reference flushes its drop queue with a host block on the
+	 * fences; here the queue holds only what the device may still use, so
+	 * one non-blocking flush frees everything that can be freed now.
+	 */
+	command_flush_drops(cmd);
+	memory_manager_cleanup(cmd->current->memory, true);
+}
+
+void command_flush_drops(struct command *cmd)
+{
+	/* A flush during capture would free memory the graph refers to. */
+	if (cmd->current->capturing)
+		return;
+	drop_queue_flush(cmd->current->drops);
+}
+
+void command_allocation_mode(struct command *cmd,
+			     enum memory_allocation_mode mode)
+{
+	memory_manager_mode(cmd->current->memory, mode);
+}
+
+int command_install_memory_pools(struct command *cmd,
+				 const struct memory_configuration *config,
+				 const struct memory_device_properties *props)
+{
+	uint64_t in_use = 0;
+	int rc;
+
+	command_flush_drops(cmd);
+	rc = memory_manager_install_pools(cmd->current->memory, config, props,
+					  &in_use);
+	if (rc == GPUCMD_EPOOLSINUSE)
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "pools in use: %llu bytes are still allocated in "
+			 "stream %u's pools, so the old layout stays; release "
+			 "every buffer of the stream first",
+			 (unsigned long long)in_use, cmd->current->number);
+	else if (rc != 0)
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "cannot install the pool layout: %s",
+			 gpucmd_strerror(rc));
+	return rc;
+}
+
+/* Clean every stream of the connection: the retry's best chance. */
+static void reclaim(struct command *cmd)
+{
+	struct stream_set *set = cmd->set;
+
+	for (uint32_t i = 0; i < set->nstreams; i++) {
+		struct stream *s = set->slots[i];
+
+		if (s->capturing)
+			continue;
+		drop_queue_flush(s->drops);
+		memory_manager_cleanup(s->memory, true);
+	}
+}
+
+static void describe_oom(struct command *cmd, int rc, uint64_t size)
+{
+	struct memory_usage u;
+	struct driver *d = cmd->ctx->driver;
+
+	streams_usage(cmd->set, &u);
+	snprintf(cmd->msg, sizeof(cmd->msg),
+		 "%s: cannot allocate %llu bytes on stream %u: this "
+		 "connection has %llu bytes in use and %llu reserved (largest "
+		 "free block %llu), device total %llu bytes%s%s",
+		 gpucmd_strerror(rc), (unsigned long long)size,
+		 cmd->current->number, (unsigned long long)u.bytes_in_use,
+		 (unsigned long long)u.bytes_reserved,
+		 (unsigned long long)memory_manager_largest_free(
+			 cmd->current->memory),
+		 (unsigned long long)d->props.total_memory,
+		 d->error[0] ? "; driver: " : "", d->error);
+}
+
+int command_reserve(struct command *cmd, uint64_t size,
+		    struct memory_alloc *out)
+{
+	struct service *svc = cmd->service;
+	struct memory_manager *mm = cmd->current->memory;
+	int rc;
+
+	if (svc->memory_limit != 0 &&
+	    (size > svc->memory_limit ||
+	     svc->bytes_in_use > svc->memory_limit - size)) {
+		svc->oom_count++;
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "quota exceeded: allocating %llu bytes would take "
+			 "service '%s' to %llu bytes, over its limit of %llu "
+			 "bytes (in use %llu); release buffers or raise the "
+			 "service's memory_limit",
+			 (unsigned long long)size, svc->name,
+			 (unsigned long long)(svc->bytes_in_use + size),
+			 (unsigned long long)svc->memory_limit,
+			 (unsigned long long)svc->bytes_in_use);
+		return GPUCMD_EQUOTA;
+	}
+	cmd->ctx->driver->error[0] = '\0';
+	rc = memory_manager_reserve(mm, size, out);
+	if (rc == GPUCMD_ETOOBIG) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "buffer too big: %llu bytes is more than any pool of "
+			 "this stream accepts (largest %llu bytes); split the "
+			 "buffer, or use a layout with a direct pool",
+			 (unsigned long long)size,
+			 (unsigned long long)memory_manager_max_alloc(mm));
+		return rc;
+	}
+	if (rc != 0) {
+		/* Pages with nothing live and queued drops may free enough. */
+		reclaim(cmd);
+		rc = memory_manager_reserve(mm, size, out);
+	}
+	if (rc != 0) {
+		svc->oom_count++;
+		describe_oom(cmd, rc, size);
+	}
+	return rc;
+}
+
+uint64_t command_cursor(const struct command *cmd)
+{
+	return cmd->cursor;
+}
+
+int command_empty(struct command *cmd, uint64_t size, uint64_t handle)
+{
+	struct memory_alloc a;
+	int rc;
+
+	/* A name that bind would refuse fails before any memory moves. */
+	if (handle_table_find(cmd->set->handles, handle) != NULL ||
+	    handle == 0)
+		return command_bind(cmd, NULL, handle);
+	rc = command_reserve(cmd, size, &a);
+	if (rc != 0)
+		return rc;
+	rc = command_bind(cmd, &a, handle);
+	if (rc != 0)
+		memory_manager_release(cmd->current->memory, a.slice);
+	return rc;
+}
+
+int command_bind(struct command *cmd, const struct memory_alloc *reserved,
+		 uint64_t new_handle)
+{
+	struct handle_table *t = cmd->set->handles;
+	struct handle *h;
+	int rc;
+
+	if (new_handle == 0) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "handle 0 is invalid: choose a non-zero 64-bit id");
+		return GPUCMD_EINVAL;
+	}
+	if (handle_table_find(t, new_handle) != NULL) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "handle %llu is already live on this connection: "
+			 "release it first or choose another id",
+			 (unsigned long long)new_handle);
+		return GPUCMD_EEXIST;
+	}
+	if (reserved == NULL || reserved->slice == NULL) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "the reservation has no storage to give to handle "
+			 "%llu",
+			 (unsigned long long)new_handle);
+		return GPUCMD_EINVAL;
+	}
+	h = handle_new(new_handle, cmd->current, reserved);
+	if (h == NULL)
+		return GPUCMD_ENOMEM;
+	rc = handle_table_insert(t, h);
+	if (rc != 0) {
+		handle_free(h);
+		if (rc == GPUCMD_ELIMIT)
+			snprintf(cmd->msg, sizeof(cmd->msg),
+				 "this connection already holds %u handles, "
+				 "the limit (max_handles): release some first",
+				 handle_table_count(t));
+		return rc;
+	}
+	memory_slice_set_cursor(reserved->slice, cmd->cursor);
+	service_charge(cmd->service, reserved->size);
+	return 0;
+}
+
+void command_reserve_cpu(struct command *cmd, size_t size,
+			 struct stream *origin, struct host_bytes *out)
+{
+	/*
+	 * The pinned pool (memory/pinned.c) is not there yet, so every
+	 * request takes the seed's fallback: the heap.
+	 */
+	(void)cmd;
+	(void)origin;
+	out->data = malloc(size ? size : 1);
+	out->len = out->data != NULL ? size : 0;
+	out->pinned = false;
+}
+
+void command_free_cpu(struct command_ctx *ctx, struct host_bytes *bytes)
+{
+	(void)ctx;
+	free(bytes->data);
+	bytes->data = NULL;
+	bytes->len = 0;
+}
+
+static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
+{
+	return !__builtin_mul_overflow(a, b, out);
+}
+
+int command_check_layout(const struct copy_descriptor *desc, uint64_t size,
+			 uint64_t *span, uint64_t *dense, char *msg,
+			 size_t msg_len)
+{
+	uint32_t r = desc->rank;
+	uint64_t elems = 1, width, height = 1, pitch, bytes, end;
+
+	if (r == 0 || r > COMMAND_MAX_RANK || desc->elem_size == 0) {
+		snprintf(msg, msg_len,
+			 "a copy layout needs a rank of 1 to %d and a "
+			 "non-zero element size (got rank %u, element size %u)",
+			 COMMAND_MAX_RANK, r, desc->elem_size);
+		return GPUCMD_EINVAL;
+	}
+	for (uint32_t i = 0; i < r; i++)
+		if (!mul_ok(elems, desc->shape[i], &elems))
+			goto too_large;
+	if (desc->strides[r - 1] != 1)
+		goto strides;
+	for (uint32_t i = 0; i < r; i++)
+		if (desc->strides[i] == 0)
+			goto strides;
+	if (r > 1 && desc->strides[r - 2] < desc->shape[r - 1])
+		goto strides;
+	for (uint32_t i = 0; i + 2 < r; i++) {
+		uint64_t packed;
+		if (!mul_ok(desc->strides[i + 1], desc->shape[i + 1], &packed) ||
+		    desc->strides[i] != packed)
+			goto strides;
+	}
+	if (!mul_ok(elems, desc->elem_size, &bytes))
+		goto too_large;
+	*dense = bytes;
+	if (elems == 0) {
+		*span = 0;
+		return 0;
+	}
+	if (!mul_ok(desc->shape[r - 1], desc->elem_size, &width))
+		goto too_large;
+	for (uint32_t i = 0; i + 1 < r; i++)
+		height *= desc->shape[i];	/* bounded by elems */
+	if (r > 1) {
+		if (!mul_ok(desc->strides[r - 2], desc->elem_size, &pitch) ||
+		    !mul_ok(height - 1, pitch, span) ||
+		    __builtin_add_overflow(*span, width, span))
+			goto too_large;
+	} else {
+		*span = width;
+	}
+	if (__builtin_add_overflow(desc->offset, *span, &end) || end > size) {
+		snprintf(msg, msg_len,
+			 "copy out of bounds: %llu bytes at offset %llu of "
+			 "handle %llu, which has %llu bytes",
+			 (unsigned long long)*span,
+			 (unsigned long long)desc->offset,
+			 (unsigned long long)desc->handle,
+			 (unsigned long long)size);
+		return GPUCMD_EINVAL;
+	}
+	return 0;
+strides:
+	snprintf(msg, msg_len,
+		 "unsupported strides: only pitched row-major layouts copy "
+		 "(last stride 1, no zero stride, row pitch at least the row, "
+		 "higher dimensions packed)");
+	return GPUCMD_ESTRIDES;
+too_large:
+	snprintf(msg, msg_len, "copy layout describes more than 2^64 bytes");
+	return GPUCMD_EINVAL;
+}
+
+/* Linear or 2D parameters of a checked layout. */
+static bool layout_2d(const struct copy_descriptor *d,
+		      struct driver_copy2d *c)
+{
+	uint32_t r = d->rank;
+
+	if (r < 2 || d->strides[r - 2] == d->shape[r - 1])
+		return false;
+	c->width = d->shape[r - 1] * d->elem_size;
+	c->height = 1;
+	for (uint32_t i = 0; i + 1 < r; i++)
+		c->height *= d->shape[i];
+	return true;
+}
+
+static int driver_refused(struct command *cmd, int rc, const char *what)
+{
+	snprintf(cmd->msg, sizeof(cmd->msg), "the driver refused %s: %s%s%s",
+		 what, gpucmd_strerror(rc),
+		 cmd->ctx->driver->error[0] ? ": " : "",
+		 cmd->ctx->driver->error);
+	return rc;
+}
+
+int command_write_to_cpu(struct command *cmd,
+			 const struct copy_descriptor *desc,
+			 struct host_bytes *bytes, struct stream *stream)
+{
+	struct driver *d = cmd->ctx->driver;
+	struct device_resource res;
+	struct driver_copy2d c;
+	uint64_t span, dense;
+	int rc;
+
+	if (stream == NULL)
+		stream = cmd->current;
+	rc = command_resource(cmd, desc->handle, &res);
+	if (rc != 0)
+		return rc;
+	rc = command_check_layout(desc, res.size, &span, &dense, cmd->msg,
+				  sizeof(cmd->msg));
+	if (rc != 0)
+		return rc;
+	if (bytes->len < dense) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "host buffer of %zu bytes is smaller than the %llu "
+			 "bytes the layout holds",
+			 bytes->len, (unsigned long long)dense);
+		return GPUCMD_EINVAL;
+	}
+	if (dense == 0)
+		return 0;
+	if (layout_2d(desc, &c)) {
+		c.src_pitch = desc->strides[desc->rank - 2] * desc->elem_size;
+		c.dst_pitch = c.width;
+		rc = d->ops->copy_dtoh_2d(d, stream->ds, bytes->data,
+					  res.ptr + desc->offset, &c);
+	} else {
+		rc = d->ops->copy_dtoh(d, stream->ds, bytes->data,
+				       res.ptr + desc->offset, dense);
+	}
+	return rc != 0 ? driver_refused(cmd, rc, "the device-to-host copy")
+		       : 0;
+}
+
+int command_read_async(struct command *cmd,
+		       const struct copy_descriptor *descs, size_t n,
+		       struct host_bytes *out)
+{
+	struct device_resource res;
+	uint64_t span, dense;
+	size_t i;
+	int rc = 0;
+
+	for (i = 0; i < n; i++) {
+		rc = command_resource(cmd, descs[i].handle, &res);
+		if (rc == 0)
+			rc = command_check_layout(&descs[i], res.size, &span,
+						  &dense, cmd->msg,
+						  sizeof(cmd->msg));
+		if (rc != 0)
+			break;
+		command_reserve_cpu(cmd, dense, NULL, &out[i]);
+		if (out[i].data == NULL) {
+			snprintf(cmd->msg, sizeof(cmd->msg),
+				 "the daemon cannot hold %llu bytes of read "
+				 "data in host memory",
+				 (unsigned long long)dense);
+			rc = GPUCMD_ENOMEM;
+			break;
+		}
+		rc = command_write_to_cpu(cmd, &descs[i], &out[i], NULL);
+		if (rc != 0) {
+			command_free_cpu(cmd->ctx, &out[i]);
+			break;
+		}
+	}
+	if (rc != 0) {
+		while (i-- > 0)
+			command_free_cpu(cmd->ctx, &out[i]);
+		return rc;
+	}
+	cmd->fence = true;
+	return 0;
+}
+
+int command_write_to_gpu(struct command *cmd,
+			 const struct copy_descriptor *desc, const void *data,
+			 size_t len)
+{
+	struct driver *d = cmd->ctx->driver;
+	struct device_resource res;
+	struct driver_copy2d c;
+	uint64_t span, dense;
+	int rc;
+
+	rc = command_resource(cmd, desc->handle, &res);
+	if (rc != 0)
+		return rc;
+	rc = command_check_layout(desc, res.size, &span, &dense, cmd->msg,
+				  sizeof(cmd->msg));
+	if (rc != 0)
+		return rc;
+	if (len != dense) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "write of %zu bytes does not match the %llu bytes "
+			 "its layout describes",
+			 len, (unsigned long long)dense);
+		return GPUCMD_EINVAL;
+	}
+	if (len == 0)
+		return 0;
+	if (layout_2d(desc, &c)) {
+		c.src_pitch = c.width;
+		c.dst_pitch = desc->strides[desc->rank - 2] * desc->elem_size;
+		rc = d->ops->copy_htod_2d(d, cmd->current->ds,
+					  res.ptr + desc->offset, data, &c);
+	} else {
+		rc = d->ops->copy_htod(d, cmd->current->ds,
+				       res.ptr + desc->offset, data, len);
+	}
+	return rc != 0 ? driver_refused(cmd, rc, "the host-to-device copy")
+		       : 0;
+}
+
+int command_create_with_data(struct command *cmd, const void *data,
+			     size_t len, uint64_t handle)
+{
+	struct copy_descriptor desc = {
+		.handle = handle,
+		.rank = 1,
+		.shape = { len },
+		.strides = { 1 },
+		.elem_size = 1,
+	};
+	struct handle *h;
+	int rc;
+
+	rc = command_empty(cmd, len, handle);
+	if (rc != 0)
+		return rc;
+	/* The new buffer is written on the current stream: record it. */
+	h = handle_table_find(cmd->set->handles, handle);
+	h->writer_slot = cmd->current->slot;
+	h->writer_cursor = cmd->cursor;
+	rc = command_write_to_gpu(cmd, &desc, data, len);
+	if (rc != 0) {
+		char keep[sizeof(cmd->msg)];
+
+		memcpy(keep, cmd->msg, sizeof(keep));
+		if (streams_release(cmd->set, cmd->current, h) != 0)
+			log_warn("connection %llu: could not queue handle %llu "
+				 "for release after a failed write",
+				 (unsigned long long)cmd->set->connection_id,
+				 (unsigned long long)handle);
+		memcpy(cmd->msg, keep, sizeof(keep));
+	}
+	return rc;
+}
+
+int command_sync(struct command *cmd)
+{
+	cmd->fence = true;
+	return 0;
+}
+
+int command_kernel(struct command *cmd, struct driver_function *kernel,
+		   const uint32_t grid[3], const uint32_t block[3],
+		   uint32_t shared_bytes, void **params,
+		   const size_t *param_sizes, size_t nparams)
+{
+	struct driver *d = cmd->ctx->driver;
+	int rc;
+
+	d->error[0] = '\0';
+	rc = d->ops->launch(d, cmd->current->ds, kernel, grid, block,
+			    shared_bytes, params, param_sizes, nparams);
+	if (rc != 0) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "launch refused by the driver: %s%s%s",
+			 gpucmd_strerror(rc), d->error[0] ? ": " : "",
+			 d->error);
+		return rc == GPUCMD_EINVAL ? GPUCMD_ELAUNCH : rc;
+	}
+	return 0;
+}

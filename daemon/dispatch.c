@@ -1,0 +1,735 @@
+/*
+ * dispatch.c - one function per wire op, each turning the op into Command
+ * calls.  See dispatch.h.
+ */
+#include "dispatch.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/kernels/builtin.h"
+#include "executor.h"
+#include "gpucmd.h"
+#include "memory/handle.h"
+#include "service.h"
+#include "streams.h"
+
+/* ---- a per-batch arena for result sub-messages --------------------------- */
+
+struct arena_block {
+	struct arena_block *next;
+	max_align_t data[];
+};
+
+static void *arena_alloc(struct batch *b, size_t size)
+{
+	struct arena_block *blk = calloc(1, sizeof(*blk) + size);
+
+	if (blk == NULL)
+		return NULL;
+	blk->next = b->arena;
+	b->arena = blk;
+	return blk->data;
+}
+
+static void arena_free(struct batch *b)
+{
+	struct arena_block *blk = b->arena;
+
+	while (blk != NULL) {
+		struct arena_block *next = blk->next;
+		free(blk);
+		blk = next;
+	}
+	b->arena = NULL;
+}
+
+/* ---- helpers -------------------------------------------------------------- */
+
+/* Set the batch's message; the op's code is the return value. */
+static int fail(struct batch *b, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(struct batch *b, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(b->message, sizeof(b->message), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static int lookup(struct batch *b, uint64_t id, struct handle **out)
+{
+	struct handle *h = handle_table_find(b->conn->set->handles, id);
+
+	if (h == NULL)
+		return fail(b, GPUCMD_ENOTFOUND,
+			    "handle %llu names no live allocation on this "
+			    "connection: allocate it first (empty/create) and "
+			    "do not use it after release",
+			    (unsigned long long)id);
+	*out = h;
+	return 0;
+}
+
+/* Resolve the streams over the bindings and build the op's Command. */
+static int begin(struct command_ctx *ctx, struct batch *b,
+		 const struct binding *bind, size_t n, struct command *cmd)
+{
+	struct resolved r;
+	int rc;
+
+	rc = streams_resolve(b->conn->set, b->stream, bind, n, &r);
+	if (rc != 0)
+		return fail(b, rc, "cannot order stream %u behind the streams "
+			    "that used its buffers: %s",
+			    b->stream->number, ctx->driver->error);
+	command_init(cmd, ctx, &r, b->conn->service);
+	return 0;
+}
+
+/* The Command's own sentence becomes the batch's. */
+static int command_failed(struct batch *b, const struct command *cmd, int rc)
+{
+	if (rc != 0)
+		snprintf(b->message, sizeof(b->message), "%s",
+			 cmd->msg[0] ? cmd->msg : gpucmd_strerror(rc));
+	return rc;
+}
+
+static int layout_descriptor(struct batch *b, uint64_t handle,
+			     uint64_t offset, uint64_t len,
+			     const Gpucmd__CopyLayout *layout,
+			     struct copy_descriptor *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->handle = handle;
+	d->offset = offset;
+	if (layout == NULL) {
+		d->rank = 1;
+		d->shape[0] = len;
+		d->strides[0] = 1;
+		d->elem_size = 1;
+		return 0;
+	}
+	if (layout->n_shape == 0 || layout->n_shape > COMMAND_MAX_RANK ||
+	    layout->n_shape != layout->n_strides)
+		return fail(b, GPUCMD_EINVAL,
+			    "a copy layout needs 1 to %d dimensions and one "
+			    "stride per dimension (got %zu shape, %zu strides)",
+			    COMMAND_MAX_RANK, layout->n_shape,
+			    layout->n_strides);
+	d->rank = (uint32_t)layout->n_shape;
+	memcpy(d->shape, layout->shape, d->rank * sizeof(uint64_t));
+	memcpy(d->strides, layout->strides, d->rank * sizeof(uint64_t));
+	d->elem_size = layout->elem_size;
+	return 0;
+}
+
+static void result_done(Gpucmd__OpResult *r)
+{
+	r->result_case = GPUCMD__OP_RESULT__RESULT_DONE;
+	r->done = 1;
+}
+
+static void usage_to_wire(const struct memory_usage *u, Gpucmd__MemoryUsage *w)
+{
+	gpucmd__memory_usage__init(w);
+	w->allocations = u->allocations;
+	w->bytes_in_use = u->bytes_in_use;
+	w->bytes_padding = u->bytes_padding;
+	w->bytes_reserved = u->bytes_reserved;
+}
+
+/* ---- ops ------------------------------------------------------------------ */
+
+static int op_empty(struct command_ctx *ctx, struct batch *b, size_t i,
+		    const Gpucmd__OpEmpty *op)
+{
+	struct command cmd;
+	int rc = begin(ctx, b, NULL, 0, &cmd);
+
+	if (rc == 0)
+		rc = command_failed(b, &cmd,
+				    command_empty(&cmd, op->size, op->handle));
+	if (rc == 0)
+		result_done(&b->results[i]);
+	return rc;
+}
+
+static int op_create(struct command_ctx *ctx, struct batch *b, size_t i,
+		     const Gpucmd__OpCreateWithData *op)
+{
+	struct command cmd;
+	int rc = begin(ctx, b, NULL, 0, &cmd);
+
+	if (rc == 0)
+		rc = command_failed(b, &cmd,
+				    command_create_with_data(&cmd,
+							     op->data.data,
+							     op->data.len,
+							     op->handle));
+	if (rc == 0)
+		result_done(&b->results[i]);
+	return rc;
+}
+
+static int op_write(struct command_ctx *ctx, struct batch *b, size_t i,
+		    const Gpucmd__OpWrite *op)
+{
+	struct copy_descriptor desc;
+	struct binding bind;
+	struct command cmd;
+	int rc;
+
+	rc = lookup(b, op->handle, &bind.handle);
+	if (rc == 0)
+		rc = layout_descriptor(b, op->handle, op->offset, op->data.len,
+				       op->layout, &desc);
+	if (rc != 0)
+		return rc;
+	bind.write = true;
+	rc = begin(ctx, b, &bind, 1, &cmd);
+	if (rc == 0)
+		rc = command_failed(b, &cmd,
+				    command_write_to_gpu(&cmd, &desc,
+							 op->data.data,
+							 op->data.len));
+	if (rc == 0)
+		result_done(&b->results[i]);
+	return rc;
+}
+
+static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
+		   const Gpucmd__OpRead *op)
+{
+	struct copy_descriptor desc;
+	struct binding bind;
+	struct command cmd;
+	Gpucmd__OpResult *r = &b->results[i];
+	int rc;
+
+	rc = lookup(b, op->handle, &bind.handle);
+	if (rc == 0)
+		rc = layout_descriptor(b, op->handle, op->offset, op->length,
+				       op->layout, &desc);
+	if (rc != 0)
+		return rc;
+	bind.write = false;
+	rc = begin(ctx, b, &bind, 1, &cmd);
+	if (rc == 0)
+		rc = command_failed(b, &cmd,
+				    command_read_async(&cmd, &desc, 1,
+						       &b->reads[i]));
+	if (rc != 0)
+		return rc;
+	r->result_case = GPUCMD__OP_RESULT__RESULT_DATA;
+	r->data.data = b->reads[i].data;
+	r->data.len = b->reads[i].len;
+	return 0;
+}
+
+static int op_release(struct command_ctx *ctx, struct batch *b, size_t i,
+		      const Gpucmd__OpRelease *op)
+{
+	struct handle *h = NULL;
+	int rc;
+
+	(void)ctx;
+	rc = lookup(b, op->handle, &h);
+	if (rc != 0)
+		return rc;
+	rc = streams_release(b->conn->set, b->stream, h);
+	if (rc != 0)
+		return fail(b, rc, "cannot queue handle %llu for release: %s",
+			    (unsigned long long)op->handle,
+			    gpucmd_strerror(rc));
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static bool arg_matches(char kind, const Gpucmd__KernelArg *a)
+{
+	switch (kind) {
+	case BUILTIN_ARG_BUF_OUT:
+	case BUILTIN_ARG_BUF_IN:
+		return a->value_case == GPUCMD__KERNEL_ARG__VALUE_BUFFER;
+	case BUILTIN_ARG_U32:
+		return a->value_case == GPUCMD__KERNEL_ARG__VALUE_U32;
+	case BUILTIN_ARG_I32:
+		return a->value_case == GPUCMD__KERNEL_ARG__VALUE_I32;
+	case BUILTIN_ARG_U64:
+		return a->value_case == GPUCMD__KERNEL_ARG__VALUE_U64;
+	case BUILTIN_ARG_F32:
+		return a->value_case == GPUCMD__KERNEL_ARG__VALUE_F32;
+	default:
+		return false;
+	}
+}
+
+static int geometry(struct batch *b, const struct driver_properties *p,
+		    const Gpucmd__OpKernel *op, uint32_t grid[3],
+		    uint32_t block[3])
+{
+	uint64_t threads = 1;
+
+	if (op->n_grid > 3 || op->n_block > 3)
+		return fail(b, GPUCMD_EINVAL,
+			    "grid and block take 1 to 3 dimensions (got %zu "
+			    "and %zu)", op->n_grid, op->n_block);
+	for (int d = 0; d < 3; d++) {
+		grid[d] = (size_t)d < op->n_grid ? op->grid[d] : 1;
+		block[d] = (size_t)d < op->n_block ? op->block[d] : 1;
+		if (grid[d] == 0 || block[d] == 0)
+			return fail(b, GPUCMD_EINVAL,
+				    "kernel %s: grid %ux%ux%u block %ux%ux%u "
+				    "has a zero dimension",
+				    op->name, grid[0], grid[1], grid[2],
+				    block[0], block[1], block[2]);
+		if (grid[d] > p->max_grid[d] || block[d] > p->max_block[d])
+			return fail(b, GPUCMD_EINVAL,
+				    "kernel %s: dimension %d of grid %u or "
+				    "block %u is over the device's %u / %u",
+				    op->name, d, grid[d], block[d],
+				    p->max_grid[d], p->max_block[d]);
+		threads *= block[d];
+	}
+	if (threads > p->max_threads_per_block)
+		return fail(b, GPUCMD_EINVAL,
+			    "kernel %s: %llu threads per block, over the "
+			    "device's %u",
+			    op->name, (unsigned long long)threads,
+			    p->max_threads_per_block);
+	return 0;
+}
+
+static int op_kernel(struct command_ctx *ctx, struct batch *b, size_t i,
+		     const Gpucmd__OpKernel *op)
+{
+	const struct builtin_kernel *k = builtin_find(op->name);
+	union builtin_value vals[BUILTIN_MAX_ARGS];
+	struct binding bind[BUILTIN_MAX_ARGS];
+	void *params[BUILTIN_MAX_ARGS];
+	size_t sizes[BUILTIN_MAX_ARGS];
+	struct driver_function *fn;
+	uint32_t grid[3], block[3];
+	struct command cmd;
+	size_t nargs, nbind = 0;
+	int rc;
+
+	if (k == NULL)
+		return fail(b, GPUCMD_ENOKERNEL,
+			    "unknown kernel '%s': the built-ins are fill_u32, "
+			    "copy, add_f32, scale_f32, saxpy_f32, "
+			    "reduce_sum_f32, spin and fault",
+			    op->name);
+	nargs = strlen(k->signature);
+	if (op->n_args != nargs)
+		return fail(b, GPUCMD_EINVAL,
+			    "kernel %s takes %zu arguments, got %zu: %s",
+			    k->name, nargs, op->n_args, k->usage);
+	rc = geometry(b, &ctx->driver->props, op, grid, block);
+	if (rc != 0)
+		return rc;
+	for (size_t a = 0; a < nargs; a++) {
+		const Gpucmd__KernelArg *arg = op->args[a];
+		char kind = k->signature[a];
+
+		if (!arg_matches(kind, arg))
+			return fail(b, GPUCMD_EINVAL,
+				    "kernel %s argument %zu has the wrong "
+				    "type: %s",
+				    k->name, a, k->usage);
+		switch (arg->value_case) {
+		case GPUCMD__KERNEL_ARG__VALUE_BUFFER:
+			rc = lookup(b, arg->buffer, &bind[nbind].handle);
+			if (rc != 0)
+				return rc;
+			bind[nbind].write = kind == BUILTIN_ARG_BUF_OUT;
+			vals[a].buf = bind[nbind].handle->alloc.ptr;
+			nbind++;
+			break;
+		case GPUCMD__KERNEL_ARG__VALUE_U32:
+			vals[a].u32 = arg->u32;
+			break;
+		case GPUCMD__KERNEL_ARG__VALUE_I32:
+			vals[a].i32 = arg->i32;
+			break;
+		case GPUCMD__KERNEL_ARG__VALUE_U64:
+			vals[a].u64 = arg->u64;
+			break;
+		case GPUCMD__KERNEL_ARG__VALUE_F32:
+			vals[a].f32 = arg->f32;
+			break;
+		default:
+			return fail(b, GPUCMD_EINVAL,
+				    "kernel %s argument %zu has no value",
+				    k->name, a);
+		}
+		params[a] = &vals[a];
+		sizes[a] = builtin_arg_size(kind);
+	}
+	/* Bounds: a built-in must never run past the end of a buffer. */
+	for (size_t a = 0, n = 0; a < nargs; a++) {
+		uint64_t need = builtin_extent(k, vals, a);
+		const struct handle *h;
+
+		if (op->args[a]->value_case != GPUCMD__KERNEL_ARG__VALUE_BUFFER)
+			continue;
+		h = bind[n++].handle;
+		if (need > h->alloc.size)
+			return fail(b, GPUCMD_EINVAL,
+				    "kernel %s argument %zu (handle %llu) "
+				    "needs %llu bytes, the buffer has %llu",
+				    k->name, a, (unsigned long long)h->id,
+				    (unsigned long long)need,
+				    (unsigned long long)h->alloc.size);
+	}
+	rc = builtin_check(k, vals, b->message, sizeof(b->message));
+	if (rc != 0)
+		return rc;
+	rc = ctx->driver->ops->builtin_function(ctx->driver, k->name, &fn);
+	if (rc != 0)
+		return fail(b, rc, "kernel %s is not available on this "
+			    "backend: %s", k->name, ctx->driver->error);
+	rc = begin(ctx, b, bind, nbind, &cmd);
+	if (rc == 0)
+		rc = command_failed(b, &cmd,
+				    command_kernel(&cmd, fn, grid, block,
+						   op->shared_bytes, params,
+						   sizes, nargs));
+	if (rc == 0)
+		result_done(&b->results[i]);
+	return rc;
+}
+
+static int op_sync(struct command_ctx *ctx, struct batch *b, size_t i)
+{
+	struct command cmd;
+	int rc = begin(ctx, b, NULL, 0, &cmd);
+
+	if (rc == 0)
+		rc = command_failed(b, &cmd, command_sync(&cmd));
+	if (rc == 0)
+		result_done(&b->results[i]);
+	return rc;
+}
+
+static int op_memory_usage(struct command_ctx *ctx, struct batch *b, size_t i)
+{
+	Gpucmd__MemoryUsage *w = arena_alloc(b, sizeof(*w));
+	struct memory_usage u;
+	struct command cmd;
+	int rc;
+
+	if (w == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	rc = begin(ctx, b, NULL, 0, &cmd);
+	if (rc != 0)
+		return rc;
+	command_memory_usage(&cmd, &u);
+	usage_to_wire(&u, w);
+	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_USAGE;
+	b->results[i].usage = w;
+	return 0;
+}
+
+/* ---- the daemon-wide report ---------------------------------------------- */
+
+static Gpucmd__DeviceInfo *device_info(struct batch *b,
+				       const struct driver_properties *p)
+{
+	Gpucmd__DeviceInfo *dev = arena_alloc(b, sizeof(*dev));
+
+	if (dev == NULL)
+		return NULL;
+	gpucmd__device_info__init(dev);
+	dev->name = (char *)p->name;
+	dev->backend = (char *)p->backend;
+	dev->total_memory = p->total_memory;
+	dev->max_allocation = p->max_page_size;
+	dev->alignment = p->alignment;
+	return dev;
+}
+
+static void add_usage(Gpucmd__MemoryUsage *sum, const struct memory_usage *u)
+{
+	sum->allocations += u->allocations;
+	sum->bytes_in_use += u->bytes_in_use;
+	sum->bytes_padding += u->bytes_padding;
+	sum->bytes_reserved += u->bytes_reserved;
+}
+
+static Gpucmd__StreamReport *stream_report(struct batch *b,
+					   const struct stream *s)
+{
+	struct memory_pool_report pools[MEMORY_MAX_POOLS + 1];
+	Gpucmd__StreamReport *sr = arena_alloc(b, sizeof(*sr));
+	size_t n;
+	struct memory_usage u;
+
+	if (sr == NULL)
+		return NULL;
+	gpucmd__stream_report__init(sr);
+	sr->connection_id = s->set->connection_id;
+	sr->stream = s->number;
+	memory_manager_usage(s->memory, &u);
+	sr->usage = arena_alloc(b, sizeof(*sr->usage));
+	n = memory_manager_report(s->memory, pools,
+				  MEMORY_MAX_POOLS + 1);
+	if (n > MEMORY_MAX_POOLS + 1)
+		n = MEMORY_MAX_POOLS + 1;
+	sr->pools = arena_alloc(b, n * sizeof(*sr->pools) + 1);
+	if (sr->usage == NULL || sr->pools == NULL)
+		return NULL;
+	usage_to_wire(&u, sr->usage);
+	for (size_t p = 0; p < n; p++) {
+		Gpucmd__PoolReport *pr = arena_alloc(b, sizeof(*pr));
+		if (pr == NULL)
+			return NULL;
+		gpucmd__pool_report__init(pr);
+		pr->kind = (char *)memory_pool_kind_name(pools[p].kind);
+		pr->page_size = pools[p].page_size;
+		pr->max_slice = pools[p].max_slice;
+		pr->pages = pools[p].pages;
+		pr->pages_peak = pools[p].pages_peak;
+		pr->usage = arena_alloc(b, sizeof(*pr->usage));
+		if (pr->usage == NULL)
+			return NULL;
+		usage_to_wire(&pools[p].usage, pr->usage);
+		pr->largest_alloc = pools[p].largest_alloc;
+		pr->largest_free = pools[p].largest_free;
+		sr->pools[sr->n_pools++] = pr;
+	}
+	return sr;
+}
+
+struct report_state {
+	struct batch *b;
+	Gpucmd__MemoryReport *rep;
+	Gpucmd__ServiceReport *totals;
+	int rc;
+};
+
+static void service_row(struct service *svc, void *arg)
+{
+	struct report_state *st = arg;
+	struct batch *b = st->b;
+	struct executor_conn *me = b->conn;
+	Gpucmd__ServiceReport *sr;
+	size_t nstreams = 0;
+
+	if (st->rc != 0 || (!me->admin && svc != me->service))
+		return;
+	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next)
+		if (set->service == svc)
+			nstreams += set->nstreams;
+	sr = arena_alloc(b, sizeof(*sr));
+	if (sr == NULL)
+		goto oom;
+	gpucmd__service_report__init(sr);
+	sr->usage = arena_alloc(b, sizeof(*sr->usage));
+	sr->streams = arena_alloc(b, nstreams * sizeof(*sr->streams) + 1);
+	if (sr->usage == NULL || sr->streams == NULL)
+		goto oom;
+	gpucmd__memory_usage__init(sr->usage);
+	sr->name = svc->name;
+	sr->id = svc->id;
+	sr->connections = atomic_load(&svc->connections);
+	sr->peak_bytes_in_use = svc->peak_bytes_in_use;
+	sr->limit_bytes = svc->memory_limit;
+	sr->oom_count = svc->oom_count;
+	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
+		if (set->service != svc)
+			continue;
+		for (uint32_t s = 0; s < set->nstreams; s++) {
+			Gpucmd__StreamReport *str =
+				stream_report(b, set->slots[s]);
+			struct memory_usage u;
+			if (str == NULL)
+				goto oom;
+			memory_manager_usage(set->slots[s]->memory, &u);
+			add_usage(sr->usage, &u);
+			sr->streams[sr->n_streams++] = str;
+		}
+	}
+	st->rep->services[st->rep->n_services++] = sr;
+	st->totals->connections += sr->connections;
+	st->totals->peak_bytes_in_use += sr->peak_bytes_in_use;
+	st->totals->limit_bytes += sr->limit_bytes;
+	st->totals->oom_count += sr->oom_count;
+	st->totals->usage->allocations += sr->usage->allocations;
+	st->totals->usage->bytes_in_use += sr->usage->bytes_in_use;
+	st->totals->usage->bytes_padding += sr->usage->bytes_padding;
+	st->totals->usage->bytes_reserved += sr->usage->bytes_reserved;
+	return;
+oom:
+	st->rc = GPUCMD_ENOMEM;
+}
+
+static int op_memory_report(struct command_ctx *ctx, struct batch *b,
+			    size_t i)
+{
+	struct report_state st = { .b = b };
+	uint32_t nsvc = service_count();
+
+	st.rep = arena_alloc(b, sizeof(*st.rep));
+	st.totals = arena_alloc(b, sizeof(*st.totals));
+	if (st.rep == NULL || st.totals == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	gpucmd__memory_report__init(st.rep);
+	gpucmd__service_report__init(st.totals);
+	st.totals->name = "total";
+	st.totals->usage = arena_alloc(b, sizeof(*st.totals->usage));
+	st.rep->services = arena_alloc(b, nsvc * sizeof(*st.rep->services) + 1);
+	st.rep->device = device_info(b, &ctx->driver->props);
+	if (st.totals->usage == NULL || st.rep->services == NULL ||
+	    st.rep->device == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	gpucmd__memory_usage__init(st.totals->usage);
+	st.rep->totals = st.totals;
+	/* Services created after the count was taken are left out. */
+	st.rep->n_services = 0;
+	service_foreach(service_row, &st);
+	if (st.rc != 0)
+		return fail(b, st.rc, "out of host memory building the report");
+	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_REPORT;
+	b->results[i].report = st.rep;
+	return 0;
+}
+
+static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
+{
+	Gpucmd__Status *st = arena_alloc(b, sizeof(*st));
+	struct memory_usage total = { 0 };
+	uint32_t conns = 0;
+
+	if (st == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	gpucmd__status__init(st);
+	st->version = GPUCMD_VERSION_STRING;
+	st->device = device_info(b, &ctx->driver->props);
+	st->usage = arena_alloc(b, sizeof(*st->usage));
+	if (st->device == NULL || st->usage == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
+		struct memory_usage u;
+
+		streams_usage(set, &u);
+		total.allocations += u.allocations;
+		total.bytes_in_use += u.bytes_in_use;
+		total.bytes_padding += u.bytes_padding;
+		total.bytes_reserved += u.bytes_reserved;
+		conns++;
+	}
+	usage_to_wire(&total, st->usage);
+	st->uptime_ms = executor_uptime_ms(b->ex);
+	st->services = service_count();
+	st->connections = conns;
+	st->batches = executor_batches(b->ex);
+	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_STATUS;
+	b->results[i].status = st;
+	return 0;
+}
+
+/* ---- the batch ------------------------------------------------------------ */
+
+static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
+{
+	const Gpucmd__Op *op = b->req->ops[i];
+
+	switch (op->op_case) {
+	case GPUCMD__OP__OP_EMPTY:
+		return op_empty(ctx, b, i, op->empty);
+	case GPUCMD__OP__OP_CREATE_WITH_DATA:
+		return op_create(ctx, b, i, op->create_with_data);
+	case GPUCMD__OP__OP_WRITE:
+		return op_write(ctx, b, i, op->write);
+	case GPUCMD__OP__OP_READ:
+		return op_read(ctx, b, i, op->read);
+	case GPUCMD__OP__OP_RELEASE:
+		return op_release(ctx, b, i, op->release);
+	case GPUCMD__OP__OP_KERNEL:
+		return op_kernel(ctx, b, i, op->kernel);
+	case GPUCMD__OP__OP_SYNC:
+		return op_sync(ctx, b, i);
+	case GPUCMD__OP__OP_MEMORY_USAGE:
+		return op_memory_usage(ctx, b, i);
+	case GPUCMD__OP__OP_PING:
+		result_done(&b->results[i]);
+		return 0;
+	case GPUCMD__OP__OP_MEMORY_REPORT:
+		return op_memory_report(ctx, b, i);
+	case GPUCMD__OP__OP_STATUS:
+		return op_status(ctx, b, i);
+	case GPUCMD__OP__OP__NOT_SET:
+	default:
+		return fail(b, GPUCMD_EPROTO,
+			    "op %zu is of a kind this daemon does not know "
+			    "(field %d): upgrade gpucmdd or leave it out",
+			    i, (int)op->op_case);
+	}
+}
+
+void dispatch_batch(struct command_ctx *ctx, struct batch *b)
+{
+	size_t n = b->req->n_ops;
+	size_t i;
+	int rc;
+
+	b->results = calloc(n + 1, sizeof(*b->results));
+	b->result_ptrs = calloc(n + 1, sizeof(*b->result_ptrs));
+	b->reads = calloc(n + 1, sizeof(*b->reads));
+	if (b->results == NULL || b->result_ptrs == NULL || b->reads == NULL) {
+		b->error = fail(b, GPUCMD_ENOMEM,
+				"the daemon is out of host memory for a batch "
+				"of %zu ops",
+				n);
+		return;
+	}
+	rc = streams_get(b->conn->set, b->req->stream, &b->stream, b->message,
+			 sizeof(b->message));
+	if (rc != 0) {
+		b->stream = NULL;
+		b->error = rc;
+		return;
+	}
+	b->seq = ++b->stream->submitted;
+	for (i = 0; i < n; i++) {
+		gpucmd__op_result__init(&b->results[i]);
+		b->result_ptrs[i] = &b->results[i];
+		if (b->req->ops[i] == NULL) {
+			rc = fail(b, GPUCMD_EPROTO, "op %zu is empty", i);
+		} else {
+			rc = run_op(ctx, b, i);
+		}
+		if (rc != 0)
+			break;
+		if (b->fence_index < 0 &&
+		    (b->req->ops[i]->op_case == GPUCMD__OP__OP_READ ||
+		     b->req->ops[i]->op_case == GPUCMD__OP__OP_SYNC))
+			b->fence_index = (int)i;
+	}
+	b->nresults = i;
+	if (rc != 0) {
+		b->error = rc;
+		b->failed_index = (uint32_t)i;
+	}
+}
+
+void dispatch_batch_free(struct command_ctx *ctx, struct batch *b)
+{
+	if (b->reads != NULL)
+		for (size_t i = 0; i < b->req->n_ops; i++)
+			if (b->reads[i].data != NULL)
+				command_free_cpu(ctx, &b->reads[i]);
+	free(b->reads);
+	free(b->results);
+	free(b->result_ptrs);
+	arena_free(b);
+}

@@ -1,0 +1,49 @@
+/*
+ * dispatch.h - from wire ops to Commands.
+ *
+ * dispatch_batch walks a decoded Request: for each op it checks the
+ * arguments a client controls (sizes, bounds, handles, kernel signatures),
+ * resolves the streams over the handles the op touches, builds a Command
+ * and calls the method; its result goes into the batch's Response.  The
+ * first op that fails stops the batch with its index and a sentence.
+ *
+ * Thread: the device thread only.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "command.h"
+#include "gpucmd.pb-c.h"
+
+struct executor;
+struct executor_conn;
+
+/* One request being run, from decode to its completion callback. */
+struct batch {
+	struct executor *ex;
+	struct executor_conn *conn;
+	Gpucmd__Frame *frame;		/* owns the request and its write data */
+	Gpucmd__Request *req;
+	struct stream *stream;
+	uint64_t seq;			/* on stream */
+	size_t nresults;		/* ops that ran */
+	Gpucmd__OpResult *results;	/* one per op */
+	Gpucmd__OpResult **result_ptrs;
+	struct host_bytes *reads;	/* per op; read data */
+	void *arena;			/* sub-messages of the results */
+	int error;
+	uint32_t failed_index;
+	int fence_index;		/* first read/sync op, -1 when none */
+	bool replied;
+	char message[512];
+	struct batch *next;		/* executor queues */
+	int status;			/* completion status from the driver */
+};
+
+/** Run every op of b on its stream; fills b's results and error. */
+void dispatch_batch(struct command_ctx *ctx, struct batch *b);
+/** Free what dispatch allocated for b's results. */
+void dispatch_batch_free(struct command_ctx *ctx, struct batch *b);

@@ -1,0 +1,1577 @@
+/*
+ * cuda.c - the CUDA backend: driver.h's operations on the CUDA driver API.
+ *
+ * Loading.  libcuda.so.1 is opened with dlopen and every entry point is
+ * looked up with dlsym, so one gpucmdd binary runs on machines with and
+ * without a GPU (it never links libcuda).  Types and prototypes come from the
+ * toolkit's cuda.h; each entry point is looked up under the versioned name
+ * that cuda.h maps it to (cuMemAlloc -> cuMemAlloc_v2), so calling through
+ * the pointer means exactly what calling the function would.  NVRTC
+ * (CUDA C modules) is opened the same way, on first use.
+ *
+ * Context and threads.  The daemon uses the device's primary context.  open
+ * retains it and makes it current on the calling thread, and every other
+ * call relies on it being current there: open, and everything after it,
+ * must run on the device thread (driver.h says the same).  Completion
+ * callbacks run on CUDA's own callback thread and touch nothing here but
+ * the small record they were given.
+ *
+ * Faults.  On CUDA a device fault (illegal address, trap, assert, ...) is
+ * sticky: it poisons the whole context, every stream of every service, and
+ * every later call returns the same error until the context is reset, which
+ * frees all device memory.  So driver.h's promise that "the fault is then
+ * cleared and the stream keeps running later work" cannot be kept here;
+ * such errors map to GPUCMD_ESTREAM and their message says that the context
+ * is lost.
+ *
+ * Built-in kernels.  kernels/builtin.cu is compiled to PTX by nvcc at build
+ * time and embedded (cuda.mk, kernels/builtin_ptx.h); the first
+ * builtin_function loads it as a module, which JIT compiles it for this GPU.
+ *
+ * Without GPUCMD_HAVE_CUDA (no cuda.h at build time) this file only provides
+ * a driver_cuda_create that says so.
+ */
+#include "driver.h"
+
+#include <stdio.h>
+
+#include "gpucmd.h"
+
+#ifndef GPUCMD_HAVE_CUDA
+
+int driver_cuda_create(const struct driver_options *opt, struct driver **out,
+		       char *why, size_t why_len)
+{
+	if (why && why_len)
+		snprintf(why, why_len, "%s",
+			 "this gpucmdd was built without the CUDA backend "
+			 "(CUDA=no or no cuda.h at build time)");
+	return GPUCMD_EUNSUPPORTED;
+}
+
+#else /* GPUCMD_HAVE_CUDA */
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/builtin.h"
+#include "kernels/builtin_ptx.h"
+
+_Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t),
+	       "device addresses travel as uint64_t");
+
+/* Turns a macro's expansion into a string: CU_NAME(cuMemAlloc) is
+ * "cuMemAlloc_v2" with cuda.h's mapping. */
+#define CU_STR(x) #x
+#define CU_NAME(fn) CU_STR(fn)
+
+/*
+ * The entry points used: X(function as cuda.h names it, older name to try
+ * when the versioned one is missing (same signature), required).
+ *
+ * cuEventElapsedTime_v2 only exists in drivers from CUDA 12.8 on; the
+ * original has the same signature.  cuStreamAddCallback is the completion
+ * mechanism (see cuda_host_callback) and cuLaunchHostFunc its stand-in for a
+ * future driver that drops it; one of the two must exist.
+ */
+#define CUDA_FUNCTIONS(X)						\
+	X(cuGetErrorName, NULL, true)					\
+	X(cuGetErrorString, NULL, true)					\
+	X(cuInit, NULL, true)						\
+	X(cuDeviceGetCount, NULL, true)					\
+	X(cuDeviceGet, NULL, true)					\
+	X(cuDeviceGetName, NULL, true)					\
+	X(cuDeviceGetAttribute, NULL, true)				\
+	X(cuDeviceTotalMem, NULL, true)					\
+	X(cuDevicePrimaryCtxRetain, NULL, true)				\
+	X(cuDevicePrimaryCtxRelease, NULL, true)			\
+	X(cuCtxSetCurrent, NULL, true)					\
+	X(cuCtxSynchronize, NULL, true)					\
+	X(cuMemGetInfo, NULL, true)					\
+	X(cuMemAlloc, NULL, true)					\
+	X(cuMemFree, NULL, true)					\
+	X(cuMemHostAlloc, NULL, true)					\
+	X(cuMemFreeHost, NULL, true)					\
+	X(cuMemHostRegister, NULL, true)				\
+	X(cuMemHostUnregister, NULL, true)				\
+	X(cuMemcpyHtoDAsync, NULL, true)				\
+	X(cuMemcpyDtoHAsync, NULL, true)				\
+	X(cuMemcpyDtoDAsync, NULL, true)				\
+	X(cuMemcpy2DAsync, NULL, true)					\
+	X(cuMemsetD8Async, NULL, true)					\
+	X(cuStreamCreate, NULL, true)					\
+	X(cuStreamDestroy, NULL, true)					\
+	X(cuStreamWaitEvent, NULL, true)				\
+	X(cuStreamAddCallback, NULL, false)				\
+	X(cuLaunchHostFunc, NULL, false)				\
+	X(cuStreamBeginCapture, NULL, true)				\
+	X(cuStreamEndCapture, NULL, true)				\
+	X(cuGraphInstantiateWithFlags, NULL, true)			\
+	X(cuGraphLaunch, NULL, true)					\
+	X(cuGraphExecDestroy, NULL, true)				\
+	X(cuGraphDestroy, NULL, true)					\
+	X(cuEventCreate, NULL, true)					\
+	X(cuEventDestroy, NULL, true)					\
+	X(cuEventRecord, NULL, true)					\
+	X(cuEventQuery, NULL, true)					\
+	X(cuEventElapsedTime, "cuEventElapsedTime", true)		\
+	X(cuModuleLoadDataEx, NULL, true)				\
+	X(cuModuleUnload, NULL, true)					\
+	X(cuModuleGetFunction, NULL, true)				\
+	X(cuFuncSetAttribute, NULL, true)				\
+	X(cuLaunchKernel, NULL, true)
+
+/* One pointer per entry point, typed by cuda.h's own prototype. */
+#define CUDA_API_FIELD(fn, alt, required) __typeof__(fn) *fn;
+struct cuda_api {
+	CUDA_FUNCTIONS(CUDA_API_FIELD)
+};
+
+/*
+ * NVRTC's C interface, declared here instead of taken from nvrtc.h: NVRTC is
+ * optional at run time, a driver-only development package may lack the
+ * header, and its ABI (an opaque program pointer, int results) has been
+ * the same since CUDA 7.
+ */
+struct nvrtc_program;
+struct nvrtc_api {
+	int (*nvrtcCreateProgram)(struct nvrtc_program **prog, const char *src,
+				  const char *name, int num_headers,
+				  const char *const *headers,
+				  const char *const *include_names);
+	int (*nvrtcCompileProgram)(struct nvrtc_program *prog, int num_options,
+				   const char *const *options);
+	int (*nvrtcGetProgramLogSize)(struct nvrtc_program *prog, size_t *size);
+	int (*nvrtcGetProgramLog)(struct nvrtc_program *prog, char *log);
+	int (*nvrtcGetPTXSize)(struct nvrtc_program *prog, size_t *size);
+	int (*nvrtcGetPTX)(struct nvrtc_program *prog, char *ptx);
+	/* CUDA 11.1 on; without them CUDA C goes through PTX. */
+	int (*nvrtcGetCUBINSize)(struct nvrtc_program *prog, size_t *size);
+	int (*nvrtcGetCUBIN)(struct nvrtc_program *prog, char *cubin);
+	int (*nvrtcDestroyProgram)(struct nvrtc_program **prog);
+	const char *(*nvrtcGetErrorString)(int result);
+};
+
+#define NVRTC_SUCCESS 0
+#define NVRTC_ERROR_COMPILATION 6
+
+/* CUDA_ERROR_STUB_LIBRARY, by number: older cuda.h files lack the name. */
+#define CUDA_ERROR_STUB_LIBRARY_CODE 34
+
+/* Static shared memory every function gets without asking (48 KiB). */
+#define CUDA_DEFAULT_SHARED_BYTES (48u * 1024)
+/* JIT error log kept per module load; the caller's buffer may be smaller. */
+#define CUDA_JIT_LOG_BYTES 8192
+
+struct cuda_driver {
+	struct driver base;		/* first: d is a struct cuda_driver * */
+	struct cuda_api cu;
+	void *libcuda;
+	int device_count;
+
+	/* Set by open. */
+	CUdevice device;
+	CUcontext ctx;			/* the primary context, NULL until open */
+	int cc_major;
+	int cc_minor;
+
+	/*
+	 * Built-in kernels: the embedded PTX loaded on first use, and one
+	 * function per builtin_all() entry, looked up on first use.
+	 * builtin_status is 0 before the first try, 1 once loaded, or the
+	 * error that the load gave (kept: a PTX the driver refuses once it
+	 * refuses every time, and each try costs a JIT compile).
+	 */
+	CUmodule builtin_module;
+	int builtin_status;
+	char builtin_error[sizeof(((struct driver *)0)->error)];
+	struct driver_function **builtin_fns;
+	size_t builtin_count;
+
+	/* NVRTC, opened by the first CUDA C module. */
+	void *libnvrtc;
+	struct nvrtc_api nvrtc;
+};
+
+struct driver_stream {
+	CUstream stream;
+	bool capturing;		/* between capture_begin and capture_end */
+};
+
+struct driver_event {
+	CUevent event;
+};
+
+struct driver_function {
+	CUfunction function;
+	/* Dynamic shared memory this function was allowed so far (0: the
+	 * default 48 KiB); raising it is a driver call, so it is done once. */
+	uint32_t shared_limit;
+	struct driver_function *next;	/* in its module's list */
+	char name[];
+};
+
+struct driver_module {
+	CUmodule module;
+	/* Functions handed out, owned by the module: driver.h has no
+	 * function_free, so they live until module_unload. */
+	struct driver_function *functions;
+};
+
+struct driver_graph {
+	CUgraphExec exec;
+};
+
+/* What host_callback hands to CUDA's callback thread. */
+struct cuda_callback {
+	driver_callback_fn fn;
+	void *arg;
+};
+
+static struct cuda_driver *cuda_of(struct driver *d)
+{
+	return (struct cuda_driver *)d;
+}
+
+/* ---- errors ------------------------------------------------------------ */
+
+/*
+ * Errors after which the context is unusable.  A kernel fault surfaces as
+ * one of these, at the next call that looks at the stream or context.
+ */
+static bool cuda_is_sticky(CUresult r)
+{
+	switch (r) {
+	case CUDA_ERROR_ILLEGAL_ADDRESS:
+	case CUDA_ERROR_LAUNCH_TIMEOUT:
+	case CUDA_ERROR_HARDWARE_STACK_ERROR:
+	case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+	case CUDA_ERROR_MISALIGNED_ADDRESS:
+	case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+	case CUDA_ERROR_INVALID_PC:
+	case CUDA_ERROR_LAUNCH_FAILED:
+	case CUDA_ERROR_ASSERT:
+	case CUDA_ERROR_ECC_UNCORRECTABLE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* The one mapping from CUresult to GPUCMD_E* codes. */
+static int cuda_code(CUresult r)
+{
+	if (r == CUDA_SUCCESS)
+		return 0;
+	if (cuda_is_sticky(r))
+		return GPUCMD_ESTREAM;
+	switch (r) {
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return GPUCMD_ENOMEM;
+	case CUDA_ERROR_INVALID_VALUE:
+	case CUDA_ERROR_INVALID_HANDLE:
+	case CUDA_ERROR_INVALID_DEVICE:
+	case CUDA_ERROR_INVALID_CONTEXT:
+	case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
+	case CUDA_ERROR_ILLEGAL_STATE:
+		return GPUCMD_EINVAL;
+	/* A module the client sent that this GPU cannot run. */
+	case CUDA_ERROR_INVALID_IMAGE:
+	case CUDA_ERROR_INVALID_PTX:
+	case CUDA_ERROR_NO_BINARY_FOR_GPU:
+	case CUDA_ERROR_INVALID_SOURCE:
+		return GPUCMD_EINVAL;
+	/* Work recorded into a graph that a graph cannot hold. */
+	case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+	case CUDA_ERROR_STREAM_CAPTURE_MERGE:
+	case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
+	case CUDA_ERROR_STREAM_CAPTURE_UNJOINED:
+	case CUDA_ERROR_STREAM_CAPTURE_ISOLATION:
+	case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+	case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+	case CUDA_ERROR_CAPTURED_EVENT:
+		return GPUCMD_EINVAL;
+	case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+		return GPUCMD_EEXIST;
+	case CUDA_ERROR_NOT_FOUND:
+		return GPUCMD_ENOKERNEL;
+	case CUDA_ERROR_NOT_READY:
+		return GPUCMD_EBUSY;
+	case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
+	case CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING:
+	case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
+		return GPUCMD_ELAUNCH;
+	case CUDA_ERROR_NOT_SUPPORTED:
+	case CUDA_ERROR_NOT_PERMITTED:
+	case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+	case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+	case CUDA_ERROR_JIT_COMPILER_NOT_FOUND:
+	case CUDA_ERROR_JIT_COMPILATION_DISABLED:
+	case CUDA_ERROR_NO_DEVICE:
+	case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+	case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
+		return GPUCMD_EUNSUPPORTED;
+	default:
+		return GPUCMD_EDRIVER;
+	}
+}
+
+/* "CUDA_ERROR_NAME: the driver's description" of r into buf. */
+static void cuda_describe(const struct cuda_api *cu, CUresult r, char *buf,
+			  size_t len)
+{
+	const char *name = NULL;
+	const char *text = NULL;
+
+	if (cu->cuGetErrorName && cu->cuGetErrorName(r, &name) != CUDA_SUCCESS)
+		name = NULL;
+	if (cu->cuGetErrorString &&
+	    cu->cuGetErrorString(r, &text) != CUDA_SUCCESS)
+		text = NULL;
+	if (name)
+		snprintf(buf, len, "%s: %s", name, text ? text : "no description");
+	else if (r == CUDA_ERROR_STUB_LIBRARY_CODE)
+		/* The toolkit's stub cannot even name its own error. */
+		snprintf(buf, len, "CUDA_ERROR_STUB_LIBRARY: the libcuda.so.1 "
+			 "found is the CUDA toolkit's link stub, not the NVIDIA "
+			 "driver (is a .../stubs directory on LD_LIBRARY_PATH?)");
+	else
+		snprintf(buf, len, "CUDA error %d (unknown to this driver)",
+			 (int)r);
+}
+
+/*
+ * Write "call: CUDA_ERROR_NAME: description" into d's error and return the
+ * GPUCMD_E* code of r.
+ */
+static int cuda_fail(struct cuda_driver *cd, const char *call, CUresult r)
+{
+	char what[256];
+
+	cuda_describe(&cd->cu, r, what, sizeof(what));
+	snprintf(cd->base.error, sizeof(cd->base.error), "%s: %s%s", call, what,
+		 cuda_is_sticky(r) ?
+			 " (a kernel faulted: the CUDA context is lost for "
+			 "every stream until gpucmdd restarts)" : "");
+	return cuda_code(r);
+}
+
+/* 0, or cuda_fail's code. */
+static int cuda_check(struct cuda_driver *cd, const char *call, CUresult r)
+{
+	return r == CUDA_SUCCESS ? 0 : cuda_fail(cd, call, r);
+}
+
+/* Call cd->cu.fn(...) and turn its result into 0 or a GPUCMD_E* code; the
+ * message names the function as users know it (cuMemAlloc, not _v2). */
+#define CU_CHECK(cd, fn, ...) cuda_check((cd), #fn, (cd)->cu.fn(__VA_ARGS__))
+
+static void cuda_set_error(struct cuda_driver *cd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void cuda_set_error(struct cuda_driver *cd, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cd->base.error, sizeof(cd->base.error), fmt, ap);
+	va_end(ap);
+}
+
+/* Append text to a NUL-terminated log of log_len bytes, truncating. */
+static void cuda_log_append(char *log, size_t log_len, const char *text)
+{
+	const char *end;
+	size_t used;
+
+	if (!log || log_len == 0 || !text || !text[0])
+		return;
+	end = memchr(log, '\0', log_len);
+	used = end ? (size_t)(end - log) : log_len - 1;
+	snprintf(log + used, log_len - used, "%s", text);
+}
+
+/* ---- loading ----------------------------------------------------------- */
+
+/* dlsym under name, else under alt (NULL: none). */
+static void *cuda_sym(void *lib, const char *name, const char *alt)
+{
+	void *sym = dlsym(lib, name);
+
+	if (!sym && alt)
+		sym = dlsym(lib, alt);
+	return sym;
+}
+
+/*
+ * Look every entry point up; NULL when all required ones were found, else
+ * the name of the first missing one.
+ */
+static const char *cuda_resolve(struct cuda_driver *cd)
+{
+	void *sym;
+
+#define CUDA_API_LOAD(fn, alt, required)				\
+	sym = cuda_sym(cd->libcuda, CU_NAME(fn), alt);			\
+	if (!sym && (required))						\
+		return CU_NAME(fn);					\
+	cd->cu.fn = (__typeof__(cd->cu.fn))sym;
+
+	CUDA_FUNCTIONS(CUDA_API_LOAD)
+#undef CUDA_API_LOAD
+
+	if (!cd->cu.cuStreamAddCallback && !cd->cu.cuLaunchHostFunc)
+		return "cuStreamAddCallback";
+	return NULL;
+}
+
+/* ---- device ------------------------------------------------------------ */
+
+/* A device attribute into *out; negative values (none exist) become 0. */
+static int cuda_attribute(struct cuda_driver *cd, CUdevice_attribute attr,
+			  uint32_t *out)
+{
+	int value = 0;
+	int rc = CU_CHECK(cd, cuDeviceGetAttribute, &value, attr, cd->device);
+
+	if (rc)
+		return rc;
+	*out = value > 0 ? (uint32_t)value : 0;
+	return 0;
+}
+
+static int cuda_properties(struct cuda_driver *cd, struct driver_properties *p)
+{
+	size_t total = 0;
+	uint32_t cc_major = 0;
+	uint32_t cc_minor = 0;
+	const struct {
+		CUdevice_attribute attr;
+		uint32_t *out;
+	} attrs[] = {
+		{ CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+		  &p->max_threads_per_block },
+		{ CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, &p->max_grid[0] },
+		{ CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, &p->max_grid[1] },
+		{ CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, &p->max_grid[2] },
+		{ CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, &p->max_block[0] },
+		{ CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, &p->max_block[1] },
+		{ CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, &p->max_block[2] },
+		/* The opt-in maximum: launch raises a function's limit up to
+		 * it when asked for more than the default 48 KiB. */
+		{ CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+		  &p->max_shared_bytes },
+		{ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &cc_major },
+		{ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &cc_minor },
+	};
+	int rc;
+
+	memset(p, 0, sizeof(*p));
+	rc = CU_CHECK(cd, cuDeviceGetName, p->name, (int)sizeof(p->name),
+		      cd->device);
+	if (rc)
+		return rc;
+	snprintf(p->backend, sizeof(p->backend), "cuda");
+	rc = CU_CHECK(cd, cuDeviceTotalMem, &total, cd->device);
+	if (rc)
+		return rc;
+	p->total_memory = total;
+	/* The reference runtime's choices (cubecl-runtime.md §4.7): a page of
+	 * a quarter of the device, and the cuMemAllocPitch row alignment. */
+	p->max_page_size = total / 4;
+	p->alignment = 512;
+
+	for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++) {
+		rc = cuda_attribute(cd, attrs[i].attr, attrs[i].out);
+		if (rc)
+			return rc;
+	}
+	cd->cc_major = (int)cc_major;
+	cd->cc_minor = (int)cc_minor;
+	return 0;
+}
+
+/*
+ * Must be called on the device thread: the context is made current on the
+ * calling thread, and every later call of this backend relies on that.
+ */
+static int cuda_open(struct driver *d, int device,
+		     struct driver_properties *props)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	struct driver_properties p;
+	CUcontext ctx = NULL;
+	CUdevice dev = 0;
+	int rc;
+
+	if (cd->ctx) {
+		cuda_set_error(cd, "the CUDA device is already open");
+		return GPUCMD_EINVAL;
+	}
+	if (device < 0 || device >= cd->device_count) {
+		cuda_set_error(cd,
+			       "CUDA device %d does not exist: this machine has "
+			       "%d (numbered from 0)",
+			       device, cd->device_count);
+		return GPUCMD_EINVAL;
+	}
+	rc = CU_CHECK(cd, cuDeviceGet, &dev, device);
+	if (rc)
+		return rc;
+	/* The primary context is the one the CUDA runtime and other tools
+	 * use too, so nvidia-smi shows one context for the daemon. */
+	rc = CU_CHECK(cd, cuDevicePrimaryCtxRetain, &ctx, dev);
+	if (rc)
+		return rc;
+	rc = CU_CHECK(cd, cuCtxSetCurrent, ctx);
+	if (rc) {
+		cd->cu.cuDevicePrimaryCtxRelease(dev);
+		return rc;
+	}
+	cd->device = dev;
+	rc = cuda_properties(cd, &p);
+	if (rc) {
+		cd->cu.cuCtxSetCurrent(NULL);
+		cd->cu.cuDevicePrimaryCtxRelease(dev);
+		return rc;
+	}
+	cd->ctx = ctx;
+	cd->base.props = p;
+	*props = p;
+	return 0;
+}
+
+static void cuda_close(struct driver *d)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (cd->ctx) {
+		/*
+		 * Wait for the device so that no completion callback is
+		 * still running when the caller frees what it points at.
+		 * After a fault this returns the fault at once; nothing more
+		 * will run then anyway.
+		 */
+		cd->cu.cuCtxSynchronize();
+		for (size_t i = 0; i < cd->builtin_count; i++)
+			free(cd->builtin_fns[i]);
+		if (cd->builtin_module)
+			cd->cu.cuModuleUnload(cd->builtin_module);
+		cd->cu.cuCtxSetCurrent(NULL);
+		cd->cu.cuDevicePrimaryCtxRelease(cd->device);
+	}
+	/*
+	 * libcuda.so.1 stays loaded: after cuInit the driver runs threads of
+	 * its own that outlive any context, and unloading the code under
+	 * them crashes the process at exit.  NVRTC has no threads.
+	 */
+	if (cd->libnvrtc)
+		dlclose(cd->libnvrtc);
+	free(cd->builtin_fns);
+	free(cd);
+}
+
+/* ---- streams and events ------------------------------------------------ */
+
+static int cuda_stream_create(struct driver *d, struct driver_stream **out)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	struct driver_stream *s = calloc(1, sizeof(*s));
+	int rc;
+
+	if (!s) {
+		cuda_set_error(cd, "out of host memory for a stream");
+		return -ENOMEM;
+	}
+	/* Non-blocking: the daemon never uses the legacy NULL stream, and
+	 * must not be serialized behind it by some library that does. */
+	rc = CU_CHECK(cd, cuStreamCreate, &s->stream, CU_STREAM_NON_BLOCKING);
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+static void cuda_stream_destroy(struct driver *d, struct driver_stream *s)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (!s)
+		return;
+	CU_CHECK(cd, cuStreamDestroy, s->stream);
+	free(s);
+}
+
+static int cuda_event_create(struct driver *d, struct driver_event **out)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	struct driver_event *e = calloc(1, sizeof(*e));
+	int rc;
+
+	if (!e) {
+		cuda_set_error(cd, "out of host memory for an event");
+		return -ENOMEM;
+	}
+	/* Default flags keep timing on, which event_elapsed needs. */
+	rc = CU_CHECK(cd, cuEventCreate, &e->event, CU_EVENT_DEFAULT);
+	if (rc) {
+		free(e);
+		return rc;
+	}
+	*out = e;
+	return 0;
+}
+
+static void cuda_event_destroy(struct driver *d, struct driver_event *e)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (!e)
+		return;
+	CU_CHECK(cd, cuEventDestroy, e->event);
+	free(e);
+}
+
+static int cuda_event_record(struct driver *d, struct driver_event *e,
+			     struct driver_stream *s)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	return CU_CHECK(cd, cuEventRecord, e->event, s->stream);
+}
+
+static int cuda_event_wait(struct driver *d, struct driver_stream *s,
+			   struct driver_event *e)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	return CU_CHECK(cd, cuStreamWaitEvent, s->stream, e->event,
+			CU_EVENT_WAIT_DEFAULT);
+}
+
+static int cuda_event_query(struct driver *d, struct driver_event *e)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	CUresult r = cd->cu.cuEventQuery(e->event);
+
+	if (r == CUDA_SUCCESS)
+		return 1;
+	if (r == CUDA_ERROR_NOT_READY)
+		return 0;
+	return cuda_fail(cd, "cuEventQuery", r);
+}
+
+static int cuda_event_elapsed(struct driver *d, struct driver_event *start,
+			      struct driver_event *end, float *ms)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	float value = 0;
+	CUresult r = cd->cu.cuEventElapsedTime(&value, start->event,
+					       end->event);
+
+	if (r == CUDA_ERROR_NOT_READY) {
+		cuda_set_error(cd, "cuEventElapsedTime: the events have not "
+			       "completed yet");
+		return GPUCMD_EBUSY;
+	}
+	if (r != CUDA_SUCCESS)
+		return cuda_fail(cd, "cuEventElapsedTime", r);
+	*ms = value;
+	return 0;
+}
+
+/*
+ * Completion callbacks.
+ *
+ * driver.h asks for fn(arg, GPUCMD_ESTREAM) when the stream faulted, and a
+ * sync that waits on the callback must be answered even then, or the
+ * client hangs.  cuLaunchHostFunc cannot give that: its function is not
+ * called at all once the context has an error, and a host function may not
+ * call CUDA (so it cannot ask cuStreamQuery).  A per-stream "an enqueue
+ * failed" flag does not help either: an enqueue that fails is already
+ * reported to the daemon by its return value, while the fault that matters
+ * happens on the device after the callback was enqueued successfully.
+ *
+ * cuStreamAddCallback does exactly what is needed: the callback runs
+ * exactly once, after the work before it, and receives the stream's status,
+ * which is the sticky error once the device has faulted.  NVIDIA says it may
+ * be deprecated one day, so cuLaunchHostFunc is the stand-in where a driver
+ * lacks it.  There a fault leaves the callbacks enqueued before it uncalled
+ * (a limitation of that fallback only); the daemon learns of the fault from
+ * the GPUCMD_ESTREAM that its next call on any stream returns.
+ *
+ * Neither may be recorded into a graph the way the daemon uses them
+ * (cuStreamAddCallback is refused during capture, and a host function in
+ * a graph would run, and free its record, on every replay), so
+ * host_callback refuses a capturing stream.
+ */
+static void CUDA_CB cuda_stream_done(CUstream stream, CUresult status,
+				     void *user)
+{
+	struct cuda_callback cb = *(struct cuda_callback *)user;
+
+	free(user);
+	cb.fn(cb.arg, status == CUDA_SUCCESS ? 0 : GPUCMD_ESTREAM);
+}
+
+static void CUDA_CB cuda_host_done(void *user)
+{
+	struct cuda_callback cb = *(struct cuda_callback *)user;
+
+	/* Only ever called when the context is healthy (see above). */
+	free(user);
+	cb.fn(cb.arg, 0);
+}
+
+static int cuda_host_callback(struct driver *d, struct driver_stream *s,
+			      driver_callback_fn fn, void *arg)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	struct cuda_callback *cb;
+	int rc;
+
+	if (s->capturing) {
+		cuda_set_error(cd, "a completion callback cannot be recorded "
+			       "into a graph: end the capture first");
+		return GPUCMD_EINVAL;
+	}
+	cb = malloc(sizeof(*cb));
+	if (!cb) {
+		cuda_set_error(cd, "out of host memory for a callback");
+		return -ENOMEM;
+	}
+	cb->fn = fn;
+	cb->arg = arg;
+	if (cd->cu.cuStreamAddCallback)
+		rc = CU_CHECK(cd, cuStreamAddCallback, s->stream,
+			      cuda_stream_done, cb, 0);
+	else
+		rc = CU_CHECK(cd, cuLaunchHostFunc, s->stream, cuda_host_done,
+			      cb);
+	/* An async call that fails never calls its callback. */
+	if (rc)
+		free(cb);
+	return rc;
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+static int cuda_mem_alloc(struct driver *d, uint64_t size, uint64_t *ptr)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	CUdeviceptr p = 0;
+	CUresult r;
+
+	if (size == 0 || size > SIZE_MAX) {
+		cuda_set_error(cd, "cannot allocate %llu bytes of device memory",
+			       (unsigned long long)size);
+		return GPUCMD_EINVAL;
+	}
+	r = cd->cu.cuMemAlloc(&p, (size_t)size);
+	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+		size_t free_bytes = 0;
+		size_t total_bytes = 0;
+
+		if (cd->cu.cuMemGetInfo(&free_bytes, &total_bytes) !=
+		    CUDA_SUCCESS)
+			free_bytes = total_bytes = 0;
+		cuda_set_error(cd,
+			       "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: the device "
+			       "has no room for %llu bytes (%zu of %zu bytes "
+			       "free, possibly used by other processes)",
+			       (unsigned long long)size, free_bytes,
+			       total_bytes);
+		return GPUCMD_ENOMEM;
+	}
+	if (r != CUDA_SUCCESS)
+		return cuda_fail(cd, "cuMemAlloc", r);
+	*ptr = p;
+	return 0;
+}
+
+static void cuda_mem_free(struct driver *d, uint64_t ptr)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	/* cuMemFree waits for work using the memory: callers free pages
+	 * rarely, and only once the drop queue says the device is done. */
+	if (ptr)
+		CU_CHECK(cd, cuMemFree, (CUdeviceptr)ptr);
+}
+
+static int cuda_host_alloc(struct driver *d, size_t size, void **ptr)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	void *p = NULL;
+	int rc;
+
+	if (size == 0) {
+		cuda_set_error(cd, "cannot allocate 0 bytes of pinned memory");
+		return GPUCMD_EINVAL;
+	}
+	/* Portable: pinned for every context, not only the current one. */
+	rc = CU_CHECK(cd, cuMemHostAlloc, &p, size, CU_MEMHOSTALLOC_PORTABLE);
+	if (rc)
+		return rc;
+	*ptr = p;
+	return 0;
+}
+
+static void cuda_host_free(struct driver *d, void *ptr)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (ptr)
+		CU_CHECK(cd, cuMemFreeHost, ptr);
+}
+
+static int cuda_host_register(struct driver *d, void *ptr, size_t size)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (!ptr || size == 0) {
+		cuda_set_error(cd, "cannot pin an empty range of host memory");
+		return GPUCMD_EINVAL;
+	}
+	return CU_CHECK(cd, cuMemHostRegister, ptr, size,
+			CU_MEMHOSTREGISTER_PORTABLE);
+}
+
+static void cuda_host_unregister(struct driver *d, void *ptr)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (ptr)
+		CU_CHECK(cd, cuMemHostUnregister, ptr);
+}
+
+/* ---- copies ------------------------------------------------------------ */
+
+/* Zero-byte copies return at once: there is nothing to order. */
+
+static int cuda_copy_htod(struct driver *d, struct driver_stream *s,
+			  uint64_t dst, const void *src, size_t n)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (n == 0)
+		return 0;
+	return CU_CHECK(cd, cuMemcpyHtoDAsync, (CUdeviceptr)dst, src, n,
+			s->stream);
+}
+
+static int cuda_copy_dtoh(struct driver *d, struct driver_stream *s,
+			  void *dst, uint64_t src, size_t n)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (n == 0)
+		return 0;
+	return CU_CHECK(cd, cuMemcpyDtoHAsync, dst, (CUdeviceptr)src, n,
+			s->stream);
+}
+
+static int cuda_copy_dtod(struct driver *d, struct driver_stream *s,
+			  uint64_t dst, uint64_t src, size_t n)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (n == 0)
+		return 0;
+	return CU_CHECK(cd, cuMemcpyDtoDAsync, (CUdeviceptr)dst,
+			(CUdeviceptr)src, n, s->stream);
+}
+
+static int cuda_copy_htod_2d(struct driver *d, struct driver_stream *s,
+			     uint64_t dst, const void *src,
+			     const struct driver_copy2d *c)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	CUDA_MEMCPY2D m;
+
+	if (c->width == 0 || c->height == 0)
+		return 0;
+	memset(&m, 0, sizeof(m));
+	m.srcMemoryType = CU_MEMORYTYPE_HOST;
+	m.srcHost = src;
+	m.srcPitch = c->src_pitch;
+	m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	m.dstDevice = (CUdeviceptr)dst;
+	m.dstPitch = c->dst_pitch;
+	m.WidthInBytes = c->width;
+	m.Height = c->height;
+	return CU_CHECK(cd, cuMemcpy2DAsync, &m, s->stream);
+}
+
+static int cuda_copy_dtoh_2d(struct driver *d, struct driver_stream *s,
+			     void *dst, uint64_t src,
+			     const struct driver_copy2d *c)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	CUDA_MEMCPY2D m;
+
+	if (c->width == 0 || c->height == 0)
+		return 0;
+	memset(&m, 0, sizeof(m));
+	m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+	m.srcDevice = (CUdeviceptr)src;
+	m.srcPitch = c->src_pitch;
+	m.dstMemoryType = CU_MEMORYTYPE_HOST;
+	m.dstHost = dst;
+	m.dstPitch = c->dst_pitch;
+	m.WidthInBytes = c->width;
+	m.Height = c->height;
+	return CU_CHECK(cd, cuMemcpy2DAsync, &m, s->stream);
+}
+
+static int cuda_memset_d8(struct driver *d, struct driver_stream *s,
+			  uint64_t dst, uint8_t value, size_t n)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (n == 0)
+		return 0;
+	return CU_CHECK(cd, cuMemsetD8Async, (CUdeviceptr)dst, value, n,
+			s->stream);
+}
+
+/* ---- modules ----------------------------------------------------------- */
+
+/*
+ * Load a PTX (NUL-terminated), cubin or fatbin image into *out.  The JIT
+ * error log, when there is one, is appended to log.
+ */
+static int cuda_load_image(struct cuda_driver *cd, const void *image,
+			   CUmodule *out, char *log, size_t log_len)
+{
+	char jit_log[CUDA_JIT_LOG_BYTES];
+	CUjit_option opts[] = {
+		CU_JIT_ERROR_LOG_BUFFER,
+		CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+	};
+	void *values[] = {
+		jit_log,
+		(void *)(uintptr_t)sizeof(jit_log),
+	};
+	CUmodule m = NULL;
+	CUresult r;
+
+	jit_log[0] = '\0';
+	r = cd->cu.cuModuleLoadDataEx(&m, image, 2, opts, values);
+	if (r != CUDA_SUCCESS) {
+		jit_log[sizeof(jit_log) - 1] = '\0';
+		cuda_log_append(log, log_len, jit_log);
+		return cuda_fail(cd, "cuModuleLoadDataEx", r);
+	}
+	*out = m;
+	return 0;
+}
+
+/* NVRTC under the names a toolkit or a distribution may install it. */
+static const char *const nvrtc_names[] = {
+	"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
+};
+
+static int cuda_nvrtc_open(struct cuda_driver *cd)
+{
+	struct nvrtc_api api;
+	void *lib = NULL;
+	void *sym;
+
+	if (cd->libnvrtc)
+		return 0;
+	for (size_t i = 0; !lib && i < sizeof(nvrtc_names) / sizeof(nvrtc_names[0]); i++)
+		lib = dlopen(nvrtc_names[i], RTLD_NOW | RTLD_LOCAL);
+	/* Not remembered when missing: an admin may install it meanwhile. */
+	if (!lib) {
+		cuda_set_error(cd, "CUDA C needs NVRTC (libnvrtc.so), which is "
+			       "not installed here: install the CUDA toolkit's "
+			       "NVRTC, or send PTX or a cubin instead");
+		return GPUCMD_EUNSUPPORTED;
+	}
+	memset(&api, 0, sizeof(api));
+#define NVRTC_LOAD(fn, required)					\
+	sym = dlsym(lib, #fn);						\
+	if (!sym && (required)) {					\
+		cuda_set_error(cd, "the NVRTC library found has no %s: "\
+			       "it is too old for gpucmdd", #fn);	\
+		dlclose(lib);						\
+		return GPUCMD_EUNSUPPORTED;				\
+	}								\
+	api.fn = (__typeof__(api.fn))sym;
+
+	NVRTC_LOAD(nvrtcCreateProgram, true)
+	NVRTC_LOAD(nvrtcCompileProgram, true)
+	NVRTC_LOAD(nvrtcGetProgramLogSize, true)
+	NVRTC_LOAD(nvrtcGetProgramLog, true)
+	NVRTC_LOAD(nvrtcGetPTXSize, true)
+	NVRTC_LOAD(nvrtcGetPTX, true)
+	NVRTC_LOAD(nvrtcGetCUBINSize, false)
+	NVRTC_LOAD(nvrtcGetCUBIN, false)
+	NVRTC_LOAD(nvrtcDestroyProgram, true)
+	NVRTC_LOAD(nvrtcGetErrorString, true)
+#undef NVRTC_LOAD
+	cd->libnvrtc = lib;
+	cd->nvrtc = api;
+	return 0;
+}
+
+static int cuda_nvrtc_fail(struct cuda_driver *cd, const char *call, int r)
+{
+	const char *text = cd->nvrtc.nvrtcGetErrorString(r);
+
+	cuda_set_error(cd, "%s: %s", call, text ? text : "NVRTC error");
+	return r == NVRTC_ERROR_COMPILATION ? GPUCMD_EINVAL : GPUCMD_EDRIVER;
+}
+
+/*
+ * Compile CUDA C source (len bytes, not NUL-terminated) for this GPU into a
+ * malloc'd image for cuda_load_image.  The compiler's log goes to log.
+ *
+ * Machine code (cubin) for the exact GPU when NVRTC can produce it: it
+ * needs no JIT at load, and unlike PTX it is not refused by a driver older
+ * than NVRTC's PTX version.  Older NVRTC gives PTX for the GPU's virtual
+ * architecture.
+ */
+static int cuda_nvrtc_compile(struct cuda_driver *cd, const char *src,
+			      size_t len, char **image, char *log,
+			      size_t log_len)
+{
+	struct nvrtc_api *nv = &cd->nvrtc;
+	bool cubin = nv->nvrtcGetCUBIN && nv->nvrtcGetCUBINSize;
+	struct nvrtc_program *prog = NULL;
+	char arch[64];
+	const char *opts[] = { arch };
+	char *text = NULL;
+	char *out = NULL;
+	size_t size = 0;
+	int r;
+	int rc;
+
+	rc = cuda_nvrtc_open(cd);
+	if (rc)
+		return rc;
+	text = malloc(len + 1);
+	if (!text) {
+		cuda_set_error(cd, "out of host memory for the CUDA C source");
+		return -ENOMEM;
+	}
+	memcpy(text, src, len);
+	text[len] = '\0';
+	snprintf(arch, sizeof(arch), "--gpu-architecture=%s_%d%d",
+		 cubin ? "sm" : "compute", cd->cc_major, cd->cc_minor);
+
+	r = nv->nvrtcCreateProgram(&prog, text, "module.cu", 0, NULL, NULL);
+	free(text);
+	if (r != NVRTC_SUCCESS)
+		return cuda_nvrtc_fail(cd, "nvrtcCreateProgram", r);
+
+	r = nv->nvrtcCompileProgram(prog, 1, opts);
+	/* The log holds warnings on success and the errors on failure. */
+	if (nv->nvrtcGetProgramLogSize(prog, &size) == NVRTC_SUCCESS &&
+	    size > 1) {
+		char *compile_log = malloc(size);
+
+		if (compile_log &&
+		    nv->nvrtcGetProgramLog(prog, compile_log) == NVRTC_SUCCESS) {
+			compile_log[size - 1] = '\0';
+			cuda_log_append(log, log_len, compile_log);
+		}
+		free(compile_log);
+	}
+	if (r != NVRTC_SUCCESS) {
+		rc = cuda_nvrtc_fail(cd, "nvrtcCompileProgram", r);
+		if (r == NVRTC_ERROR_COMPILATION)
+			cuda_set_error(cd, "nvrtcCompileProgram: the CUDA C "
+				       "did not compile for %s (the compile log "
+				       "says why)", arch + strlen("--gpu-architecture="));
+		goto out;
+	}
+
+	r = cubin ? nv->nvrtcGetCUBINSize(prog, &size)
+		  : nv->nvrtcGetPTXSize(prog, &size);
+	if (r != NVRTC_SUCCESS || size == 0) {
+		rc = cuda_nvrtc_fail(cd, cubin ? "nvrtcGetCUBINSize" :
+					  "nvrtcGetPTXSize", r);
+		goto out;
+	}
+	out = malloc(size);
+	if (!out) {
+		cuda_set_error(cd, "out of host memory for the compiled module");
+		rc = -ENOMEM;
+		goto out;
+	}
+	r = cubin ? nv->nvrtcGetCUBIN(prog, out) : nv->nvrtcGetPTX(prog, out);
+	if (r != NVRTC_SUCCESS) {
+		rc = cuda_nvrtc_fail(cd, cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX",
+				     r);
+		free(out);
+		goto out;
+	}
+	*image = out;
+	rc = 0;
+out:
+	nv->nvrtcDestroyProgram(&prog);
+	return rc;
+}
+
+static int cuda_module_load(struct driver *d, enum driver_module_format fmt,
+			    const void *data, size_t len,
+			    struct driver_module **out, char *log,
+			    size_t log_len)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	struct driver_module *m;
+	char *image = NULL;
+	CUmodule module = NULL;
+	int rc;
+
+	if (log && log_len)
+		log[0] = '\0';
+	if (!data || len == 0) {
+		cuda_set_error(cd, "the module is empty");
+		return GPUCMD_EINVAL;
+	}
+	switch (fmt) {
+	case DRIVER_MODULE_PTX:
+	case DRIVER_MODULE_CUBIN:
+	case DRIVER_MODULE_FATBIN:
+		/*
+		 * A copy: PTX must end in a NUL, which bytes off the wire do
+		 * not, and a cubin or fatbin must be aligned like the ELF or
+		 * fatbin header inside it, which malloc guarantees.
+		 */
+		image = malloc(len + 1);
+		if (!image) {
+			cuda_set_error(cd, "out of host memory for the module");
+			return -ENOMEM;
+		}
+		memcpy(image, data, len);
+		image[len] = '\0';
+		break;
+	case DRIVER_MODULE_CUDA_C:
+		rc = cuda_nvrtc_compile(cd, data, len, &image, log, log_len);
+		if (rc)
+			return rc;
+		break;
+	default:
+		cuda_set_error(cd, "unknown module format %d", (int)fmt);
+		return GPUCMD_EINVAL;
+	}
+
+	rc = cuda_load_image(cd, image, &module, log, log_len);
+	free(image);
+	if (rc)
+		return rc;
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		cd->cu.cuModuleUnload(module);
+		cuda_set_error(cd, "out of host memory for the module");
+		return -ENOMEM;
+	}
+	m->module = module;
+	*out = m;
+	return 0;
+}
+
+static void cuda_module_unload(struct driver *d, struct driver_module *m)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	struct driver_function *f;
+
+	if (!m)
+		return;
+	while ((f = m->functions)) {
+		m->functions = f->next;
+		free(f);
+	}
+	CU_CHECK(cd, cuModuleUnload, m->module);
+	free(m);
+}
+
+/* Look name up in module into a new driver_function. */
+static int cuda_function_get(struct cuda_driver *cd, CUmodule module,
+			     const char *name, struct driver_function **out)
+{
+	struct driver_function *f;
+	CUfunction fn = NULL;
+	size_t len = strlen(name);
+	CUresult r = cd->cu.cuModuleGetFunction(&fn, module, name);
+
+	if (r == CUDA_ERROR_NOT_FOUND) {
+		cuda_set_error(cd, "cuModuleGetFunction: no kernel named \"%s\" "
+			       "in the module (kernels are found by symbol "
+			       "name: declare them extern \"C\")", name);
+		return GPUCMD_ENOKERNEL;
+	}
+	if (r != CUDA_SUCCESS)
+		return cuda_fail(cd, "cuModuleGetFunction", r);
+	f = calloc(1, sizeof(*f) + len + 1);
+	if (!f) {
+		cuda_set_error(cd, "out of host memory for a function");
+		return -ENOMEM;
+	}
+	f->function = fn;
+	memcpy(f->name, name, len + 1);
+	*out = f;
+	return 0;
+}
+
+static int cuda_module_function(struct driver *d, struct driver_module *m,
+				const char *name, struct driver_function **out)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	struct driver_function *f;
+	int rc;
+
+	/* The same name gives the same function: no growth on repeats. */
+	for (f = m->functions; f; f = f->next) {
+		if (strcmp(f->name, name) == 0) {
+			*out = f;
+			return 0;
+		}
+	}
+	rc = cuda_function_get(cd, m->module, name, &f);
+	if (rc)
+		return rc;
+	f->next = m->functions;
+	m->functions = f;
+	*out = f;
+	return 0;
+}
+
+/* Load the embedded built-in PTX once; 0 or the remembered failure. */
+static int cuda_builtin_load(struct cuda_driver *cd)
+{
+	char log[1024];
+	int rc;
+
+	if (cd->builtin_status == 1)
+		return 0;
+	if (cd->builtin_status < 0) {
+		memcpy(cd->base.error, cd->builtin_error, sizeof(cd->base.error));
+		return cd->builtin_status;
+	}
+	if (gpucmd_builtin_ptx_len == 0) {
+		cuda_set_error(cd, "this gpucmdd was built without nvcc, so the "
+			       "CUDA backend has no built-in kernels: rebuild "
+			       "it with the CUDA toolkit's nvcc, or load a "
+			       "module");
+		return GPUCMD_ENOKERNEL;
+	}
+	log[0] = '\0';
+	rc = cuda_load_image(cd, gpucmd_builtin_ptx, &cd->builtin_module, log,
+			     sizeof(log));
+	if (rc) {
+		char first[200];
+		char why[sizeof(cd->base.error)];
+
+		/* The log's first line usually names the problem. */
+		snprintf(first, sizeof(first), "%.*s",
+			 (int)strcspn(log, "\n"), log);
+		snprintf(why, sizeof(why), "%s", cd->base.error);
+		cuda_set_error(cd, "the built-in kernels did not load: %s%s%s",
+			       why, first[0] ? ": " : "", first);
+		/* Faults and lack of memory pass; anything else is the PTX
+		 * or this driver, and will not change. */
+		if (rc == GPUCMD_ESTREAM || rc == GPUCMD_ENOMEM)
+			return rc;
+		cd->builtin_status = GPUCMD_ENOKERNEL;
+		memcpy(cd->builtin_error, cd->base.error,
+		       sizeof(cd->builtin_error));
+		return GPUCMD_ENOKERNEL;
+	}
+	cd->builtin_status = 1;
+	return 0;
+}
+
+static int cuda_builtin_function(struct driver *d, const char *name,
+				 struct driver_function **out)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	const struct builtin_kernel *k = builtin_find(name);
+	const struct builtin_kernel *all;
+	size_t count;
+	size_t index;
+	int rc;
+
+	if (!k) {
+		cuda_set_error(cd, "there is no built-in kernel named \"%s\"",
+			       name);
+		return GPUCMD_ENOKERNEL;
+	}
+	rc = cuda_builtin_load(cd);
+	if (rc)
+		return rc;
+	all = builtin_all(&count);
+	index = (size_t)(k - all);
+	if (!cd->builtin_fns) {
+		cd->builtin_fns = calloc(count, sizeof(*cd->builtin_fns));
+		if (!cd->builtin_fns) {
+			cuda_set_error(cd, "out of host memory for built-ins");
+			return -ENOMEM;
+		}
+		cd->builtin_count = count;
+	}
+	if (!cd->builtin_fns[index]) {
+		rc = cuda_function_get(cd, cd->builtin_module, k->name,
+				       &cd->builtin_fns[index]);
+		if (rc)
+			return rc;
+	}
+	*out = cd->builtin_fns[index];
+	return 0;
+}
+
+/* ---- launch and graphs ------------------------------------------------- */
+
+/* A failed launch is GPUCMD_ELAUNCH unless the context is lost. */
+static int cuda_launch_fail(struct cuda_driver *cd, const char *call,
+			    CUresult r)
+{
+	int rc = cuda_fail(cd, call, r);
+
+	return rc == GPUCMD_ESTREAM ? rc : GPUCMD_ELAUNCH;
+}
+
+static int cuda_launch(struct driver *d, struct driver_stream *s,
+		       struct driver_function *f, const uint32_t grid[3],
+		       const uint32_t block[3], uint32_t shared_bytes,
+		       void **params, const size_t *param_sizes, size_t nparams)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	CUresult r;
+
+	/* Above 48 KiB a function must be allowed its dynamic shared memory
+	 * first; the limit only grows, so it is set once per size step. */
+	if (shared_bytes > CUDA_DEFAULT_SHARED_BYTES &&
+	    shared_bytes > f->shared_limit) {
+		r = cd->cu.cuFuncSetAttribute(
+			f->function,
+			CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+			(int)shared_bytes);
+		if (r != CUDA_SUCCESS)
+			return cuda_launch_fail(cd, "cuFuncSetAttribute", r);
+		f->shared_limit = shared_bytes;
+	}
+	r = cd->cu.cuLaunchKernel(f->function, grid[0], grid[1], grid[2],
+				  block[0], block[1], block[2], shared_bytes,
+				  s->stream, nparams ? params : NULL, NULL);
+	if (r != CUDA_SUCCESS)
+		return cuda_launch_fail(cd, "cuLaunchKernel", r);
+	return 0;
+}
+
+static int cuda_capture_begin(struct driver *d, struct driver_stream *s)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	int rc;
+
+	if (s->capturing) {
+		cuda_set_error(cd, "the stream is already being captured");
+		return GPUCMD_EINVAL;
+	}
+	/*
+	 * Relaxed: other threads' and other streams' calls that are unsafe
+	 * during a capture (cuMemAlloc, synchronous copies) stay allowed.
+	 * Only this stream is recorded, and the device thread is the only
+	 * caller anyway.
+	 */
+	rc = CU_CHECK(cd, cuStreamBeginCapture, s->stream,
+		      CU_STREAM_CAPTURE_MODE_RELAXED);
+	if (rc)
+		return rc;
+	s->capturing = true;
+	return 0;
+}
+
+static int cuda_capture_end(struct driver *d, struct driver_stream *s,
+			    struct driver_graph **out)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	struct driver_graph *g;
+	CUgraphExec exec = NULL;
+	CUgraph graph = NULL;
+	int rc;
+
+	if (!s->capturing) {
+		cuda_set_error(cd, "the stream is not being captured");
+		return GPUCMD_EINVAL;
+	}
+	/* The capture ends here whatever happens next. */
+	s->capturing = false;
+	rc = CU_CHECK(cd, cuStreamEndCapture, s->stream, &graph);
+	if (rc) {
+		if (graph)
+			cd->cu.cuGraphDestroy(graph);
+		return rc;
+	}
+	rc = CU_CHECK(cd, cuGraphInstantiateWithFlags, &exec, graph, 0);
+	/* The executable graph is a copy: the template is not needed. */
+	cd->cu.cuGraphDestroy(graph);
+	if (rc)
+		return rc;
+	g = calloc(1, sizeof(*g));
+	if (!g) {
+		cd->cu.cuGraphExecDestroy(exec);
+		cuda_set_error(cd, "out of host memory for a graph");
+		return -ENOMEM;
+	}
+	g->exec = exec;
+	*out = g;
+	return 0;
+}
+
+static int cuda_graph_launch(struct driver *d, struct driver_graph *g,
+			     struct driver_stream *s)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	CUresult r = cd->cu.cuGraphLaunch(g->exec, s->stream);
+
+	if (r != CUDA_SUCCESS)
+		return cuda_launch_fail(cd, "cuGraphLaunch", r);
+	return 0;
+}
+
+static void cuda_graph_destroy(struct driver *d, struct driver_graph *g)
+{
+	struct cuda_driver *cd = cuda_of(d);
+
+	if (!g)
+		return;
+	CU_CHECK(cd, cuGraphExecDestroy, g->exec);
+	free(g);
+}
+
+static const struct driver_ops cuda_ops = {
+	.name = "cuda",
+	.open = cuda_open,
+	.close = cuda_close,
+	.stream_create = cuda_stream_create,
+	.stream_destroy = cuda_stream_destroy,
+	.event_create = cuda_event_create,
+	.event_destroy = cuda_event_destroy,
+	.event_record = cuda_event_record,
+	.event_wait = cuda_event_wait,
+	.event_query = cuda_event_query,
+	.event_elapsed = cuda_event_elapsed,
+	.host_callback = cuda_host_callback,
+	.mem_alloc = cuda_mem_alloc,
+	.mem_free = cuda_mem_free,
+	.host_alloc = cuda_host_alloc,
+	.host_free = cuda_host_free,
+	.host_register = cuda_host_register,
+	.host_unregister = cuda_host_unregister,
+	.copy_htod = cuda_copy_htod,
+	.copy_dtoh = cuda_copy_dtoh,
+	.copy_dtod = cuda_copy_dtod,
+	.copy_htod_2d = cuda_copy_htod_2d,
+	.copy_dtoh_2d = cuda_copy_dtoh_2d,
+	.memset_d8 = cuda_memset_d8,
+	.module_load = cuda_module_load,
+	.module_unload = cuda_module_unload,
+	.module_function = cuda_module_function,
+	.builtin_function = cuda_builtin_function,
+	.launch = cuda_launch,
+	.capture_begin = cuda_capture_begin,
+	.capture_end = cuda_capture_end,
+	.graph_launch = cuda_graph_launch,
+	.graph_destroy = cuda_graph_destroy,
+};
+
+/* ---- creation ---------------------------------------------------------- */
+
+/*
+ * Fails fast, with GPUCMD_EUNSUPPORTED and a sentence in why, wherever no
+ * CUDA device can be used, so that --backend auto can fall back to host.
+ * May run on any thread; open must then run on the device thread.
+ */
+int driver_cuda_create(const struct driver_options *opt, struct driver **out,
+		       char *why, size_t why_len)
+{
+	char msg[sizeof(((struct driver *)0)->error)];
+	char what[256];
+	int device = opt ? opt->device : 0;
+	struct cuda_driver *cd;
+	const char *missing;
+	CUresult r;
+	int count = 0;
+
+	cd = calloc(1, sizeof(*cd));
+	if (!cd) {
+		snprintf(msg, sizeof(msg), "out of host memory");
+		if (why && why_len)
+			snprintf(why, why_len, "%s", msg);
+		return -ENOMEM;
+	}
+	cd->base.ops = &cuda_ops;
+
+	cd->libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!cd->libcuda) {
+		const char *err = dlerror();
+
+		snprintf(msg, sizeof(msg),
+			 "cannot load libcuda.so.1 (%s): the NVIDIA driver is "
+			 "not installed, or its library is not on the loader "
+			 "path",
+			 err ? err : "not found");
+		goto fail;
+	}
+	missing = cuda_resolve(cd);
+	if (missing) {
+		snprintf(msg, sizeof(msg),
+			 "libcuda.so.1 has no %s: this NVIDIA driver is too "
+			 "old for gpucmdd (it needs CUDA 11.4 or newer)",
+			 missing);
+		/* Nothing of the driver ran yet, so it may be unloaded. */
+		dlclose(cd->libcuda);
+		goto fail;
+	}
+	/* From here on libcuda stays loaded (see cuda_close). */
+	r = cd->cu.cuInit(0);
+	if (r != CUDA_SUCCESS) {
+		cuda_describe(&cd->cu, r, what, sizeof(what));
+		snprintf(msg, sizeof(msg),
+			 "cuInit failed: %s: no usable CUDA device (is the "
+			 "NVIDIA kernel module loaded, and may this user open "
+			 "/dev/nvidia*?)",
+			 what);
+		goto fail;
+	}
+	r = cd->cu.cuDeviceGetCount(&count);
+	if (r != CUDA_SUCCESS) {
+		cuda_describe(&cd->cu, r, what, sizeof(what));
+		snprintf(msg, sizeof(msg), "cuDeviceGetCount failed: %s", what);
+		goto fail;
+	}
+	if (count <= 0) {
+		snprintf(msg, sizeof(msg), "the NVIDIA driver sees no CUDA device");
+		goto fail;
+	}
+	if (device < 0 || device >= count) {
+		snprintf(msg, sizeof(msg),
+			 "CUDA device %d does not exist: this machine has %d "
+			 "(numbered from 0)",
+			 device, count);
+		goto fail;
+	}
+	cd->device_count = count;
+	*out = &cd->base;
+	return 0;
+
+fail:
+	if (why && why_len)
+		snprintf(why, why_len, "%s", msg);
+	free(cd);
+	return GPUCMD_EUNSUPPORTED;
+}
+
+#endif /* GPUCMD_HAVE_CUDA */

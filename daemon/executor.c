@@ -1,0 +1,515 @@
+/*
+ * executor.c - the device thread: inbox, batches, completions, teardown.
+ * See executor.h.
+ */
+#include "executor.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dispatch.h"
+#include "frame.h"
+#include "gpucmd.h"
+#include "log.h"
+#include "service.h"
+#include "streams.h"
+
+struct executor {
+	struct config cfg;
+	struct executor_callbacks cb;
+	struct driver *driver;
+	struct command_ctx cmd;
+	struct memory_configuration layout;
+	pthread_t thread;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	/* Guarded by lock: work from the loop, completions from the backend. */
+	struct batch *inbox_head;
+	struct batch **inbox_tail;
+	struct batch *done_head;
+	struct batch **done_tail;
+	bool stop;
+	/* Startup handshake, guarded by lock. */
+	bool started;
+	int start_rc;
+	char start_why[512];
+
+	/* Device thread only. */
+	struct stream_set *sets;
+	struct executor_conn *closing;	/* linked through next_closing */
+	uint64_t start_ms;
+
+	atomic_uint_fast64_t batches;
+};
+
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A close request travels the inbox as a batch without a frame. */
+static bool is_close(const struct batch *b)
+{
+	return b->frame == NULL;
+}
+
+static void push(struct batch ***tail, struct batch *b)
+{
+	b->next = NULL;
+	**tail = b;
+	*tail = &b->next;
+}
+
+/* ---- backend -------------------------------------------------------------- */
+
+static int open_backend(struct executor *ex, char *why, size_t why_len)
+{
+	struct driver_options opt = {
+		.device = ex->cfg.device,
+		.host_memory = ex->cfg.host_memory,
+		.host_fail_alloc_at = ex->cfg.host_fail_alloc_at,
+	};
+	char cuda_why[512] = "";
+	int rc;
+
+	if (ex->cfg.backend != CONFIG_BACKEND_HOST) {
+		rc = driver_cuda_create(&opt, &ex->driver, cuda_why,
+					sizeof(cuda_why));
+		if (rc == 0) {
+			rc = ex->driver->ops->open(ex->driver, opt.device,
+						   &ex->driver->props);
+			if (rc != 0) {
+				snprintf(cuda_why, sizeof(cuda_why), "%s",
+					 ex->driver->error);
+				ex->driver->ops->close(ex->driver);
+				ex->driver = NULL;
+			}
+		}
+		if (rc == 0)
+			return 0;
+		if (ex->cfg.backend == CONFIG_BACKEND_CUDA) {
+			snprintf(why, why_len,
+				 "--backend cuda: no usable CUDA device: %s",
+				 cuda_why);
+			return rc;
+		}
+		log_notice("no usable CUDA device (%s); using the host backend",
+			   cuda_why);
+	}
+	rc = driver_host_create(&opt, &ex->driver);
+	if (rc == 0) {
+		rc = ex->driver->ops->open(ex->driver, opt.device,
+					   &ex->driver->props);
+		if (rc != 0) {
+			snprintf(why, why_len, "host backend: %s",
+				 ex->driver->error);
+			ex->driver->ops->close(ex->driver);
+			ex->driver = NULL;
+		}
+	} else {
+		snprintf(why, why_len, "host backend: %s", gpucmd_strerror(rc));
+	}
+	return rc;
+}
+
+/* ---- replies ------------------------------------------------------------- */
+
+static void send_reply(struct executor *ex, struct batch *b, bool completed)
+{
+	Gpucmd__Frame frame = GPUCMD__FRAME__INIT;
+	Gpucmd__Response resp = GPUCMD__RESPONSE__INIT;
+	Gpucmd__Error err = GPUCMD__ERROR__INIT;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int rc;
+
+	resp.id = b->req != NULL ? b->req->id : 0;
+	resp.n_results = b->nresults;
+	resp.results = b->result_ptrs;
+	if (b->error != 0) {
+		err.code = b->error;
+		err.message = b->message;
+		resp.error = &err;
+		resp.failed_index = b->failed_index;
+	}
+	frame.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
+	frame.response = &resp;
+	rc = frame_encode(&frame, &buf, &len);
+	if (rc != 0) {
+		/* Results too large for a frame: answer with the reason. */
+		snprintf(b->message, sizeof(b->message),
+			 "the response is too large for one frame: read "
+			 "less per batch");
+		err.code = GPUCMD_ELIMIT;
+		err.message = b->message;
+		resp.error = &err;
+		resp.failed_index = 0;
+		resp.n_results = 0;
+		rc = frame_encode(&frame, &buf, &len);
+	}
+	if (rc != 0) {
+		log_err("connection %llu: cannot encode a response (%s)",
+			(unsigned long long)b->conn->id, gpucmd_strerror(rc));
+		buf = NULL;
+		len = 0;
+	}
+	b->replied = true;
+	ex->cb.reply(b->conn->conn, buf, len, completed, ex->cb.arg);
+}
+
+static void free_batch(struct executor *ex, struct batch *b)
+{
+	dispatch_batch_free(&ex->cmd, b);
+	frame_free(b->frame);
+	free(b);
+}
+
+/* ---- completions --------------------------------------------------------- */
+
+/* Backend thread: hand the batch back to the device thread. */
+static void on_batch_done(void *arg, int status)
+{
+	struct batch *b = arg;
+	struct executor *ex = b->ex;
+
+	pthread_mutex_lock(&ex->lock);
+	b->status = status;
+	push(&ex->done_tail, b);
+	pthread_cond_signal(&ex->cond);
+	pthread_mutex_unlock(&ex->lock);
+}
+
+static void complete_batch(struct executor *ex, struct batch *b)
+{
+	struct stream *s = b->stream;
+
+	s->completed = b->seq;
+	if (b->status != 0)
+		s->fault_pending = true;
+	if (!b->replied) {
+		if (s->fault_pending && b->error == 0) {
+			b->error = GPUCMD_ESTREAM;
+			b->failed_index = (uint32_t)b->fence_index;
+			b->nresults = (size_t)b->fence_index;
+			snprintf(b->message, sizeof(b->message),
+				 "stream fault: work on stream %u faulted "
+				 "before this %s; results since the previous "
+				 "sync are not valid, the stream stays usable",
+				 s->number,
+				 b->req->ops[b->fence_index]->op_case ==
+						 GPUCMD__OP__OP_READ
+					 ? "read"
+					 : "sync");
+			s->fault_pending = false;
+		}
+		send_reply(ex, b, true);
+	} else {
+		ex->cb.reply(b->conn->conn, NULL, 0, true, ex->cb.arg);
+	}
+	streams_flush_drops(b->conn->set);
+	free_batch(ex, b);
+}
+
+/* ---- running batches ----------------------------------------------------- */
+
+static void link_set(struct executor *ex, struct stream_set *set)
+{
+	set->prev = NULL;
+	set->next = ex->sets;
+	if (ex->sets != NULL)
+		ex->sets->prev = set;
+	ex->sets = set;
+}
+
+static void unlink_set(struct executor *ex, struct stream_set *set)
+{
+	if (set->prev != NULL)
+		set->prev->next = set->next;
+	else
+		ex->sets = set->next;
+	if (set->next != NULL)
+		set->next->prev = set->prev;
+}
+
+static void fail_whole(struct executor *ex, struct batch *b, int rc)
+{
+	b->error = rc;
+	b->failed_index = 0;
+	b->nresults = 0;
+	send_reply(ex, b, true);
+	free_batch(ex, b);
+}
+
+static void run_batch(struct executor *ex, struct batch *b)
+{
+	struct executor_conn *conn = b->conn;
+	struct driver *d = ex->driver;
+	int rc;
+
+	if (conn->set == NULL) {
+		rc = stream_set_create(d, conn->service, conn->id,
+				       &ex->cfg.limits, &ex->layout,
+				       &conn->set);
+		if (rc != 0) {
+			snprintf(b->message, sizeof(b->message),
+				 "cannot set up this connection's device "
+				 "state: %s", gpucmd_strerror(rc));
+			fail_whole(ex, b, rc);
+			return;
+		}
+		link_set(ex, conn->set);
+	}
+	atomic_fetch_add(&ex->batches, 1);
+	dispatch_batch(&ex->cmd, b);
+	if (b->stream == NULL) {
+		/* The stream itself could not be had: nothing was enqueued. */
+		send_reply(ex, b, true);
+		free_batch(ex, b);
+		return;
+	}
+	rc = d->ops->host_callback(d, b->stream->ds, on_batch_done, b);
+	if (rc != 0) {
+		/*
+		 * Without a completion the daemon cannot know when the device
+		 * is done with this batch's memory, so the batch (and with it
+		 * the connection's device state) is kept for good.  Only a
+		 * host out of memory gets here.
+		 */
+		log_err("connection %llu: cannot enqueue a completion on stream "
+			"%u (%s); its memory stays held until restart",
+			(unsigned long long)conn->id, b->stream->number,
+			d->error);
+		b->stream->submitted = UINT64_MAX;
+		if (!b->replied && b->error == 0) {
+			b->error = GPUCMD_EDRIVER;
+			b->failed_index = 0;
+			b->nresults = 0;
+			snprintf(b->message, sizeof(b->message),
+				 "the daemon could not track this batch's "
+				 "completion: %s", d->error);
+		}
+		send_reply(ex, b, true);
+		return;
+	}
+	if (b->fence_index < 0)
+		send_reply(ex, b, false);
+}
+
+/* ---- closing connections ------------------------------------------------- */
+
+static void begin_close(struct executor *ex, struct executor_conn *conn)
+{
+	conn->next_closing = ex->closing;
+	ex->closing = conn;
+}
+
+static void finish_closing(struct executor *ex)
+{
+	struct executor_conn **pp = &ex->closing;
+
+	while (*pp != NULL) {
+		struct executor_conn *conn = *pp;
+
+		if (conn->set != NULL && !streams_idle(conn->set)) {
+			pp = &conn->next_closing;
+			continue;
+		}
+		*pp = conn->next_closing;
+		if (conn->set != NULL) {
+			unlink_set(ex, conn->set);
+			stream_set_destroy(conn->set);
+			conn->set = NULL;
+		}
+		ex->cb.closed(conn->conn, ex->cb.arg);
+	}
+}
+
+/* ---- the thread ---------------------------------------------------------- */
+
+static void *device_main(void *arg)
+{
+	struct executor *ex = arg;
+	char why[512] = "";
+	int rc;
+
+	rc = open_backend(ex, why, sizeof(why));
+	if (rc == 0) {
+		char msg[256];
+
+		ex->cmd.driver = ex->driver;
+		ex->cmd.props.max_page_size = ex->driver->props.max_page_size;
+		ex->cmd.props.alignment = ex->driver->props.alignment;
+		memset(&ex->layout, 0, sizeof(ex->layout));
+		ex->layout.preset = MEMORY_PRESET_SUBSLICES;
+		rc = memory_configuration_resolve(&ex->layout, &ex->cmd.props,
+						  msg, sizeof(msg));
+		if (rc != 0)
+			snprintf(why, sizeof(why), "memory layout: %s", msg);
+	}
+	pthread_mutex_lock(&ex->lock);
+	ex->started = true;
+	ex->start_rc = rc;
+	snprintf(ex->start_why, sizeof(ex->start_why), "%s", why);
+	pthread_cond_broadcast(&ex->cond);
+	pthread_mutex_unlock(&ex->lock);
+	if (rc != 0)
+		return NULL;
+
+	for (;;) {
+		struct batch *jobs, *done;
+		bool stop;
+
+		pthread_mutex_lock(&ex->lock);
+		while (!ex->stop && ex->inbox_head == NULL &&
+		       ex->done_head == NULL)
+			pthread_cond_wait(&ex->cond, &ex->lock);
+		jobs = ex->inbox_head;
+		done = ex->done_head;
+		ex->inbox_head = NULL;
+		ex->inbox_tail = &ex->inbox_head;
+		ex->done_head = NULL;
+		ex->done_tail = &ex->done_head;
+		stop = ex->stop;
+		pthread_mutex_unlock(&ex->lock);
+
+		while (done != NULL) {
+			struct batch *next = done->next;
+			complete_batch(ex, done);
+			done = next;
+		}
+		while (jobs != NULL) {
+			struct batch *next = jobs->next;
+			if (is_close(jobs)) {
+				begin_close(ex, jobs->conn);
+				free(jobs);
+			} else {
+				run_batch(ex, jobs);
+			}
+			jobs = next;
+		}
+		finish_closing(ex);
+		if (stop && ex->sets == NULL && ex->closing == NULL)
+			break;
+	}
+	return NULL;
+}
+
+int executor_start(const struct config *cfg,
+		   const struct executor_callbacks *cb, struct executor **out,
+		   char *why, size_t why_len)
+{
+	struct executor *ex = calloc(1, sizeof(*ex));
+	int rc;
+
+	if (ex == NULL)
+		return GPUCMD_ENOMEM;
+	ex->cfg = *cfg;
+	ex->cb = *cb;
+	ex->inbox_tail = &ex->inbox_head;
+	ex->done_tail = &ex->done_head;
+	atomic_init(&ex->batches, 0);
+	ex->start_ms = monotonic_ms();
+	pthread_mutex_init(&ex->lock, NULL);
+	pthread_cond_init(&ex->cond, NULL);
+	rc = pthread_create(&ex->thread, NULL, device_main, ex);
+	if (rc != 0) {
+		snprintf(why, why_len, "cannot start the device thread: %s",
+			 strerror(rc));
+		free(ex);
+		return -rc;
+	}
+	pthread_mutex_lock(&ex->lock);
+	while (!ex->started)
+		pthread_cond_wait(&ex->cond, &ex->lock);
+	rc = ex->start_rc;
+	snprintf(why, why_len, "%s", ex->start_why);
+	pthread_mutex_unlock(&ex->lock);
+	if (rc != 0) {
+		pthread_join(ex->thread, NULL);
+		pthread_mutex_destroy(&ex->lock);
+		pthread_cond_destroy(&ex->cond);
+		free(ex);
+		return rc;
+	}
+	*out = ex;
+	return 0;
+}
+
+void executor_stop(struct executor *ex)
+{
+	if (ex == NULL)
+		return;
+	pthread_mutex_lock(&ex->lock);
+	ex->stop = true;
+	pthread_cond_signal(&ex->cond);
+	pthread_mutex_unlock(&ex->lock);
+	pthread_join(ex->thread, NULL);
+	if (ex->driver != NULL)
+		ex->driver->ops->close(ex->driver);
+	pthread_mutex_destroy(&ex->lock);
+	pthread_cond_destroy(&ex->cond);
+	free(ex);
+}
+
+const struct driver_properties *executor_properties(const struct executor *ex)
+{
+	return &ex->driver->props;
+}
+
+static int enqueue(struct executor *ex, struct batch *b)
+{
+	pthread_mutex_lock(&ex->lock);
+	push(&ex->inbox_tail, b);
+	pthread_cond_signal(&ex->cond);
+	pthread_mutex_unlock(&ex->lock);
+	return 0;
+}
+
+int executor_submit(struct executor *ex, struct executor_conn *conn,
+		    Gpucmd__Frame *frame)
+{
+	struct batch *b = calloc(1, sizeof(*b));
+
+	if (b == NULL)
+		return GPUCMD_ENOMEM;
+	b->ex = ex;
+	b->conn = conn;
+	b->frame = frame;
+	b->req = frame->request;
+	b->fence_index = -1;
+	return enqueue(ex, b);
+}
+
+int executor_close(struct executor *ex, struct executor_conn *conn)
+{
+	struct batch *b = calloc(1, sizeof(*b));
+
+	if (b == NULL)
+		return GPUCMD_ENOMEM;
+	b->ex = ex;
+	b->conn = conn;
+	return enqueue(ex, b);
+}
+
+uint64_t executor_batches(const struct executor *ex)
+{
+	return atomic_load(&((struct executor *)ex)->batches);
+}
+
+struct stream_set *executor_sets(struct executor *ex)
+{
+	return ex->sets;
+}
+
+uint64_t executor_uptime_ms(const struct executor *ex)
+{
+	return monotonic_ms() - ex->start_ms;
+}

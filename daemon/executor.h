@@ -1,0 +1,81 @@
+/*
+ * executor.h - the device thread.
+ *
+ * The executor owns the driver and everything on the device: it is the
+ * only thread that calls the backend.  The loop thread hands it work through
+ * an inbox (batches to run, connections to close); backend threads hand it
+ * completions (a batch's stream passed its end).  It hands results back to
+ * the loop through the callbacks it was created with, which must be safe to
+ * call from the device thread (the server queues them and wakes its loop).
+ *
+ * A batch runs all its ops in order, enqueueing work on its stream; then a
+ * driver callback is enqueued after them.  A batch without read or sync is
+ * answered at once; one with them is answered when that callback fires, so
+ * no thread ever waits on the device.  Either way the loop learns when the
+ * batch completed (the connection's in-flight count) and its request frame,
+ * which holds the bytes of its writes, is freed only then.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "driver/driver.h"
+#include "gpucmd.pb-c.h"
+
+struct executor;
+struct service;
+struct stream_set;
+
+/* How the executor talks back to the loop (called on the device thread). */
+struct executor_callbacks {
+	/*
+	 * A response frame for conn (ownership of buf passes), and/or
+	 * completed=true when one of conn's batches finished.
+	 */
+	void (*reply)(void *conn, uint8_t *buf, size_t len, bool completed,
+		      void *arg);
+	/* conn's device state is gone: the loop may free conn. */
+	void (*closed)(void *conn, void *arg);
+	void *arg;
+};
+
+/* Who sent a batch: the loop's connection and what the executor keeps. */
+struct executor_conn {
+	void *conn;			/* the loop's session, opaque here */
+	struct service *service;
+	uint64_t id;
+	bool admin;			/* may see every service */
+	struct stream_set *set;		/* device thread only */
+	struct executor_conn *next_closing; /* device thread only */
+};
+
+/*
+ * Start the device thread: open the backend cfg asks for and wait until it
+ * answers.  0, or an error with a sentence in why.
+ */
+int executor_start(const struct config *cfg,
+		   const struct executor_callbacks *cb, struct executor **out,
+		   char *why, size_t why_len);
+/** Stop the thread and close the device; every connection must be closed. */
+void executor_stop(struct executor *ex);
+/** The device's properties (fixed once started; any thread). */
+const struct driver_properties *executor_properties(const struct executor *ex);
+/**
+ * Queue a decoded Request frame from conn (ownership of frame passes).
+ */
+int executor_submit(struct executor *ex, struct executor_conn *conn,
+		    Gpucmd__Frame *frame);
+/**
+ * Queue the end of conn: after its earlier batches, once its streams are
+ * idle, its memory is freed and callbacks.closed(conn) runs.
+ */
+int executor_close(struct executor *ex, struct executor_conn *conn);
+/** Batches run since start (any thread). */
+uint64_t executor_batches(const struct executor *ex);
+/** Milliseconds since the executor started (any thread). */
+uint64_t executor_uptime_ms(const struct executor *ex);
+/** The live connections' device state, linked by next (device thread). */
+struct stream_set *executor_sets(struct executor *ex);

@@ -1,0 +1,210 @@
+/*
+ * main.c - gpucmdd: parse the command line, open the device, serve.
+ *
+ * Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the
+ * daemon cannot start (the reason is logged), 2 for a usage error.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "config.h"
+#include "gpucmd.h"
+#include "log.h"
+#include "server.h"
+#include "service.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: gpucmdd [OPTION]...\n"
+		"Serve one GPU to several client processes over a Unix socket.\n"
+		"\n"
+		"  -s, --socket PATH       listen on PATH (default $GPUCMD_SOCKET, else %s)\n"
+		"  -b, --backend NAME      auto, cuda or host (default auto: cuda when a\n"
+		"                          device answers, else host)\n"
+		"  -d, --device N          GPU index (default 0)\n"
+		"      --host-memory SIZE  device memory of the host backend (default 4G)\n"
+		"      --max-connections N connections at once (default 256)\n"
+		"      --max-frame-bytes SIZE  largest frame body (default 64M)\n"
+		"      --max-streams N     streams per connection (default 16)\n"
+		"  -l, --log-level LEVEL   error, warning, notice, info or debug (default info)\n"
+		"  -h, --help              show this help and exit\n"
+		"  -V, --version           show the version and exit\n"
+		"\n"
+		"See gpucmdd(8).\n",
+		GPUCMD_DEFAULT_SOCKET);
+}
+
+enum {
+	OPT_HOST_MEMORY = 256,
+	OPT_MAX_CONNECTIONS,
+	OPT_MAX_FRAME,
+	OPT_MAX_STREAMS,
+	OPT_FAIL_ALLOC,
+};
+
+static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+	uint64_t v;
+
+	if (config_parse_size(s, &v) != 0 || v < min || v > max)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct config *cfg)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "backend", required_argument, NULL, 'b' },
+		{ "device", required_argument, NULL, 'd' },
+		{ "host-memory", required_argument, NULL, OPT_HOST_MEMORY },
+		{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
+		{ "max-frame-bytes", required_argument, NULL, OPT_MAX_FRAME },
+		{ "max-streams", required_argument, NULL, OPT_MAX_STREAMS },
+		{ "test-fail-alloc-at", required_argument, NULL, OPT_FAIL_ALLOC },
+		{ "log-level", required_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *env = getenv("GPUCMD_SOCKET");
+	uint32_t u;
+	int c, v;
+
+	if (env != NULL && env[0] != '\0')
+		snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", env);
+	while ((c = getopt_long(argc, argv, "s:b:d:l:hV", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if (strlen(optarg) >= sizeof(cfg->socket_path)) {
+				fprintf(stderr, "gpucmdd: socket path is longer "
+					"than %zu bytes\n",
+					sizeof(cfg->socket_path) - 1);
+				return 2;
+			}
+			snprintf(cfg->socket_path, sizeof(cfg->socket_path),
+				 "%s", optarg);
+			break;
+		case 'b':
+			v = config_backend_parse(optarg);
+			if (v < 0) {
+				fprintf(stderr, "gpucmdd: unknown backend '%s' "
+					"(auto, cuda or host)\n", optarg);
+				return 2;
+			}
+			cfg->backend = (enum config_backend)v;
+			break;
+		case 'd':
+			if (parse_u32(optarg, 0, 1024, &u) != 0) {
+				fprintf(stderr, "gpucmdd: bad device index '%s'\n",
+					optarg);
+				return 2;
+			}
+			cfg->device = (int)u;
+			break;
+		case OPT_HOST_MEMORY:
+			if (config_parse_size(optarg, &cfg->host_memory) != 0 ||
+			    cfg->host_memory < (1u << 20)) {
+				fprintf(stderr, "gpucmdd: bad --host-memory '%s' "
+					"(a size of at least 1M)\n", optarg);
+				return 2;
+			}
+			break;
+		case OPT_MAX_CONNECTIONS:
+			if (parse_u32(optarg, 1, 1u << 20,
+				      &cfg->limits.max_connections) != 0) {
+				fprintf(stderr, "gpucmdd: bad --max-connections '%s'\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case OPT_MAX_FRAME:
+			if (parse_u32(optarg, 4096, 1u << 30,
+				      &cfg->limits.max_frame_bytes) != 0) {
+				fprintf(stderr, "gpucmdd: bad --max-frame-bytes '%s' "
+					"(4K to 1G)\n", optarg);
+				return 2;
+			}
+			break;
+		case OPT_MAX_STREAMS:
+			if (parse_u32(optarg, 1, 64, &cfg->limits.max_streams) != 0) {
+				fprintf(stderr, "gpucmdd: bad --max-streams '%s' "
+					"(1 to 64)\n", optarg);
+				return 2;
+			}
+			break;
+		case OPT_FAIL_ALLOC:
+			if (config_parse_size(optarg, &cfg->host_fail_alloc_at) != 0)
+				return 2;
+			break;
+		case 'l':
+			v = log_level_parse(optarg);
+			if (v < 0) {
+				fprintf(stderr, "gpucmdd: unknown log level '%s'\n",
+					optarg);
+				return 2;
+			}
+			cfg->log_level = v;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("gpucmdd %s (protocol %d)\n", GPUCMD_VERSION_STRING,
+			       1);
+			exit(0);
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "gpucmdd: unexpected argument '%s'\n",
+			argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct config cfg;
+	struct server srv;
+	char why[1024] = "";
+	uv_loop_t loop;
+	int rc;
+
+	config_defaults(&cfg);
+	rc = parse_args(argc, argv, &cfg);
+	if (rc != 0)
+		return rc;
+	log_set_level((enum log_level)cfg.log_level);
+	/* A client that goes away mid-write must not kill the daemon. */
+	signal(SIGPIPE, SIG_IGN);
+
+	uv_loop_init(&loop);
+	rc = server_init(&srv, &loop, &cfg, why, sizeof(why));
+	if (rc != 0) {
+		log_err("cannot start: %s", why);
+		uv_loop_close(&loop);
+		return 1;
+	}
+	log_notice("gpucmdd %s serving %s (%s backend, %llu MiB) on %s",
+		   GPUCMD_VERSION_STRING,
+		   executor_properties(srv.ex)->name,
+		   executor_properties(srv.ex)->backend,
+		   (unsigned long long)(executor_properties(srv.ex)->total_memory >> 20),
+		   cfg.socket_path);
+	rc = server_run(&srv);
+	uv_loop_close(&loop);
+	service_registry_free();
+	log_notice("stopped");
+	return rc;
+}

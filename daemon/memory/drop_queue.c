@@ -1,0 +1,105 @@
+/*
+ * drop_queue.c - see drop_queue.h.  Entries are kept in release order in a
+ * growable array; flush compacts it in one pass.
+ */
+#include "memory/drop_queue.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpucmd.h"
+#include "memory/memory_manager.h"
+#include "streams.h"
+
+struct drop_entry {
+	struct memory_slice *slice;
+	uint32_t nfences;
+	struct drop_fence *fences;
+};
+
+struct drop_queue {
+	struct memory_manager *mm;
+	struct drop_entry *entries;
+	uint32_t count;
+	uint32_t cap;
+};
+
+int drop_queue_create(struct memory_manager *mm, struct drop_queue **out)
+{
+	struct drop_queue *q = calloc(1, sizeof(*q));
+
+	if (q == NULL)
+		return GPUCMD_ENOMEM;
+	q->mm = mm;
+	*out = q;
+	return 0;
+}
+
+void drop_queue_destroy(struct drop_queue *q)
+{
+	if (q == NULL)
+		return;
+	for (uint32_t i = 0; i < q->count; i++) {
+		memory_manager_release(q->mm, q->entries[i].slice);
+		free(q->entries[i].fences);
+	}
+	free(q->entries);
+	free(q);
+}
+
+int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
+		    const struct drop_fence *fences, uint32_t nfences)
+{
+	struct drop_entry *e;
+	struct drop_fence *copy;
+
+	if (q->count == q->cap) {
+		uint32_t cap = q->cap ? q->cap * 2 : 16;
+		struct drop_entry *n = realloc(q->entries, cap * sizeof(*n));
+		if (n == NULL)
+			return GPUCMD_ENOMEM;
+		q->entries = n;
+		q->cap = cap;
+	}
+	copy = malloc(nfences * sizeof(*copy) + 1);
+	if (copy == NULL)
+		return GPUCMD_ENOMEM;
+	memcpy(copy, fences, nfences * sizeof(*copy));
+	e = &q->entries[q->count++];
+	e->slice = slice;
+	e->nfences = nfences;
+	e->fences = copy;
+	return 0;
+}
+
+static bool entry_done(const struct drop_entry *e)
+{
+	for (uint32_t i = 0; i < e->nfences; i++)
+		if (stream_completed(e->fences[i].stream) < e->fences[i].seq)
+			return false;
+	return true;
+}
+
+uint32_t drop_queue_flush(struct drop_queue *q)
+{
+	uint32_t kept = 0;
+	uint32_t freed = 0;
+
+	for (uint32_t i = 0; i < q->count; i++) {
+		struct drop_entry *e = &q->entries[i];
+		if (entry_done(e)) {
+			memory_manager_release(q->mm, e->slice);
+			free(e->fences);
+			freed++;
+		} else {
+			q->entries[kept++] = *e;
+		}
+	}
+	q->count = kept;
+	return freed;
+}
+
+uint32_t drop_queue_length(const struct drop_queue *q)
+{
+	return q->count;
+}

@@ -1,0 +1,43 @@
+/*
+ * drop_queue.h - memory a client released that the device may still use.
+ *
+ * A released handle's slice cannot go back to its pool at once: work
+ * enqueued before the release (on its owner stream, or on another stream
+ * that used it) may not have run yet.  The slice waits here with one fence
+ * per stream that used it: that stream's batch sequence number at release
+ * time.  A stream's `completed` sequence moves forward as its batches'
+ * completion callbacks arrive; an entry is freed once every fence passed.
+ *
+ * One queue per stream (the owner of the memory).  Thread: device thread.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct memory_manager;
+struct memory_slice;
+struct stream;
+
+/* A stream must have completed batch `seq` before the entry is free. */
+struct drop_fence {
+	const struct stream *stream;
+	uint64_t seq;
+};
+
+struct drop_queue;
+
+/** An empty queue for slices of mm. */
+int drop_queue_create(struct memory_manager *mm, struct drop_queue **out);
+/** Free the queue; entries still held are released to the manager. */
+void drop_queue_destroy(struct drop_queue *q);
+/**
+ * Queue slice until every fence has passed (fences are copied).  On
+ * allocation failure the caller must keep the slice alive itself.
+ */
+int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
+		    const struct drop_fence *fences, uint32_t nfences);
+/** Release every entry whose fences passed; returns how many. */
+uint32_t drop_queue_flush(struct drop_queue *q);
+/** Entries waiting. */
+uint32_t drop_queue_length(const struct drop_queue *q);

@@ -1,0 +1,305 @@
+/*
+ * server.c - see server.h.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "gpucmd.h"
+#include "log.h"
+#include "service.h"
+#include "session.h"
+
+/* One message from the device thread to the loop. */
+struct outbox_msg {
+	struct session *session;
+	uint8_t *buf;
+	size_t len;
+	bool completed;
+	bool closed;
+	struct outbox_msg *next;
+};
+
+/* ---- the outbox (device thread -> loop) ---------------------------------- */
+
+static void post(struct server *srv, struct outbox_msg *m)
+{
+	m->next = NULL;
+	pthread_mutex_lock(&srv->lock);
+	*srv->out_tail = m;
+	srv->out_tail = &m->next;
+	pthread_mutex_unlock(&srv->lock);
+	uv_async_send(&srv->wakeup);
+}
+
+static void on_exec_reply(void *conn, uint8_t *buf, size_t len,
+			  bool completed, void *arg)
+{
+	struct outbox_msg *m = calloc(1, sizeof(*m));
+
+	/* Losing a reply would wedge a client: this allocation must hold. */
+	require(m != NULL);
+	m->session = conn;
+	m->buf = buf;
+	m->len = len;
+	m->completed = completed;
+	post(arg, m);
+}
+
+static void on_exec_closed(void *conn, void *arg)
+{
+	struct outbox_msg *m = calloc(1, sizeof(*m));
+
+	require(m != NULL);
+	m->session = conn;
+	m->closed = true;
+	post(arg, m);
+}
+
+static void on_wakeup(uv_async_t *async)
+{
+	struct server *srv = async->data;
+	struct outbox_msg *m;
+
+	pthread_mutex_lock(&srv->lock);
+	m = srv->out_head;
+	srv->out_head = NULL;
+	srv->out_tail = &srv->out_head;
+	pthread_mutex_unlock(&srv->lock);
+
+	while (m != NULL) {
+		struct outbox_msg *next = m->next;
+
+		if (m->closed)
+			session_device_closed(m->session);
+		else
+			session_reply(m->session, m->buf, m->len,
+				      m->completed);
+		free(m);
+		m = next;
+	}
+}
+
+/* ---- accepting ----------------------------------------------------------- */
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+	struct server *srv = listener->data;
+	struct session *s;
+	int rc;
+
+	if (status < 0) {
+		log_warn("accept failed: %s", uv_strerror(status));
+		return;
+	}
+	s = calloc(1, sizeof(*s));
+	if (s == NULL) {
+		log_err("out of memory accepting a connection");
+		return;
+	}
+	s->server = srv;
+	s->id = ++srv->next_id;
+	uv_pipe_init(srv->loop, &s->pipe, 0);
+	s->pipe.data = s;
+	rc = uv_accept(listener, (uv_stream_t *)&s->pipe);
+	s->prev = NULL;
+	s->next = srv->sessions;
+	if (srv->sessions != NULL)
+		srv->sessions->prev = s;
+	srv->sessions = s;
+	srv->nsessions++;
+	if (rc != 0) {
+		log_warn("accept failed: %s", uv_strerror(rc));
+		session_close(s, NULL);
+		return;
+	}
+	if (srv->stopping) {
+		session_refuse(s, GPUCMD_ESHUTDOWN,
+			       "gpucmdd is shutting down: try again once it "
+			       "has restarted");
+		return;
+	}
+	if (srv->nsessions > srv->cfg.limits.max_connections) {
+		session_refuse(s, GPUCMD_ELIMIT,
+			       "too many connections: %u are open, the limit "
+			       "is %u (max_connections)",
+			       srv->nsessions - 1,
+			       srv->cfg.limits.max_connections);
+		return;
+	}
+	session_start(s);
+}
+
+void server_session_gone(struct server *srv, struct session *s)
+{
+	if (s->prev != NULL)
+		s->prev->next = s->next;
+	else
+		srv->sessions = s->next;
+	if (s->next != NULL)
+		s->next->prev = s->prev;
+	srv->nsessions--;
+	if (srv->stopping && srv->nsessions == 0)
+		uv_stop(srv->loop);
+}
+
+/* ---- the socket ---------------------------------------------------------- */
+
+/*
+ * A socket file left by a daemon that died is removed; one a live daemon
+ * still answers on is not, and we refuse to start.
+ */
+static int clear_stale_socket(const char *path, char *why, size_t why_len)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, rc;
+
+	if (lstat(path, &st) != 0)
+		return 0;
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(why, why_len,
+			 "%s exists and is not a socket: remove it or choose "
+			 "another --socket",
+			 path);
+		return GPUCMD_EEXIST;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+	if (rc == 0) {
+		snprintf(why, why_len,
+			 "another gpucmdd is already serving on %s: stop it or "
+			 "choose another --socket",
+			 path);
+		return GPUCMD_EEXIST;
+	}
+	unlink(path);
+	return 0;
+}
+
+static int listen_socket(struct server *srv, char *why, size_t why_len)
+{
+	const char *path = srv->cfg.socket_path;
+	int rc;
+
+	rc = clear_stale_socket(path, why, why_len);
+	if (rc != 0)
+		return rc;
+	uv_pipe_init(srv->loop, &srv->listener, 0);
+	srv->listener.data = srv;
+	rc = uv_pipe_bind(&srv->listener, path);
+	if (rc == 0 && chmod(path, srv->cfg.socket_mode) != 0)
+		rc = -errno;
+	if (rc == 0)
+		rc = uv_listen((uv_stream_t *)&srv->listener, 128,
+			       on_connection);
+	if (rc != 0) {
+		snprintf(why, why_len, "cannot listen on %s: %s", path,
+			 uv_strerror(rc));
+		uv_close((uv_handle_t *)&srv->listener, NULL);
+		return rc;
+	}
+	srv->listening = true;
+	return 0;
+}
+
+/* ---- signals and lifetime ------------------------------------------------ */
+
+static void on_signal(uv_signal_t *sig, int signum)
+{
+	struct server *srv = sig->data;
+
+	log_notice("%s: shutting down (%u connections open)",
+		   strsignal(signum), srv->nsessions);
+	server_stop(srv);
+}
+
+void server_stop(struct server *srv)
+{
+	struct session *s, *next;
+
+	if (srv->stopping)
+		return;
+	srv->stopping = true;
+	if (srv->listening) {
+		uv_close((uv_handle_t *)&srv->listener, NULL);
+		srv->listening = false;
+		unlink(srv->cfg.socket_path);
+	}
+	for (s = srv->sessions; s != NULL; s = next) {
+		next = s->next;
+		session_close(s, "the daemon is shutting down");
+	}
+	if (srv->nsessions == 0)
+		uv_stop(srv->loop);
+}
+
+int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
+		char *why, size_t why_len)
+{
+	struct executor_callbacks cb = {
+		.reply = on_exec_reply,
+		.closed = on_exec_closed,
+		.arg = srv,
+	};
+	int rc;
+
+	memset(srv, 0, sizeof(*srv));
+	srv->loop = loop;
+	srv->cfg = *cfg;
+	srv->out_tail = &srv->out_head;
+	pthread_mutex_init(&srv->lock, NULL);
+	rc = executor_start(&srv->cfg, &cb, &srv->ex, why, why_len);
+	if (rc != 0)
+		return rc;
+	uv_async_init(loop, &srv->wakeup, on_wakeup);
+	srv->wakeup.data = srv;
+	uv_signal_init(loop, &srv->sigint);
+	uv_signal_init(loop, &srv->sigterm);
+	srv->sigint.data = srv;
+	srv->sigterm.data = srv;
+	uv_signal_start(&srv->sigint, on_signal, SIGINT);
+	uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
+	rc = listen_socket(srv, why, why_len);
+	if (rc != 0) {
+		uv_close((uv_handle_t *)&srv->wakeup, NULL);
+		uv_close((uv_handle_t *)&srv->sigint, NULL);
+		uv_close((uv_handle_t *)&srv->sigterm, NULL);
+		uv_run(loop, UV_RUN_NOWAIT);
+		executor_stop(srv->ex);
+		srv->ex = NULL;
+		return rc;
+	}
+	return 0;
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+	(void)arg;
+	if (!uv_is_closing(h))
+		uv_close(h, NULL);
+}
+
+int server_run(struct server *srv)
+{
+	uv_run(srv->loop, UV_RUN_DEFAULT);
+	/* Every session is gone; the device thread can finish. */
+	executor_stop(srv->ex);
+	srv->ex = NULL;
+	on_wakeup(&srv->wakeup);
+	uv_walk(srv->loop, close_walk, NULL);
+	uv_run(srv->loop, UV_RUN_DEFAULT);
+	pthread_mutex_destroy(&srv->lock);
+	return 0;
+}

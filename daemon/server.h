@@ -1,0 +1,57 @@
+/*
+ * server.h - the loop thread: the listening socket, accepting clients, the
+ * queue of replies from the device thread, and signals.
+ *
+ * The server owns every session and the executor.  The executor's
+ * callbacks (device thread) push onto a mutex-guarded outbox and wake the
+ * loop with a uv_async_t; the loop drains it and writes the replies.
+ *
+ * Shutdown (SIGTERM, SIGINT): stop accepting, close every session (each
+ * waits for its batches to complete and its memory to be freed), then stop
+ * the executor and leave the loop; the exit status is 0.
+ */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "executor.h"
+
+struct session;
+struct outbox_msg;
+
+struct server {
+	uv_loop_t *loop;
+	uv_pipe_t listener;
+	uv_async_t wakeup;
+	uv_signal_t sigint;
+	uv_signal_t sigterm;
+	struct config cfg;
+	struct executor *ex;
+
+	pthread_mutex_t lock;		/* guards the outbox */
+	struct outbox_msg *out_head;
+	struct outbox_msg **out_tail;
+
+	struct session *sessions;
+	uint32_t nsessions;
+	uint64_t next_id;
+	bool listening;
+	bool stopping;
+};
+
+/**
+ * Start the executor (opening the device) and listen on cfg's socket.
+ * 0, or an error with a sentence in why.
+ */
+int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
+		char *why, size_t why_len);
+/** Run the loop until shutdown; 0 on a clean stop. */
+int server_run(struct server *srv);
+/** Begin a graceful shutdown (loop thread). */
+void server_stop(struct server *srv);
+/** A session is fully closed: forget it (loop thread). */
+void server_session_gone(struct server *srv, struct session *s);

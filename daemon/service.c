@@ -1,0 +1,100 @@
+/*
+ * service.c - the service registry and per-service accounting.
+ */
+#include "service.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpucmd.h"
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct service *registry_head;
+static struct service **registry_tail = &registry_head;
+static uint32_t registry_count;
+
+int service_name_check(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n == 0 || n > SERVICE_NAME_MAX)
+		return GPUCMD_EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		      c == '-'))
+			return GPUCMD_EINVAL;
+	}
+	return 0;
+}
+
+struct service *service_get(const char *name)
+{
+	struct service *svc;
+
+	pthread_mutex_lock(&registry_lock);
+	for (svc = registry_head; svc != NULL; svc = svc->next)
+		if (strcmp(svc->name, name) == 0)
+			goto out;
+	if (registry_count >= SERVICE_MAX)
+		goto out;
+	svc = calloc(1, sizeof(*svc));
+	if (svc == NULL)
+		goto out;
+	snprintf(svc->name, sizeof(svc->name), "%s", name);
+	svc->id = ++registry_count;
+	atomic_init(&svc->connections, 0);
+	*registry_tail = svc;
+	registry_tail = &svc->next;
+out:
+	pthread_mutex_unlock(&registry_lock);
+	return svc;
+}
+
+void service_foreach(void (*fn)(struct service *svc, void *arg), void *arg)
+{
+	pthread_mutex_lock(&registry_lock);
+	for (struct service *svc = registry_head; svc != NULL; svc = svc->next)
+		fn(svc, arg);
+	pthread_mutex_unlock(&registry_lock);
+}
+
+uint32_t service_count(void)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&registry_lock);
+	n = registry_count;
+	pthread_mutex_unlock(&registry_lock);
+	return n;
+}
+
+void service_charge(struct service *svc, uint64_t size)
+{
+	svc->bytes_in_use += size;
+	svc->allocations++;
+	if (svc->bytes_in_use > svc->peak_bytes_in_use)
+		svc->peak_bytes_in_use = svc->bytes_in_use;
+}
+
+void service_uncharge(struct service *svc, uint64_t size)
+{
+	svc->bytes_in_use -= size;
+	svc->allocations--;
+}
+
+void service_registry_free(void)
+{
+	pthread_mutex_lock(&registry_lock);
+	while (registry_head != NULL) {
+		struct service *next = registry_head->next;
+		free(registry_head);
+		registry_head = next;
+	}
+	registry_tail = &registry_head;
+	registry_count = 0;
+	pthread_mutex_unlock(&registry_lock);
+}

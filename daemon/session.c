@@ -1,0 +1,508 @@
+/*
+ * session.c - one client connection: framing, handshake, requests, replies.
+ * See session.h.
+ */
+#include "session.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "gpucmd.h"
+#include "log.h"
+#include "server.h"
+#include "service.h"
+
+/* Small frames are read many at a time into this buffer. */
+#define SESSION_RBUF 65536
+
+struct write_req {
+	uv_write_t req;
+	struct session *s;
+	uint8_t *buf;
+	size_t len;
+};
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
+/* ---- writing ------------------------------------------------------------- */
+
+static void on_write(uv_write_t *req, int status)
+{
+	struct write_req *w = (struct write_req *)req;
+	struct session *s = w->s;
+
+	s->pending_bytes -= w->len;
+	free(w->buf);
+	free(w);
+	if (status < 0 && status != UV_ECANCELED && s->state != SESSION_CLOSING)
+		session_close(s, uv_strerror(status));
+}
+
+/* Queue buf (ownership passes) for the client. */
+static void send_buf(struct session *s, uint8_t *buf, size_t len)
+{
+	struct write_req *w;
+	uv_buf_t b;
+	int rc;
+
+	if (s->handle_closed) {
+		free(buf);
+		return;
+	}
+	w = malloc(sizeof(*w));
+	if (w == NULL) {
+		free(buf);
+		session_close(s, "out of memory queueing a reply");
+		return;
+	}
+	w->s = s;
+	w->buf = buf;
+	w->len = len;
+	b = uv_buf_init((char *)buf, (unsigned int)len);
+	s->pending_bytes += len;
+	rc = uv_write(&w->req, (uv_stream_t *)&s->pipe, &b, 1, on_write);
+	if (rc != 0) {
+		s->pending_bytes -= len;
+		free(buf);
+		free(w);
+		session_close(s, uv_strerror(rc));
+		return;
+	}
+	if (s->pending_bytes > s->server->cfg.limits.max_pending_bytes &&
+	    s->state != SESSION_CLOSING) {
+		char why[160];
+
+		snprintf(why, sizeof(why),
+			 "the client does not read its replies: %llu bytes "
+			 "queued, over max_pending_bytes %llu",
+			 (unsigned long long)s->pending_bytes,
+			 (unsigned long long)
+				 s->server->cfg.limits.max_pending_bytes);
+		session_close(s, why);
+	}
+}
+
+static void send_frame(struct session *s, const Gpucmd__Frame *f)
+{
+	uint8_t *buf;
+	size_t len;
+
+	if (frame_encode(f, &buf, &len) != 0) {
+		session_close(s, "cannot encode a frame");
+		return;
+	}
+	send_buf(s, buf, len);
+}
+
+static void send_error(struct session *s, int code, const char *msg)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Error e = GPUCMD__ERROR__INIT;
+
+	e.code = code;
+	e.message = (char *)msg;
+	f.msg_case = GPUCMD__FRAME__MSG_ERROR;
+	f.error = &e;
+	send_frame(s, &f);
+}
+
+/* ---- teardown ------------------------------------------------------------ */
+
+static void on_closed(uv_handle_t *h)
+{
+	struct session *s = h->data;
+
+	server_session_gone(s->server, s);
+	free(s->rbuf);
+	free(s->body);
+	free(s);
+}
+
+/* Close the socket once the executor no longer refers to the session. */
+static void maybe_free(struct session *s)
+{
+	if (s->state != SESSION_CLOSING || s->device_open || s->handle_closed)
+		return;
+	s->handle_closed = true;
+	uv_close((uv_handle_t *)&s->pipe, on_closed);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+	struct session *s = req->data;
+
+	(void)status;
+	free(req);
+	maybe_free(s);
+}
+
+void session_close(struct session *s, const char *why)
+{
+	uv_shutdown_t *req;
+
+	if (s->state == SESSION_CLOSING)
+		return;
+	if (s->state == SESSION_READY) {
+		struct service *svc = s->econn.service;
+
+		if (why != NULL)
+			log_notice("connection %llu (%s, service %s) closed: %s",
+				   (unsigned long long)s->id, s->peer,
+				   svc->name, why);
+		else
+			log_info("connection %llu (%s, service %s) left",
+				 (unsigned long long)s->id, s->peer,
+				 svc->name);
+		atomic_fetch_sub(&svc->connections, 1);
+	} else if (why != NULL) {
+		log_info("connection %llu (%s) closed before its handshake: %s",
+			 (unsigned long long)s->id, s->peer, why);
+	}
+	s->state = SESSION_CLOSING;
+	if (s->reading) {
+		uv_read_stop((uv_stream_t *)&s->pipe);
+		s->reading = false;
+	}
+	if (s->device_open &&
+	    executor_close(s->server->ex, &s->econn) != 0) {
+		/* Cannot tell the executor: keep the session rather than free
+		 * memory it may still refer to. */
+		log_err("connection %llu: cannot queue its teardown; its "
+			"device memory stays held",
+			(unsigned long long)s->id);
+		return;
+	}
+	/* Let queued replies (a refusal, say) reach the client first. */
+	req = malloc(sizeof(*req));
+	if (req != NULL) {
+		req->data = s;
+		if (uv_shutdown(req, (uv_stream_t *)&s->pipe, on_shutdown) == 0)
+			return;
+		free(req);
+	}
+	maybe_free(s);
+}
+
+void session_device_closed(struct session *s)
+{
+	s->device_open = false;
+	maybe_free(s);
+}
+
+void session_refuse(struct session *s, int code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	send_error(s, code, msg);
+	session_close(s, msg);
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+static void resume_reading(struct session *s)
+{
+	if (s->reading || s->state == SESSION_CLOSING)
+		return;
+	if (uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read) == 0)
+		s->reading = true;
+}
+
+void session_reply(struct session *s, uint8_t *buf, size_t len,
+		   bool completed)
+{
+	if (buf != NULL) {
+		if (s->state == SESSION_CLOSING)
+			free(buf);
+		else
+			send_buf(s, buf, len);
+	}
+	if (completed) {
+		s->in_flight--;
+		if (s->in_flight < s->server->cfg.limits.max_in_flight)
+			resume_reading(s);
+	}
+}
+
+static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
+{
+	struct server *srv = s->server;
+	const struct driver_properties *p = executor_properties(srv->ex);
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Welcome w = GPUCMD__WELCOME__INIT;
+	Gpucmd__DeviceInfo dev = GPUCMD__DEVICE_INFO__INIT;
+	Gpucmd__Limits lim = GPUCMD__LIMITS__INIT;
+	struct service *svc;
+
+	if (hello->protocol_version != GPUCMD_PROTOCOL_VERSION) {
+		session_refuse(s, GPUCMD_EVERSION,
+			       "protocol version %u is not supported; this "
+			       "gpucmdd speaks %u: use a matching libgpucmd",
+			       hello->protocol_version,
+			       GPUCMD_PROTOCOL_VERSION);
+		return;
+	}
+	if (service_name_check(hello->service) != 0) {
+		session_refuse(s, GPUCMD_EINVAL,
+			       "service name '%.80s' is not valid: use 1 to %d "
+			       "letters, digits, '.', '_' or '-'",
+			       hello->service, SERVICE_NAME_MAX);
+		return;
+	}
+	svc = service_get(hello->service);
+	if (svc == NULL) {
+		session_refuse(s, GPUCMD_ELIMIT,
+			       "too many services: the daemon knows %d already",
+			       SERVICE_MAX);
+		return;
+	}
+	atomic_fetch_add(&svc->connections, 1);
+	s->econn.conn = s;
+	s->econn.service = svc;
+	s->econn.id = s->id;
+	s->econn.admin = s->uid == 0 || s->uid == geteuid();
+	s->state = SESSION_READY;
+	s->device_open = true;
+	log_info("connection %llu (%s, %s) joined service %s (id %u)",
+		 (unsigned long long)s->id, s->peer,
+		 hello->client_name[0] ? hello->client_name : "unnamed client",
+		 svc->name, svc->id);
+
+	dev.name = (char *)p->name;
+	dev.backend = (char *)p->backend;
+	dev.total_memory = p->total_memory;
+	dev.max_allocation = p->max_page_size;
+	dev.alignment = p->alignment;
+	lim.memory_limit = svc->memory_limit;
+	lim.max_streams = srv->cfg.limits.max_streams;
+	lim.max_ops_per_batch = srv->cfg.limits.max_ops_per_batch;
+	lim.max_frame_bytes = srv->cfg.limits.max_frame_bytes;
+	lim.max_in_flight = srv->cfg.limits.max_in_flight;
+	lim.max_handles = srv->cfg.limits.max_handles;
+	w.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	w.service_id = svc->id;
+	w.service = svc->name;
+	w.connection_id = s->id;
+	w.device = &dev;
+	w.limits = &lim;
+	f.msg_case = GPUCMD__FRAME__MSG_WELCOME;
+	f.welcome = &w;
+	send_frame(s, &f);
+}
+
+/* A request that breaks a limit is answered with an error, not run. */
+static void reply_error(struct session *s, uint64_t id, int code,
+			const char *msg)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Response r = GPUCMD__RESPONSE__INIT;
+	Gpucmd__Error e = GPUCMD__ERROR__INIT;
+
+	e.code = code;
+	e.message = (char *)msg;
+	r.id = id;
+	r.error = &e;
+	f.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
+	f.response = &r;
+	send_frame(s, &f);
+}
+
+static void handle_request(struct session *s, Gpucmd__Frame *frame)
+{
+	const struct config_limits *lim = &s->server->cfg.limits;
+	Gpucmd__Request *req = frame->request;
+	int rc;
+
+	if (req->n_ops > lim->max_ops_per_batch) {
+		char msg[200];
+
+		snprintf(msg, sizeof(msg),
+			 "batch of %zu ops is over the limit of %u "
+			 "(max_ops_per_batch): split it",
+			 req->n_ops, lim->max_ops_per_batch);
+		reply_error(s, req->id, GPUCMD_ELIMIT, msg);
+		frame_free(frame);
+		return;
+	}
+	rc = executor_submit(s->server->ex, &s->econn, frame);
+	if (rc != 0) {
+		reply_error(s, req->id, rc,
+			    "the daemon is out of memory for this batch");
+		frame_free(frame);
+		return;
+	}
+	s->in_flight++;
+	if (s->in_flight >= lim->max_in_flight && s->reading) {
+		/* Backpressure: the client's writes block until we catch up. */
+		uv_read_stop((uv_stream_t *)&s->pipe);
+		s->reading = false;
+	}
+}
+
+static void handle_body(struct session *s, const uint8_t *body, size_t len)
+{
+	Gpucmd__Frame *frame = frame_decode(body, len);
+
+	if (frame == NULL) {
+		session_refuse(s, GPUCMD_EPROTO,
+			       "a frame body of %zu bytes is not a valid gpucmd "
+			       "message: is the client's libgpucmd from this "
+			       "release?",
+			       len);
+		return;
+	}
+	if (s->state == SESSION_HELLO) {
+		if (frame->msg_case == GPUCMD__FRAME__MSG_HELLO)
+			handle_hello(s, frame->hello);
+		else
+			session_refuse(s, GPUCMD_EPROTO,
+				       "the first frame must be a Hello "
+				       "(got message %d)",
+				       (int)frame->msg_case);
+		frame_free(frame);
+		return;
+	}
+	if (frame->msg_case != GPUCMD__FRAME__MSG_REQUEST) {
+		session_refuse(s, GPUCMD_EPROTO,
+			       "expected a Request (got message %d)",
+			       (int)frame->msg_case);
+		frame_free(frame);
+		return;
+	}
+	handle_request(s, frame);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct session *s = h->data;
+
+	(void)suggested;
+	if (s->body != NULL) {
+		/* A large frame: read straight into its body. */
+		*buf = uv_buf_init((char *)s->body + s->body_have,
+				   s->body_len - s->body_have);
+		return;
+	}
+	if (s->rbuf == NULL) {
+		s->rbuf = malloc(SESSION_RBUF);
+		s->rcap = s->rbuf != NULL ? SESSION_RBUF : 0;
+	}
+	*buf = uv_buf_init((char *)s->rbuf + s->rlen,
+			   (unsigned int)(s->rcap - s->rlen));
+}
+
+/* Parse every whole frame in rbuf; start a body for a large one. */
+static void parse_frames(struct session *s)
+{
+	size_t off = 0;
+
+	while (s->state != SESSION_CLOSING && s->rlen - off >= FRAME_HEADER_SIZE) {
+		struct frame_header hdr;
+		char msg[256];
+		size_t have;
+		int rc;
+
+		frame_header_unpack(s->rbuf + off, &hdr);
+		rc = frame_header_check(&hdr,
+					s->server->cfg.limits.max_frame_bytes,
+					msg, sizeof(msg));
+		if (rc != 0) {
+			session_refuse(s, rc, "%s", msg);
+			return;
+		}
+		have = s->rlen - off - FRAME_HEADER_SIZE;
+		if (have >= hdr.length) {
+			off += FRAME_HEADER_SIZE;
+			handle_body(s, s->rbuf + off, hdr.length);
+			off += hdr.length;
+			continue;
+		}
+		if (FRAME_HEADER_SIZE + (size_t)hdr.length <= s->rcap)
+			break;	/* fits once the rest arrives */
+		/* Larger than the buffer: collect it on its own. */
+		s->body = malloc(hdr.length);
+		if (s->body == NULL) {
+			session_refuse(s, GPUCMD_ENOMEM,
+				       "the daemon cannot hold a frame of %u "
+				       "bytes now: retry with smaller batches",
+				       hdr.length);
+			return;
+		}
+		s->body_len = hdr.length;
+		s->body_have = (uint32_t)have;
+		memcpy(s->body, s->rbuf + off + FRAME_HEADER_SIZE, have);
+		off = s->rlen;
+		break;
+	}
+	if (off > 0 && s->rbuf != NULL) {
+		memmove(s->rbuf, s->rbuf + off, s->rlen - off);
+		s->rlen -= off;
+	}
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+	struct session *s = stream->data;
+
+	(void)buf;
+	if (nread == UV_EOF) {
+		session_close(s, NULL);
+		return;
+	}
+	if (nread < 0) {
+		session_close(s, uv_strerror((int)nread));
+		return;
+	}
+	if (nread == 0)
+		return;
+	if (s->body != NULL) {
+		s->body_have += (uint32_t)nread;
+		if (s->body_have < s->body_len)
+			return;
+		handle_body(s, s->body, s->body_len);
+		free(s->body);
+		s->body = NULL;
+		return;
+	}
+	if (s->rbuf == NULL) {
+		session_close(s, "out of memory for the read buffer");
+		return;
+	}
+	s->rlen += (size_t)nread;
+	parse_frames(s);
+}
+
+int session_start(struct session *s)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	uv_os_fd_t fd;
+
+	if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0 &&
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+		s->uid = cred.uid;
+		s->gid = cred.gid;
+		s->pid = cred.pid;
+	} else {
+		s->uid = (uid_t)-1;
+		s->gid = (gid_t)-1;
+	}
+	snprintf(s->peer, sizeof(s->peer), "pid %d uid %d", (int)s->pid,
+		 (int)s->uid);
+	s->state = SESSION_HELLO;
+	resume_reading(s);
+	if (!s->reading) {
+		session_close(s, "cannot read from the socket");
+		return GPUCMD_EDISCONNECTED;
+	}
+	return 0;
+}

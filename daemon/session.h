@@ -1,0 +1,84 @@
+/*
+ * session.h - one client connection, on the loop thread.
+ *
+ * A session reads frames off its socket (header first, length checked
+ * against max_frame_bytes before a byte of body is allocated), runs the
+ * Hello/Welcome handshake, and hands each Request to the executor.  It writes
+ * the responses the executor sends back, in whatever order they come
+ * (clients match them by id).
+ *
+ * Limits: a session stops reading while max_in_flight of its batches are
+ * not complete (backpressure instead of an unbounded queue), and is closed
+ * when more than max_pending_bytes of replies wait for a client that does
+ * not read them.
+ *
+ * Teardown is two steps (house style): session_close marks the session dead
+ * and stops reading; the executor then frees its device state and says so
+ * (session_device_closed), and only the libuv close callback frees it.
+ *
+ * Thread: the loop thread only.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "executor.h"
+
+struct server;
+
+enum session_state {
+	SESSION_HELLO,		/* waiting for Hello */
+	SESSION_READY,		/* serving requests */
+	SESSION_CLOSING,	/* dead: waiting for the executor and libuv */
+};
+
+struct session {
+	uv_pipe_t pipe;
+	struct server *server;
+	struct executor_conn econn;
+	uint64_t id;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	enum session_state state;
+	bool reading;
+	bool device_open;		/* the executor knows this session */
+	bool handle_closed;		/* uv_close was called */
+
+	/* Frame reassembly. */
+	uint8_t *rbuf;
+	size_t rlen;
+	size_t rcap;
+	uint8_t *body;			/* a frame larger than rbuf */
+	uint32_t body_len;
+	uint32_t body_have;
+
+	uint32_t in_flight;
+	uint64_t pending_bytes;		/* queued writes not yet on the wire */
+	char peer[64];			/* "pid 123 uid 1000" for logs */
+	struct session *next;
+	struct session *prev;
+};
+
+/** Start serving an accepted client connection (already in s->pipe). */
+int session_start(struct session *s);
+/**
+ * End the session: stop reading, tell the executor, close the socket once
+ * it is done.  why is logged (NULL: the client left).
+ */
+void session_close(struct session *s, const char *why);
+/** A response (or completion) from the executor arrived for s. */
+void session_reply(struct session *s, uint8_t *buf, size_t len,
+		   bool completed);
+/** The executor freed s's device state. */
+void session_device_closed(struct session *s);
+/**
+ * Send a lone Error frame, then close the connection once it is written
+ * (refusals, protocol errors).
+ */
+void session_refuse(struct session *s, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));

@@ -1,0 +1,330 @@
+/*
+ * streams.c - see streams.h.
+ */
+#include "streams.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpucmd.h"
+#include "log.h"
+#include "memory/drop_queue.h"
+#include "service.h"
+
+/*
+ * The storage behind a stream's memory manager.  Fresh device memory is
+ * zeroed on the owning stream before anything can use it, so a service never
+ * sees bytes another service left in memory the device handed back out.
+ */
+static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
+{
+	struct stream *s = ctx;
+	struct driver *d = s->set->driver;
+	uint64_t p;
+	int rc;
+
+	rc = d->ops->mem_alloc(d, size, &p);
+	if (rc != 0)
+		return rc;
+	rc = d->ops->memset_d8(d, s->ds, p, 0, size);
+	if (rc != 0) {
+		d->ops->mem_free(d, p);
+		return rc;
+	}
+	*ptr = p;
+	return 0;
+}
+
+static void storage_free(void *ctx, uint64_t ptr)
+{
+	struct stream *s = ctx;
+	struct driver *d = s->set->driver;
+
+	d->ops->mem_free(d, ptr);
+}
+
+int stream_set_create(struct driver *d, struct service *svc,
+		      uint64_t connection_id, const struct config_limits *lim,
+		      const struct memory_configuration *layout,
+		      struct stream_set **out)
+{
+	struct stream_set *set = calloc(1, sizeof(*set));
+	int rc;
+
+	if (set == NULL)
+		return GPUCMD_ENOMEM;
+	rc = handle_table_create(lim->max_handles, &set->handles);
+	if (rc != 0) {
+		free(set);
+		return rc;
+	}
+	set->driver = d;
+	set->service = svc;
+	set->connection_id = connection_id;
+	set->max_streams = lim->max_streams < STREAMS_MAX ? lim->max_streams
+							  : STREAMS_MAX;
+	set->layout = *layout;
+	set->props.max_page_size = d->props.max_page_size;
+	set->props.alignment = d->props.alignment;
+	*out = set;
+	return 0;
+}
+
+static void stream_destroy(struct stream *s)
+{
+	struct driver *d = s->set->driver;
+
+	/* The drop queue gives its slices back before the manager goes. */
+	drop_queue_destroy(s->drops);
+	if (s->memory != NULL)
+		memory_manager_destroy(s->memory);
+	if (s->event != NULL)
+		d->ops->event_destroy(d, s->event);
+	if (s->ds != NULL)
+		d->ops->stream_destroy(d, s->ds);
+	free(s);
+}
+
+static void release_at_teardown(struct handle *h, void *arg)
+{
+	struct stream_set *set = arg;
+
+	service_uncharge(set->service, h->alloc.size);
+	memory_manager_release(h->owner->memory, h->alloc.slice);
+	handle_free(h);
+}
+
+void stream_set_destroy(struct stream_set *set)
+{
+	if (set == NULL)
+		return;
+	handle_table_drain(set->handles, release_at_teardown, set);
+	handle_table_destroy(set->handles);
+	for (uint32_t i = 0; i < set->nstreams; i++)
+		stream_destroy(set->slots[i]);
+	free(set);
+}
+
+static int stream_create(struct stream_set *set, uint32_t number,
+			 struct stream **out)
+{
+	struct driver *d = set->driver;
+	struct stream *s = calloc(1, sizeof(*s));
+	struct memory_storage storage;
+	int rc;
+
+	if (s == NULL)
+		return GPUCMD_ENOMEM;
+	s->set = set;
+	s->number = number;
+	s->slot = (uint16_t)set->nstreams;
+	storage.alloc = storage_alloc;
+	storage.free = storage_free;
+	storage.ctx = s;
+	rc = d->ops->stream_create(d, &s->ds);
+	if (rc == 0)
+		rc = d->ops->event_create(d, &s->event);
+	if (rc == 0)
+		rc = memory_manager_create(&set->layout, &set->props, &storage,
+					   &s->memory);
+	if (rc == 0)
+		rc = drop_queue_create(s->memory, &s->drops);
+	if (rc != 0) {
+		stream_destroy(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+int streams_get(struct stream_set *set, uint32_t number, struct stream **out,
+		char *msg, size_t msg_len)
+{
+	struct stream *s;
+	int rc;
+
+	for (uint32_t i = 0; i < set->nstreams; i++) {
+		if (set->slots[i]->number == number) {
+			*out = set->slots[i];
+			return 0;
+		}
+	}
+	if (set->nstreams >= set->max_streams) {
+		snprintf(msg, msg_len,
+			 "stream %u would be this connection's stream number "
+			 "%u, over the limit of %u streams per connection "
+			 "(max_streams): reuse a stream number",
+			 number, set->nstreams + 1, set->max_streams);
+		return GPUCMD_ELIMIT;
+	}
+	rc = stream_create(set, number, &s);
+	if (rc != 0) {
+		snprintf(msg, msg_len, "cannot create stream %u: %s%s%s",
+			 number, gpucmd_strerror(rc),
+			 set->driver->error[0] ? ": " : "",
+			 set->driver->error);
+		return rc;
+	}
+	set->slots[set->nstreams++] = s;
+	*out = s;
+	return 0;
+}
+
+/* Make current wait for stream `slot` up to at least its cursor `upto`. */
+static int wait_for(struct stream_set *set, struct stream *current,
+		    uint32_t slot, uint64_t upto)
+{
+	struct driver *d = set->driver;
+	struct stream *other = set->slots[slot];
+	int rc;
+
+	if (slot == current->slot || current->synced[slot] >= upto)
+		return 0;
+	rc = d->ops->event_record(d, other->event, other->ds);
+	if (rc == 0)
+		rc = d->ops->event_wait(d, current->ds, other->event);
+	if (rc != 0)
+		return rc;
+	current->synced[slot] = other->cursor;
+	return 0;
+}
+
+static int note_reader(struct handle *h, uint16_t slot, uint64_t cursor)
+{
+	for (uint32_t i = 0; i < h->nreaders; i++) {
+		if (h->readers[i].slot == slot) {
+			h->readers[i].cursor = cursor;
+			return 0;
+		}
+	}
+	if (h->nreaders == h->readers_cap) {
+		uint32_t cap = h->readers_cap ? h->readers_cap * 2 : 2;
+		struct handle_use *n = realloc(h->readers, cap * sizeof(*n));
+		if (n == NULL)
+			return GPUCMD_ENOMEM;
+		h->readers = n;
+		h->readers_cap = cap;
+	}
+	h->readers[h->nreaders].slot = slot;
+	h->readers[h->nreaders].cursor = cursor;
+	h->nreaders++;
+	return 0;
+}
+
+int streams_resolve(struct stream_set *set, struct stream *current,
+		    const struct binding *b, size_t n, struct resolved *out)
+{
+	int rc;
+
+	/* First every wait, so the command is ordered behind all of them. */
+	for (size_t i = 0; i < n; i++) {
+		const struct handle *h = b[i].handle;
+
+		if (h->writer_slot >= 0) {
+			rc = wait_for(set, current, (uint32_t)h->writer_slot,
+				      h->writer_cursor);
+			if (rc != 0)
+				return rc;
+		}
+		if (!b[i].write)
+			continue;
+		for (uint32_t r = 0; r < h->nreaders; r++) {
+			rc = wait_for(set, current, h->readers[r].slot,
+				      h->readers[r].cursor);
+			if (rc != 0)
+				return rc;
+		}
+	}
+	current->cursor++;
+	/* Then record the new uses at the cursor of this command. */
+	for (size_t i = 0; i < n; i++) {
+		struct handle *h = b[i].handle;
+
+		if (b[i].write) {
+			h->writer_slot = current->slot;
+			h->writer_cursor = current->cursor;
+			h->nreaders = 0;
+		} else {
+			rc = note_reader(h, current->slot, current->cursor);
+			if (rc != 0)
+				return rc;
+		}
+	}
+	out->set = set;
+	out->current = current;
+	out->cursor = current->cursor;
+	return 0;
+}
+
+static void add_fence(struct drop_fence *f, uint32_t *n, const struct stream *s)
+{
+	for (uint32_t i = 0; i < *n; i++)
+		if (f[i].stream == s)
+			return;
+	f[*n].stream = s;
+	f[*n].seq = s->submitted;
+	(*n)++;
+}
+
+int streams_release(struct stream_set *set, struct stream *current,
+		    struct handle *h)
+{
+	struct drop_fence fences[STREAMS_MAX];
+	uint32_t n = 0;
+	int rc;
+
+	/*
+	 * Everyone who may still touch the memory: the owner (it zeroed and
+	 * may have used it), the last writer, the readers since, and the
+	 * stream the release arrives on.  Earlier writers and readers were
+	 * waited on by the last writer, so its fence covers them.
+	 */
+	add_fence(fences, &n, h->owner);
+	add_fence(fences, &n, current);
+	if (h->writer_slot >= 0)
+		add_fence(fences, &n, set->slots[h->writer_slot]);
+	for (uint32_t i = 0; i < h->nreaders; i++)
+		add_fence(fences, &n, set->slots[h->readers[i].slot]);
+	rc = drop_queue_push(h->owner->drops, h->alloc.slice, fences, n);
+	if (rc != 0)
+		return rc;
+	handle_table_remove(set->handles, h->id);
+	service_uncharge(set->service, h->alloc.size);
+	handle_free(h);
+	return 0;
+}
+
+uint64_t stream_completed(const struct stream *s)
+{
+	return s->completed;
+}
+
+void streams_flush_drops(struct stream_set *set)
+{
+	for (uint32_t i = 0; i < set->nstreams; i++)
+		if (!set->slots[i]->capturing)
+			drop_queue_flush(set->slots[i]->drops);
+}
+
+void streams_usage(const struct stream_set *set, struct memory_usage *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (uint32_t i = 0; i < set->nstreams; i++) {
+		struct memory_usage u;
+
+		memory_manager_usage(set->slots[i]->memory, &u);
+		out->allocations += u.allocations;
+		out->bytes_in_use += u.bytes_in_use;
+		out->bytes_padding += u.bytes_padding;
+		out->bytes_reserved += u.bytes_reserved;
+	}
+}
+
+bool streams_idle(const struct stream_set *set)
+{
+	for (uint32_t i = 0; i < set->nstreams; i++)
+		if (set->slots[i]->completed < set->slots[i]->submitted)
+			return false;
+	return true;
+}

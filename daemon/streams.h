@@ -1,0 +1,125 @@
+/*
+ * streams.h - one connection's streams and the ordering between them.
+ *
+ * A client names streams by small numbers; the first use of a number
+ * creates a device stream with its own memory manager (memory belongs to
+ * the stream that created it) and its own drop queue.  struct stream_set is
+ * everything the device thread holds for one connection: its streams and
+ * its handle table.
+ *
+ * Ordering (the seed's "resolve"): before a command runs on stream S with
+ * some handles, S is made to wait, on the device (event record + wait, never
+ * a host block), for
+ *   - the last write of each handle it reads or writes, and
+ *   - every read since that write of each handle it writes,
+ * when those happened on other streams and S has not already waited past
+ * them.  Unlike the reference (cubecl-runtime.md §3.6) the last *writer* is
+ * tracked, not only the allocating stream, so a reader always sees the last
+ * write.  Each stream's cursor counts its commands; `synced[j]` is the
+ * cursor of stream j that S has already waited for.
+ *
+ * Completion: every batch gets a sequence number on its stream (`submitted`)
+ * and a driver callback after its work; `completed` follows the callbacks.
+ * Released memory waits in the owner's drop queue until every stream that
+ * used it has completed the batch in which it was released.
+ *
+ * Thread: the device thread only (stream_completed may be read by anyone
+ * on that thread; callbacks hand completions over through the executor).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "driver/driver.h"
+#include "memory/handle.h"
+#include "memory/memory_manager.h"
+
+#define STREAMS_MAX 64
+
+struct drop_queue;
+struct service;
+struct stream_set;
+
+struct stream {
+	struct stream_set *set;
+	uint32_t number;		/* the client's name for it */
+	uint16_t slot;			/* index in set->slots */
+	struct driver_stream *ds;
+	struct driver_event *event;	/* recorded when another stream must wait */
+	struct memory_manager *memory;
+	struct drop_queue *drops;
+	uint64_t cursor;		/* commands resolved on this stream */
+	uint64_t submitted;		/* sequence of the last batch enqueued */
+	uint64_t completed;		/* sequence of the last batch completed */
+	uint64_t synced[STREAMS_MAX];
+	bool fault_pending;		/* a fault not yet reported to a sync/read */
+	bool capturing;			/* recording a graph */
+};
+
+struct stream_set {
+	struct driver *driver;
+	struct service *service;
+	uint64_t connection_id;
+	uint32_t max_streams;
+	uint32_t nstreams;
+	struct stream *slots[STREAMS_MAX];
+	struct handle_table *handles;
+	struct memory_configuration layout;
+	struct memory_device_properties props;
+	struct stream_set *next;	/* executor's list of live sets */
+	struct stream_set *prev;
+};
+
+/* A handle a command uses, and whether it writes it. */
+struct binding {
+	struct handle *handle;
+	bool write;
+};
+
+/* What resolve produced for one command. */
+struct resolved {
+	struct stream_set *set;
+	struct stream *current;
+	uint64_t cursor;		/* current's cursor after the bump */
+};
+
+/** A set for one connection of svc, with the given limits and pool layout. */
+int stream_set_create(struct driver *d, struct service *svc,
+		      uint64_t connection_id, const struct config_limits *lim,
+		      const struct memory_configuration *layout,
+		      struct stream_set **out);
+/**
+ * Free everything the set holds: handles, memory, streams.  Every stream
+ * must be idle (its last batch completed).
+ */
+void stream_set_destroy(struct stream_set *set);
+/**
+ * The stream numbered number, created on first use.  GPUCMD_ELIMIT past
+ * max_streams (msg says so).
+ */
+int streams_get(struct stream_set *set, uint32_t number, struct stream **out,
+		char *msg, size_t msg_len);
+/**
+ * Order current behind the other streams' uses of the bindings, bump its
+ * cursor and note the bindings' new uses.  0 or the driver's error.
+ */
+int streams_resolve(struct stream_set *set, struct stream *current,
+		    const struct binding *b, size_t n, struct resolved *out);
+/**
+ * Drop h: it leaves the handle table and its memory goes to the owner's
+ * drop queue, fenced on every stream that used it; h is freed.  On failure
+ * nothing changed.
+ */
+int streams_release(struct stream_set *set, struct stream *current,
+		    struct handle *h);
+/** The last batch sequence whose completion arrived. */
+uint64_t stream_completed(const struct stream *s);
+/** Free what the drop queues of every stream in the set allow. */
+void streams_flush_drops(struct stream_set *set);
+/** Sum of the memory usage of every stream of the set. */
+void streams_usage(const struct stream_set *set, struct memory_usage *out);
+/** True when every stream has completed its last batch. */
+bool streams_idle(const struct stream_set *set);

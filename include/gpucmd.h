@@ -1,0 +1,258 @@
+/*
+ * gpucmd.h - the public client API of gpucmd, and the error codes that the
+ * daemon, the wire and the client share.
+ *
+ * A client process opens a connection (gpucmd_connect) that speaks for one
+ * service, builds batches of operations (gpucmd_batch_*), submits them and
+ * waits for their responses.  Operations of one batch run in order on one
+ * stream; the first one that fails stops the batch and the response names it.
+ * Many batches may be in flight on one connection (pipelining); responses are
+ * matched to requests by id.
+ *
+ * Buffers are named by client-chosen 64-bit handles (0 is invalid) that mean
+ * something only on the connection that made them, so one batch can allocate,
+ * write, launch and read back in a single round trip.
+ *
+ * Threading: a connection and its batches belong to one thread at a time.
+ * Every function returns 0 (or a count) on success and a negative GPUCMD_E*
+ * code, or a negative errno, on failure; out-parameters are written only on
+ * success.  gpucmd_strerror() names any of them.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define GPUCMD_EXTERN __attribute__((visibility("default")))
+#else
+#define GPUCMD_EXTERN
+#endif
+
+/* Version of this library; the wire protocol has its own (gpucmd-protocol(7)). */
+#define GPUCMD_VERSION_MAJOR 0
+#define GPUCMD_VERSION_MINOR 1
+#define GPUCMD_VERSION_PATCH 0
+#define GPUCMD_VERSION_STRING "0.1.0"
+
+/* Socket used when neither the caller nor $GPUCMD_SOCKET names one. */
+#define GPUCMD_DEFAULT_SOCKET "/run/gpucmd/gpucmd.sock"
+
+/*
+ * Error codes.  They live far below the errno range so that a system error
+ * can travel as a plain negative errno beside them.  Values are part of the
+ * wire protocol: never renumber one.
+ */
+enum gpucmd_error {
+	GPUCMD_OK = 0,
+	GPUCMD_ENOTFOUND = -1001,	/* storage handle not found */
+	GPUCMD_ETOOBIG = -1002,		/* buffer too big for any pool */
+	GPUCMD_ENOMEM = -1003,		/* device out of memory */
+	GPUCMD_ECAPACITY = -1004,	/* pool capacity exceeded */
+	GPUCMD_ESTRIDES = -1005,	/* unsupported strides / layout */
+	GPUCMD_EPOOLSINUSE = -1006,	/* pools in use, layout kept */
+	GPUCMD_ELAUNCH = -1007,		/* launch refused by the driver */
+	GPUCMD_ESTREAM = -1008,		/* stream fault (kernel faulted) */
+	GPUCMD_ENOKERNEL = -1009,	/* kernel or module not found */
+	GPUCMD_EINVAL = -1010,		/* invalid argument */
+	GPUCMD_EQUOTA = -1011,		/* service memory quota exceeded */
+	GPUCMD_EPERM = -1012,		/* permission denied */
+	GPUCMD_EPROTO = -1013,		/* protocol error (bad frame) */
+	GPUCMD_EUNSUPPORTED = -1014,	/* unsupported by this backend */
+	GPUCMD_EDISCONNECTED = -1015,	/* connection closed */
+	GPUCMD_ELIMIT = -1016,		/* a configured limit was reached */
+	GPUCMD_EVERSION = -1017,	/* protocol version mismatch */
+	GPUCMD_ESHUTDOWN = -1018,	/* daemon is shutting down */
+	GPUCMD_EDRIVER = -1019,		/* other driver failure */
+	GPUCMD_EEXIST = -1020,		/* handle or id already in use */
+	GPUCMD_EBUSY = -1021,		/* object still in use */
+};
+
+/* A short, static description of any code this API returns (errno too). */
+GPUCMD_EXTERN const char *gpucmd_strerror(int code);
+/* The symbolic name of a code, e.g. "GPUCMD_ENOMEM" or "ENOENT". */
+GPUCMD_EXTERN const char *gpucmd_errname(int code);
+
+struct gpucmd_conn;
+struct gpucmd_batch;
+struct gpucmd_response;
+
+/* What the daemon said about itself and this connection in its Welcome. */
+struct gpucmd_info {
+	uint32_t protocol_version;
+	uint32_t service_id;
+	uint64_t connection_id;
+	char service[64];
+	char device_name[128];
+	char backend[16];		/* "host" or "cuda" */
+	uint64_t device_total_memory;
+	uint64_t max_allocation;	/* largest single reservation */
+	uint64_t memory_limit;		/* service quota, 0 = none */
+	uint32_t max_streams;
+	uint32_t max_ops_per_batch;
+	uint32_t max_frame_bytes;
+	uint32_t max_in_flight;
+};
+
+/* Device memory usage of a stream (or a service, or the daemon). */
+struct gpucmd_memory_usage {
+	uint64_t allocations;	/* live allocations */
+	uint64_t bytes_in_use;	/* requested bytes of live allocations */
+	uint64_t bytes_padding;	/* alignment padding of live allocations */
+	uint64_t bytes_reserved; /* held from the device, free or live */
+};
+
+/*
+ * Open a connection to the daemon at socket_path (NULL: $GPUCMD_SOCKET, else
+ * GPUCMD_DEFAULT_SOCKET) speaking for the service named service, and run the
+ * Hello/Welcome handshake.  On refusal the code says why and, when msg is not
+ * NULL, the daemon's message is copied there (msg_len bytes at most).
+ */
+GPUCMD_EXTERN int gpucmd_connect(const char *socket_path, const char *service,
+				 struct gpucmd_conn **out, char *msg,
+				 size_t msg_len);
+/* Close the connection; the daemon releases every handle it held. */
+GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *conn);
+/* The daemon's Welcome for this connection. */
+GPUCMD_EXTERN const struct gpucmd_info *gpucmd_info(const struct gpucmd_conn *conn);
+
+/* A new, empty batch for stream (a small client-chosen number). */
+GPUCMD_EXTERN int gpucmd_batch_new(struct gpucmd_conn *conn, uint32_t stream,
+				   struct gpucmd_batch **out);
+/* Free a batch that was not submitted (submitting consumes it). */
+GPUCMD_EXTERN void gpucmd_batch_free(struct gpucmd_batch *batch);
+/* Number of operations queued in the batch. */
+GPUCMD_EXTERN size_t gpucmd_batch_count(const struct gpucmd_batch *batch);
+
+/* Allocate size bytes of device memory and name it handle. */
+GPUCMD_EXTERN int gpucmd_batch_empty(struct gpucmd_batch *b, uint64_t handle,
+				     uint64_t size);
+/* Allocate len bytes named handle and copy data into them. */
+GPUCMD_EXTERN int gpucmd_batch_create_with_data(struct gpucmd_batch *b,
+						uint64_t handle,
+						const void *data, size_t len);
+/* Copy len bytes of data into handle at offset. */
+GPUCMD_EXTERN int gpucmd_batch_write(struct gpucmd_batch *b, uint64_t handle,
+				     uint64_t offset, const void *data,
+				     size_t len);
+/* Read len bytes of handle at offset; the bytes come back in the result. */
+GPUCMD_EXTERN int gpucmd_batch_read(struct gpucmd_batch *b, uint64_t handle,
+				    uint64_t offset, uint64_t len);
+/* Drop handle; its memory is reused once the device is done with it. */
+GPUCMD_EXTERN int gpucmd_batch_release(struct gpucmd_batch *b, uint64_t handle);
+/* Wait for everything already enqueued on the batch's stream. */
+GPUCMD_EXTERN int gpucmd_batch_sync(struct gpucmd_batch *b);
+/* Ask for the stream's device memory usage. */
+GPUCMD_EXTERN int gpucmd_batch_memory_usage(struct gpucmd_batch *b);
+/* A no-op that the daemon answers; measures the round trip. */
+GPUCMD_EXTERN int gpucmd_batch_ping(struct gpucmd_batch *b);
+
+/* One kernel argument. */
+enum gpucmd_arg_kind {
+	GPUCMD_ARG_BUFFER = 1,	/* a handle; the kernel gets its device address */
+	GPUCMD_ARG_U32 = 2,
+	GPUCMD_ARG_I32 = 3,
+	GPUCMD_ARG_U64 = 4,
+	GPUCMD_ARG_F32 = 5,
+};
+struct gpucmd_arg {
+	enum gpucmd_arg_kind kind;
+	union {
+		uint64_t handle;
+		uint32_t u32;
+		int32_t i32;
+		uint64_t u64;
+		float f32;
+	} v;
+};
+
+/*
+ * Launch kernel name (a built-in: fill_u32, copy, add_f32, scale_f32,
+ * saxpy_f32, reduce_sum_f32, spin, fault) with grid x block threads.
+ */
+GPUCMD_EXTERN int gpucmd_batch_kernel(struct gpucmd_batch *b, const char *name,
+				      const uint32_t grid[3],
+				      const uint32_t block[3],
+				      const struct gpucmd_arg *args,
+				      size_t nargs);
+
+/*
+ * Send the batch (consuming it) and return its request id in *id.  The
+ * response is collected with gpucmd_wait.  Fails with GPUCMD_ELIMIT when
+ * max_in_flight requests are already outstanding.
+ */
+GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id);
+/* Wait for the response to request id (any order of ids is fine). */
+GPUCMD_EXTERN int gpucmd_wait(struct gpucmd_conn *conn, uint64_t id,
+			      struct gpucmd_response **out);
+/* gpucmd_submit then gpucmd_wait. */
+GPUCMD_EXTERN int gpucmd_run(struct gpucmd_batch *b,
+			     struct gpucmd_response **out);
+
+/* The batch's outcome: 0, or the code of the operation that failed. */
+GPUCMD_EXTERN int gpucmd_response_error(const struct gpucmd_response *r);
+/* The daemon's message for a failure ("" when none). */
+GPUCMD_EXTERN const char *gpucmd_response_message(const struct gpucmd_response *r);
+/* Index of the failing operation, or -1 when the batch succeeded. */
+GPUCMD_EXTERN int gpucmd_response_failed_index(const struct gpucmd_response *r);
+/* Number of results (one per operation that ran). */
+GPUCMD_EXTERN size_t gpucmd_response_count(const struct gpucmd_response *r);
+/* Bytes returned by a read at result index i (GPUCMD_EINVAL if not a read). */
+GPUCMD_EXTERN int gpucmd_response_data(const struct gpucmd_response *r,
+				       size_t i, const void **data,
+				       size_t *len);
+/* Memory usage returned by a memory_usage at result index i. */
+GPUCMD_EXTERN int gpucmd_response_usage(const struct gpucmd_response *r,
+					size_t i,
+					struct gpucmd_memory_usage *out);
+GPUCMD_EXTERN void gpucmd_response_free(struct gpucmd_response *r);
+
+/* Daemon-wide memory report, one entry per service the caller may see. */
+struct gpucmd_service_report {
+	char name[64];
+	uint32_t id;
+	uint32_t connections;
+	uint64_t bytes_in_use;
+	uint64_t bytes_reserved;
+	uint64_t bytes_padding;
+	uint64_t allocations;
+	uint64_t peak_bytes_in_use;
+	uint64_t limit_bytes;	/* 0 = no limit */
+	uint64_t oom_count;
+};
+struct gpucmd_report {
+	char device_name[128];
+	char backend[16];
+	uint64_t device_total_memory;
+	size_t nservices;
+	struct gpucmd_service_report *services;
+	struct gpucmd_service_report totals;
+};
+/* Ask for the memory report (a round trip of its own). */
+GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,
+				       struct gpucmd_report **out);
+GPUCMD_EXTERN void gpucmd_report_free(struct gpucmd_report *r);
+
+/* Daemon status: version, backend, uptime, counts. */
+struct gpucmd_status {
+	char version[32];
+	char backend[16];
+	char device_name[128];
+	uint64_t uptime_ms;
+	uint32_t services;
+	uint32_t connections;
+	uint64_t batches;	/* batches run since start */
+	uint64_t bytes_in_use;
+	uint64_t bytes_reserved;
+	uint64_t device_total_memory;
+};
+GPUCMD_EXTERN int gpucmd_status(struct gpucmd_conn *conn,
+				struct gpucmd_status *out);
+
+#ifdef __cplusplus
+}
+#endif

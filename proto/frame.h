@@ -1,0 +1,66 @@
+/*
+ * frame.h - the fixed header in front of every message on the socket, and
+ * the helpers that pack and unpack a whole frame.  Shared by the daemon and
+ * the client library; pure functions, safe from any thread.
+ *
+ *   offset 0  u32  magic   "GCMD" (0x444d4347 little-endian)
+ *   offset 4  u16  version GPUCMD_PROTOCOL_VERSION
+ *   offset 6  u16  flags   0 (reserved; a frame with unknown flags is refused)
+ *   offset 8  u32  length  of the protobuf body that follows
+ *
+ * All fields are little-endian.  A reader checks magic, version and length
+ * against its configured maximum before it allocates anything for the body.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpucmd.pb-c.h"
+
+/*
+ * Protocol version.  Bump it for any change an older peer would misread;
+ * adding a new optional field or a new op does not need a bump (old daemons
+ * answer an unknown op with GPUCMD_EPROTO).
+ *   1 - first version (Hello/Welcome, Request/Response, inline data).
+ */
+#define GPUCMD_PROTOCOL_VERSION 1
+
+#define FRAME_MAGIC 0x444d4347u	/* "GCMD" */
+#define FRAME_HEADER_SIZE 12
+/* Hard ceiling on a body whatever the configuration says. */
+#define FRAME_MAX_BODY (1u << 30)
+/* Default body limit (gpucmdd.conf max_frame_bytes). */
+#define FRAME_DEFAULT_MAX_BODY (64u << 20)
+
+struct frame_header {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t flags;
+	uint32_t length;
+};
+
+/** Write hdr into buf (FRAME_HEADER_SIZE bytes). */
+void frame_header_pack(const struct frame_header *hdr, uint8_t *buf);
+/** Read a header from buf; no validation. */
+void frame_header_unpack(const uint8_t *buf, struct frame_header *hdr);
+/**
+ * Validate a header against max_body: 0, or GPUCMD_EPROTO (bad magic or
+ * flags), GPUCMD_EVERSION, GPUCMD_ELIMIT (length over max_body).  When msg is
+ * not NULL a sentence with the numbers is written there.
+ */
+int frame_header_check(const struct frame_header *hdr, uint32_t max_body,
+		       char *msg, size_t msg_len);
+
+/**
+ * Encode f as a whole frame (header + body) into a malloc'ed buffer stored in
+ * *out with its size in *len.  0 or a negative code.
+ */
+int frame_encode(const Gpucmd__Frame *f, uint8_t **out, size_t *len);
+/**
+ * Decode a body of len bytes into a Frame; NULL when it is not valid
+ * protobuf.  Free with frame_free.
+ */
+Gpucmd__Frame *frame_decode(const uint8_t *body, size_t len);
+/** Free a decoded frame. */
+void frame_free(Gpucmd__Frame *f);

@@ -1,0 +1,203 @@
+/*
+ * harness.h - start a real gpucmdd on a private socket for an integration
+ * test, and helpers to talk to it.  Header-only: each test_*.c includes it.
+ *
+ * The daemon binary is $BUILD/gpucmdd (BUILD defaults to "build"); the
+ * backend is $GPUCMD_TEST_BACKEND (default host).  Each test gets its own
+ * temporary directory and socket, and the daemon is stopped with SIGTERM at
+ * the end, which must make it exit 0.
+ */
+#pragma once
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpucmd.h"
+
+struct daemon_proc {
+	pid_t pid;
+	char dir[64];
+	char sock[128];
+	char log[128];
+};
+
+static struct daemon_proc the_daemon;
+
+static inline const char *harness_build(void)
+{
+	const char *b = getenv("BUILD");
+	return b != NULL && b[0] ? b : "build";
+}
+
+static inline uint64_t harness_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* Start gpucmdd with extra arguments (NULL-terminated). */
+static inline void daemon_start_args(struct daemon_proc *d, ...)
+{
+	const char *argv[32];
+	const char *backend = getenv("GPUCMD_TEST_BACKEND");
+	char bin[256];
+	int argc = 0;
+	va_list ap;
+
+	snprintf(d->dir, sizeof(d->dir), "/tmp/gpucmd-test-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(d->dir));
+	snprintf(d->sock, sizeof(d->sock), "%s/s.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/daemon.log", d->dir);
+	snprintf(bin, sizeof(bin), "%s/gpucmdd", harness_build());
+	argv[argc++] = bin;
+	argv[argc++] = "--socket";
+	argv[argc++] = d->sock;
+	argv[argc++] = "--backend";
+	argv[argc++] = backend != NULL && backend[0] ? backend : "host";
+	argv[argc++] = "--log-level";
+	argv[argc++] = "debug";
+	va_start(ap, d);
+	for (const char *a; (a = va_arg(ap, const char *)) != NULL && argc < 31;)
+		argv[argc++] = a;
+	va_end(ap);
+	argv[argc] = NULL;
+
+	d->pid = fork();
+	ck_assert_int_ge(d->pid, 0);
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 2);
+			dup2(fd, 1);
+		}
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	/* Wait until the socket answers (at most 20 s under sanitizers). */
+	for (int i = 0; i < 2000; i++) {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		int fd = socket(AF_UNIX, SOCK_STREAM, 0), rc;
+
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->sock);
+		rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+		close(fd);
+		if (rc == 0)
+			return;
+		if (waitpid(d->pid, NULL, WNOHANG) == d->pid)
+			ck_abort_msg("gpucmdd exited at start; see %s", d->log);
+		usleep(10000);
+	}
+	ck_abort_msg("gpucmdd did not listen on %s within 20 s", d->sock);
+}
+
+/* Stop it with SIGTERM; it must exit 0 within 20 s. */
+static inline int daemon_stop(struct daemon_proc *d)
+{
+	int status = -1;
+
+	if (d->pid <= 0)
+		return 0;
+	kill(d->pid, SIGTERM);
+	for (int i = 0; i < 2000; i++) {
+		if (waitpid(d->pid, &status, WNOHANG) == d->pid)
+			break;
+		usleep(10000);
+	}
+	if (!WIFEXITED(status)) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, &status, 0);
+	}
+	d->pid = 0;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static inline void daemon_cleanup_dir(struct daemon_proc *d)
+{
+	unlink(d->sock);
+	unlink(d->log);
+	rmdir(d->dir);
+}
+
+/* Checked fixtures: one daemon per test. */
+static inline void harness_setup(void)
+{
+	daemon_start_args(&the_daemon, NULL);
+}
+
+static inline void harness_teardown(void)
+{
+	int rc = daemon_stop(&the_daemon);
+
+	if (rc != 0) {
+		char cmd[256];
+		snprintf(cmd, sizeof(cmd), "tail -n 30 %s >&2", the_daemon.log);
+		if (system(cmd) != 0) {
+			/* the log is only a help */
+		}
+	}
+	daemon_cleanup_dir(&the_daemon);
+	ck_assert_msg(rc == 0, "gpucmdd exited with %d after SIGTERM", rc);
+}
+
+static inline struct gpucmd_conn *connect_as(const char *service)
+{
+	struct gpucmd_conn *c = NULL;
+	char msg[256] = "";
+	int rc = gpucmd_connect(the_daemon.sock, service, &c, msg, sizeof(msg));
+
+	ck_assert_msg(rc == 0, "connect as %s: %s (%s)", service,
+		      gpucmd_strerror(rc), msg);
+	return c;
+}
+
+/* Run a batch and insist that it succeeds. */
+static inline struct gpucmd_response *run_ok(struct gpucmd_batch *b)
+{
+	struct gpucmd_response *r = NULL;
+	int rc = gpucmd_run(b, &r);
+
+	ck_assert_msg(rc == 0, "run: %s", gpucmd_strerror(rc));
+	ck_assert_msg(gpucmd_response_error(r) == 0, "batch failed at op %d: %s (%s)",
+		      gpucmd_response_failed_index(r),
+		      gpucmd_errname(gpucmd_response_error(r)),
+		      gpucmd_response_message(r));
+	return r;
+}
+
+/* The daemon-wide usage as the memory report sees it. */
+static inline struct gpucmd_service_report report_totals(struct gpucmd_conn *c)
+{
+	struct gpucmd_report *rep = NULL;
+	struct gpucmd_service_report t;
+
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	t = rep->totals;
+	gpucmd_report_free(rep);
+	return t;
+}
+
+/* Run a Check suite built by make_suite and exit with its verdict. */
+static inline int harness_main(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

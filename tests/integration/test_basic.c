@@ -1,0 +1,383 @@
+/*
+ * test_basic.c - one client against a real gpucmdd: allocate, write,
+ * launch every built-in, read back, release; the errors a client can hit;
+ * pipelining.
+ */
+#include <math.h>
+
+#include "harness.h"
+
+static const uint32_t G1[3] = { 4, 1, 1 };
+static const uint32_t B64[3] = { 64, 1, 1 };
+
+static struct gpucmd_arg buf_arg(uint64_t h)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_BUFFER, .v.handle = h };
+	return a;
+}
+
+static struct gpucmd_arg u32_arg(uint32_t v)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U32, .v.u32 = v };
+	return a;
+}
+
+static struct gpucmd_arg u64_arg(uint64_t v)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U64, .v.u64 = v };
+	return a;
+}
+
+static struct gpucmd_arg f32_arg(float v)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_F32, .v.f32 = v };
+	return a;
+}
+
+START_TEST(fill_and_read_back)
+{
+	struct gpucmd_conn *c = connect_as("basic");
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	struct gpucmd_arg args[3] = { buf_arg(1), u32_arg(0xdeadbeef), u32_arg(100) };
+	const void *data;
+	size_t len;
+	const uint32_t *w;
+
+	ck_assert_str_eq(gpucmd_info(c)->service, "basic");
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, 512), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", G1, B64, args, 3), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 512), 0);
+	r = run_ok(b);
+	ck_assert_uint_eq(gpucmd_response_count(r), 3);
+	ck_assert_int_eq(gpucmd_response_failed_index(r), -1);
+	ck_assert_int_eq(gpucmd_response_data(r, 2, &data, &len), 0);
+	ck_assert_uint_eq(len, 512);
+	w = data;
+	for (int i = 0; i < 100; i++)
+		ck_assert_uint_eq(w[i], 0xdeadbeef);
+	/* Fresh memory is zeroed: past the fill it must read 0. */
+	for (int i = 100; i < 128; i++)
+		ck_assert_uint_eq(w[i], 0);
+	/* Reading a result that is not data is refused. */
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), GPUCMD_EINVAL);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(write_offset_and_create)
+{
+	struct gpucmd_conn *c = connect_as("basic");
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	const uint8_t hello[] = "hello, device";
+	const uint8_t *d;
+	const void *data;
+	size_t len;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 3, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 7, hello, sizeof(hello)), 0);
+	ck_assert_int_eq(gpucmd_batch_write(b, 7, 7, "DEVICE", 6), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 7, 0, sizeof(hello)), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 7, 7, 3), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 2, &data, &len), 0);
+	ck_assert_uint_eq(len, sizeof(hello));
+	ck_assert_str_eq((const char *)data, "hello, DEVICE");
+	ck_assert_int_eq(gpucmd_response_data(r, 3, &data, &len), 0);
+	d = data;
+	ck_assert_uint_eq(len, 3);
+	ck_assert_int_eq(memcmp(d, "DEV", 3), 0);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(every_builtin)
+{
+	struct gpucmd_conn *c = connect_as("basic");
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	enum { N = 1000 };
+	float x[N], y[N];
+	double sum = 0;
+	const float *out;
+	const void *data;
+	size_t len;
+
+	for (int i = 0; i < N; i++) {
+		x[i] = (float)i * 0.5f;
+		y[i] = (float)(N - i);
+	}
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_create_with_data(b, 1, x, sizeof(x));
+	gpucmd_batch_create_with_data(b, 2, y, sizeof(y));
+	gpucmd_batch_empty(b, 3, sizeof(x));
+	gpucmd_batch_empty(b, 4, 4);
+	gpucmd_batch_empty(b, 5, sizeof(x));
+	{
+		struct gpucmd_arg add[4] = { buf_arg(3), buf_arg(1), buf_arg(2), u32_arg(N) };
+		struct gpucmd_arg scale[3] = { buf_arg(3), f32_arg(2.0f), u32_arg(N) };
+		struct gpucmd_arg saxpy[4] = { buf_arg(2), buf_arg(1), f32_arg(3.0f), u32_arg(N) };
+		struct gpucmd_arg red[3] = { buf_arg(4), buf_arg(1), u32_arg(N) };
+		struct gpucmd_arg cp[3] = { buf_arg(5), buf_arg(3), u64_arg(sizeof(x)) };
+		struct gpucmd_arg spin[1] = { u32_arg(1000) };
+
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "add_f32", G1, B64, add, 4), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "scale_f32", G1, B64, scale, 3), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "saxpy_f32", G1, B64, saxpy, 4), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "reduce_sum_f32", G1, B64, red, 3), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "copy", G1, B64, cp, 3), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", G1, B64, spin, 1), 0);
+	}
+	gpucmd_batch_read(b, 3, 0, sizeof(x));	/* 11 */
+	gpucmd_batch_read(b, 2, 0, sizeof(y));	/* 12 */
+	gpucmd_batch_read(b, 4, 0, 4);		/* 13 */
+	gpucmd_batch_read(b, 5, 0, sizeof(x));	/* 14 */
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 11, &data, &len), 0);
+	out = data;
+	for (int i = 0; i < N; i++)
+		ck_assert_float_eq(out[i], 2.0f * (x[i] + y[i]));
+	ck_assert_int_eq(gpucmd_response_data(r, 12, &data, &len), 0);
+	out = data;
+	for (int i = 0; i < N; i++)
+		ck_assert_float_eq(out[i], 3.0f * x[i] + y[i]);
+	ck_assert_int_eq(gpucmd_response_data(r, 13, &data, &len), 0);
+	for (int i = 0; i < N; i++)
+		sum += x[i];
+	ck_assert_double_eq_tol(*(const float *)data, sum, sum * 1e-5);
+	ck_assert_int_eq(gpucmd_response_data(r, 14, &data, &len), 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 11, (const void **)&out, &len), 0);
+	{
+		const void *copy;
+		size_t clen;
+		gpucmd_response_data(r, 14, &copy, &clen);
+		ck_assert_int_eq(memcmp(copy, out, sizeof(x)), 0);
+	}
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* Run a batch that must fail at index idx with code; returns the message. */
+#define expect_fail(b, idx, code, needle) \
+	expect_fail_at(__LINE__, b, idx, code, needle)
+static void expect_fail_at(int line, struct gpucmd_batch *b, int idx, int code,
+			   const char *needle)
+{
+	struct gpucmd_response *r = NULL;
+
+	ck_assert_int_eq(gpucmd_run(b, &r), 0);
+	ck_assert_msg(gpucmd_response_error(r) == code,
+		      "line %d: expected %s, got %s: %s", line, gpucmd_errname(code),
+		      gpucmd_errname(gpucmd_response_error(r)),
+		      gpucmd_response_message(r));
+	ck_assert_int_eq(gpucmd_response_failed_index(r), idx);
+	ck_assert_uint_eq(gpucmd_response_count(r), (size_t)idx);
+	ck_assert_msg(strstr(gpucmd_response_message(r), needle) != NULL,
+		      "message '%s' lacks '%s'", gpucmd_response_message(r),
+		      needle);
+	gpucmd_response_free(r);
+}
+
+START_TEST(client_errors)
+{
+	struct gpucmd_conn *c = connect_as("basic");
+	struct gpucmd_batch *b;
+	struct gpucmd_arg fill[3] = { buf_arg(1), u32_arg(1), u32_arg(1000) };
+	struct gpucmd_arg wrong[2] = { buf_arg(1), u32_arg(1) };
+	uint32_t zero[3] = { 0, 1, 1 };
+
+	/* A handle never allocated. */
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_ping(b);
+	gpucmd_batch_read(b, 99, 0, 4);
+	gpucmd_batch_ping(b);
+	expect_fail(b, 1, GPUCMD_ENOTFOUND, "handle 99");
+
+	/* A kernel that would run past the buffer. */
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 400);
+	gpucmd_batch_kernel(b, "fill_u32", G1, B64, fill, 3);
+	expect_fail(b, 1, GPUCMD_EINVAL, "needs 4000 bytes, the buffer has 400");
+
+	/* Wrong argument count, unknown kernel, zero grid. */
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_kernel(b, "fill_u32", G1, B64, wrong, 2);
+	expect_fail(b, 0, GPUCMD_EINVAL, "takes 3 arguments");
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_kernel(b, "no_such_kernel", G1, B64, NULL, 0);
+	expect_fail(b, 0, GPUCMD_ENOKERNEL, "no_such_kernel");
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_kernel(b, "fill_u32", zero, B64, fill, 3);
+	expect_fail(b, 0, GPUCMD_EINVAL, "zero dimension");
+
+	/* Handle 0 (refused by the library), a live handle again, reads out
+	 * of bounds. */
+	gpucmd_batch_new(c, 0, &b);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 0, 16), GPUCMD_EINVAL);
+	ck_assert_uint_eq(gpucmd_batch_count(b), 0);
+	gpucmd_batch_free(b);
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 16);
+	expect_fail(b, 0, GPUCMD_EEXIST, "already live");
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_read(b, 1, 390, 20);
+	expect_fail(b, 0, GPUCMD_EINVAL, "out of bounds");
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_write(b, 1, UINT64_MAX - 2, "abcd", 4);
+	expect_fail(b, 0, GPUCMD_EINVAL, "out of bounds");
+
+	/* Released twice. */
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_release(b, 1);
+	gpucmd_batch_release(b, 1);
+	expect_fail(b, 1, GPUCMD_ENOTFOUND, "handle 1");
+
+	/* Too big for any pool. */
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 5, UINT64_MAX / 2);
+	expect_fail(b, 0, GPUCMD_ETOOBIG, "buffer too big");
+
+	/* The connection still serves after all of it. */
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_ping(b);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(release_returns_usage)
+{
+	struct gpucmd_conn *c = connect_as("basic");
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	struct gpucmd_memory_usage u;
+
+	gpucmd_batch_new(c, 0, &b);
+	for (uint64_t h = 1; h <= 100; h++)
+		gpucmd_batch_empty(b, h, h * 100);
+	gpucmd_batch_memory_usage(b);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 100, &u), 0);
+	ck_assert_uint_eq(u.allocations, 100);
+	ck_assert_uint_eq(u.bytes_in_use, 100 * 101 / 2 * 100);
+	ck_assert_uint_ge(u.bytes_reserved, u.bytes_in_use + u.bytes_padding);
+	gpucmd_response_free(r);
+
+	gpucmd_batch_new(c, 0, &b);
+	for (uint64_t h = 1; h <= 100; h++)
+		gpucmd_batch_release(b, h);
+	gpucmd_batch_sync(b);
+	r = run_ok(b);
+	gpucmd_response_free(r);
+	/* After the release's batch completed, the drops are free. */
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_sync(b);
+	gpucmd_batch_memory_usage(b);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 1, &u), 0);
+	ck_assert_uint_eq(u.allocations, 0);
+	ck_assert_uint_eq(u.bytes_in_use, 0);
+	gpucmd_response_free(r);
+	ck_assert_uint_eq(report_totals(c).bytes_in_use, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(pipelined_out_of_order)
+{
+	struct gpucmd_conn *c = connect_as("basic");
+	enum { N = 64 };
+	uint64_t ids[N];
+
+	for (int i = 0; i < N; i++) {
+		struct gpucmd_batch *b;
+		uint32_t v = (uint32_t)i * 7;
+
+		ck_assert_int_eq(gpucmd_batch_new(c, (uint32_t)(i % 4), &b), 0);
+		gpucmd_batch_create_with_data(b, (uint64_t)i + 1, &v, 4);
+		gpucmd_batch_read(b, (uint64_t)i + 1, 0, 4);
+		ck_assert_int_eq(gpucmd_submit(b, &ids[i]), 0);
+	}
+	for (int i = N - 1; i >= 0; i--) {
+		struct gpucmd_response *r;
+		const void *data;
+		size_t len;
+
+		ck_assert_int_eq(gpucmd_wait(c, ids[i], &r), 0);
+		ck_assert_int_eq(gpucmd_response_error(r), 0);
+		ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+		ck_assert_uint_eq(*(const uint32_t *)data, (uint32_t)i * 7);
+		gpucmd_response_free(r);
+	}
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(status_and_report)
+{
+	struct gpucmd_conn *c = connect_as("alpha");
+	struct gpucmd_batch *b;
+	struct gpucmd_status st;
+	struct gpucmd_report *rep;
+
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 1000);
+	gpucmd_batch_empty(b, 2, 3000);
+	gpucmd_response_free(run_ok(b));
+	ck_assert_int_eq(gpucmd_status(c, &st), 0);
+	ck_assert_str_eq(st.backend, getenv("GPUCMD_TEST_BACKEND") ? getenv("GPUCMD_TEST_BACKEND") : "host");
+	ck_assert_uint_eq(st.bytes_in_use, 4000);
+	ck_assert_uint_ge(st.connections, 1);
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	ck_assert_uint_eq(rep->nservices, 1);
+	ck_assert_str_eq(rep->services[0].name, "alpha");
+	ck_assert_uint_eq(rep->services[0].bytes_in_use, 4000);
+	ck_assert_uint_eq(rep->services[0].allocations, 2);
+	ck_assert_uint_eq(rep->services[0].peak_bytes_in_use, 4000);
+	ck_assert_uint_eq(rep->totals.bytes_in_use, 4000);
+	gpucmd_report_free(rep);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(bad_service_name_refused)
+{
+	struct gpucmd_conn *c = NULL;
+	char msg[256] = "";
+	int rc = gpucmd_connect(the_daemon.sock, "no spaces/allowed", &c, msg,
+				sizeof(msg));
+
+	ck_assert_int_eq(rc, GPUCMD_EINVAL);
+	ck_assert_ptr_null(c);
+	ck_assert_msg(strstr(msg, "not valid") != NULL, "message: %s", msg);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+	Suite *s = suite_create("basic");
+	TCase *tc = tcase_create("basic");
+
+	tcase_add_checked_fixture(tc, harness_setup, harness_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, fill_and_read_back);
+	tcase_add_test(tc, write_offset_and_create);
+	tcase_add_test(tc, every_builtin);
+	tcase_add_test(tc, client_errors);
+	tcase_add_test(tc, release_returns_usage);
+	tcase_add_test(tc, pipelined_out_of_order);
+	tcase_add_test(tc, status_and_report);
+	tcase_add_test(tc, bad_service_name_refused);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return harness_main(make_suite());
+}

@@ -1,0 +1,97 @@
+#!/bin/sh
+# run.sh - run every test binary and script, and end with one line
+# "N passed, N failed" (", N skipped") counting every test case.
+#
+#   sh tests/run.sh [unit|integration]     BUILD=build by default
+#
+# Unit suites are Check programs (build/tests/check_*); their summary line
+# "NN%: Checks: C, Failures: F, Errors: E" gives the counts.  Integration
+# tests are Check programs too (build/tests/test_*) plus shell scripts
+# (tests/integration/*.sh), each script one test: exit 0 passes, 77 skips
+# (with its reason printed), anything else fails.
+set -u
+BUILD=${BUILD:-build}
+what=${1:-all}
+export BUILD
+passed=0
+failed=0
+skipped=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+run_check() {
+	bin=$1
+	name=${bin##*/}
+	printf '%-40s ' "$name"
+	"$bin" >"$log" 2>&1
+	rc=$?
+	line=$(grep -E '^[0-9]+%: Checks: ' "$log" | tail -n 1)
+	if [ -z "$line" ]; then
+		if [ "$rc" -eq 77 ]; then
+			echo "skipped: $(tail -n 1 "$log")"
+			skipped=$((skipped + 1))
+			return
+		fi
+		echo "FAILED (exit $rc, no summary)"
+		sed 's/^/    /' "$log" | tail -n 30
+		failed=$((failed + 1))
+		return
+	fi
+	c=$(echo "$line" | sed -E 's/.*Checks: ([0-9]+).*/\1/')
+	f=$(echo "$line" | sed -E 's/.*Failures: ([0-9]+).*/\1/')
+	e=$(echo "$line" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
+	bad=$((f + e))
+	passed=$((passed + c - bad))
+	failed=$((failed + bad))
+	if [ "$bad" -ne 0 ] || [ "$rc" -ne 0 ]; then
+		echo "FAILED ($line)"
+		grep -vE '^[0-9]+%: Checks: |^Running suite' "$log" | sed 's/^/    /' | tail -n 40
+		[ "$bad" -eq 0 ] && failed=$((failed + 1))
+	else
+		echo "ok ($c checks)"
+	fi
+}
+
+run_script() {
+	script=$1
+	name=${script##*/}
+	printf '%-40s ' "$name"
+	sh "$script" >"$log" 2>&1
+	rc=$?
+	case $rc in
+	0)
+		echo ok
+		passed=$((passed + 1))
+		;;
+	77)
+		echo "skipped: $(tail -n 1 "$log")"
+		skipped=$((skipped + 1))
+		;;
+	*)
+		echo "FAILED (exit $rc)"
+		sed 's/^/    /' "$log" | tail -n 40
+		failed=$((failed + 1))
+		;;
+	esac
+}
+
+if [ "$what" = all ] || [ "$what" = unit ]; then
+	for t in "$BUILD"/tests/check_*; do
+		[ -x "$t" ] && run_check "$t"
+	done
+fi
+if [ "$what" = all ] || [ "$what" = integration ]; then
+	for t in "$BUILD"/tests/test_*; do
+		[ -x "$t" ] && run_check "$t"
+	done
+	for t in tests/integration/*.sh; do
+		[ -f "$t" ] && run_script "$t"
+	done
+fi
+
+if [ "$skipped" -gt 0 ]; then
+	echo "$passed passed, $failed failed, $skipped skipped"
+else
+	echo "$passed passed, $failed failed"
+fi
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
