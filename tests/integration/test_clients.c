@@ -1,0 +1,203 @@
+/*
+ * test_clients.c - several client processes at once, and clients that die:
+ * every client gets its own right answers, and a client killed mid-batch
+ * leaves nothing behind.
+ */
+#include "harness.h"
+
+static const uint32_t GRID[3] = { 8, 1, 1 };
+static const uint32_t BLOCK[3] = { 128, 1, 1 };
+
+/* One worker process: its own service, buffers, kernels; exit 0 if right. */
+static int worker(int id, int rounds)
+{
+	char svc[32];
+	struct gpucmd_conn *c = NULL;
+	char msg[256];
+
+	snprintf(svc, sizeof(svc), "worker-%d", id);
+	if (gpucmd_connect(the_daemon.sock, svc, &c, msg, sizeof(msg)) != 0)
+		return 10;
+	for (int r = 0; r < rounds; r++) {
+		enum { N = 4096 };
+		static float x[N];
+		struct gpucmd_batch *b;
+		struct gpucmd_response *resp;
+		const float *out;
+		const void *data;
+		size_t len;
+		uint32_t value = (uint32_t)(id * 1000 + r);
+		struct gpucmd_arg fill[3] = {
+			{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 1 },
+			{ .kind = GPUCMD_ARG_U32, .v.u32 = value },
+			{ .kind = GPUCMD_ARG_U32, .v.u32 = N },
+		};
+		struct gpucmd_arg scale[3] = {
+			{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 2 },
+			{ .kind = GPUCMD_ARG_F32, .v.f32 = (float)id },
+			{ .kind = GPUCMD_ARG_U32, .v.u32 = N },
+		};
+
+		for (int i = 0; i < N; i++)
+			x[i] = (float)(i + r);
+		if (gpucmd_batch_new(c, (uint32_t)(r % 3), &b) != 0)
+			return 11;
+		gpucmd_batch_empty(b, 1, N * 4);
+		gpucmd_batch_kernel(b, "fill_u32", GRID, BLOCK, fill, 3);
+		gpucmd_batch_create_with_data(b, 2, x, sizeof(x));
+		gpucmd_batch_kernel(b, "scale_f32", GRID, BLOCK, scale, 3);
+		gpucmd_batch_read(b, 1, 0, N * 4);
+		gpucmd_batch_read(b, 2, 0, N * 4);
+		gpucmd_batch_release(b, 1);
+		gpucmd_batch_release(b, 2);
+		if (gpucmd_run(b, &resp) != 0 || gpucmd_response_error(resp) != 0)
+			return 12;
+		if (gpucmd_response_data(resp, 4, &data, &len) != 0 || len != N * 4)
+			return 13;
+		for (int i = 0; i < N; i++)
+			if (((const uint32_t *)data)[i] != value)
+				return 14;
+		if (gpucmd_response_data(resp, 5, &data, &len) != 0)
+			return 15;
+		out = data;
+		for (int i = 0; i < N; i++)
+			if (out[i] != x[i] * (float)id)
+				return 16;
+		gpucmd_response_free(resp);
+	}
+	gpucmd_close(c);
+	return 0;
+}
+
+START_TEST(four_clients_at_once)
+{
+	pid_t pids[4];
+	struct gpucmd_conn *c;
+	struct gpucmd_service_report t;
+
+	for (int i = 0; i < 4; i++) {
+		pids[i] = fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0)
+			_exit(worker(i + 1, 25));
+	}
+	for (int i = 0; i < 4; i++) {
+		int status;
+		ck_assert_int_eq(waitpid(pids[i], &status, 0), pids[i]);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "worker %d failed with status %d", i + 1,
+			      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	}
+	c = connect_as("observer");
+	t = report_totals(c);
+	ck_assert_uint_eq(t.bytes_in_use, 0);
+	ck_assert_uint_eq(t.allocations, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* Poll the report until the daemon has freed everything (10 s at most). */
+static struct gpucmd_service_report wait_for_zero(struct gpucmd_conn *c)
+{
+	struct gpucmd_service_report t;
+
+	for (int i = 0; i < 1000; i++) {
+		t = report_totals(c);
+		if (t.bytes_in_use == 0 && t.bytes_reserved == 0 &&
+		    t.allocations == 0)
+			break;
+		usleep(10000);
+	}
+	return t;
+}
+
+START_TEST(killed_mid_batch_leaves_nothing)
+{
+	struct gpucmd_conn *obs = connect_as("observer");
+	struct gpucmd_service_report t;
+	int ready[2];
+	pid_t pid;
+	char x;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct gpucmd_conn *c = NULL;
+		struct gpucmd_batch *b;
+		uint64_t id;
+		struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 500000 };
+
+		if (gpucmd_connect(the_daemon.sock, "victim", &c, NULL, 0) != 0)
+			_exit(1);
+		for (uint32_t s = 0; s < 3; s++) {
+			gpucmd_batch_new(c, s, &b);
+			for (uint64_t h = 1; h <= 200; h++)
+				gpucmd_batch_empty(b, s * 1000 + h, h * 1000);
+			gpucmd_batch_kernel(b, "spin", GRID, BLOCK, &spin, 1);
+			gpucmd_batch_sync(b);
+			gpucmd_submit(b, &id);
+		}
+		if (write(ready[1], "x", 1) != 1)
+			_exit(2);
+		pause();
+		_exit(0);
+	}
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &x, 1), 1);
+	usleep(100000);	/* the batches are running: the spin holds them */
+	t = report_totals(obs);
+	ck_assert_uint_gt(t.bytes_in_use, 0);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	t = wait_for_zero(obs);
+	ck_assert_uint_eq(t.bytes_in_use, 0);
+	ck_assert_uint_eq(t.bytes_reserved, 0);
+	ck_assert_uint_eq(t.allocations, 0);
+	gpucmd_close(obs);
+}
+END_TEST
+
+START_TEST(killed_at_random_points)
+{
+	struct gpucmd_conn *obs = connect_as("observer");
+	struct gpucmd_service_report t;
+
+	srand(1234);
+	for (int round = 0; round < 20; round++) {
+		pid_t pid = fork();
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0)
+			_exit(worker(round, 1000));
+		usleep((useconds_t)(rand() % 30000));
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	t = wait_for_zero(obs);
+	ck_assert_uint_eq(t.bytes_in_use, 0);
+	ck_assert_uint_eq(t.bytes_reserved, 0);
+	/* And the daemon still answers correctly. */
+	ck_assert_int_eq(worker(99, 2), 0);
+	gpucmd_close(obs);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+	Suite *s = suite_create("clients");
+	TCase *tc = tcase_create("clients");
+
+	tcase_add_checked_fixture(tc, harness_setup, harness_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, four_clients_at_once);
+	tcase_add_test(tc, killed_mid_batch_leaves_nothing);
+	tcase_add_test(tc, killed_at_random_points);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return harness_main(make_suite());
+}
