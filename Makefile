@@ -41,6 +41,9 @@ CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 	-Wpointer-arith -Wformat=2 -Wundef -Wvla -Wno-unused-parameter \
 	-Wnull-dereference -Wimplicit-fallthrough -Wno-format-truncation
+ifneq ($(findstring clang,$(shell $(CC) --version 2>/dev/null)),)
+WARN += -Wno-unknown-warning-option
+endif
 ifeq ($(WERROR),1)
 WARN += -Werror
 endif

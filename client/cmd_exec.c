@@ -172,7 +172,10 @@ parse_error(struct script *s, size_t w, const char *fmt, ...)
 	return -1;
 }
 
-/* Read the next line and cut it into words; 0, or 1 at the end. */
+/*
+ * Read the next line and cut it into words: 0, 1 at the end of the script,
+ * -ENOMEM, or -1 after a parse error.
+ */
 static int next_line(struct script *s)
 {
 	ssize_t n = getline(&s->buf, &s->buf_cap, s->in);
@@ -224,16 +227,27 @@ static struct binding *binding_find(struct script *s, const char *name)
 	return NULL;
 }
 
-/* Word w must name a live buffer; the op then refers to it. */
-static int word_buffer(struct script *s, size_t w, struct op *op,
-		       struct binding **out)
+/* The live buffer that word w names, or NULL after a parse error. */
+static struct binding *word_buffer(struct script *s, size_t w)
 {
 	struct binding *b = binding_find(s, s->word[w]);
 
-	if (b == NULL || b->handle == 0)
-		return parse_error(s, w, "no buffer named '%s'%s", s->word[w],
-				   b != NULL ? " (it was released)" :
-					       " (create it with empty or create)");
+	if (b != NULL && b->handle != 0)
+		return b;
+	parse_error(s, w, "no buffer named '%s'%s", s->word[w],
+		    b != NULL ? " (it was released)" :
+				" (create it with empty or create)");
+	return NULL;
+}
+
+/* Word w names the buffer op works on; *out (when not NULL) gets it. */
+static int word_target(struct script *s, size_t w, struct op *op,
+		       struct binding **out)
+{
+	struct binding *b = word_buffer(s, w);
+
+	if (b == NULL)
+		return -1;
 	op->name = b->name;
 	op->handle = b->handle;
 	if (out != NULL)
@@ -403,7 +417,7 @@ static int parse_create(struct script *s, struct op *op)
 
 static int parse_write(struct script *s, struct op *op)
 {
-	if (word_buffer(s, 1, op, NULL) < 0)
+	if (word_target(s, 1, op, NULL) < 0)
 		return -1;
 	if (s->nwords == 4 &&
 	    word_number(s, 2, 1, &op->offset, "offset") < 0)
@@ -416,7 +430,7 @@ static int parse_read(struct script *s, struct op *op)
 	struct binding *b;
 	size_t n = s->nwords;
 
-	if (word_buffer(s, 1, op, &b) < 0)
+	if (word_target(s, 1, op, &b) < 0)
 		return -1;
 	if (n > 2 && strncmp(s->word[n - 1], "file:", 5) == 0) {
 		if (s->word[n - 1][5] == '\0')
@@ -443,7 +457,7 @@ static int parse_release(struct script *s, struct op *op)
 {
 	struct binding *b;
 
-	if (word_buffer(s, 1, op, &b) < 0)
+	if (word_target(s, 1, op, &b) < 0)
 		return -1;
 	b->handle = 0;
 	return 0;
@@ -543,7 +557,7 @@ static int parse_kernel(struct script *s, struct op *op)
 	for (size_t w = 2; w < s->nwords; w++) {
 		const char *v = s->word[w];
 		struct gpucmd_arg *a = &op->args[op->nargs];
-		struct op buf = { .kind = OP_KERNEL };
+		struct binding *b;
 
 		if (strncmp(v, "grid=", 5) == 0) {
 			if (parse_dims(s, w, v + 5, op->grid) < 0)
@@ -559,10 +573,11 @@ static int parse_kernel(struct script *s, struct op *op)
 			if (parse_scalar(s, w, a) < 0)
 				return -1;
 		} else {
-			if (word_buffer(s, w, &buf, NULL) < 0)
+			b = word_buffer(s, w);
+			if (b == NULL)
 				return -1;
 			a->kind = GPUCMD_ARG_BUFFER;
-			a->v.handle = buf.handle;
+			a->v.handle = b->handle;
 		}
 		op->nargs++;
 	}
@@ -900,19 +915,24 @@ static int print_result(struct exec *x, const struct op *op,
 	return TOOL_EXIT_FAIL;
 }
 
+/* An error as a JSON line on stdout, beside the text on stderr. */
+static void json_error(const struct op *op, int code, const char *message)
+{
+	json_head(op);
+	printf(",\"error\":\"%s\",\"code\":%d,\"message\":",
+	       gpucmd_errname(code), code);
+	tool_json_string(stdout, message);
+	printf("}\n");
+}
+
 /* "gpucmd: op N (KIND): message [script line L]", and JSON on stdout. */
 static void print_op_error(struct exec *x, const struct op *op, int index,
 			   int code, const char *message)
 {
 	if (message[0] == '\0')
 		message = gpucmd_strerror(code);
-	if (x->json) {
-		json_head(op);
-		printf(",\"error\":\"%s\",\"code\":%d,\"message\":",
-		       gpucmd_errname(code), code);
-		tool_json_string(stdout, message);
-		printf("}\n");
-	}
+	if (x->json)
+		json_error(op, code, message);
 	fflush(stdout);
 	fprintf(stderr, "gpucmd: op %d (%s): %s [script line %u]\n", index,
 		gpucmd_errname(code), message, op->line);
@@ -944,6 +964,27 @@ static int print_request(struct exec *x, const struct group *g,
 	return TOOL_EXIT_FAIL;
 }
 
+/*
+ * Say why the request starting at op got no response (not sent, or the
+ * connection died); the exit status.
+ */
+static int unanswered(struct exec *x, const struct op *op, int err)
+{
+	char what[32];
+	int status;
+
+	if (x->json)
+		json_error(op, err, err == GPUCMD_EDISCONNECTED ?
+			   "the daemon closed the connection" :
+			   gpucmd_strerror(err));
+	snprintf(what, sizeof(what), "script line %u", op->line);
+	status = tool_fail(what, err);
+	if (err == GPUCMD_ELIMIT)
+		fprintf(stderr, "gpucmd: the request is over max_frame_bytes; "
+			"split the group with submit\n");
+	return status;
+}
+
 static int run_group(struct exec *x, struct group *g)
 {
 	struct request *req = calloc(g->n, sizeof(*req));
@@ -967,28 +1008,16 @@ static int run_group(struct exec *x, struct group *g)
 	if (status == 0) {
 		send_requests(x, req, nreq);
 		for (size_t k = 0; k < nreq; k++) {
-			int r;
+			int r = req[k].err != 0 ?
+					unanswered(x, &g->ops[req[k].first],
+						   req[k].err) :
+					print_request(x, g, &req[k]);
 
-			if (req[k].err != 0) {
-				char what[64];
-
-				snprintf(what, sizeof(what), "script line %u: "
-					 "sending the request",
-					 g->ops[req[k].first].line);
-				r = tool_fail(what, req[k].err);
-				if (req[k].err == GPUCMD_ELIMIT)
-					fprintf(stderr, "gpucmd: the request is "
-						"over max_frame_bytes; split "
-						"the group with submit\n");
-				if (status == TOOL_EXIT_OK)
-					status = r;
-				if (r == TOOL_EXIT_UNAVAILABLE)
-					break;	/* the connection is gone */
-				continue;
-			}
-			r = print_request(x, g, &req[k]);
 			if (status == TOOL_EXIT_OK)
 				status = r;
+			/* Past a lost connection every request fails alike. */
+			if (req[k].err != 0 && req[k].err != GPUCMD_ELIMIT)
+				break;
 		}
 	}
 	for (size_t k = 0; k < nreq; k++) {

@@ -93,11 +93,8 @@ int cmd_ping(const struct tool_opts *o, int argc, char **argv)
 		double us;
 
 		r = ping_once(conn, &us);
-		if (r < 0) {
-			r = tool_fail("ping", r);
-			gpucmd_close(conn);
-			return r;
-		}
+		if (r < 0)
+			break;
 		printf("pong %" PRIu64 ": time=%.1f us\n", i, us);
 		fflush(stdout);
 		if (i == 1 || us < min)
@@ -106,8 +103,10 @@ int cmd_ping(const struct tool_opts *o, int argc, char **argv)
 			max = us;
 		sum += us;
 	}
+	gpucmd_close(conn);
+	if (r < 0)
+		return tool_fail("ping", r);
 	printf("--- %" PRIu64 " pings: min/avg/max = %.1f/%.1f/%.1f us\n",
 	       count, min, sum / (double)count, max);
-	gpucmd_close(conn);
 	return TOOL_EXIT_OK;
 }

@@ -86,6 +86,7 @@ int cmd_status(const struct tool_opts *o, int argc, char **argv)
 {
 	struct gpucmd_conn *conn;
 	struct gpucmd_status st;
+	struct gpucmd_info info;
 	int json = 0;
 	int r;
 
@@ -95,16 +96,14 @@ int cmd_status(const struct tool_opts *o, int argc, char **argv)
 	r = tool_connect(o, NULL, &conn);
 	if (r != 0)
 		return r;
+	info = *gpucmd_info(conn);
 	r = gpucmd_status(conn, &st);
-	if (r < 0) {
-		r = tool_fail("status", r);
-		gpucmd_close(conn);
-		return r;
-	}
-	if (json)
-		status_json(&st, gpucmd_info(conn));
-	else
-		status_text(&st, gpucmd_info(conn));
 	gpucmd_close(conn);
+	if (r < 0)
+		return tool_fail("status", r);
+	if (json)
+		status_json(&st, &info);
+	else
+		status_text(&st, &info);
 	return TOOL_EXIT_OK;
 }

@@ -4,6 +4,7 @@
  */
 #include "command.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,19 +152,23 @@ int command_reserve(struct command *cmd, uint64_t size,
 	struct memory_manager *mm = cmd->current->memory;
 	int rc;
 
-	if (svc->memory_limit != 0 &&
-	    (size > svc->memory_limit ||
-	     svc->bytes_in_use > svc->memory_limit - size)) {
+	uint64_t limit = atomic_load(&svc->memory_limit);
+
+	if (limit != 0 &&
+	    (size > limit || svc->bytes_in_use > limit - size)) {
 		svc->oom_count++;
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "quota exceeded: allocating %llu bytes would take "
 			 "service '%s' to %llu bytes, over its limit of %llu "
-			 "bytes (in use %llu); release buffers or raise the "
-			 "service's memory_limit",
+			 "bytes (in use %llu, largest free block of stream %u "
+			 "%llu); release buffers or raise the service's "
+			 "memory_limit",
 			 (unsigned long long)size, svc->name,
 			 (unsigned long long)(svc->bytes_in_use + size),
-			 (unsigned long long)svc->memory_limit,
-			 (unsigned long long)svc->bytes_in_use);
+			 (unsigned long long)limit,
+			 (unsigned long long)svc->bytes_in_use,
+			 cmd->current->number,
+			 (unsigned long long)memory_manager_largest_free(mm));
 		return GPUCMD_EQUOTA;
 	}
 	cmd->ctx->driver->error[0] = '\0';

@@ -5,12 +5,18 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
+#include <ini.h>
+#include <pwd.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpucmd.h"
 #include "log.h"
+#include "service.h"
 
 void config_defaults(struct config *cfg)
 {
@@ -29,6 +35,9 @@ void config_defaults(struct config *cfg)
 	cfg->limits.max_handles = 1u << 20;
 	cfg->limits.max_streams = 16;
 	cfg->limits.max_pending_bytes = 256ull << 20;
+	snprintf(cfg->layout, sizeof(cfg->layout), "subslices");
+	cfg->unknown_services = CONFIG_UNKNOWN_ALLOW;
+	cfg->default_service.weight = 1;
 }
 
 int config_backend_parse(const char *s)
@@ -98,4 +107,335 @@ int config_parse_size(const char *s, uint64_t *out)
 		return -1;
 	*out = (uint64_t)v << shift;
 	return 0;
+}
+
+/* ---- the file -------------------------------------------------------------- */
+
+struct load_state {
+	struct config *cfg;
+	char err[256];		/* the first problem, for ini_parse's line */
+	bool failed;
+};
+
+/* Record the first problem and tell inih the line failed. */
+static int bad(struct load_state *st, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int bad(struct load_state *st, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!st->failed) {
+		va_start(ap, fmt);
+		vsnprintf(st->err, sizeof(st->err), fmt, ap);
+		va_end(ap);
+		st->failed = true;
+	}
+	return 0;
+}
+
+static int set_u32(struct load_state *st, const char *name, const char *v,
+		   uint64_t min, uint64_t max, uint32_t *out)
+{
+	uint64_t x;
+
+	if (config_parse_size(v, &x) != 0 || x < min || x > max)
+		return bad(st, "%s = %s: expected a number from %llu to %llu",
+			   name, v, (unsigned long long)min,
+			   (unsigned long long)max);
+	*out = (uint32_t)x;
+	return 1;
+}
+
+static int set_size(struct load_state *st, const char *name, const char *v,
+		    uint64_t min, uint64_t *out)
+{
+	uint64_t x;
+
+	if (config_parse_size(v, &x) != 0 || x < min)
+		return bad(st, "%s = %s: expected a size of at least %llu "
+			   "bytes (suffixes K, M, G, T)",
+			   name, v, (unsigned long long)min);
+	*out = x;
+	return 1;
+}
+
+static int set_str(struct load_state *st, const char *name, const char *v,
+		   char *out, size_t out_len)
+{
+	if (strlen(v) >= out_len)
+		return bad(st, "%s is longer than %zu characters", name,
+			   out_len - 1);
+	snprintf(out, out_len, "%s", v);
+	return 1;
+}
+
+/* uids = 1000, alice  /  gids = 100, video */
+static int set_ids(struct load_state *st, const char *name, const char *v,
+		   bool groups, uint32_t *ids, uint32_t *n)
+{
+	char buf[1024];
+	char *save = NULL;
+
+	*n = 0;
+	if (strlen(v) >= sizeof(buf))
+		return bad(st, "%s is too long", name);
+	snprintf(buf, sizeof(buf), "%s", v);
+	for (char *tok = strtok_r(buf, ", \t", &save); tok != NULL;
+	     tok = strtok_r(NULL, ", \t", &save)) {
+		char *end;
+		unsigned long id = strtoul(tok, &end, 10);
+
+		if (*n == CONFIG_MAX_IDS)
+			return bad(st, "%s lists more than %d ids", name,
+				   CONFIG_MAX_IDS);
+		if (*end != '\0' || end == tok) {
+			if (groups) {
+				struct group *g = getgrnam(tok);
+				if (g == NULL)
+					return bad(st, "%s: no group named '%s'",
+						   name, tok);
+				id = g->gr_gid;
+			} else {
+				struct passwd *p = getpwnam(tok);
+				if (p == NULL)
+					return bad(st, "%s: no user named '%s'",
+						   name, tok);
+				id = p->pw_uid;
+			}
+		}
+		ids[(*n)++] = (uint32_t)id;
+	}
+	return 1;
+}
+
+static int service_key(struct load_state *st, struct config_service *svc,
+		       const char *name, const char *v)
+{
+	if (strcmp(name, "memory_limit") == 0)
+		return set_size(st, name, v, 0, &svc->memory_limit);
+	if (strcmp(name, "max_streams") == 0)
+		return set_u32(st, name, v, 1, 64, &svc->max_streams);
+	if (strcmp(name, "weight") == 0)
+		return set_u32(st, name, v, 1, 1000, &svc->weight);
+	if (strcmp(name, "uids") == 0)
+		return set_ids(st, name, v, false, svc->uids, &svc->nuids);
+	if (strcmp(name, "gids") == 0)
+		return set_ids(st, name, v, true, svc->gids, &svc->ngids);
+	return bad(st, "unknown key '%s' in a service section (memory_limit, "
+		   "max_streams, weight, uids, gids)", name);
+}
+
+static struct config_service *section_service(struct load_state *st,
+					      const char *section)
+{
+	struct config *cfg = st->cfg;
+	const char *name = section + strlen("service");
+	struct config_service *svc;
+
+	while (*name == ' ' || *name == '\t')
+		name++;
+	if (*name == '"')
+		name++;
+	for (uint32_t i = 0; i < cfg->nservices; i++)
+		if (strncmp(cfg->services[i].name, name,
+			    strcspn(name, "\"")) == 0 &&
+		    cfg->services[i].name[strcspn(name, "\"")] == '\0')
+			return &cfg->services[i];
+	svc = realloc(cfg->services, (cfg->nservices + 1) * sizeof(*svc));
+	if (svc == NULL)
+		return NULL;
+	cfg->services = svc;
+	svc = &cfg->services[cfg->nservices++];
+	*svc = cfg->default_service;
+	snprintf(svc->name, sizeof(svc->name), "%.*s",
+		 (int)strcspn(name, "\""), name);
+	return svc;
+}
+
+static int handle_key(void *user, const char *section, const char *name,
+		      const char *v)
+{
+	struct load_state *st = user;
+	struct config *cfg = st->cfg;
+	struct config_limits *lim = &cfg->limits;
+	int x;
+
+	if (strcmp(section, "daemon") == 0) {
+		if (strcmp(name, "socket") == 0)
+			return set_str(st, name, v, cfg->socket_path,
+				       sizeof(cfg->socket_path));
+		if (strcmp(name, "socket_mode") == 0) {
+			char *end;
+			unsigned long m = strtoul(v, &end, 8);
+			if (*end != '\0' || m > 0777)
+				return bad(st, "socket_mode = %s: expected an "
+					   "octal mode like 0660", v);
+			cfg->socket_mode = (uint32_t)m;
+			return 1;
+		}
+		if (strcmp(name, "socket_group") == 0)
+			return set_str(st, name, v, cfg->socket_group,
+				       sizeof(cfg->socket_group));
+		if (strcmp(name, "admin_group") == 0)
+			return set_str(st, name, v, cfg->admin_group,
+				       sizeof(cfg->admin_group));
+		if (strcmp(name, "backend") == 0) {
+			x = config_backend_parse(v);
+			if (x < 0)
+				return bad(st, "backend = %s: expected auto, "
+					   "cuda or host", v);
+			cfg->backend = (enum config_backend)x;
+			return 1;
+		}
+		if (strcmp(name, "device") == 0) {
+			uint32_t d = 0;
+			if (!set_u32(st, name, v, 0, 1024, &d))
+				return 0;
+			cfg->device = (int)d;
+			return 1;
+		}
+		if (strcmp(name, "host_memory") == 0)
+			return set_size(st, name, v, 1u << 20,
+					&cfg->host_memory);
+		if (strcmp(name, "log_level") == 0) {
+			x = log_level_parse(v);
+			if (x < 0)
+				return bad(st, "log_level = %s: expected "
+					   "error, warning, notice, info or "
+					   "debug", v);
+			cfg->log_level = x;
+			return 1;
+		}
+		if (strcmp(name, "layout") == 0) {
+			if (strcmp(v, "subslices") != 0 &&
+			    strcmp(v, "exclusive") != 0)
+				return bad(st, "layout = %s: expected "
+					   "subslices or exclusive", v);
+			return set_str(st, name, v, cfg->layout,
+				       sizeof(cfg->layout));
+		}
+		return bad(st, "unknown key '%s' in [daemon]", name);
+	}
+	if (strcmp(section, "limits") == 0) {
+		if (strcmp(name, "max_connections") == 0)
+			return set_u32(st, name, v, 1, 1u << 20,
+				       &lim->max_connections);
+		if (strcmp(name, "max_frame_bytes") == 0)
+			return set_u32(st, name, v, 4096, 1u << 30,
+				       &lim->max_frame_bytes);
+		if (strcmp(name, "max_ops_per_batch") == 0)
+			return set_u32(st, name, v, 1, 1u << 24,
+				       &lim->max_ops_per_batch);
+		if (strcmp(name, "max_in_flight") == 0)
+			return set_u32(st, name, v, 1, 1u << 20,
+				       &lim->max_in_flight);
+		if (strcmp(name, "max_handles") == 0)
+			return set_u32(st, name, v, 1, 1u << 30,
+				       &lim->max_handles);
+		if (strcmp(name, "max_streams") == 0)
+			return set_u32(st, name, v, 1, 64, &lim->max_streams);
+		if (strcmp(name, "max_pending_bytes") == 0)
+			return set_size(st, name, v, 65536,
+					&lim->max_pending_bytes);
+		return bad(st, "unknown key '%s' in [limits]", name);
+	}
+	if (strcmp(section, "services") == 0) {
+		if (strcmp(name, "unknown") == 0) {
+			if (strcmp(v, "allow") == 0)
+				cfg->unknown_services = CONFIG_UNKNOWN_ALLOW;
+			else if (strcmp(v, "refuse") == 0)
+				cfg->unknown_services = CONFIG_UNKNOWN_REFUSE;
+			else
+				return bad(st, "unknown = %s: expected allow "
+					   "or refuse", v);
+			return 1;
+		}
+		if (strncmp(name, "default_", 8) == 0)
+			return service_key(st, &cfg->default_service,
+					   name + 8, v);
+		return bad(st, "unknown key '%s' in [services] (unknown, "
+			   "default_memory_limit, default_max_streams, "
+			   "default_weight)", name);
+	}
+	if (strncmp(section, "service ", 8) == 0 ||
+	    strncmp(section, "service\t", 8) == 0) {
+		struct config_service *svc = section_service(st, section);
+
+		if (svc == NULL)
+			return bad(st, "out of memory");
+		if (service_name_check(svc->name) != 0)
+			return bad(st, "[%s]: '%s' is not a valid service "
+				   "name (letters, digits, '.', '_', '-')",
+				   section, svc->name);
+		return service_key(st, svc, name, v);
+	}
+	return bad(st, "unknown section [%s] (daemon, limits, services, "
+		   "service NAME)", section);
+}
+
+int config_load(struct config *cfg, const char *path, char *err,
+		size_t err_len)
+{
+	struct config work;
+	struct load_state st = { .cfg = &work };
+	int line;
+
+	if (access(path, R_OK) != 0) {
+		int e = errno;
+		snprintf(err, err_len, "%s: %s", path, strerror(e));
+		return -e;
+	}
+	if (config_copy(&work, cfg) != 0) {
+		snprintf(err, err_len, "%s: out of memory", path);
+		return -ENOMEM;
+	}
+	line = ini_parse(path, handle_key, &st);
+	if (line != 0) {
+		if (line < 0)
+			snprintf(err, err_len, "%s: cannot read the file", path);
+		else
+			snprintf(err, err_len, "%s:%d: %s", path, line,
+				 st.failed ? st.err
+					   : "syntax error (expected [section], "
+					     "key = value or a ; comment)");
+		config_free(&work);
+		return GPUCMD_EINVAL;
+	}
+	snprintf(work.path, sizeof(work.path), "%s", path);
+	config_free(cfg);
+	*cfg = work;
+	return 0;
+}
+
+void config_free(struct config *cfg)
+{
+	free(cfg->services);
+	cfg->services = NULL;
+	cfg->nservices = 0;
+}
+
+int config_copy(struct config *dst, const struct config *src)
+{
+	*dst = *src;
+	dst->services = NULL;
+	if (src->nservices == 0)
+		return 0;
+	dst->services = malloc(src->nservices * sizeof(*dst->services));
+	if (dst->services == NULL) {
+		dst->nservices = 0;
+		return -ENOMEM;
+	}
+	memcpy(dst->services, src->services,
+	       src->nservices * sizeof(*dst->services));
+	return 0;
+}
+
+const struct config_service *config_find_service(const struct config *cfg,
+						 const char *name)
+{
+	for (uint32_t i = 0; i < cfg->nservices; i++)
+		if (strcmp(cfg->services[i].name, name) == 0)
+			return &cfg->services[i];
+	return NULL;
 }

@@ -30,19 +30,62 @@ struct config_limits {
 	uint64_t max_pending_bytes;	/* replies queued to one slow reader */
 };
 
+#define CONFIG_MAX_IDS 32
+#define CONFIG_DEFAULT_PATH "/etc/gpucmd/gpucmdd.conf"
+
+/* A [service NAME] section. */
+struct config_service {
+	char name[64];
+	uint64_t memory_limit;		/* bytes, 0 = none */
+	uint32_t max_streams;		/* 0 = the daemon's limit */
+	uint32_t weight;		/* share of the device thread, 1..1000 */
+	uint32_t nuids;
+	uint32_t ngids;
+	uint32_t uids[CONFIG_MAX_IDS];	/* who may connect as it (empty: anyone) */
+	uint32_t gids[CONFIG_MAX_IDS];
+};
+
+/* What happens to a Hello naming a service the file does not list. */
+enum config_unknown {
+	CONFIG_UNKNOWN_ALLOW = 0,	/* created with the default limits */
+	CONFIG_UNKNOWN_REFUSE = 1,
+};
+
 struct config {
+	char path[256];			/* the file read, "" when none */
 	char socket_path[108];
 	uint32_t socket_mode;
+	char socket_group[64];		/* "" = leave the group alone */
+	char admin_group[64];		/* members see every service */
 	enum config_backend backend;
 	int device;
 	uint64_t host_memory;		/* host backend "device" size */
 	uint64_t host_fail_alloc_at;	/* test hook, see driver.h */
 	int log_level;
+	char layout[16];		/* default pool layout: subslices, exclusive */
 	struct config_limits limits;
+	enum config_unknown unknown_services;
+	struct config_service default_service;	/* limits of unlisted services */
+	uint32_t nservices;
+	struct config_service *services;	/* malloc'ed */
 };
 
 /** Fill cfg with the built-in defaults. */
 void config_defaults(struct config *cfg);
+/**
+ * Read the INI file at path over cfg (which holds defaults).  0, or
+ * GPUCMD_EINVAL with "PATH:LINE: problem" in err; -ENOENT when the file is
+ * missing.  On failure cfg keeps what it had.
+ */
+int config_load(struct config *cfg, const char *path, char *err,
+		size_t err_len);
+/** Free what config_load allocated. */
+void config_free(struct config *cfg);
+/** Deep copy src into dst (dst is overwritten, not freed). */
+int config_copy(struct config *dst, const struct config *src);
+/** The [service NAME] section for name, or NULL. */
+const struct config_service *config_find_service(const struct config *cfg,
+						 const char *name);
 /** Parse "auto", "host", "cuda"; -1 when unknown. */
 int config_backend_parse(const char *s);
 /** Name of a backend choice. */

@@ -542,7 +542,7 @@ static void service_row(struct service *svc, void *arg)
 	sr->id = svc->id;
 	sr->connections = atomic_load(&svc->connections);
 	sr->peak_bytes_in_use = svc->peak_bytes_in_use;
-	sr->limit_bytes = svc->memory_limit;
+	sr->limit_bytes = atomic_load(&svc->memory_limit);
 	sr->oom_count = svc->oom_count;
 	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
 		if (set->service != svc)

@@ -256,8 +256,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 
 	if (conn->set == NULL) {
 		rc = stream_set_create(d, conn->service, conn->id,
-				       &ex->cfg.limits, &ex->layout,
-				       &conn->set);
+				       &conn->limits, &ex->layout, &conn->set);
 		if (rc != 0) {
 			snprintf(b->message, sizeof(b->message),
 				 "cannot set up this connection's device "
@@ -332,6 +331,70 @@ static void finish_closing(struct executor *ex)
 	}
 }
 
+/* ---- fairness ------------------------------------------------------------- */
+
+struct service_queue {
+	const struct service *svc;
+	struct batch *head;
+	struct batch **tail;
+};
+
+/*
+ * Reorder one wake-up's jobs so services take turns: each round gives every
+ * service up to its weight in batches.  A connection's own jobs keep their
+ * order (its close stays after its batches), so only the interleaving
+ * between services changes; a flooding service cannot push another's batch
+ * to the back of a long queue.
+ */
+static struct batch *interleave(struct batch *jobs)
+{
+	struct service_queue *q;
+	struct batch *out = NULL, **tail = &out;
+	size_t nq = 0, n = 0, left;
+
+	for (struct batch *b = jobs; b != NULL; b = b->next)
+		n++;
+	if (n < 2)
+		return jobs;
+	q = calloc(n, sizeof(*q));
+	if (q == NULL)
+		return jobs;	/* FIFO is still correct, only less fair */
+	while (jobs != NULL) {
+		struct batch *b = jobs;
+		size_t i;
+
+		jobs = b->next;
+		b->next = NULL;
+		for (i = 0; i < nq && q[i].svc != b->conn->service; i++)
+			;
+		if (i == nq) {
+			q[nq].svc = b->conn->service;
+			q[nq].head = NULL;
+			q[nq].tail = &q[nq].head;
+			nq++;
+		}
+		*q[i].tail = b;
+		q[i].tail = &b->next;
+	}
+	for (left = n; left > 0;) {
+		for (size_t i = 0; i < nq; i++) {
+			unsigned quantum = atomic_load(&((struct service *)q[i].svc)->weight);
+
+			for (unsigned k = 0; k < quantum && q[i].head; k++) {
+				struct batch *b = q[i].head;
+
+				q[i].head = b->next;
+				b->next = NULL;
+				*tail = b;
+				tail = &b->next;
+				left--;
+			}
+		}
+	}
+	free(q);
+	return out;
+}
+
 /* ---- the thread ---------------------------------------------------------- */
 
 static void *device_main(void *arg)
@@ -348,7 +411,9 @@ static void *device_main(void *arg)
 		ex->cmd.props.max_page_size = ex->driver->props.max_page_size;
 		ex->cmd.props.alignment = ex->driver->props.alignment;
 		memset(&ex->layout, 0, sizeof(ex->layout));
-		ex->layout.preset = MEMORY_PRESET_SUBSLICES;
+		ex->layout.preset = strcmp(ex->cfg.layout, "exclusive") == 0
+					    ? MEMORY_PRESET_EXCLUSIVE_PAGES
+					    : MEMORY_PRESET_SUBSLICES;
 		rc = memory_configuration_resolve(&ex->layout, &ex->cmd.props,
 						  msg, sizeof(msg));
 		if (rc != 0)
@@ -385,6 +450,7 @@ static void *device_main(void *arg)
 			complete_batch(ex, done);
 			done = next;
 		}
+		jobs = interleave(jobs);
 		while (jobs != NULL) {
 			struct batch *next = jobs->next;
 			if (is_close(jobs)) {
@@ -412,6 +478,9 @@ int executor_start(const struct config *cfg,
 	if (ex == NULL)
 		return GPUCMD_ENOMEM;
 	ex->cfg = *cfg;
+	/* The service list belongs to the loop (reload frees it). */
+	ex->cfg.services = NULL;
+	ex->cfg.nservices = 0;
 	ex->cb = *cb;
 	ex->inbox_tail = &ex->inbox_head;
 	ex->done_tail = &ex->done_head;

@@ -48,6 +48,7 @@ struct executor_conn {
 	struct service *service;
 	uint64_t id;
 	bool admin;			/* may see every service */
+	struct config_limits limits;	/* as they were at Hello */
 	struct stream_set *set;		/* device thread only */
 	struct executor_conn *next_closing; /* device thread only */
 };

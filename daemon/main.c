@@ -4,7 +4,9 @@
  * Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the
  * daemon cannot start (the reason is logged), 2 for a usage error.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,9 @@ static void usage(FILE *out)
 		"usage: gpucmdd [OPTION]...\n"
 		"Serve one GPU to several client processes over a Unix socket.\n"
 		"\n"
+		"  -c, --config PATH       read settings from PATH (default %s;\n"
+		"                          a missing default file means built-in defaults)\n"
+		"      --check-config      validate the config file, print the result, exit\n"
 		"  -s, --socket PATH       listen on PATH (default $GPUCMD_SOCKET, else %s)\n"
 		"  -b, --backend NAME      auto, cuda or host (default auto: cuda when a\n"
 		"                          device answers, else host)\n"
@@ -35,8 +40,9 @@ static void usage(FILE *out)
 		"  -h, --help              show this help and exit\n"
 		"  -V, --version           show the version and exit\n"
 		"\n"
-		"See gpucmdd(8).\n",
-		GPUCMD_DEFAULT_SOCKET);
+		"Flags override the config file, which overrides the defaults.\n"
+		"See gpucmdd(8) and gpucmdd.conf(5).\n",
+		CONFIG_DEFAULT_PATH, GPUCMD_DEFAULT_SOCKET);
 }
 
 enum {
@@ -45,6 +51,14 @@ enum {
 	OPT_MAX_FRAME,
 	OPT_MAX_STREAMS,
 	OPT_FAIL_ALLOC,
+	OPT_CHECK_CONFIG,
+};
+
+/* What the first pass over argv found: which file, and whether to check it. */
+struct early_args {
+	const char *config;
+	bool config_given;
+	bool check_only;
 };
 
 static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -57,9 +71,9 @@ static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 	return 0;
 }
 
-static int parse_args(int argc, char **argv, struct config *cfg)
-{
-	static const struct option opts[] = {
+static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
 		{ "socket", required_argument, NULL, 's' },
 		{ "backend", required_argument, NULL, 'b' },
 		{ "device", required_argument, NULL, 'd' },
@@ -72,15 +86,41 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
-	};
+};
+static const char optstring[] = "c:s:b:d:l:hV";
+
+/* First pass: only --config, --check-config, --help, --version. */
+static void early_args(int argc, char **argv, struct early_args *e)
+{
+	int c;
+
+	e->config = CONFIG_DEFAULT_PATH;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, optstring, opts, NULL)) != -1) {
+		if (c == 'c') {
+			e->config = optarg;
+			e->config_given = true;
+		} else if (c == OPT_CHECK_CONFIG) {
+			e->check_only = true;
+		}
+	}
+	opterr = 1;
+	optind = 0;
+}
+
+static int parse_args(int argc, char **argv, struct config *cfg)
+{
 	const char *env = getenv("GPUCMD_SOCKET");
 	uint32_t u;
 	int c, v;
 
 	if (env != NULL && env[0] != '\0')
 		snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", env);
-	while ((c = getopt_long(argc, argv, "s:b:d:l:hV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, optstring, opts, NULL)) != -1) {
 		switch (c) {
+		case 'c':
+		case OPT_CHECK_CONFIG:
+			break;	/* handled by early_args */
 		case 's':
 			if (strlen(optarg) >= sizeof(cfg->socket_path)) {
 				fprintf(stderr, "gpucmdd: socket path is longer "
@@ -173,8 +213,25 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 	return 0;
 }
 
+/* Defaults, then the file.  0, or the exit status. */
+static int load_file(const struct early_args *e, struct config *cfg)
+{
+	char err[512];
+	int rc;
+
+	rc = config_load(cfg, e->config, err, sizeof(err));
+	if (rc == -ENOENT && !e->config_given && !e->check_only)
+		return 0;	/* no file at the default place: defaults */
+	if (rc != 0) {
+		fprintf(stderr, "gpucmdd: %s\n", err);
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	struct early_args early = { 0 };
 	struct config cfg;
 	struct server srv;
 	char why[1024] = "";
@@ -182,9 +239,23 @@ int main(int argc, char **argv)
 	int rc;
 
 	config_defaults(&cfg);
-	rc = parse_args(argc, argv, &cfg);
-	if (rc != 0)
+	early_args(argc, argv, &early);
+	rc = load_file(&early, &cfg);
+	if (rc == 0)
+		rc = parse_args(argc, argv, &cfg);
+	if (early.check_only) {
+		if (rc == 0)
+			printf("%s: ok (%u services, backend %s, socket %s)\n",
+			       early.config, cfg.nservices,
+			       config_backend_name(cfg.backend),
+			       cfg.socket_path);
+		config_free(&cfg);
 		return rc;
+	}
+	if (rc != 0) {
+		config_free(&cfg);
+		return rc;
+	}
 	log_set_level((enum log_level)cfg.log_level);
 	/* A client that goes away mid-write must not kill the daemon. */
 	signal(SIGPIPE, SIG_IGN);
@@ -194,8 +265,11 @@ int main(int argc, char **argv)
 	if (rc != 0) {
 		log_err("cannot start: %s", why);
 		uv_loop_close(&loop);
+		config_free(&cfg);
 		return 1;
 	}
+	if (cfg.path[0] != '\0')
+		log_info("settings from %s", cfg.path);
 	log_notice("gpucmdd %s serving %s (%s backend, %llu MiB) on %s",
 		   GPUCMD_VERSION_STRING,
 		   executor_properties(srv.ex)->name,
@@ -204,6 +278,7 @@ int main(int argc, char **argv)
 		   cfg.socket_path);
 	rc = server_run(&srv);
 	uv_loop_close(&loop);
+	config_free(&cfg);
 	service_registry_free();
 	log_notice("stopped");
 	return rc;

@@ -4,6 +4,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,21 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 	rc = uv_pipe_bind(&srv->listener, path);
 	if (rc == 0 && chmod(path, srv->cfg.socket_mode) != 0)
 		rc = -errno;
+	if (rc == 0 && srv->cfg.socket_group[0] != '\0') {
+		struct group *g = getgrnam(srv->cfg.socket_group);
+
+		if (g == NULL) {
+			snprintf(why, why_len,
+				 "socket_group '%s' does not exist: create it "
+				 "(the package's sysusers.d does) or change "
+				 "the setting",
+				 srv->cfg.socket_group);
+			uv_close((uv_handle_t *)&srv->listener, NULL);
+			return GPUCMD_EINVAL;
+		}
+		if (chown(path, (uid_t)-1, g->gr_gid) != 0)
+			rc = -errno;
+	}
 	if (rc == 0)
 		rc = uv_listen((uv_stream_t *)&srv->listener, 128,
 			       on_connection);
@@ -215,6 +231,75 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 }
 
 /* ---- signals and lifetime ------------------------------------------------ */
+
+/* Services the file lists get their (new) limits. */
+static void apply_services(struct server *srv)
+{
+	for (uint32_t i = 0; i < srv->cfg.nservices; i++) {
+		const struct config_service *cs = &srv->cfg.services[i];
+		struct service *svc = service_get(cs->name, cs);
+
+		if (svc != NULL)
+			service_apply(svc, cs);
+	}
+}
+
+static int64_t resolve_admin_gid(const struct config *cfg)
+{
+	struct group *g;
+
+	if (cfg->admin_group[0] == '\0')
+		return -1;
+	g = getgrnam(cfg->admin_group);
+	if (g == NULL) {
+		log_warn("admin_group '%s' does not exist: only root and the "
+			 "daemon's own user are admins",
+			 cfg->admin_group);
+		return -1;
+	}
+	return g->gr_gid;
+}
+
+int server_reload(struct server *srv)
+{
+	struct config next;
+	char err[512];
+	int rc;
+
+	if (srv->cfg.path[0] == '\0') {
+		log_notice("reload: no config file was read at start, nothing "
+			   "to reload");
+		return 0;
+	}
+	if (config_copy(&next, &srv->cfg) != 0)
+		return -ENOMEM;
+	rc = config_load(&next, srv->cfg.path, err, sizeof(err));
+	if (rc != 0) {
+		log_err("reload failed, keeping the current settings: %s", err);
+		config_free(&next);
+		return rc;
+	}
+	/* Only what can change under live connections is taken. */
+	srv->cfg.limits = next.limits;
+	srv->cfg.unknown_services = next.unknown_services;
+	srv->cfg.default_service = next.default_service;
+	snprintf(srv->cfg.admin_group, sizeof(srv->cfg.admin_group), "%s",
+		 next.admin_group);
+	config_free(&srv->cfg);
+	srv->cfg.services = next.services;
+	srv->cfg.nservices = next.nservices;
+	srv->admin_gid = resolve_admin_gid(&srv->cfg);
+	apply_services(srv);
+	log_notice("reloaded %s: %u services configured", srv->cfg.path,
+		   srv->cfg.nservices);
+	return 0;
+}
+
+static void on_sighup(uv_signal_t *sig, int signum)
+{
+	(void)signum;
+	server_reload(sig->data);
+}
 
 static void on_signal(uv_signal_t *sig, int signum)
 {
@@ -257,12 +342,17 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 
 	memset(srv, 0, sizeof(*srv));
 	srv->loop = loop;
-	srv->cfg = *cfg;
+	if (config_copy(&srv->cfg, cfg) != 0)
+		return -ENOMEM;
+	srv->admin_gid = resolve_admin_gid(cfg);
+	apply_services(srv);
 	srv->out_tail = &srv->out_head;
 	pthread_mutex_init(&srv->lock, NULL);
 	rc = executor_start(&srv->cfg, &cb, &srv->ex, why, why_len);
-	if (rc != 0)
+	if (rc != 0) {
+		config_free(&srv->cfg);
 		return rc;
+	}
 	uv_async_init(loop, &srv->wakeup, on_wakeup);
 	srv->wakeup.data = srv;
 	uv_signal_init(loop, &srv->sigint);
@@ -271,14 +361,19 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 	srv->sigterm.data = srv;
 	uv_signal_start(&srv->sigint, on_signal, SIGINT);
 	uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
+	uv_signal_init(loop, &srv->sighup);
+	srv->sighup.data = srv;
+	uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
 	rc = listen_socket(srv, why, why_len);
 	if (rc != 0) {
 		uv_close((uv_handle_t *)&srv->wakeup, NULL);
 		uv_close((uv_handle_t *)&srv->sigint, NULL);
 		uv_close((uv_handle_t *)&srv->sigterm, NULL);
+		uv_close((uv_handle_t *)&srv->sighup, NULL);
 		uv_run(loop, UV_RUN_NOWAIT);
 		executor_stop(srv->ex);
 		srv->ex = NULL;
+		config_free(&srv->cfg);
 		return rc;
 	}
 	return 0;
@@ -301,5 +396,6 @@ int server_run(struct server *srv)
 	uv_walk(srv->loop, close_walk, NULL);
 	uv_run(srv->loop, UV_RUN_DEFAULT);
 	pthread_mutex_destroy(&srv->lock);
+	config_free(&srv->cfg);
 	return 0;
 }

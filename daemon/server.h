@@ -6,6 +6,8 @@
  * callbacks (device thread) push onto a mutex-guarded outbox and wake the
  * loop with a uv_async_t; the loop drains it and writes the replies.
  *
+ * Reload (SIGHUP) re-reads the config file.
+ *
  * Shutdown (SIGTERM, SIGINT): stop accepting, close every session (each
  * waits for its batches to complete and its memory to be freed), then stop
  * the executor and leave the loop; the exit status is 0.
@@ -29,7 +31,9 @@ struct server {
 	uv_async_t wakeup;
 	uv_signal_t sigint;
 	uv_signal_t sigterm;
+	uv_signal_t sighup;
 	struct config cfg;
+	int64_t admin_gid;		/* -1: no admin group */
 	struct executor *ex;
 
 	pthread_mutex_t lock;		/* guards the outbox */
@@ -51,6 +55,12 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 		char *why, size_t why_len);
 /** Run the loop until shutdown; 0 on a clean stop. */
 int server_run(struct server *srv);
+/**
+ * Re-read the config file (SIGHUP): new limits apply to new connections,
+ * service limits at once; connections stay.  0 or an error (logged, and
+ * the old settings stay).
+ */
+int server_reload(struct server *srv);
 /** Begin a graceful shutdown (loop thread). */
 void server_stop(struct server *srv);
 /** A session is fully closed: forget it (loop thread). */

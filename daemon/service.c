@@ -31,7 +31,30 @@ int service_name_check(const char *name)
 	return 0;
 }
 
-struct service *service_get(const char *name)
+void service_apply(struct service *svc, const struct config_service *limits)
+{
+	atomic_store(&svc->memory_limit, limits->memory_limit);
+	atomic_store(&svc->max_streams, limits->max_streams);
+	atomic_store(&svc->weight, limits->weight ? limits->weight : 1);
+}
+
+bool service_allows(const struct config_service *cs, uint32_t uid,
+		    const uint32_t *gids, size_t n)
+{
+	if (cs->nuids == 0 && cs->ngids == 0)
+		return true;
+	for (uint32_t i = 0; i < cs->nuids; i++)
+		if (cs->uids[i] == uid)
+			return true;
+	for (uint32_t i = 0; i < cs->ngids; i++)
+		for (size_t j = 0; j < n; j++)
+			if (cs->gids[i] == gids[j])
+				return true;
+	return false;
+}
+
+struct service *service_get(const char *name,
+			    const struct config_service *limits)
 {
 	struct service *svc;
 
@@ -47,6 +70,10 @@ struct service *service_get(const char *name)
 	snprintf(svc->name, sizeof(svc->name), "%s", name);
 	svc->id = ++registry_count;
 	atomic_init(&svc->connections, 0);
+	atomic_init(&svc->memory_limit, 0);
+	atomic_init(&svc->max_streams, 0);
+	atomic_init(&svc->weight, 1);
+	service_apply(svc, limits);
 	*registry_tail = svc;
 	registry_tail = &svc->next;
 out:

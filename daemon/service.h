@@ -13,7 +13,10 @@
 #pragma once
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "config.h"
 
 #define SERVICE_NAME_MAX 63
 #define SERVICE_MAX 1024
@@ -21,7 +24,10 @@
 struct service {
 	char name[SERVICE_NAME_MAX + 1];
 	uint32_t id;
-	uint64_t memory_limit;		/* bytes, 0 = none */
+	/* Limits: set by the loop thread (start, SIGHUP), read anywhere. */
+	atomic_uint_fast64_t memory_limit;	/* bytes, 0 = none */
+	atomic_uint max_streams;		/* 0 = the daemon's limit */
+	atomic_uint weight;			/* batches per scheduling round */
 	atomic_uint connections;
 	/* Device thread only. */
 	uint64_t bytes_in_use;
@@ -37,10 +43,19 @@ struct service {
  */
 int service_name_check(const char *name);
 /**
- * The service called name, created with the default limits if new; NULL
- * when SERVICE_MAX services exist already.
+ * The service called name, created with limits if new (an existing one
+ * keeps its own); NULL when SERVICE_MAX services exist already.
  */
-struct service *service_get(const char *name);
+struct service *service_get(const char *name,
+			    const struct config_service *limits);
+/** Set svc's limits (at start and on SIGHUP). */
+void service_apply(struct service *svc, const struct config_service *limits);
+/**
+ * May a peer with uid and the groups gids[n] join a service configured as
+ * cs?  Yes when cs lists no uids and no gids, or lists one of them.
+ */
+bool service_allows(const struct config_service *cs, uint32_t uid,
+		    const uint32_t *gids, size_t n);
 /** Call fn on every service, in id order, under the registry lock. */
 void service_foreach(void (*fn)(struct service *svc, void *arg), void *arg);
 /** Number of services known. */

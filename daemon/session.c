@@ -241,7 +241,10 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	Gpucmd__Welcome w = GPUCMD__WELCOME__INIT;
 	Gpucmd__DeviceInfo dev = GPUCMD__DEVICE_INFO__INIT;
 	Gpucmd__Limits lim = GPUCMD__LIMITS__INIT;
+	const struct config *cfg = &srv->cfg;
+	const struct config_service *cs;
 	struct service *svc;
+	bool admin = session_is_admin(s);
 
 	if (hello->protocol_version != GPUCMD_PROTOCOL_VERSION) {
 		session_refuse(s, GPUCMD_EVERSION,
@@ -258,7 +261,31 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 			       hello->service, SERVICE_NAME_MAX);
 		return;
 	}
-	svc = service_get(hello->service);
+	cs = config_find_service(cfg, hello->service);
+	if (cs == NULL) {
+		if (cfg->unknown_services == CONFIG_UNKNOWN_REFUSE && !admin) {
+			session_refuse(s, GPUCMD_EPERM,
+				       "service '%s' is not configured and this "
+				       "daemon refuses unknown services: add a "
+				       "[service %s] section to %s",
+				       hello->service, hello->service,
+				       cfg->path[0] ? cfg->path
+						    : CONFIG_DEFAULT_PATH);
+			return;
+		}
+		cs = &cfg->default_service;
+	} else if (!admin &&
+		   !service_allows(cs, s->uid, s->groups, s->ngroups)) {
+		session_refuse(s, GPUCMD_EPERM,
+			       "uid %u (gid %u) may not connect as service "
+			       "'%s': its uids and gids in %s do not include "
+			       "them",
+			       (unsigned)s->uid, (unsigned)s->gid,
+			       hello->service,
+			       cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH);
+		return;
+	}
+	svc = service_get(hello->service, cs);
 	if (svc == NULL) {
 		session_refuse(s, GPUCMD_ELIMIT,
 			       "too many services: the daemon knows %d already",
@@ -269,7 +296,8 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	s->econn.conn = s;
 	s->econn.service = svc;
 	s->econn.id = s->id;
-	s->econn.admin = s->uid == 0 || s->uid == geteuid();
+	s->econn.admin = admin;
+	s->econn.limits = cfg->limits;
 	s->state = SESSION_READY;
 	s->device_open = true;
 	log_info("connection %llu (%s, %s) joined service %s (id %u)",
@@ -282,8 +310,11 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	dev.total_memory = p->total_memory;
 	dev.max_allocation = p->max_page_size;
 	dev.alignment = p->alignment;
-	lim.memory_limit = svc->memory_limit;
+	lim.memory_limit = atomic_load(&svc->memory_limit);
 	lim.max_streams = srv->cfg.limits.max_streams;
+	if (atomic_load(&svc->max_streams) != 0 &&
+	    atomic_load(&svc->max_streams) < lim.max_streams)
+		lim.max_streams = atomic_load(&svc->max_streams);
 	lim.max_ops_per_batch = srv->cfg.limits.max_ops_per_batch;
 	lim.max_frame_bytes = srv->cfg.limits.max_frame_bytes;
 	lim.max_in_flight = srv->cfg.limits.max_in_flight;
@@ -481,6 +512,52 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	parse_frames(s);
 }
 
+/*
+ * The peer's supplementary groups, from /proc: SO_PEERCRED gives only the
+ * primary gid, and service access and the admin group are often granted
+ * through supplementary ones.
+ */
+static void read_groups(struct session *s)
+{
+	char path[64], line[1024];
+	FILE *f;
+
+	s->groups[0] = (uint32_t)s->gid;
+	s->ngroups = 1;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)s->pid);
+	f = fopen(path, "re");
+	if (f == NULL)
+		return;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *p, *end;
+
+		if (strncmp(line, "Groups:", 7) != 0)
+			continue;
+		p = line + 7;
+		for (;;) {
+			unsigned long g = strtoul(p, &end, 10);
+			if (end == p || s->ngroups == sizeof(s->groups) / sizeof(s->groups[0]))
+				break;
+			s->groups[s->ngroups++] = (uint32_t)g;
+			p = end;
+		}
+		break;
+	}
+	fclose(f);
+}
+
+bool session_is_admin(const struct session *s)
+{
+	int64_t admin_gid = s->server->admin_gid;
+
+	if (s->uid == 0 || s->uid == geteuid())
+		return true;
+	for (size_t i = 0; admin_gid >= 0 && i < s->ngroups; i++)
+		if (s->groups[i] == (uint32_t)admin_gid)
+			return true;
+	return false;
+}
+
 int session_start(struct session *s)
 {
 	struct ucred cred;
@@ -496,6 +573,7 @@ int session_start(struct session *s)
 		s->uid = (uid_t)-1;
 		s->gid = (gid_t)-1;
 	}
+	read_groups(s);
 	snprintf(s->peer, sizeof(s->peer), "pid %d uid %d", (int)s->pid,
 		 (int)s->uid);
 	s->state = SESSION_HELLO;

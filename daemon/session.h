@@ -44,6 +44,8 @@ struct session {
 	uid_t uid;
 	gid_t gid;
 	pid_t pid;
+	uint32_t groups[64];		/* primary and supplementary gids */
+	size_t ngroups;
 	enum session_state state;
 	bool reading;
 	bool device_open;		/* the executor knows this session */
@@ -74,6 +76,11 @@ void session_close(struct session *s, const char *why);
 /** A response (or completion) from the executor arrived for s. */
 void session_reply(struct session *s, uint8_t *buf, size_t len,
 		   bool completed);
+/**
+ * Root, the daemon's own uid, and members of admin_group may see every
+ * service and act on others.
+ */
+bool session_is_admin(const struct session *s);
 /** The executor freed s's device state. */
 void session_device_closed(struct session *s);
 /**

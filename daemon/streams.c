@@ -3,6 +3,7 @@
  */
 #include "streams.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,10 @@ int stream_set_create(struct driver *d, struct service *svc,
 	set->connection_id = connection_id;
 	set->max_streams = lim->max_streams < STREAMS_MAX ? lim->max_streams
 							  : STREAMS_MAX;
+	/* A service may have a tighter stream limit than the daemon. */
+	if (atomic_load(&svc->max_streams) != 0 &&
+	    atomic_load(&svc->max_streams) < set->max_streams)
+		set->max_streams = atomic_load(&svc->max_streams);
 	set->layout = *layout;
 	set->props.max_page_size = d->props.max_page_size;
 	set->props.alignment = d->props.alignment;

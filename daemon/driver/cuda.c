@@ -164,7 +164,8 @@ struct nvrtc_api {
 /* CUDA_ERROR_STUB_LIBRARY, by number: older cuda.h files lack the name. */
 #define CUDA_ERROR_STUB_LIBRARY_CODE 34
 
-/* Static shared memory every function gets without asking (48 KiB). */
+/* Dynamic shared memory a launch may use without raising the function's
+ * CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first (48 KiB). */
 #define CUDA_DEFAULT_SHARED_BYTES (48u * 1024)
 /* JIT error log kept per module load; the caller's buffer may be smaller. */
 #define CUDA_JIT_LOG_BYTES 8192
@@ -1046,8 +1047,8 @@ static int cuda_nvrtc_compile(struct cuda_driver *cd, const char *src,
 			      size_t log_len)
 {
 	struct nvrtc_api *nv = &cd->nvrtc;
-	bool cubin = nv->nvrtcGetCUBIN && nv->nvrtcGetCUBINSize;
 	struct nvrtc_program *prog = NULL;
+	bool cubin;
 	char arch[64];
 	const char *opts[] = { arch };
 	char *text = NULL;
@@ -1059,6 +1060,7 @@ static int cuda_nvrtc_compile(struct cuda_driver *cd, const char *src,
 	rc = cuda_nvrtc_open(cd);
 	if (rc)
 		return rc;
+	cubin = nv->nvrtcGetCUBIN && nv->nvrtcGetCUBINSize;
 	text = malloc(len + 1);
 	if (!text) {
 		cuda_set_error(cd, "out of host memory for the CUDA C source");
@@ -1098,9 +1100,14 @@ static int cuda_nvrtc_compile(struct cuda_driver *cd, const char *src,
 
 	r = cubin ? nv->nvrtcGetCUBINSize(prog, &size)
 		  : nv->nvrtcGetPTXSize(prog, &size);
-	if (r != NVRTC_SUCCESS || size == 0) {
+	if (r != NVRTC_SUCCESS) {
 		rc = cuda_nvrtc_fail(cd, cubin ? "nvrtcGetCUBINSize" :
 					  "nvrtcGetPTXSize", r);
+		goto out;
+	}
+	if (size == 0) {
+		cuda_set_error(cd, "NVRTC compiled the CUDA C to an empty module");
+		rc = GPUCMD_EDRIVER;
 		goto out;
 	}
 	out = malloc(size);

@@ -33,7 +33,8 @@ NVCC_FLAGS ?= -O3 -allow-unsupported-compiler
 
 ifneq ($(strip $(NVCC)),)
 
-PTXAS ?= $(dir $(NVCC))ptxas
+# ptxas beside nvcc, else the one on PATH.
+PTXAS ?= $(firstword $(wildcard $(dir $(NVCC))ptxas) ptxas)
 CUDA_EXTRA_OBJ := $(BUILD)/obj/kernels_ptx.o
 
 # nvcc stamps its PTX with its own ISA version (9.0 for CUDA 13), and a

@@ -183,6 +183,47 @@ START_TEST(killed_at_random_points)
 }
 END_TEST
 
+/*
+ * A client waiting on a long kernel must not hold up another client: the
+ * device thread never waits, so B's round trips finish while A's sync is
+ * still pending.
+ */
+START_TEST(slow_sync_does_not_block_others)
+{
+	struct gpucmd_conn *a = connect_as("slow");
+	struct gpucmd_conn *b = connect_as("fast");
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 1500000 };
+	struct gpucmd_batch *batch;
+	struct gpucmd_response *r;
+	uint64_t id, t0, fast_done;
+
+	gpucmd_batch_new(a, 0, &batch);
+	gpucmd_batch_kernel(batch, "spin", GRID, BLOCK, &spin, 1);
+	gpucmd_batch_sync(batch);
+	t0 = harness_now_us();
+	ck_assert_int_eq(gpucmd_submit(batch, &id), 0);
+	for (int i = 0; i < 20; i++) {
+		struct gpucmd_batch *p;
+		gpucmd_batch_new(b, 0, &p);
+		gpucmd_batch_empty(p, 1, 64);
+		gpucmd_batch_sync(p);
+		gpucmd_batch_release(p, 1);
+		gpucmd_response_free(run_ok(p));
+	}
+	fast_done = harness_now_us() - t0;
+	ck_assert_int_eq(gpucmd_wait(a, id, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	gpucmd_response_free(r);
+	ck_assert_msg(fast_done < 1000000,
+		      "20 round trips of another client took %llu us while a "
+		      "1.5 s kernel ran",
+		      (unsigned long long)fast_done);
+	ck_assert_uint_ge(harness_now_us() - t0, 1500000);
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("clients");
@@ -193,6 +234,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, four_clients_at_once);
 	tcase_add_test(tc, killed_mid_batch_leaves_nothing);
 	tcase_add_test(tc, killed_at_random_points);
+	tcase_add_test(tc, slow_sync_does_not_block_others);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,260 @@
+#!/bin/sh
+# tests/gpu/run.sh - check the CUDA backend on a machine with a GPU.
+#
+#   BUILD=build sh tests/gpu/run.sh
+#
+# Builds nothing: it runs a build/ made elsewhere and carried here, and the
+# caller sets LD_LIBRARY_PATH for any library that is not installed (libuv,
+# libprotobuf-c, ...).  It starts $BUILD/gpucmdd --backend cuda on a private
+# socket and runs `gpucmd exec` scripts whose answers are known to the bit
+# (fill, copy, add, scale, saxpy, reduce, spin), with odd launch geometries
+# on purpose: the built-ins must cover every element exactly once whatever
+# the grid and block.  Then it runs every integration binary
+# $BUILD/tests/test_* with GPUCMD_TEST_BACKEND=cuda, and last the fault
+# test, because on CUDA a fault loses the daemon's context for good.
+#
+# Ends with "N passed, N failed".  Exit 0: all passed; 1: something failed;
+# 77: no usable GPU here (the reason is printed).
+set -u
+
+BUILD=${BUILD:-build}
+GPUCMDD=$BUILD/gpucmdd
+GPUCMD=$BUILD/gpucmd
+passed=0
+failed=0
+skipped=0
+daemon_pid=
+
+skip_all() {
+	echo "skipped: $*"
+	exit 77
+}
+
+if [ ! -x "$GPUCMDD" ] || [ ! -x "$GPUCMD" ]; then
+	echo "$GPUCMDD or $GPUCMD is missing: build first (this script builds nothing)" >&2
+	exit 1
+fi
+command -v nvidia-smi >/dev/null 2>&1 ||
+	skip_all "no nvidia-smi: the NVIDIA driver is not installed here"
+nvidia-smi -L >/dev/null 2>&1 ||
+	skip_all "nvidia-smi sees no GPU: $(nvidia-smi -L 2>&1 | head -n 1)"
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gpucmd-gpu.XXXXXX") || exit 1
+SOCK=$TMP/s.sock
+LOG=$TMP/daemon.log
+OUT=$TMP/out
+ERR=$TMP/err
+
+# Called by the EXIT trap only.
+# shellcheck disable=SC2317
+cleanup() {
+	if [ -n "$daemon_pid" ]; then
+		kill "$daemon_pid" 2>/dev/null
+		wait "$daemon_pid" 2>/dev/null
+	fi
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Every tool call is bounded: a completion that never fires must fail the
+# run, not hang it.
+tool() {
+	if command -v timeout >/dev/null 2>&1; then
+		timeout 120 "$GPUCMD" --socket "$SOCK" "$@"
+	else
+		"$GPUCMD" --socket "$SOCK" "$@"
+	fi
+}
+
+# ---- the daemon ------------------------------------------------------------
+
+"$GPUCMDD" --socket "$SOCK" --backend cuda --log-level debug >"$LOG" 2>&1 &
+daemon_pid=$!
+i=0
+until tool ping >/dev/null 2>&1; do
+	if ! kill -0 "$daemon_pid" 2>/dev/null; then
+		wait "$daemon_pid" 2>/dev/null
+		daemon_pid=
+		# driver_cuda_create's sentence: no libcuda, cuInit failed, no device.
+		if grep -qiE 'libcuda|cuInit|CUDA device|CUDA backend' "$LOG"; then
+			skip_all "gpucmdd --backend cuda did not start: $(tail -n 1 "$LOG")"
+		fi
+		echo "gpucmdd exited at start:" >&2
+		sed 's/^/    /' "$LOG" >&2
+		exit 1
+	fi
+	i=$((i + 1))
+	if [ "$i" -ge 300 ]; then
+		echo "gpucmdd did not answer on $SOCK within 30 s:" >&2
+		sed 's/^/    /' "$LOG" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+echo "gpucmdd: $(grep -m 1 'serving' "$LOG" || echo started)"
+
+pass() {
+	echo "ok"
+	passed=$((passed + 1))
+}
+
+fail() {
+	echo "FAILED: $*"
+	sed 's/^/    /' "$ERR" | tail -n 20
+	failed=$((failed + 1))
+}
+
+# expect NAME WANT: run the script on stdin through gpucmd exec; what it
+# prints must be exactly WANT (reads print their bytes as hex, one line each).
+expect() {
+	name=$1
+	want=$2
+	printf '%-40s ' "$name"
+	tool exec - >"$OUT" 2>"$ERR"
+	rc=$?
+	got=$(cat "$OUT")
+	if [ "$rc" -ne 0 ]; then
+		fail "gpucmd exec exited $rc"
+	elif [ "$got" != "$want" ]; then
+		fail "got '$got', want '$want'"
+	else
+		pass
+	fi
+}
+
+now_ms() {
+	t=$(date +%s%N 2>/dev/null)
+	case $t in
+	*[!0-9]*|'') echo "" ;;
+	*) echo $((t / 1000000)) ;;
+	esac
+}
+
+# ---- built-in kernels with known answers -------------------------------------
+# Floats in little-endian hex: 1.0 = 0000803f, 2.0 = 00000040, 1.5 = 0000c03f.
+
+expect "fill_u32, read back" "efbeaddeefbeaddeefbeaddeefbeadde" <<'EOF'
+empty buf 16
+kernel fill_u32 grid=1 block=64 buf u32:3735928559 u32:4
+read buf
+EOF
+
+# Three blocks of 100 threads for a million elements: the grid-stride loop.
+expect "fill_u32, 1M elements, small grid" \
+	"$(printf '%s\n' 0700000007000000 0700000007000000)" <<'EOF'
+empty big 4000000
+kernel fill_u32 grid=3 block=100 big u32:7 u32:1000000
+read big 0 8
+read big 3999992 8
+EOF
+
+# 18 bytes: one 16-byte word and a byte tail.
+expect "copy, 18 bytes" "00112233445566778899aabbccddeeff0102" <<'EOF'
+create src hex:00112233445566778899aabbccddeeff0102
+empty dst 18
+kernel copy grid=2 block=32 dst src u64:18
+read dst
+EOF
+
+# (1 + 2) * 0.5 = 1.5 over 1000 elements; first and last two checked.
+expect "add_f32 then scale_f32" \
+	"$(printf '%s\n' 0000c03f0000c03f 0000c03f0000c03f)" <<'EOF'
+empty a 4000
+empty b 4000
+empty o 4000
+kernel fill_u32 grid=4 block=256 a u32:1065353216 u32:1000
+kernel fill_u32 grid=4 block=256 b u32:1073741824 u32:1000
+kernel add_f32 grid=2 block=128 o a b u32:1000
+kernel scale_f32 grid=1 block=96 o f32:0.5 u32:1000
+read o 0 8
+read o 3992 8
+EOF
+
+# y = 2x + y with x = 1 2 3 4, y = 10 20 30 40: 12 24 36 48.  A 2D grid and
+# a 2D block give 8 threads for 4 elements: a kernel that visited an
+# element twice would apply the update twice.
+expect "saxpy_f32, 2D geometry" "000040410000c0410000104200004042" <<'EOF'
+create x hex:0000803f000000400000404000008040
+create y hex:000020410000a0410000f04100002042
+kernel saxpy_f32 grid=2,2 block=1,2 y x f32:2 u32:4
+read y
+EOF
+
+# 1 + 2 + 3 + 4 + 5 = 15 (00007041) with 3 threads: fewer threads than
+# elements and not a power of two.
+expect "reduce_sum_f32, 5 elements" "00007041" <<'EOF'
+create x hex:0000803f0000004000004040000080400000a040
+empty s 4
+kernel reduce_sum_f32 grid=1 block=3 s x u32:5
+read s
+EOF
+
+# A million ones sum to 1e6 (00247449) exactly; 3 blocks of 1000 threads.
+expect "reduce_sum_f32, 1M ones" "00247449" <<'EOF'
+empty x 4000000
+empty s 4
+kernel fill_u32 grid=64 block=256 x u32:1065353216 u32:1000000
+kernel reduce_sum_f32 grid=3 block=1000 s x u32:1000000
+read s
+EOF
+
+# spin(200 ms) then sync: the sync must not come back sooner.
+printf '%-40s ' "spin 200 ms, sync waits for it"
+t0=$(now_ms)
+printf 'kernel spin grid=1 block=32 u32:200000\nsync\n' | tool exec - >"$OUT" 2>"$ERR"
+rc=$?
+t1=$(now_ms)
+if [ "$rc" -ne 0 ]; then
+	fail "gpucmd exec exited $rc"
+elif [ -z "$t0" ] || [ -z "$t1" ]; then
+	echo "skipped (date has no %N)"
+	skipped=$((skipped + 1))
+elif [ $((t1 - t0)) -lt 200 ]; then
+	fail "sync returned after $((t1 - t0)) ms"
+else
+	pass
+fi
+
+# ---- the integration suite on the CUDA backend -------------------------------
+
+for bin in "$BUILD"/tests/test_*; do
+	[ -x "$bin" ] || continue
+	printf '%-40s ' "${bin##*/} (cuda)"
+	GPUCMD_TEST_BACKEND=cuda BUILD=$BUILD "$bin" >"$ERR" 2>&1
+	rc=$?
+	case $rc in
+	0) pass ;;
+	77)
+		echo "skipped: $(tail -n 1 "$ERR")"
+		skipped=$((skipped + 1))
+		;;
+	*) fail "exit $rc" ;;
+	esac
+done
+
+# ---- last: a fault --------------------------------------------------------
+# On CUDA a device fault is sticky for the whole context, so this runs last.
+# The fault must come back as GPUCMD_ESTREAM, and the daemon must live on.
+
+printf '%-40s ' "fault -> GPUCMD_ESTREAM, daemon lives"
+printf 'kernel fault grid=1 block=1\nsync\n' | tool exec --json - >"$OUT" 2>"$ERR"
+rc=$?
+if [ "$rc" -eq 0 ]; then
+	fail "the faulting script succeeded"
+elif ! grep -q 'GPUCMD_ESTREAM' "$OUT"; then
+	cat "$OUT" >>"$ERR"
+	fail "no GPUCMD_ESTREAM in the answer"
+elif ! tool ping >/dev/null 2>>"$ERR"; then
+	fail "the daemon no longer answers ping"
+else
+	pass
+fi
+
+echo "$passed passed, $failed failed, $skipped skipped"
+if [ "$failed" -ne 0 ]; then
+	echo "daemon log: last lines" >&2
+	tail -n 30 "$LOG" | sed 's/^/    /' >&2
+	exit 1
+fi
+exit 0
