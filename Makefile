@@ -105,7 +105,7 @@ BENCH_SRC := $(wildcard tests/bench/*.c)
 
 BINS := $(BUILD)/gpucmdd $(BUILD)/gpucmd $(BUILD)/libgpucmd.so $(BUILD)/libgpucmd.a
 
-.PHONY: all run check check-unit check-integration check-gpu bench install uninstall clean deps tests
+.PHONY: all run check check-unit check-integration check-gpu install uninstall clean deps tests
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -189,6 +189,14 @@ check-gpu: deps
 	$(Q)$(MAKE) --no-print-directory tests
 	$(Q)BUILD=$(BUILD) GPUCMD_TEST_BACKEND=cuda sh tests/run.sh integration
 
+# ---- fragments owned by their areas ---------------------------------------
+# tests/bench/bench.mk:     bench, $(BUILD)/gpucmd-bench
+# tests/fuzz/fuzz.mk:       fuzz, check-fuzz
+# packaging/packaging.mk:   INSTALL_EXTRA / UNINSTALL_EXTRA targets, deb
+-include tests/bench/bench.mk
+-include tests/fuzz/fuzz.mk
+-include packaging/packaging.mk
+
 # ---- running --------------------------------------------------------------
 
 RUN_SOCKET ?= $(CURDIR)/$(BUILD)/gpucmd.sock
@@ -206,7 +214,7 @@ LIBDIR := $(PREFIX)/lib
 INCDIR := $(PREFIX)/include
 MANDIR := $(PREFIX)/share/man
 
-install: all
+install: all $(INSTALL_EXTRA)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR) \
 		$(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
 	install -m 0755 $(BUILD)/gpucmdd $(DESTDIR)$(SBINDIR)/gpucmdd
@@ -222,7 +230,7 @@ install: all
 		install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; \
 	done
 
-uninstall:
+uninstall: $(UNINSTALL_EXTRA)
 	rm -f $(DESTDIR)$(SBINDIR)/gpucmdd $(DESTDIR)$(BINDIR)/gpucmd \
 		$(DESTDIR)$(LIBDIR)/libgpucmd.so* $(DESTDIR)$(LIBDIR)/libgpucmd.a \
 		$(DESTDIR)$(INCDIR)/gpucmd.h

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "gpucmd.h"
 #include "log.h"
+#include "sd.h"
 #include "server.h"
 #include "service.h"
 
@@ -257,6 +258,7 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	log_set_level((enum log_level)cfg.log_level);
+	log_set_journal(sd_stderr_is_journal());
 	/* A client that goes away mid-write must not kill the daemon. */
 	signal(SIGPIPE, SIG_IGN);
 

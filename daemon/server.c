@@ -15,6 +15,7 @@
 
 #include "gpucmd.h"
 #include "log.h"
+#include "sd.h"
 #include "service.h"
 #include "session.h"
 
@@ -192,8 +193,29 @@ static int clear_stale_socket(const char *path, char *why, size_t why_len)
 static int listen_socket(struct server *srv, char *why, size_t why_len)
 {
 	const char *path = srv->cfg.socket_path;
-	int rc;
+	int rc, fd;
 
+	rc = sd_listen_fd(&fd, why, why_len);
+	if (rc != 0)
+		return rc;
+	if (fd >= 0) {
+		/* Socket activation: systemd owns the path, mode and group. */
+		uv_pipe_init(srv->loop, &srv->listener, 0);
+		srv->listener.data = srv;
+		rc = uv_pipe_open(&srv->listener, fd);
+		if (rc == 0)
+			rc = uv_listen((uv_stream_t *)&srv->listener, 128,
+				       on_connection);
+		if (rc != 0) {
+			snprintf(why, why_len, "cannot listen on the socket "
+				 "systemd passed: %s", uv_strerror(rc));
+			uv_close((uv_handle_t *)&srv->listener, NULL);
+			return rc;
+		}
+		srv->listening = true;
+		srv->activated = true;
+		return 0;
+	}
 	rc = clear_stale_socket(path, why, why_len);
 	if (rc != 0)
 		return rc;
@@ -317,10 +339,12 @@ void server_stop(struct server *srv)
 	if (srv->stopping)
 		return;
 	srv->stopping = true;
+	sd_stopping();
 	if (srv->listening) {
 		uv_close((uv_handle_t *)&srv->listener, NULL);
 		srv->listening = false;
-		unlink(srv->cfg.socket_path);
+		if (!srv->activated)
+			unlink(srv->cfg.socket_path);
 	}
 	for (s = srv->sessions; s != NULL; s = next) {
 		next = s->next;
@@ -348,6 +372,8 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 	apply_services(srv);
 	srv->out_tail = &srv->out_head;
 	pthread_mutex_init(&srv->lock, NULL);
+	sd_status("opening the device (backend %s)",
+		  config_backend_name(cfg->backend));
 	rc = executor_start(&srv->cfg, &cb, &srv->ex, why, why_len);
 	if (rc != 0) {
 		config_free(&srv->cfg);
@@ -386,8 +412,50 @@ static void close_walk(uv_handle_t *h, void *arg)
 		uv_close(h, NULL);
 }
 
+static void status_line(struct server *srv, char *buf, size_t len)
+{
+	const struct driver_properties *p = executor_properties(srv->ex);
+
+	snprintf(buf, len, "serving %s (%s) on %s: %u connections, %u "
+		 "services, %llu batches",
+		 p->name, p->backend,
+		 srv->activated ? "the systemd socket" : srv->cfg.socket_path,
+		 srv->nsessions, service_count(),
+		 (unsigned long long)executor_batches(srv->ex));
+}
+
+/*
+ * The watchdog ping comes from the loop itself: if the loop wedges, the
+ * pings stop and systemd restarts the daemon.  The same tick refreshes
+ * STATUS=.
+ */
+static void on_tick(uv_timer_t *t)
+{
+	struct server *srv = t->data;
+	char buf[256];
+
+	if (srv->stopping)
+		return;
+	status_line(srv, buf, sizeof(buf));
+	sd_status("%s", buf);
+	if (sd_watchdog_usec() != 0)
+		sd_watchdog_ping();
+}
+
 int server_run(struct server *srv)
 {
+	uint64_t wd = sd_watchdog_usec();
+	uint64_t period_ms = 5000;
+	char buf[256];
+
+	if (wd != 0 && wd / 2000 < period_ms)
+		period_ms = wd / 2000 ? wd / 2000 : 1;
+	uv_timer_init(srv->loop, &srv->watchdog);
+	srv->watchdog.data = srv;
+	uv_timer_start(&srv->watchdog, on_tick, period_ms, period_ms);
+	uv_unref((uv_handle_t *)&srv->watchdog);
+	status_line(srv, buf, sizeof(buf));
+	sd_ready(buf);
 	uv_run(srv->loop, UV_RUN_DEFAULT);
 	/* Every session is gone; the device thread can finish. */
 	executor_stop(srv->ex);

@@ -32,6 +32,8 @@ struct server {
 	uv_signal_t sigint;
 	uv_signal_t sigterm;
 	uv_signal_t sighup;
+	uv_timer_t watchdog;		/* WATCHDOG=1 and STATUS= refresh */
+	bool activated;			/* the socket came from systemd */
 	struct config cfg;
 	int64_t admin_gid;		/* -1: no admin group */
 	struct executor *ex;
