@@ -146,13 +146,21 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 }
 
 int command_reserve(struct command *cmd, uint64_t size,
-		    struct memory_alloc *out)
+		    struct managed_memory *out)
 {
 	struct service *svc = cmd->service;
 	struct memory_manager *mm = cmd->current->memory;
 	int rc;
 
 	uint64_t limit = atomic_load(&svc->memory_limit);
+
+	if (cmd->current->capturing) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "cannot allocate %llu bytes while stream %u records a "
+			 "graph: reserve the memory before capture_begin",
+			 (unsigned long long)size, cmd->current->number);
+		return GPUCMD_EINVAL;
+	}
 
 	if (limit != 0 &&
 	    (size > limit || svc->bytes_in_use > limit - size)) {
@@ -172,7 +180,8 @@ int command_reserve(struct command *cmd, uint64_t size,
 		return GPUCMD_EQUOTA;
 	}
 	cmd->ctx->driver->error[0] = '\0';
-	rc = memory_manager_reserve(mm, size, out);
+	out->origin = cmd->current;
+	rc = memory_manager_reserve(mm, size, &out->alloc);
 	if (rc == GPUCMD_ETOOBIG) {
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "buffer too big: %llu bytes is more than any pool of "
@@ -185,13 +194,16 @@ int command_reserve(struct command *cmd, uint64_t size,
 	if (rc != 0) {
 		/* Pages with nothing live and queued drops may free enough. */
 		reclaim(cmd);
-		rc = memory_manager_reserve(mm, size, out);
+		rc = memory_manager_reserve(mm, size, &out->alloc);
 	}
 	if (rc != 0) {
 		svc->oom_count++;
 		describe_oom(cmd, rc, size);
+		return rc;
 	}
-	return rc;
+	/* Reserved memory is the service's until it is released. */
+	service_charge(svc, size);
+	return 0;
 }
 
 uint64_t command_cursor(const struct command *cmd)
@@ -201,7 +213,7 @@ uint64_t command_cursor(const struct command *cmd)
 
 int command_empty(struct command *cmd, uint64_t size, uint64_t handle)
 {
-	struct memory_alloc a;
+	struct managed_memory a;
 	int rc;
 
 	/* A name that bind would refuse fails before any memory moves. */
@@ -212,12 +224,14 @@ int command_empty(struct command *cmd, uint64_t size, uint64_t handle)
 	if (rc != 0)
 		return rc;
 	rc = command_bind(cmd, &a, handle);
-	if (rc != 0)
-		memory_manager_release(cmd->current->memory, a.slice);
+	if (rc != 0) {
+		memory_manager_release(a.origin->memory, a.alloc.slice);
+		service_uncharge(cmd->service, a.alloc.size);
+	}
 	return rc;
 }
 
-int command_bind(struct command *cmd, const struct memory_alloc *reserved,
+int command_bind(struct command *cmd, const struct managed_memory *reserved,
 		 uint64_t new_handle)
 {
 	struct handle_table *t = cmd->set->handles;
@@ -236,14 +250,15 @@ int command_bind(struct command *cmd, const struct memory_alloc *reserved,
 			 (unsigned long long)new_handle);
 		return GPUCMD_EEXIST;
 	}
-	if (reserved == NULL || reserved->slice == NULL) {
+	if (reserved == NULL || reserved->alloc.slice == NULL) {
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "the reservation has no storage to give to handle "
 			 "%llu",
 			 (unsigned long long)new_handle);
 		return GPUCMD_EINVAL;
 	}
-	h = handle_new(new_handle, cmd->current, reserved);
+	/* The memory stays in the pools of the stream that reserved it. */
+	h = handle_new(new_handle, reserved->origin, &reserved->alloc);
 	if (h == NULL)
 		return GPUCMD_ENOMEM;
 	rc = handle_table_insert(t, h);
@@ -256,8 +271,7 @@ int command_bind(struct command *cmd, const struct memory_alloc *reserved,
 				 handle_table_count(t));
 		return rc;
 	}
-	memory_slice_set_cursor(reserved->slice, cmd->cursor);
-	service_charge(cmd->service, reserved->size);
+	memory_slice_set_cursor(reserved->alloc.slice, cmd->cursor);
 	return 0;
 }
 

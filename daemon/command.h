@@ -83,6 +83,12 @@ struct copy_descriptor {
 	uint32_t elem_size;
 };
 
+/* The seed's ManagedMemoryHandle: reserved memory and the stream whose pools hold it. */
+struct managed_memory {
+	struct memory_alloc alloc;
+	struct stream *origin;
+};
+
 /* Host memory from reserve_cpu: pinned when the pool served it. */
 struct host_bytes {
 	void *data;
@@ -142,7 +148,7 @@ int command_install_memory_pools(struct command *cmd,
  * failure is retried once after a cleanup.
  */
 int command_reserve(struct command *cmd, uint64_t size,
-		    struct memory_alloc *out);
+		    struct managed_memory *out);
 /** cursor: the current stream's cursor. */
 uint64_t command_cursor(const struct command *cmd);
 /** empty: allocate size bytes and name them handle. */
@@ -152,7 +158,7 @@ int command_empty(struct command *cmd, uint64_t size, uint64_t handle);
  * the reservation holds no storage; GPUCMD_EEXIST / GPUCMD_ELIMIT from the
  * handle table.  On failure the reservation is still the caller's.
  */
-int command_bind(struct command *cmd, const struct memory_alloc *reserved,
+int command_bind(struct command *cmd, const struct managed_memory *reserved,
 		 uint64_t new_handle);
 /**
  * reserve_cpu: size bytes of host memory, pinned when the pool can serve it,

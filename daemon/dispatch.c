@@ -12,7 +12,9 @@
 
 #include "driver/kernels/builtin.h"
 #include "executor.h"
+#include "graph.h"
 #include "gpucmd.h"
+#include "memory/drop_queue.h"
 #include "memory/handle.h"
 #include "service.h"
 #include "streams.h"
@@ -89,8 +91,23 @@ static int begin(struct command_ctx *ctx, struct batch *b,
 		return fail(b, rc, "cannot order stream %u behind the streams "
 			    "that used its buffers: %s",
 			    b->stream->number, ctx->driver->error);
+	/* A recording keeps every buffer it touches alive. */
+	for (size_t i = 0; b->stream->recording != NULL && i < n; i++)
+		if (graph_hold(b->stream->recording, bind[i].handle) != 0)
+			return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	command_init(cmd, ctx, &r, b->conn->service);
 	return 0;
+}
+
+/* Ops whose results would belong to no replay are refused in a capture. */
+static int not_while_capturing(struct batch *b, const char *what)
+{
+	if (!b->stream->capturing)
+		return 0;
+	return fail(b, GPUCMD_EINVAL,
+		    "%s is not allowed while stream %u records a graph: do it "
+		    "before capture_begin or after capture_end",
+		    what, b->stream->number);
 }
 
 /* The Command's own sentence becomes the batch's. */
@@ -185,6 +202,7 @@ static int op_write(struct command_ctx *ctx, struct batch *b, size_t i,
 	struct copy_descriptor desc;
 	struct binding bind;
 	struct command cmd;
+	const void *data;
 	int rc;
 
 	rc = lookup(b, op->handle, &bind.handle);
@@ -194,11 +212,18 @@ static int op_write(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (rc != 0)
 		return rc;
 	bind.write = true;
+	data = op->data.data;
+	if (b->stream->recording != NULL) {
+		/* Replays read these bytes long after the request is gone. */
+		data = graph_keep(b->stream->recording, op->data.data,
+				  op->data.len);
+		if (data == NULL)
+			return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	}
 	rc = begin(ctx, b, &bind, 1, &cmd);
 	if (rc == 0)
 		rc = command_failed(b, &cmd,
-				    command_write_to_gpu(&cmd, &desc,
-							 op->data.data,
+				    command_write_to_gpu(&cmd, &desc, data,
 							 op->data.len));
 	if (rc == 0)
 		result_done(&b->results[i]);
@@ -214,6 +239,9 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 	Gpucmd__OpResult *r = &b->results[i];
 	int rc;
 
+	rc = not_while_capturing(b, "a read");
+	if (rc != 0)
+		return rc;
 	rc = lookup(b, op->handle, &bind.handle);
 	if (rc == 0)
 		rc = layout_descriptor(b, op->handle, op->offset, op->length,
@@ -245,6 +273,11 @@ static int op_release(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (rc != 0)
 		return rc;
 	rc = streams_release(b->conn->set, b->stream, h);
+	if (rc == GPUCMD_EBUSY)
+		return fail(b, rc, "handle %llu is used by %u graph(s): "
+			    "destroy them (or end the capture) before "
+			    "releasing it",
+			    (unsigned long long)op->handle, h->graph_refs);
 	if (rc != 0)
 		return fail(b, rc, "cannot queue handle %llu for release: %s",
 			    (unsigned long long)op->handle,
@@ -398,21 +431,39 @@ static int op_kernel(struct command_ctx *ctx, struct batch *b, size_t i,
 		return fail(b, rc, "kernel %s is not available on this "
 			    "backend: %s", k->name, ctx->driver->error);
 	rc = begin(ctx, b, bind, nbind, &cmd);
-	if (rc == 0)
-		rc = command_failed(b, &cmd,
-				    command_kernel(&cmd, fn, grid, block,
-						   op->shared_bytes, params,
-						   sizes, nargs));
-	if (rc == 0)
-		result_done(&b->results[i]);
-	return rc;
+	if (rc != 0)
+		return rc;
+	rc = command_failed(b, &cmd,
+			    command_kernel(&cmd, fn, grid, block,
+					   op->shared_bytes, params, sizes,
+					   nargs));
+	if (rc != 0) {
+		/*
+		 * The seed's rule: the refusal is returned, and every open
+		 * profile on this path is invalidated here, by the caller.
+		 */
+		for (struct profile *p = b->conn->set->profiles; p; p = p->next) {
+			if (p->stream != b->stream || !p->valid)
+				continue;
+			p->valid = false;
+			snprintf(p->reason, sizeof(p->reason),
+				 "launch of %s refused on stream %u: %s",
+				 k->name, b->stream->number,
+				 gpucmd_strerror(rc));
+		}
+		return rc;
+	}
+	result_done(&b->results[i]);
+	return 0;
 }
 
 static int op_sync(struct command_ctx *ctx, struct batch *b, size_t i)
 {
 	struct command cmd;
-	int rc = begin(ctx, b, NULL, 0, &cmd);
+	int rc = not_while_capturing(b, "sync");
 
+	if (rc == 0)
+		rc = begin(ctx, b, NULL, 0, &cmd);
 	if (rc == 0)
 		rc = command_failed(b, &cmd, command_sync(&cmd));
 	if (rc == 0)
@@ -637,6 +688,501 @@ static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 	return 0;
 }
 
+
+/* ---- the seed's memory methods ------------------------------------------- */
+
+static int op_reserve(struct command_ctx *ctx, struct batch *b, size_t i,
+		      const Gpucmd__OpReserve *op)
+{
+	struct stream_set *set = b->conn->set;
+	struct managed_memory m;
+	struct command cmd;
+	struct handle *h;
+	int rc;
+
+	if (op->reservation == 0 ||
+	    handle_table_find(set->reservations, op->reservation) != NULL)
+		return fail(b, op->reservation ? GPUCMD_EEXIST : GPUCMD_EINVAL,
+			    "reservation %llu is %s: choose another non-zero "
+			    "id",
+			    (unsigned long long)op->reservation,
+			    op->reservation ? "already live" : "invalid");
+	rc = begin(ctx, b, NULL, 0, &cmd);
+	if (rc == 0)
+		rc = command_failed(b, &cmd,
+				    command_reserve(&cmd, op->size, &m));
+	if (rc != 0)
+		return rc;
+	h = handle_new(op->reservation, m.origin, &m.alloc);
+	rc = h != NULL ? handle_table_insert(set->reservations, h)
+		       : GPUCMD_ENOMEM;
+	if (rc != 0) {
+		handle_free(h);
+		memory_manager_release(m.origin->memory, m.alloc.slice);
+		service_uncharge(b->conn->service, m.alloc.size);
+		return fail(b, rc, "cannot hold reservation %llu: %s",
+			    (unsigned long long)op->reservation,
+			    gpucmd_strerror(rc));
+	}
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int op_bind(struct command_ctx *ctx, struct batch *b, size_t i,
+		   const Gpucmd__OpBind *op)
+{
+	struct stream_set *set = b->conn->set;
+	struct handle *r = handle_table_find(set->reservations, op->reservation);
+	struct managed_memory m;
+	struct command cmd;
+	int rc;
+
+	if (r == NULL)
+		return fail(b, GPUCMD_EINVAL,
+			    "reservation %llu has no storage to give: reserve "
+			    "it first (and bind it only once)",
+			    (unsigned long long)op->reservation);
+	m.alloc = r->alloc;
+	m.origin = r->owner;
+	rc = begin(ctx, b, NULL, 0, &cmd);
+	if (rc == 0)
+		rc = command_failed(b, &cmd,
+				    command_bind(&cmd, &m, op->handle));
+	if (rc != 0)
+		return rc;
+	handle_table_remove(set->reservations, op->reservation);
+	handle_free(r);
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int op_cursor(struct command_ctx *ctx, struct batch *b, size_t i)
+{
+	struct command cmd;
+	int rc = begin(ctx, b, NULL, 0, &cmd);
+
+	if (rc != 0)
+		return rc;
+	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_VALUE;
+	b->results[i].value = command_cursor(&cmd);
+	return 0;
+}
+
+static int op_stream_report(struct command_ctx *ctx, struct batch *b,
+			    size_t i)
+{
+	struct command cmd;
+	Gpucmd__StreamReport *sr;
+	int rc = begin(ctx, b, NULL, 0, &cmd);
+
+	if (rc != 0)
+		return rc;
+	sr = stream_report(b, command_stream(&cmd));
+	if (sr == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_STREAM_REPORT;
+	b->results[i].stream_report = sr;
+	return 0;
+}
+
+static int op_memory_cleanup(struct command_ctx *ctx, struct batch *b,
+			     size_t i)
+{
+	struct command cmd;
+	int rc = begin(ctx, b, NULL, 0, &cmd);
+
+	if (rc != 0)
+		return rc;
+	command_memory_cleanup(&cmd);
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int op_flush_drops(struct command_ctx *ctx, struct batch *b, size_t i)
+{
+	struct command cmd;
+	int rc = begin(ctx, b, NULL, 0, &cmd);
+
+	if (rc != 0)
+		return rc;
+	command_flush_drops(&cmd);
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int op_allocation_mode(struct command_ctx *ctx, struct batch *b,
+			      size_t i, const Gpucmd__OpAllocationMode *op)
+{
+	struct command cmd;
+	int rc;
+
+	if (op->mode != GPUCMD__ALLOCATION_MODE__AUTO &&
+	    op->mode != GPUCMD__ALLOCATION_MODE__PERSISTENT)
+		return fail(b, GPUCMD_EINVAL,
+			    "allocation mode %d is neither auto (0) nor "
+			    "persistent (1)", (int)op->mode);
+	rc = begin(ctx, b, NULL, 0, &cmd);
+	if (rc != 0)
+		return rc;
+	command_allocation_mode(&cmd, op->mode == GPUCMD__ALLOCATION_MODE__PERSISTENT
+					      ? MEMORY_MODE_PERSISTENT
+					      : MEMORY_MODE_AUTO);
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int pool_kind(const char *name, enum memory_pool_kind *out)
+{
+	if (strcmp(name, "sliced") == 0)
+		*out = MEMORY_POOL_SLICED;
+	else if (strcmp(name, "exclusive") == 0)
+		*out = MEMORY_POOL_EXCLUSIVE;
+	else if (strcmp(name, "direct") == 0)
+		*out = MEMORY_POOL_DIRECT;
+	else
+		return -1;
+	return 0;
+}
+
+static int op_install_pools(struct command_ctx *ctx, struct batch *b,
+			    size_t i, const Gpucmd__OpInstallPools *op)
+{
+	const Gpucmd__MemoryLayout *l = op->layout;
+	struct memory_configuration cfg;
+	struct command cmd;
+	char msg[256];
+	int rc;
+
+	memset(&cfg, 0, sizeof(cfg));
+	if (l == NULL || strcmp(l->preset, "subslices") == 0) {
+		cfg.preset = MEMORY_PRESET_SUBSLICES;
+	} else if (strcmp(l->preset, "exclusive") == 0) {
+		cfg.preset = MEMORY_PRESET_EXCLUSIVE_PAGES;
+	} else if (strcmp(l->preset, "custom") == 0) {
+		cfg.preset = MEMORY_PRESET_CUSTOM;
+		if (l->n_pools > MEMORY_MAX_POOLS)
+			return fail(b, GPUCMD_EINVAL,
+				    "a layout takes at most %d pools (got %zu)",
+				    MEMORY_MAX_POOLS, l->n_pools);
+		for (size_t p = 0; p < l->n_pools; p++) {
+			const Gpucmd__PoolOptions *o = l->pools[p];
+			struct memory_pool_options *c = &cfg.pools[p];
+
+			if (pool_kind(o->kind, &c->kind) != 0)
+				return fail(b, GPUCMD_EINVAL,
+					    "pool %zu: kind '%s' is not sliced, "
+					    "exclusive or direct", p, o->kind);
+			c->page_size = o->page_size;
+			c->max_slice = o->max_slice;
+			c->max_pool_size = o->max_pool_size;
+			c->max_alloc = o->max_alloc;
+			c->dealloc_period = o->dealloc_period;
+			c->reclaim_at = o->reclaim_at;
+		}
+		cfg.npools = l->n_pools;
+	} else {
+		return fail(b, GPUCMD_EINVAL,
+			    "layout preset '%s' is not subslices, exclusive or "
+			    "custom", l->preset);
+	}
+	rc = memory_configuration_resolve(&cfg, &ctx->props, msg, sizeof(msg));
+	if (rc != 0)
+		return fail(b, rc, "invalid pool layout: %s", msg);
+	rc = begin(ctx, b, NULL, 0, &cmd);
+	if (rc == 0)
+		rc = command_failed(b, &cmd,
+				    command_install_memory_pools(&cmd, &cfg,
+								 &ctx->props));
+	if (rc == 0)
+		result_done(&b->results[i]);
+	return rc;
+}
+
+static int op_reserve_cpu(struct command_ctx *ctx, struct batch *b, size_t i,
+			  const Gpucmd__OpReserveCpu *op)
+{
+	Gpucmd__CpuBuffer *w = arena_alloc(b, sizeof(*w));
+	struct host_bytes bytes;
+	struct command cmd;
+	int rc;
+
+	if (w == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	rc = begin(ctx, b, NULL, 0, &cmd);
+	if (rc != 0)
+		return rc;
+	command_reserve_cpu(&cmd, op->size, NULL, &bytes);
+	if (bytes.data == NULL)
+		return fail(b, GPUCMD_ENOMEM,
+			    "the daemon's host has no %llu bytes to spare",
+			    (unsigned long long)op->size);
+	gpucmd__cpu_buffer__init(w);
+	w->size = bytes.len;
+	w->pinned = bytes.pinned;
+	command_free_cpu(ctx, &bytes);
+	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_CPU;
+	b->results[i].cpu = w;
+	return 0;
+}
+
+/* ---- profiling ------------------------------------------------------------ */
+
+static int op_profile_begin(struct command_ctx *ctx, struct batch *b,
+			    size_t i, const Gpucmd__OpProfileBegin *op)
+{
+	struct driver *d = ctx->driver;
+	struct stream_set *set = b->conn->set;
+	struct profile *p;
+	int rc = not_while_capturing(b, "a profile");
+
+	if (rc != 0)
+		return rc;
+	for (p = set->profiles; p != NULL; p = p->next)
+		if (p->id == op->profile)
+			return fail(b, GPUCMD_EEXIST,
+				    "profile %llu is already open",
+				    (unsigned long long)op->profile);
+	p = calloc(1, sizeof(*p));
+	if (p == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	rc = d->ops->event_create(d, &p->start);
+	if (rc == 0)
+		rc = d->ops->event_record(d, p->start, b->stream->ds);
+	if (rc != 0) {
+		if (p->start != NULL)
+			d->ops->event_destroy(d, p->start);
+		free(p);
+		return fail(b, rc, "cannot start profile: %s", d->error);
+	}
+	p->id = op->profile;
+	p->stream = b->stream;
+	p->valid = true;
+	p->next = set->profiles;
+	set->profiles = p;
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int op_profile_end(struct command_ctx *ctx, struct batch *b, size_t i,
+			  const Gpucmd__OpProfileEnd *op)
+{
+	struct driver *d = ctx->driver;
+	struct stream_set *set = b->conn->set;
+	struct profile **pp, *p;
+	struct profile_result *res;
+	Gpucmd__Profile *w;
+	int rc = not_while_capturing(b, "a profile");
+
+	if (rc != 0)
+		return rc;
+	for (pp = &set->profiles; *pp != NULL; pp = &(*pp)->next)
+		if ((*pp)->id == op->profile)
+			break;
+	p = *pp;
+	if (p == NULL)
+		return fail(b, GPUCMD_EINVAL, "profile %llu is not open",
+			    (unsigned long long)op->profile);
+	if (p->stream != b->stream)
+		return fail(b, GPUCMD_EINVAL,
+			    "profile %llu was opened on stream %u; end it on "
+			    "that stream",
+			    (unsigned long long)op->profile, p->stream->number);
+	res = calloc(1, sizeof(*res));
+	w = arena_alloc(b, sizeof(*w));
+	if (res == NULL || w == NULL) {
+		free(res);
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	}
+	rc = d->ops->event_create(d, &res->end);
+	if (rc == 0)
+		rc = d->ops->event_record(d, res->end, b->stream->ds);
+	if (rc != 0) {
+		if (res->end != NULL)
+			d->ops->event_destroy(d, res->end);
+		free(res);
+		return fail(b, rc, "cannot end profile: %s", d->error);
+	}
+	*pp = p->next;
+	res->op = i;
+	res->start = p->start;
+	res->valid = p->valid;
+	snprintf(res->reason, sizeof(res->reason), "%s", p->reason);
+	res->next = b->profiles;
+	b->profiles = res;
+	free(p);
+	gpucmd__profile__init(w);
+	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_PROFILE;
+	b->results[i].profile = w;
+	return 0;
+}
+
+/* ---- graph capture -------------------------------------------------------- */
+
+static int op_capture_begin(struct command_ctx *ctx, struct batch *b,
+			    size_t i)
+{
+	struct driver *d = ctx->driver;
+	struct stream *s = b->stream;
+	int rc = not_while_capturing(b, "capture_begin");
+
+	if (rc != 0)
+		return rc;
+	s->recording = graph_new();
+	if (s->recording == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	/* What ran before the capture completes on its own fence. */
+	rc = executor_fence(b->ex, b);
+	if (rc == 0)
+		rc = d->ops->capture_begin(d, s->ds);
+	if (rc != 0) {
+		graph_free(d, s->recording);
+		s->recording = NULL;
+		return fail(b, rc, "cannot begin a capture on stream %u: %s",
+			    s->number, d->error);
+	}
+	s->capturing = true;
+	memory_manager_set_capture(s->memory, true);
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int op_capture_end(struct command_ctx *ctx, struct batch *b, size_t i,
+			  const Gpucmd__OpCaptureEnd *op)
+{
+	struct driver *d = ctx->driver;
+	struct stream_set *set = b->conn->set;
+	struct stream *s = b->stream;
+	struct graph *g = s->recording;
+	int rc;
+
+	if (!s->capturing)
+		return fail(b, GPUCMD_EINVAL,
+			    "stream %u is not recording: capture_begin first",
+			    s->number);
+	if (op->graph == 0 || graph_find(set->graphs, op->graph) != NULL)
+		return fail(b, op->graph ? GPUCMD_EEXIST : GPUCMD_EINVAL,
+			    "graph id %llu is %s: choose another non-zero id "
+			    "(the capture goes on)",
+			    (unsigned long long)op->graph,
+			    op->graph ? "already taken" : "invalid");
+	rc = d->ops->capture_end(d, s->ds, &g->dg);
+	s->capturing = false;
+	s->recording = NULL;
+	memory_manager_set_capture(s->memory, false);
+	if (rc != 0) {
+		g->dg = NULL;
+		graph_free(d, g);
+		return fail(b, rc, "the capture on stream %u failed: %s",
+			    s->number, d->error);
+	}
+	g->id = op->graph;
+	g->next = set->graphs;
+	set->graphs = g;
+	/* The window is closed: the deferred drops may go now. */
+	streams_flush_drops(set);
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int op_graph_launch(struct command_ctx *ctx, struct batch *b, size_t i,
+			   const Gpucmd__OpGraphLaunch *op)
+{
+	struct driver *d = ctx->driver;
+	struct graph *g = graph_find(b->conn->set->graphs, op->graph);
+	struct binding *bind;
+	struct command cmd;
+	int rc = not_while_capturing(b, "a graph launch");
+
+	if (rc != 0)
+		return rc;
+	if (g == NULL)
+		return fail(b, GPUCMD_ENOTFOUND,
+			    "graph %llu does not exist on this connection",
+			    (unsigned long long)op->graph);
+	/* Order the replay behind every use of every buffer it touches. */
+	bind = calloc(g->nhandles + 1, sizeof(*bind));
+	if (bind == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	for (uint32_t h = 0; h < g->nhandles; h++) {
+		bind[h].handle = g->handles[h];
+		bind[h].write = true;
+	}
+	rc = begin(ctx, b, bind, g->nhandles, &cmd);
+	free(bind);
+	if (rc != 0)
+		return rc;
+	rc = d->ops->graph_launch(d, g->dg, b->stream->ds);
+	if (rc != 0)
+		return fail(b, rc, "the driver refused to launch graph %llu: "
+			    "%s", (unsigned long long)op->graph, d->error);
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int op_graph_destroy(struct command_ctx *ctx, struct batch *b,
+			    size_t i, const Gpucmd__OpGraphDestroy *op)
+{
+	struct graph **pp;
+
+	for (pp = &b->conn->set->graphs; *pp != NULL; pp = &(*pp)->next) {
+		struct graph *g = *pp;
+
+		if (g->id != op->graph)
+			continue;
+		*pp = g->next;
+		/*
+		 * A replay already enqueued still reads the buffers: they
+		 * stay referenced by the streams' fences, and releases of
+		 * them go through the drop queue as usual.
+		 */
+		graph_free(ctx->driver, g);
+		result_done(&b->results[i]);
+		return 0;
+	}
+	return fail(b, GPUCMD_ENOTFOUND,
+		    "graph %llu does not exist on this connection",
+		    (unsigned long long)op->graph);
+}
+
+/* ---- cleanup of a service ------------------------------------------------- */
+
+static int op_cleanup(struct command_ctx *ctx, struct batch *b, size_t i,
+		      const Gpucmd__OpCleanup *op)
+{
+	const struct service *target = b->conn->service;
+	uint64_t before = 0, after = 0;
+
+	(void)ctx;
+	if (op->service[0] != '\0' && strcmp(op->service, target->name) != 0) {
+		if (!b->conn->admin)
+			return fail(b, GPUCMD_EPERM,
+				    "only an admin may clean up service '%s' "
+				    "(you speak for '%s')",
+				    op->service, target->name);
+		target = NULL;
+	}
+	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
+		struct memory_usage u;
+
+		if (target != NULL ? set->service != target
+				   : strcmp(set->service->name, op->service) != 0)
+			continue;
+		streams_usage(set, &u);
+		before += u.bytes_reserved;
+		for (uint32_t s = 0; s < set->nstreams; s++) {
+			if (set->slots[s]->capturing)
+				continue;
+			drop_queue_flush(set->slots[s]->drops);
+			memory_manager_cleanup(set->slots[s]->memory, true);
+		}
+		streams_usage(set, &u);
+		after += u.bytes_reserved;
+	}
+	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_VALUE;
+	b->results[i].value = before - after;
+	return 0;
+}
+
 /* ---- the batch ------------------------------------------------------------ */
 
 static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
@@ -667,6 +1213,41 @@ static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
 		return op_memory_report(ctx, b, i);
 	case GPUCMD__OP__OP_STATUS:
 		return op_status(ctx, b, i);
+	case GPUCMD__OP__OP_RESERVE:
+		return op_reserve(ctx, b, i, op->reserve);
+	case GPUCMD__OP__OP_BIND:
+		return op_bind(ctx, b, i, op->bind);
+	case GPUCMD__OP__OP_CURSOR:
+		return op_cursor(ctx, b, i);
+	case GPUCMD__OP__OP_STREAM_REPORT:
+		return op_stream_report(ctx, b, i);
+	case GPUCMD__OP__OP_MEMORY_CLEANUP:
+		return op_memory_cleanup(ctx, b, i);
+	case GPUCMD__OP__OP_FLUSH_DROPS:
+		return op_flush_drops(ctx, b, i);
+	case GPUCMD__OP__OP_ALLOCATION_MODE:
+		return op_allocation_mode(ctx, b, i, op->allocation_mode);
+	case GPUCMD__OP__OP_INSTALL_POOLS:
+		return op_install_pools(ctx, b, i, op->install_pools);
+	case GPUCMD__OP__OP_RESERVE_CPU:
+		return op_reserve_cpu(ctx, b, i, op->reserve_cpu);
+	case GPUCMD__OP__OP_PROFILE_BEGIN:
+		return op_profile_begin(ctx, b, i, op->profile_begin);
+	case GPUCMD__OP__OP_PROFILE_END:
+		return op_profile_end(ctx, b, i, op->profile_end);
+	case GPUCMD__OP__OP_CAPTURE_BEGIN:
+		return op_capture_begin(ctx, b, i);
+	case GPUCMD__OP__OP_CAPTURE_END:
+		return op_capture_end(ctx, b, i, op->capture_end);
+	case GPUCMD__OP__OP_GRAPH_LAUNCH:
+		return op_graph_launch(ctx, b, i, op->graph_launch);
+	case GPUCMD__OP__OP_GRAPH_DESTROY:
+		return op_graph_destroy(ctx, b, i, op->graph_destroy);
+	case GPUCMD__OP__OP_CLEANUP:
+		return op_cleanup(ctx, b, i, op->cleanup);
+	case GPUCMD__OP__OP_EVICT:
+		return fail(b, GPUCMD_EINVAL,
+			    "evict must be the only op of its request");
 	case GPUCMD__OP__OP__NOT_SET:
 	default:
 		return fail(b, GPUCMD_EPROTO,
@@ -699,7 +1280,6 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 		b->error = rc;
 		return;
 	}
-	b->seq = ++b->stream->submitted;
 	for (i = 0; i < n; i++) {
 		gpucmd__op_result__init(&b->results[i]);
 		b->result_ptrs[i] = &b->results[i];
@@ -724,6 +1304,14 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 
 void dispatch_batch_free(struct command_ctx *ctx, struct batch *b)
 {
+	while (b->profiles != NULL) {
+		struct profile_result *p = b->profiles;
+
+		b->profiles = p->next;
+		ctx->driver->ops->event_destroy(ctx->driver, p->start);
+		ctx->driver->ops->event_destroy(ctx->driver, p->end);
+		free(p);
+	}
 	if (b->reads != NULL)
 		for (size_t i = 0; i < b->req->n_ops; i++)
 			if (b->reads[i].data != NULL)

@@ -28,7 +28,8 @@ struct batch {
 	Gpucmd__Frame *frame;		/* owns the request and its write data */
 	Gpucmd__Request *req;
 	struct stream *stream;
-	uint64_t seq;			/* on stream */
+	uint32_t pending;		/* fences enqueued, not yet completed */
+	bool dispatched;		/* every op has run */
 	size_t nresults;		/* ops that ran */
 	Gpucmd__OpResult *results;	/* one per op */
 	Gpucmd__OpResult **result_ptrs;
@@ -39,8 +40,18 @@ struct batch {
 	int fence_index;		/* first read/sync op, -1 when none */
 	bool replied;
 	char message[512];
-	struct batch *next;		/* executor queues */
-	int status;			/* completion status from the driver */
+	struct batch *next;		/* executor inbox */
+	struct profile_result *profiles; /* profile_end ops, filled at completion */
+};
+
+/* A profile_end waiting for its events to complete. */
+struct profile_result {
+	size_t op;
+	struct driver_event *start;
+	struct driver_event *end;
+	bool valid;
+	char reason[128];
+	struct profile_result *next;
 };
 
 /** Run every op of b on its stream; fills b's results and error. */

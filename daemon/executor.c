@@ -31,8 +31,8 @@ struct executor {
 	/* Guarded by lock: work from the loop, completions from the backend. */
 	struct batch *inbox_head;
 	struct batch **inbox_tail;
-	struct batch *done_head;
-	struct batch **done_tail;
+	struct fence *done_head;
+	struct fence **done_tail;
 	bool stop;
 	/* Startup handshake, guarded by lock. */
 	bool started;
@@ -174,48 +174,115 @@ static void free_batch(struct executor *ex, struct batch *b)
 
 /* ---- completions --------------------------------------------------------- */
 
-/* Backend thread: hand the batch back to the device thread. */
-static void on_batch_done(void *arg, int status)
+/* One completion callback of a batch: the stream passed sequence seq. */
+struct fence {
+	struct batch *batch;
+	struct stream *stream;
+	uint64_t seq;
+	int status;
+	struct fence *next;
+};
+
+/* Backend thread: hand the fence back to the device thread. */
+static void on_fence(void *arg, int status)
 {
-	struct batch *b = arg;
-	struct executor *ex = b->ex;
+	struct fence *f = arg;
+	struct executor *ex = f->batch->ex;
 
 	pthread_mutex_lock(&ex->lock);
-	b->status = status;
-	push(&ex->done_tail, b);
+	f->status = status;
+	f->next = NULL;
+	*ex->done_tail = f;
+	ex->done_tail = &f->next;
 	pthread_cond_signal(&ex->cond);
 	pthread_mutex_unlock(&ex->lock);
 }
 
-static void complete_batch(struct executor *ex, struct batch *b)
+int executor_fence(struct executor *ex, struct batch *b)
 {
-	struct stream *s = b->stream;
+	struct driver *d = ex->driver;
+	struct fence *f = calloc(1, sizeof(*f));
+	int rc;
 
-	s->completed = b->seq;
-	if (b->status != 0)
-		s->fault_pending = true;
-	if (!b->replied) {
-		if (s->fault_pending && b->error == 0) {
-			b->error = GPUCMD_ESTREAM;
-			b->failed_index = (uint32_t)b->fence_index;
-			b->nresults = (size_t)b->fence_index;
-			snprintf(b->message, sizeof(b->message),
-				 "stream fault: work on stream %u faulted "
-				 "before this %s; results since the previous "
-				 "sync are not valid, the stream stays usable",
-				 s->number,
-				 b->req->ops[b->fence_index]->op_case ==
-						 GPUCMD__OP__OP_READ
-					 ? "read"
-					 : "sync");
-			s->fault_pending = false;
+	if (f == NULL)
+		return GPUCMD_ENOMEM;
+	f->batch = b;
+	f->stream = b->stream;
+	f->seq = b->stream->submitted + 1;
+	rc = d->ops->host_callback(d, b->stream->ds, on_fence, f);
+	if (rc != 0) {
+		free(f);
+		return rc;
+	}
+	b->stream->submitted = f->seq;
+	b->pending++;
+	return 0;
+}
+
+/* Fill the profile results whose events have now completed. */
+static void finish_profiles(struct executor *ex, struct batch *b)
+{
+	struct driver *d = ex->driver;
+
+	for (struct profile_result *p = b->profiles; p != NULL; p = p->next) {
+		Gpucmd__Profile *w = b->results[p->op].profile;
+		float ms = 0;
+
+		if (w == NULL)
+			continue;
+		w->valid = p->valid;
+		if (p->valid && d->ops->event_elapsed(d, p->start, p->end, &ms) != 0) {
+			w->valid = false;
+			snprintf(p->reason, sizeof(p->reason),
+				 "the device could not time the events: %s",
+				 d->error);
 		}
+		w->device_ms = ms;
+		w->reason = p->reason;
+	}
+}
+
+/* Every op ran and every fence completed: answer and free. */
+static void finish_batch(struct executor *ex, struct batch *b)
+{
+	if (!b->replied) {
+		finish_profiles(ex, b);
 		send_reply(ex, b, true);
 	} else {
 		ex->cb.reply(b->conn->conn, NULL, 0, true, ex->cb.arg);
 	}
 	streams_flush_drops(b->conn->set);
 	free_batch(ex, b);
+}
+
+static void complete_fence(struct executor *ex, struct fence *f)
+{
+	struct batch *b = f->batch;
+	struct stream *s = f->stream;
+
+	s->completed = f->seq;
+	if (f->status != 0)
+		s->fault_pending = true;
+	free(f);
+	if (--b->pending > 0 || !b->dispatched)
+		return;
+	if (!b->replied && s->fault_pending && b->error == 0 &&
+	    b->fence_index >= 0) {
+		b->error = GPUCMD_ESTREAM;
+		b->failed_index = (uint32_t)b->fence_index;
+		b->nresults = (size_t)b->fence_index;
+		snprintf(b->message, sizeof(b->message),
+			 "stream fault: work on stream %u faulted before this "
+			 "%s; results since the previous sync are not valid, "
+			 "the stream stays usable",
+			 s->number,
+			 b->req->ops[b->fence_index]->op_case ==
+					 GPUCMD__OP__OP_READ
+				 ? "read"
+				 : "sync");
+		s->fault_pending = false;
+	}
+	finish_batch(ex, b);
 }
 
 /* ---- running batches ----------------------------------------------------- */
@@ -274,31 +341,43 @@ static void run_batch(struct executor *ex, struct batch *b)
 		free_batch(ex, b);
 		return;
 	}
-	rc = d->ops->host_callback(d, b->stream->ds, on_batch_done, b);
-	if (rc != 0) {
-		/*
-		 * Without a completion the daemon cannot know when the device
-		 * is done with this batch's memory, so the batch (and with it
-		 * the connection's device state) is kept for good.  Only a
-		 * host out of memory gets here.
-		 */
-		log_err("connection %llu: cannot enqueue a completion on stream "
-			"%u (%s); its memory stays held until restart",
-			(unsigned long long)conn->id, b->stream->number,
-			d->error);
-		b->stream->submitted = UINT64_MAX;
-		if (!b->replied && b->error == 0) {
-			b->error = GPUCMD_EDRIVER;
-			b->failed_index = 0;
-			b->nresults = 0;
-			snprintf(b->message, sizeof(b->message),
-				 "the daemon could not track this batch's "
-				 "completion: %s", d->error);
+	b->dispatched = true;
+	/*
+	 * The batch's last fence: not while the stream records a graph
+	 * (nothing ran; a fence there would be recorded into the graph).
+	 */
+	if (!b->stream->capturing) {
+		rc = executor_fence(ex, b);
+		if (rc != 0) {
+			/*
+			 * Without a completion the daemon cannot know when
+			 * the device is done with this batch's memory, so the
+			 * batch (and the connection's device state) is kept
+			 * for good.  Only a host out of memory gets here.
+			 */
+			log_err("connection %llu: cannot enqueue a completion "
+				"on stream %u (%s); its memory stays held until "
+				"restart",
+				(unsigned long long)conn->id, b->stream->number,
+				d->error);
+			b->stream->submitted = UINT64_MAX;
+			if (!b->replied && b->error == 0) {
+				b->error = GPUCMD_EDRIVER;
+				b->failed_index = 0;
+				b->nresults = 0;
+				snprintf(b->message, sizeof(b->message),
+					 "the daemon could not track this "
+					 "batch's completion: %s", d->error);
+			}
+			send_reply(ex, b, true);
+			return;
 		}
-		send_reply(ex, b, true);
+	}
+	if (b->pending == 0) {
+		finish_batch(ex, b);
 		return;
 	}
-	if (b->fence_index < 0)
+	if (b->fence_index < 0 && b->profiles == NULL)
 		send_reply(ex, b, false);
 }
 
@@ -429,7 +508,8 @@ static void *device_main(void *arg)
 		return NULL;
 
 	for (;;) {
-		struct batch *jobs, *done;
+		struct batch *jobs;
+		struct fence *done;
 		bool stop;
 
 		pthread_mutex_lock(&ex->lock);
@@ -446,8 +526,8 @@ static void *device_main(void *arg)
 		pthread_mutex_unlock(&ex->lock);
 
 		while (done != NULL) {
-			struct batch *next = done->next;
-			complete_batch(ex, done);
+			struct fence *next = done->next;
+			complete_fence(ex, done);
 			done = next;
 		}
 		jobs = interleave(jobs);

@@ -78,5 +78,11 @@ int executor_close(struct executor *ex, struct executor_conn *conn);
 uint64_t executor_batches(const struct executor *ex);
 /** Milliseconds since the executor started (any thread). */
 uint64_t executor_uptime_ms(const struct executor *ex);
+struct batch;
+/**
+ * Enqueue a completion fence for batch b on its stream (device thread):
+ * b answers only once every fence it enqueued has completed.
+ */
+int executor_fence(struct executor *ex, struct batch *b);
 /** The live connections' device state, linked by next (device thread). */
 struct stream_set *executor_sets(struct executor *ex);

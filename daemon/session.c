@@ -347,11 +347,75 @@ static void reply_error(struct session *s, uint64_t id, int code,
 	send_frame(s, &f);
 }
 
+/*
+ * Evict runs on the loop thread, which owns the connections: every session
+ * of the named service (or the one connection id) is closed, which frees
+ * its memory like a client exit would.  Admins may evict anyone; others only
+ * connections of their own service.  The caller itself is spared.
+ */
+static void handle_evict(struct session *s, uint64_t id,
+			 const Gpucmd__OpEvict *op)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Response r = GPUCMD__RESPONSE__INIT;
+	Gpucmd__OpResult res = GPUCMD__OP_RESULT__INIT;
+	Gpucmd__OpResult *results[1] = { &res };
+	struct session *t, *next;
+	uint64_t n = 0;
+	char why[160];
+
+	if (op->service[0] == '\0' && op->connection_id == 0) {
+		reply_error(s, id, GPUCMD_EINVAL,
+			    "evict needs a service name or a connection id");
+		return;
+	}
+	if (!s->econn.admin && op->service[0] != '\0' &&
+	    strcmp(op->service, s->econn.service->name) != 0) {
+		snprintf(why, sizeof(why),
+			 "only an admin may evict service '%.64s' (you speak "
+			 "for '%s')",
+			 op->service, s->econn.service->name);
+		reply_error(s, id, GPUCMD_EPERM, why);
+		return;
+	}
+	snprintf(why, sizeof(why), "evicted by connection %llu (%s)",
+		 (unsigned long long)s->id, s->peer);
+	for (t = s->server->sessions; t != NULL; t = next) {
+		next = t->next;
+		if (t == s || t->state != SESSION_READY)
+			continue;
+		if (op->connection_id != 0 && t->id != op->connection_id)
+			continue;
+		if (op->service[0] != '\0' &&
+		    strcmp(t->econn.service->name, op->service) != 0)
+			continue;
+		if (!s->econn.admin && t->econn.service != s->econn.service)
+			continue;
+		session_refuse(t, GPUCMD_EDISCONNECTED, "%s", why);
+		n++;
+	}
+	res.result_case = GPUCMD__OP_RESULT__RESULT_VALUE;
+	res.value = n;
+	r.id = id;
+	r.n_results = 1;
+	r.results = results;
+	f.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
+	f.response = &r;
+	send_frame(s, &f);
+}
+
 static void handle_request(struct session *s, Gpucmd__Frame *frame)
 {
 	const struct config_limits *lim = &s->server->cfg.limits;
 	Gpucmd__Request *req = frame->request;
 	int rc;
+
+	if (req->n_ops == 1 && req->ops[0] != NULL &&
+	    req->ops[0]->op_case == GPUCMD__OP__OP_EVICT) {
+		handle_evict(s, req->id, req->ops[0]->evict);
+		frame_free(frame);
+		return;
+	}
 
 	if (req->n_ops > lim->max_ops_per_batch) {
 		char msg[200];

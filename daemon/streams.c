@@ -10,6 +10,7 @@
 
 #include "gpucmd.h"
 #include "log.h"
+#include "graph.h"
 #include "memory/drop_queue.h"
 #include "service.h"
 
@@ -56,7 +57,10 @@ int stream_set_create(struct driver *d, struct service *svc,
 	if (set == NULL)
 		return GPUCMD_ENOMEM;
 	rc = handle_table_create(lim->max_handles, &set->handles);
+	if (rc == 0)
+		rc = handle_table_create(lim->max_handles, &set->reservations);
 	if (rc != 0) {
+		handle_table_destroy(set->handles);
 		free(set);
 		return rc;
 	}
@@ -102,8 +106,36 @@ static void release_at_teardown(struct handle *h, void *arg)
 
 void stream_set_destroy(struct stream_set *set)
 {
+	struct driver *d;
+
 	if (set == NULL)
 		return;
+	d = set->driver;
+	/* Graphs first: they hold references on handles. */
+	for (uint32_t i = 0; i < set->nstreams; i++) {
+		struct stream *s = set->slots[i];
+		struct driver_graph *dg = NULL;
+
+		if (s->capturing && d->ops->capture_end(d, s->ds, &dg) == 0 &&
+		    dg != NULL)
+			d->ops->graph_destroy(d, dg);
+		graph_free(d, s->recording);
+		s->recording = NULL;
+		s->capturing = false;
+	}
+	while (set->graphs != NULL) {
+		struct graph *g = set->graphs;
+		set->graphs = g->next;
+		graph_free(d, g);
+	}
+	while (set->profiles != NULL) {
+		struct profile *p = set->profiles;
+		set->profiles = p->next;
+		d->ops->event_destroy(d, p->start);
+		free(p);
+	}
+	handle_table_drain(set->reservations, release_at_teardown, set);
+	handle_table_destroy(set->reservations);
 	handle_table_drain(set->handles, release_at_teardown, set);
 	handle_table_destroy(set->handles);
 	for (uint32_t i = 0; i < set->nstreams; i++)
@@ -262,13 +294,20 @@ int streams_resolve(struct stream_set *set, struct stream *current,
 	return 0;
 }
 
-static void add_fence(struct drop_fence *f, uint32_t *n, const struct stream *s)
+/*
+ * The fence that covers everything enqueued on s so far: its last one for
+ * other streams (their batches have ended, each with a fence), the next one
+ * for the stream whose batch is running now (its fence comes at the batch's
+ * end, or at the next real batch when it is recording a graph).
+ */
+static void add_fence(struct drop_fence *f, uint32_t *n, const struct stream *s,
+		      const struct stream *current)
 {
 	for (uint32_t i = 0; i < *n; i++)
 		if (f[i].stream == s)
 			return;
 	f[*n].stream = s;
-	f[*n].seq = s->submitted;
+	f[*n].seq = s == current ? s->submitted + 1 : s->submitted;
 	(*n)++;
 }
 
@@ -279,18 +318,21 @@ int streams_release(struct stream_set *set, struct stream *current,
 	uint32_t n = 0;
 	int rc;
 
+	if (h->graph_refs > 0)
+		return GPUCMD_EBUSY;
+
 	/*
 	 * Everyone who may still touch the memory: the owner (it zeroed and
 	 * may have used it), the last writer, the readers since, and the
 	 * stream the release arrives on.  Earlier writers and readers were
 	 * waited on by the last writer, so its fence covers them.
 	 */
-	add_fence(fences, &n, h->owner);
-	add_fence(fences, &n, current);
+	add_fence(fences, &n, h->owner, current);
+	add_fence(fences, &n, current, current);
 	if (h->writer_slot >= 0)
-		add_fence(fences, &n, set->slots[h->writer_slot]);
+		add_fence(fences, &n, set->slots[h->writer_slot], current);
 	for (uint32_t i = 0; i < h->nreaders; i++)
-		add_fence(fences, &n, set->slots[h->readers[i].slot]);
+		add_fence(fences, &n, set->slots[h->readers[i].slot], current);
 	rc = drop_queue_push(h->owner->drops, h->alloc.slice, fences, n);
 	if (rc != 0)
 		return rc;

@@ -40,8 +40,19 @@
 #define STREAMS_MAX 64
 
 struct drop_queue;
+struct graph;
 struct service;
 struct stream_set;
+
+/* An open profile: device time from its start event to its end. */
+struct profile {
+	uint64_t id;
+	struct stream *stream;
+	struct driver_event *start;
+	bool valid;			/* false once a launch on its stream was refused */
+	char reason[128];
+	struct profile *next;
+};
 
 struct stream {
 	struct stream_set *set;
@@ -57,6 +68,7 @@ struct stream {
 	uint64_t synced[STREAMS_MAX];
 	bool fault_pending;		/* a fault not yet reported to a sync/read */
 	bool capturing;			/* recording a graph */
+	struct graph *recording;	/* what the capture holds on to */
 };
 
 struct stream_set {
@@ -67,6 +79,9 @@ struct stream_set {
 	uint32_t nstreams;
 	struct stream *slots[STREAMS_MAX];
 	struct handle_table *handles;
+	struct handle_table *reservations;	/* reserve without bind yet */
+	struct profile *profiles;		/* open profiles */
+	struct graph *graphs;			/* captured graphs */
 	struct memory_configuration layout;
 	struct memory_device_properties props;
 	struct stream_set *next;	/* executor's list of live sets */

@@ -34,6 +34,7 @@ struct handle {
 	uint32_t nreaders;
 	uint32_t readers_cap;
 	struct handle_use *readers;
+	uint32_t graph_refs;		/* graphs that use it: no release while > 0 */
 };
 
 struct handle_table;

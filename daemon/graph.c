@@ -1,0 +1,77 @@
+/*
+ * graph.c - see graph.h.
+ */
+#include "graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/driver.h"
+#include "gpucmd.h"
+#include "memory/handle.h"
+
+struct graph *graph_new(void)
+{
+	return calloc(1, sizeof(struct graph));
+}
+
+int graph_hold(struct graph *g, struct handle *h)
+{
+	for (uint32_t i = 0; i < g->nhandles; i++)
+		if (g->handles[i] == h)
+			return 0;
+	if (g->nhandles == g->handles_cap) {
+		uint32_t cap = g->handles_cap ? g->handles_cap * 2 : 8;
+		struct handle **n = realloc(g->handles, cap * sizeof(*n));
+		if (n == NULL)
+			return GPUCMD_ENOMEM;
+		g->handles = n;
+		g->handles_cap = cap;
+	}
+	g->handles[g->nhandles++] = h;
+	h->graph_refs++;
+	return 0;
+}
+
+void *graph_keep(struct graph *g, const void *data, size_t len)
+{
+	void *copy;
+
+	if (g->nblobs == g->blobs_cap) {
+		uint32_t cap = g->blobs_cap ? g->blobs_cap * 2 : 4;
+		void **n = realloc(g->blobs, cap * sizeof(*n));
+		if (n == NULL)
+			return NULL;
+		g->blobs = n;
+		g->blobs_cap = cap;
+	}
+	copy = malloc(len ? len : 1);
+	if (copy == NULL)
+		return NULL;
+	memcpy(copy, data, len);
+	g->blobs[g->nblobs++] = copy;
+	return copy;
+}
+
+void graph_free(struct driver *d, struct graph *g)
+{
+	if (g == NULL)
+		return;
+	for (uint32_t i = 0; i < g->nhandles; i++)
+		g->handles[i]->graph_refs--;
+	if (g->dg != NULL)
+		d->ops->graph_destroy(d, g->dg);
+	for (uint32_t i = 0; i < g->nblobs; i++)
+		free(g->blobs[i]);
+	free(g->blobs);
+	free(g->handles);
+	free(g);
+}
+
+struct graph *graph_find(struct graph *list, uint64_t id)
+{
+	for (; list != NULL; list = list->next)
+		if (list->id == id)
+			return list;
+	return NULL;
+}

@@ -1,0 +1,48 @@
+/*
+ * graph.h - recorded work a stream can replay: the daemon's side of graph
+ * capture.
+ *
+ * Between capture_begin and capture_end on a stream, the backend records
+ * the stream's kernels and copies instead of running them (CUDA: stream
+ * capture; host backend: an op list).  struct graph keeps what the
+ * recording needs to stay valid for as long as it can be replayed:
+ *   - every handle it uses holds a reference (graph_refs), and a handle with
+ *     references cannot be released: the graph would write freed memory;
+ *   - the bytes of every write it recorded are copied and kept, because the
+ *     request that carried them is freed when its batch completes.
+ * Allocation, reads, syncs and profiles are refused while recording: their
+ * results would belong to no replay.
+ *
+ * Owner: the connection's stream_set.  Thread: the device thread.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct driver;
+struct driver_graph;
+struct handle;
+
+struct graph {
+	uint64_t id;			/* the client's name, 0 while recording */
+	struct driver_graph *dg;	/* NULL while recording */
+	struct handle **handles;
+	uint32_t nhandles;
+	uint32_t handles_cap;
+	void **blobs;			/* copies of recorded write data */
+	uint32_t nblobs;
+	uint32_t blobs_cap;
+	struct graph *next;
+};
+
+/** A new, empty recording. */
+struct graph *graph_new(void);
+/** Reference h from g (once per graph). */
+int graph_hold(struct graph *g, struct handle *h);
+/** Copy len bytes of data into g; the copy lives as long as g (NULL: no memory). */
+void *graph_keep(struct graph *g, const void *data, size_t len);
+/** Drop g's references, its copies, its driver graph, and g. */
+void graph_free(struct driver *d, struct graph *g);
+/** The graph called id in list, or NULL. */
+struct graph *graph_find(struct graph *list, uint64_t id);
