@@ -46,10 +46,10 @@
 
 struct memory_manager {
 	struct memory_storage storage;
-	struct pool *pools[MEMORY_MAX_POOLS];	/* dynamic, routing order */
+	struct pool *pools[MEMORY_MAX_POOLS];	/* dynamic, in order */
 	size_t npools;
 	struct pool *persistent;
-	uint64_t clock;		/* reservations made: paces periodic cleanup */
+	uint64_t clock;		/* reservations: paces periodic cleanup */
 	uint64_t windows;	/* persistent windows open */
 	bool capture;
 };
@@ -471,17 +471,27 @@ void memory_manager_usage(const struct memory_manager *mm,
 	usage_add(out, mm->persistent);
 }
 
-uint64_t memory_manager_largest_free(const struct memory_manager *mm)
+/* The largest value f gives over the dynamic pools (0 when none). */
+static uint64_t pools_max(const struct memory_manager *mm,
+			  uint64_t (*f)(const struct pool *pool))
 {
-	uint64_t largest = pool_largest_free(mm->persistent), l;
+	uint64_t largest = 0, v;
 	size_t i;
 
 	for (i = 0; i < mm->npools; i++) {
-		l = pool_largest_free(mm->pools[i]);
-		if (l > largest)
-			largest = l;
+		v = f(mm->pools[i]);
+		if (v > largest)
+			largest = v;
 	}
 	return largest;
+}
+
+uint64_t memory_manager_largest_free(const struct memory_manager *mm)
+{
+	uint64_t dynamic = pools_max(mm, pool_largest_free);
+	uint64_t persistent = pool_largest_free(mm->persistent);
+
+	return dynamic > persistent ? dynamic : persistent;
 }
 
 size_t memory_manager_report(const struct memory_manager *mm,
@@ -498,15 +508,7 @@ size_t memory_manager_report(const struct memory_manager *mm,
 
 uint64_t memory_manager_max_alloc(const struct memory_manager *mm)
 {
-	uint64_t largest = 0, m;
-	size_t i;
-
-	for (i = 0; i < mm->npools; i++) {
-		m = pool_max_accept(mm->pools[i]);
-		if (m > largest)
-			largest = m;
-	}
-	return largest;
+	return pools_max(mm, pool_max_accept);
 }
 
 void memory_manager_mode(struct memory_manager *mm,
@@ -518,7 +520,8 @@ void memory_manager_mode(struct memory_manager *mm,
 		mm->windows--;
 }
 
-enum memory_allocation_mode memory_manager_current_mode(const struct memory_manager *mm)
+enum memory_allocation_mode
+memory_manager_current_mode(const struct memory_manager *mm)
 {
 	return mm->windows > 0 ? MEMORY_MODE_PERSISTENT : MEMORY_MODE_AUTO;
 }

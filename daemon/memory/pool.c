@@ -9,6 +9,8 @@
  */
 #include "memory/pool.h"
 
+#include <stdlib.h>
+
 #include "memory/pool_direct.h"
 #include "memory/pool_exclusive.h"
 #include "memory/pool_sliced.h"
@@ -41,6 +43,20 @@ int pool_create(const struct memory_pool_options *opt,
 	}
 	/* The persistent pool is the manager's own, never part of a layout. */
 	return GPUCMD_EINVAL;
+}
+
+void *pool_grow(void *arr, size_t *cap, size_t need, size_t elem)
+{
+	size_t n = *cap ? *cap : 8;
+
+	if (need <= *cap)
+		return arr;
+	while (n < need)
+		n *= 2;
+	arr = realloc(arr, n * elem);
+	if (arr)
+		*cap = n;
+	return arr;
 }
 
 bool pool_round_up(uint64_t x, uint64_t unit, uint64_t *out)

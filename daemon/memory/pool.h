@@ -38,7 +38,7 @@ struct memory_slice {
 	struct pool *pool;	/* the owner, for release */
 	uint64_t ptr;		/* device address of the first byte */
 	uint64_t size;		/* bytes requested */
-	uint64_t effective;	/* bytes covered: size rounded up, at least one unit */
+	uint64_t effective;	/* size rounded up, at least one unit */
 	uint64_t cursor;	/* set at bind time, 0 when handed out */
 };
 
@@ -79,6 +79,12 @@ void pool_init(struct pool *pool, const struct pool_ops *ops,
 int pool_create(const struct memory_pool_options *opt,
 		const struct memory_storage *storage, uint64_t alignment,
 		struct pool **out);
+
+/**
+ * arr, grown so that it holds at least need elements of elem bytes (*cap
+ * is updated); NULL, with arr untouched, when memory is short.
+ */
+void *pool_grow(void *arr, size_t *cap, size_t need, size_t elem);
 
 /** Round x up to a multiple of unit; false when that overflows. */
 bool pool_round_up(uint64_t x, uint64_t unit, uint64_t *out);

@@ -89,23 +89,18 @@ int pool_dedicated_alloc(struct dedicated_pool *d, uint64_t size,
 			 uint64_t length, struct dedicated_slice **node_out,
 			 struct memory_slice **out)
 {
-	struct dedicated_slice *node;
+	struct dedicated_slice **arr, *node;
 	int rc;
 
 	/*
 	 * Make room in the free array now: release must not fail, and the
 	 * array can then always take every allocation this pool holds.
 	 */
-	if (d->free_cap < d->base.stats.pages + 1) {
-		size_t cap = d->free_cap ? 2 * d->free_cap : 8;
-		struct dedicated_slice **arr;
-
-		arr = realloc(d->free, cap * sizeof(*arr));
-		if (!arr)
-			return GPUCMD_ENOMEM;
-		d->free = arr;
-		d->free_cap = cap;
-	}
+	arr = pool_grow(d->free, &d->free_cap, d->base.stats.pages + 1,
+			sizeof(*arr));
+	if (!arr)
+		return GPUCMD_ENOMEM;
+	d->free = arr;
 	node = calloc(1, sizeof(*node));
 	if (!node)
 		return GPUCMD_ENOMEM;

@@ -43,7 +43,7 @@ void pool_dedicated_init(struct dedicated_pool *d, const struct pool_ops *ops,
 /** The dedicated pool a struct pool is the base of. */
 struct dedicated_pool *pool_dedicated_of(struct pool *pool);
 
-/** Index of the shortest free allocation of at least length bytes (nfree if none). */
+/** Index of the shortest free allocation of length or more (nfree: none). */
 size_t pool_dedicated_fit(const struct dedicated_pool *d, uint64_t length);
 
 /** Hand out the free allocation at index i for size bytes. */
@@ -74,7 +74,7 @@ void pool_dedicated_drop_free(struct dedicated_pool *d);
 
 /**
  * Visit the free allocations in order and return to the storage those for
- * which doomed says true; doomed may update the node it is given.
+ * which doomed says true (NULL: all); doomed may update the node it gets.
  */
 void pool_dedicated_sweep(struct dedicated_pool *d,
 			  bool (*doomed)(struct dedicated_slice *node));

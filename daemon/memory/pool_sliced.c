@@ -32,8 +32,9 @@ struct sliced_block {
 	/* ptr and effective describe the range; size only while live. */
 	struct memory_slice slice;
 	struct sliced_page *page;
-	struct sliced_block *prev, *next;		/* neighbours by address */
-	struct sliced_block *free_prev, *free_next;	/* free list, by address */
+	/* Neighbours by address, then the page's free list by address. */
+	struct sliced_block *prev, *next;
+	struct sliced_block *free_prev, *free_next;
 	bool free;
 };
 
@@ -51,7 +52,7 @@ struct sliced_pool {
 	uint64_t page_size;
 	uint64_t max_alloc;	/* min(max_slice, page_size) */
 	uint64_t max_pages;	/* 0: no cap */
-	struct sliced_page **pages;	/* creation order: the search order */
+	struct sliced_page **pages;	/* creation order, searched so */
 	size_t npages;
 	size_t pages_cap;
 };
@@ -201,21 +202,16 @@ static int sliced_carve(struct sliced_pool *sp, struct sliced_block *b,
 /* Allocate one more page, a single free block. */
 static int sliced_add_page(struct sliced_pool *sp, struct sliced_page **out)
 {
-	struct sliced_page *page;
+	struct sliced_page **pages, *page;
 	struct sliced_block *b;
 	uint64_t base;
 	int rc;
 
-	if (sp->npages == sp->pages_cap) {
-		size_t cap = sp->pages_cap ? 2 * sp->pages_cap : 8;
-		struct sliced_page **pages;
-
-		pages = realloc(sp->pages, cap * sizeof(*pages));
-		if (!pages)
-			return GPUCMD_ENOMEM;
-		sp->pages = pages;
-		sp->pages_cap = cap;
-	}
+	pages = pool_grow(sp->pages, &sp->pages_cap, sp->npages + 1,
+			  sizeof(*pages));
+	if (!pages)
+		return GPUCMD_ENOMEM;
+	sp->pages = pages;
 	page = calloc(1, sizeof(*page));
 	b = calloc(1, sizeof(*b));
 	if (!page || !b) {
