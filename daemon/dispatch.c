@@ -9,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "driver/kernels/builtin.h"
 #include "executor.h"
 #include "graph.h"
+#include "region.h"
 #include "gpucmd.h"
 #include "memory/drop_queue.h"
 #include "memory/handle.h"
@@ -148,6 +150,33 @@ static int layout_descriptor(struct batch *b, uint64_t handle,
 	return 0;
 }
 
+static int region_bytes(struct batch *b, const Gpucmd__RegionRef *ref,
+			uint8_t **out);
+
+/* An op's bytes: inline, or a range of a shared region (not both). */
+static int payload(struct batch *b, const ProtobufCBinaryData *inline_data,
+		   const Gpucmd__RegionRef *ref, const uint8_t **data,
+		   size_t *len)
+{
+	uint8_t *p;
+	int rc;
+
+	*data = inline_data->data;
+	*len = inline_data->len;
+	if (ref == NULL)
+		return 0;
+	if (inline_data->len != 0)
+		return fail(b, GPUCMD_EINVAL,
+			    "an op carries either inline data or a region "
+			    "range, not both");
+	rc = region_bytes(b, ref, &p);
+	if (rc != 0)
+		return rc;
+	*data = p;
+	*len = (size_t)ref->length;
+	return 0;
+}
+
 static void result_done(Gpucmd__OpResult *r)
 {
 	r->result_case = GPUCMD__OP_RESULT__RESULT_DONE;
@@ -182,14 +211,17 @@ static int op_empty(struct command_ctx *ctx, struct batch *b, size_t i,
 static int op_create(struct command_ctx *ctx, struct batch *b, size_t i,
 		     const Gpucmd__OpCreateWithData *op)
 {
+	const uint8_t *data = op->data.data;
+	size_t len = op->data.len;
 	struct command cmd;
-	int rc = begin(ctx, b, NULL, 0, &cmd);
+	int rc;
 
+	rc = payload(b, &op->data, op->region, &data, &len);
+	if (rc == 0)
+		rc = begin(ctx, b, NULL, 0, &cmd);
 	if (rc == 0)
 		rc = command_failed(b, &cmd,
-				    command_create_with_data(&cmd,
-							     op->data.data,
-							     op->data.len,
+				    command_create_with_data(&cmd, data, len,
 							     op->handle));
 	if (rc == 0)
 		result_done(&b->results[i]);
@@ -202,21 +234,27 @@ static int op_write(struct command_ctx *ctx, struct batch *b, size_t i,
 	struct copy_descriptor desc;
 	struct binding bind;
 	struct command cmd;
+	const uint8_t *src;
 	const void *data;
+	size_t len;
 	int rc;
 
 	rc = lookup(b, op->handle, &bind.handle);
 	if (rc == 0)
-		rc = layout_descriptor(b, op->handle, op->offset, op->data.len,
+		rc = payload(b, &op->data, op->region, &src, &len);
+	if (rc == 0)
+		rc = layout_descriptor(b, op->handle, op->offset, len,
 				       op->layout, &desc);
 	if (rc != 0)
 		return rc;
 	bind.write = true;
-	data = op->data.data;
+	data = src;
 	if (b->stream->recording != NULL) {
-		/* Replays read these bytes long after the request is gone. */
-		data = graph_keep(b->stream->recording, op->data.data,
-				  op->data.len);
+		/*
+		 * Replays read these bytes long after the request (or the
+		 * region) is gone: the graph keeps its own copy.
+		 */
+		data = graph_keep(b->stream->recording, src, len);
 		if (data == NULL)
 			return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	}
@@ -224,10 +262,46 @@ static int op_write(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (rc == 0)
 		rc = command_failed(b, &cmd,
 				    command_write_to_gpu(&cmd, &desc, data,
-							 op->data.len));
+							 len));
 	if (rc == 0)
 		result_done(&b->results[i]);
 	return rc;
+}
+
+/* A read whose bytes land in a shared region: the reply says where. */
+static int read_into_region(struct command_ctx *ctx, struct batch *b,
+			    size_t i, const Gpucmd__OpRead *op,
+			    const struct copy_descriptor *desc,
+			    const struct binding *bind)
+{
+	Gpucmd__RegionRef *where = arena_alloc(b, sizeof(*where));
+	struct host_bytes bytes;
+	struct command cmd;
+	uint8_t *dst;
+	int rc;
+
+	if (where == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	rc = region_bytes(b, op->into, &dst);
+	if (rc != 0)
+		return rc;
+	rc = begin(ctx, b, bind, 1, &cmd);
+	if (rc != 0)
+		return rc;
+	bytes.data = dst;
+	bytes.len = (size_t)op->into->length;
+	bytes.pinned = true;
+	rc = command_failed(b, &cmd,
+			    command_write_to_cpu(&cmd, desc, &bytes, NULL));
+	if (rc != 0)
+		return rc;
+	gpucmd__region_ref__init(where);
+	where->region = op->into->region;
+	where->offset = op->into->offset;
+	where->length = op->into->length;
+	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_REGION;
+	b->results[i].region = where;
+	return 0;
 }
 
 static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
@@ -249,6 +323,8 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (rc != 0)
 		return rc;
 	bind.write = false;
+	if (op->into != NULL)
+		return read_into_region(ctx, b, i, op, &desc, &bind);
 	rc = begin(ctx, b, &bind, 1, &cmd);
 	if (rc == 0)
 		rc = command_failed(b, &cmd,
@@ -1183,6 +1259,55 @@ static int op_cleanup(struct command_ctx *ctx, struct batch *b, size_t i,
 	return 0;
 }
 
+/* ---- shared regions ------------------------------------------------------- */
+
+static int op_region_attach(struct command_ctx *ctx, struct batch *b, size_t i,
+			    const Gpucmd__OpRegionAttach *op)
+{
+	int fd, rc;
+
+	(void)ctx;
+	if (b->fds_used >= b->nfds)
+		return fail(b, GPUCMD_EPROTO,
+			    "region %llu: no descriptor came with this request",
+			    (unsigned long long)op->region);
+	fd = b->fds[b->fds_used++];
+	rc = region_attach(b->conn->set, op->region, fd, op->size, b->message,
+			   sizeof(b->message));
+	if (rc == 0)
+		result_done(&b->results[i]);
+	return rc;
+}
+
+static int op_region_release(struct command_ctx *ctx, struct batch *b,
+			     size_t i, const Gpucmd__OpRegionRelease *op)
+{
+	(void)ctx;
+	if (region_release(b->conn->set, b->stream, op->region) != 0)
+		return fail(b, GPUCMD_ENOTFOUND,
+			    "region %llu is not attached to this connection",
+			    (unsigned long long)op->region);
+	result_done(&b->results[i]);
+	return 0;
+}
+
+/* The bytes a RegionRef names, bounds-checked. */
+static int region_bytes(struct batch *b, const Gpucmd__RegionRef *ref,
+			uint8_t **out)
+{
+	struct region *r = region_find(b->conn->set, ref->region);
+
+	if (r == NULL)
+		return fail(b, GPUCMD_ENOTFOUND,
+			    "region %llu is not attached to this connection",
+			    (unsigned long long)ref->region);
+	if (region_check(r, ref->offset, ref->length, b->message,
+			 sizeof(b->message)) != 0)
+		return GPUCMD_EINVAL;
+	*out = r->base + ref->offset;
+	return 0;
+}
+
 /* ---- the batch ------------------------------------------------------------ */
 
 static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
@@ -1245,6 +1370,10 @@ static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
 		return op_graph_destroy(ctx, b, i, op->graph_destroy);
 	case GPUCMD__OP__OP_CLEANUP:
 		return op_cleanup(ctx, b, i, op->cleanup);
+	case GPUCMD__OP__OP_REGION_ATTACH:
+		return op_region_attach(ctx, b, i, op->region_attach);
+	case GPUCMD__OP__OP_REGION_RELEASE:
+		return op_region_release(ctx, b, i, op->region_release);
 	case GPUCMD__OP__OP_EVICT:
 		return fail(b, GPUCMD_EINVAL,
 			    "evict must be the only op of its request");
@@ -1304,6 +1433,10 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 
 void dispatch_batch_free(struct command_ctx *ctx, struct batch *b)
 {
+	/* Descriptors no attach op took (the batch failed before them). */
+	for (size_t i = b->fds_used; i < b->nfds; i++)
+		close(b->fds[i]);
+	free(b->fds);
 	while (b->profiles != NULL) {
 		struct profile_result *p = b->profiles;
 

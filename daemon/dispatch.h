@@ -42,6 +42,9 @@ struct batch {
 	char message[512];
 	struct batch *next;		/* executor inbox */
 	struct profile_result *profiles; /* profile_end ops, filled at completion */
+	int *fds;			/* region descriptors sent with the frame */
+	size_t nfds;
+	size_t fds_used;
 };
 
 /* A profile_end waiting for its events to complete. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dispatch.h"
 #include "frame.h"
@@ -623,12 +624,18 @@ static int enqueue(struct executor *ex, struct batch *b)
 }
 
 int executor_submit(struct executor *ex, struct executor_conn *conn,
-		    Gpucmd__Frame *frame)
+		    Gpucmd__Frame *frame, int *fds, size_t nfds)
 {
 	struct batch *b = calloc(1, sizeof(*b));
 
-	if (b == NULL)
+	if (b == NULL) {
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		free(fds);
 		return GPUCMD_ENOMEM;
+	}
+	b->fds = fds;
+	b->nfds = nfds;
 	b->ex = ex;
 	b->conn = conn;
 	b->frame = frame;

@@ -65,10 +65,11 @@ void executor_stop(struct executor *ex);
 /** The device's properties (fixed once started; any thread). */
 const struct driver_properties *executor_properties(const struct executor *ex);
 /**
- * Queue a decoded Request frame from conn (ownership of frame passes).
+ * Queue a decoded Request frame from conn with the descriptors that came
+ * with it (ownership of frame and fds passes, also on failure).
  */
 int executor_submit(struct executor *ex, struct executor_conn *conn,
-		    Gpucmd__Frame *frame);
+		    Gpucmd__Frame *frame, int *fds, size_t nfds);
 /**
  * Queue the end of conn: after its earlier batches, once its streams are
  * idle, its memory is freed and callbacks.closed(conn) runs.

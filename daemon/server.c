@@ -108,7 +108,8 @@ static void on_connection(uv_stream_t *listener, int status)
 	}
 	s->server = srv;
 	s->id = ++srv->next_id;
-	uv_pipe_init(srv->loop, &s->pipe, 0);
+	/* IPC mode: clients pass region memfds with SCM_RIGHTS. */
+	uv_pipe_init(srv->loop, &s->pipe, 1);
 	s->pipe.data = s;
 	rc = uv_accept(listener, (uv_stream_t *)&s->pipe);
 	s->prev = NULL;

@@ -4,6 +4,8 @@
  */
 #include "session.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "frame.h"
 #include "gpucmd.h"
 #include "log.h"
+#include "region.h"
 #include "server.h"
 #include "service.h"
 
@@ -347,6 +350,93 @@ static void reply_error(struct session *s, uint64_t id, int code,
 	send_frame(s, &f);
 }
 
+static void free_handle(uv_handle_t *h)
+{
+	free(h);
+}
+
+/*
+ * One descriptor passed with SCM_RIGHTS: libuv holds it as a pending
+ * handle of the IPC pipe; accepting it into a scratch pipe hands us the
+ * descriptor, which we duplicate (close-on-exec) before the scratch handle
+ * closes.
+ */
+static int take_one_fd(struct session *s, int *out)
+{
+	uv_pipe_t *tmp;
+	uv_os_fd_t fd;
+	int rc;
+
+	if (uv_pipe_pending_count(&s->pipe) <= 0)
+		return GPUCMD_EPROTO;
+	tmp = malloc(sizeof(*tmp));
+	if (tmp == NULL)
+		return GPUCMD_ENOMEM;
+	uv_pipe_init(s->server->loop, tmp, 0);
+	rc = uv_accept((uv_stream_t *)&s->pipe, (uv_stream_t *)tmp);
+	if (rc == 0)
+		rc = uv_fileno((uv_handle_t *)tmp, &fd);
+	if (rc == 0) {
+		*out = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (*out < 0)
+			rc = -errno;
+	}
+	uv_close((uv_handle_t *)tmp, free_handle);
+	return rc != 0 ? GPUCMD_EPROTO : 0;
+}
+
+/*
+ * The descriptors of a request's region_attach ops, in op order.  A
+ * request naming more attaches than descriptors arrived is a protocol
+ * error; so is a pile of descriptors no request asked for (a client cannot
+ * make the daemon hold descriptors without bound).
+ */
+static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
+		    size_t *n)
+{
+	size_t want = 0;
+	int *fds;
+
+	*out = NULL;
+	*n = 0;
+	for (size_t i = 0; i < req->n_ops; i++)
+		if (req->ops[i] != NULL &&
+		    req->ops[i]->op_case == GPUCMD__OP__OP_REGION_ATTACH)
+			want++;
+	if (want == 0) {
+		if (uv_pipe_pending_count(&s->pipe) > REGION_MAX_PER_CONNECTION) {
+			session_refuse(s, GPUCMD_EPROTO,
+				       "%d descriptors were sent that no "
+				       "region_attach asked for",
+				       uv_pipe_pending_count(&s->pipe));
+			return GPUCMD_EPROTO;
+		}
+		return 0;
+	}
+	fds = calloc(want, sizeof(*fds));
+	if (fds == NULL) {
+		session_refuse(s, GPUCMD_ENOMEM, "out of memory");
+		return GPUCMD_ENOMEM;
+	}
+	for (size_t i = 0; i < want; i++) {
+		if (take_one_fd(s, &fds[i]) != 0) {
+			for (size_t j = 0; j < i; j++)
+				close(fds[j]);
+			free(fds);
+			session_refuse(s, GPUCMD_EPROTO,
+				       "request %llu has %zu region_attach ops "
+				       "but only %zu descriptors came with it: "
+				       "send each memfd with SCM_RIGHTS in the "
+				       "frame's sendmsg",
+				       (unsigned long long)req->id, want, i);
+			return GPUCMD_EPROTO;
+		}
+	}
+	*out = fds;
+	*n = want;
+	return 0;
+}
+
 /*
  * Evict runs on the loop thread, which owns the connections: every session
  * of the named service (or the one connection id) is closed, which frees
@@ -408,6 +498,8 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 {
 	const struct config_limits *lim = &s->server->cfg.limits;
 	Gpucmd__Request *req = frame->request;
+	int *fds = NULL;
+	size_t nfds = 0;
 	int rc;
 
 	if (req->n_ops == 1 && req->ops[0] != NULL &&
@@ -428,7 +520,12 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 		frame_free(frame);
 		return;
 	}
-	rc = executor_submit(s->server->ex, &s->econn, frame);
+	rc = take_fds(s, req, &fds, &nfds);
+	if (rc != 0) {
+		frame_free(frame);
+		return;
+	}
+	rc = executor_submit(s->server->ex, &s->econn, frame, fds, nfds);
 	if (rc != 0) {
 		reply_error(s, req->id, rc,
 			    "the daemon is out of memory for this batch");

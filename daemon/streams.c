@@ -12,6 +12,7 @@
 #include "log.h"
 #include "graph.h"
 #include "memory/drop_queue.h"
+#include "region.h"
 #include "service.h"
 
 /*
@@ -134,6 +135,7 @@ void stream_set_destroy(struct stream_set *set)
 		d->ops->event_destroy(d, p->start);
 		free(p);
 	}
+	region_teardown(set);
 	handle_table_drain(set->reservations, release_at_teardown, set);
 	handle_table_destroy(set->reservations);
 	handle_table_drain(set->handles, release_at_teardown, set);
@@ -352,6 +354,7 @@ void streams_flush_drops(struct stream_set *set)
 	for (uint32_t i = 0; i < set->nstreams; i++)
 		if (!set->slots[i]->capturing)
 			drop_queue_flush(set->slots[i]->drops);
+	region_flush(set);
 }
 
 void streams_usage(const struct stream_set *set, struct memory_usage *out)

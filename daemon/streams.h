@@ -41,6 +41,7 @@
 
 struct drop_queue;
 struct graph;
+struct region;
 struct service;
 struct stream_set;
 
@@ -82,6 +83,8 @@ struct stream_set {
 	struct handle_table *reservations;	/* reserve without bind yet */
 	struct profile *profiles;		/* open profiles */
 	struct graph *graphs;			/* captured graphs */
+	struct region *regions;			/* attached shared regions */
+	struct region *released_regions;	/* waiting for their fences */
 	struct memory_configuration layout;
 	struct memory_device_properties props;
 	struct stream_set *next;	/* executor's list of live sets */

@@ -1,0 +1,194 @@
+/*
+ * region.c - see region.h.
+ */
+#include "region.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "driver/driver.h"
+#include "gpucmd.h"
+
+static uint32_t count(const struct region *r)
+{
+	uint32_t n = 0;
+
+	for (; r != NULL; r = r->next)
+		n++;
+	return n;
+}
+
+static void unmap(struct driver *d, struct region *r)
+{
+	if (r->registered)
+		d->ops->host_unregister(d, r->base);
+	if (r->base != NULL && r->size > 0)
+		munmap(r->base, r->size);
+	if (r->fd >= 0)
+		close(r->fd);
+	free(r);
+}
+
+int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
+		  char *msg, size_t msg_len)
+{
+	struct driver *d = set->driver;
+	struct region *r;
+	struct stat st;
+	int seals;
+
+	if (id == 0 || region_find(set, id) != NULL) {
+		snprintf(msg, msg_len, "region id %llu is %s: choose another "
+			 "non-zero id", (unsigned long long)id,
+			 id ? "already attached" : "invalid");
+		close(fd);
+		return id ? GPUCMD_EEXIST : GPUCMD_EINVAL;
+	}
+	if (count(set->regions) >= REGION_MAX_PER_CONNECTION) {
+		snprintf(msg, msg_len, "this connection already has %d "
+			 "regions, the limit: release one first",
+			 REGION_MAX_PER_CONNECTION);
+		close(fd);
+		return GPUCMD_ELIMIT;
+	}
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+		snprintf(msg, msg_len, "region %llu: the descriptor is %s: "
+			 "pass a memfd created with MFD_ALLOW_SEALING and "
+			 "sealed with F_SEAL_SHRINK",
+			 (unsigned long long)id,
+			 seals < 0 ? "not a sealable memfd"
+				   : "not sealed against shrinking");
+		close(fd);
+		return GPUCMD_EINVAL;
+	}
+	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < size || size == 0 ||
+	    size > SIZE_MAX / 2) {
+		snprintf(msg, msg_len, "region %llu: the memfd holds %lld "
+			 "bytes, the attach announced %llu (must be non-zero "
+			 "and no more than the file)",
+			 (unsigned long long)id, (long long)st.st_size,
+			 (unsigned long long)size);
+		close(fd);
+		return GPUCMD_EINVAL;
+	}
+	r = calloc(1, sizeof(*r));
+	if (r == NULL) {
+		close(fd);
+		return GPUCMD_ENOMEM;
+	}
+	r->id = id;
+	r->fd = fd;
+	r->size = size;
+	r->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (r->base == MAP_FAILED) {
+		snprintf(msg, msg_len, "region %llu: cannot map %llu bytes: %s",
+			 (unsigned long long)id, (unsigned long long)size,
+			 strerror(errno));
+		r->base = NULL;
+		unmap(d, r);
+		return GPUCMD_ENOMEM;
+	}
+	/* Pinning is an optimisation: a region that cannot be pinned still works. */
+	r->registered = d->ops->host_register(d, r->base, size) == 0;
+	r->next = set->regions;
+	set->regions = r;
+	return 0;
+}
+
+struct region *region_find(struct stream_set *set, uint64_t id)
+{
+	struct region *r;
+
+	for (r = set->regions; r != NULL; r = r->next)
+		if (r->id == id)
+			return r;
+	return NULL;
+}
+
+int region_check(const struct region *r, uint64_t offset, uint64_t length,
+		 char *msg, size_t msg_len)
+{
+	uint64_t end;
+
+	if (__builtin_add_overflow(offset, length, &end) || end > r->size) {
+		snprintf(msg, msg_len, "region %llu range out of bounds: %llu "
+			 "bytes at offset %llu, the region has %llu",
+			 (unsigned long long)r->id, (unsigned long long)length,
+			 (unsigned long long)offset,
+			 (unsigned long long)r->size);
+		return GPUCMD_EINVAL;
+	}
+	return 0;
+}
+
+int region_release(struct stream_set *set, struct stream *current,
+		   uint64_t id)
+{
+	struct region **pp, *r;
+
+	for (pp = &set->regions; *pp != NULL; pp = &(*pp)->next)
+		if ((*pp)->id == id)
+			break;
+	r = *pp;
+	if (r == NULL)
+		return GPUCMD_ENOTFOUND;
+	*pp = r->next;
+	/* Any stream may have a copy from or into it in flight. */
+	for (uint32_t i = 0; i < set->nstreams; i++) {
+		struct stream *s = set->slots[i];
+
+		r->fences[r->nfences].stream = s;
+		r->fences[r->nfences].seq = s == current ? s->submitted + 1
+							 : s->submitted;
+		r->nfences++;
+	}
+	r->next = set->released_regions;
+	set->released_regions = r;
+	return 0;
+}
+
+static bool passed(const struct region *r)
+{
+	for (uint32_t i = 0; i < r->nfences; i++)
+		if (stream_completed(r->fences[i].stream) < r->fences[i].seq)
+			return false;
+	return true;
+}
+
+void region_flush(struct stream_set *set)
+{
+	struct region **pp = &set->released_regions;
+
+	while (*pp != NULL) {
+		struct region *r = *pp;
+
+		if (!passed(r)) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		unmap(set->driver, r);
+	}
+}
+
+void region_teardown(struct stream_set *set)
+{
+	struct region *lists[2] = { set->regions, set->released_regions };
+
+	for (int l = 0; l < 2; l++) {
+		while (lists[l] != NULL) {
+			struct region *r = lists[l];
+			lists[l] = r->next;
+			unmap(set->driver, r);
+		}
+	}
+	set->regions = NULL;
+	set->released_regions = NULL;
+}
