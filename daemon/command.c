@@ -13,6 +13,7 @@
 #include "log.h"
 #include "memory/drop_queue.h"
 #include "memory/handle.h"
+#include "memory/pinned.h"
 #include "service.h"
 
 void command_init(struct command *cmd, struct command_ctx *ctx,
@@ -279,11 +280,18 @@ void command_reserve_cpu(struct command *cmd, size_t size,
 			 struct stream *origin, struct host_bytes *out)
 {
 	/*
-	 * The pinned pool (memory/pinned.c) is not there yet, so every
-	 * request takes the seed's fallback: the heap.
+	 * One pinned pool serves the daemon (origin is accepted for the
+	 * seed's shape); an exhausted pool falls back to the heap.
 	 */
-	(void)cmd;
 	(void)origin;
+	out->slice = NULL;
+	if (cmd->ctx->pinned != NULL &&
+	    pinned_pool_reserve(cmd->ctx->pinned, size, &out->data,
+				&out->slice) == 0) {
+		out->len = size;
+		out->pinned = true;
+		return;
+	}
 	out->data = malloc(size ? size : 1);
 	out->len = out->data != NULL ? size : 0;
 	out->pinned = false;
@@ -291,9 +299,12 @@ void command_reserve_cpu(struct command *cmd, size_t size,
 
 void command_free_cpu(struct command_ctx *ctx, struct host_bytes *bytes)
 {
-	(void)ctx;
-	free(bytes->data);
+	if (bytes->slice != NULL)
+		pinned_pool_release(ctx->pinned, bytes->slice);
+	else
+		free(bytes->data);
 	bytes->data = NULL;
+	bytes->slice = NULL;
 	bytes->len = 0;
 }
 

@@ -52,6 +52,7 @@
 
 struct service;
 struct handle;
+struct pinned_pool;
 
 /*
  * What commands share: the device (which holds the compiled kernels: the
@@ -60,6 +61,7 @@ struct handle;
 struct command_ctx {
 	struct driver *driver;
 	struct memory_device_properties props;
+	struct pinned_pool *pinned;	/* reserve_cpu's pool */
 };
 
 /* The seed's BufferBinding resolved to device memory. */
@@ -94,6 +96,7 @@ struct host_bytes {
 	void *data;
 	size_t len;
 	bool pinned;
+	struct memory_slice *slice;	/* the pinned pool's, when pinned */
 };
 
 struct command {

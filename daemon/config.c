@@ -27,6 +27,7 @@ void config_defaults(struct config *cfg)
 	cfg->backend = CONFIG_BACKEND_AUTO;
 	cfg->device = 0;
 	cfg->host_memory = 4ull << 30;
+	cfg->pinned_memory = 256ull << 20;
 	cfg->log_level = LOG_LEVEL_INFO;
 	cfg->limits.max_connections = 256;
 	cfg->limits.max_frame_bytes = 64u << 20;
@@ -298,6 +299,8 @@ static int handle_key(void *user, const char *section, const char *name,
 		if (strcmp(name, "host_memory") == 0)
 			return set_size(st, name, v, 1u << 20,
 					&cfg->host_memory);
+		if (strcmp(name, "pinned_memory") == 0)
+			return set_size(st, name, v, 0, &cfg->pinned_memory);
 		if (strcmp(name, "log_level") == 0) {
 			x = log_level_parse(v);
 			if (x < 0)

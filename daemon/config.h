@@ -60,6 +60,7 @@ struct config {
 	enum config_backend backend;
 	int device;
 	uint64_t host_memory;		/* host backend "device" size */
+	uint64_t pinned_memory;		/* budget of the pinned host pool */
 	uint64_t host_fail_alloc_at;	/* test hook, see driver.h */
 	int log_level;
 	char layout[16];		/* default pool layout: subslices, exclusive */

@@ -18,6 +18,7 @@
 #include "gpucmd.h"
 #include "memory/drop_queue.h"
 #include "memory/handle.h"
+#include "memory/pinned.h"
 #include "service.h"
 #include "streams.h"
 
@@ -720,6 +721,15 @@ static int op_memory_report(struct command_ctx *ctx, struct batch *b,
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	gpucmd__memory_usage__init(st.totals->usage);
 	st.rep->totals = st.totals;
+	if (ctx->pinned != NULL) {
+		struct memory_usage pu;
+
+		st.rep->pinned_host = arena_alloc(b, sizeof(*st.rep->pinned_host));
+		if (st.rep->pinned_host == NULL)
+			return fail(b, GPUCMD_ENOMEM, "out of host memory");
+		pinned_pool_usage(ctx->pinned, &pu);
+		usage_to_wire(&pu, st.rep->pinned_host);
+	}
 	/* Services created after the count was taken are left out. */
 	st.rep->n_services = 0;
 	service_foreach(service_row, &st);

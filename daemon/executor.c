@@ -16,6 +16,7 @@
 #include "frame.h"
 #include "gpucmd.h"
 #include "log.h"
+#include "memory/pinned.h"
 #include "service.h"
 #include "streams.h"
 
@@ -498,6 +499,10 @@ static void *device_main(void *arg)
 						  msg, sizeof(msg));
 		if (rc != 0)
 			snprintf(why, sizeof(why), "memory layout: %s", msg);
+		/* Without a pinned pool reserve_cpu still answers, from the heap. */
+		if (rc == 0 && pinned_pool_create(ex->driver, ex->cfg.pinned_memory,
+						  &ex->cmd.pinned) != 0)
+			ex->cmd.pinned = NULL;
 	}
 	pthread_mutex_lock(&ex->lock);
 	ex->started = true;
@@ -602,6 +607,7 @@ void executor_stop(struct executor *ex)
 	pthread_cond_signal(&ex->cond);
 	pthread_mutex_unlock(&ex->lock);
 	pthread_join(ex->thread, NULL);
+	pinned_pool_destroy(ex->cmd.pinned);
 	if (ex->driver != NULL)
 		ex->driver->ops->close(ex->driver);
 	pthread_mutex_destroy(&ex->lock);
