@@ -47,6 +47,7 @@ struct executor {
 	uint64_t start_ms;
 
 	atomic_uint_fast64_t batches;
+	bool lost;			/* the device faulted for good */
 };
 
 static uint64_t monotonic_ms(void)
@@ -265,6 +266,17 @@ static void complete_fence(struct executor *ex, struct fence *f)
 	s->completed = f->seq;
 	if (f->status != 0)
 		s->fault_pending = true;
+	if (f->status != 0 && ex->driver->props.fault_is_fatal && !ex->lost) {
+		char why[256];
+
+		ex->lost = true;
+		snprintf(why, sizeof(why),
+			 "a kernel of connection %llu (service %s) faulted on "
+			 "stream %u and the %s device is lost for every client",
+			 (unsigned long long)b->conn->id, b->conn->service->name,
+			 s->number, ex->driver->props.backend);
+		ex->cb.fatal(why, ex->cb.arg);
+	}
 	free(f);
 	if (--b->pending > 0 || !b->dispatched)
 		return;

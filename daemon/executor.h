@@ -39,6 +39,11 @@ struct executor_callbacks {
 		      void *arg);
 	/* conn's device state is gone: the loop may free conn. */
 	void (*closed)(void *conn, void *arg);
+	/*
+	 * The device is lost (a fault on a backend where faults are fatal):
+	 * the daemon should stop and exit non-zero so it is restarted.
+	 */
+	void (*fatal)(const char *why, void *arg);
 	void *arg;
 };
 

@@ -65,16 +65,36 @@ static void on_exec_closed(void *conn, void *arg)
 	post(arg, m);
 }
 
+static void on_exec_fatal(const char *why, void *arg)
+{
+	struct server *srv = arg;
+
+	pthread_mutex_lock(&srv->lock);
+	snprintf(srv->fatal, sizeof(srv->fatal), "%s", why);
+	pthread_mutex_unlock(&srv->lock);
+	uv_async_send(&srv->wakeup);
+}
+
 static void on_wakeup(uv_async_t *async)
 {
 	struct server *srv = async->data;
 	struct outbox_msg *m;
+	char fatal[sizeof(srv->fatal)];
 
 	pthread_mutex_lock(&srv->lock);
 	m = srv->out_head;
 	srv->out_head = NULL;
 	srv->out_tail = &srv->out_head;
+	memcpy(fatal, srv->fatal, sizeof(fatal));
+	srv->fatal[0] = '\0';
 	pthread_mutex_unlock(&srv->lock);
+	if (fatal[0] != '\0' && !srv->stopping) {
+		log_err("%s; stopping with exit status 1 so that the service "
+			"manager restarts gpucmdd with a fresh device context",
+			fatal);
+		srv->exit_code = 1;
+		server_stop(srv);
+	}
 
 	while (m != NULL) {
 		struct outbox_msg *next = m->next;
@@ -361,6 +381,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 	struct executor_callbacks cb = {
 		.reply = on_exec_reply,
 		.closed = on_exec_closed,
+		.fatal = on_exec_fatal,
 		.arg = srv,
 	};
 	int rc;
@@ -466,5 +487,5 @@ int server_run(struct server *srv)
 	uv_run(srv->loop, UV_RUN_DEFAULT);
 	pthread_mutex_destroy(&srv->lock);
 	config_free(&srv->cfg);
-	return 0;
+	return srv->exit_code;
 }

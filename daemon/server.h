@@ -47,6 +47,8 @@ struct server {
 	uint64_t next_id;
 	bool listening;
 	bool stopping;
+	int exit_code;			/* server_run's result */
+	char fatal[256];		/* set by the device thread, under lock */
 };
 
 /**

@@ -479,6 +479,7 @@ static int cuda_properties(struct cuda_driver *cd, struct driver_properties *p)
 	if (rc)
 		return rc;
 	snprintf(p->backend, sizeof(p->backend), "cuda");
+	p->fault_is_fatal = true;
 	rc = CU_CHECK(cd, cuDeviceTotalMem, &total, cd->device);
 	if (rc)
 		return rc;

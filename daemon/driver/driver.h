@@ -40,6 +40,11 @@ struct driver_properties {
 	uint32_t max_grid[3];
 	uint32_t max_block[3];
 	uint32_t max_shared_bytes;
+	/*
+	 * A fault leaves the device unusable for everyone (CUDA's sticky
+	 * errors): the daemon must restart rather than carry on.
+	 */
+	bool fault_is_fatal;
 };
 
 /* Module formats accepted by module_load. */
