@@ -53,6 +53,7 @@
 struct service;
 struct handle;
 struct pinned_pool;
+struct module_cache;
 
 /*
  * What commands share: the device (which holds the compiled kernels: the
@@ -62,6 +63,7 @@ struct command_ctx {
 	struct driver *driver;
 	struct memory_device_properties props;
 	struct pinned_pool *pinned;	/* reserve_cpu's pool */
+	struct module_cache *modules;	/* loaded device code, shared */
 };
 
 /* The seed's BufferBinding resolved to device memory. */

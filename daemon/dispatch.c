@@ -14,6 +14,7 @@
 #include "driver/kernels/builtin.h"
 #include "executor.h"
 #include "graph.h"
+#include "module.h"
 #include "region.h"
 #include "gpucmd.h"
 #include "memory/drop_queue.h"
@@ -382,6 +383,22 @@ static bool arg_matches(char kind, const Gpucmd__KernelArg *a)
 	}
 }
 
+/*
+ * The seed's rule for a refused launch: the refusal is returned, and every
+ * open profile on this path is invalidated here, by the caller.
+ */
+static void invalidate_profiles(struct batch *b, const char *kernel, int rc)
+{
+	for (struct profile *p = b->conn->set->profiles; p; p = p->next) {
+		if (p->stream != b->stream || !p->valid)
+			continue;
+		p->valid = false;
+		snprintf(p->reason, sizeof(p->reason),
+			 "launch of %.40s refused on stream %u: %s", kernel,
+			 b->stream->number, gpucmd_strerror(rc));
+	}
+}
+
 static int geometry(struct batch *b, const struct driver_properties *p,
 		    const Gpucmd__OpKernel *op, uint32_t grid[3],
 		    uint32_t block[3])
@@ -418,8 +435,105 @@ static int geometry(struct batch *b, const struct driver_properties *p,
 	return 0;
 }
 
+static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b,
+			     size_t i, const Gpucmd__OpKernel *op);
+static struct module_ref *find_module(struct stream_set *set, uint64_t id);
+
+/*
+ * A kernel of a loaded module: its signature is the client's to know, so
+ * arguments go as given (buffers as device addresses, ordered as writes),
+ * without the bounds checks the built-ins get.
+ */
+static int op_kernel_module(struct command_ctx *ctx, struct batch *b,
+			    size_t i, const Gpucmd__OpKernel *op)
+{
+	struct module_ref *m = find_module(b->conn->set, op->module);
+	union builtin_value vals[32];
+	struct binding bind[32];
+	void *params[32];
+	size_t sizes[32];
+	struct driver_function *fn;
+	uint32_t grid[3], block[3];
+	struct command cmd;
+	size_t nbind = 0;
+	int rc;
+
+	if (m == NULL)
+		return fail(b, GPUCMD_ENOKERNEL,
+			    "module %llu is not loaded on this connection",
+			    (unsigned long long)op->module);
+	if (op->n_args > 32)
+		return fail(b, GPUCMD_EINVAL,
+			    "kernel %s: %zu arguments, at most 32",
+			    op->name, op->n_args);
+	rc = geometry(b, &ctx->driver->props, op, grid, block);
+	if (rc != 0)
+		return rc;
+	ctx->driver->error[0] = '\0';
+	rc = module_function(ctx->modules, m->entry, op->name, &fn);
+	if (rc != 0)
+		return fail(b, GPUCMD_ENOKERNEL,
+			    "module %llu has no function '%.64s': %s",
+			    (unsigned long long)op->module, op->name,
+			    ctx->driver->error);
+	for (size_t a = 0; a < op->n_args; a++) {
+		const Gpucmd__KernelArg *arg = op->args[a];
+
+		sizes[a] = 4;
+		switch (arg->value_case) {
+		case GPUCMD__KERNEL_ARG__VALUE_BUFFER:
+			rc = lookup(b, arg->buffer, &bind[nbind].handle);
+			if (rc != 0)
+				return rc;
+			bind[nbind].write = true;
+			vals[a].buf = bind[nbind].handle->alloc.ptr;
+			nbind++;
+			sizes[a] = 8;
+			break;
+		case GPUCMD__KERNEL_ARG__VALUE_U32:
+			vals[a].u32 = arg->u32;
+			break;
+		case GPUCMD__KERNEL_ARG__VALUE_I32:
+			vals[a].i32 = arg->i32;
+			break;
+		case GPUCMD__KERNEL_ARG__VALUE_U64:
+			vals[a].u64 = arg->u64;
+			sizes[a] = 8;
+			break;
+		case GPUCMD__KERNEL_ARG__VALUE_F32:
+			vals[a].f32 = arg->f32;
+			break;
+		default:
+			return fail(b, GPUCMD_EINVAL,
+				    "kernel %s argument %zu has no value",
+				    op->name, a);
+		}
+		params[a] = &vals[a];
+	}
+	rc = begin(ctx, b, bind, nbind, &cmd);
+	if (rc == 0)
+		rc = command_failed(b, &cmd,
+				    command_kernel(&cmd, fn, grid, block,
+						   op->shared_bytes, params,
+						   sizes, op->n_args));
+	if (rc != 0) {
+		invalidate_profiles(b, op->name, rc);
+		return rc;
+	}
+	result_done(&b->results[i]);
+	return 0;
+}
+
 static int op_kernel(struct command_ctx *ctx, struct batch *b, size_t i,
 		     const Gpucmd__OpKernel *op)
+{
+	if (op->module != 0)
+		return op_kernel_module(ctx, b, i, op);
+	return op_kernel_builtin(ctx, b, i, op);
+}
+
+static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b,
+			     size_t i, const Gpucmd__OpKernel *op)
 {
 	const struct builtin_kernel *k = builtin_find(op->name);
 	union builtin_value vals[BUILTIN_MAX_ARGS];
@@ -515,19 +629,7 @@ static int op_kernel(struct command_ctx *ctx, struct batch *b, size_t i,
 					   op->shared_bytes, params, sizes,
 					   nargs));
 	if (rc != 0) {
-		/*
-		 * The seed's rule: the refusal is returned, and every open
-		 * profile on this path is invalidated here, by the caller.
-		 */
-		for (struct profile *p = b->conn->set->profiles; p; p = p->next) {
-			if (p->stream != b->stream || !p->valid)
-				continue;
-			p->valid = false;
-			snprintf(p->reason, sizeof(p->reason),
-				 "launch of %s refused on stream %u: %s",
-				 k->name, b->stream->number,
-				 gpucmd_strerror(rc));
-		}
+		invalidate_profiles(b, k->name, rc);
 		return rc;
 	}
 	result_done(&b->results[i]);
@@ -1269,6 +1371,87 @@ static int op_cleanup(struct command_ctx *ctx, struct batch *b, size_t i,
 	return 0;
 }
 
+/* ---- modules ------------------------------------------------------------- */
+
+static struct module_ref *find_module(struct stream_set *set, uint64_t id)
+{
+	struct module_ref *m;
+
+	for (m = set->modules; m != NULL; m = m->next)
+		if (m->id == id)
+			return m;
+	return NULL;
+}
+
+static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
+			  const Gpucmd__OpLoadModule *op)
+{
+	struct stream_set *set = b->conn->set;
+	const uint8_t *data;
+	struct module_ref *m;
+	char log[400];
+	size_t len;
+	int fmt, rc;
+
+	if (op->module == 0 || find_module(set, op->module) != NULL)
+		return fail(b, op->module ? GPUCMD_EEXIST : GPUCMD_EINVAL,
+			    "module id %llu is %s: choose another non-zero id",
+			    (unsigned long long)op->module,
+			    op->module ? "already loaded" : "invalid");
+	fmt = module_format_parse(op->format);
+	if (fmt < 0)
+		return fail(b, GPUCMD_EINVAL,
+			    "module format '%.32s' is not ptx, cubin, fatbin "
+			    "or cuda", op->format);
+	rc = payload(b, &op->data, op->region, &data, &len);
+	if (rc != 0)
+		return rc;
+	m = calloc(1, sizeof(*m));
+	if (m == NULL)
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	ctx->driver->error[0] = '\0';
+	rc = module_cache_get(ctx->modules, (enum driver_module_format)fmt,
+			      data, len, &m->entry, log, sizeof(log));
+	if (rc != 0) {
+		free(m);
+		return fail(b, rc, "cannot load module %llu (%s, %zu bytes): "
+			    "%s%s%s",
+			    (unsigned long long)op->module, op->format, len,
+			    ctx->driver->error, log[0] ? "; log: " : "", log);
+	}
+	m->id = op->module;
+	m->next = set->modules;
+	set->modules = m;
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int op_unload_module(struct command_ctx *ctx, struct batch *b,
+			    size_t i, const Gpucmd__OpUnloadModule *op)
+{
+	struct module_ref **pp;
+
+	for (pp = &b->conn->set->modules; *pp != NULL; pp = &(*pp)->next) {
+		struct module_ref *m = *pp;
+
+		if (m->id != op->module)
+			continue;
+		*pp = m->next;
+		/*
+		 * Launches already enqueued keep running: CUDA holds the
+		 * module until its work is done, and another connection may
+		 * share the cache entry anyway.
+		 */
+		module_cache_put(ctx->modules, m->entry);
+		free(m);
+		result_done(&b->results[i]);
+		return 0;
+	}
+	return fail(b, GPUCMD_ENOTFOUND,
+		    "module %llu is not loaded on this connection",
+		    (unsigned long long)op->module);
+}
+
 /* ---- shared regions ------------------------------------------------------- */
 
 static int op_region_attach(struct command_ctx *ctx, struct batch *b, size_t i,
@@ -1384,6 +1567,10 @@ static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
 		return op_region_attach(ctx, b, i, op->region_attach);
 	case GPUCMD__OP__OP_REGION_RELEASE:
 		return op_region_release(ctx, b, i, op->region_release);
+	case GPUCMD__OP__OP_LOAD_MODULE:
+		return op_load_module(ctx, b, i, op->load_module);
+	case GPUCMD__OP__OP_UNLOAD_MODULE:
+		return op_unload_module(ctx, b, i, op->unload_module);
 	case GPUCMD__OP__OP_EVICT:
 		return fail(b, GPUCMD_EINVAL,
 			    "evict must be the only op of its request");

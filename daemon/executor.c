@@ -16,6 +16,7 @@
 #include "frame.h"
 #include "gpucmd.h"
 #include "log.h"
+#include "module.h"
 #include "memory/pinned.h"
 #include "service.h"
 #include "streams.h"
@@ -345,6 +346,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 			fail_whole(ex, b, rc);
 			return;
 		}
+		conn->set->module_cache = ex->cmd.modules;
 		link_set(ex, conn->set);
 	}
 	atomic_fetch_add(&ex->batches, 1);
@@ -515,6 +517,11 @@ static void *device_main(void *arg)
 		if (rc == 0 && pinned_pool_create(ex->driver, ex->cfg.pinned_memory,
 						  &ex->cmd.pinned) != 0)
 			ex->cmd.pinned = NULL;
+		if (rc == 0) {
+			rc = module_cache_create(ex->driver, &ex->cmd.modules);
+			if (rc != 0)
+				snprintf(why, sizeof(why), "out of memory");
+		}
 	}
 	pthread_mutex_lock(&ex->lock);
 	ex->started = true;
@@ -619,6 +626,7 @@ void executor_stop(struct executor *ex)
 	pthread_cond_signal(&ex->cond);
 	pthread_mutex_unlock(&ex->lock);
 	pthread_join(ex->thread, NULL);
+	module_cache_destroy(ex->cmd.modules);
 	pinned_pool_destroy(ex->cmd.pinned);
 	if (ex->driver != NULL)
 		ex->driver->ops->close(ex->driver);

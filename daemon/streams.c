@@ -12,6 +12,7 @@
 #include "log.h"
 #include "graph.h"
 #include "memory/drop_queue.h"
+#include "module.h"
 #include "region.h"
 #include "service.h"
 
@@ -136,6 +137,12 @@ void stream_set_destroy(struct stream_set *set)
 		free(p);
 	}
 	region_teardown(set);
+	while (set->modules != NULL) {
+		struct module_ref *m = set->modules;
+		set->modules = m->next;
+		module_cache_put(set->module_cache, m->entry);
+		free(m);
+	}
 	handle_table_drain(set->reservations, release_at_teardown, set);
 	handle_table_destroy(set->reservations);
 	handle_table_drain(set->handles, release_at_teardown, set);

@@ -41,6 +41,8 @@
 
 struct drop_queue;
 struct graph;
+struct module_cache;
+struct module_ref;
 struct region;
 struct service;
 struct stream_set;
@@ -84,6 +86,8 @@ struct stream_set {
 	struct profile *profiles;		/* open profiles */
 	struct graph *graphs;			/* captured graphs */
 	struct region *regions;			/* attached shared regions */
+	struct module_cache *module_cache;	/* the daemon's, for teardown */
+	struct module_ref *modules;		/* modules this connection loaded */
 	struct region *released_regions;	/* waiting for their fences */
 	struct memory_configuration layout;
 	struct memory_device_properties props;

@@ -366,6 +366,51 @@ START_TEST(client_dies_with_region_and_copy_in_flight)
 }
 END_TEST
 
+/* Modules at the wire level: on the host backend a load is refused clearly. */
+START_TEST(load_module_errors)
+{
+	struct raw c = raw_open();
+	const char *backend = getenv("GPUCMD_TEST_BACKEND");
+	Gpucmd__OpLoadModule lm = GPUCMD__OP_LOAD_MODULE__INIT;
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__Op o_lm = GPUCMD__OP__INIT, o_k = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[1];
+	uint32_t one[1] = { 1 };
+	Gpucmd__Frame *r;
+
+	lm.module = 4;
+	lm.format = "elf";
+	lm.data.data = (uint8_t *)"x";
+	lm.data.len = 1;
+	o_lm.op_case = GPUCMD__OP__OP_LOAD_MODULE;
+	o_lm.load_module = &lm;
+	ops[0] = &o_lm;
+	r = run_ops(&c, ops, 1, NULL, 0);
+	ck_assert_int_eq(r->response->error->code, GPUCMD_EINVAL);
+	ck_assert_ptr_nonnull(strstr(r->response->error->message, "ptx, cubin"));
+	frame_free(r);
+	if (backend == NULL || strcmp(backend, "host") == 0) {
+		lm.format = "ptx";
+		r = run_ops(&c, ops, 1, NULL, 0);
+		ck_assert_int_eq(r->response->error->code, GPUCMD_EUNSUPPORTED);
+		ck_assert_ptr_nonnull(strstr(r->response->error->message, "host backend"));
+		frame_free(r);
+	}
+	k.name = "f";
+	k.module = 77;
+	k.n_grid = 1;
+	k.grid = one;
+	o_k.op_case = GPUCMD__OP__OP_KERNEL;
+	o_k.kernel = &k;
+	ops[0] = &o_k;
+	r = run_ops(&c, ops, 1, NULL, 0);
+	ck_assert_int_eq(r->response->error->code, GPUCMD_ENOKERNEL);
+	ck_assert_ptr_nonnull(strstr(r->response->error->message, "module 77"));
+	frame_free(r);
+	close(c.fd);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("regions");
@@ -377,6 +422,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, region_errors);
 	tcase_add_test(tc, attach_without_descriptor_closes_connection);
 	tcase_add_test(tc, client_dies_with_region_and_copy_in_flight);
+	tcase_add_test(tc, load_module_errors);
 	suite_add_tcase(s, tc);
 	return s;
 }

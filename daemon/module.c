@@ -1,0 +1,200 @@
+/*
+ * module.c - see module.h.  Entries are found by a 64-bit FNV-1a hash of
+ * format and content, confirmed by comparing the bytes.
+ */
+#include "module.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpucmd.h"
+
+struct module_fn {
+	char *name;
+	struct driver_function *fn;
+	struct module_fn *next;
+};
+
+struct module_entry {
+	uint64_t hash;
+	enum driver_module_format fmt;
+	void *data;
+	size_t len;
+	struct driver_module *dm;
+	uint32_t refs;
+	struct module_fn *fns;
+	struct module_entry *next;
+};
+
+struct module_cache {
+	struct driver *driver;
+	struct module_entry *entries;
+	uint64_t loaded;
+	uint64_t hits;
+	uint32_t count;
+};
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+int module_cache_create(struct driver *d, struct module_cache **out)
+{
+	struct module_cache *c = calloc(1, sizeof(*c));
+
+	if (c == NULL)
+		return GPUCMD_ENOMEM;
+	c->driver = d;
+	*out = c;
+	return 0;
+}
+
+static void entry_free(struct module_cache *c, struct module_entry *e)
+{
+	while (e->fns != NULL) {
+		struct module_fn *f = e->fns;
+		e->fns = f->next;
+		free(f->name);
+		free(f);
+	}
+	c->driver->ops->module_unload(c->driver, e->dm);
+	free(e->data);
+	free(e);
+}
+
+void module_cache_destroy(struct module_cache *c)
+{
+	if (c == NULL)
+		return;
+	while (c->entries != NULL) {
+		struct module_entry *e = c->entries;
+		c->entries = e->next;
+		entry_free(c, e);
+	}
+	free(c);
+}
+
+int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
+		     const void *data, size_t len, struct module_entry **out,
+		     char *log, size_t log_len)
+{
+	uint64_t h = fnv1a(fnv1a(0xcbf29ce484222325ull, &fmt, sizeof(fmt)),
+			   data, len);
+	struct module_entry *e;
+	int rc;
+
+	for (e = c->entries; e != NULL; e = e->next) {
+		if (e->hash == h && e->fmt == fmt && e->len == len &&
+		    memcmp(e->data, data, len) == 0) {
+			e->refs++;
+			c->hits++;
+			*out = e;
+			return 0;
+		}
+	}
+	if (c->count >= MODULE_CACHE_MAX) {
+		snprintf(log, log_len, "the daemon's module cache holds %d "
+			 "modules, its limit; restart gpucmdd to clear it",
+			 MODULE_CACHE_MAX);
+		return GPUCMD_ELIMIT;
+	}
+	e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return GPUCMD_ENOMEM;
+	e->data = malloc(len ? len : 1);
+	if (e->data == NULL) {
+		free(e);
+		return GPUCMD_ENOMEM;
+	}
+	memcpy(e->data, data, len);
+	e->len = len;
+	e->hash = h;
+	e->fmt = fmt;
+	log[0] = '\0';
+	rc = c->driver->ops->module_load(c->driver, fmt, data, len, &e->dm, log,
+					 log_len);
+	if (rc != 0) {
+		free(e->data);
+		free(e);
+		return rc;
+	}
+	e->refs = 1;
+	e->next = c->entries;
+	c->entries = e;
+	c->loaded++;
+	c->count++;
+	*out = e;
+	return 0;
+}
+
+void module_cache_put(struct module_cache *c, struct module_entry *e)
+{
+	/*
+	 * An entry nobody names stays compiled: launches of it may still be
+	 * running (unloading under them is not safe), and the next service
+	 * that sends the same code finds it.  The cache is bounded instead
+	 * (MODULE_CACHE_MAX).
+	 */
+	(void)c;
+	e->refs--;
+}
+
+int module_function(struct module_cache *c, struct module_entry *e,
+		    const char *name, struct driver_function **out)
+{
+	struct module_fn *f;
+	int rc;
+
+	for (f = e->fns; f != NULL; f = f->next) {
+		if (strcmp(f->name, name) == 0) {
+			*out = f->fn;
+			return 0;
+		}
+	}
+	f = calloc(1, sizeof(*f));
+	if (f == NULL)
+		return GPUCMD_ENOMEM;
+	f->name = strdup(name);
+	if (f->name == NULL) {
+		free(f);
+		return GPUCMD_ENOMEM;
+	}
+	rc = c->driver->ops->module_function(c->driver, e->dm, name, &f->fn);
+	if (rc != 0) {
+		free(f->name);
+		free(f);
+		return rc;
+	}
+	f->next = e->fns;
+	e->fns = f;
+	*out = f->fn;
+	return 0;
+}
+
+int module_format_parse(const char *s)
+{
+	if (strcmp(s, "ptx") == 0)
+		return DRIVER_MODULE_PTX;
+	if (strcmp(s, "cubin") == 0)
+		return DRIVER_MODULE_CUBIN;
+	if (strcmp(s, "fatbin") == 0)
+		return DRIVER_MODULE_FATBIN;
+	if (strcmp(s, "cuda") == 0)
+		return DRIVER_MODULE_CUDA_C;
+	return -1;
+}
+
+void module_cache_stats(const struct module_cache *c, uint64_t *loaded,
+			uint64_t *hits)
+{
+	*loaded = c->loaded;
+	*hits = c->hits;
+}
