@@ -369,7 +369,7 @@ void server_stop(struct server *srv)
 	}
 	for (s = srv->sessions; s != NULL; s = next) {
 		next = s->next;
-		session_close(s, "the daemon is shutting down");
+		session_drain(s);
 	}
 	if (srv->nsessions == 0)
 		uv_stop(srv->loop);

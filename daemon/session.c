@@ -220,6 +220,19 @@ static void resume_reading(struct session *s)
 		s->reading = true;
 }
 
+void session_drain(struct session *s)
+{
+	if (s->state != SESSION_READY || s->in_flight == 0) {
+		session_close(s, "the daemon is shutting down");
+		return;
+	}
+	s->draining = true;
+	if (s->reading) {
+		uv_read_stop((uv_stream_t *)&s->pipe);
+		s->reading = false;
+	}
+}
+
 void session_reply(struct session *s, uint8_t *buf, size_t len,
 		   bool completed)
 {
@@ -229,11 +242,16 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
 		else
 			send_buf(s, buf, len);
 	}
-	if (completed) {
-		s->in_flight--;
-		if (s->in_flight < s->server->cfg.limits.max_in_flight)
-			resume_reading(s);
+	if (!completed)
+		return;
+	s->in_flight--;
+	if (s->draining) {
+		if (s->in_flight == 0)
+			session_close(s, "the daemon is shutting down");
+		return;
 	}
+	if (s->in_flight < s->server->cfg.limits.max_in_flight)
+		resume_reading(s);
 }
 
 static void handle_hello(struct session *s, const Gpucmd__Hello *hello)

@@ -50,6 +50,7 @@ struct session {
 	bool reading;
 	bool device_open;		/* the executor knows this session */
 	bool handle_closed;		/* uv_close was called */
+	bool draining;			/* shutdown: answer in-flight, then close */
 
 	/* Frame reassembly. */
 	uint8_t *rbuf;
@@ -73,6 +74,11 @@ int session_start(struct session *s);
  * it is done.  why is logged (NULL: the client left).
  */
 void session_close(struct session *s, const char *why);
+/**
+ * Shutdown: stop reading, let the batches in flight finish and answer,
+ * then close.
+ */
+void session_drain(struct session *s);
 /** A response (or completion) from the executor arrived for s. */
 void session_reply(struct session *s, uint8_t *buf, size_t len,
 		   bool completed);
