@@ -1318,12 +1318,8 @@ static int op_graph_destroy(struct command_ctx *ctx, struct batch *b,
 		if (g->id != op->graph)
 			continue;
 		*pp = g->next;
-		/*
-		 * A replay already enqueued still reads the buffers: they
-		 * stay referenced by the streams' fences, and releases of
-		 * them go through the drop queue as usual.
-		 */
-		graph_free(ctx->driver, g);
+		/* Replays already enqueued still read its copies. */
+		graph_retire(b->conn->set, b->stream, g);
 		result_done(&b->results[i]);
 		return 0;
 	}

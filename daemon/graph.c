@@ -75,3 +75,34 @@ struct graph *graph_find(struct graph *list, uint64_t id)
 			return list;
 	return NULL;
 }
+
+void graph_retire(struct stream_set *set, struct stream *current,
+		  struct graph *g)
+{
+	/*
+	 * The buffers may be released at once: their releases are fenced on
+	 * the streams the replays ran on, like any other use.
+	 */
+	for (uint32_t i = 0; i < g->nhandles; i++)
+		g->handles[i]->graph_refs--;
+	g->nhandles = 0;
+	g->nfences = streams_fence_all(set, current, g->fences);
+	g->next = set->dead_graphs;
+	set->dead_graphs = g;
+}
+
+void graph_flush(struct stream_set *set)
+{
+	struct graph **pp = &set->dead_graphs;
+
+	while (*pp != NULL) {
+		struct graph *g = *pp;
+
+		if (!streams_fences_passed(g->fences, g->nfences)) {
+			pp = &g->next;
+			continue;
+		}
+		*pp = g->next;
+		graph_free(set->driver, g);
+	}
+}

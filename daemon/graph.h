@@ -20,9 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memory/drop_queue.h"
+#include "streams.h"
+
 struct driver;
 struct driver_graph;
 struct handle;
+
 
 struct graph {
 	uint64_t id;			/* the client's name, 0 while recording */
@@ -33,6 +37,8 @@ struct graph {
 	void **blobs;			/* copies of recorded write data */
 	uint32_t nblobs;
 	uint32_t blobs_cap;
+	uint32_t nfences;		/* once destroyed: replays to wait for */
+	struct drop_fence fences[STREAMS_MAX];
 	struct graph *next;
 };
 
@@ -44,5 +50,13 @@ int graph_hold(struct graph *g, struct handle *h);
 void *graph_keep(struct graph *g, const void *data, size_t len);
 /** Drop g's references, its copies, its driver graph, and g. */
 void graph_free(struct driver *d, struct graph *g);
+/**
+ * Destroy g (already out of the set's list) once the replays enqueued so
+ * far have run: they read its copies and its driver graph.
+ */
+void graph_retire(struct stream_set *set, struct stream *current,
+		  struct graph *g);
+/** Free the retired graphs whose replays have run. */
+void graph_flush(struct stream_set *set);
 /** The graph called id in list, or NULL. */
 struct graph *graph_find(struct graph *list, uint64_t id);

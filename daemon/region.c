@@ -141,25 +141,10 @@ int region_release(struct stream_set *set, struct stream *current,
 		return GPUCMD_ENOTFOUND;
 	*pp = r->next;
 	/* Any stream may have a copy from or into it in flight. */
-	for (uint32_t i = 0; i < set->nstreams; i++) {
-		struct stream *s = set->slots[i];
-
-		r->fences[r->nfences].stream = s;
-		r->fences[r->nfences].seq = s == current ? s->submitted + 1
-							 : s->submitted;
-		r->nfences++;
-	}
+	r->nfences = streams_fence_all(set, current, r->fences);
 	r->next = set->released_regions;
 	set->released_regions = r;
 	return 0;
-}
-
-static bool passed(const struct region *r)
-{
-	for (uint32_t i = 0; i < r->nfences; i++)
-		if (stream_completed(r->fences[i].stream) < r->fences[i].seq)
-			return false;
-	return true;
 }
 
 void region_flush(struct stream_set *set)
@@ -169,7 +154,7 @@ void region_flush(struct stream_set *set)
 	while (*pp != NULL) {
 		struct region *r = *pp;
 
-		if (!passed(r)) {
+		if (!streams_fences_passed(r->fences, r->nfences)) {
 			pp = &r->next;
 			continue;
 		}

@@ -125,10 +125,14 @@ void stream_set_destroy(struct stream_set *set)
 		s->recording = NULL;
 		s->capturing = false;
 	}
-	while (set->graphs != NULL) {
-		struct graph *g = set->graphs;
-		set->graphs = g->next;
-		graph_free(d, g);
+	for (int l = 0; l < 2; l++) {
+		struct graph **list = l ? &set->dead_graphs : &set->graphs;
+
+		while (*list != NULL) {
+			struct graph *g = *list;
+			*list = g->next;
+			graph_free(d, g);
+		}
 	}
 	while (set->profiles != NULL) {
 		struct profile *p = set->profiles;
@@ -351,6 +355,25 @@ int streams_release(struct stream_set *set, struct stream *current,
 	return 0;
 }
 
+uint32_t streams_fence_all(const struct stream_set *set,
+			   const struct stream *current,
+			   struct drop_fence *out)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < set->nstreams; i++)
+		add_fence(out, &n, set->slots[i], current);
+	return n;
+}
+
+bool streams_fences_passed(const struct drop_fence *f, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (stream_completed(f[i].stream) < f[i].seq)
+			return false;
+	return true;
+}
+
 uint64_t stream_completed(const struct stream *s)
 {
 	return s->completed;
@@ -362,6 +385,7 @@ void streams_flush_drops(struct stream_set *set)
 		if (!set->slots[i]->capturing)
 			drop_queue_flush(set->slots[i]->drops);
 	region_flush(set);
+	graph_flush(set);
 }
 
 void streams_usage(const struct stream_set *set, struct memory_usage *out)

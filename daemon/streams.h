@@ -34,6 +34,7 @@
 
 #include "config.h"
 #include "driver/driver.h"
+#include "memory/drop_queue.h"
 #include "memory/handle.h"
 #include "memory/memory_manager.h"
 
@@ -85,6 +86,7 @@ struct stream_set {
 	struct handle_table *reservations;	/* reserve without bind yet */
 	struct profile *profiles;		/* open profiles */
 	struct graph *graphs;			/* captured graphs */
+	struct graph *dead_graphs;		/* destroyed, replays may still run */
 	struct region *regions;			/* attached shared regions */
 	struct module_cache *module_cache;	/* the daemon's, for teardown */
 	struct module_ref *modules;		/* modules this connection loaded */
@@ -137,6 +139,16 @@ int streams_resolve(struct stream_set *set, struct stream *current,
  */
 int streams_release(struct stream_set *set, struct stream *current,
 		    struct handle *h);
+/**
+ * A fence on every stream of the set covering the work enqueued so far
+ * (current's is its next fence): writes up to STREAMS_MAX, returns how
+ * many.
+ */
+uint32_t streams_fence_all(const struct stream_set *set,
+			   const struct stream *current,
+			   struct drop_fence *out);
+/** True when every fence has passed. */
+bool streams_fences_passed(const struct drop_fence *f, uint32_t n);
 /** The last batch sequence whose completion arrived. */
 uint64_t stream_completed(const struct stream *s);
 /** Free what the drop queues of every stream in the set allow. */

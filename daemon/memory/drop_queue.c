@@ -72,13 +72,6 @@ int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
 	return 0;
 }
 
-static bool entry_done(const struct drop_entry *e)
-{
-	for (uint32_t i = 0; i < e->nfences; i++)
-		if (stream_completed(e->fences[i].stream) < e->fences[i].seq)
-			return false;
-	return true;
-}
 
 uint32_t drop_queue_flush(struct drop_queue *q)
 {
@@ -87,7 +80,7 @@ uint32_t drop_queue_flush(struct drop_queue *q)
 
 	for (uint32_t i = 0; i < q->count; i++) {
 		struct drop_entry *e = &q->entries[i];
-		if (entry_done(e)) {
+		if (streams_fences_passed(e->fences, e->nfences)) {
 			memory_manager_release(q->mm, e->slice);
 			free(e->fences);
 			freed++;
