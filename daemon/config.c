@@ -8,6 +8,7 @@
 #include <grp.h>
 #include <ini.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,10 +113,21 @@ int config_parse_size(const char *s, uint64_t *out)
 
 /* ---- the file -------------------------------------------------------------- */
 
+/* Service names as the reader found them: inih cuts long section names. */
+#define LOAD_MAX_SECTIONS 4096
+
 struct load_state {
 	struct config *cfg;
-	char err[256];		/* the first problem, for ini_parse's line */
+	FILE *f;
+	int line;		/* of the line inih is handling */
+	char err[256];		/* the first problem... */
+	int err_line;		/* ...and its line */
 	bool failed;
+	uint32_t nnames;
+	char (*names)[64];	/* [service NAME] headers, by index */
+	char invalid[96];	/* the last invalid header, reported at its keys */
+	int invalid_line;	/* its line, for a section without keys */
+	bool invalid_seen;	/* a key of it was reported */
 };
 
 /* Record the first problem and tell inih the line failed. */
@@ -131,6 +143,7 @@ static int bad(struct load_state *st, const char *fmt, ...)
 		vsnprintf(st->err, sizeof(st->err), fmt, ap);
 		va_end(ap);
 		st->failed = true;
+		st->err_line = st->line;
 	}
 	return 0;
 }
@@ -185,8 +198,10 @@ static int set_ids(struct load_state *st, const char *name, const char *v,
 	for (char *tok = strtok_r(buf, ", \t", &save); tok != NULL;
 	     tok = strtok_r(NULL, ", \t", &save)) {
 		char *end;
-		unsigned long id = strtoul(tok, &end, 10);
+		unsigned long long id;
 
+		errno = 0;
+		id = strtoull(tok, &end, 10);
 		if (*n == CONFIG_MAX_IDS)
 			return bad(st, "%s lists more than %d ids", name,
 				   CONFIG_MAX_IDS);
@@ -204,6 +219,9 @@ static int set_ids(struct load_state *st, const char *name, const char *v,
 						   name, tok);
 				id = p->pw_uid;
 			}
+		} else if (errno != 0 || id >= UINT32_MAX) {
+			return bad(st, "%s: id %s is out of range (0 to %u)",
+				   name, tok, UINT32_MAX - 1);
 		}
 		ids[(*n)++] = (uint32_t)id;
 	}
@@ -213,45 +231,198 @@ static int set_ids(struct load_state *st, const char *name, const char *v,
 static int service_key(struct load_state *st, struct config_service *svc,
 		       const char *name, const char *v)
 {
-	if (strcmp(name, "memory_limit") == 0)
+	if (strcmp(name, "memory_limit") == 0) {
+		svc->set |= CONFIG_SET_MEMORY_LIMIT;
 		return set_size(st, name, v, 0, &svc->memory_limit);
-	if (strcmp(name, "max_streams") == 0)
+	}
+	if (strcmp(name, "max_streams") == 0) {
+		svc->set |= CONFIG_SET_MAX_STREAMS;
 		return set_u32(st, name, v, 1, 64, &svc->max_streams);
-	if (strcmp(name, "weight") == 0)
+	}
+	if (strcmp(name, "weight") == 0) {
+		svc->set |= CONFIG_SET_WEIGHT;
 		return set_u32(st, name, v, 1, 1000, &svc->weight);
-	if (strcmp(name, "uids") == 0)
+	}
+	if (strcmp(name, "uids") == 0) {
+		svc->set |= CONFIG_SET_UIDS;
 		return set_ids(st, name, v, false, svc->uids, &svc->nuids);
-	if (strcmp(name, "gids") == 0)
+	}
+	if (strcmp(name, "gids") == 0) {
+		svc->set |= CONFIG_SET_GIDS;
 		return set_ids(st, name, v, true, svc->gids, &svc->ngids);
+	}
 	return bad(st, "unknown key '%s' in a service section (memory_limit, "
 		   "max_streams, weight, uids, gids)", name);
 }
 
+/* The service a "[service #N]" header (see read_line) stands for. */
 static struct config_service *section_service(struct load_state *st,
 					      const char *section)
 {
 	struct config *cfg = st->cfg;
-	const char *name = section + strlen("service");
+	unsigned long idx = strtoul(section + strlen("service #"), NULL, 10);
+
+	if (idx >= st->nnames)
+		return NULL;
+	return (struct config_service *)config_find_service(cfg,
+							     st->names[idx]);
+}
+
+/* Declare the service name (an empty section still configures it). */
+static int declare_service(struct load_state *st, const char *name)
+{
+	struct config *cfg = st->cfg;
 	struct config_service *svc;
 
-	while (*name == ' ' || *name == '\t')
-		name++;
-	if (*name == '"')
-		name++;
-	for (uint32_t i = 0; i < cfg->nservices; i++)
-		if (strncmp(cfg->services[i].name, name,
-			    strcspn(name, "\"")) == 0 &&
-		    cfg->services[i].name[strcspn(name, "\"")] == '\0')
-			return &cfg->services[i];
+	if (config_find_service(cfg, name) != NULL)
+		return 0;
 	svc = realloc(cfg->services, (cfg->nservices + 1) * sizeof(*svc));
 	if (svc == NULL)
-		return NULL;
+		return GPUCMD_ENOMEM;
 	cfg->services = svc;
 	svc = &cfg->services[cfg->nservices++];
-	*svc = cfg->default_service;
-	snprintf(svc->name, sizeof(svc->name), "%.*s",
-		 (int)strcspn(name, "\""), name);
-	return svc;
+	memset(svc, 0, sizeof(*svc));
+	snprintf(svc->name, sizeof(svc->name), "%s", name);
+	return 0;
+}
+
+/*
+ * Is line a "[service NAME]" header (NAME optionally in double quotes)?
+ * The name goes to name, untrimmed of nothing but its quotes and blanks.
+ */
+static bool service_header(const char *line, char *name, size_t name_len)
+{
+	const char *p = line, *end;
+	size_t n;
+
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (strncmp(p, "[service", 8) != 0 || (p[8] != ' ' && p[8] != '\t'))
+		return false;
+	p += 8;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	end = strchr(p, ']');
+	if (end == NULL)
+		return false;
+	while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	if (end - p >= 2 && *p == '"' && end[-1] == '"') {
+		p++;
+		end--;
+	}
+	n = (size_t)(end - p);
+	if (n >= name_len)
+		n = name_len - 1;
+	memcpy(name, p, n);
+	name[n] = '\0';
+	return true;
+}
+
+/* Is line a "[NAME]" header of any other kind? */
+static bool other_header(const char *line, char *name, size_t name_len)
+{
+	const char *p = line, *end;
+	size_t n;
+
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (*p != '[')
+		return false;
+	end = strchr(++p, ']');
+	if (end == NULL)
+		return false;
+	n = (size_t)(end - p);
+	if (n >= name_len)
+		n = name_len - 1;
+	memcpy(name, p, n);
+	name[n] = '\0';
+	return true;
+}
+
+/*
+ * inih's reader: hands inih one line at a time, counting lines (so handler
+ * errors get theirs) and rewriting each "[service NAME]" header to
+ * "[service #N]": inih keeps only 50 characters of a section name, and
+ * sections with no keys never reach the handler, yet both must count.
+ */
+static char *read_line(char *str, int num, void *stream)
+{
+	struct load_state *st = stream;
+	char line[1024], name[1024];
+	size_t len;
+
+	if (fgets(line, sizeof(line), st->f) == NULL)
+		return NULL;
+	st->line++;
+	len = strlen(line);
+	if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
+		bad(st, "line is longer than %zu characters", sizeof(line) - 2);
+		while (fgets(line, sizeof(line), st->f) != NULL &&
+		       line[strlen(line) - 1] != '\n')
+			;
+		snprintf(str, (size_t)num, "\n");
+		return str;
+	}
+	if (service_header(line, name, sizeof(name))) {
+		if (strlen(name) > 63 || service_name_check(name) != 0) {
+			/* Reported at its first key (or at the end). */
+			snprintf(st->invalid, sizeof(st->invalid), "%.80s",
+				 name);
+			st->invalid_line = st->line;
+			st->invalid_seen = false;
+		} else if (st->nnames >= LOAD_MAX_SECTIONS) {
+			bad(st, "more than %d service sections",
+			    LOAD_MAX_SECTIONS);
+		} else if (declare_service(st, name) != 0) {
+			bad(st, "out of memory");
+		} else {
+			snprintf(st->names[st->nnames], sizeof(st->names[0]),
+				 "%s", name);
+			snprintf(str, (size_t)num, "[service #%u]\n",
+				 st->nnames++);
+			return str;
+		}
+		snprintf(str, (size_t)num, "[service #invalid]\n");
+		return str;
+	}
+	if (other_header(line, name, sizeof(name)) &&
+	    strcmp(name, "daemon") != 0 && strcmp(name, "limits") != 0 &&
+	    strcmp(name, "services") != 0)
+		bad(st, "unknown section [%.80s] (daemon, limits, services, "
+		    "service NAME)", name);
+	if ((int)len >= num) {
+		bad(st, "line is longer than %d characters", num - 2);
+		snprintf(str, (size_t)num, "\n");
+		return str;
+	}
+	memcpy(str, line, len + 1);
+	return str;
+}
+
+/* Services take [services] default_* for every key they did not set. */
+static void apply_service_defaults(struct config *cfg)
+{
+	const struct config_service *d = &cfg->default_service;
+
+	for (uint32_t i = 0; i < cfg->nservices; i++) {
+		struct config_service *svc = &cfg->services[i];
+
+		if (!(svc->set & CONFIG_SET_MEMORY_LIMIT))
+			svc->memory_limit = d->memory_limit;
+		if (!(svc->set & CONFIG_SET_MAX_STREAMS))
+			svc->max_streams = d->max_streams;
+		if (!(svc->set & CONFIG_SET_WEIGHT))
+			svc->weight = d->weight;
+		if (!(svc->set & CONFIG_SET_UIDS)) {
+			svc->nuids = d->nuids;
+			memcpy(svc->uids, d->uids, sizeof(svc->uids));
+		}
+		if (!(svc->set & CONFIG_SET_GIDS)) {
+			svc->ngids = d->ngids;
+			memcpy(svc->gids, d->gids, sizeof(svc->gids));
+		}
+	}
 }
 
 static int handle_key(void *user, const char *section, const char *name,
@@ -269,7 +440,7 @@ static int handle_key(void *user, const char *section, const char *name,
 		if (strcmp(name, "socket_mode") == 0) {
 			char *end;
 			unsigned long m = strtoul(v, &end, 8);
-			if (*end != '\0' || m > 0777)
+			if (*v == '\0' || *end != '\0' || m > 0777)
 				return bad(st, "socket_mode = %s: expected an "
 					   "octal mode like 0660", v);
 			cfg->socket_mode = (uint32_t)m;
@@ -361,16 +532,15 @@ static int handle_key(void *user, const char *section, const char *name,
 			   "default_memory_limit, default_max_streams, "
 			   "default_weight)", name);
 	}
-	if (strncmp(section, "service ", 8) == 0 ||
-	    strncmp(section, "service\t", 8) == 0) {
+	if (strncmp(section, "service #", 9) == 0) {
 		struct config_service *svc = section_service(st, section);
 
-		if (svc == NULL)
-			return bad(st, "out of memory");
-		if (service_name_check(svc->name) != 0)
-			return bad(st, "[%s]: '%s' is not a valid service "
-				   "name (letters, digits, '.', '_', '-')",
-				   section, svc->name);
+		if (svc == NULL) {
+			st->invalid_seen = true;
+			return bad(st, "[service %s]: '%s' is not a valid "
+				   "service name (1 to 63 letters, digits, '.', "
+				   "'_', '-')", st->invalid, st->invalid);
+		}
 		return service_key(st, svc, name, v);
 	}
 	return bad(st, "unknown section [%s] (daemon, limits, services, "
@@ -382,29 +552,52 @@ int config_load(struct config *cfg, const char *path, char *err,
 {
 	struct config work;
 	struct load_state st = { .cfg = &work };
+	struct stat sb;
 	int line;
 
-	if (access(path, R_OK) != 0) {
+	st.f = fopen(path, "re");
+	if (st.f == NULL) {
 		int e = errno;
 		snprintf(err, err_len, "%s: %s", path, strerror(e));
 		return -e;
 	}
-	if (config_copy(&work, cfg) != 0) {
+	if (fstat(fileno(st.f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		snprintf(err, err_len, "%s: not a regular file", path);
+		fclose(st.f);
+		return GPUCMD_EINVAL;
+	}
+	st.names = calloc(LOAD_MAX_SECTIONS, sizeof(*st.names));
+	if (st.names == NULL || config_copy(&work, cfg) != 0) {
 		snprintf(err, err_len, "%s: out of memory", path);
+		free(st.names);
+		fclose(st.f);
 		return -ENOMEM;
 	}
-	line = ini_parse(path, handle_key, &st);
+	line = ini_parse_stream(read_line, &st, handle_key, &st);
+	fclose(st.f);
+	free(st.names);
+	if (st.invalid_line != 0 && !st.invalid_seen && !st.failed) {
+		st.line = st.invalid_line;
+		bad(&st, "[service %s]: '%s' is not a valid service name (1 "
+		    "to 63 letters, digits, '.', '_', '-')", st.invalid,
+		    st.invalid);
+	}
+	/* The first problem wins, whoever saw it. */
+	if (st.failed && (line == 0 || st.err_line < line))
+		line = st.err_line;
 	if (line != 0) {
 		if (line < 0)
 			snprintf(err, err_len, "%s: cannot read the file", path);
+		else if (st.failed && st.err_line == line)
+			snprintf(err, err_len, "%s:%d: %s", path, line, st.err);
 		else
-			snprintf(err, err_len, "%s:%d: %s", path, line,
-				 st.failed ? st.err
-					   : "syntax error (expected [section], "
-					     "key = value or a ; comment)");
+			snprintf(err, err_len, "%s:%d: syntax error (expected "
+				 "[section], key = value or a ; comment)",
+				 path, line);
 		config_free(&work);
 		return GPUCMD_EINVAL;
 	}
+	apply_service_defaults(&work);
 	snprintf(work.path, sizeof(work.path), "%s", path);
 	config_free(cfg);
 	*cfg = work;

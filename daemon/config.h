@@ -43,7 +43,14 @@ struct config_service {
 	uint32_t ngids;
 	uint32_t uids[CONFIG_MAX_IDS];	/* who may connect as it (empty: anyone) */
 	uint32_t gids[CONFIG_MAX_IDS];
+	uint32_t set;			/* CONFIG_SET_*: keys the section gave */
 };
+
+#define CONFIG_SET_MEMORY_LIMIT 1u
+#define CONFIG_SET_MAX_STREAMS 2u
+#define CONFIG_SET_WEIGHT 4u
+#define CONFIG_SET_UIDS 8u
+#define CONFIG_SET_GIDS 16u
 
 /* What happens to a Hello naming a service the file does not list. */
 enum config_unknown {
