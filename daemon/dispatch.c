@@ -856,9 +856,12 @@ static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 	st->usage = arena_alloc(b, sizeof(*st->usage));
 	if (st->device == NULL || st->usage == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	/* A tenant sees its own service; admins see the daemon. */
 	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
 		struct memory_usage u;
 
+		if (!b->conn->admin && set->service != b->conn->service)
+			continue;
 		streams_usage(set, &u);
 		total.allocations += u.allocations;
 		total.bytes_in_use += u.bytes_in_use;
@@ -868,7 +871,7 @@ static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 	}
 	usage_to_wire(&total, st->usage);
 	st->uptime_ms = executor_uptime_ms(b->ex);
-	st->services = service_count();
+	st->services = b->conn->admin ? service_count() : 1;
 	st->connections = conns;
 	st->batches = executor_batches(b->ex);
 	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_STATUS;

@@ -230,6 +230,35 @@ static int load_file(const struct early_args *e, struct config *cfg)
 	return 0;
 }
 
+/* What a reload needs to rebuild the settings the way main did. */
+static struct {
+	int argc;
+	char **argv;
+	struct early_args early;
+} saved;
+
+static int rebuild(struct config *cfg, char *err, size_t err_len)
+{
+	int rc;
+
+	config_defaults(cfg);
+	rc = config_load(cfg, saved.early.config, err, err_len);
+	if (rc != 0) {
+		config_free(cfg);
+		return rc;
+	}
+	optind = 0;
+	opterr = 0;
+	rc = parse_args(saved.argc, saved.argv, cfg);
+	opterr = 1;
+	if (rc != 0) {
+		snprintf(err, err_len, "the command line no longer parses");
+		config_free(cfg);
+		return GPUCMD_EINVAL;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct early_args early = { 0 };
@@ -263,7 +292,11 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	uv_loop_init(&loop);
+	saved.argc = argc;
+	saved.argv = argv;
+	saved.early = early;
 	rc = server_init(&srv, &loop, &cfg, why, sizeof(why));
+	srv.rebuild = rebuild;
 	if (rc != 0) {
 		log_err("cannot start: %s", why);
 		uv_loop_close(&loop);
@@ -277,7 +310,7 @@ int main(int argc, char **argv)
 		   executor_properties(srv.ex)->name,
 		   executor_properties(srv.ex)->backend,
 		   (unsigned long long)(executor_properties(srv.ex)->total_memory >> 20),
-		   cfg.socket_path);
+		   srv.activated ? "the socket systemd passed" : cfg.socket_path);
 	rc = server_run(&srv);
 	uv_loop_close(&loop);
 	config_free(&cfg);

@@ -309,20 +309,20 @@ int server_reload(struct server *srv)
 	char err[512];
 	int rc;
 
-	if (srv->cfg.path[0] == '\0') {
+	if (srv->cfg.path[0] == '\0' || srv->rebuild == NULL) {
 		log_notice("reload: no config file was read at start, nothing "
 			   "to reload");
 		return 0;
 	}
-	if (config_copy(&next, &srv->cfg) != 0)
-		return -ENOMEM;
-	rc = config_load(&next, srv->cfg.path, err, sizeof(err));
+	rc = srv->rebuild(&next, err, sizeof(err));
 	if (rc != 0) {
 		log_err("reload failed, keeping the current settings: %s", err);
-		config_free(&next);
 		return rc;
 	}
-	/* Only what can change under live connections is taken. */
+	/*
+	 * Only what can change under live connections is taken; the socket,
+	 * backend and device need a restart.
+	 */
 	srv->cfg.limits = next.limits;
 	srv->cfg.unknown_services = next.unknown_services;
 	srv->cfg.default_service = next.default_service;
@@ -331,6 +331,7 @@ int server_reload(struct server *srv)
 	config_free(&srv->cfg);
 	srv->cfg.services = next.services;
 	srv->cfg.nservices = next.nservices;
+	next.services = NULL;
 	srv->admin_gid = resolve_admin_gid(&srv->cfg);
 	apply_services(srv);
 	log_notice("reloaded %s: %u services configured", srv->cfg.path,

@@ -48,6 +48,11 @@ struct server {
 	bool listening;
 	bool stopping;
 	int exit_code;			/* server_run's result */
+	/*
+	 * Rebuild the settings for a reload: defaults, the file, then the
+	 * command line again (flags win over the file, also after SIGHUP).
+	 */
+	int (*rebuild)(struct config *cfg, char *err, size_t err_len);
 	char fatal[256];		/* set by the device thread, under lock */
 };
 

@@ -295,8 +295,9 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 			return;
 		}
 		cs = &cfg->default_service;
-	} else if (!admin &&
-		   !service_allows(cs, s->uid, s->groups, s->ngroups)) {
+	}
+	/* [services] default_uids/gids guard unlisted services too. */
+	if (!admin && !service_allows(cs, s->uid, s->groups, s->ngroups)) {
 		session_refuse(s, GPUCMD_EPERM,
 			       "uid %u (gid %u) may not connect as service "
 			       "'%s': its uids and gids in %s do not include "

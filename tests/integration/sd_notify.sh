@@ -1,0 +1,140 @@
+#!/bin/sh
+# sd_notify.sh - what gpucmdd tells systemd (Type=notify), read from the
+# datagram socket that NOTIFY_SOCKET names, the way systemd reads it:
+#   - STATUS= while the device opens, then READY=1 with a STATUS= summary;
+#   - with WATCHDOG_USEC and WATCHDOG_PID=<the daemon's pid>, WATCHDOG=1
+#     arrives repeatedly (at half the interval), and the STATUS= refreshed
+#     on the same tick counts a batch a client ran;
+#   - SIGTERM: STOPPING=1, then exit status 0;
+#   - without WATCHDOG_USEC no WATCHDOG=1 is sent.
+# python3 listens on the socket (each datagram is appended to a file).
+set -u
+BUILD=${BUILD:-build}
+dir=$(mktemp -d /tmp/gpucmd-notify-XXXXXX)
+pid=""
+lpid=""
+# shellcheck disable=SC2317 # called by the trap
+cleanup() {
+	for p in $pid $lpid; do
+		kill "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*"
+	for f in "$dir"/*.log "$dir"/*.msgs; do
+		[ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }
+	done
+	exit 1
+}
+command -v python3 >/dev/null || {
+	echo "python3 is not installed: nothing to listen on NOTIFY_SOCKET"
+	exit 77
+}
+[ -x "$BUILD/gpucmdd" ] || fail "$BUILD/gpucmdd is missing: run make first"
+
+# listen NAME: bind $dir/NAME.notify, append each datagram to $dir/NAME.msgs
+# as "<message>" lines followed by a "--" line.
+listen() {
+	python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+s.settimeout(30)
+with open(sys.argv[2], "a") as out:
+    while True:
+        try:
+            msg = s.recv(4096)
+        except socket.timeout:
+            break
+        out.write(msg.decode("utf-8", "replace") + "\n--\n")
+        out.flush()' "$dir/$1.notify" "$dir/$1.msgs" &
+	lpid=$!
+	i=0
+	while [ ! -S "$dir/$1.notify" ]; do
+		i=$((i + 1))
+		[ $i -gt 500 ] && fail "the listener did not start"
+		sleep 0.02
+	done
+	: >>"$dir/$1.msgs"
+}
+
+# wait_for NAME PATTERN [TRIES]: a line of NAME.msgs matches (grep -E).
+wait_for() {
+	i=0
+	until grep -Eq "$2" "$dir/$1.msgs"; do
+		i=$((i + 1))
+		[ $i -gt "${3:-500}" ] && fail "no '$2' from the daemon"
+		kill -0 "$pid" 2>/dev/null || fail "the daemon exited waiting for '$2'"
+		sleep 0.02
+	done
+}
+
+stop_daemon() {
+	kill -TERM "$pid"
+	i=0
+	while kill -0 "$pid" 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -gt 500 ] && fail "the daemon did not stop after SIGTERM"
+		sleep 0.02
+	done
+	wait "$pid"
+	status=$?
+	pid=""
+	[ "$status" -eq 0 ] || fail "exit status $status after SIGTERM"
+}
+
+# ---- with the watchdog ------------------------------------------------------
+listen wd
+sock=$dir/wd.sock
+# The watchdog is only for the process WATCHDOG_PID names: set it to the
+# daemon's own pid by exec'ing from a shell that knows its $$.
+# shellcheck disable=SC2016 # $$ and $0 belong to the inner shell
+NOTIFY_SOCKET=$dir/wd.notify WATCHDOG_USEC=200000 \
+	sh -c 'WATCHDOG_PID=$$; export WATCHDOG_PID; exec "$0" "$@"' \
+	"$BUILD/gpucmdd" --socket "$sock" --backend host --host-memory 64M \
+	2>"$dir/wd.log" &
+pid=$!
+wait_for wd '^READY=1$'
+grep -q '^STATUS=opening the device' "$dir/wd.msgs" ||
+	fail "no STATUS= while the device opens"
+# READY=1 comes with its summary in the same datagram.
+awk '/^READY=1$/ { r = 1 } /^--$/ { if (r && s) ok = 1; r = s = 0 }
+	/^STATUS=serving / { s = 1 } END { exit !ok }' "$dir/wd.msgs" ||
+	fail "READY=1 came without a STATUS=serving ... summary"
+# Opening the device is reported before readiness.
+first_ready=$(grep -n '^READY=1$' "$dir/wd.msgs" | head -n 1 | cut -d: -f1)
+first_open=$(grep -n '^STATUS=opening' "$dir/wd.msgs" | head -n 1 | cut -d: -f1)
+[ "$first_open" -lt "$first_ready" ] || fail "STATUS=opening came after READY=1"
+
+# 100 ms pings: three of them within a few seconds.
+i=0
+while [ "$(grep -c '^WATCHDOG=1$' "$dir/wd.msgs")" -lt 3 ]; do
+	i=$((i + 1))
+	[ $i -gt 250 ] && fail "fewer than 3 WATCHDOG=1 in 5 s with WatchdogSec=0.2"
+	sleep 0.02
+done
+
+# A batch shows up in the refreshed STATUS=.
+"$BUILD/gpucmd" --socket "$sock" ping -c 1 >/dev/null 2>&1 || fail "ping failed"
+wait_for wd '^STATUS=serving .*: [0-9]+ connections, [0-9]+ services, [1-9][0-9]* batches$'
+
+stop_daemon
+grep -q '^STOPPING=1$' "$dir/wd.msgs" || fail "no STOPPING=1 after SIGTERM"
+kill "$lpid" 2>/dev/null
+wait "$lpid" 2>/dev/null
+lpid=""
+
+# ---- without the watchdog ---------------------------------------------------
+listen plain
+NOTIFY_SOCKET=$dir/plain.notify "$BUILD/gpucmdd" --socket "$dir/plain.sock" \
+	--backend host --host-memory 64M 2>"$dir/plain.log" &
+pid=$!
+wait_for plain '^READY=1$'
+sleep 0.5
+grep -q '^WATCHDOG=1$' "$dir/plain.msgs" && fail "WATCHDOG=1 sent without WATCHDOG_USEC"
+stop_daemon
+grep -q '^STOPPING=1$' "$dir/plain.msgs" || fail "no STOPPING=1 after SIGTERM (no watchdog)"
+echo "ok: STATUS, READY, WATCHDOG (only when asked), live STATUS, STOPPING"
+exit 0
