@@ -42,6 +42,23 @@ struct batch_op {
 		Gpucmd__OpPing ping;
 		Gpucmd__OpMemoryReport memory_report;
 		Gpucmd__OpStatus status;
+		Gpucmd__OpReserve reserve;
+		Gpucmd__OpBind bind;
+		Gpucmd__OpCursor cursor;
+		Gpucmd__OpStreamReport stream_report;
+		Gpucmd__OpMemoryCleanup memory_cleanup;
+		Gpucmd__OpFlushDrops flush_drops;
+		Gpucmd__OpAllocationMode allocation_mode;
+		Gpucmd__OpInstallPools install_pools;
+		Gpucmd__OpReserveCpu reserve_cpu;
+		Gpucmd__OpProfileBegin profile_begin;
+		Gpucmd__OpProfileEnd profile_end;
+		Gpucmd__OpCaptureBegin capture_begin;
+		Gpucmd__OpCaptureEnd capture_end;
+		Gpucmd__OpGraphLaunch graph_launch;
+		Gpucmd__OpGraphDestroy graph_destroy;
+		Gpucmd__OpEvict evict;
+		Gpucmd__OpCleanup cleanup;
 	} m;
 	/* extra bytes follow; the struct's size keeps them 8-byte aligned */
 };
@@ -128,13 +145,13 @@ static void batch_pop(struct gpucmd_batch *b)
 	free(b->req.ops[--b->req.n_ops]);
 }
 
-/* Copy len bytes of data into the op's tail and describe them. */
-static void copy_data(struct batch_op *o, const void *data, size_t len,
+/* Copy len bytes of data to where (in an op's tail) and describe them. */
+static void copy_data(void *where, const void *data, size_t len,
 		      ProtobufCBinaryData *to)
 {
 	if (len > 0)
-		memcpy(op_tail(o), data, len);
-	to->data = len > 0 ? op_tail(o) : NULL;
+		memcpy(where, data, len);
+	to->data = len > 0 ? where : NULL;
 	to->len = len;
 }
 
@@ -170,8 +187,82 @@ GPUCMD_EXTERN int gpucmd_batch_create_with_data(struct gpucmd_batch *b,
 		return r;
 	gpucmd__op_create_with_data__init(&o->m.create_with_data);
 	o->m.create_with_data.handle = handle;
-	copy_data(o, data, len, &o->m.create_with_data.data);
+	copy_data(op_tail(o), data, len, &o->m.create_with_data.data);
 	o->op.create_with_data = &o->m.create_with_data;
+	return 0;
+}
+
+/* Room in an op's tail for a copy layout: the message, shape, strides. */
+static size_t layout_tail(const struct gpucmd_layout *l)
+{
+	return l != NULL ? sizeof(Gpucmd__CopyLayout) +
+				   2 * l->rank * sizeof(uint64_t)
+			 : 0;
+}
+
+/*
+ * A layout the daemon could make sense of: 1 to GPUCMD_MAX_RANK dimensions
+ * and elements of some size.  Whether the strides are ones it copies is the
+ * daemon's to say (GPUCMD_ESTRIDES), so that every client gets one answer.
+ */
+static int layout_check(const struct gpucmd_layout *l)
+{
+	if (l == NULL)
+		return 0;
+	if (l->rank == 0 || l->rank > GPUCMD_MAX_RANK || l->elem_size == 0)
+		return GPUCMD_EINVAL;
+	return 0;
+}
+
+/*
+ * Put a copy of l at the start of the op's tail and return where the
+ * tail goes on (the CopyLayout comes first: it has the strictest alignment).
+ */
+static uint8_t *layout_copy(struct batch_op *o, const struct gpucmd_layout *l,
+			    Gpucmd__CopyLayout **out)
+{
+	uint8_t *tail = op_tail(o);
+	Gpucmd__CopyLayout *w;
+
+	if (l == NULL) {
+		*out = NULL;
+		return tail;
+	}
+	w = (Gpucmd__CopyLayout *)tail;
+	gpucmd__copy_layout__init(w);
+	w->shape = (uint64_t *)(w + 1);
+	w->strides = w->shape + l->rank;
+	memcpy(w->shape, l->shape, l->rank * sizeof(uint64_t));
+	memcpy(w->strides, l->strides, l->rank * sizeof(uint64_t));
+	w->n_shape = l->rank;
+	w->n_strides = l->rank;
+	w->elem_size = l->elem_size;
+	*out = w;
+	return (uint8_t *)(w->strides + l->rank);
+}
+
+static int batch_write(struct gpucmd_batch *b, uint64_t handle,
+		       uint64_t offset, const struct gpucmd_layout *layout,
+		       const void *data, size_t len)
+{
+	struct batch_op *o;
+	uint8_t *tail;
+	int r;
+
+	if (handle == 0 || (data == NULL && len > 0))
+		return GPUCMD_EINVAL;
+	r = layout_check(layout);
+	if (r < 0)
+		return r;
+	r = batch_push(b, GPUCMD__OP__OP_WRITE, layout_tail(layout) + len, &o);
+	if (r < 0)
+		return r;
+	gpucmd__op_write__init(&o->m.write);
+	o->m.write.handle = handle;
+	o->m.write.offset = offset;
+	tail = layout_copy(o, layout, &o->m.write.layout);
+	copy_data(tail, data, len, &o->m.write.data);
+	o->op.write = &o->m.write;
 	return 0;
 }
 
@@ -179,39 +270,56 @@ GPUCMD_EXTERN int gpucmd_batch_write(struct gpucmd_batch *b, uint64_t handle,
 				     uint64_t offset, const void *data,
 				     size_t len)
 {
-	struct batch_op *o;
-	int r;
-
-	if (handle == 0 || (data == NULL && len > 0))
-		return GPUCMD_EINVAL;
-	r = batch_push(b, GPUCMD__OP__OP_WRITE, len, &o);
-	if (r < 0)
-		return r;
-	gpucmd__op_write__init(&o->m.write);
-	o->m.write.handle = handle;
-	o->m.write.offset = offset;
-	copy_data(o, data, len, &o->m.write.data);
-	o->op.write = &o->m.write;
-	return 0;
+	return batch_write(b, handle, offset, NULL, data, len);
 }
 
-GPUCMD_EXTERN int gpucmd_batch_read(struct gpucmd_batch *b, uint64_t handle,
-				    uint64_t offset, uint64_t len)
+GPUCMD_EXTERN int gpucmd_batch_write_layout(struct gpucmd_batch *b,
+					    uint64_t handle, uint64_t offset,
+					    const struct gpucmd_layout *layout,
+					    const void *data, size_t len)
+{
+	if (layout == NULL)
+		return GPUCMD_EINVAL;
+	return batch_write(b, handle, offset, layout, data, len);
+}
+
+static int batch_read(struct gpucmd_batch *b, uint64_t handle,
+		      uint64_t offset, uint64_t len,
+		      const struct gpucmd_layout *layout)
 {
 	struct batch_op *o;
 	int r;
 
 	if (handle == 0)
 		return GPUCMD_EINVAL;
-	r = batch_push(b, GPUCMD__OP__OP_READ, 0, &o);
+	r = layout_check(layout);
+	if (r < 0)
+		return r;
+	r = batch_push(b, GPUCMD__OP__OP_READ, layout_tail(layout), &o);
 	if (r < 0)
 		return r;
 	gpucmd__op_read__init(&o->m.read);
 	o->m.read.handle = handle;
 	o->m.read.offset = offset;
 	o->m.read.length = len;
+	layout_copy(o, layout, &o->m.read.layout);
 	o->op.read = &o->m.read;
 	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_batch_read(struct gpucmd_batch *b, uint64_t handle,
+				    uint64_t offset, uint64_t len)
+{
+	return batch_read(b, handle, offset, len, NULL);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_read_layout(struct gpucmd_batch *b,
+					   uint64_t handle, uint64_t offset,
+					   const struct gpucmd_layout *layout)
+{
+	if (layout == NULL)
+		return GPUCMD_EINVAL;
+	return batch_read(b, handle, offset, 0, layout);
 }
 
 GPUCMD_EXTERN int gpucmd_batch_release(struct gpucmd_batch *b, uint64_t handle)
@@ -230,39 +338,89 @@ GPUCMD_EXTERN int gpucmd_batch_release(struct gpucmd_batch *b, uint64_t handle)
 	return 0;
 }
 
-int batch_add_plain(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind)
+/*
+ * Queue an op whose message has no field, or (v not NULL) one uint64
+ * field.  protobuf-c's descriptors say which message an op kind carries
+ * and where its field is, so one function serves them all, and a kind
+ * whose message does not have that shape is refused, not half-filled.
+ */
+static int batch_add_simple(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
+			    const uint64_t *v)
 {
+	const ProtobufCFieldDescriptor *f =
+		protobuf_c_message_descriptor_get_field(&gpucmd__op__descriptor,
+							(unsigned)kind);
+	const ProtobufCMessageDescriptor *md;
 	struct batch_op *o;
 	int r;
 
+	if (f == NULL || f->type != PROTOBUF_C_TYPE_MESSAGE)
+		return GPUCMD_EINVAL;
+	md = f->descriptor;
+	if (md->n_fields != (v != NULL ? 1u : 0u) ||
+	    (v != NULL && md->fields[0].type != PROTOBUF_C_TYPE_UINT64) ||
+	    md->sizeof_message > sizeof(o->m))
+		return GPUCMD_EINVAL;
 	r = batch_push(b, kind, 0, &o);
 	if (r < 0)
 		return r;
-	switch (kind) {
-	case GPUCMD__OP__OP_SYNC:
-		gpucmd__op_sync__init(&o->m.sync);
-		o->op.sync = &o->m.sync;
-		return 0;
-	case GPUCMD__OP__OP_MEMORY_USAGE:
-		gpucmd__op_memory_usage__init(&o->m.memory_usage);
-		o->op.memory_usage = &o->m.memory_usage;
-		return 0;
-	case GPUCMD__OP__OP_PING:
-		gpucmd__op_ping__init(&o->m.ping);
-		o->op.ping = &o->m.ping;
-		return 0;
-	case GPUCMD__OP__OP_MEMORY_REPORT:
-		gpucmd__op_memory_report__init(&o->m.memory_report);
-		o->op.memory_report = &o->m.memory_report;
-		return 0;
-	case GPUCMD__OP__OP_STATUS:
-		gpucmd__op_status__init(&o->m.status);
-		o->op.status = &o->m.status;
-		return 0;
-	default:
-		batch_pop(b);
-		return GPUCMD_EINVAL;
+	protobuf_c_message_init(md, &o->m);
+	if (v != NULL)
+		memcpy((uint8_t *)&o->m + md->fields[0].offset, v, sizeof(*v));
+	/* The op's oneof member is the pointer at the field's offset. */
+	*(void **)((uint8_t *)&o->op + f->offset) = &o->m;
+	return 0;
+}
+
+int batch_add_plain(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind)
+{
+	return batch_add_simple(b, kind, NULL);
+}
+
+static int batch_add_u64(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
+			 uint64_t v)
+{
+	return batch_add_simple(b, kind, &v);
+}
+
+/* An evict or a cleanup: a service name (NULL: "") in the op's tail. */
+static int batch_add_service(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
+			     const char *service, uint64_t connection_id)
+{
+	struct batch_op *o;
+	char *name;
+	int r;
+
+	if (service == NULL)
+		service = "";
+	r = batch_push(b, kind, strlen(service) + 1, &o);
+	if (r < 0)
+		return r;
+	name = op_tail(o);
+	memcpy(name, service, strlen(service) + 1);
+	if (kind == GPUCMD__OP__OP_EVICT) {
+		gpucmd__op_evict__init(&o->m.evict);
+		o->m.evict.service = name;
+		o->m.evict.connection_id = connection_id;
+		o->op.evict = &o->m.evict;
+	} else {
+		gpucmd__op_cleanup__init(&o->m.cleanup);
+		o->m.cleanup.service = name;
+		o->op.cleanup = &o->m.cleanup;
 	}
+	return 0;
+}
+
+int batch_add_evict(struct gpucmd_batch *b, const char *service,
+		    uint64_t connection_id)
+{
+	return batch_add_service(b, GPUCMD__OP__OP_EVICT, service,
+				 connection_id);
+}
+
+int batch_add_cleanup(struct gpucmd_batch *b, const char *service)
+{
+	return batch_add_service(b, GPUCMD__OP__OP_CLEANUP, service, 0);
 }
 
 GPUCMD_EXTERN int gpucmd_batch_sync(struct gpucmd_batch *b)
@@ -278,6 +436,185 @@ GPUCMD_EXTERN int gpucmd_batch_memory_usage(struct gpucmd_batch *b)
 GPUCMD_EXTERN int gpucmd_batch_ping(struct gpucmd_batch *b)
 {
 	return batch_add_plain(b, GPUCMD__OP__OP_PING);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_reserve(struct gpucmd_batch *b,
+				       uint64_t reservation, uint64_t size)
+{
+	struct batch_op *o;
+	int r;
+
+	if (reservation == 0)
+		return GPUCMD_EINVAL;
+	r = batch_push(b, GPUCMD__OP__OP_RESERVE, 0, &o);
+	if (r < 0)
+		return r;
+	gpucmd__op_reserve__init(&o->m.reserve);
+	o->m.reserve.reservation = reservation;
+	o->m.reserve.size = size;
+	o->op.reserve = &o->m.reserve;
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_batch_bind(struct gpucmd_batch *b,
+				    uint64_t reservation, uint64_t handle)
+{
+	struct batch_op *o;
+	int r;
+
+	/* An unknown reservation is the daemon's to refuse: it knows. */
+	if (handle == 0)
+		return GPUCMD_EINVAL;
+	r = batch_push(b, GPUCMD__OP__OP_BIND, 0, &o);
+	if (r < 0)
+		return r;
+	gpucmd__op_bind__init(&o->m.bind);
+	o->m.bind.reservation = reservation;
+	o->m.bind.handle = handle;
+	o->op.bind = &o->m.bind;
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_batch_cursor(struct gpucmd_batch *b)
+{
+	return batch_add_plain(b, GPUCMD__OP__OP_CURSOR);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_stream_report(struct gpucmd_batch *b)
+{
+	return batch_add_plain(b, GPUCMD__OP__OP_STREAM_REPORT);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_memory_cleanup(struct gpucmd_batch *b)
+{
+	return batch_add_plain(b, GPUCMD__OP__OP_MEMORY_CLEANUP);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_flush_drops(struct gpucmd_batch *b)
+{
+	return batch_add_plain(b, GPUCMD__OP__OP_FLUSH_DROPS);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_allocation_mode(struct gpucmd_batch *b,
+					       enum gpucmd_allocation_mode mode)
+{
+	struct batch_op *o;
+	int r;
+
+	if (mode != GPUCMD_MODE_AUTO && mode != GPUCMD_MODE_PERSISTENT)
+		return GPUCMD_EINVAL;
+	r = batch_push(b, GPUCMD__OP__OP_ALLOCATION_MODE, 0, &o);
+	if (r < 0)
+		return r;
+	gpucmd__op_allocation_mode__init(&o->m.allocation_mode);
+	o->m.allocation_mode.mode = mode == GPUCMD_MODE_PERSISTENT ?
+					    GPUCMD__ALLOCATION_MODE__PERSISTENT :
+					    GPUCMD__ALLOCATION_MODE__AUTO;
+	o->op.allocation_mode = &o->m.allocation_mode;
+	return 0;
+}
+
+/*
+ * The tail of an install_pools op, in order of decreasing alignment: the
+ * MemoryLayout, the PoolOptions, the pointers to them, then the strings
+ * (preset, each pool's kind).  Kinds are checked by the daemon, which
+ * names the pool that is wrong; the library only needs them to be there.
+ */
+GPUCMD_EXTERN int gpucmd_batch_install_pools(struct gpucmd_batch *b,
+					     const char *preset,
+					     const struct gpucmd_pool_options *pools,
+					     size_t npools)
+{
+	Gpucmd__MemoryLayout *l;
+	Gpucmd__PoolOptions *w;
+	struct batch_op *o;
+	size_t extra;
+	char *str;
+	int r;
+
+	/* The cap on npools only keeps the size below from overflowing. */
+	if (preset == NULL || (pools == NULL && npools > 0) ||
+	    npools > UINT16_MAX)
+		return GPUCMD_EINVAL;
+	if (npools > 0 && strcmp(preset, "custom") != 0)
+		return GPUCMD_EINVAL;
+	extra = sizeof(*l) + npools * (sizeof(*w) + sizeof(w)) +
+		strlen(preset) + 1;
+	for (size_t i = 0; i < npools; i++) {
+		if (pools[i].kind == NULL)
+			return GPUCMD_EINVAL;
+		extra += strlen(pools[i].kind) + 1;
+	}
+	r = batch_push(b, GPUCMD__OP__OP_INSTALL_POOLS, extra, &o);
+	if (r < 0)
+		return r;
+	l = op_tail(o);
+	gpucmd__memory_layout__init(l);
+	w = (Gpucmd__PoolOptions *)(l + 1);
+	l->pools = (Gpucmd__PoolOptions **)(w + npools);
+	str = (char *)(l->pools + npools);
+	l->preset = str;
+	str = stpcpy(str, preset) + 1;
+	for (size_t i = 0; i < npools; i++) {
+		gpucmd__pool_options__init(&w[i]);
+		w[i].kind = str;
+		str = stpcpy(str, pools[i].kind) + 1;
+		w[i].page_size = pools[i].page_size;
+		w[i].max_slice = pools[i].max_slice;
+		w[i].max_pool_size = pools[i].max_pool_size;
+		w[i].max_alloc = pools[i].max_alloc;
+		w[i].dealloc_period = pools[i].dealloc_period;
+		w[i].reclaim_at = pools[i].reclaim_at;
+		l->pools[i] = &w[i];
+	}
+	l->n_pools = npools;
+	if (npools == 0)
+		l->pools = NULL;
+	gpucmd__op_install_pools__init(&o->m.install_pools);
+	o->m.install_pools.layout = l;
+	o->op.install_pools = &o->m.install_pools;
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_batch_reserve_cpu(struct gpucmd_batch *b,
+					   uint64_t size)
+{
+	return batch_add_u64(b, GPUCMD__OP__OP_RESERVE_CPU, size);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_profile_begin(struct gpucmd_batch *b,
+					     uint64_t profile)
+{
+	return batch_add_u64(b, GPUCMD__OP__OP_PROFILE_BEGIN, profile);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_profile_end(struct gpucmd_batch *b,
+					   uint64_t profile)
+{
+	return batch_add_u64(b, GPUCMD__OP__OP_PROFILE_END, profile);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_capture_begin(struct gpucmd_batch *b)
+{
+	return batch_add_plain(b, GPUCMD__OP__OP_CAPTURE_BEGIN);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_capture_end(struct gpucmd_batch *b,
+					   uint64_t graph)
+{
+	return batch_add_u64(b, GPUCMD__OP__OP_CAPTURE_END, graph);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_graph_launch(struct gpucmd_batch *b,
+					    uint64_t graph)
+{
+	return batch_add_u64(b, GPUCMD__OP__OP_GRAPH_LAUNCH, graph);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_graph_destroy(struct gpucmd_batch *b,
+					     uint64_t graph)
+{
+	return batch_add_u64(b, GPUCMD__OP__OP_GRAPH_DESTROY, graph);
 }
 
 /* Fill a wire argument from a public one; GPUCMD_EINVAL for a bad kind. */
@@ -322,6 +659,17 @@ GPUCMD_EXTERN int gpucmd_batch_kernel(struct gpucmd_batch *b, const char *name,
 				      const struct gpucmd_arg *args,
 				      size_t nargs)
 {
+	return gpucmd_batch_kernel_shared(b, name, grid, block, 0, args, nargs);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_kernel_shared(struct gpucmd_batch *b,
+					     const char *name,
+					     const uint32_t grid[3],
+					     const uint32_t block[3],
+					     uint32_t shared_bytes,
+					     const struct gpucmd_arg *args,
+					     size_t nargs)
+{
 	static const uint32_t one[3] = { 1, 1, 1 };
 	Gpucmd__OpKernel *k;
 	Gpucmd__KernelArg *wargs;
@@ -362,6 +710,7 @@ GPUCMD_EXTERN int gpucmd_batch_kernel(struct gpucmd_batch *b, const char *name,
 	memcpy(k->block, block != NULL ? block : one, 3 * sizeof(uint32_t));
 	k->n_grid = 3;
 	k->n_block = 3;
+	k->shared_bytes = shared_bytes;
 	memcpy(k->name, name, name_len);
 	if (nargs == 0)
 		k->args = NULL;

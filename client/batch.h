@@ -13,6 +13,12 @@
 
 /**
  * Queue an op that carries no fields (sync, memory_usage, ping,
- * memory_report, status); GPUCMD_EINVAL for any other kind.
+ * memory_report, status, cursor, stream_report, memory_cleanup,
+ * flush_drops, capture_begin); GPUCMD_EINVAL for any other kind.
  */
 int batch_add_plain(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind);
+/** Queue an evict (service NULL = any); it must be the request's only op. */
+int batch_add_evict(struct gpucmd_batch *b, const char *service,
+		    uint64_t connection_id);
+/** Queue a cleanup of service (NULL = the caller's own). */
+int batch_add_cleanup(struct gpucmd_batch *b, const char *service);

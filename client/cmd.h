@@ -35,10 +35,16 @@ struct tool_opts {
 int cmd_ping(const struct tool_opts *o, int argc, char **argv);
 /** gpucmd status [--json]: the daemon's status and this connection's limits. */
 int cmd_status(const struct tool_opts *o, int argc, char **argv);
-/** gpucmd memory-report [--json] [--bytes]: memory per service. */
+/** gpucmd memory-report [--json|--prometheus] [...]: memory per service. */
 int cmd_memory_report(const struct tool_opts *o, int argc, char **argv);
 /** gpucmd exec [--service NAME] [--json] [SCRIPT|-]: run a script. */
 int cmd_exec(const struct tool_opts *o, int argc, char **argv);
+/** gpucmd services [--json]: one line per service. */
+int cmd_services(const struct tool_opts *o, int argc, char **argv);
+/** gpucmd evict SERVICE | --connection ID: end connections. */
+int cmd_evict(const struct tool_opts *o, int argc, char **argv);
+/** gpucmd cleanup [SERVICE]: return a service's free memory to the device. */
+int cmd_cleanup(const struct tool_opts *o, int argc, char **argv);
 
 /** The socket the tool connects to: --socket, $GPUCMD_SOCKET or the default. */
 const char *tool_socket_path(const struct tool_opts *o);
@@ -74,6 +80,26 @@ int tool_flags(int argc, char **argv, const char *usage, int *json,
 void tool_json_string(FILE *f, const char *s);
 /** Write a byte count as "1.5 MiB" (exact when exact is set) into buf. */
 const char *tool_size(uint64_t bytes, int exact, char *buf, size_t len);
+/**
+ * Fragmentation of memory with usage u whose largest free block is
+ * largest_free: 1 - largest_free / free, where free = reserved - in use -
+ * padding; 0 when nothing is free.  Defined here once for every output.
+ */
+double tool_fragmentation(const struct gpucmd_memory_usage *u,
+			  uint64_t largest_free);
+/** Largest free block over a stream's pools. */
+uint64_t tool_stream_largest_free(const struct gpucmd_stream_report *sr);
+/** Print a stream's pools as a table, indented by indent blanks. */
+int tool_pool_table(const struct gpucmd_stream_report *sr, int exact,
+		    int indent);
+/**
+ * Print a stream's report as JSON members (no braces): connection_id,
+ * stream, usage, largest_free, fragmentation and pools[].
+ */
+void tool_json_stream(const struct gpucmd_stream_report *sr);
+/** Print usage as the JSON members allocations, bytes_in_use, bytes_padding, bytes_reserved. */
+void tool_json_usage(const struct gpucmd_memory_usage *u);
+
 /**
  * Parse an unsigned number in decimal or 0x hex, with an optional K, M or G
  * (KiB, MiB, GiB) suffix when suffix is set: 0, or -1 when s is not one.

@@ -14,13 +14,17 @@
  * results are printed afterwards in script order, whatever order the
  * daemon finished the streams in.
  *
- * Buffers have script names; the tool maps each `empty` or `create` to a
- * fresh 64-bit handle and remembers the size, so `read NAME` can default to
- * the whole buffer.  Names are resolved while parsing: a name that was never
- * created, or was released, is a parse error.
+ * Buffers, reservations, graphs and profiles have script names, each kind
+ * in a namespace of its own as on the daemon; the tool maps each new name
+ * (`empty`, `create`, `bind`; `reserve`; `capture end`; `profile begin`) to
+ * a fresh 64-bit id and remembers a buffer's size, so `read NAME` can
+ * default to the whole buffer.  Names are resolved while parsing: a name
+ * that was never made, or was ended (`release`, `bind`, `destroy`,
+ * `profile end`), is a parse error.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,12 +48,22 @@ static const char exec_usage[] =
 	"  stream N\n"
 	"  empty NAME BYTES                 (BYTES may end in K, M or G)\n"
 	"  create NAME hex:..|file:PATH\n"
-	"  write NAME [OFFSET] hex:..|file:PATH\n"
+	"  write NAME [OFFSET] [LAYOUT] hex:..|file:PATH\n"
 	"  read NAME [OFFSET LEN] [file:PATH]\n"
-	"  kernel KERNEL grid=X[,Y,Z] block=X[,Y,Z] ARG...\n"
+	"  read NAME [OFFSET] LAYOUT [file:PATH]\n"
+	"       LAYOUT: shape=A[,B..] [strides=S[,1..]] [elem=BYTES]\n"
+	"  kernel KERNEL grid=X[,Y,Z] block=X[,Y,Z] [shared=BYTES] ARG...\n"
 	"       ARG: NAME, u32:N, i32:N, u64:N, f32:X\n"
 	"  release NAME\n"
-	"  sync | usage | ping | submit\n";
+	"  reserve RESERVATION BYTES | bind RESERVATION NAME\n"
+	"  reserve-cpu BYTES\n"
+	"  mode auto|persistent\n"
+	"  pools subslices|exclusive | pools custom POOL...\n"
+	"       POOL: sliced:page=N[,slice=N][,pool=N] | exclusive:max=N[,period=N]\n"
+	"             | direct[:reclaim=N]\n"
+	"  profile begin|end PROFILE\n"
+	"  capture begin | capture end GRAPH | launch GRAPH | destroy GRAPH\n"
+	"  sync | usage | cursor | report | cleanup | flush | ping | submit\n";
 
 enum op_kind {
 	OP_EMPTY,
@@ -61,6 +75,30 @@ enum op_kind {
 	OP_SYNC,
 	OP_USAGE,
 	OP_PING,
+	OP_RESERVE,
+	OP_BIND,
+	OP_CURSOR,
+	OP_REPORT,
+	OP_CLEANUP,
+	OP_FLUSH,
+	OP_MODE,
+	OP_POOLS,
+	OP_RESERVE_CPU,
+	OP_PROFILE_BEGIN,
+	OP_PROFILE_END,
+	OP_CAPTURE_BEGIN,
+	OP_CAPTURE_END,
+	OP_LAUNCH,
+	OP_DESTROY,
+};
+
+/* The kinds of script names, each a namespace of its own. */
+enum name_kind {
+	NAME_BUFFER,
+	NAME_RESERVATION,
+	NAME_GRAPH,
+	NAME_PROFILE,
+	NAME_KINDS,
 };
 
 /* One parsed script line that becomes an op. */
@@ -68,25 +106,40 @@ struct op {
 	enum op_kind kind;
 	unsigned line;
 	uint32_t stream;
-	const char *name;	/* buffer's script name (the binding owns it) */
-	uint64_t handle;
+	const char *name;	/* the script name it acts on (its binding owns it) */
+	uint64_t handle;	/* buffer */
+	uint64_t id;		/* reservation, graph or profile */
 	uint64_t offset;
-	uint64_t len;		/* empty: size; read: length */
+	uint64_t len;		/* empty, reserve, reserve-cpu: size; read: length */
 	uint8_t *data;		/* create, write */
 	size_t data_len;
 	char *path;		/* read: write the bytes to this file */
+	struct gpucmd_layout layout;	/* write, read: rank 0 = none */
 	char *kernel;
 	uint32_t grid[3];
 	uint32_t block[3];
+	uint32_t shared;
 	struct gpucmd_arg *args;
 	size_t nargs;
+	enum gpucmd_allocation_mode mode;
+	const char *preset;	/* pools: a string literal */
+	struct gpucmd_pool_options *pools;
+	size_t npools;
 };
 
-/* A script name for a buffer. */
+/* A script name. */
 struct binding {
 	char *name;
-	uint64_t handle;	/* 0 once released */
-	uint64_t size;
+	uint64_t id;		/* 0 once ended */
+	uint64_t size;		/* buffers and reservations */
+};
+
+/* The names of one kind, and the ids given to them. */
+struct names {
+	struct binding *v;
+	size_t n;
+	size_t cap;
+	uint64_t next_id;
 };
 
 struct script {
@@ -101,10 +154,7 @@ struct script {
 	size_t nwords;
 	int eof;
 	uint32_t stream;	/* set by `stream N`, kept across groups */
-	struct binding *names;
-	size_t nnames;
-	size_t names_cap;
-	uint64_t next_handle;
+	struct names names[NAME_KINDS];
 };
 
 /* The ops of one submit group. */
@@ -141,10 +191,49 @@ struct op_syntax {
 	const char *usage;
 };
 
+/* Names of the ops in messages and JSON ("op"). */
 static const char *const op_names[] = {
-	[OP_EMPTY] = "empty",	[OP_CREATE] = "create", [OP_WRITE] = "write",
-	[OP_READ] = "read",	[OP_KERNEL] = "kernel", [OP_RELEASE] = "release",
-	[OP_SYNC] = "sync",	[OP_USAGE] = "usage",	[OP_PING] = "ping",
+	[OP_EMPTY] = "empty",
+	[OP_CREATE] = "create",
+	[OP_WRITE] = "write",
+	[OP_READ] = "read",
+	[OP_KERNEL] = "kernel",
+	[OP_RELEASE] = "release",
+	[OP_SYNC] = "sync",
+	[OP_USAGE] = "usage",
+	[OP_PING] = "ping",
+	[OP_RESERVE] = "reserve",
+	[OP_BIND] = "bind",
+	[OP_CURSOR] = "cursor",
+	[OP_REPORT] = "report",
+	[OP_CLEANUP] = "cleanup",
+	[OP_FLUSH] = "flush",
+	[OP_MODE] = "mode",
+	[OP_POOLS] = "pools",
+	[OP_RESERVE_CPU] = "reserve-cpu",
+	[OP_PROFILE_BEGIN] = "profile_begin",
+	[OP_PROFILE_END] = "profile_end",
+	[OP_CAPTURE_BEGIN] = "capture_begin",
+	[OP_CAPTURE_END] = "capture_end",
+	[OP_LAUNCH] = "launch",
+	[OP_DESTROY] = "destroy",
+};
+
+/* How messages speak of each kind of name. */
+static const struct name_words {
+	const char *what;	/* "buffer" */
+	const char *make;	/* how to make one */
+	const char *ended;	/* why a known name is not live */
+	const char *end;	/* how to end a live one */
+} name_words[NAME_KINDS] = {
+	[NAME_BUFFER] = { "buffer", "create it with empty, create or bind",
+			  "it was released", "release it" },
+	[NAME_RESERVATION] = { "reservation", "make it with reserve",
+			       "it was bound", "bind it" },
+	[NAME_GRAPH] = { "graph", "record it with capture begin and "
+			 "capture end", "it was destroyed", "destroy it" },
+	[NAME_PROFILE] = { "open profile", "open it with profile begin",
+			   "it was ended", "end it with profile end" },
 };
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -219,25 +308,32 @@ static int word_number(struct script *s, size_t w, int suffix, uint64_t *out,
 			   suffix ? ", optionally ending in K, M or G" : "");
 }
 
-static struct binding *binding_find(struct script *s, const char *name)
+static struct binding *binding_find(struct names *ns, const char *name)
 {
-	for (size_t i = 0; i < s->nnames; i++)
-		if (strcmp(s->names[i].name, name) == 0)
-			return &s->names[i];
+	for (size_t i = 0; i < ns->n; i++)
+		if (strcmp(ns->v[i].name, name) == 0)
+			return &ns->v[i];
+	return NULL;
+}
+
+/* The live name of kind that word w names, or NULL after a parse error. */
+static struct binding *word_live(struct script *s, size_t w,
+				 enum name_kind kind)
+{
+	struct binding *b = binding_find(&s->names[kind], s->word[w]);
+	const struct name_words *nw = &name_words[kind];
+
+	if (b != NULL && b->id != 0)
+		return b;
+	parse_error(s, w, "no %s named '%s' (%s)", nw->what, s->word[w],
+		    b != NULL ? nw->ended : nw->make);
 	return NULL;
 }
 
 /* The live buffer that word w names, or NULL after a parse error. */
 static struct binding *word_buffer(struct script *s, size_t w)
 {
-	struct binding *b = binding_find(s, s->word[w]);
-
-	if (b != NULL && b->handle != 0)
-		return b;
-	parse_error(s, w, "no buffer named '%s'%s", s->word[w],
-		    b != NULL ? " (it was released)" :
-				" (create it with empty or create)");
-	return NULL;
+	return word_live(s, w, NAME_BUFFER);
 }
 
 /* Word w names the buffer op works on; *out (when not NULL) gets it. */
@@ -249,9 +345,24 @@ static int word_target(struct script *s, size_t w, struct op *op,
 	if (b == NULL)
 		return -1;
 	op->name = b->name;
-	op->handle = b->handle;
+	op->handle = b->id;
 	if (out != NULL)
 		*out = b;
+	return 0;
+}
+
+/* Word w names a live name of kind that op uses and, when end, ends. */
+static int word_use(struct script *s, size_t w, enum name_kind kind,
+		    struct op *op, int end)
+{
+	struct binding *b = word_live(s, w, kind);
+
+	if (b == NULL)
+		return -1;
+	op->name = b->name;
+	op->id = b->id;
+	if (end)
+		b->id = 0;
 	return 0;
 }
 
@@ -264,42 +375,65 @@ static int valid_name(const char *n)
 			   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")] == '\0';
 }
 
+/*
+ * Word w becomes a new name of kind with a fresh id (and size), or the
+ * result is NULL after a parse error.
+ */
+static struct binding *word_new(struct script *s, size_t w,
+				enum name_kind kind, uint64_t size)
+{
+	struct names *ns = &s->names[kind];
+	const char *name = s->word[w];
+	struct binding *b;
+
+	if (!valid_name(name)) {
+		parse_error(s, w, "bad %s name '%s': use letters, digits, "
+			    "'_', '.' and '-', starting with a letter or '_'",
+			    name_words[kind].what, name);
+		return NULL;
+	}
+	b = binding_find(ns, name);
+	if (b != NULL && b->id != 0) {
+		parse_error(s, w, "'%s' already names a%s %s; %s first", name,
+			    kind == NAME_PROFILE ? "n" : "",
+			    name_words[kind].what, name_words[kind].end);
+		return NULL;
+	}
+	if (b == NULL) {
+		if (ns->n == ns->cap) {
+			size_t cap = ns->cap ? 2 * ns->cap : 16;
+			struct binding *nb = realloc(ns->v, cap * sizeof(*nb));
+
+			if (nb == NULL) {
+				parse_error(s, w, "out of memory");
+				return NULL;
+			}
+			ns->v = nb;
+			ns->cap = cap;
+		}
+		b = &ns->v[ns->n];
+		b->name = strdup(name);
+		if (b->name == NULL) {
+			parse_error(s, w, "out of memory");
+			return NULL;
+		}
+		ns->n++;
+	}
+	b->id = ++ns->next_id;
+	b->size = size;
+	return b;
+}
+
 /* Word w becomes a new buffer of size bytes with a fresh handle. */
 static int word_new_buffer(struct script *s, size_t w, struct op *op,
 			   uint64_t size)
 {
-	const char *name = s->word[w];
-	struct binding *b;
+	struct binding *b = word_new(s, w, NAME_BUFFER, size);
 
-	if (!valid_name(name))
-		return parse_error(s, w, "bad buffer name '%s': use letters, "
-				   "digits, '_', '.' and '-', starting with a "
-				   "letter or '_'", name);
-	b = binding_find(s, name);
-	if (b != NULL && b->handle != 0)
-		return parse_error(s, w, "'%s' already names a buffer; "
-				   "release it first", name);
-	if (b == NULL) {
-		if (s->nnames == s->names_cap) {
-			size_t cap = s->names_cap ? 2 * s->names_cap : 16;
-			struct binding *nb =
-				realloc(s->names, cap * sizeof(*nb));
-
-			if (nb == NULL)
-				return parse_error(s, w, "out of memory");
-			s->names = nb;
-			s->names_cap = cap;
-		}
-		b = &s->names[s->nnames];
-		b->name = strdup(name);
-		if (b->name == NULL)
-			return parse_error(s, w, "out of memory");
-		s->nnames++;
-	}
-	b->handle = ++s->next_handle;
-	b->size = size;
+	if (b == NULL)
+		return -1;
 	op->name = b->name;
-	op->handle = b->handle;
+	op->handle = b->id;
 	op->len = size;
 	return 0;
 }
@@ -415,40 +549,169 @@ static int parse_create(struct script *s, struct op *op)
 	return word_new_buffer(s, 1, op, op->data_len);
 }
 
+/* A comma-separated list of 1 to GPUCMD_MAX_RANK numbers. */
+static int parse_list(struct script *s, size_t w, const char *v,
+		      uint64_t *out, uint32_t *n)
+{
+	char part[32];
+
+	for (*n = 0; *v != '\0'; (*n)++) {
+		size_t len = strcspn(v, ",");
+
+		if (*n == GPUCMD_MAX_RANK || len == 0 || len >= sizeof(part))
+			return parse_error(s, w, "bad list in '%s': expected "
+					   "1 to %d numbers separated by ','",
+					   s->word[w], GPUCMD_MAX_RANK);
+		memcpy(part, v, len);
+		part[len] = '\0';
+		if (tool_parse_u64(part, 0, &out[*n]) < 0)
+			return parse_error(s, w, "bad number '%s' in '%s'",
+					   part, s->word[w]);
+		v += len;
+		if (*v == ',' && *++v == '\0')
+			return parse_error(s, w, "trailing ',' in '%s'",
+					   s->word[w]);
+	}
+	if (*n == 0)
+		return parse_error(s, w, "'%s' lists no numbers", s->word[w]);
+	return 0;
+}
+
+/*
+ * Take the layout words (shape=, strides=, elem=) of a write or read out
+ * of the line: op->layout gets them (rank 0 when there are none) and
+ * pos[] the indexes of the other words after the buffer's name.  Strides
+ * default to dense row-major and elem to 1 byte; whether the daemon can
+ * copy the strides is for it to say (GPUCMD_ESTRIDES).
+ */
+static int split_layout(struct script *s, struct op *op, size_t *pos,
+			size_t *npos)
+{
+	struct gpucmd_layout *l = &op->layout;
+	uint32_t nstrides = 0;
+	size_t shape_w = 0, strides_w = 0;
+
+	*npos = 0;
+	for (size_t w = 2; w < s->nwords; w++) {
+		const char *v = s->word[w];
+		uint64_t elem;
+
+		if (strncmp(v, "shape=", 6) == 0) {
+			shape_w = w;
+			if (parse_list(s, w, v + 6, l->shape, &l->rank) < 0)
+				return -1;
+		} else if (strncmp(v, "strides=", 8) == 0) {
+			strides_w = w;
+			if (parse_list(s, w, v + 8, l->strides, &nstrides) < 0)
+				return -1;
+		} else if (strncmp(v, "elem=", 5) == 0) {
+			if (tool_parse_u64(v + 5, 0, &elem) < 0 || elem == 0 ||
+			    elem > UINT32_MAX)
+				return parse_error(s, w, "bad element size "
+						   "'%s'", v + 5);
+			l->elem_size = (uint32_t)elem;
+		} else {
+			pos[(*npos)++] = w;
+		}
+	}
+	if (shape_w == 0 && (strides_w != 0 || l->elem_size != 0))
+		return parse_error(s, strides_w ? strides_w : 2,
+				   "a layout needs shape=");
+	if (shape_w == 0)
+		return 0;
+	if (l->elem_size == 0)
+		l->elem_size = 1;
+	if (strides_w != 0 && nstrides != l->rank)
+		return parse_error(s, strides_w, "%u strides for %u "
+				   "dimensions: give one stride per "
+				   "dimension", nstrides, l->rank);
+	if (strides_w == 0) {
+		l->strides[l->rank - 1] = 1;
+		for (uint32_t i = l->rank - 1; i-- > 0;)
+			l->strides[i] = l->strides[i + 1] * l->shape[i + 1];
+	}
+	return 0;
+}
+
+/* Bytes a layout's elements take packed together. */
+static int layout_bytes(const struct gpucmd_layout *l, uint64_t *out)
+{
+	uint64_t n = l->elem_size;
+
+	for (uint32_t i = 0; i < l->rank; i++)
+		if (__builtin_mul_overflow(n, l->shape[i], &n))
+			return -1;
+	*out = n;
+	return 0;
+}
+
 static int parse_write(struct script *s, struct op *op)
 {
-	if (word_target(s, 1, op, NULL) < 0)
+	size_t pos[EXEC_MAX_WORDS], npos;
+	uint64_t want;
+
+	if (word_target(s, 1, op, NULL) < 0 ||
+	    split_layout(s, op, pos, &npos) < 0)
 		return -1;
-	if (s->nwords == 4 &&
-	    word_number(s, 2, 1, &op->offset, "offset") < 0)
+	if (npos == 0)
+		return parse_error(s, s->nwords, "missing operand: usage: "
+				   "write NAME [OFFSET] [LAYOUT] "
+				   "hex:..|file:PATH");
+	if (npos > 2)
+		return parse_error(s, pos[2], "too many operands: usage: "
+				   "write NAME [OFFSET] [LAYOUT] "
+				   "hex:..|file:PATH");
+	if (npos == 2 &&
+	    word_number(s, pos[0], 1, &op->offset, "offset") < 0)
 		return -1;
-	return word_data(s, s->nwords - 1, op);
+	if (word_data(s, pos[npos - 1], op) < 0)
+		return -1;
+	if (op->layout.rank == 0)
+		return 0;
+	if (layout_bytes(&op->layout, &want) < 0)
+		return parse_error(s, pos[0], "the layout holds more than "
+				   "2^64 bytes");
+	if (want != op->data_len)
+		return parse_error(s, pos[npos - 1], "the layout holds %llu "
+				   "bytes, the data has %zu",
+				   (unsigned long long)want, op->data_len);
+	return 0;
 }
 
 static int parse_read(struct script *s, struct op *op)
 {
+	size_t pos[EXEC_MAX_WORDS], n;
 	struct binding *b;
-	size_t n = s->nwords;
 
-	if (word_target(s, 1, op, &b) < 0)
+	if (word_target(s, 1, op, &b) < 0 ||
+	    split_layout(s, op, pos, &n) < 0)
 		return -1;
-	if (n > 2 && strncmp(s->word[n - 1], "file:", 5) == 0) {
-		if (s->word[n - 1][5] == '\0')
-			return parse_error(s, n - 1, "file: needs a path");
-		op->path = strdup(s->word[n - 1] + 5);
+	if (n > 0 && strncmp(s->word[pos[n - 1]], "file:", 5) == 0) {
+		if (s->word[pos[n - 1]][5] == '\0')
+			return parse_error(s, pos[n - 1], "file: needs a path");
+		op->path = strdup(s->word[pos[n - 1]] + 5);
 		if (op->path == NULL)
-			return parse_error(s, n - 1, "out of memory");
+			return parse_error(s, pos[n - 1], "out of memory");
 		n--;
 	}
-	if (n == 2) {
+	if (op->layout.rank != 0) {
+		/* The layout says how much: only an offset may come. */
+		if (n > 1)
+			return parse_error(s, pos[1], "a read with a layout "
+					   "takes only an OFFSET");
+		return n == 1 ? word_number(s, pos[0], 1, &op->offset,
+					    "offset")
+			      : 0;
+	}
+	if (n == 0) {
 		op->len = b->size;
 		return 0;
 	}
-	if (n != 4)
-		return parse_error(s, n - 1, "read takes both OFFSET and LEN, "
-				   "or neither");
-	if (word_number(s, 2, 1, &op->offset, "offset") < 0 ||
-	    word_number(s, 3, 1, &op->len, "length") < 0)
+	if (n != 2)
+		return parse_error(s, pos[n - 1], "read takes both OFFSET and "
+				   "LEN, or neither");
+	if (word_number(s, pos[0], 1, &op->offset, "offset") < 0 ||
+	    word_number(s, pos[1], 1, &op->len, "length") < 0)
 		return -1;
 	return 0;
 }
@@ -459,8 +722,227 @@ static int parse_release(struct script *s, struct op *op)
 
 	if (word_target(s, 1, op, &b) < 0)
 		return -1;
-	b->handle = 0;
+	b->id = 0;
 	return 0;
+}
+
+static int parse_reserve(struct script *s, struct op *op)
+{
+	struct binding *b;
+
+	if (word_number(s, 2, 1, &op->len, "size") < 0)
+		return -1;
+	b = word_new(s, 1, NAME_RESERVATION, op->len);
+	if (b == NULL)
+		return -1;
+	op->name = b->name;
+	op->id = b->id;
+	return 0;
+}
+
+/* bind RESERVATION NAME: the reservation ends, the buffer begins. */
+static int parse_bind(struct script *s, struct op *op)
+{
+	struct binding *r = word_live(s, 1, NAME_RESERVATION);
+
+	if (r == NULL)
+		return -1;
+	if (word_new_buffer(s, 2, op, r->size) < 0)
+		return -1;
+	op->id = r->id;
+	r->id = 0;
+	return 0;
+}
+
+static int parse_reserve_cpu(struct script *s, struct op *op)
+{
+	return word_number(s, 1, 1, &op->len, "size");
+}
+
+static int parse_mode(struct script *s, struct op *op)
+{
+	if (strcmp(s->word[1], "auto") == 0)
+		op->mode = GPUCMD_MODE_AUTO;
+	else if (strcmp(s->word[1], "persistent") == 0)
+		op->mode = GPUCMD_MODE_PERSISTENT;
+	else
+		return parse_error(s, 1, "mode is auto or persistent, not "
+				   "'%s'", s->word[1]);
+	return 0;
+}
+
+/* The keys of a custom pool, which kinds take them, and the field. */
+static const struct pool_key {
+	const char *name;
+	const char *alias;	/* the wire's name */
+	const char *kind;
+	size_t offset;
+	int suffix;		/* a size (K, M, G), not a count */
+} pool_keys[] = {
+	{ "page", "page_size", "sliced",
+	  offsetof(struct gpucmd_pool_options, page_size), 1 },
+	{ "slice", "max_slice", "sliced",
+	  offsetof(struct gpucmd_pool_options, max_slice), 1 },
+	{ "pool", "max_pool_size", "sliced",
+	  offsetof(struct gpucmd_pool_options, max_pool_size), 1 },
+	{ "max", "max_alloc", "exclusive",
+	  offsetof(struct gpucmd_pool_options, max_alloc), 1 },
+	{ "period", "dealloc_period", "exclusive",
+	  offsetof(struct gpucmd_pool_options, dealloc_period), 0 },
+	{ "reclaim", "reclaim_at", "direct",
+	  offsetof(struct gpucmd_pool_options, reclaim_at), 1 },
+};
+
+/* One key=value of a pool in word w; kv is not NUL-terminated at len. */
+static int parse_pool_key(struct script *s, size_t w, const char *kv,
+			  size_t len, struct gpucmd_pool_options *p)
+{
+	char buf[64], *v;
+
+	if (len >= sizeof(buf) || memchr(kv, '=', len) == NULL)
+		return parse_error(s, w, "bad pool option '%.*s': expected "
+				   "KEY=VALUE", (int)len, kv);
+	memcpy(buf, kv, len);
+	buf[len] = '\0';
+	v = strchr(buf, '=');
+	*v++ = '\0';
+	for (size_t k = 0; k < sizeof(pool_keys) / sizeof(pool_keys[0]); k++) {
+		const struct pool_key *pk = &pool_keys[k];
+
+		if (strcmp(buf, pk->name) != 0 && strcmp(buf, pk->alias) != 0)
+			continue;
+		if (strcmp(p->kind, pk->kind) != 0)
+			return parse_error(s, w, "'%s' is an option of %s "
+					   "pools, not of %s pools", buf,
+					   pk->kind, p->kind);
+		if (tool_parse_u64(v, pk->suffix,
+				   (uint64_t *)((char *)p + pk->offset)) < 0)
+			return parse_error(s, w, "bad value '%s' for %s", v,
+					   buf);
+		return 0;
+	}
+	return parse_error(s, w, "unknown pool option '%s': sliced takes "
+			   "page, slice, pool; exclusive takes max, period; "
+			   "direct takes reclaim", buf);
+}
+
+/* KIND[:key=value,...] */
+static int parse_pool(struct script *s, size_t w,
+		      struct gpucmd_pool_options *p)
+{
+	static const char *const kinds[] = { "sliced", "exclusive", "direct" };
+	const char *v = s->word[w];
+	size_t len = strcspn(v, ":");
+
+	memset(p, 0, sizeof(*p));
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+		if (strlen(kinds[k]) == len && strncmp(v, kinds[k], len) == 0)
+			p->kind = kinds[k];
+	if (p->kind == NULL)
+		return parse_error(s, w, "pool kind '%.*s' is not sliced, "
+				   "exclusive or direct", (int)len, v);
+	for (v += len; *v == ':' || *v == ',';) {
+		v++;
+		len = strcspn(v, ",");
+		if (parse_pool_key(s, w, v, len, p) < 0)
+			return -1;
+		v += len;
+	}
+	if (strcmp(p->kind, "sliced") == 0 && p->page_size == 0)
+		return parse_error(s, w, "a sliced pool needs page=SIZE");
+	if (strcmp(p->kind, "exclusive") == 0 && p->max_alloc == 0)
+		return parse_error(s, w, "an exclusive pool needs max=SIZE");
+	return 0;
+}
+
+static int parse_pools(struct script *s, struct op *op)
+{
+	static const char *const presets[] = { "subslices", "exclusive",
+					       "custom" };
+
+	for (size_t k = 0; k < sizeof(presets) / sizeof(presets[0]); k++)
+		if (strcmp(s->word[1], presets[k]) == 0)
+			op->preset = presets[k];
+	if (op->preset == NULL)
+		return parse_error(s, 1, "layout '%s' is not subslices, "
+				   "exclusive or custom", s->word[1]);
+	if (strcmp(op->preset, "custom") != 0) {
+		if (s->nwords > 2)
+			return parse_error(s, 2, "only a custom layout lists "
+					   "pools");
+		return 0;
+	}
+	if (s->nwords == 2)
+		return parse_error(s, 2, "a custom layout needs at least one "
+				   "POOL");
+	op->pools = calloc(s->nwords - 2, sizeof(*op->pools));
+	if (op->pools == NULL)
+		return parse_error(s, 2, "out of memory");
+	for (size_t w = 2; w < s->nwords; w++)
+		if (parse_pool(s, w, &op->pools[op->npools++]) < 0)
+			return -1;
+	return 0;
+}
+
+/* profile begin NAME | profile end NAME */
+static int parse_profile(struct script *s, struct op *op)
+{
+	struct binding *b;
+
+	if (s->nwords != 3)
+		return parse_error(s, s->nwords < 3 ? s->nwords : 3,
+				   "usage: profile begin|end NAME");
+	if (strcmp(s->word[1], "end") == 0) {
+		op->kind = OP_PROFILE_END;
+		return word_use(s, 2, NAME_PROFILE, op, 1);
+	}
+	if (strcmp(s->word[1], "begin") != 0)
+		return parse_error(s, 1, "expected begin or end, not '%s'",
+				   s->word[1]);
+	op->kind = OP_PROFILE_BEGIN;
+	b = word_new(s, 2, NAME_PROFILE, 0);
+	if (b == NULL)
+		return -1;
+	op->name = b->name;
+	op->id = b->id;
+	return 0;
+}
+
+/* capture begin | capture end GRAPH */
+static int parse_capture(struct script *s, struct op *op)
+{
+	struct binding *b;
+
+	if (strcmp(s->word[1], "begin") == 0) {
+		if (s->nwords != 2)
+			return parse_error(s, 2, "capture begin takes no "
+					   "operands");
+		op->kind = OP_CAPTURE_BEGIN;
+		return 0;
+	}
+	if (strcmp(s->word[1], "end") != 0)
+		return parse_error(s, 1, "expected begin or end, not '%s'",
+				   s->word[1]);
+	if (s->nwords != 3)
+		return parse_error(s, s->nwords < 3 ? s->nwords : 3,
+				   "usage: capture end GRAPH");
+	op->kind = OP_CAPTURE_END;
+	b = word_new(s, 2, NAME_GRAPH, 0);
+	if (b == NULL)
+		return -1;
+	op->name = b->name;
+	op->id = b->id;
+	return 0;
+}
+
+static int parse_launch(struct script *s, struct op *op)
+{
+	return word_use(s, 1, NAME_GRAPH, op, 0);
+}
+
+static int parse_destroy(struct script *s, struct op *op)
+{
+	return word_use(s, 1, NAME_GRAPH, op, 1);
 }
 
 static int parse_plain(struct script *s, struct op *op)
@@ -569,6 +1051,15 @@ static int parse_kernel(struct script *s, struct op *op)
 				return -1;
 			continue;
 		}
+		if (strncmp(v, "shared=", 7) == 0) {
+			uint64_t x;
+
+			if (tool_parse_u64(v + 7, 1, &x) < 0 || x > UINT32_MAX)
+				return parse_error(s, w, "bad shared memory "
+						   "size '%s'", v + 7);
+			op->shared = (uint32_t)x;
+			continue;
+		}
 		if (strchr(v, ':') != NULL) {
 			if (parse_scalar(s, w, a) < 0)
 				return -1;
@@ -577,7 +1068,7 @@ static int parse_kernel(struct script *s, struct op *op)
 			if (b == NULL)
 				return -1;
 			a->kind = GPUCMD_ARG_BUFFER;
-			a->v.handle = b->handle;
+			a->v.handle = b->id;
 		}
 		op->nargs++;
 	}
@@ -588,20 +1079,39 @@ static const struct op_syntax syntax[] = {
 	{ "empty", OP_EMPTY, 2, 2, parse_empty, "empty NAME BYTES" },
 	{ "create", OP_CREATE, 2, 2, parse_create,
 	  "create NAME hex:..|file:PATH" },
-	{ "write", OP_WRITE, 2, 3, parse_write,
-	  "write NAME [OFFSET] hex:..|file:PATH" },
-	{ "read", OP_READ, 1, 4, parse_read,
-	  "read NAME [OFFSET LEN] [file:PATH]" },
+	{ "write", OP_WRITE, 2, 6, parse_write,
+	  "write NAME [OFFSET] [LAYOUT] hex:..|file:PATH" },
+	{ "read", OP_READ, 1, 6, parse_read,
+	  "read NAME [OFFSET LEN | [OFFSET] LAYOUT] [file:PATH]" },
 	{ "kernel", OP_KERNEL, 1, EXEC_MAX_WORDS, parse_kernel,
 	  "kernel KERNEL grid=X[,Y,Z] block=X[,Y,Z] ARG..." },
 	{ "release", OP_RELEASE, 1, 1, parse_release, "release NAME" },
 	{ "sync", OP_SYNC, 0, 0, parse_plain, "sync" },
 	{ "usage", OP_USAGE, 0, 0, parse_plain, "usage" },
 	{ "ping", OP_PING, 0, 0, parse_plain, "ping" },
+	{ "reserve", OP_RESERVE, 2, 2, parse_reserve,
+	  "reserve RESERVATION BYTES" },
+	{ "bind", OP_BIND, 2, 2, parse_bind, "bind RESERVATION NAME" },
+	{ "cursor", OP_CURSOR, 0, 0, parse_plain, "cursor" },
+	{ "report", OP_REPORT, 0, 0, parse_plain, "report" },
+	{ "cleanup", OP_CLEANUP, 0, 0, parse_plain, "cleanup" },
+	{ "flush", OP_FLUSH, 0, 0, parse_plain, "flush" },
+	{ "mode", OP_MODE, 1, 1, parse_mode, "mode auto|persistent" },
+	{ "pools", OP_POOLS, 1, EXEC_MAX_WORDS, parse_pools,
+	  "pools subslices|exclusive|custom POOL..." },
+	{ "reserve-cpu", OP_RESERVE_CPU, 1, 1, parse_reserve_cpu,
+	  "reserve-cpu BYTES" },
+	{ "profile", OP_PROFILE_BEGIN, 2, 2, parse_profile,
+	  "profile begin|end NAME" },
+	{ "capture", OP_CAPTURE_BEGIN, 1, 2, parse_capture,
+	  "capture begin | capture end GRAPH" },
+	{ "launch", OP_LAUNCH, 1, 1, parse_launch, "launch GRAPH" },
+	{ "destroy", OP_DESTROY, 1, 1, parse_destroy, "destroy GRAPH" },
 };
 
 static void op_clear(struct op *op)
 {
+	free(op->pools);
 	free(op->data);
 	free(op->path);
 	free(op->kernel);
@@ -709,13 +1219,23 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 		return gpucmd_batch_create_with_data(b, op->handle, op->data,
 						     op->data_len);
 	case OP_WRITE:
+		if (op->layout.rank != 0)
+			return gpucmd_batch_write_layout(b, op->handle,
+							 op->offset,
+							 &op->layout, op->data,
+							 op->data_len);
 		return gpucmd_batch_write(b, op->handle, op->offset, op->data,
 					  op->data_len);
 	case OP_READ:
+		if (op->layout.rank != 0)
+			return gpucmd_batch_read_layout(b, op->handle,
+							op->offset,
+							&op->layout);
 		return gpucmd_batch_read(b, op->handle, op->offset, op->len);
 	case OP_KERNEL:
-		return gpucmd_batch_kernel(b, op->kernel, op->grid, op->block,
-					   op->args, op->nargs);
+		return gpucmd_batch_kernel_shared(b, op->kernel, op->grid,
+						  op->block, op->shared,
+						  op->args, op->nargs);
 	case OP_RELEASE:
 		return gpucmd_batch_release(b, op->handle);
 	case OP_SYNC:
@@ -724,6 +1244,37 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 		return gpucmd_batch_memory_usage(b);
 	case OP_PING:
 		return gpucmd_batch_ping(b);
+	case OP_RESERVE:
+		return gpucmd_batch_reserve(b, op->id, op->len);
+	case OP_BIND:
+		return gpucmd_batch_bind(b, op->id, op->handle);
+	case OP_CURSOR:
+		return gpucmd_batch_cursor(b);
+	case OP_REPORT:
+		return gpucmd_batch_stream_report(b);
+	case OP_CLEANUP:
+		return gpucmd_batch_memory_cleanup(b);
+	case OP_FLUSH:
+		return gpucmd_batch_flush_drops(b);
+	case OP_MODE:
+		return gpucmd_batch_allocation_mode(b, op->mode);
+	case OP_POOLS:
+		return gpucmd_batch_install_pools(b, op->preset, op->pools,
+						  op->npools);
+	case OP_RESERVE_CPU:
+		return gpucmd_batch_reserve_cpu(b, op->len);
+	case OP_PROFILE_BEGIN:
+		return gpucmd_batch_profile_begin(b, op->id);
+	case OP_PROFILE_END:
+		return gpucmd_batch_profile_end(b, op->id);
+	case OP_CAPTURE_BEGIN:
+		return gpucmd_batch_capture_begin(b);
+	case OP_CAPTURE_END:
+		return gpucmd_batch_capture_end(b, op->id);
+	case OP_LAUNCH:
+		return gpucmd_batch_graph_launch(b, op->id);
+	case OP_DESTROY:
+		return gpucmd_batch_graph_destroy(b, op->id);
 	}
 	return GPUCMD_EINVAL;
 }
@@ -864,39 +1415,99 @@ static int print_read(struct exec *x, const struct op *op, const void *data,
 	return TOOL_EXIT_OK;
 }
 
+static int print_usage(struct exec *x, const struct op *op,
+			const struct gpucmd_memory_usage *u)
+{
+	if (x->json) {
+		json_head(op);
+		printf(",");
+		tool_json_usage(u);
+		printf("}\n");
+	} else {
+		printf("usage: allocations=%" PRIu64 " bytes_in_use=%" PRIu64
+		       " bytes_padding=%" PRIu64 " bytes_reserved=%" PRIu64
+		       "\n",
+		       u->allocations, u->bytes_in_use, u->bytes_padding,
+		       u->bytes_reserved);
+	}
+	return TOOL_EXIT_OK;
+}
+
+/* The stream's usage on one line, then its pools as a table. */
+static int print_report(struct exec *x, const struct op *op,
+			const struct gpucmd_stream_report *sr)
+{
+	if (x->json) {
+		json_head(op);
+		printf(",");
+		tool_json_stream(sr);
+		printf("}\n");
+		return TOOL_EXIT_OK;
+	}
+	printf("report: stream %u (connection %" PRIu64 "): allocations=%"
+	       PRIu64 " bytes_in_use=%" PRIu64 " bytes_padding=%" PRIu64
+	       " bytes_reserved=%" PRIu64 "\n",
+	       sr->stream, sr->connection_id, sr->usage.allocations,
+	       sr->usage.bytes_in_use, sr->usage.bytes_padding,
+	       sr->usage.bytes_reserved);
+	/* Exact bytes: a script's output is compared, not skimmed. */
+	if (tool_pool_table(sr, 1, 2) < 0) {
+		fflush(stdout);
+		fprintf(stderr, "gpucmd: %s:%u: out of memory\n", x->s.label,
+			op->line);
+		return TOOL_EXIT_FAIL;
+	}
+	return TOOL_EXIT_OK;
+}
+
+static int print_profile(struct exec *x, const struct op *op,
+			 const struct gpucmd_profile *p)
+{
+	if (x->json) {
+		json_head(op);
+		printf(",\"name\":");
+		tool_json_string(stdout, op->name);
+		printf(",\"valid\":%s", p->valid ? "true" : "false");
+		if (p->valid) {
+			printf(",\"device_ms\":%.6f}\n", p->device_ms);
+		} else {
+			printf(",\"reason\":");
+			tool_json_string(stdout, p->reason);
+			printf("}\n");
+		}
+	} else if (p->valid) {
+		printf("profile %s: %.3f ms\n", op->name, p->device_ms);
+	} else {
+		printf("profile %s: invalid (%s)\n", op->name, p->reason);
+	}
+	return TOOL_EXIT_OK;
+}
+
 /* Print the result of op, which is result i of resp. */
 static int print_result(struct exec *x, const struct op *op,
 			const struct gpucmd_response *resp, size_t i)
 {
 	struct gpucmd_memory_usage u;
+	struct gpucmd_stream_report *sr;
+	struct gpucmd_cpu_buffer cpu;
+	struct gpucmd_profile prof;
+	const char *what = "result";
 	const void *data;
+	uint64_t value;
 	size_t len;
+	int r;
 
 	switch (op->kind) {
 	case OP_READ:
+		what = "data";
 		if (gpucmd_response_data(resp, i, &data, &len) < 0)
 			break;
 		return print_read(x, op, data, len);
 	case OP_USAGE:
+		what = "usage";
 		if (gpucmd_response_usage(resp, i, &u) < 0)
 			break;
-		if (x->json) {
-			json_head(op);
-			printf(",\"allocations\":%" PRIu64
-			       ",\"bytes_in_use\":%" PRIu64
-			       ",\"bytes_padding\":%" PRIu64
-			       ",\"bytes_reserved\":%" PRIu64 "}\n",
-			       u.allocations, u.bytes_in_use, u.bytes_padding,
-			       u.bytes_reserved);
-		} else {
-			printf("usage: allocations=%" PRIu64
-			       " bytes_in_use=%" PRIu64
-			       " bytes_padding=%" PRIu64
-			       " bytes_reserved=%" PRIu64 "\n",
-			       u.allocations, u.bytes_in_use, u.bytes_padding,
-			       u.bytes_reserved);
-		}
-		return TOOL_EXIT_OK;
+		return print_usage(x, op, &u);
 	case OP_PING:
 		if (x->json) {
 			json_head(op);
@@ -905,13 +1516,48 @@ static int print_result(struct exec *x, const struct op *op,
 			printf("pong\n");
 		}
 		return TOOL_EXIT_OK;
+	case OP_CURSOR:
+		what = "cursor";
+		if (gpucmd_response_value(resp, i, &value) < 0)
+			break;
+		if (x->json) {
+			json_head(op);
+			printf(",\"value\":%" PRIu64 "}\n", value);
+		} else {
+			printf("cursor: %" PRIu64 "\n", value);
+		}
+		return TOOL_EXIT_OK;
+	case OP_REPORT:
+		what = "stream report";
+		if (gpucmd_response_stream_report(resp, i, &sr) < 0)
+			break;
+		r = print_report(x, op, sr);
+		gpucmd_stream_report_free(sr);
+		return r;
+	case OP_RESERVE_CPU:
+		what = "host buffer";
+		if (gpucmd_response_cpu(resp, i, &cpu) < 0)
+			break;
+		if (x->json) {
+			json_head(op);
+			printf(",\"size\":%" PRIu64 ",\"pinned\":%s}\n",
+			       cpu.size, cpu.pinned ? "true" : "false");
+		} else {
+			printf("reserve_cpu: %" PRIu64 " bytes %s\n", cpu.size,
+			       cpu.pinned ? "pinned" : "heap");
+		}
+		return TOOL_EXIT_OK;
+	case OP_PROFILE_END:
+		what = "profile";
+		if (gpucmd_response_profile(resp, i, &prof) < 0)
+			break;
+		return print_profile(x, op, &prof);
 	default:
 		return TOOL_EXIT_OK;
 	}
 	fflush(stdout);
 	fprintf(stderr, "gpucmd: %s:%u: the daemon's answer to %s carries no "
-		"%s\n", x->s.label, op->line, op_names[op->kind],
-		op->kind == OP_READ ? "data" : "usage");
+		"%s\n", x->s.label, op->line, op_names[op->kind], what);
 	return TOOL_EXIT_FAIL;
 }
 
@@ -1084,9 +1730,11 @@ int cmd_exec(const struct tool_opts *o, int argc, char **argv)
 
 	if (x.s.in != stdin)
 		fclose(x.s.in);
-	for (size_t i = 0; i < x.s.nnames; i++)
-		free(x.s.names[i].name);
-	free(x.s.names);
+	for (int k = 0; k < NAME_KINDS; k++) {
+		for (size_t i = 0; i < x.s.names[k].n; i++)
+			free(x.s.names[k].v[i].name);
+		free(x.s.names[k].v);
+	}
 	free(x.s.buf);
 	free(x.s.text);
 	free(g.ops);

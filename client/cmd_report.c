@@ -1,24 +1,242 @@
 /*
- * cmd_report.c - gpucmd memory-report: who holds what on the device, one
- * row per service the caller may see and a totals row, as a table for
- * people or one JSON object for scripts.
+ * cmd_report.c - gpucmd memory-report: who holds what on the device.  One
+ * row per service the caller may see and a totals row, each service
+ * optionally expanded into its streams and their pools; as a table for
+ * people, one JSON object for scripts, or the Prometheus text format for
+ * a scrape or node_exporter's textfile collector.  --watch redraws it.
  *
- * The table is laid out in two passes (format every cell, then size the
- * columns to the widest cell) so exact byte counts (--bytes) and long
- * service names stay aligned; with human-readable sizes and ordinary names
- * it fits in 100 columns.
+ * Also here, because exec's `report` line prints the same thing for one
+ * stream: the definition of fragmentation and the pool table and JSON.
+ *
+ * Every output is built from the same figures (struct report_view), so the
+ * table, the JSON and the metrics cannot disagree.  Totals are sums over
+ * the services shown, which with --service is the one service; they carry
+ * no limit, since a sum of quotas limits nothing.
  */
+#include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cmd.h"
+#include "cmd_table.h"
 
 static const char report_usage[] =
-	"usage: gpucmd memory-report [--json] [--bytes]\n"
-	"  --json   print one JSON object (sizes in bytes)\n"
-	"  --bytes  exact byte counts instead of 1.5 MiB\n";
+	"usage: gpucmd memory-report [--json | --prometheus] [--bytes]\n"
+	"                            [--streams] [--pools] [--service NAME]\n"
+	"                            [--watch SECONDS]\n"
+	"  --json            print one JSON object (exact bytes, every stream and pool)\n"
+	"  --prometheus      print the Prometheus text exposition format\n"
+	"  --bytes           exact byte counts instead of 1.5 MiB\n"
+	"  --streams         show each service's streams\n"
+	"  --pools           show each stream's pools (implies --streams)\n"
+	"  --service NAME    only the service NAME\n"
+	"  --watch SECONDS   redraw every SECONDS until interrupted\n"
+	"fragmentation = 1 - largest free block / (reserved - in use - padding)\n";
+
+/* ---- figures shared with exec ------------------------------------------- */
+
+double tool_fragmentation(const struct gpucmd_memory_usage *u,
+			  uint64_t largest_free)
+{
+	uint64_t used = u->bytes_in_use + u->bytes_padding;
+	uint64_t free_bytes;
+
+	if (u->bytes_reserved <= used)
+		return 0;
+	free_bytes = u->bytes_reserved - used;
+	/* A daemon that reports a block larger than what is free is wrong. */
+	if (largest_free >= free_bytes)
+		return 0;
+	return 1.0 - (double)largest_free / (double)free_bytes;
+}
+
+uint64_t tool_stream_largest_free(const struct gpucmd_stream_report *sr)
+{
+	uint64_t max = 0;
+
+	for (size_t p = 0; p < sr->npools; p++)
+		if (sr->pools[p].largest_free > max)
+			max = sr->pools[p].largest_free;
+	return max;
+}
+
+/* "12.5%" of a fragmentation. */
+static const char *percent(double f, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.1f%%", f * 100.0);
+	return buf;
+}
+
+int tool_pool_table(const struct gpucmd_stream_report *sr, int exact,
+		    int indent)
+{
+	static const char *const headings[] = {
+		"#", "KIND", "PAGE SIZE", "PAGES", "ALLOCS", "IN USE",
+		"PADDING", "RESERVED", "LARGEST FREE", "FRAG",
+	};
+	char sz[TOOL_SIZE_LEN];
+	struct table t;
+	int r;
+
+	table_init(&t, sizeof(headings) / sizeof(headings[0]), headings);
+	table_left(&t, 1);
+	for (size_t p = 0; p < sr->npools; p++) {
+		const struct gpucmd_pool_report *pr = &sr->pools[p];
+
+		table_row(&t);
+		table_set(&t, 0, "%zu", p);
+		table_set(&t, 1, "%s", pr->kind);
+		table_set(&t, 2, "%s", pr->page_size != 0 ?
+			  tool_size(pr->page_size, exact, sz, sizeof(sz)) :
+			  "-");
+		table_set(&t, 3, "%" PRIu64, pr->pages);
+		table_set(&t, 4, "%" PRIu64, pr->usage.allocations);
+		table_set(&t, 5, "%s", tool_size(pr->usage.bytes_in_use, exact,
+						 sz, sizeof(sz)));
+		table_set(&t, 6, "%s", tool_size(pr->usage.bytes_padding,
+						 exact, sz, sizeof(sz)));
+		table_set(&t, 7, "%s", tool_size(pr->usage.bytes_reserved,
+						 exact, sz, sizeof(sz)));
+		table_set(&t, 8, "%s", tool_size(pr->largest_free, exact, sz,
+						 sizeof(sz)));
+		table_set(&t, 9, "%s",
+			  percent(tool_fragmentation(&pr->usage,
+						     pr->largest_free),
+				  sz, sizeof(sz)));
+	}
+	r = table_print(&t, stdout, indent);
+	table_free(&t);
+	return r;
+}
+
+void tool_json_usage(const struct gpucmd_memory_usage *u)
+{
+	printf("\"allocations\":%" PRIu64 ",\"bytes_in_use\":%" PRIu64
+	       ",\"bytes_padding\":%" PRIu64 ",\"bytes_reserved\":%" PRIu64,
+	       u->allocations, u->bytes_in_use, u->bytes_padding,
+	       u->bytes_reserved);
+}
+
+void tool_json_stream(const struct gpucmd_stream_report *sr)
+{
+	uint64_t lf = tool_stream_largest_free(sr);
+
+	printf("\"connection_id\":%" PRIu64 ",\"stream\":%u,",
+	       sr->connection_id, sr->stream);
+	tool_json_usage(&sr->usage);
+	printf(",\"largest_free\":%" PRIu64 ",\"fragmentation\":%.6f"
+	       ",\"pools\":[",
+	       lf, tool_fragmentation(&sr->usage, lf));
+	for (size_t p = 0; p < sr->npools; p++) {
+		const struct gpucmd_pool_report *pr = &sr->pools[p];
+
+		printf("%s{\"kind\":", p > 0 ? "," : "");
+		tool_json_string(stdout, pr->kind);
+		printf(",\"page_size\":%" PRIu64 ",\"max_slice\":%" PRIu64
+		       ",\"pages\":%" PRIu64 ",\"pages_peak\":%" PRIu64 ",",
+		       pr->page_size, pr->max_slice, pr->pages,
+		       pr->pages_peak);
+		tool_json_usage(&pr->usage);
+		printf(",\"largest_alloc\":%" PRIu64 ",\"largest_free\":%" PRIu64
+		       ",\"fragmentation\":%.6f}",
+		       pr->largest_alloc, pr->largest_free,
+		       tool_fragmentation(&pr->usage, pr->largest_free));
+	}
+	printf("]");
+}
+
+/* ---- the report as shown -------------------------------------------------- */
+
+/* A service as shown: its report and the figures derived from it. */
+struct service_view {
+	const struct gpucmd_service_report *s;
+	struct gpucmd_memory_usage usage;
+	uint64_t largest_free;	/* over every pool of every stream */
+	double fragmentation;
+};
+
+struct report_view {
+	const struct gpucmd_report *rep;
+	struct service_view *services;
+	size_t n;
+	struct {
+		uint32_t connections;
+		struct gpucmd_memory_usage usage;
+		uint64_t peak_bytes_in_use;
+		uint64_t oom_count;
+		uint64_t largest_free;
+		double fragmentation;
+	} total;
+};
+
+struct report_opts {
+	int json;
+	int prometheus;
+	int exact;
+	int streams;
+	int pools;
+	const char *service;	/* filter, NULL: all */
+	double watch;		/* seconds, 0: once */
+};
+
+static void usage_of(const struct gpucmd_service_report *s,
+		     struct gpucmd_memory_usage *u)
+{
+	u->allocations = s->allocations;
+	u->bytes_in_use = s->bytes_in_use;
+	u->bytes_padding = s->bytes_padding;
+	u->bytes_reserved = s->bytes_reserved;
+}
+
+/* The services of rep that o shows, with their figures; -ENOMEM. */
+static int view_build(const struct gpucmd_report *rep,
+		      const struct report_opts *o, struct report_view *v)
+{
+	memset(v, 0, sizeof(*v));
+	v->rep = rep;
+	v->services = calloc(rep->nservices + 1, sizeof(*v->services));
+	if (v->services == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < rep->nservices; i++) {
+		const struct gpucmd_service_report *s = &rep->services[i];
+		struct service_view *sv = &v->services[v->n];
+
+		if (o->service != NULL && strcmp(s->name, o->service) != 0)
+			continue;
+		sv->s = s;
+		usage_of(s, &sv->usage);
+		for (size_t j = 0; j < s->nstreams; j++) {
+			uint64_t lf = tool_stream_largest_free(&s->streams[j]);
+
+			if (lf > sv->largest_free)
+				sv->largest_free = lf;
+		}
+		sv->fragmentation =
+			tool_fragmentation(&sv->usage, sv->largest_free);
+		v->n++;
+
+		v->total.connections += s->connections;
+		v->total.usage.allocations += s->allocations;
+		v->total.usage.bytes_in_use += s->bytes_in_use;
+		v->total.usage.bytes_padding += s->bytes_padding;
+		v->total.usage.bytes_reserved += s->bytes_reserved;
+		v->total.peak_bytes_in_use += s->peak_bytes_in_use;
+		v->total.oom_count += s->oom_count;
+		if (sv->largest_free > v->total.largest_free)
+			v->total.largest_free = sv->largest_free;
+	}
+	v->total.fragmentation =
+		tool_fragmentation(&v->total.usage, v->total.largest_free);
+	return 0;
+}
+
+/* ---- text ------------------------------------------------------------------ */
 
 enum {
 	COL_NAME,
@@ -31,135 +249,697 @@ enum {
 	COL_PEAK,
 	COL_LIMIT,
 	COL_OOMS,
+	COL_FRAG,
 	NCOLS,
 };
 
-static const char *const headings[NCOLS] = {
-	"SERVICE", "ID", "CONN", "IN USE", "RESERVED",
-	"PADDING", "ALLOCS", "PEAK", "LIMIT", "OOMS",
+static const char *const service_headings[NCOLS] = {
+	"SERVICE", "ID", "CONN", "IN USE", "RESERVED", "PADDING",
+	"ALLOCS", "PEAK", "LIMIT", "OOMS", "FRAG",
 };
 
-#define CELL_LEN 72	/* a 63-byte service name and its NUL fit */
-
-static void format_row(char row[NCOLS][CELL_LEN], const struct gpucmd_service_report *s,
-		       int is_total, int exact)
+/* The cells of a service row (id 0 and limit 0 print as "-"). */
+static void service_cells(struct table *t, const char *name, uint32_t id,
+			  uint32_t connections,
+			  const struct gpucmd_memory_usage *u, uint64_t peak,
+			  uint64_t limit, uint64_t ooms, double frag, int exact)
 {
-	snprintf(row[COL_NAME], CELL_LEN, "%s", is_total ? "total" : s->name);
-	if (is_total)
-		snprintf(row[COL_ID], CELL_LEN, "-");
+	char sz[TOOL_SIZE_LEN];
+
+	table_row(t);
+	table_set(t, COL_NAME, "%s", name);
+	if (id != 0)
+		table_set(t, COL_ID, "%u", id);
 	else
-		snprintf(row[COL_ID], CELL_LEN, "%u", s->id);
-	snprintf(row[COL_CONN], CELL_LEN, "%u", s->connections);
-	tool_size(s->bytes_in_use, exact, row[COL_IN_USE], CELL_LEN);
-	tool_size(s->bytes_reserved, exact, row[COL_RESERVED], CELL_LEN);
-	tool_size(s->bytes_padding, exact, row[COL_PADDING], CELL_LEN);
-	snprintf(row[COL_ALLOCS], CELL_LEN, "%" PRIu64, s->allocations);
-	tool_size(s->peak_bytes_in_use, exact, row[COL_PEAK], CELL_LEN);
-	if (s->limit_bytes == 0)
-		snprintf(row[COL_LIMIT], CELL_LEN, "-");
+		table_set(t, COL_ID, "-");
+	table_set(t, COL_CONN, "%u", connections);
+	table_set(t, COL_IN_USE, "%s",
+		  tool_size(u->bytes_in_use, exact, sz, sizeof(sz)));
+	table_set(t, COL_RESERVED, "%s",
+		  tool_size(u->bytes_reserved, exact, sz, sizeof(sz)));
+	table_set(t, COL_PADDING, "%s",
+		  tool_size(u->bytes_padding, exact, sz, sizeof(sz)));
+	table_set(t, COL_ALLOCS, "%" PRIu64, u->allocations);
+	table_set(t, COL_PEAK, "%s", tool_size(peak, exact, sz, sizeof(sz)));
+	if (limit != 0)
+		table_set(t, COL_LIMIT, "%s",
+			  tool_size(limit, exact, sz, sizeof(sz)));
 	else
-		tool_size(s->limit_bytes, exact, row[COL_LIMIT], CELL_LEN);
-	snprintf(row[COL_OOMS], CELL_LEN, "%" PRIu64, s->oom_count);
+		table_set(t, COL_LIMIT, "-");
+	table_set(t, COL_OOMS, "%" PRIu64, ooms);
+	table_set(t, COL_FRAG, "%s", percent(frag, sz, sizeof(sz)));
 }
 
-static void print_row(char row[NCOLS][CELL_LEN], const int *width)
+static int streams_table(const struct service_view *sv, int exact)
 {
-	for (int c = 0; c < NCOLS; c++) {
-		if (c == COL_NAME)
-			printf("%-*s", width[c], row[c]);
-		else
-			printf("  %*s", width[c], row[c]);
+	static const char *const headings[] = {
+		"CONNECTION", "STREAM", "ALLOCS", "IN USE", "PADDING",
+		"RESERVED", "LARGEST FREE", "FRAG",
+	};
+	const struct gpucmd_service_report *s = sv->s;
+	char sz[TOOL_SIZE_LEN];
+	struct table t;
+	int r;
+
+	table_init(&t, sizeof(headings) / sizeof(headings[0]), headings);
+	for (size_t j = 0; j < s->nstreams; j++) {
+		const struct gpucmd_stream_report *sr = &s->streams[j];
+		uint64_t lf = tool_stream_largest_free(sr);
+
+		table_row(&t);
+		table_set(&t, 0, "%" PRIu64, sr->connection_id);
+		table_set(&t, 1, "%u", sr->stream);
+		table_set(&t, 2, "%" PRIu64, sr->usage.allocations);
+		table_set(&t, 3, "%s", tool_size(sr->usage.bytes_in_use, exact,
+						 sz, sizeof(sz)));
+		table_set(&t, 4, "%s", tool_size(sr->usage.bytes_padding,
+						 exact, sz, sizeof(sz)));
+		table_set(&t, 5, "%s", tool_size(sr->usage.bytes_reserved,
+						 exact, sz, sizeof(sz)));
+		table_set(&t, 6, "%s", tool_size(lf, exact, sz, sizeof(sz)));
+		table_set(&t, 7, "%s",
+			  percent(tool_fragmentation(&sr->usage, lf), sz,
+				  sizeof(sz)));
 	}
-	printf("\n");
+	r = table_print(&t, stdout, 2);
+	table_free(&t);
+	return r;
 }
 
-static int report_text(const struct gpucmd_report *rep, int exact)
+/* With --pools: each stream as a line, then its pools. */
+static int streams_with_pools(const struct service_view *sv, int exact)
 {
-	size_t nrows = rep->nservices + 2;	/* heading, services, total */
-	char(*rows)[NCOLS][CELL_LEN] = calloc(nrows, sizeof(*rows));
-	int width[NCOLS] = { 0 };
-	char total[TOOL_SIZE_LEN];
+	const struct gpucmd_service_report *s = sv->s;
+	char a[TOOL_SIZE_LEN], b[TOOL_SIZE_LEN], c[TOOL_SIZE_LEN];
+	int r = 0;
 
-	if (rows == NULL) {
+	for (size_t j = 0; j < s->nstreams; j++) {
+		const struct gpucmd_stream_report *sr = &s->streams[j];
+		uint64_t lf = tool_stream_largest_free(sr);
+
+		printf("  connection %" PRIu64 " stream %u: %" PRIu64
+		       " allocs, %s in use, %s padding, %s reserved, "
+		       "fragmentation %.1f%%\n",
+		       sr->connection_id, sr->stream, sr->usage.allocations,
+		       tool_size(sr->usage.bytes_in_use, exact, a, sizeof(a)),
+		       tool_size(sr->usage.bytes_padding, exact, b, sizeof(b)),
+		       tool_size(sr->usage.bytes_reserved, exact, c,
+				 sizeof(c)),
+		       tool_fragmentation(&sr->usage, lf) * 100.0);
+		if (tool_pool_table(sr, exact, 4) < 0)
+			r = -1;
+	}
+	return r;
+}
+
+static int report_text(const struct report_view *v,
+		       const struct report_opts *o)
+{
+	const struct gpucmd_report *rep = v->rep;
+	char a[TOOL_SIZE_LEN], b[TOOL_SIZE_LEN];
+	struct table t;
+	int r;
+
+	printf("device: %s, %s backend, %s total, ", rep->device_name,
+	       rep->backend,
+	       tool_size(rep->device_total_memory, o->exact, a, sizeof(a)));
+	if (rep->device_free_memory != 0)
+		printf("%s free\n", tool_size(rep->device_free_memory,
+					      o->exact, b, sizeof(b)));
+	else
+		printf("free n/a\n");
+	/*
+	 * The report has no figure for what the daemon holds itself
+	 * (context, modules, pinned pools): say so rather than guess.
+	 */
+	printf("daemon overhead: n/a (not reported by this gpucmdd)\n\n");
+
+	table_init(&t, NCOLS, service_headings);
+	for (size_t i = 0; i < v->n; i++) {
+		const struct service_view *sv = &v->services[i];
+		const struct gpucmd_service_report *s = sv->s;
+
+		service_cells(&t, s->name, s->id, s->connections, &sv->usage,
+			      s->peak_bytes_in_use, s->limit_bytes,
+			      s->oom_count, sv->fragmentation, o->exact);
+	}
+	service_cells(&t, "total", 0, v->total.connections, &v->total.usage,
+		      v->total.peak_bytes_in_use, 0, v->total.oom_count,
+		      v->total.fragmentation, o->exact);
+	r = table_print(&t, stdout, 0);
+	table_free(&t);
+
+	for (size_t i = 0; (o->streams || o->pools) && i < v->n; i++) {
+		const struct service_view *sv = &v->services[i];
+
+		printf("\nservice %s (id %u): %zu stream%s\n", sv->s->name,
+		       sv->s->id, sv->s->nstreams,
+		       sv->s->nstreams == 1 ? "" : "s");
+		if (sv->s->nstreams == 0)
+			continue;
+		if ((o->pools ? streams_with_pools(sv, o->exact) :
+				streams_table(sv, o->exact)) < 0)
+			r = -1;
+	}
+	if (r < 0) {
 		fprintf(stderr, "gpucmd: memory-report: out of memory\n");
 		return TOOL_EXIT_FAIL;
 	}
-	for (int c = 0; c < NCOLS; c++)
-		snprintf(rows[0][c], CELL_LEN, "%s", headings[c]);
-	for (size_t i = 0; i < rep->nservices; i++)
-		format_row(rows[i + 1], &rep->services[i], 0, exact);
-	format_row(rows[nrows - 1], &rep->totals, 1, exact);
-	for (size_t i = 0; i < nrows; i++)
-		for (int c = 0; c < NCOLS; c++) {
-			int w = (int)strlen(rows[i][c]);
-
-			if (w > width[c])
-				width[c] = w;
-		}
-
-	printf("device: %s, %s backend, %s\n\n", rep->device_name, rep->backend,
-	       tool_size(rep->device_total_memory, exact, total,
-			 sizeof(total)));
-	for (size_t i = 0; i < nrows; i++)
-		print_row(rows[i], width);
-	free(rows);
 	return TOOL_EXIT_OK;
 }
 
-static void json_service(const struct gpucmd_service_report *s)
+/* ---- JSON ------------------------------------------------------------------ */
+
+/* The members every service and the totals have. */
+static void json_service_figures(uint32_t connections,
+				 const struct gpucmd_memory_usage *u,
+				 uint64_t peak, uint64_t limit, uint64_t ooms,
+				 uint64_t largest_free, double frag)
 {
-	printf("{\"name\":");
-	tool_json_string(stdout, s->name);
-	printf(",\"id\":%u,\"connections\":%u,\"bytes_in_use\":%" PRIu64
-	       ",\"bytes_reserved\":%" PRIu64 ",\"bytes_padding\":%" PRIu64
-	       ",\"allocations\":%" PRIu64 ",\"peak_bytes_in_use\":%" PRIu64
-	       ",\"limit_bytes\":%" PRIu64 ",\"oom_count\":%" PRIu64 "}",
-	       s->id, s->connections, s->bytes_in_use, s->bytes_reserved,
-	       s->bytes_padding, s->allocations, s->peak_bytes_in_use,
-	       s->limit_bytes, s->oom_count);
+	printf("\"connections\":%u,", connections);
+	tool_json_usage(u);
+	printf(",\"peak_bytes_in_use\":%" PRIu64 ",\"limit_bytes\":%" PRIu64
+	       ",\"oom_count\":%" PRIu64 ",\"largest_free\":%" PRIu64
+	       ",\"fragmentation\":%.6f",
+	       peak, limit, ooms, largest_free, frag);
 }
 
-static void report_json(const struct gpucmd_report *rep)
+static void report_json(const struct report_view *v)
 {
+	const struct gpucmd_report *rep = v->rep;
+
 	printf("{\"device\":{\"name\":");
 	tool_json_string(stdout, rep->device_name);
 	printf(",\"backend\":");
 	tool_json_string(stdout, rep->backend);
-	printf(",\"total_memory\":%" PRIu64 "},\"services\":[",
+	printf(",\"total_memory\":%" PRIu64 ",\"free_memory\":",
 	       rep->device_total_memory);
-	for (size_t i = 0; i < rep->nservices; i++) {
-		if (i > 0)
-			printf(",");
-		json_service(&rep->services[i]);
+	if (rep->device_free_memory != 0)
+		printf("%" PRIu64, rep->device_free_memory);
+	else
+		printf("null");
+	printf("},\"daemon_overhead\":null,\"services\":[");
+	for (size_t i = 0; i < v->n; i++) {
+		const struct service_view *sv = &v->services[i];
+		const struct gpucmd_service_report *s = sv->s;
+
+		printf("%s{\"name\":", i > 0 ? "," : "");
+		tool_json_string(stdout, s->name);
+		printf(",\"id\":%u,", s->id);
+		json_service_figures(s->connections, &sv->usage,
+				     s->peak_bytes_in_use, s->limit_bytes,
+				     s->oom_count, sv->largest_free,
+				     sv->fragmentation);
+		printf(",\"streams\":[");
+		for (size_t j = 0; j < s->nstreams; j++) {
+			printf("%s{", j > 0 ? "," : "");
+			tool_json_stream(&s->streams[j]);
+			printf("}");
+		}
+		printf("]}");
 	}
-	printf("],\"totals\":");
-	json_service(&rep->totals);
-	printf("}\n");
+	printf("],\"totals\":{");
+	json_service_figures(v->total.connections, &v->total.usage,
+			     v->total.peak_bytes_in_use, 0,
+			     v->total.oom_count, v->total.largest_free,
+			     v->total.fragmentation);
+	printf("}}\n");
 }
 
-int cmd_memory_report(const struct tool_opts *o, int argc, char **argv)
+/* ---- Prometheus ------------------------------------------------------------ */
+
+/*
+ * The text exposition format wants every sample of a metric family right
+ * after its HELP and TYPE lines, so the output goes family by family, each
+ * over every service (stream, pool).  Integer figures print exactly;
+ * ratios with six decimals.
+ */
+
+/* A label value, escaped as the format says (\\, \" and \n). */
+static void prom_label(const char *name, const char *value, int first)
 {
-	struct gpucmd_conn *conn;
+	printf("%s%s=\"", first ? "" : ",", name);
+	for (const char *p = value; *p != '\0'; p++) {
+		if (*p == '\\' || *p == '"')
+			printf("\\%c", *p);
+		else if (*p == '\n')
+			printf("\\n");
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}
+
+static void prom_family(const char *name, const char *type, const char *help)
+{
+	printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One value: an exact integer, or a ratio when is_ratio. */
+struct prom_value {
+	uint64_t u;
+	double ratio;
+	int is_ratio;
+};
+
+static void prom_value(const struct prom_value *v)
+{
+	if (v->is_ratio)
+		printf(" %.6f\n", v->ratio);
+	else
+		printf(" %" PRIu64 "\n", v->u);
+}
+
+enum prom_level { PROM_SERVICE, PROM_STREAM, PROM_POOL };
+
+/* Where a sample is: the service view, and a stream and pool in it. */
+struct prom_at {
+	const struct service_view *sv;
+	const struct gpucmd_stream_report *sr;
+	size_t pool;
+};
+
+struct prom_metric {
+	enum prom_level level;
+	const char *name;
+	const char *type;
+	const char *help;
+	struct prom_value (*get)(const struct prom_at *at);
+};
+
+static struct prom_value pv(uint64_t u)
+{
+	return (struct prom_value){ .u = u };
+}
+
+static struct prom_value pr(double r)
+{
+	return (struct prom_value){ .ratio = r, .is_ratio = 1 };
+}
+
+static const struct gpucmd_pool_report *pool_at(const struct prom_at *at)
+{
+	return &at->sr->pools[at->pool];
+}
+
+static struct prom_value svc_connections(const struct prom_at *at)
+{
+	return pv(at->sv->s->connections);
+}
+
+static struct prom_value svc_in_use(const struct prom_at *at)
+{
+	return pv(at->sv->usage.bytes_in_use);
+}
+
+static struct prom_value svc_reserved(const struct prom_at *at)
+{
+	return pv(at->sv->usage.bytes_reserved);
+}
+
+static struct prom_value svc_padding(const struct prom_at *at)
+{
+	return pv(at->sv->usage.bytes_padding);
+}
+
+static struct prom_value svc_allocations(const struct prom_at *at)
+{
+	return pv(at->sv->usage.allocations);
+}
+
+static struct prom_value svc_peak(const struct prom_at *at)
+{
+	return pv(at->sv->s->peak_bytes_in_use);
+}
+
+static struct prom_value svc_limit(const struct prom_at *at)
+{
+	return pv(at->sv->s->limit_bytes);
+}
+
+static struct prom_value svc_ooms(const struct prom_at *at)
+{
+	return pv(at->sv->s->oom_count);
+}
+
+static struct prom_value svc_largest_free(const struct prom_at *at)
+{
+	return pv(at->sv->largest_free);
+}
+
+static struct prom_value svc_fragmentation(const struct prom_at *at)
+{
+	return pr(at->sv->fragmentation);
+}
+
+static struct prom_value str_in_use(const struct prom_at *at)
+{
+	return pv(at->sr->usage.bytes_in_use);
+}
+
+static struct prom_value str_reserved(const struct prom_at *at)
+{
+	return pv(at->sr->usage.bytes_reserved);
+}
+
+static struct prom_value str_padding(const struct prom_at *at)
+{
+	return pv(at->sr->usage.bytes_padding);
+}
+
+static struct prom_value str_allocations(const struct prom_at *at)
+{
+	return pv(at->sr->usage.allocations);
+}
+
+static struct prom_value str_fragmentation(const struct prom_at *at)
+{
+	return pr(tool_fragmentation(&at->sr->usage,
+				     tool_stream_largest_free(at->sr)));
+}
+
+static struct prom_value pool_page_size(const struct prom_at *at)
+{
+	return pv(pool_at(at)->page_size);
+}
+
+static struct prom_value pool_pages(const struct prom_at *at)
+{
+	return pv(pool_at(at)->pages);
+}
+
+static struct prom_value pool_in_use(const struct prom_at *at)
+{
+	return pv(pool_at(at)->usage.bytes_in_use);
+}
+
+static struct prom_value pool_reserved(const struct prom_at *at)
+{
+	return pv(pool_at(at)->usage.bytes_reserved);
+}
+
+static struct prom_value pool_padding(const struct prom_at *at)
+{
+	return pv(pool_at(at)->usage.bytes_padding);
+}
+
+static struct prom_value pool_allocations(const struct prom_at *at)
+{
+	return pv(pool_at(at)->usage.allocations);
+}
+
+static struct prom_value pool_largest_free(const struct prom_at *at)
+{
+	return pv(pool_at(at)->largest_free);
+}
+
+static struct prom_value pool_fragmentation(const struct prom_at *at)
+{
+	const struct gpucmd_pool_report *p = pool_at(at);
+
+	return pr(tool_fragmentation(&p->usage, p->largest_free));
+}
+
+static const struct prom_metric prom_metrics[] = {
+	{ PROM_SERVICE, "gpucmd_service_connections", "gauge",
+	  "Connections open for the service.", svc_connections },
+	{ PROM_SERVICE, "gpucmd_service_bytes_in_use", "gauge",
+	  "Bytes the service's live allocations asked for.", svc_in_use },
+	{ PROM_SERVICE, "gpucmd_service_bytes_reserved", "gauge",
+	  "Bytes held from the device for the service, free or in use.",
+	  svc_reserved },
+	{ PROM_SERVICE, "gpucmd_service_bytes_padding", "gauge",
+	  "Alignment padding of the service's live allocations.",
+	  svc_padding },
+	{ PROM_SERVICE, "gpucmd_service_allocations", "gauge",
+	  "Live allocations of the service.", svc_allocations },
+	{ PROM_SERVICE, "gpucmd_service_peak_bytes_in_use", "gauge",
+	  "Most bytes the service has had in use at once.", svc_peak },
+	{ PROM_SERVICE, "gpucmd_service_limit_bytes", "gauge",
+	  "Memory quota of the service (0 = none).", svc_limit },
+	{ PROM_SERVICE, "gpucmd_service_oom_total", "counter",
+	  "Allocations refused for lack of memory or quota.", svc_ooms },
+	{ PROM_SERVICE, "gpucmd_service_largest_free_bytes", "gauge",
+	  "Largest free block in any pool of the service.",
+	  svc_largest_free },
+	{ PROM_SERVICE, "gpucmd_service_fragmentation_ratio", "gauge",
+	  "1 - largest free block / (reserved - in use - padding).",
+	  svc_fragmentation },
+	{ PROM_STREAM, "gpucmd_stream_bytes_in_use", "gauge",
+	  "Bytes the stream's live allocations asked for.", str_in_use },
+	{ PROM_STREAM, "gpucmd_stream_bytes_reserved", "gauge",
+	  "Bytes held from the device by the stream's pools.",
+	  str_reserved },
+	{ PROM_STREAM, "gpucmd_stream_bytes_padding", "gauge",
+	  "Alignment padding of the stream's live allocations.",
+	  str_padding },
+	{ PROM_STREAM, "gpucmd_stream_allocations", "gauge",
+	  "Live allocations of the stream.", str_allocations },
+	{ PROM_STREAM, "gpucmd_stream_fragmentation_ratio", "gauge",
+	  "1 - largest free block / (reserved - in use - padding).",
+	  str_fragmentation },
+	{ PROM_POOL, "gpucmd_pool_page_size_bytes", "gauge",
+	  "Page size of the pool (exclusive: its largest allocation).",
+	  pool_page_size },
+	{ PROM_POOL, "gpucmd_pool_pages", "gauge",
+	  "Device allocations the pool holds.", pool_pages },
+	{ PROM_POOL, "gpucmd_pool_bytes_in_use", "gauge",
+	  "Bytes the pool's live allocations asked for.", pool_in_use },
+	{ PROM_POOL, "gpucmd_pool_bytes_reserved", "gauge",
+	  "Bytes the pool holds from the device.", pool_reserved },
+	{ PROM_POOL, "gpucmd_pool_bytes_padding", "gauge",
+	  "Alignment padding of the pool's live allocations.", pool_padding },
+	{ PROM_POOL, "gpucmd_pool_allocations", "gauge",
+	  "Live allocations in the pool.", pool_allocations },
+	{ PROM_POOL, "gpucmd_pool_largest_free_bytes", "gauge",
+	  "Largest free block the pool holds.", pool_largest_free },
+	{ PROM_POOL, "gpucmd_pool_fragmentation_ratio", "gauge",
+	  "1 - largest free block / (reserved - in use - padding).",
+	  pool_fragmentation },
+};
+
+static void prom_sample(const struct prom_metric *m, const struct prom_at *at)
+{
+	char num[24];
+	struct prom_value v = m->get(at);
+
+	printf("%s{", m->name);
+	prom_label("service", at->sv->s->name, 1);
+	if (m->level >= PROM_STREAM) {
+		snprintf(num, sizeof(num), "%" PRIu64, at->sr->connection_id);
+		prom_label("connection", num, 0);
+		snprintf(num, sizeof(num), "%u", at->sr->stream);
+		prom_label("stream", num, 0);
+	}
+	if (m->level == PROM_POOL) {
+		snprintf(num, sizeof(num), "%zu", at->pool);
+		prom_label("pool", num, 0);
+		prom_label("kind", pool_at(at)->kind, 0);
+	}
+	printf("}");
+	prom_value(&v);
+}
+
+static void report_prometheus(const struct report_view *v)
+{
+	const struct gpucmd_report *rep = v->rep;
+
+	prom_family("gpucmd_device_memory_bytes", "gauge",
+		    "Total memory of the device.");
+	printf("gpucmd_device_memory_bytes{");
+	prom_label("device", rep->device_name, 1);
+	prom_label("backend", rep->backend, 0);
+	printf("} %" PRIu64 "\n", rep->device_total_memory);
+	if (rep->device_free_memory != 0) {
+		prom_family("gpucmd_device_free_memory_bytes", "gauge",
+			    "Free memory of the device.");
+		printf("gpucmd_device_free_memory_bytes{");
+		prom_label("device", rep->device_name, 1);
+		prom_label("backend", rep->backend, 0);
+		printf("} %" PRIu64 "\n", rep->device_free_memory);
+	}
+	for (size_t k = 0; k < sizeof(prom_metrics) / sizeof(prom_metrics[0]);
+	     k++) {
+		const struct prom_metric *m = &prom_metrics[k];
+
+		prom_family(m->name, m->type, m->help);
+		for (size_t i = 0; i < v->n; i++) {
+			struct prom_at at = { .sv = &v->services[i] };
+			const struct gpucmd_service_report *s = at.sv->s;
+
+			if (m->level == PROM_SERVICE) {
+				prom_sample(m, &at);
+				continue;
+			}
+			for (size_t j = 0; j < s->nstreams; j++) {
+				at.sr = &s->streams[j];
+				if (m->level == PROM_STREAM) {
+					prom_sample(m, &at);
+					continue;
+				}
+				for (at.pool = 0; at.pool < at.sr->npools;
+				     at.pool++)
+					prom_sample(m, &at);
+			}
+		}
+	}
+}
+
+/* ---- the command ----------------------------------------------------------- */
+
+static volatile sig_atomic_t watch_stop;
+
+static void on_interrupt(int sig)
+{
+	(void)sig;
+	watch_stop = 1;
+}
+
+/* Sleep for seconds, or until SIGINT or SIGTERM. */
+static void watch_sleep(double seconds)
+{
+	struct timespec ts = {
+		.tv_sec = (time_t)seconds,
+		.tv_nsec = (long)((seconds - (double)(time_t)seconds) * 1e9),
+	};
+
+	while (!watch_stop && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* One report, printed the way o asks. */
+static int report_once(struct gpucmd_conn *conn, const struct report_opts *o)
+{
 	struct gpucmd_report *rep;
-	int json = 0, exact = 0;
+	struct report_view v;
 	int r;
 
-	r = tool_flags(argc, argv, report_usage, &json, &exact);
-	if (r >= 0)
-		return r;
-	r = tool_connect(o, NULL, &conn);
-	if (r != 0)
-		return r;
 	r = gpucmd_memory_report(conn, &rep);
-	gpucmd_close(conn);
 	if (r < 0)
 		return tool_fail("memory-report", r);
-	if (json) {
-		report_json(rep);
+	if (view_build(rep, o, &v) < 0) {
+		gpucmd_report_free(rep);
+		fprintf(stderr, "gpucmd: memory-report: out of memory\n");
+		return TOOL_EXIT_FAIL;
+	}
+	if (o->service != NULL && v.n == 0) {
+		fprintf(stderr, "gpucmd: memory-report: no service '%s' in "
+			"the report (unknown to the daemon, or not visible to "
+			"this user)\n", o->service);
+		r = TOOL_EXIT_FAIL;
+	} else if (o->json) {
+		report_json(&v);
+		r = TOOL_EXIT_OK;
+	} else if (o->prometheus) {
+		report_prometheus(&v);
 		r = TOOL_EXIT_OK;
 	} else {
-		r = report_text(rep, exact);
+		r = report_text(&v, o);
 	}
+	free(v.services);
 	gpucmd_report_free(rep);
+	fflush(stdout);
+	return r;
+}
+
+static int report_args(int argc, char **argv, struct report_opts *o)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "prometheus", no_argument, NULL, 'p' },
+		{ "bytes", no_argument, NULL, 'b' },
+		{ "streams", no_argument, NULL, 's' },
+		{ "pools", no_argument, NULL, 'P' },
+		{ "service", required_argument, NULL, 'S' },
+		{ "watch", required_argument, NULL, 'w' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char *end;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			o->json = 1;
+			break;
+		case 'p':
+			o->prometheus = 1;
+			break;
+		case 'b':
+			o->exact = 1;
+			break;
+		case 's':
+			o->streams = 1;
+			break;
+		case 'P':
+			o->pools = 1;
+			break;
+		case 'S':
+			o->service = optarg;
+			break;
+		case 'w':
+			errno = 0;
+			o->watch = strtod(optarg, &end);
+			if (*optarg == '\0' || *end != '\0' || errno != 0 ||
+			    !(o->watch >= 0.1 && o->watch <= 86400))
+				return tool_usage(argv[0], report_usage,
+						  TOOL_EXIT_USAGE,
+						  "--watch takes seconds from "
+						  "0.1 to 86400, not '%s'",
+						  optarg);
+			break;
+		case 'h':
+			return tool_usage(argv[0], report_usage, TOOL_EXIT_OK,
+					  NULL);
+		default:
+			return tool_usage(argv[0], report_usage,
+					  TOOL_EXIT_USAGE, NULL);
+		}
+	}
+	if (optind < argc)
+		return tool_usage(argv[0], report_usage, TOOL_EXIT_USAGE,
+				  "unexpected argument '%s'", argv[optind]);
+	if (o->json && o->prometheus)
+		return tool_usage(argv[0], report_usage, TOOL_EXIT_USAGE,
+				  "--json and --prometheus exclude each other");
+	return -1;
+}
+
+int cmd_memory_report(const struct tool_opts *opts, int argc, char **argv)
+{
+	struct report_opts o = { 0 };
+	struct sigaction sa = { .sa_handler = on_interrupt };
+	struct gpucmd_conn *conn;
+	int tty, r;
+
+	r = report_args(argc, argv, &o);
+	if (r >= 0)
+		return r;
+	r = tool_connect(opts, NULL, &conn);
+	if (r != 0)
+		return r;
+	if (o.watch == 0) {
+		r = report_once(conn, &o);
+		gpucmd_close(conn);
+		return r;
+	}
+	/* No SA_RESTART: the signal must cut the sleep short. */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	tty = isatty(STDOUT_FILENO);
+	for (int first = 1; !watch_stop; first = 0) {
+		/* Home and clear only on a terminal; a file gets every frame. */
+		if (tty)
+			printf("\033[H\033[2J");
+		else if (!first && !o.json && !o.prometheus)
+			printf("\n");
+		r = report_once(conn, &o);
+		if (r != TOOL_EXIT_OK)
+			break;
+		watch_sleep(o.watch);
+	}
+	gpucmd_close(conn);
 	return r;
 }

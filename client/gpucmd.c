@@ -26,7 +26,10 @@ struct tool_command {
 static const struct tool_command commands[] = {
 	{ "ping", cmd_ping, "measure round trips to the daemon" },
 	{ "status", cmd_status, "show the daemon's status and this client's limits" },
-	{ "memory-report", cmd_memory_report, "show device memory per service" },
+	{ "memory-report", cmd_memory_report, "show device memory per service, stream and pool" },
+	{ "services", cmd_services, "list the services and what they hold" },
+	{ "evict", cmd_evict, "end a service's connections (or one connection)" },
+	{ "cleanup", cmd_cleanup, "return a service's free memory to the device" },
 	{ "exec", cmd_exec, "run a script of operations (see gpucmd(1))" },
 };
 

@@ -1,7 +1,7 @@
 /*
- * response.c - reading a collected response, and the two library calls
- * that are a round trip of their own (memory report, status) and convert
- * the daemon's answer into the plain structs of gpucmd.h.
+ * response.c - reading a collected response, and the library calls that
+ * are a round trip of their own (memory report, status, evict, cleanup)
+ * and convert the daemon's answer into the plain structs of gpucmd.h.
  *
  * A response keeps the decoded frame and the accessors read it in place,
  * so read data is not copied a second time; it lives until
@@ -126,26 +126,129 @@ GPUCMD_EXTERN int gpucmd_response_usage(const struct gpucmd_response *resp,
 	return 0;
 }
 
-/*
- * Run a batch of the single op kind and hand back the response with its
- * result, which must be of kind want.  The caller frees *resp.
- */
-static int query(struct gpucmd_conn *conn, Gpucmd__Op__OpCase kind,
-		 Gpucmd__OpResult__ResultCase want,
-		 struct gpucmd_response **resp, const Gpucmd__OpResult **res)
+GPUCMD_EXTERN int gpucmd_response_value(const struct gpucmd_response *resp,
+					size_t i, uint64_t *out)
 {
-	struct gpucmd_batch *b;
+	const Gpucmd__OpResult *res =
+		result_at(resp, i, GPUCMD__OP_RESULT__RESULT_VALUE);
+
+	if (res == NULL || out == NULL)
+		return GPUCMD_EINVAL;
+	*out = res->value;
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_response_profile(const struct gpucmd_response *resp,
+					  size_t i, struct gpucmd_profile *out)
+{
+	const Gpucmd__OpResult *res =
+		result_at(resp, i, GPUCMD__OP_RESULT__RESULT_PROFILE);
+	const Gpucmd__Profile *p;
+
+	if (res == NULL || out == NULL || res->profile == NULL)
+		return GPUCMD_EINVAL;
+	p = res->profile;
+	out->device_ms = p->device_ms;
+	out->valid = p->valid ? 1 : 0;
+	/* An invalid profile always says why, if only that it is. */
+	if (p->reason != NULL && p->reason[0] != '\0')
+		out->reason = p->reason;
+	else
+		out->reason = p->valid ? "" : "invalid";
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_response_cpu(const struct gpucmd_response *resp,
+				      size_t i, struct gpucmd_cpu_buffer *out)
+{
+	const Gpucmd__OpResult *res =
+		result_at(resp, i, GPUCMD__OP_RESULT__RESULT_CPU);
+
+	if (res == NULL || out == NULL || res->cpu == NULL)
+		return GPUCMD_EINVAL;
+	out->size = res->cpu->size;
+	out->pinned = res->cpu->pinned ? 1 : 0;
+	return 0;
+}
+
+static void pool_from_wire(struct gpucmd_pool_report *out,
+			   const Gpucmd__PoolReport *p)
+{
+	memset(out, 0, sizeof(*out));
+	snprintf(out->kind, sizeof(out->kind), "%s", p->kind);
+	out->page_size = p->page_size;
+	out->max_slice = p->max_slice;
+	out->pages = p->pages;
+	out->pages_peak = p->pages_peak;
+	usage_from_wire(&out->usage, p->usage);
+	out->largest_alloc = p->largest_alloc;
+	out->largest_free = p->largest_free;
+}
+
+/*
+ * Fill out from a wire stream report; its pools go into an array of their
+ * own (NULL when there are none), which the caller frees.
+ */
+static int stream_from_wire(struct gpucmd_stream_report *out,
+			    const Gpucmd__StreamReport *s)
+{
+	memset(out, 0, sizeof(*out));
+	out->connection_id = s->connection_id;
+	out->stream = s->stream;
+	usage_from_wire(&out->usage, s->usage);
+	if (s->n_pools == 0)
+		return 0;
+	out->pools = calloc(s->n_pools, sizeof(*out->pools));
+	if (out->pools == NULL)
+		return -ENOMEM;
+	for (size_t p = 0; p < s->n_pools; p++)
+		pool_from_wire(&out->pools[p], s->pools[p]);
+	out->npools = s->n_pools;
+	return 0;
+}
+
+GPUCMD_EXTERN int
+gpucmd_response_stream_report(const struct gpucmd_response *resp, size_t i,
+			      struct gpucmd_stream_report **out)
+{
+	const Gpucmd__OpResult *res =
+		result_at(resp, i, GPUCMD__OP_RESULT__RESULT_STREAM_REPORT);
+	struct gpucmd_stream_report *sr;
+	int r;
+
+	if (res == NULL || out == NULL || res->stream_report == NULL)
+		return GPUCMD_EINVAL;
+	sr = malloc(sizeof(*sr));
+	if (sr == NULL)
+		return -ENOMEM;
+	r = stream_from_wire(sr, res->stream_report);
+	if (r < 0) {
+		free(sr);
+		return r;
+	}
+	*out = sr;
+	return 0;
+}
+
+GPUCMD_EXTERN void gpucmd_stream_report_free(struct gpucmd_stream_report *sr)
+{
+	if (sr == NULL)
+		return;
+	free(sr->pools);
+	free(sr);
+}
+
+/*
+ * Run b, a batch of one op, and hand back the response with its result,
+ * which must be of kind want.  The caller frees *resp.
+ */
+static int query_run(struct gpucmd_batch *b, Gpucmd__OpResult__ResultCase want,
+		     struct gpucmd_response **resp,
+		     const Gpucmd__OpResult **res)
+{
 	struct gpucmd_response *got;
 	int r;
 
-	r = gpucmd_batch_new(conn, 0, &b);
-	if (r < 0)
-		return r;
-	r = batch_add_plain(b, kind);
-	if (r < 0) {
-		gpucmd_batch_free(b);
-		return r;
-	}
 	r = gpucmd_run(b, &got);
 	if (r < 0)
 		return r;
@@ -163,14 +266,34 @@ static int query(struct gpucmd_conn *conn, Gpucmd__Op__OpCase kind,
 	return 0;
 }
 
-static void service_from_wire(struct gpucmd_service_report *out,
-			      const Gpucmd__ServiceReport *s)
+/* query_run for a batch of the single field-less op kind. */
+static int query(struct gpucmd_conn *conn, Gpucmd__Op__OpCase kind,
+		 Gpucmd__OpResult__ResultCase want,
+		 struct gpucmd_response **resp, const Gpucmd__OpResult **res)
+{
+	struct gpucmd_batch *b;
+	int r;
+
+	r = gpucmd_batch_new(conn, 0, &b);
+	if (r < 0)
+		return r;
+	r = batch_add_plain(b, kind);
+	if (r < 0) {
+		gpucmd_batch_free(b);
+		return r;
+	}
+	return query_run(b, want, resp, res);
+}
+
+/* Fill out from s; with streams, also its streams (the totals have none). */
+static int service_from_wire(struct gpucmd_service_report *out,
+			     const Gpucmd__ServiceReport *s, int streams)
 {
 	struct gpucmd_memory_usage u;
 
 	memset(out, 0, sizeof(*out));
 	if (s == NULL)
-		return;
+		return 0;
 	usage_from_wire(&u, s->usage);
 	snprintf(out->name, sizeof(out->name), "%s", s->name);
 	out->id = s->id;
@@ -182,6 +305,20 @@ static void service_from_wire(struct gpucmd_service_report *out,
 	out->peak_bytes_in_use = s->peak_bytes_in_use;
 	out->limit_bytes = s->limit_bytes;
 	out->oom_count = s->oom_count;
+	if (!streams || s->n_streams == 0)
+		return 0;
+	out->streams = calloc(s->n_streams, sizeof(*out->streams));
+	if (out->streams == NULL)
+		return -ENOMEM;
+	/* Counted as they are filled, so a failure frees only what exists. */
+	for (size_t i = 0; i < s->n_streams; i++) {
+		int r = stream_from_wire(&out->streams[i], s->streams[i]);
+
+		if (r < 0)
+			return r;
+		out->nstreams++;
+	}
+	return 0;
 }
 
 /* Totals for a daemon that sent none: sums, and no limit. */
@@ -238,15 +375,22 @@ GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,
 		snprintf(rep->backend, sizeof(rep->backend), "%s",
 			 m->device->backend);
 		rep->device_total_memory = m->device->total_memory;
+		rep->device_free_memory = m->device->free_memory;
 	}
-	rep->nservices = m->n_services;
-	for (size_t i = 0; i < m->n_services; i++)
-		service_from_wire(&rep->services[i], m->services[i]);
+	/* Counted as they are filled, so gpucmd_report_free frees what is. */
+	for (size_t i = 0; r == 0 && i < m->n_services; i++) {
+		r = service_from_wire(&rep->services[i], m->services[i], 1);
+		rep->nservices++;
+	}
 	if (m->totals != NULL)
-		service_from_wire(&rep->totals, m->totals);
+		service_from_wire(&rep->totals, m->totals, 0);
 	else
 		add_totals(rep);
 	gpucmd_response_free(resp);
+	if (r < 0) {
+		gpucmd_report_free(rep);
+		return r;
+	}
 	*out = rep;
 	return 0;
 }
@@ -255,6 +399,13 @@ GPUCMD_EXTERN void gpucmd_report_free(struct gpucmd_report *rep)
 {
 	if (rep == NULL)
 		return;
+	for (size_t i = 0; i < rep->nservices; i++) {
+		struct gpucmd_service_report *s = &rep->services[i];
+
+		for (size_t j = 0; j < s->nstreams; j++)
+			free(s->streams[j].pools);
+		free(s->streams);
+	}
 	free(rep->services);
 	free(rep);
 }
@@ -295,4 +446,55 @@ GPUCMD_EXTERN int gpucmd_status(struct gpucmd_conn *conn,
 	gpucmd_response_free(resp);
 	*out = st;
 	return 0;
+}
+
+/*
+ * Run b, whose one op (queued with the result added, a negative code when
+ * that failed) answers with a value, and store the value in *out.
+ */
+static int run_value(struct gpucmd_batch *b, int added, uint64_t *out)
+{
+	struct gpucmd_response *resp;
+	const Gpucmd__OpResult *res;
+	int r;
+
+	if (added < 0) {
+		gpucmd_batch_free(b);
+		return added;
+	}
+	r = query_run(b, GPUCMD__OP_RESULT__RESULT_VALUE, &resp, &res);
+	if (r < 0)
+		return r;
+	*out = res->value;
+	gpucmd_response_free(resp);
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_evict(struct gpucmd_conn *conn, const char *service,
+			       uint64_t connection_id, uint64_t *count)
+{
+	struct gpucmd_batch *b;
+	int r;
+
+	if (conn == NULL || count == NULL ||
+	    ((service == NULL || service[0] == '\0') && connection_id == 0))
+		return GPUCMD_EINVAL;
+	r = gpucmd_batch_new(conn, 0, &b);
+	if (r < 0)
+		return r;
+	return run_value(b, batch_add_evict(b, service, connection_id), count);
+}
+
+GPUCMD_EXTERN int gpucmd_cleanup(struct gpucmd_conn *conn, const char *service,
+				 uint64_t *bytes)
+{
+	struct gpucmd_batch *b;
+	int r;
+
+	if (conn == NULL || bytes == NULL)
+		return GPUCMD_EINVAL;
+	r = gpucmd_batch_new(conn, 0, &b);
+	if (r < 0)
+		return r;
+	return run_value(b, batch_add_cleanup(b, service), bytes);
 }

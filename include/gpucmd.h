@@ -179,6 +179,127 @@ GPUCMD_EXTERN int gpucmd_batch_kernel(struct gpucmd_batch *b, const char *name,
 				      const uint32_t block[3],
 				      const struct gpucmd_arg *args,
 				      size_t nargs);
+/*
+ * gpucmd_batch_kernel with shared_bytes of dynamic shared memory per block;
+ * a value over the device's limit is refused by the driver (GPUCMD_ELAUNCH),
+ * which invalidates the stream's open profiles.
+ */
+GPUCMD_EXTERN int gpucmd_batch_kernel_shared(struct gpucmd_batch *b,
+					     const char *name,
+					     const uint32_t grid[3],
+					     const uint32_t block[3],
+					     uint32_t shared_bytes,
+					     const struct gpucmd_arg *args,
+					     size_t nargs);
+
+/*
+ * Memory of the batch's stream.  A reservation is memory without a handle:
+ * reservation ids are chosen by the client in a namespace of their own
+ * (non-zero; GPUCMD_EEXIST while live), and bind turns one into a handle.
+ */
+
+/* Reserve size bytes as reservation (GPUCMD_ETOOBIG: no pool fits). */
+GPUCMD_EXTERN int gpucmd_batch_reserve(struct gpucmd_batch *b,
+				       uint64_t reservation, uint64_t size);
+/* Give reservation's memory to handle (unknown or bound: GPUCMD_EINVAL). */
+GPUCMD_EXTERN int gpucmd_batch_bind(struct gpucmd_batch *b,
+				    uint64_t reservation, uint64_t handle);
+/* Ask for the stream's cursor, the commands resolved on it. */
+GPUCMD_EXTERN int gpucmd_batch_cursor(struct gpucmd_batch *b);
+/* Ask for the stream's pools: gpucmd_response_stream_report. */
+GPUCMD_EXTERN int gpucmd_batch_stream_report(struct gpucmd_batch *b);
+/* Flush the stream's drops and return its free pages to the device. */
+GPUCMD_EXTERN int gpucmd_batch_memory_cleanup(struct gpucmd_batch *b);
+/* Free released memory the device is past (deferred during a capture). */
+GPUCMD_EXTERN int gpucmd_batch_flush_drops(struct gpucmd_batch *b);
+
+enum gpucmd_allocation_mode {
+	GPUCMD_MODE_AUTO = 0,		/* closes one persistent window */
+	GPUCMD_MODE_PERSISTENT = 1,	/* opens one: exact-size persistent pool */
+};
+/* Nest the stream's allocation mode: persistent while any window is open. */
+GPUCMD_EXTERN int gpucmd_batch_allocation_mode(struct gpucmd_batch *b,
+					       enum gpucmd_allocation_mode mode);
+
+/* One pool of a custom layout; sizes in bytes, 0 = the daemon's default. */
+struct gpucmd_pool_options {
+	const char *kind;		/* "sliced", "exclusive" or "direct" */
+	uint64_t page_size;		/* sliced: page size */
+	uint64_t max_slice;		/* sliced: largest slice */
+	uint64_t max_pool_size;		/* sliced: cap on its pages */
+	uint64_t max_alloc;		/* exclusive: largest allocation */
+	uint64_t dealloc_period;	/* exclusive: reservations between cleanups */
+	uint64_t reclaim_at;		/* direct: reserved-bytes watermark */
+};
+/*
+ * Replace the stream's dynamic pools with preset "subslices", "exclusive"
+ * or "custom" (then npools pools, else none).  While buffers live in them:
+ * GPUCMD_EPOOLSINUSE with the bytes in use in the message, old layout kept.
+ */
+GPUCMD_EXTERN int gpucmd_batch_install_pools(struct gpucmd_batch *b,
+					     const char *preset,
+					     const struct gpucmd_pool_options *pools,
+					     size_t npools);
+/* Reserve size bytes of the daemon's host memory: gpucmd_response_cpu. */
+GPUCMD_EXTERN int gpucmd_batch_reserve_cpu(struct gpucmd_batch *b,
+					   uint64_t size);
+
+/* Most dimensions of a copy layout. */
+#define GPUCMD_MAX_RANK 8
+/*
+ * A strided copy: shape and strides (in elements) of rank dimensions,
+ * row-major.  Only pitched layouts copy (last stride 1, each row pitch at
+ * least its row, higher dimensions packed); the daemon refuses any other
+ * with GPUCMD_ESTRIDES.  The host side is always dense.
+ */
+struct gpucmd_layout {
+	uint32_t rank;
+	uint64_t shape[GPUCMD_MAX_RANK];
+	uint64_t strides[GPUCMD_MAX_RANK];
+	uint32_t elem_size;		/* bytes per element */
+};
+/* Copy len packed bytes (the layout's size) into handle at offset. */
+GPUCMD_EXTERN int gpucmd_batch_write_layout(struct gpucmd_batch *b,
+					    uint64_t handle, uint64_t offset,
+					    const struct gpucmd_layout *layout,
+					    const void *data, size_t len);
+/* Read the layout's elements of handle at offset; they come back dense. */
+GPUCMD_EXTERN int gpucmd_batch_read_layout(struct gpucmd_batch *b,
+					   uint64_t handle, uint64_t offset,
+					   const struct gpucmd_layout *layout);
+
+/*
+ * Profiles time the device between begin and end on one stream (ids are
+ * the client's, per connection).  A launch the driver refuses on the
+ * stream in between makes the result invalid, with the reason.
+ */
+
+/* Open profile on the stream (GPUCMD_EEXIST if it is open). */
+GPUCMD_EXTERN int gpucmd_batch_profile_begin(struct gpucmd_batch *b,
+					     uint64_t profile);
+/* Close profile on the stream that opened it: gpucmd_response_profile. */
+GPUCMD_EXTERN int gpucmd_batch_profile_end(struct gpucmd_batch *b,
+					   uint64_t profile);
+
+/*
+ * Graph capture: the stream's kernels and copies between capture_begin
+ * and capture_end are recorded, not run, into a graph the client names.
+ * While recording, allocation, reads, sync and profiles are refused with
+ * GPUCMD_EINVAL (reserve memory before), and releasing a handle a graph
+ * uses is GPUCMD_EBUSY until the graph is destroyed.
+ */
+
+/* Start recording the stream. */
+GPUCMD_EXTERN int gpucmd_batch_capture_begin(struct gpucmd_batch *b);
+/* Stop recording into graph (non-zero, not in use: else EINVAL/EEXIST). */
+GPUCMD_EXTERN int gpucmd_batch_capture_end(struct gpucmd_batch *b,
+					   uint64_t graph);
+/* Replay graph on the stream (GPUCMD_ENOTFOUND if it does not exist). */
+GPUCMD_EXTERN int gpucmd_batch_graph_launch(struct gpucmd_batch *b,
+					    uint64_t graph);
+/* Destroy graph; replays already queued still run. */
+GPUCMD_EXTERN int gpucmd_batch_graph_destroy(struct gpucmd_batch *b,
+					     uint64_t graph);
 
 /*
  * Send the batch (consuming it) and return its request id in *id.  The
@@ -209,6 +330,57 @@ GPUCMD_EXTERN int gpucmd_response_data(const struct gpucmd_response *r,
 GPUCMD_EXTERN int gpucmd_response_usage(const struct gpucmd_response *r,
 					size_t i,
 					struct gpucmd_memory_usage *out);
+/* The number returned at result i (a cursor). */
+GPUCMD_EXTERN int gpucmd_response_value(const struct gpucmd_response *r,
+					size_t i, uint64_t *out);
+
+/* A closed profile. */
+struct gpucmd_profile {
+	double device_ms;	/* device time between begin and end */
+	int valid;		/* 0: a launch in between was refused */
+	const char *reason;	/* why not valid, "" when valid (lives with r) */
+};
+/* The profile returned by a profile_end at result i. */
+GPUCMD_EXTERN int gpucmd_response_profile(const struct gpucmd_response *r,
+					  size_t i,
+					  struct gpucmd_profile *out);
+
+/* What a reserve_cpu got. */
+struct gpucmd_cpu_buffer {
+	uint64_t size;		/* always the size asked for */
+	int pinned;		/* 1: the pinned pool served it, 0: the heap */
+};
+/* The host buffer returned by a reserve_cpu at result i. */
+GPUCMD_EXTERN int gpucmd_response_cpu(const struct gpucmd_response *r,
+				      size_t i,
+				      struct gpucmd_cpu_buffer *out);
+
+/* One pool of a stream. */
+struct gpucmd_pool_report {
+	char kind[16];		/* "sliced", "exclusive", "persistent", "direct" */
+	uint64_t page_size;	/* sliced: page; exclusive: max_alloc */
+	uint64_t max_slice;
+	uint64_t pages;		/* device allocations held now */
+	uint64_t pages_peak;
+	struct gpucmd_memory_usage usage;
+	uint64_t largest_alloc;	/* largest request served */
+	uint64_t largest_free;	/* largest free block held */
+};
+/* One stream's memory: its usage is the sum of its pools'. */
+struct gpucmd_stream_report {
+	uint64_t connection_id;
+	uint32_t stream;
+	struct gpucmd_memory_usage usage;
+	size_t npools;
+	struct gpucmd_pool_report *pools;
+};
+/* A copy of the stream report at result i (gpucmd_stream_report_free). */
+GPUCMD_EXTERN int gpucmd_response_stream_report(const struct gpucmd_response *r,
+						size_t i,
+						struct gpucmd_stream_report **out);
+/* Free a report from gpucmd_response_stream_report. */
+GPUCMD_EXTERN void gpucmd_stream_report_free(struct gpucmd_stream_report *sr);
+/* Free a response and everything its accessors pointed into. */
 GPUCMD_EXTERN void gpucmd_response_free(struct gpucmd_response *r);
 
 /* Daemon-wide memory report, one entry per service the caller may see. */
@@ -223,6 +395,9 @@ struct gpucmd_service_report {
 	uint64_t peak_bytes_in_use;
 	uint64_t limit_bytes;	/* 0 = no limit */
 	uint64_t oom_count;
+	/* Its streams, on every connection (none in totals). */
+	size_t nstreams;
+	struct gpucmd_stream_report *streams;
 };
 struct gpucmd_report {
 	char device_name[128];
@@ -231,11 +406,29 @@ struct gpucmd_report {
 	size_t nservices;
 	struct gpucmd_service_report *services;
 	struct gpucmd_service_report totals;
+	uint64_t device_free_memory;	/* 0 = the daemon did not say */
 };
 /* Ask for the memory report (a round trip of its own). */
 GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,
 				       struct gpucmd_report **out);
+/* Free a memory report, its services, streams and pools. */
 GPUCMD_EXTERN void gpucmd_report_free(struct gpucmd_report *r);
+
+/*
+ * End connections: every one of service (NULL or "": any service), or only
+ * connection_id (0: any); at least one of them must be given.  Admins may
+ * evict anyone, others only their own service's connections; the caller's
+ * own connection is spared.  *count gets how many ended.  A round trip of
+ * its own (evict must be the only op of its request).
+ */
+GPUCMD_EXTERN int gpucmd_evict(struct gpucmd_conn *conn, const char *service,
+			       uint64_t connection_id, uint64_t *count);
+/*
+ * Return the free memory of service (NULL or "": the caller's own; another
+ * needs an admin) to the device; *bytes gets how much went back.
+ */
+GPUCMD_EXTERN int gpucmd_cleanup(struct gpucmd_conn *conn, const char *service,
+				 uint64_t *bytes);
 
 /* Daemon status: version, backend, uptime, counts. */
 struct gpucmd_status {
@@ -250,6 +443,7 @@ struct gpucmd_status {
 	uint64_t bytes_reserved;
 	uint64_t device_total_memory;
 };
+/* Ask for the daemon's status (a round trip of its own). */
 GPUCMD_EXTERN int gpucmd_status(struct gpucmd_conn *conn,
 				struct gpucmd_status *out);
 

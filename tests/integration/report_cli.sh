@@ -1,0 +1,364 @@
+#!/bin/sh
+# report_cli.sh - gpucmd memory-report, services, evict and cleanup against
+# a real daemon: the JSON has the exact bytes the clients hold, the text
+# table (--bytes) shows the same numbers, --prometheus is valid exposition
+# format with the same numbers, --service filters, --watch redraws, and a
+# user who is not an admin sees only the service it speaks for.
+#
+# The last part runs the tool as nobody, so the test needs root (77
+# otherwise) and a daemon whose socket is open to everyone (its config
+# sets socket_mode = 0666).
+set -u
+BUILD=${BUILD:-build}
+if [ "$(id -u)" -ne 0 ]; then
+	echo "skipped: needs root to run the tool as nobody"
+	exit 77
+fi
+if ! command -v setpriv >/dev/null 2>&1; then
+	echo "skipped: needs setpriv (util-linux) to run the tool as nobody"
+	exit 77
+fi
+dir=$(mktemp -d /tmp/gpucmd-report-XXXXXX)
+chmod 755 "$dir"
+sock=$dir/s.sock
+cat >"$dir/gpucmdd.conf" <<'CONF'
+[daemon]
+socket_mode = 0666
+
+[service held]
+memory_limit = 64M
+CONF
+"$BUILD/gpucmdd" --config "$dir/gpucmdd.conf" --socket "$sock" \
+	--backend "${GPUCMD_TEST_BACKEND:-host}" 2>"$dir/log" &
+pid=$!
+holders=""
+cleanup() {
+	# Closing the holders' input ends them; then the daemon.
+	exec 4>&- 5>&-
+	for h in $holders; do
+		wait "$h" 2>/dev/null
+	done
+	kill "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*"
+	tail -n 20 "$dir/log"
+	exit 1
+}
+i=0
+while [ ! -S "$sock" ]; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "daemon did not start"
+	sleep 0.02
+done
+# The tool as root (an admin) and as nobody, from a copy nobody can run.
+cp "$BUILD/gpucmd" "$dir/gpucmd"
+chmod 755 "$dir/gpucmd"
+g() { "$dir/gpucmd" --socket "$sock" "$@"; }
+gn() {
+	setpriv --reuid=65534 --regid=65534 --clear-groups \
+		"$dir/gpucmd" --socket "$sock" "$@"
+}
+
+# 0. The exec lines of the memory, profile and graph ops print what
+#    gpucmd(1) says they print.
+out=$(g exec <<'SCRIPT'
+reserve r 96
+bind r m
+write m shape=3,2 strides=4,1 elem=4 hex:010000000200000003000000040000000500000006000000
+read m shape=3,2 strides=4,1 elem=4
+read m 16 8
+cursor
+reserve-cpu 4K
+mode persistent
+empty p 100
+mode auto
+profile begin t
+kernel spin u32:20000
+profile end t
+submit
+capture begin
+kernel fill_u32 grid=1 block=64 m u32:7 u32:2
+capture end g
+launch g
+read m 0 8
+destroy g
+report
+SCRIPT
+) || fail "exec of the new ops exited $?: $out"
+line() { printf '%s\n' "$out" | sed -n "$1p"; }
+[ "$(line 1)" = 010000000200000003000000040000000500000006000000 ] ||
+	fail "layout read: $out"
+# The pitch is 4 elements: the second row starts at byte 16.
+[ "$(line 2)" = 0300000004000000 ] || fail "pitched write: $out"
+[ "$(line 3)" = "cursor: 6" ] || fail "cursor: $out"
+case "$(line 4)" in
+"reserve_cpu: 4096 bytes pinned" | "reserve_cpu: 4096 bytes heap") ;;
+*) fail "reserve-cpu: $out" ;;
+esac
+line 5 | awk '$1 == "profile" && $2 == "t:" && $3 >= 15 && $3 < 2000 && $4 == "ms" { ok = 1 }
+	END { exit !ok }' || fail "profile: $out"
+[ "$(line 6)" = 0700000007000000 ] || fail "graph replay: $out"
+case "$(line 7)" in
+"report: stream 0 (connection "*"): allocations=2 bytes_in_use=196 "*) ;;
+*) fail "report: $out" ;;
+esac
+printf '%s\n' "$out" | grep -Eq '^  [0-9]+  persistent +- +1 +1 +100 ' ||
+	fail "report has no persistent pool holding 100 bytes: $out"
+err=$(printf 'empty a 100\npools custom sliced:page=1M\n' | g exec - 2>&1 >/dev/null)
+[ $? -eq 1 ] || fail "pools with a live buffer did not exit 1"
+case "$err" in
+*"GPUCMD_EPOOLSINUSE"*"100 bytes"*) ;;
+*) fail "pools in use: $err" ;;
+esac
+err=$(printf 'pools custom sliced:max=1G\n' | g exec - 2>&1 >/dev/null)
+[ $? -eq 2 ] || fail "a pool option of the wrong kind is not a script error"
+j=$(printf 'cursor\nprofile begin p\nprofile end p\n' | g exec --json -) ||
+	fail "exec --json exited $?"
+case "$j" in
+'{"line":1,"op":"cursor","value":1}'*'{"line":3,"op":"profile_end","name":"p","valid":true,"device_ms":'*) ;;
+*) fail "exec --json: $j" ;;
+esac
+
+# A client that holds its buffers until its input (fd $2 here) closes.
+hold() {
+	name=$1
+	fd=$2
+	shift 2
+	mkfifo "$dir/$name.fifo"
+	g exec --service "$name" - <"$dir/$name.fifo" >/dev/null &
+	holders="$holders $!"
+	eval "exec $fd>\"\$dir/\$name.fifo\""
+	printf '%s\n' "$@" sync submit >&"$fd"
+}
+hold held 4 'empty a 1000' 'empty b 3000' 'stream 1' 'empty c 5M'
+hold other 5 'empty x 777'
+
+# 1. JSON: wait until both holders show up, then the exact numbers.
+i=0
+while :; do
+	json=$(g memory-report --json) || fail "memory-report --json exited $?"
+	case "$json" in
+	*'"name":"held"'*'"bytes_in_use":5246880'*'"name":"other"'*'"bytes_in_use":777'* | \
+	*'"name":"other"'*'"bytes_in_use":777'*'"name":"held"'*'"bytes_in_use":5246880'*)
+		break ;;
+	esac
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "the report never showed both holders: $json"
+	sleep 0.05
+done
+# The members of service $1 before its streams, as KEY VALUE lines.
+members() {
+	printf '%s\n' "$2" | sed -e "s/.*\"name\":\"$1\",//" -e 's/,"streams".*//' |
+		tr ',' '\n' | sed -e 's/^"\([a-z_]*\)":/\1 /'
+}
+jget() { members "$1" "$json" | awk -v k="$2" '$1 == k { print $2 }'; }
+[ "$(jget held bytes_in_use)" = 5246880 ] || fail "held bytes_in_use: $json"
+[ "$(jget held allocations)" = 3 ] || fail "held allocations: $json"
+[ "$(jget held limit_bytes)" = 67108864 ] || fail "held limit: $json"
+[ "$(jget held connections)" = 1 ] || fail "held connections: $json"
+[ "$(jget other bytes_in_use)" = 777 ] || fail "other bytes_in_use: $json"
+for key in name id bytes_in_use bytes_reserved bytes_padding allocations \
+	peak_bytes_in_use limit_bytes oom_count connections fragmentation \
+	largest_free streams pools kind page_size pages largest_free totals \
+	device backend total_memory; do
+	case "$json" in *"\"$key\""*) ;; *) fail "json lacks $key" ;; esac
+done
+# Two streams for held, and their pools add up to the service.
+nstreams=$(printf '%s\n' "$json" | sed -e 's/.*"name":"held",//' \
+	-e 's/{"name":.*//' | grep -o '"stream":' | wc -l)
+[ "$nstreams" -eq 2 ] || fail "held has $nstreams streams: $json"
+if command -v python3 >/dev/null 2>&1; then
+	printf '%s\n' "$json" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+for s in r["services"]:
+    keys = ("allocations", "bytes_in_use", "bytes_padding", "bytes_reserved")
+    for k in keys:
+        st = sum(x[k] for x in s["streams"])
+        po = sum(p[k] for x in s["streams"] for p in x["pools"])
+        assert st == s[k] == po, (s["name"], k, st, s[k], po)
+    free = s["bytes_reserved"] - s["bytes_in_use"] - s["bytes_padding"]
+    want = 1 - s["largest_free"] / free if free > 0 else 0
+    assert abs(s["fragmentation"] - want) < 1e-6, (s["name"], want)
+for k in ("allocations", "bytes_in_use", "bytes_padding", "bytes_reserved"):
+    assert r["totals"][k] == sum(s[k] for s in r["services"]), k
+' || fail "the JSON does not add up: $json"
+fi
+
+# 2. The text table shows the JSON's numbers (--bytes: exact).
+text=$(g memory-report --bytes) || fail "memory-report --bytes exited $?"
+row=$(printf '%s\n' "$text" | awk '$1 == "held"')
+set -- $row
+[ $# -eq 11 ] || fail "held row has $# columns: '$row'"
+[ "$2" = "$(jget held id)" ] || fail "id: '$row' vs $json"
+[ "$3" = "$(jget held connections)" ] || fail "conn: '$row'"
+[ "$4" = "$(jget held bytes_in_use)" ] || fail "in use: '$row'"
+[ "$5" = "$(jget held bytes_reserved)" ] || fail "reserved: '$row'"
+[ "$6" = "$(jget held bytes_padding)" ] || fail "padding: '$row'"
+[ "$7" = "$(jget held allocations)" ] || fail "allocs: '$row'"
+[ "$8" = "$(jget held peak_bytes_in_use)" ] || fail "peak: '$row'"
+[ "$9" = "$(jget held limit_bytes)" ] || fail "limit: '$row'"
+[ "${10}" = "$(jget held oom_count)" ] || fail "ooms: '$row'"
+frag=$(awk -v f="$(jget held fragmentation)" 'BEGIN { printf "%.1f%%", f * 100 }')
+[ "${11}" = "$frag" ] || fail "fragmentation: '$row' vs $frag"
+case "$text" in
+"device: "*"daemon overhead: "*) ;;
+*) fail "no device and overhead lines: $text" ;;
+esac
+# Without --bytes the sizes are human-readable.
+human=$(g memory-report | awk '$1 == "held" { print $4, $5 }')
+[ "$human" = "5.0 MiB" ] || fail "human size: '$human'"
+# --streams and --pools expand held into its streams and their pools.
+g memory-report --streams --bytes | grep -q "^service held (id [0-9]*): 2 streams" ||
+	fail "--streams: $(g memory-report --streams)"
+g memory-report --pools --bytes | grep -Eq '^    [0-9]+  sliced .* 5242880 ' ||
+	fail "--pools has no sliced pool holding 5 MiB: $(g memory-report --pools --bytes)"
+
+# 3. --service filters, in every format.
+f=$(g memory-report --service held --bytes) || fail "--service exited $?"
+printf '%s\n' "$f" | awk '$1 == "other" { exit 1 }' || fail "--service showed other"
+printf '%s\n' "$f" | grep -q '^held ' || fail "--service lost held: $f"
+f=$(g memory-report --service other --json)
+case "$f" in *'"name":"held"'*) fail "--service --json showed held" ;; esac
+case "$f" in *'"totals":{"connections":1,"allocations":1,"bytes_in_use":777,'*) ;;
+*) fail "--service totals: $f" ;; esac
+g memory-report --service nosuch >/dev/null 2>&1
+[ $? -eq 1 ] || fail "an unknown --service did not exit 1"
+
+# 4. Prometheus: valid exposition format, and the same numbers.
+prom=$(g memory-report --prometheus) || fail "--prometheus exited $?"
+printf '%s\n' "$prom" | awk '
+function bad(why) { printf "line %d: %s: %s\n", NR, why, $0; err = 1; exit 1 }
+/^# HELP / {
+	if ($3 !~ /^[a-zA-Z_:][a-zA-Z0-9_:]*$/) bad("bad name")
+	if (help[$3]++) bad("second HELP")
+	next
+}
+/^# TYPE / {
+	if ($4 !~ /^(counter|gauge|histogram|summary|untyped)$/) bad("bad type")
+	if (type[$3]) bad("second TYPE")
+	if (seen[$3]) bad("TYPE after samples")
+	type[$3] = $4
+	next
+}
+/^#/ { next }
+/^$/ { bad("empty line") }
+{
+	line = $0
+	if (!match(line, /^[a-zA-Z_:][a-zA-Z0-9_:]*/)) bad("bad metric name")
+	name = substr(line, 1, RLENGTH)
+	rest = substr(line, RLENGTH + 1)
+	if (substr(rest, 1, 1) == "{") {
+		lab = "^\\{[a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\\n]|\\\\[\\\\\"n])*\"(,[a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\\n]|\\\\[\\\\\"n])*\")*\\}"
+		if (!match(rest, lab)) bad("bad labels")
+		labels = substr(rest, 1, RLENGTH)
+		rest = substr(rest, RLENGTH + 1)
+	} else {
+		labels = ""
+	}
+	if (rest !~ /^ [-+]?([0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|NaN|[-+]?Inf)( [-+]?[0-9]+)?$/)
+		bad("bad value")
+	base = name
+	if (!type[base]) bad("sample before its TYPE")
+	if (last != "" && last != base && seen[base]) bad("family not contiguous")
+	if (dup[name labels]++) bad("duplicate series")
+	seen[base] = 1
+	last = base
+	n++
+}
+END { if (!err && n < 10) { print "only " n " samples"; exit 1 } }
+' || fail "--prometheus is not valid exposition format"
+if command -v python3 >/dev/null 2>&1 &&
+	python3 -c 'import prometheus_client' 2>/dev/null; then
+	printf '%s\n' "$prom" | python3 -c '
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+n = sum(len(f.samples) for f in text_string_to_metric_families(sys.stdin.read()))
+assert n > 10, n
+' || fail "prometheus_client cannot parse --prometheus"
+fi
+printf '%s\n' "$prom" | grep -qx 'gpucmd_service_bytes_in_use{service="held"} 5246880' ||
+	fail "prometheus in use of held"
+printf '%s\n' "$prom" | grep -qx 'gpucmd_service_limit_bytes{service="held"} 67108864' ||
+	fail "prometheus limit of held"
+printf '%s\n' "$prom" | grep -q '^gpucmd_pool_bytes_in_use{service="held",connection="[0-9]*",stream="1",pool="[0-9]*",kind="sliced"} 5242880$' ||
+	fail "prometheus pool of held stream 1"
+
+# 5. --watch: several frames, no terminal codes into a pipe, exit 0 on SIGINT.
+timeout --preserve-status -s INT 1.5 "$dir/gpucmd" --socket "$sock" memory-report --watch 0.2 --json >"$dir/watch"
+rc=$?
+[ $rc -eq 0 ] || fail "--watch exited $rc after SIGINT"
+frames=$(grep -c '^{"device"' "$dir/watch")
+[ "$frames" -ge 3 ] || fail "--watch printed $frames frames"
+if grep -q "$(printf '\033')" "$dir/watch"; then
+	fail "--watch wrote terminal codes into a file"
+fi
+g memory-report --watch 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--watch 0 is not a usage error"
+
+# 6. services: one line per service.
+s=$(g services --bytes) || fail "services exited $?"
+printf '%s\n' "$s" | grep -Eq '^held +[0-9]+ +1 +5246880 +67108864$' ||
+	fail "services: $s"
+printf '%s\n' "$s" | grep -Eq '^other +[0-9]+ +1 +777 +-$' || fail "services: $s"
+sj=$(g services --json)
+case "$sj" in
+"[{"*"}]") ;;
+*) fail "services --json is not an array: $sj" ;;
+esac
+printf '%s\n' "$sj" | grep -qF '"name":"held","id":' || fail "services --json: $sj"
+printf '%s\n' "$sj" | grep -qF '"connections":1,"bytes_in_use":5246880,"limit_bytes":67108864}' ||
+	fail "services --json: $sj"
+
+# 7. Not an admin: nobody sees only the service it speaks for, and may
+#    neither clean up nor evict another.
+nj=$(gn --service lowly memory-report --json) || fail "as nobody: exit $?"
+case "$nj" in
+*'"name":"held"'* | *'"name":"other"'*) fail "nobody sees other services: $nj" ;;
+*'"services":[{"name":"lowly"'*) ;;
+*) fail "nobody's report: $nj" ;;
+esac
+ns=$(gn --service lowly services) || fail "services as nobody: exit $?"
+[ "$(printf '%s\n' "$ns" | wc -l)" -eq 2 ] || fail "nobody's services: $ns"
+gn --service lowly cleanup held >/dev/null 2>"$dir/err"
+[ $? -eq 1 ] || fail "nobody cleaned up held"
+grep -q GPUCMD_EPERM "$dir/err" || fail "cleanup as nobody: $(cat "$dir/err")"
+gn --service lowly evict held >/dev/null 2>"$dir/err"
+[ $? -eq 1 ] || fail "nobody evicted held"
+grep -q GPUCMD_EPERM "$dir/err" || fail "evict as nobody: $(cat "$dir/err")"
+out=$(gn --service lowly cleanup) || fail "nobody's own cleanup: exit $?"
+[ "$out" = "cleanup: returned 0 bytes to the device" ] || fail "cleanup: $out"
+
+# 8. cleanup and evict as an admin.
+out=$(g cleanup held) || fail "cleanup held: exit $?"
+case "$out" in "cleanup: returned "[0-9]*" bytes to the device") ;;
+*) fail "cleanup held: $out" ;; esac
+out=$(g evict held) || fail "evict held: exit $?"
+[ "$out" = "evicted 1 connection" ] || fail "evict held: $out"
+i=0
+while :; do
+	json=$(g memory-report --json --service held)
+	[ "$(jget held bytes_reserved)" = 0 ] && [ "$(jget held connections)" = 0 ] && break
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "held still holds memory after evict: $json"
+	sleep 0.05
+done
+g evict >/dev/null 2>&1
+[ $? -eq 2 ] || fail "evict without a target is not a usage error"
+g evict --connection 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "evict --connection 0 is not a usage error"
+exec 4>&- 5>&-
+for h in $holders; do
+	wait "$h"
+done
+holders=""
+
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ $rc -eq 0 ] || fail "daemon exit status after SIGTERM: $rc"
+exit 0

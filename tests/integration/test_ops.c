@@ -1,0 +1,1334 @@
+/*
+ * test_ops.c - every op of the seed's Command API through the client
+ * library against a real gpucmdd, one test per op and per error it can
+ * return, asserting the values that come back: reservations and bind,
+ * cursor, stream reports that add up, cleanup and drops, allocation modes,
+ * pool layouts, strided copies, profiles, graph capture and replay, evict
+ * and cleanup of a service, and cross-stream ordering under random delays.
+ */
+#include <stdint.h>
+
+#include "harness.h"
+
+static const uint32_t ONE[3] = { 1, 1, 1 };
+static const uint32_t B64[3] = { 64, 1, 1 };
+
+/* The bit pattern of a float, for fill_u32. */
+static uint32_t f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static struct gpucmd_arg buf_arg(uint64_t h)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_BUFFER, .v.handle = h };
+	return a;
+}
+
+static struct gpucmd_arg u32_arg(uint32_t v)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U32, .v.u32 = v };
+	return a;
+}
+
+static struct gpucmd_arg u64_arg(uint64_t v)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U64, .v.u64 = v };
+	return a;
+}
+
+static struct gpucmd_arg f32_arg(float v)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_F32, .v.f32 = v };
+	return a;
+}
+
+static struct gpucmd_batch *batch(struct gpucmd_conn *c, uint32_t stream)
+{
+	struct gpucmd_batch *b = NULL;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, stream, &b), 0);
+	return b;
+}
+
+/*
+ * Run b, which must come back as a response (the round trip works), and
+ * return the batch's own outcome; *index gets the failing op (when not
+ * NULL) and the message is kept for the caller's assertions.
+ */
+static char last_message[1024];
+
+static int run_code(struct gpucmd_batch *b, int *index)
+{
+	struct gpucmd_response *r = NULL;
+	int rc = gpucmd_run(b, &r);
+
+	ck_assert_msg(rc == 0, "run: %s", gpucmd_strerror(rc));
+	rc = gpucmd_response_error(r);
+	if (index != NULL)
+		*index = gpucmd_response_failed_index(r);
+	snprintf(last_message, sizeof(last_message), "%s",
+		 gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	return rc;
+}
+
+static void run_done(struct gpucmd_batch *b)
+{
+	gpucmd_response_free(run_ok(b));
+}
+
+static struct gpucmd_memory_usage usage(struct gpucmd_conn *c, uint32_t stream)
+{
+	struct gpucmd_batch *b = batch(c, stream);
+	struct gpucmd_response *r;
+	struct gpucmd_memory_usage u;
+
+	ck_assert_int_eq(gpucmd_batch_memory_usage(b), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 0, &u), 0);
+	gpucmd_response_free(r);
+	return u;
+}
+
+static struct gpucmd_stream_report *stream_report(struct gpucmd_conn *c,
+						  uint32_t stream)
+{
+	struct gpucmd_batch *b = batch(c, stream);
+	struct gpucmd_stream_report *sr = NULL;
+	struct gpucmd_response *r;
+
+	ck_assert_int_eq(gpucmd_batch_stream_report(b), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_stream_report(r, 0, &sr), 0);
+	gpucmd_response_free(r);
+	return sr;
+}
+
+static uint64_t cursor(struct gpucmd_conn *c, uint32_t stream)
+{
+	struct gpucmd_batch *b = batch(c, stream);
+	struct gpucmd_response *r;
+	uint64_t v;
+
+	ck_assert_int_eq(gpucmd_batch_cursor(b), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_value(r, 0, &v), 0);
+	gpucmd_response_free(r);
+	return v;
+}
+
+static void add_usage(struct gpucmd_memory_usage *sum,
+		      const struct gpucmd_memory_usage *u)
+{
+	sum->allocations += u->allocations;
+	sum->bytes_in_use += u->bytes_in_use;
+	sum->bytes_padding += u->bytes_padding;
+	sum->bytes_reserved += u->bytes_reserved;
+}
+
+static void assert_usage_eq(const struct gpucmd_memory_usage *a,
+			    const struct gpucmd_memory_usage *b)
+{
+	ck_assert_uint_eq(a->allocations, b->allocations);
+	ck_assert_uint_eq(a->bytes_in_use, b->bytes_in_use);
+	ck_assert_uint_eq(a->bytes_padding, b->bytes_padding);
+	ck_assert_uint_eq(a->bytes_reserved, b->bytes_reserved);
+}
+
+static struct gpucmd_memory_usage pools_sum(const struct gpucmd_stream_report *sr)
+{
+	struct gpucmd_memory_usage sum = { 0 };
+
+	for (size_t p = 0; p < sr->npools; p++)
+		add_usage(&sum, &sr->pools[p].usage);
+	return sum;
+}
+
+/* The pool of kind holding allocations, or NULL. */
+static const struct gpucmd_pool_report *
+pool_with(const struct gpucmd_stream_report *sr, const char *kind)
+{
+	for (size_t p = 0; p < sr->npools; p++)
+		if (strcmp(sr->pools[p].kind, kind) == 0 &&
+		    sr->pools[p].usage.allocations > 0)
+			return &sr->pools[p];
+	return NULL;
+}
+
+/* The service named name in a fresh memory report (copied), or -1. */
+static int service_usage(struct gpucmd_conn *c, const char *name,
+			 struct gpucmd_service_report *out)
+{
+	struct gpucmd_report *rep = NULL;
+	int found = -1;
+
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	for (size_t i = 0; i < rep->nservices; i++) {
+		if (strcmp(rep->services[i].name, name) != 0)
+			continue;
+		*out = rep->services[i];
+		out->streams = NULL;	/* they go with the report */
+		found = 0;
+	}
+	gpucmd_report_free(rep);
+	return found;
+}
+
+/* ---- reserve and bind ------------------------------------------------------ */
+
+START_TEST(reserve_bind_write_read)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	const char text[] = "written through a bound reservation";
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_response *r;
+	struct gpucmd_memory_usage u;
+	const void *data;
+	size_t len;
+
+	ck_assert_int_eq(gpucmd_batch_reserve(b, 5, 256), 0);
+	ck_assert_int_eq(gpucmd_batch_memory_usage(b), 0);
+	ck_assert_int_eq(gpucmd_batch_bind(b, 5, 40), 0);
+	ck_assert_int_eq(gpucmd_batch_write(b, 40, 8, text, sizeof(text)), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 40, 0, 8 + sizeof(text)), 0);
+	r = run_ok(b);
+	/* The reservation is memory already: counted before any bind. */
+	ck_assert_int_eq(gpucmd_response_usage(r, 1, &u), 0);
+	ck_assert_uint_eq(u.allocations, 1);
+	ck_assert_uint_eq(u.bytes_in_use, 256);
+	ck_assert_int_eq(gpucmd_response_data(r, 4, &data, &len), 0);
+	ck_assert_uint_eq(len, 8 + sizeof(text));
+	ck_assert_int_eq(memcmp((const uint8_t *)data + 8, text, sizeof(text)),
+			 0);
+	/* Fresh memory reads as zeros before the write. */
+	for (int i = 0; i < 8; i++)
+		ck_assert_uint_eq(((const uint8_t *)data)[i], 0);
+	gpucmd_response_free(r);
+	/* Bound: the handle now owns it, and release returns it. */
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 40);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	u = usage(c, 0);
+	ck_assert_uint_eq(u.allocations, 0);
+	ck_assert_uint_eq(u.bytes_in_use, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(bind_unknown_or_used_reservation)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b;
+	int idx;
+
+	/* Never reserved. */
+	b = batch(c, 0);
+	gpucmd_batch_bind(b, 77, 1);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	ck_assert_int_eq(idx, 0);
+	ck_assert_msg(strstr(last_message, "77") != NULL, "%s", last_message);
+	/* Bound once, then again. */
+	b = batch(c, 0);
+	gpucmd_batch_reserve(b, 3, 64);
+	gpucmd_batch_bind(b, 3, 1);
+	gpucmd_batch_bind(b, 3, 2);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	ck_assert_int_eq(idx, 2);
+	/* A live reservation id cannot be reserved again. */
+	b = batch(c, 0);
+	gpucmd_batch_reserve(b, 9, 64);
+	gpucmd_batch_reserve(b, 9, 64);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EEXIST);
+	ck_assert_int_eq(idx, 1);
+	/* Binding to a handle that is live keeps the reservation. */
+	b = batch(c, 0);
+	gpucmd_batch_bind(b, 9, 1);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EEXIST);
+	b = batch(c, 0);
+	gpucmd_batch_bind(b, 9, 2);
+	run_done(b);
+	/* Zero ids never leave the library. */
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_reserve(b, 0, 64), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_bind(b, 9, 0), GPUCMD_EINVAL);
+	ck_assert_uint_eq(gpucmd_batch_count(b), 0);
+	gpucmd_batch_free(b);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(reserve_too_big)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	uint64_t huge = gpucmd_info(c)->device_total_memory * 4;
+	struct gpucmd_batch *b;
+	struct gpucmd_service_report s;
+	int idx;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 100);
+	gpucmd_batch_empty(b, 2, huge);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ETOOBIG);
+	ck_assert_int_eq(idx, 1);
+	ck_assert_msg(strstr(last_message, "too big") != NULL, "%s",
+		      last_message);
+	b = batch(c, 0);
+	gpucmd_batch_reserve(b, 1, huge);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ETOOBIG);
+	/* Nothing of the refused sizes was charged. */
+	ck_assert_int_eq(service_usage(c, "ops", &s), 0);
+	ck_assert_uint_eq(s.bytes_in_use, 100);
+	ck_assert_uint_eq(s.allocations, 1);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* ---- cursor and reports --------------------------------------------------- */
+
+START_TEST(cursor_counts_ops)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	uint64_t before, after;
+	enum { N = 7 };
+
+	before = cursor(c, 2);
+	b = batch(c, 2);
+	for (int i = 0; i < N; i++)
+		gpucmd_batch_empty(b, (uint64_t)i + 1, 64);
+	gpucmd_batch_cursor(b);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_value(r, N, &after), 0);
+	/* One per command resolved on the stream, the cursor op too. */
+	ck_assert_uint_eq(after, before + N + 1);
+	/* Another stream has a cursor of its own. */
+	ck_assert_int_eq(gpucmd_response_value(r, 0, &after), GPUCMD_EINVAL);
+	gpucmd_response_free(r);
+	ck_assert_uint_eq(cursor(c, 3), 1);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(stream_report_adds_up)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	static const uint64_t sizes[] = { 1, 100, 4096, 5000, 1 << 20,
+					  3 << 20, 40 << 20 };
+	struct gpucmd_batch *b = batch(c, 1);
+	struct gpucmd_stream_report *sr = NULL;
+	struct gpucmd_memory_usage u, sum;
+	struct gpucmd_response *r;
+	uint64_t in_use = 0;
+
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		gpucmd_batch_empty(b, i + 1, sizes[i]);
+		in_use += sizes[i];
+	}
+	/* One exact-size buffer in the persistent pool too. */
+	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_PERSISTENT);
+	gpucmd_batch_empty(b, 100, 777);
+	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_AUTO);
+	in_use += 777;
+	gpucmd_batch_release(b, 2);
+	in_use -= 100;
+	gpucmd_batch_sync(b);
+	run_done(b);
+
+	b = batch(c, 1);
+	gpucmd_batch_stream_report(b);
+	gpucmd_batch_memory_usage(b);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_stream_report(r, 0, &sr), 0);
+	ck_assert_int_eq(gpucmd_response_usage(r, 1, &u), 0);
+	gpucmd_response_free(r);
+	ck_assert_uint_eq(sr->stream, 1);
+	ck_assert_uint_eq(sr->connection_id, gpucmd_info(c)->connection_id);
+	ck_assert_uint_ge(sr->npools, 2);
+	sum = pools_sum(sr);
+	assert_usage_eq(&sum, &u);
+	assert_usage_eq(&sr->usage, &u);
+	ck_assert_uint_eq(u.bytes_in_use, in_use);
+	ck_assert_uint_eq(u.allocations, 7);
+	ck_assert_uint_ge(u.bytes_reserved, u.bytes_in_use + u.bytes_padding);
+	for (size_t p = 0; p < sr->npools; p++) {
+		const struct gpucmd_pool_report *pr = &sr->pools[p];
+
+		ck_assert_uint_ge(pr->usage.bytes_reserved,
+				  pr->usage.bytes_in_use +
+					  pr->usage.bytes_padding);
+		ck_assert_uint_le(pr->largest_free,
+				  pr->usage.bytes_reserved -
+					  pr->usage.bytes_in_use -
+					  pr->usage.bytes_padding);
+		ck_assert_uint_le(pr->pages, pr->pages_peak);
+	}
+	gpucmd_stream_report_free(sr);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* ---- cleanup, drops, modes, layouts ----------------------------------------- */
+
+START_TEST(memory_cleanup_returns_free_pages)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_stream_report *sr;
+	const struct gpucmd_pool_report *held;
+	struct gpucmd_memory_usage before, after;
+
+	gpucmd_batch_empty(b, 1, 1000);
+	gpucmd_batch_empty(b, 2, 5 << 20);
+	gpucmd_batch_empty(b, 3, 200 << 20);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 2);
+	gpucmd_batch_release(b, 3);
+	gpucmd_batch_sync(b);
+	run_done(b);
+
+	before = usage(c, 0);
+	ck_assert_uint_eq(before.allocations, 1);
+	ck_assert_uint_ge(before.bytes_reserved, (200 << 20) + (5 << 20));
+	b = batch(c, 0);
+	gpucmd_batch_memory_cleanup(b);
+	run_done(b);
+	after = usage(c, 0);
+	/* What is left is exactly the page that holds the live buffer. */
+	sr = stream_report(c, 0);
+	held = pool_with(sr, "sliced");
+	ck_assert_ptr_nonnull(held);
+	ck_assert_uint_eq(held->pages, 1);
+	ck_assert_uint_eq(after.bytes_reserved, held->page_size);
+	ck_assert_uint_eq(held->usage.bytes_reserved, held->page_size);
+	for (size_t p = 0; p < sr->npools; p++)
+		if (sr->pools[p].usage.allocations == 0) {
+			ck_assert_uint_eq(sr->pools[p].pages, 0);
+			ck_assert_uint_eq(sr->pools[p].usage.bytes_reserved, 0);
+		}
+	ck_assert_uint_eq(after.bytes_in_use, 1000);
+	gpucmd_stream_report_free(sr);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(cleanup_of_the_service)
+{
+	struct gpucmd_conn *c = connect_as("tidy");
+	struct gpucmd_service_report s0, s1;
+	struct gpucmd_batch *b;
+	uint64_t bytes = 1;
+
+	/* Two streams, each with a page that empties. */
+	for (uint32_t st = 0; st < 2; st++) {
+		b = batch(c, st);
+		gpucmd_batch_empty(b, 10 + st, 64);
+		gpucmd_batch_empty(b, 20 + st, 3 << 20);
+		gpucmd_batch_sync(b);
+		run_done(b);
+		b = batch(c, st);
+		gpucmd_batch_release(b, 20 + st);
+		gpucmd_batch_sync(b);
+		run_done(b);
+	}
+	ck_assert_int_eq(service_usage(c, "tidy", &s0), 0);
+	ck_assert_int_eq(gpucmd_cleanup(c, NULL, &bytes), 0);
+	ck_assert_int_eq(service_usage(c, "tidy", &s1), 0);
+	/* The value is exactly what left the service's reserved bytes. */
+	ck_assert_uint_gt(bytes, 0);
+	ck_assert_uint_eq(bytes, s0.bytes_reserved - s1.bytes_reserved);
+	ck_assert_uint_eq(s1.bytes_in_use, 128);
+	/* Nothing more to give: a second cleanup returns nothing. */
+	ck_assert_int_eq(gpucmd_cleanup(c, "tidy", &bytes), 0);
+	ck_assert_uint_eq(bytes, 0);
+	/* A service nobody runs has nothing to return. */
+	ck_assert_int_eq(gpucmd_cleanup(c, "nobody-here", &bytes), 0);
+	ck_assert_uint_eq(bytes, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(flush_drops_deferred_during_capture)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	struct gpucmd_memory_usage u1, u2;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 1000);
+	gpucmd_batch_empty(b, 2, 64);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	/*
+	 * The sync answers once the fence before the capture has landed, so
+	 * the release is past the device; only the capture keeps it queued.
+	 */
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 1);
+	gpucmd_batch_sync(b);
+	gpucmd_batch_capture_begin(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_memory_usage(b);
+	gpucmd_batch_flush_drops(b);
+	gpucmd_batch_memory_usage(b);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 0, &u1), 0);
+	ck_assert_int_eq(gpucmd_response_usage(r, 2, &u2), 0);
+	gpucmd_response_free(r);
+	ck_assert_uint_eq(u1.allocations, 2);
+	ck_assert_uint_eq(u2.allocations, 2);
+	ck_assert_uint_eq(u2.bytes_in_use, 1064);
+	/* The window closes: the queue drains. */
+	b = batch(c, 0);
+	gpucmd_batch_capture_end(b, 1);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	u1 = usage(c, 0);
+	ck_assert_uint_eq(u1.allocations, 1);
+	ck_assert_uint_eq(u1.bytes_in_use, 64);
+	/* And outside a capture a flush is an op like any other. */
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 2);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_flush_drops(b);
+	gpucmd_batch_memory_usage(b);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 1, &u1), 0);
+	ck_assert_uint_eq(u1.allocations, 0);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(persistent_mode_nests)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_stream_report *sr;
+	const struct gpucmd_pool_report *pp;
+
+	ck_assert_int_eq(gpucmd_batch_allocation_mode(b, 7), GPUCMD_EINVAL);
+	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_PERSISTENT);
+	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_PERSISTENT);
+	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_AUTO);
+	/* One window is still open: persistent. */
+	gpucmd_batch_empty(b, 1, 300);
+	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_AUTO);
+	/* All closed: a dynamic pool. */
+	gpucmd_batch_empty(b, 2, 500);
+	run_done(b);
+	sr = stream_report(c, 0);
+	pp = pool_with(sr, "persistent");
+	ck_assert_ptr_nonnull(pp);
+	ck_assert_uint_eq(pp->usage.allocations, 1);
+	ck_assert_uint_eq(pp->usage.bytes_in_use, 300);
+	ck_assert_uint_eq(pp->largest_alloc, 300);
+	pp = pool_with(sr, "sliced");
+	ck_assert_ptr_nonnull(pp);
+	ck_assert_uint_eq(pp->usage.allocations, 1);
+	ck_assert_uint_eq(pp->usage.bytes_in_use, 500);
+	gpucmd_stream_report_free(sr);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(install_pools_refused_while_in_use)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	const struct gpucmd_pool_options pools[] = {
+		{ .kind = "sliced", .page_size = 1 << 20, .max_slice = 256 << 10 },
+		{ .kind = "exclusive", .max_alloc = 64 << 20 },
+		{ .kind = "direct" },
+	};
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_stream_report *sr;
+	int idx;
+
+	gpucmd_batch_empty(b, 1, 1234);
+	gpucmd_batch_install_pools(b, "custom", pools, 3);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EPOOLSINUSE);
+	ck_assert_int_eq(idx, 1);
+	ck_assert_msg(strstr(last_message, "1234 bytes") != NULL, "%s",
+		      last_message);
+	/* The old layout stayed: the buffer is still readable. */
+	b = batch(c, 0);
+	gpucmd_batch_read(b, 1, 0, 1234);
+	gpucmd_batch_release(b, 1);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_install_pools(b, "subslices", pools, 3),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_install_pools(b, "custom", pools, 3), 0);
+	gpucmd_batch_empty(b, 2, 1000);
+	gpucmd_batch_empty(b, 3, 10 << 20);
+	gpucmd_batch_empty(b, 4, 100 << 20);
+	run_done(b);
+	sr = stream_report(c, 0);
+	/* The three pools, in order, then the persistent pool. */
+	ck_assert_uint_eq(sr->npools, 4);
+	ck_assert_str_eq(sr->pools[0].kind, "sliced");
+	ck_assert_uint_eq(sr->pools[0].page_size, 1 << 20);
+	ck_assert_uint_eq(sr->pools[0].usage.bytes_in_use, 1000);
+	ck_assert_str_eq(sr->pools[1].kind, "exclusive");
+	ck_assert_uint_eq(sr->pools[1].usage.bytes_in_use, 10 << 20);
+	ck_assert_str_eq(sr->pools[2].kind, "direct");
+	ck_assert_uint_eq(sr->pools[2].usage.bytes_in_use, 100 << 20);
+	ck_assert_str_eq(sr->pools[3].kind, "persistent");
+	gpucmd_stream_report_free(sr);
+	/* A layout the daemon cannot use is refused with EINVAL. */
+	b = batch(c, 1);
+	{
+		struct gpucmd_pool_options bad = { .kind = "sliced" };
+
+		gpucmd_batch_install_pools(b, "custom", &bad, 1);
+	}
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EINVAL);
+	b = batch(c, 1);
+	{
+		struct gpucmd_pool_options bad = { .kind = "cubes" };
+
+		gpucmd_batch_install_pools(b, "custom", &bad, 1);
+	}
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EINVAL);
+	b = batch(c, 1);
+	gpucmd_batch_install_pools(b, "mystery", NULL, 0);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EINVAL);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(reserve_cpu_answers)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_cpu_buffer cpu, big;
+	struct gpucmd_response *r;
+
+	gpucmd_batch_reserve_cpu(b, 4096);
+	gpucmd_batch_reserve_cpu(b, 3 << 20);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_cpu(r, 0, &cpu), 0);
+	ck_assert_int_eq(gpucmd_response_cpu(r, 1, &big), 0);
+	ck_assert_uint_eq(cpu.size, 4096);
+	ck_assert_uint_eq(big.size, 3 << 20);
+	ck_assert(cpu.pinned == 0 || cpu.pinned == 1);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* ---- strided copies ----------------------------------------------------------- */
+
+START_TEST(strided_write_read_round_trip)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	/* 3 rows of 5 u32 in a buffer with a pitch of 8 elements. */
+	struct gpucmd_layout l = {
+		.rank = 2, .shape = { 3, 5 }, .strides = { 8, 1 },
+		.elem_size = 4,
+	};
+	uint32_t in[15], raw[24];
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_response *r;
+	const void *data;
+	size_t len;
+
+	for (int i = 0; i < 15; i++)
+		in[i] = 0x1000u + (uint32_t)i;
+	gpucmd_batch_empty(b, 1, sizeof(raw));
+	ck_assert_int_eq(gpucmd_batch_write_layout(b, 1, 0, &l, in, sizeof(in)),
+			 0);
+	gpucmd_batch_read(b, 1, 0, sizeof(raw));
+	ck_assert_int_eq(gpucmd_batch_read_layout(b, 1, 0, &l), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 2, &data, &len), 0);
+	ck_assert_uint_eq(len, sizeof(raw));
+	memcpy(raw, data, sizeof(raw));
+	for (int row = 0; row < 3; row++)
+		for (int col = 0; col < 8; col++)
+			ck_assert_uint_eq(raw[row * 8 + col],
+					  col < 5 ? in[row * 5 + col] : 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 3, &data, &len), 0);
+	ck_assert_uint_eq(len, sizeof(in));
+	ck_assert_int_eq(memcmp(data, in, sizeof(in)), 0);
+	gpucmd_response_free(r);
+
+	/* At an offset: the second row onwards, two rows of 5. */
+	l.shape[0] = 2;
+	b = batch(c, 0);
+	gpucmd_batch_read_layout(b, 1, 8 * 4, &l);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
+	ck_assert_uint_eq(len, 10 * 4);
+	ck_assert_int_eq(memcmp(data, in + 5, 10 * 4), 0);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(strided_errors)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_layout t = {	/* a transpose: column-major */
+		.rank = 2, .shape = { 2, 3 }, .strides = { 1, 2 },
+		.elem_size = 4,
+	};
+	struct gpucmd_layout overlap = {	/* rows overlap */
+		.rank = 2, .shape = { 2, 4 }, .strides = { 2, 1 },
+		.elem_size = 4,
+	};
+	struct gpucmd_layout past = {	/* runs past the end */
+		.rank = 2, .shape = { 4, 4 }, .strides = { 8, 1 },
+		.elem_size = 4,
+	};
+	uint32_t v[16] = { 0 };
+	struct gpucmd_batch *b;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 64);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_write_layout(b, 1, 0, &t, v, 6 * 4);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_ESTRIDES);
+	b = batch(c, 0);
+	gpucmd_batch_read_layout(b, 1, 0, &t);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_ESTRIDES);
+	b = batch(c, 0);
+	gpucmd_batch_read_layout(b, 1, 0, &overlap);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_ESTRIDES);
+	b = batch(c, 0);
+	gpucmd_batch_read_layout(b, 1, 0, &past);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EINVAL);
+	/* Data that is not the layout's size. */
+	b = batch(c, 0);
+	overlap.strides[0] = 4;
+	gpucmd_batch_write_layout(b, 1, 0, &overlap, v, 4);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EINVAL);
+	/* What the library refuses by itself. */
+	b = batch(c, 0);
+	t.rank = 0;
+	ck_assert_int_eq(gpucmd_batch_read_layout(b, 1, 0, &t), GPUCMD_EINVAL);
+	t.rank = GPUCMD_MAX_RANK + 1;
+	ck_assert_int_eq(gpucmd_batch_read_layout(b, 1, 0, &t), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_read_layout(b, 1, 0, NULL), GPUCMD_EINVAL);
+	ck_assert_uint_eq(gpucmd_batch_count(b), 0);
+	gpucmd_batch_free(b);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* ---- profiles --------------------------------------------------------------- */
+
+START_TEST(profile_times_a_spin)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_arg spin = u32_arg(20000);
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_response *r;
+	struct gpucmd_profile p;
+
+	gpucmd_batch_profile_begin(b, 1);
+	gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+	gpucmd_batch_profile_end(b, 1);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_profile(r, 2, &p), 0);
+	ck_assert_int_eq(p.valid, 1);
+	ck_assert_str_eq(p.reason, "");
+	ck_assert_msg(p.device_ms >= 15.0 && p.device_ms < 2000.0,
+		      "spin of 20 ms timed %.3f ms", p.device_ms);
+	ck_assert_int_eq(gpucmd_response_profile(r, 1, &p), GPUCMD_EINVAL);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(profile_errors)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b;
+
+	b = batch(c, 0);
+	gpucmd_batch_profile_end(b, 4);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EINVAL);
+	b = batch(c, 0);
+	gpucmd_batch_profile_begin(b, 4);
+	gpucmd_batch_profile_begin(b, 4);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EEXIST);
+	/* Ended only on the stream that opened it. */
+	b = batch(c, 1);
+	gpucmd_batch_profile_end(b, 4);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EINVAL);
+	ck_assert_msg(strstr(last_message, "stream 0") != NULL, "%s",
+		      last_message);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(refused_launch_invalidates_profile)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_arg args[3] = { buf_arg(1), u32_arg(1), u32_arg(4) };
+	struct gpucmd_arg spin = u32_arg(1000);
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	struct gpucmd_profile p;
+	int idx;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 16);
+	gpucmd_batch_profile_begin(b, 8);
+	gpucmd_batch_profile_begin(b, 9);
+	run_done(b);
+	/*
+	 * The geometry passes the daemon's own checks; the driver refuses
+	 * the shared memory, which is over every device's 48 KiB default.
+	 */
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+	gpucmd_batch_kernel_shared(b, "fill_u32", ONE, ONE, 1u << 20, args, 3);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELAUNCH);
+	ck_assert_int_eq(idx, 1);
+	b = batch(c, 0);
+	gpucmd_batch_profile_end(b, 8);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, args, 3);
+	gpucmd_batch_profile_end(b, 9);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_profile(r, 0, &p), 0);
+	ck_assert_int_eq(p.valid, 0);
+	ck_assert_msg(strstr(p.reason, "refused") != NULL, "reason: %s",
+		      p.reason);
+	ck_assert_int_eq(gpucmd_response_profile(r, 2, &p), 0);
+	ck_assert_int_eq(p.valid, 0);
+	gpucmd_response_free(r);
+	/* A profile opened after the refusal is valid again. */
+	b = batch(c, 0);
+	gpucmd_batch_profile_begin(b, 10);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, args, 3);
+	gpucmd_batch_profile_end(b, 10);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_profile(r, 2, &p), 0);
+	ck_assert_int_eq(p.valid, 1);
+	ck_assert(p.device_ms >= 0);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* ---- graphs ----------------------------------------------------------------- */
+
+enum { GN = 256 };
+
+/*
+ * The work a graph records and the eager run repeats: fill w with 1.0,
+ * scale it by 3, scale x by 1.5, y = x + w.
+ */
+static void graph_work(struct gpucmd_batch *b, uint64_t w, uint64_t x,
+		       uint64_t y)
+{
+	struct gpucmd_arg fill[3] = { buf_arg(w), u32_arg(f32_bits(1.0f)),
+				      u32_arg(GN) };
+	struct gpucmd_arg scale_w[3] = { buf_arg(w), f32_arg(3.0f),
+					 u32_arg(GN) };
+	struct gpucmd_arg scale_x[3] = { buf_arg(x), f32_arg(1.5f),
+					 u32_arg(GN) };
+	struct gpucmd_arg add[4] = { buf_arg(y), buf_arg(x), buf_arg(w),
+				     u32_arg(GN) };
+	const uint32_t grid[3] = { GN / 64, 1, 1 };
+
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", grid, B64, fill, 3), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "scale_f32", grid, B64, scale_w, 3), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "scale_f32", grid, B64, scale_x, 3), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "add_f32", grid, B64, add, 4), 0);
+}
+
+START_TEST(graph_replay_equals_eager)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	float x0[GN];
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	const void *d[6];
+	size_t len;
+
+	for (int i = 0; i < GN; i++)
+		x0[i] = (float)i * 0.25f - 7.0f;
+	/* Graph buffers 1-3, eager buffers 11-13, the same start. */
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, sizeof(x0));
+	gpucmd_batch_create_with_data(b, 2, x0, sizeof(x0));
+	gpucmd_batch_empty(b, 3, sizeof(x0));
+	gpucmd_batch_empty(b, 11, sizeof(x0));
+	gpucmd_batch_create_with_data(b, 12, x0, sizeof(x0));
+	gpucmd_batch_empty(b, 13, sizeof(x0));
+	gpucmd_batch_sync(b);
+	run_done(b);
+
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	graph_work(b, 1, 2, 3);
+	gpucmd_batch_capture_end(b, 42);
+	gpucmd_batch_graph_launch(b, 42);
+	gpucmd_batch_graph_launch(b, 42);
+	graph_work(b, 11, 12, 13);
+	graph_work(b, 11, 12, 13);
+	for (uint64_t h = 1; h <= 3; h++)
+		gpucmd_batch_read(b, h, 0, sizeof(x0));
+	for (uint64_t h = 11; h <= 13; h++)
+		gpucmd_batch_read(b, h, 0, sizeof(x0));
+	r = run_ok(b);
+	for (size_t k = 0; k < 6; k++) {
+		ck_assert_int_eq(gpucmd_response_data(r, 16 + k, &d[k], &len), 0);
+		ck_assert_uint_eq(len, sizeof(x0));
+	}
+	for (int k = 0; k < 3; k++)
+		ck_assert_msg(memcmp(d[k], d[k + 3], sizeof(x0)) == 0,
+			      "buffer %d differs between replay and eager", k);
+	/* And both are what the arithmetic says. */
+	for (int i = 0; i < GN; i++) {
+		const float *y = d[2];
+
+		ck_assert_float_eq(y[i], x0[i] * 1.5f * 1.5f + 3.0f);
+	}
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(graph_holds_its_handles)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_arg fill[3] = { buf_arg(1), u32_arg(5), u32_arg(4) };
+	struct gpucmd_batch *b;
+	int idx;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 16);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill, 3);
+	gpucmd_batch_capture_end(b, 7);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 1);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EBUSY);
+	ck_assert_msg(strstr(last_message, "graph") != NULL, "%s",
+		      last_message);
+	/* Replayable still, and released once the graph is gone. */
+	b = batch(c, 0);
+	gpucmd_batch_graph_launch(b, 7);
+	gpucmd_batch_graph_destroy(b, 7);
+	gpucmd_batch_release(b, 1);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	ck_assert_uint_eq(usage(c, 0).allocations, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(capture_refuses_reads_syncs_allocations)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b;
+	int idx;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 16);
+	gpucmd_batch_reserve(b, 2, 16);
+	gpucmd_batch_capture_begin(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_read(b, 1, 0, 16);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	b = batch(c, 0);
+	gpucmd_batch_sync(b);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 3, 16);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	ck_assert_msg(strstr(last_message, "capture") != NULL, "%s",
+		      last_message);
+	b = batch(c, 0);
+	gpucmd_batch_profile_begin(b, 1);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	/* Memory reserved before the capture may be bound during it. */
+	b = batch(c, 0);
+	gpucmd_batch_bind(b, 2, 4);
+	gpucmd_batch_write(b, 4, 0, "0123456789abcdef", 16);
+	run_done(b);
+	/* Graph ids: 0 is invalid; the capture goes on after a refusal. */
+	b = batch(c, 0);
+	gpucmd_batch_capture_end(b, 0);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	b = batch(c, 0);
+	gpucmd_batch_capture_end(b, 5);
+	gpucmd_batch_graph_launch(b, 5);
+	gpucmd_batch_read(b, 4, 0, 16);
+	run_done(b);
+	/* Not capturing any more: a second end is refused. */
+	b = batch(c, 0);
+	gpucmd_batch_capture_end(b, 6);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	/* A taken id is EEXIST. */
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_capture_end(b, 5);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EEXIST);
+	ck_assert_int_eq(idx, 1);
+	b = batch(c, 0);
+	gpucmd_batch_capture_end(b, 6);
+	run_done(b);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(graph_destroy_then_launch)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b;
+	int idx;
+
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_capture_end(b, 3);
+	gpucmd_batch_graph_launch(b, 3);
+	gpucmd_batch_graph_destroy(b, 3);
+	gpucmd_batch_graph_launch(b, 3);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ENOTFOUND);
+	ck_assert_int_eq(idx, 4);
+	b = batch(c, 0);
+	gpucmd_batch_graph_destroy(b, 3);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ENOTFOUND);
+	/* Graphs belong to their connection. */
+	{
+		struct gpucmd_conn *other = connect_as("ops");
+
+		b = batch(c, 0);
+		gpucmd_batch_capture_begin(b);
+		gpucmd_batch_capture_end(b, 8);
+		run_done(b);
+		b = batch(other, 0);
+		gpucmd_batch_graph_launch(b, 8);
+		ck_assert_int_eq(run_code(b, &idx), GPUCMD_ENOTFOUND);
+		gpucmd_close(other);
+	}
+	gpucmd_close(c);
+}
+END_TEST
+
+/* ---- evict ------------------------------------------------------------------ */
+
+/* Poll the report until service name holds nothing (at most 10 s). */
+static struct gpucmd_service_report wait_service_empty(struct gpucmd_conn *c,
+						       const char *name)
+{
+	struct gpucmd_service_report s;
+
+	for (int i = 0; i < 1000; i++) {
+		ck_assert_int_eq(service_usage(c, name, &s), 0);
+		if (s.bytes_reserved == 0 && s.connections == 0)
+			break;
+		usleep(10000);
+	}
+	return s;
+}
+
+START_TEST(evict_a_service)
+{
+	struct gpucmd_conn *victim = connect_as("victim");
+	struct gpucmd_conn *admin = connect_as("admin");
+	struct gpucmd_service_report s;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r = NULL;
+	uint64_t n = 0;
+
+	b = batch(victim, 0);
+	gpucmd_batch_empty(b, 1, 1 << 20);
+	gpucmd_batch_empty(b, 2, 12345);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	ck_assert_int_eq(service_usage(admin, "victim", &s), 0);
+	ck_assert_uint_eq(s.bytes_in_use, (1 << 20) + 12345);
+	ck_assert_uint_eq(s.connections, 1);
+
+	ck_assert_int_eq(gpucmd_evict(admin, "victim", 0, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	/* The victim's next batch finds the connection gone. */
+	b = batch(victim, 0);
+	gpucmd_batch_ping(b);
+	ck_assert_int_eq(gpucmd_run(b, &r), GPUCMD_EDISCONNECTED);
+	gpucmd_close(victim);
+	s = wait_service_empty(admin, "victim");
+	ck_assert_uint_eq(s.bytes_in_use, 0);
+	ck_assert_uint_eq(s.bytes_reserved, 0);
+	ck_assert_uint_eq(s.allocations, 0);
+	ck_assert_uint_eq(s.connections, 0);
+	/* Nobody left to evict; the caller itself is never counted. */
+	ck_assert_int_eq(gpucmd_evict(admin, "victim", 0, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_int_eq(gpucmd_evict(admin, "admin", 0, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	/* The admin's own connection still works. */
+	b = batch(admin, 0);
+	gpucmd_batch_ping(b);
+	run_done(b);
+	ck_assert_int_eq(gpucmd_evict(admin, NULL, 0, &n), GPUCMD_EINVAL);
+	gpucmd_close(admin);
+}
+END_TEST
+
+START_TEST(evict_one_connection)
+{
+	struct gpucmd_conn *a = connect_as("pair");
+	struct gpucmd_conn *b2 = connect_as("pair");
+	struct gpucmd_conn *admin = connect_as("admin");
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_service_report s;
+	uint64_t n = 0;
+
+	b = batch(a, 0);
+	gpucmd_batch_empty(b, 1, 1000);
+	run_done(b);
+	b = batch(b2, 0);
+	gpucmd_batch_empty(b, 1, 3000);
+	run_done(b);
+	ck_assert_int_eq(gpucmd_evict(admin, NULL, gpucmd_info(a)->connection_id,
+				      &n), 0);
+	ck_assert_uint_eq(n, 1);
+	b = batch(a, 0);
+	gpucmd_batch_ping(b);
+	ck_assert_int_eq(gpucmd_run(b, &r), GPUCMD_EDISCONNECTED);
+	gpucmd_close(a);
+	/* The other connection of the service is untouched. */
+	b = batch(b2, 0);
+	gpucmd_batch_read(b, 1, 0, 4);
+	run_done(b);
+	/* The connection count drops at once, its memory once it is idle. */
+	for (int i = 0; i < 1000; i++) {
+		ck_assert_int_eq(service_usage(admin, "pair", &s), 0);
+		if (s.connections == 1 && s.bytes_in_use == 3000)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(s.connections, 1);
+	ck_assert_uint_eq(s.bytes_in_use, 3000);
+	/* A service name and an id that do not match end nothing. */
+	ck_assert_int_eq(gpucmd_evict(admin, "other",
+				      gpucmd_info(b2)->connection_id, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	gpucmd_close(b2);
+	gpucmd_close(admin);
+}
+END_TEST
+
+START_TEST(evict_arguments)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	uint64_t n = 5;
+
+	/* Neither a service nor a connection: refused before sending. */
+	ck_assert_int_eq(gpucmd_evict(c, "", 0, &n), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_evict(c, "ops", 0, NULL), GPUCMD_EINVAL);
+	ck_assert_uint_eq(n, 5);
+	/* An id nobody has ends nothing. */
+	ck_assert_int_eq(gpucmd_evict(c, NULL, 999999, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* ---- streams ----------------------------------------------------------------- */
+
+START_TEST(cross_stream_ordering_random)
+{
+	struct gpucmd_conn *c = connect_as("order");
+	enum { N = 1024, ROUNDS = 50 };
+	struct gpucmd_batch *b;
+	unsigned seed = (unsigned)harness_now_us();
+
+	b = batch(c, 1);
+	gpucmd_batch_empty(b, 1, N * 4);
+	gpucmd_batch_empty(b, 2, N * 4);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	for (uint32_t round = 1; round <= ROUNDS; round++) {
+		struct gpucmd_arg spin = u32_arg((uint32_t)(rand_r(&seed) % 3000));
+		struct gpucmd_arg fill[3] = { buf_arg(1), u32_arg(round),
+					      u32_arg(N) };
+		struct gpucmd_arg copy[3] = { buf_arg(2), buf_arg(1),
+					      u64_arg(N * 4) };
+		const uint32_t grid[3] = { N / 64, 1, 1 };
+		uint32_t consumer = 2 + (uint32_t)(rand_r(&seed) % 3);
+		int direct = rand_r(&seed) % 2;
+		uint64_t id1, id2;
+		struct gpucmd_response *r;
+		const uint32_t *v;
+		const void *data;
+		size_t len;
+
+		/* Producer on stream 1: a delay, then the new value. */
+		b = batch(c, 1);
+		gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+		gpucmd_batch_kernel(b, "fill_u32", grid, B64, fill, 3);
+		ck_assert_int_eq(gpucmd_submit(b, &id1), 0);
+		/* Consumer on another stream, sent before the producer ends. */
+		b = batch(c, consumer);
+		if (direct) {
+			gpucmd_batch_read(b, 1, 0, N * 4);
+		} else {
+			gpucmd_batch_kernel(b, "copy", grid, B64, copy, 3);
+			gpucmd_batch_read(b, 2, 0, N * 4);
+		}
+		ck_assert_int_eq(gpucmd_submit(b, &id2), 0);
+		ck_assert_int_eq(gpucmd_wait(c, id2, &r), 0);
+		ck_assert_int_eq(gpucmd_response_error(r), 0);
+		ck_assert_int_eq(gpucmd_response_data(r, direct ? 0 : 1, &data,
+						       &len), 0);
+		ck_assert_uint_eq(len, N * 4);
+		v = data;
+		for (int i = 0; i < N; i++)
+			ck_assert_msg(v[i] == round,
+				      "round %u (stream %u, %s): element %d "
+				      "is %u", round, consumer,
+				      direct ? "read" : "copy", i, v[i]);
+		gpucmd_response_free(r);
+		ck_assert_int_eq(gpucmd_wait(c, id1, &r), 0);
+		ck_assert_int_eq(gpucmd_response_error(r), 0);
+		gpucmd_response_free(r);
+	}
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(report_streams_add_up_to_service)
+{
+	struct gpucmd_conn *c = connect_as("sum");
+	struct gpucmd_conn *c2 = connect_as("sum");
+	struct gpucmd_report *rep = NULL;
+	const struct gpucmd_service_report *s = NULL;
+	struct gpucmd_memory_usage total = { 0 }, svc;
+	struct gpucmd_batch *b;
+	size_t ours = 0;
+
+	for (uint32_t st = 0; st < 3; st++) {
+		b = batch(st == 2 ? c2 : c, st);
+		/* Handles are per connection: one range per stream. */
+		for (uint64_t i = 1; i <= 5; i++)
+			gpucmd_batch_empty(b, 10 * st + i,
+					   i * 1000 * (st + 1) + i);
+		gpucmd_batch_release(b, 10 * st + 3);
+		gpucmd_batch_sync(b);
+		run_done(b);
+	}
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	for (size_t i = 0; i < rep->nservices; i++)
+		if (strcmp(rep->services[i].name, "sum") == 0)
+			s = &rep->services[i];
+	ck_assert_ptr_nonnull(s);
+	for (size_t j = 0; j < s->nstreams; j++) {
+		const struct gpucmd_stream_report *sr = &s->streams[j];
+		struct gpucmd_memory_usage p = pools_sum(sr);
+
+		assert_usage_eq(&p, &sr->usage);
+		add_usage(&total, &sr->usage);
+		if (sr->connection_id == gpucmd_info(c)->connection_id ||
+		    sr->connection_id == gpucmd_info(c2)->connection_id)
+			ours++;
+	}
+	ck_assert_uint_eq(ours, s->nstreams);
+	ck_assert_uint_ge(s->nstreams, 3);
+	svc.allocations = s->allocations;
+	svc.bytes_in_use = s->bytes_in_use;
+	svc.bytes_padding = s->bytes_padding;
+	svc.bytes_reserved = s->bytes_reserved;
+	assert_usage_eq(&total, &svc);
+	ck_assert_uint_eq(s->allocations, 12);
+	/* (1+2+4+5) * 1000 * (1+2+3) + (1+2+4+5) * 3 */
+	ck_assert_uint_eq(s->bytes_in_use, 12 * 1000 * 6 + 12 * 3);
+	ck_assert_uint_eq(s->connections, 2);
+	ck_assert_uint_eq(rep->totals.bytes_in_use, s->bytes_in_use);
+	gpucmd_report_free(rep);
+	gpucmd_close(c2);
+	gpucmd_close(c);
+}
+END_TEST
+
+START_TEST(accessors_check_the_kind)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_response *r;
+	struct gpucmd_stream_report *sr;
+	struct gpucmd_cpu_buffer cpu;
+	struct gpucmd_profile p;
+	uint64_t v;
+
+	gpucmd_batch_ping(b);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_value(r, 0, &v), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_response_cpu(r, 0, &cpu), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_response_profile(r, 0, &p), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_response_stream_report(r, 0, &sr),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_response_value(r, 5, &v), GPUCMD_EINVAL);
+	gpucmd_response_free(r);
+	gpucmd_stream_report_free(NULL);
+	gpucmd_close(c);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+	Suite *s = suite_create("ops");
+	TCase *tc = tcase_create("ops");
+
+	tcase_add_checked_fixture(tc, harness_setup, harness_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, reserve_bind_write_read);
+	tcase_add_test(tc, bind_unknown_or_used_reservation);
+	tcase_add_test(tc, reserve_too_big);
+	tcase_add_test(tc, cursor_counts_ops);
+	tcase_add_test(tc, stream_report_adds_up);
+	tcase_add_test(tc, memory_cleanup_returns_free_pages);
+	tcase_add_test(tc, cleanup_of_the_service);
+	tcase_add_test(tc, flush_drops_deferred_during_capture);
+	tcase_add_test(tc, persistent_mode_nests);
+	tcase_add_test(tc, install_pools_refused_while_in_use);
+	tcase_add_test(tc, reserve_cpu_answers);
+	tcase_add_test(tc, strided_write_read_round_trip);
+	tcase_add_test(tc, strided_errors);
+	tcase_add_test(tc, profile_times_a_spin);
+	tcase_add_test(tc, profile_errors);
+	tcase_add_test(tc, refused_launch_invalidates_profile);
+	tcase_add_test(tc, graph_replay_equals_eager);
+	tcase_add_test(tc, graph_holds_its_handles);
+	tcase_add_test(tc, capture_refuses_reads_syncs_allocations);
+	tcase_add_test(tc, graph_destroy_then_launch);
+	tcase_add_test(tc, evict_a_service);
+	tcase_add_test(tc, evict_one_connection);
+	tcase_add_test(tc, evict_arguments);
+	tcase_add_test(tc, cross_stream_ordering_random);
+	tcase_add_test(tc, report_streams_add_up_to_service);
+	tcase_add_test(tc, accessors_check_the_kind);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return harness_main(make_suite());
+}
