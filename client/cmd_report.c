@@ -369,10 +369,18 @@ static int report_text(const struct report_view *v,
 	else
 		printf("free n/a\n");
 	/*
-	 * The report has no figure for what the daemon holds itself
-	 * (context, modules, pinned pools): say so rather than guess.
+	 * What the daemon holds for itself beside the services: its pinned
+	 * host pool (the device context and modules are not measured).
 	 */
-	printf("daemon overhead: n/a (not reported by this gpucmdd)\n\n");
+	if (rep->has_pinned_host)
+		printf("daemon overhead: pinned host pool %s reserved, %s in "
+		       "use\n\n",
+		       tool_size(rep->pinned_host.bytes_reserved, o->exact, a,
+				 sizeof(a)),
+		       tool_size(rep->pinned_host.bytes_in_use, o->exact, b,
+				 sizeof(b)));
+	else
+		printf("daemon overhead: n/a (not reported by this gpucmdd)\n\n");
 
 	table_init(&t, NCOLS, service_headings);
 	for (size_t i = 0; i < v->n; i++) {
@@ -438,7 +446,15 @@ static void report_json(const struct report_view *v)
 		printf("%" PRIu64, rep->device_free_memory);
 	else
 		printf("null");
-	printf("},\"daemon_overhead\":null,\"services\":[");
+	printf("},\"daemon_overhead\":");
+	if (rep->has_pinned_host)
+		printf("{\"pinned_host_bytes_reserved\":%" PRIu64
+		       ",\"pinned_host_bytes_in_use\":%" PRIu64 "}",
+		       rep->pinned_host.bytes_reserved,
+		       rep->pinned_host.bytes_in_use);
+	else
+		printf("null");
+	printf(",\"services\":[");
 	for (size_t i = 0; i < v->n; i++) {
 		const struct service_view *sv = &v->services[i];
 		const struct gpucmd_service_report *s = sv->s;
@@ -757,6 +773,14 @@ static void report_prometheus(const struct report_view *v)
 		prom_label("device", rep->device_name, 1);
 		prom_label("backend", rep->backend, 0);
 		printf("} %" PRIu64 "\n", rep->device_free_memory);
+	}
+	if (rep->has_pinned_host) {
+		prom_family("gpucmd_daemon_pinned_host_bytes", "gauge",
+			    "The daemon's own pinned host pool.");
+		printf("gpucmd_daemon_pinned_host_bytes{state=\"reserved\"} %"
+		       PRIu64 "\n", rep->pinned_host.bytes_reserved);
+		printf("gpucmd_daemon_pinned_host_bytes{state=\"in_use\"} %"
+		       PRIu64 "\n", rep->pinned_host.bytes_in_use);
 	}
 	for (size_t k = 0; k < sizeof(prom_metrics) / sizeof(prom_metrics[0]);
 	     k++) {

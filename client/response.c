@@ -377,6 +377,13 @@ GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,
 		rep->device_total_memory = m->device->total_memory;
 		rep->device_free_memory = m->device->free_memory;
 	}
+	if (m->pinned_host != NULL) {
+		rep->has_pinned_host = 1;
+		rep->pinned_host.allocations = m->pinned_host->allocations;
+		rep->pinned_host.bytes_in_use = m->pinned_host->bytes_in_use;
+		rep->pinned_host.bytes_padding = m->pinned_host->bytes_padding;
+		rep->pinned_host.bytes_reserved = m->pinned_host->bytes_reserved;
+	}
 	/* Counted as they are filled, so gpucmd_report_free frees what is. */
 	for (size_t i = 0; r == 0 && i < m->n_services; i++) {
 		r = service_from_wire(&rep->services[i], m->services[i], 1);

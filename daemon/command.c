@@ -127,21 +127,50 @@ static void reclaim(struct command *cmd)
 	}
 }
 
+/*
+ * Fragmentation of a memory manager, defined once (gpucmd(1) documents the
+ * same formula): 1 - largest free block / free bytes held, where free bytes
+ * are reserved - in use - padding; 0 when nothing is free.  1 means the
+ * free memory is in pieces too small for anything; 0 means it is one block.
+ */
+static double fragmentation(const struct memory_manager *mm)
+{
+	struct memory_usage u;
+	uint64_t free_bytes;
+
+	memory_manager_usage(mm, &u);
+	free_bytes = u.bytes_reserved - u.bytes_in_use - u.bytes_padding;
+	if (free_bytes == 0)
+		return 0;
+	return 1.0 - (double)memory_manager_largest_free(mm) / (double)free_bytes;
+}
+
 static void describe_oom(struct command *cmd, int rc, uint64_t size)
 {
 	struct memory_usage u;
 	struct driver *d = cmd->ctx->driver;
+	const struct service *svc = cmd->service;
+	uint64_t limit = atomic_load(&svc->memory_limit);
+	char lim[48];
 
 	streams_usage(cmd->set, &u);
+	if (limit != 0)
+		snprintf(lim, sizeof(lim), "%llu", (unsigned long long)limit);
+	else
+		snprintf(lim, sizeof(lim), "none");
 	snprintf(cmd->msg, sizeof(cmd->msg),
-		 "%s: cannot allocate %llu bytes on stream %u: this "
-		 "connection has %llu bytes in use and %llu reserved (largest "
-		 "free block %llu), device total %llu bytes%s%s",
+		 "%s: cannot allocate %llu bytes on stream %u; service '%s' "
+		 "has %llu bytes in use (limit %s), this connection %llu in use "
+		 "and %llu reserved, largest free block %llu, fragmentation "
+		 "%.2f, device total %llu bytes%s%s",
 		 gpucmd_strerror(rc), (unsigned long long)size,
-		 cmd->current->number, (unsigned long long)u.bytes_in_use,
+		 cmd->current->number, svc->name,
+		 (unsigned long long)svc->bytes_in_use, lim,
+		 (unsigned long long)u.bytes_in_use,
 		 (unsigned long long)u.bytes_reserved,
 		 (unsigned long long)memory_manager_largest_free(
 			 cmd->current->memory),
+		 fragmentation(cmd->current->memory),
 		 (unsigned long long)d->props.total_memory,
 		 d->error[0] ? "; driver: " : "", d->error);
 }
@@ -166,18 +195,24 @@ int command_reserve(struct command *cmd, uint64_t size,
 	if (limit != 0 &&
 	    (size > limit || svc->bytes_in_use > limit - size)) {
 		svc->oom_count++;
+		struct memory_usage u;
+
+		streams_usage(cmd->set, &u);
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "quota exceeded: allocating %llu bytes would take "
 			 "service '%s' to %llu bytes, over its limit of %llu "
-			 "bytes (in use %llu, largest free block of stream %u "
-			 "%llu); release buffers or raise the service's "
+			 "bytes (in use %llu; this connection reserves %llu, "
+			 "largest free block of stream %u %llu, fragmentation "
+			 "%.2f); release buffers or raise the service's "
 			 "memory_limit",
 			 (unsigned long long)size, svc->name,
 			 (unsigned long long)(svc->bytes_in_use + size),
 			 (unsigned long long)limit,
 			 (unsigned long long)svc->bytes_in_use,
+			 (unsigned long long)u.bytes_reserved,
 			 cmd->current->number,
-			 (unsigned long long)memory_manager_largest_free(mm));
+			 (unsigned long long)memory_manager_largest_free(mm),
+			 fragmentation(mm));
 		return GPUCMD_EQUOTA;
 	}
 	cmd->ctx->driver->error[0] = '\0';

@@ -399,6 +399,27 @@ static void invalidate_profiles(struct batch *b, const char *kernel, int rc)
 	}
 }
 
+/*
+ * A geometry the device cannot run is the refusal the driver would give:
+ * GPUCMD_ELAUNCH, and the open profiles on the stream are invalidated,
+ * exactly as for a refusal that comes from the driver itself.
+ */
+static int launch_refused(struct batch *b, const char *kernel,
+			  const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int launch_refused(struct batch *b, const char *kernel,
+			  const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(b->message, sizeof(b->message), fmt, ap);
+	va_end(ap);
+	invalidate_profiles(b, kernel, GPUCMD_ELAUNCH);
+	return GPUCMD_ELAUNCH;
+}
+
 static int geometry(struct batch *b, const struct driver_properties *p,
 		    const Gpucmd__OpKernel *op, uint32_t grid[3],
 		    uint32_t block[3])
@@ -413,13 +434,13 @@ static int geometry(struct batch *b, const struct driver_properties *p,
 		grid[d] = (size_t)d < op->n_grid ? op->grid[d] : 1;
 		block[d] = (size_t)d < op->n_block ? op->block[d] : 1;
 		if (grid[d] == 0 || block[d] == 0)
-			return fail(b, GPUCMD_EINVAL,
+			return launch_refused(b, op->name,
 				    "kernel %s: grid %ux%ux%u block %ux%ux%u "
 				    "has a zero dimension",
 				    op->name, grid[0], grid[1], grid[2],
 				    block[0], block[1], block[2]);
 		if (grid[d] > p->max_grid[d] || block[d] > p->max_block[d])
-			return fail(b, GPUCMD_EINVAL,
+			return launch_refused(b, op->name,
 				    "kernel %s: dimension %d of grid %u or "
 				    "block %u is over the device's %u / %u",
 				    op->name, d, grid[d], block[d],
@@ -427,7 +448,7 @@ static int geometry(struct batch *b, const struct driver_properties *p,
 		threads *= block[d];
 	}
 	if (threads > p->max_threads_per_block)
-		return fail(b, GPUCMD_EINVAL,
+		return launch_refused(b, op->name,
 			    "kernel %s: %llu threads per block, over the "
 			    "device's %u",
 			    op->name, (unsigned long long)threads,
@@ -671,14 +692,18 @@ static int op_memory_usage(struct command_ctx *ctx, struct batch *b, size_t i)
 
 /* ---- the daemon-wide report ---------------------------------------------- */
 
-static Gpucmd__DeviceInfo *device_info(struct batch *b,
-				       const struct driver_properties *p)
+static Gpucmd__DeviceInfo *device_info(struct batch *b, struct driver *d)
 {
+	const struct driver_properties *p = &d->props;
 	Gpucmd__DeviceInfo *dev = arena_alloc(b, sizeof(*dev));
+	uint64_t free_bytes, total;
 
 	if (dev == NULL)
 		return NULL;
 	gpucmd__device_info__init(dev);
+	/* A report is cheap: this is a counter on the host, one call on CUDA. */
+	if (d->ops->mem_info(d, &free_bytes, &total) == 0)
+		dev->free_memory = free_bytes;
 	dev->name = (char *)p->name;
 	dev->backend = (char *)p->backend;
 	dev->total_memory = p->total_memory;
@@ -817,7 +842,7 @@ static int op_memory_report(struct command_ctx *ctx, struct batch *b,
 	st.totals->name = "total";
 	st.totals->usage = arena_alloc(b, sizeof(*st.totals->usage));
 	st.rep->services = arena_alloc(b, nsvc * sizeof(*st.rep->services) + 1);
-	st.rep->device = device_info(b, &ctx->driver->props);
+	st.rep->device = device_info(b, ctx->driver);
 	if (st.totals->usage == NULL || st.rep->services == NULL ||
 	    st.rep->device == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
@@ -852,7 +877,7 @@ static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	gpucmd__status__init(st);
 	st->version = GPUCMD_VERSION_STRING;
-	st->device = device_info(b, &ctx->driver->props);
+	st->device = device_info(b, ctx->driver);
 	st->usage = arena_alloc(b, sizeof(*st->usage));
 	if (st->device == NULL || st->usage == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");

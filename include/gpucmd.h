@@ -407,6 +407,9 @@ struct gpucmd_report {
 	struct gpucmd_service_report *services;
 	struct gpucmd_service_report totals;
 	uint64_t device_free_memory;	/* 0 = the daemon did not say */
+	/* The daemon's own pinned host pool (its overhead beside the services). */
+	int has_pinned_host;
+	struct gpucmd_memory_usage pinned_host;
 };
 /* Ask for the memory report (a round trip of its own). */
 GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,

@@ -934,6 +934,20 @@ static int cuda_copy_dtoh_2d(struct driver *d, struct driver_stream *s,
 	return CU_CHECK(cd, cuMemcpy2DAsync, &m, s->stream);
 }
 
+static int cuda_mem_info(struct driver *d, uint64_t *free_bytes,
+			 uint64_t *total_bytes)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	size_t f = 0, t = 0;
+	CUresult r = cd->cu.cuMemGetInfo(&f, &t);
+
+	if (r != CUDA_SUCCESS)
+		return cuda_fail(cd, "cuMemGetInfo", r);
+	*free_bytes = f;
+	*total_bytes = t;
+	return 0;
+}
+
 static int cuda_memset_d8(struct driver *d, struct driver_stream *s,
 			  uint64_t dst, uint8_t value, size_t n)
 {
@@ -1484,6 +1498,7 @@ static const struct driver_ops cuda_ops = {
 	.copy_htod_2d = cuda_copy_htod_2d,
 	.copy_dtoh_2d = cuda_copy_dtoh_2d,
 	.memset_d8 = cuda_memset_d8,
+	.mem_info = cuda_mem_info,
 	.module_load = cuda_module_load,
 	.module_unload = cuda_module_unload,
 	.module_function = cuda_module_function,

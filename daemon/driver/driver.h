@@ -104,6 +104,9 @@ struct driver_ops {
 	/* Device memory: GPUCMD_ENOMEM when the device has no room. */
 	int (*mem_alloc)(struct driver *d, uint64_t size, uint64_t *ptr);
 	void (*mem_free)(struct driver *d, uint64_t ptr);
+	/* Free and total device memory now (others' use included on CUDA). */
+	int (*mem_info)(struct driver *d, uint64_t *free_bytes,
+			uint64_t *total_bytes);
 	/* Pinned (page-locked) host memory. */
 	int (*host_alloc)(struct driver *d, size_t size, void **ptr);
 	void (*host_free)(struct driver *d, void *ptr);

@@ -281,6 +281,16 @@ static int host_mem_alloc(struct driver *d, uint64_t size, uint64_t *ptr)
 	return rc;
 }
 
+static int host_mem_info(struct driver *d, uint64_t *free_bytes,
+			 uint64_t *total_bytes)
+{
+	struct host_driver *hd = host_of(d);
+
+	*free_bytes = hd->device.limit - hd->device.in_use;
+	*total_bytes = hd->device.limit;
+	return 0;
+}
+
 static void host_mem_free(struct driver *d, uint64_t ptr)
 {
 	host_heap_free(&host_of(d)->device, host_ptr(ptr));
@@ -1029,6 +1039,7 @@ static const struct driver_ops host_ops = {
 	.copy_htod_2d = host_copy_htod_2d,
 	.copy_dtoh_2d = host_copy_dtoh_2d,
 	.memset_d8 = host_memset_d8,
+	.mem_info = host_mem_info,
 	.module_load = host_module_load,
 	.module_unload = host_module_unload,
 	.module_function = host_module_function,

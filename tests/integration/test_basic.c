@@ -213,7 +213,7 @@ START_TEST(client_errors)
 	expect_fail(b, 0, GPUCMD_ENOKERNEL, "no_such_kernel");
 	gpucmd_batch_new(c, 0, &b);
 	gpucmd_batch_kernel(b, "fill_u32", zero, B64, fill, 3);
-	expect_fail(b, 0, GPUCMD_EINVAL, "zero dimension");
+	expect_fail(b, 0, GPUCMD_ELAUNCH, "zero dimension");
 
 	/* Handle 0 (refused by the library), a live handle again, reads out
 	 * of bounds. */
