@@ -2,8 +2,9 @@
  * check_config.c - unit tests of the daemon's settings (daemon/config.c):
  * defaults, the value parsers, and config_load over good and bad files.
  *
- * Every test writes its files into a private temporary directory (made by
- * the checked fixture, so each forked test has its own).  A bad file must be
+ * Every test writes its files into a private temporary directory (made and
+ * removed by an unchecked fixture, in the parent, so that a failing test
+ * leaves nothing behind; the forked tests run one after the other).  A bad file must be
  * refused with "PATH:LINE: problem" naming the line that is wrong, and must
  * leave the configuration it was loaded over exactly as it was.
  */
@@ -132,6 +133,7 @@ START_TEST(defaults_are_the_documented_ones)
 	ck_assert_int_eq(cfg.device, 0);
 	ck_assert_uint_eq(cfg.host_memory, 4 * GIB);
 	ck_assert_uint_eq(cfg.host_fail_alloc_at, 0);
+	ck_assert_uint_eq(cfg.pinned_memory, 256 * MIB);
 	ck_assert_int_eq(cfg.log_level, LOG_LEVEL_INFO);
 	ck_assert_str_eq(cfg.layout, "subslices");
 	ck_assert_uint_eq(cfg.limits.max_connections, 256);
@@ -263,6 +265,7 @@ START_TEST(every_key)
 		"backend = host\n"
 		"device = 3\n"
 		"host_memory = 512M\n"
+		"pinned_memory = 0x1000000\n"
 		"log_level = debug\n"
 		"layout = exclusive\n"
 		"\n"
@@ -297,6 +300,7 @@ START_TEST(every_key)
 	ck_assert_int_eq(cfg.backend, CONFIG_BACKEND_HOST);
 	ck_assert_int_eq(cfg.device, 3);
 	ck_assert_uint_eq(cfg.host_memory, 512 * MIB);
+	ck_assert_uint_eq(cfg.pinned_memory, 16 * MIB);
 	ck_assert_int_eq(cfg.log_level, LOG_LEVEL_DEBUG);
 	ck_assert_str_eq(cfg.layout, "exclusive");
 	ck_assert_uint_eq(cfg.limits.max_connections, 1000);
@@ -1011,7 +1015,7 @@ static Suite *config_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("good files");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_unchecked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, every_key);
 	tcase_add_test(tc, each_choice_of_the_enumerations);
@@ -1029,7 +1033,7 @@ static Suite *config_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("bad files");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_unchecked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, unknown_sections_and_keys);
 	tcase_add_test(tc, bad_values);
