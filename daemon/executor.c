@@ -45,6 +45,8 @@ struct executor {
 	/* Device thread only. */
 	struct stream_set *sets;
 	struct executor_conn *closing;	/* linked through next_closing */
+	struct service *active_head;	/* services with batches waiting */
+	struct service **active_tail;
 	uint64_t start_ms;
 
 	atomic_uint_fast64_t batches;
@@ -428,66 +430,70 @@ static void finish_closing(struct executor *ex)
 
 /* ---- fairness ------------------------------------------------------------- */
 
-struct service_queue {
-	const struct service *svc;
-	struct batch *head;
-	struct batch **tail;
-};
-
 /*
- * Reorder one wake-up's jobs so services take turns: each round gives every
- * service up to its weight in batches.  A connection's own jobs keep their
- * order (its close stays after its batches), so only the interleaving
- * between services changes; a flooding service cannot push another's batch
- * to the back of a long queue.
+ * Batches wait in a queue per service, across wake-ups, and the device
+ * thread serves them in rounds: each round gives every service with work
+ * up to its weight in batches, then looks at completions and new arrivals
+ * again.  A connection's own jobs keep their order (its close stays after
+ * its batches); a flooding service cannot put another's batch behind its
+ * backlog, only behind one round.
  */
-static struct batch *interleave(struct batch *jobs)
+static void enqueue_job(struct executor *ex, struct batch *b)
 {
-	struct service_queue *q;
-	struct batch *out = NULL, **tail = &out;
-	size_t nq = 0, n = 0, left;
+	struct service *svc = b->conn->service;
 
-	for (struct batch *b = jobs; b != NULL; b = b->next)
-		n++;
-	if (n < 2)
-		return jobs;
-	q = calloc(n, sizeof(*q));
-	if (q == NULL)
-		return jobs;	/* FIFO is still correct, only less fair */
-	while (jobs != NULL) {
-		struct batch *b = jobs;
-		size_t i;
-
-		jobs = b->next;
-		b->next = NULL;
-		for (i = 0; i < nq && q[i].svc != b->conn->service; i++)
-			;
-		if (i == nq) {
-			q[nq].svc = b->conn->service;
-			q[nq].head = NULL;
-			q[nq].tail = &q[nq].head;
-			nq++;
-		}
-		*q[i].tail = b;
-		q[i].tail = &b->next;
+	b->next = NULL;
+	if (svc->queue_tail == NULL)
+		svc->queue_tail = &svc->queue_head;
+	*svc->queue_tail = b;
+	svc->queue_tail = &b->next;
+	if (!svc->active) {
+		svc->active = true;
+		svc->next_active = NULL;
+		*ex->active_tail = svc;
+		ex->active_tail = &svc->next_active;
 	}
-	for (left = n; left > 0;) {
-		for (size_t i = 0; i < nq; i++) {
-			unsigned quantum = atomic_load(&((struct service *)q[i].svc)->weight);
+}
 
-			for (unsigned k = 0; k < quantum && q[i].head; k++) {
-				struct batch *b = q[i].head;
-
-				q[i].head = b->next;
-				b->next = NULL;
-				*tail = b;
-				tail = &b->next;
-				left--;
-			}
-		}
+static void run_job(struct executor *ex, struct batch *b)
+{
+	if (is_close(b)) {
+		begin_close(ex, b->conn);
+		free(b);
+	} else {
+		run_batch(ex, b);
 	}
-	free(q);
-	return out;
+}
+
+/* One round over the services that have work. */
+static void run_round(struct executor *ex)
+{
+	struct service *svc = ex->active_head;
+
+	/* Take the round's list; services that keep work go back in order. */
+	ex->active_head = NULL;
+	ex->active_tail = &ex->active_head;
+	while (svc != NULL) {
+		struct service *next = svc->next_active;
+		unsigned quantum = atomic_load(&svc->weight);
+
+		for (unsigned k = 0; k < quantum && svc->queue_head; k++) {
+			struct batch *b = svc->queue_head;
+
+			svc->queue_head = b->next;
+			if (svc->queue_head == NULL)
+				svc->queue_tail = &svc->queue_head;
+			run_job(ex, b);
+		}
+		if (svc->queue_head != NULL) {
+			svc->next_active = NULL;
+			*ex->active_tail = svc;
+			ex->active_tail = &svc->next_active;
+		} else {
+			svc->active = false;
+		}
+		svc = next;
+	}
 }
 
 /* ---- the thread ---------------------------------------------------------- */
@@ -539,7 +545,7 @@ static void *device_main(void *arg)
 
 		pthread_mutex_lock(&ex->lock);
 		while (!ex->stop && ex->inbox_head == NULL &&
-		       ex->done_head == NULL)
+		       ex->done_head == NULL && ex->active_head == NULL)
 			pthread_cond_wait(&ex->cond, &ex->lock);
 		jobs = ex->inbox_head;
 		done = ex->done_head;
@@ -555,19 +561,15 @@ static void *device_main(void *arg)
 			complete_fence(ex, done);
 			done = next;
 		}
-		jobs = interleave(jobs);
 		while (jobs != NULL) {
 			struct batch *next = jobs->next;
-			if (is_close(jobs)) {
-				begin_close(ex, jobs->conn);
-				free(jobs);
-			} else {
-				run_batch(ex, jobs);
-			}
+			enqueue_job(ex, jobs);
 			jobs = next;
 		}
+		run_round(ex);
 		finish_closing(ex);
-		if (stop && ex->sets == NULL && ex->closing == NULL)
+		if (stop && ex->sets == NULL && ex->closing == NULL &&
+		    ex->active_head == NULL)
 			break;
 	}
 	return NULL;
@@ -589,6 +591,7 @@ int executor_start(const struct config *cfg,
 	ex->cb = *cb;
 	ex->inbox_tail = &ex->inbox_head;
 	ex->done_tail = &ex->done_head;
+	ex->active_tail = &ex->active_head;
 	atomic_init(&ex->batches, 0);
 	ex->start_ms = monotonic_ms();
 	pthread_mutex_init(&ex->lock, NULL);

@@ -18,6 +18,8 @@
 
 #include "config.h"
 
+struct batch;
+
 #define SERVICE_NAME_MAX 63
 #define SERVICE_MAX 1024
 
@@ -30,6 +32,10 @@ struct service {
 	atomic_uint weight;			/* batches per scheduling round */
 	atomic_uint connections;
 	/* Device thread only. */
+	struct batch *queue_head;	/* batches waiting for their turn */
+	struct batch **queue_tail;
+	struct service *next_active;	/* in the executor's round */
+	bool active;
 	uint64_t bytes_in_use;
 	uint64_t allocations;
 	uint64_t peak_bytes_in_use;
