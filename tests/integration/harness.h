@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -29,7 +30,7 @@
 
 struct daemon_proc {
 	pid_t pid;
-	char dir[64];
+	char dir[128];
 	char sock[128];
 	char log[128];
 };
@@ -59,7 +60,10 @@ static inline void daemon_start_args(struct daemon_proc *d, ...)
 	int argc = 0;
 	va_list ap;
 
-	snprintf(d->dir, sizeof(d->dir), "/tmp/gpucmd-test-XXXXXX");
+	const char *base = getenv("GPUCMD_TEST_TMP");
+
+	snprintf(d->dir, sizeof(d->dir), "%s/d-XXXXXX",
+		 base != NULL && base[0] ? base : "/tmp");
 	ck_assert_ptr_nonnull(mkdtemp(d->dir));
 	snprintf(d->sock, sizeof(d->sock), "%s/s.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/daemon.log", d->dir);
@@ -81,6 +85,9 @@ static inline void daemon_start_args(struct daemon_proc *d, ...)
 	ck_assert_int_ge(d->pid, 0);
 	if (d->pid == 0) {
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		/* A test that fails skips its teardown: the daemon goes too. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (fd >= 0) {
 			dup2(fd, 2);
 			dup2(fd, 1);
@@ -191,14 +198,29 @@ static inline struct gpucmd_service_report report_totals(struct gpucmd_conn *c)
 	return t;
 }
 
-/* Run a Check suite built by make_suite and exit with its verdict. */
+/*
+ * Run a Check suite built by make_suite and exit with its verdict.  Every
+ * test's directory lives under one the runner removes at the end, so a
+ * failed test (whose teardown does not run) leaves nothing in /tmp.
+ */
 static inline int harness_main(Suite *s)
 {
 	SRunner *sr = srunner_create(s);
+	char base[] = "/tmp/gpucmd-test-XXXXXX";
+	char cmd[64];
 	int failed;
 
+	if (mkdtemp(base) != NULL) {
+		/* Tests that run a client as another user must get through. */
+		chmod(base, 0711);
+		setenv("GPUCMD_TEST_TMP", base, 1);
+	}
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
+	if (system(cmd) != 0) {
+		/* only a leftover directory */
+	}
 	return failed ? 1 : 0;
 }
