@@ -1,0 +1,162 @@
+/*
+ * bench.h - what the scenarios of gpucmd-bench share: the run's options,
+ * the result table, clocks, statistics, the daemon's CPU time and the raw
+ * Unix-socket floor that several scenarios measure themselves against.
+ *
+ * Every number gpucmd-bench reports is measured next to a floor taken in the
+ * same run on the same machine (a raw socket ping-pong, memcpy, the backend's
+ * own allocator), so a ratio means the same on a noisy laptop, a CI runner
+ * and a GPU server.  Where the issue that asked for a scenario states an
+ * absolute target (ops per second, microseconds per op), that target is
+ * checked as stated and the floor is still printed beside it.
+ *
+ * Threads: the bench is single-threaded; scenarios that need several
+ * clients fork processes, and a forked child only ever leaves with _exit().
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gpucmd.h"
+
+#define KIB (UINT64_C(1) << 10)
+#define MIB (UINT64_C(1) << 20)
+
+/* The run as the command line asked for it. */
+struct bench_opts {
+	bool quick;		/* the whole run in under a minute */
+	bool json;		/* one JSON object on stdout instead of a table */
+	bool progress;		/* a progress line on stderr (a terminal) */
+	const char *socket;	/* the daemon's socket */
+	const char *backend;	/* what our own daemon runs (host, cuda, auto) */
+	const char *only;	/* run only scenarios whose name has this */
+	pid_t daemon_pid;	/* from SO_PEERCRED; 0 when unknown */
+	const char *tmpdir;	/* private scratch directory */
+};
+
+extern struct bench_opts bench;
+
+/* How a row's value is judged. */
+enum bench_target {
+	TARGET_NONE,		/* information only: met is always true */
+	TARGET_RATIO_LE,	/* ratio <= goal */
+	TARGET_RATIO_GE,	/* ratio >= goal */
+	TARGET_VALUE_LE,	/* value <= goal */
+	TARGET_VALUE_GE,	/* value >= goal */
+};
+
+/**
+ * Record one row.  floor and ratio may be NAN (no floor); target describes
+ * the goal (goal is unused for TARGET_NONE).
+ */
+void bench_add(const char *name, double value, const char *unit,
+	       double floor, double ratio, enum bench_target target,
+	       double goal);
+/** Record a sentence that belongs under the table (not a measurement). */
+void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One row of the table. */
+struct bench_row {
+	char name[64];
+	double value;
+	char unit[16];
+	double floor;		/* NAN: none */
+	double ratio;		/* NAN: none */
+	enum bench_target target;
+	double goal;
+};
+
+/* What bench_add, bench_note and bench_error collected (bench_util.c). */
+extern struct bench_row *bench_rows;
+extern size_t bench_nrows;
+extern char **bench_notes;
+extern size_t bench_nnotes;
+extern int bench_errors;
+
+/** Say what the bench is doing now (stderr progress line, when enabled). */
+void bench_progress(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+/** Report an error of a scenario; the run goes on and exits non-zero. */
+void bench_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/**
+ * fork() for the bench's children: the child gets default SIGINT/SIGTERM
+ * handling (the parent's handler stops the daemon) and no progress line.
+ */
+pid_t bench_fork(void);
+/** CLOCK_MONOTONIC in nanoseconds. */
+uint64_t bench_now_ns(void);
+/** Sort n samples in place and return the p-th percentile (0..100). */
+double bench_percentile(uint64_t *samples, size_t n, double p);
+/** The median of n doubles (sorted in place). */
+double bench_median(double *v, size_t n);
+/** Jain's fairness index of n non-negative values (1 = all equal). */
+double bench_jain(const double *x, size_t n);
+
+/** Connect to the daemon as service; NULL (and bench_error) on failure. */
+struct gpucmd_conn *bench_connect(const char *service);
+/**
+ * Run batch b (consumed) and check that it succeeded: 0, or the error
+ * (reported with what, through bench_error).
+ */
+int bench_run_ok(struct gpucmd_batch *b, const char *what);
+
+/* CPU time of a process, split the way the daemon's threads are named. */
+struct bench_cpu {
+	uint64_t daemon_ns;	/* every thread except host stream workers */
+	uint64_t streams_ns;	/* the host backend's stream workers ("device") */
+};
+/** Read the CPU time of every thread of pid; 0 or -errno. */
+int bench_cpu_read(pid_t pid, struct bench_cpu *out);
+/** VmRSS of pid in bytes, or 0 when it cannot be read. */
+uint64_t bench_rss(pid_t pid);
+
+/*
+ * The floor: a child process that answers every request of req_len bytes
+ * with resp_len bytes on a Unix stream socket, doing nothing else.  It is the
+ * least any local daemon can cost for the same bytes.
+ */
+struct bench_echo {
+	pid_t pid;
+	int fd;			/* our end of the socketpair */
+	size_t req_len;
+	size_t resp_len;
+	uint8_t *req;
+	uint8_t *resp;
+};
+/** Fork the echo child. */
+int bench_echo_start(struct bench_echo *e, size_t req_len, size_t resp_len);
+/** One blocking round trip; 0 or -errno. */
+int bench_echo_roundtrip(struct bench_echo *e);
+/** Send one request without waiting; 0 or -errno. */
+int bench_echo_send(struct bench_echo *e);
+/** Collect one response; 0 or -errno. */
+int bench_echo_recv(struct bench_echo *e);
+/** Stop the child and reap it. */
+void bench_echo_stop(struct bench_echo *e);
+
+/* The ops whose frames the floors copy byte for byte. */
+enum bench_op {
+	BENCH_OP_PING,
+	BENCH_OP_SYNC,
+	BENCH_OP_SPIN0,		/* kernel "spin", grid 1, block 1, u32 0 */
+};
+/** Bytes on the socket (header included) of a request of nops ops. */
+size_t bench_wire_request(enum bench_op op, size_t nops);
+/** Bytes on the socket of a response with nresults "done" results. */
+size_t bench_wire_response(size_t nresults);
+
+/** Append a spin(0) launch (grid 1, block 1) to b. */
+int bench_add_spin0(struct gpucmd_batch *b);
+/** Append a ping to b. */
+int bench_add_ping(struct gpucmd_batch *b);
+
+/* The scenarios, in the order they run. */
+void bench_daemon_memory(void);
+void bench_roundtrip(void);
+void bench_throughput(void);
+void bench_transfer(void);
+void bench_allocator(void);
+void bench_scaling(void);

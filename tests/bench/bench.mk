@@ -1,0 +1,25 @@
+# tests/bench/bench.mk - gpucmd-bench, included by the top-level Makefile.
+#
+#   make bench          build everything and run gpucmd-bench (a few minutes)
+#   make bench-quick    the same with --quick (under a minute)
+#
+# gpucmd-bench is a client (libgpucmd.a) that also drives the daemon's memory
+# manager and host backend directly for its allocator scenario, so it links
+# the daemon's archive too; its objects are built by the Makefile's generic
+# rule with ALL_CFLAGS, which already has -Idaemon for the daemon headers.
+# Regenerate BENCHMARKS.md with tests/bench/bench_results.sh.
+
+BENCH_OBJ := $(call obj,$(BENCH_SRC))
+
+.PHONY: bench bench-quick
+
+$(BUILD)/gpucmd-bench: $(BENCH_OBJ) $(BUILD)/libgpucmd.a $(BUILD)/libgpucmdd.a
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(BENCH_OBJ) $(BUILD)/libgpucmd.a \
+		$(BUILD)/libgpucmdd.a $(PKG_LIBS) $(LIBS)
+
+bench: all $(BUILD)/gpucmd-bench
+	$(Q)$(BUILD)/gpucmd-bench
+
+bench-quick: all $(BUILD)/gpucmd-bench
+	$(Q)$(BUILD)/gpucmd-bench --quick
