@@ -391,6 +391,9 @@ static void run_batch(struct executor *ex, struct batch *b)
 			return;
 		}
 	}
+	/* The batch's work starts now, in one hand-over where the backend can. */
+	if (d->ops->flush != NULL)
+		d->ops->flush(d, b->stream->ds);
 	if (b->pending == 0) {
 		finish_batch(ex, b);
 		return;

@@ -97,6 +97,16 @@ struct driver_ops {
 	int (*event_elapsed)(struct driver *d, struct driver_event *start,
 			     struct driver_event *end, float *ms);
 
+	/*
+	 * Start the work enqueued on s since the last flush.  The device
+	 * thread calls it once at the end of each batch, so a backend may
+	 * gather a batch's ops and hand them over at once (optional: NULL
+	 * means every enqueue starts at once).  event_record and
+	 * host_callback must start what they follow on their own, since
+	 * another stream or a completion may be waiting on them.
+	 */
+	void (*flush)(struct driver *d, struct driver_stream *s);
+
 	/* Run fn(arg, status) after everything enqueued on s so far. */
 	int (*host_callback)(struct driver *d, struct driver_stream *s,
 			     driver_callback_fn fn, void *arg);
