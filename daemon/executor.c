@@ -261,6 +261,56 @@ static void finish_batch(struct executor *ex, struct batch *b)
 	free_batch(ex, b);
 }
 
+/* A fault the stream had not reported yet goes to this batch's sync/read. */
+static void report_fault(struct batch *b, struct stream *s)
+{
+	if (b->replied || !s->fault_pending || b->error != 0 ||
+	    b->fence_index < 0)
+		return;
+	b->error = GPUCMD_ESTREAM;
+	b->failed_index = (uint32_t)b->fence_index;
+	b->nresults = (size_t)b->fence_index;
+	snprintf(b->message, sizeof(b->message),
+		 "stream fault: work on stream %u faulted before this %s; "
+		 "results since the previous sync are not valid, the stream "
+		 "stays usable",
+		 s->number,
+		 b->req->ops[b->fence_index]->op_case == GPUCMD__OP__OP_READ
+			 ? "read"
+			 : "sync");
+	s->fault_pending = false;
+}
+
+/*
+ * Ops that enqueue nothing on the device (no copy, kernel, memset or
+ * event): a batch of only these, on a stream with nothing in flight, is
+ * complete as soon as it ran, without a round through the driver.
+ */
+static bool light(const struct batch *b)
+{
+	for (size_t i = 0; i < b->req->n_ops; i++) {
+		switch (b->req->ops[i]->op_case) {
+		case GPUCMD__OP__OP_PING:
+		case GPUCMD__OP__OP_SYNC:
+		case GPUCMD__OP__OP_MEMORY_USAGE:
+		case GPUCMD__OP__OP_MEMORY_REPORT:
+		case GPUCMD__OP__OP_STATUS:
+		case GPUCMD__OP__OP_STREAM_REPORT:
+		case GPUCMD__OP__OP_CURSOR:
+		case GPUCMD__OP__OP_FLUSH_DROPS:
+		case GPUCMD__OP__OP_MEMORY_CLEANUP:
+		case GPUCMD__OP__OP_ALLOCATION_MODE:
+		case GPUCMD__OP__OP_RESERVE_CPU:
+		case GPUCMD__OP__OP_RELEASE:
+		case GPUCMD__OP__OP_CLEANUP:
+			continue;
+		default:
+			return false;
+		}
+	}
+	return true;
+}
+
 static void complete_fence(struct executor *ex, struct fence *f)
 {
 	struct batch *b = f->batch;
@@ -283,22 +333,7 @@ static void complete_fence(struct executor *ex, struct fence *f)
 	free(f);
 	if (--b->pending > 0 || !b->dispatched)
 		return;
-	if (!b->replied && s->fault_pending && b->error == 0 &&
-	    b->fence_index >= 0) {
-		b->error = GPUCMD_ESTREAM;
-		b->failed_index = (uint32_t)b->fence_index;
-		b->nresults = (size_t)b->fence_index;
-		snprintf(b->message, sizeof(b->message),
-			 "stream fault: work on stream %u faulted before this "
-			 "%s; results since the previous sync are not valid, "
-			 "the stream stays usable",
-			 s->number,
-			 b->req->ops[b->fence_index]->op_case ==
-					 GPUCMD__OP__OP_READ
-				 ? "read"
-				 : "sync");
-		s->fault_pending = false;
-	}
+	report_fault(b, s);
 	finish_batch(ex, b);
 }
 
@@ -364,6 +399,14 @@ static void run_batch(struct executor *ex, struct batch *b)
 	 * The batch's last fence: not while the stream records a graph
 	 * (nothing ran; a fence there would be recorded into the graph).
 	 */
+	if (b->pending == 0 && !b->stream->capturing && light(b) &&
+	    b->stream->completed == b->stream->submitted) {
+		/* Nothing in flight and nothing enqueued: done already. */
+		b->stream->completed = ++b->stream->submitted;
+		report_fault(b, b->stream);
+		finish_batch(ex, b);
+		return;
+	}
 	if (!b->stream->capturing) {
 		rc = executor_fence(ex, b);
 		if (rc != 0) {

@@ -513,6 +513,67 @@ static void handle_evict(struct session *s, uint64_t id,
 	send_frame(s, &f);
 }
 
+/*
+ * A batch of pings is the daemon's liveness check: the loop thread answers
+ * it itself, without a trip through the device thread (sync is the op that
+ * measures the device path).
+ */
+static bool stream_known(const struct session *s, uint32_t number)
+{
+	for (uint32_t i = 0; i < s->nstreams; i++)
+		if (s->streams[i] == number)
+			return true;
+	return false;
+}
+
+/* Mirror streams_get: a new number becomes a stream while under the limit. */
+static void note_stream(struct session *s, uint32_t number)
+{
+	if (s->max_streams == 0) {
+		uint32_t svc_max = atomic_load(&s->econn.service->max_streams);
+
+		s->max_streams = s->econn.limits.max_streams;
+		if (svc_max != 0 && svc_max < s->max_streams)
+			s->max_streams = svc_max;
+		if (s->max_streams > 64)
+			s->max_streams = 64;
+	}
+	if (!stream_known(s, number) && s->nstreams < s->max_streams)
+		s->streams[s->nstreams++] = number;
+}
+
+static bool ping_only(const struct session *s, const Gpucmd__Request *req)
+{
+	if (req->n_ops == 0 || req->n_ops > 64 ||
+	    !stream_known(s, req->stream))
+		return false;
+	for (size_t i = 0; i < req->n_ops; i++)
+		if (req->ops[i] == NULL ||
+		    req->ops[i]->op_case != GPUCMD__OP__OP_PING)
+			return false;
+	return true;
+}
+
+static void answer_pings(struct session *s, const Gpucmd__Request *req)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Response r = GPUCMD__RESPONSE__INIT;
+	Gpucmd__OpResult res[64], *results[64];
+
+	for (size_t i = 0; i < req->n_ops; i++) {
+		gpucmd__op_result__init(&res[i]);
+		res[i].result_case = GPUCMD__OP_RESULT__RESULT_DONE;
+		res[i].done = 1;
+		results[i] = &res[i];
+	}
+	r.id = req->id;
+	r.n_results = req->n_ops;
+	r.results = results;
+	f.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
+	f.response = &r;
+	send_frame(s, &f);
+}
+
 static void handle_request(struct session *s, Gpucmd__Frame *frame)
 {
 	const struct config_limits *lim = &s->server->cfg.limits;
@@ -520,6 +581,12 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 	int *fds = NULL;
 	size_t nfds = 0;
 	int rc;
+
+	if (ping_only(s, req)) {
+		answer_pings(s, req);
+		frame_free(frame);
+		return;
+	}
 
 	if (req->n_ops == 1 && req->ops[0] != NULL &&
 	    req->ops[0]->op_case == GPUCMD__OP__OP_EVICT) {
@@ -544,6 +611,7 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 		frame_free(frame);
 		return;
 	}
+	note_stream(s, req->stream);
 	rc = executor_submit(s->server->ex, &s->econn, frame, fds, nfds);
 	if (rc != 0) {
 		reply_error(s, req->id, rc,

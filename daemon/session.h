@@ -60,6 +60,14 @@ struct session {
 	uint32_t body_len;
 	uint32_t body_have;
 
+	/*
+	 * The stream numbers the device thread has created for this
+	 * connection, mirrored by the same rule (first use, up to the limit),
+	 * so the loop can answer pings on them without a trip there.
+	 */
+	uint32_t streams[64];
+	uint32_t nstreams;
+	uint32_t max_streams;		/* 0 until the first request */
 	uint32_t in_flight;
 	uint64_t pending_bytes;		/* queued writes not yet on the wire */
 	char peer[64];			/* "pid 123 uid 1000" for logs */
