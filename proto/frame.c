@@ -5,6 +5,7 @@
 #include "frame.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,13 +116,136 @@ int frame_encode(const Gpucmd__Frame *f, uint8_t **out, size_t *len)
 	return 0;
 }
 
+/*
+ * Decoding into an arena.  protobuf-c's default unpack makes a malloc for
+ * every message, string, byte field and repeated array of a frame (about
+ * seven per kernel op) and as many frees later; an arena makes decoding a
+ * bump of a pointer and freeing one or two free() calls.  protobuf-c
+ * allocates the top-level message first, so the Frame sits at the start of
+ * the arena's first chunk and frame_free finds the arena from it; that is
+ * checked at the first decode, and if a protobuf-c ever did otherwise,
+ * every frame is decoded the default way instead.
+ */
+#define ARENA_MAGIC 0x47434d41u	/* "AMCG" */
+
+struct arena_chunk {
+	struct arena_chunk *next;
+	size_t used;
+	size_t cap;
+	max_align_t data[];
+};
+
+struct arena {
+	uint32_t magic;
+	struct arena_chunk *more;	/* chunks after the first */
+	size_t used;
+	size_t cap;
+	max_align_t data[];
+};
+
+/* 1: arena decoding works; -1: it does not; 0: not known yet. */
+static int arena_mode;
+
+static size_t round16(size_t n)
+{
+	return (n + 15) & ~(size_t)15;
+}
+
+static void *arena_alloc(void *data, size_t size)
+{
+	struct arena *a = data;
+	struct arena_chunk *c;
+	size_t need = round16(size ? size : 1);
+
+	if (need <= a->cap - a->used) {
+		void *p = (char *)a->data + a->used;
+		a->used += need;
+		return p;
+	}
+	for (c = a->more; c != NULL; c = c->next) {
+		if (need <= c->cap - c->used) {
+			void *p = (char *)c->data + c->used;
+			c->used += need;
+			return p;
+		}
+	}
+	c = malloc(sizeof(*c) + need + 4096);
+	if (c == NULL)
+		return NULL;
+	c->cap = need + 4096;
+	c->used = need;
+	c->next = a->more;
+	a->more = c;
+	return c->data;
+}
+
+static void arena_free_nothing(void *data, void *ptr)
+{
+	(void)data;
+	(void)ptr;
+}
+
+static void arena_destroy(struct arena *a)
+{
+	while (a->more != NULL) {
+		struct arena_chunk *c = a->more;
+		a->more = c->next;
+		free(c);
+	}
+	free(a);
+}
+
 Gpucmd__Frame *frame_decode(const uint8_t *body, size_t len)
 {
-	return gpucmd__frame__unpack(NULL, len, body);
+	ProtobufCAllocator alloc = {
+		.alloc = arena_alloc,
+		.free = arena_free_nothing,
+	};
+	/* Room for the bytes fields plus the structs of a typical frame. */
+	size_t cap = round16(len + len / 2 + 1024);
+	struct arena *a;
+	Gpucmd__Frame *f;
+
+	if (arena_mode < 0 || cap < len)
+		return gpucmd__frame__unpack(NULL, len, body);
+	a = malloc(sizeof(*a) + cap);
+	if (a == NULL)
+		return NULL;
+	a->magic = ARENA_MAGIC;
+	a->more = NULL;
+	a->used = 0;
+	a->cap = cap;
+	alloc.allocator_data = a;
+	f = gpucmd__frame__unpack(&alloc, len, body);
+	if (f == NULL) {
+		arena_destroy(a);
+		return NULL;
+	}
+	if ((void *)f != (void *)a->data) {
+		/* Not the layout frame_free relies on: decode the plain way. */
+		arena_destroy(a);
+		arena_mode = -1;
+		return gpucmd__frame__unpack(NULL, len, body);
+	}
+	arena_mode = 1;
+	return f;
 }
 
 void frame_free(Gpucmd__Frame *f)
 {
-	if (f != NULL)
+	struct arena *a;
+
+	if (f == NULL)
+		return;
+	if (arena_mode < 0) {
 		gpucmd__frame__free_unpacked(f, NULL);
+		return;
+	}
+	a = (struct arena *)((char *)f - offsetof(struct arena, data));
+	if (a->magic != ARENA_MAGIC) {
+		gpucmd__frame__free_unpacked(f, NULL);
+		return;
+	}
+	a->magic = 0;
+	arena_destroy(a);
 }
