@@ -556,7 +556,7 @@ static int op_kernel(struct command_ctx *ctx, struct batch *b, size_t i,
 static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b,
 			     size_t i, const Gpucmd__OpKernel *op)
 {
-	const struct builtin_kernel *k = builtin_find(op->name);
+	const struct builtin_kernel *k;
 	union builtin_value vals[BUILTIN_MAX_ARGS];
 	struct binding bind[BUILTIN_MAX_ARGS];
 	void *params[BUILTIN_MAX_ARGS];
@@ -567,6 +567,14 @@ static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b,
 	size_t nargs, nbind = 0;
 	int rc;
 
+	/* Batches launch the same kernel many times: look it up once. */
+	if (b->last_kernel != NULL &&
+	    strcmp(b->last_kernel->name, op->name) == 0) {
+		k = b->last_kernel;
+	} else {
+		k = builtin_find(op->name);
+		b->last_fn = NULL;
+	}
 	if (k == NULL)
 		return fail(b, GPUCMD_ENOKERNEL,
 			    "unknown kernel '%s': the built-ins are fill_u32, "
@@ -638,10 +646,17 @@ static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b,
 	rc = builtin_check(k, vals, b->message, sizeof(b->message));
 	if (rc != 0)
 		return rc;
-	rc = ctx->driver->ops->builtin_function(ctx->driver, k->name, &fn);
-	if (rc != 0)
-		return fail(b, rc, "kernel %s is not available on this "
-			    "backend: %s", k->name, ctx->driver->error);
+	fn = b->last_kernel == k ? b->last_fn : NULL;
+	if (fn == NULL) {
+		rc = ctx->driver->ops->builtin_function(ctx->driver, k->name,
+							&fn);
+		if (rc != 0)
+			return fail(b, rc, "kernel %s is not available on "
+				    "this backend: %s",
+				    k->name, ctx->driver->error);
+		b->last_kernel = k;
+		b->last_fn = fn;
+	}
 	rc = begin(ctx, b, bind, nbind, &cmd);
 	if (rc != 0)
 		return rc;

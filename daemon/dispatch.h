@@ -18,6 +18,7 @@
 #include "command.h"
 #include "gpucmd.pb-c.h"
 
+struct builtin_kernel;
 struct executor;
 struct executor_conn;
 
@@ -42,6 +43,8 @@ struct batch {
 	char message[512];
 	struct batch *next;		/* executor inbox */
 	struct profile_result *profiles; /* profile_end ops, filled at completion */
+	const struct builtin_kernel *last_kernel; /* lookup cache of a batch */
+	struct driver_function *last_fn;
 	int *fds;			/* region descriptors sent with the frame */
 	size_t nfds;
 	size_t fds_used;
