@@ -185,8 +185,13 @@ check-integration: deps
 	$(Q)$(MAKE) --no-print-directory tests
 	$(Q)BUILD=$(BUILD) sh tests/run.sh integration
 
+# Skips (exit 77) with the reason when no CUDA device answers.
 check-gpu: deps
 	$(Q)$(MAKE) --no-print-directory tests
+	$(Q)if ! $(BUILD)/gpucmdd --backend cuda --probe; then \
+		echo "check-gpu: skipped: no usable CUDA device (see the line above)"; \
+		exit 77; \
+	fi
 	$(Q)BUILD=$(BUILD) GPUCMD_TEST_BACKEND=cuda sh tests/run.sh integration
 
 # ---- fragments owned by their areas ---------------------------------------

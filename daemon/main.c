@@ -29,6 +29,7 @@ static void usage(FILE *out)
 		"  -c, --config PATH       read settings from PATH (default %s;\n"
 		"                          a missing default file means built-in defaults)\n"
 		"      --check-config      validate the config file, print the result, exit\n"
+		"      --probe             open the device, print what it is, exit (0: usable)\n"
 		"  -s, --socket PATH       listen on PATH (default $GPUCMD_SOCKET, else %s)\n"
 		"  -b, --backend NAME      auto, cuda or host (default auto: cuda when a\n"
 		"                          device answers, else host)\n"
@@ -53,6 +54,7 @@ enum {
 	OPT_MAX_STREAMS,
 	OPT_FAIL_ALLOC,
 	OPT_CHECK_CONFIG,
+	OPT_PROBE,
 };
 
 /* What the first pass over argv found: which file, and whether to check it. */
@@ -60,6 +62,7 @@ struct early_args {
 	const char *config;
 	bool config_given;
 	bool check_only;
+	bool probe;
 };
 
 static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -75,6 +78,7 @@ static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 static const struct option opts[] = {
 		{ "config", required_argument, NULL, 'c' },
 		{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
+		{ "probe", no_argument, NULL, OPT_PROBE },
 		{ "socket", required_argument, NULL, 's' },
 		{ "backend", required_argument, NULL, 'b' },
 		{ "device", required_argument, NULL, 'd' },
@@ -103,6 +107,8 @@ static void early_args(int argc, char **argv, struct early_args *e)
 			e->config_given = true;
 		} else if (c == OPT_CHECK_CONFIG) {
 			e->check_only = true;
+		} else if (c == OPT_PROBE) {
+			e->probe = true;
 		}
 	}
 	opterr = 1;
@@ -121,6 +127,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 		switch (c) {
 		case 'c':
 		case OPT_CHECK_CONFIG:
+		case OPT_PROBE:
 			break;	/* handled by early_args */
 		case 's':
 			if (strlen(optarg) >= sizeof(cfg->socket_path)) {
@@ -259,6 +266,54 @@ static int rebuild(struct config *cfg, char *err, size_t err_len)
 	return 0;
 }
 
+/* --probe: open the backend as the daemon would, say what it is, close. */
+static void probe_reply(void *conn, uint8_t *buf, size_t len, bool completed,
+			void *arg)
+{
+	(void)conn;
+	(void)len;
+	(void)completed;
+	(void)arg;
+	free(buf);
+}
+
+static void probe_closed(void *conn, void *arg)
+{
+	(void)conn;
+	(void)arg;
+}
+
+static void probe_fatal(const char *why, void *arg)
+{
+	(void)why;
+	(void)arg;
+}
+
+static int probe(const struct config *cfg)
+{
+	struct executor_callbacks cb = {
+		.reply = probe_reply,
+		.closed = probe_closed,
+		.fatal = probe_fatal,
+	};
+	struct executor *ex;
+	const struct driver_properties *p;
+	char why[1024];
+	int rc;
+
+	rc = executor_start(cfg, &cb, &ex, why, sizeof(why));
+	if (rc != 0) {
+		fprintf(stderr, "gpucmdd: no usable device: %s\n", why);
+		return 1;
+	}
+	p = executor_properties(ex);
+	printf("%s backend: %s, %llu MiB, alignment %llu\n", p->backend,
+	       p->name, (unsigned long long)(p->total_memory >> 20),
+	       (unsigned long long)p->alignment);
+	executor_stop(ex);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct early_args early = { 0 };
@@ -283,6 +338,12 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	if (rc != 0) {
+		config_free(&cfg);
+		return rc;
+	}
+	if (early.probe) {
+		log_set_level(LOG_LEVEL_WARNING);
+		rc = probe(&cfg);
 		config_free(&cfg);
 		return rc;
 	}
