@@ -5,6 +5,7 @@
 #include "frame.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,8 +144,11 @@ struct arena {
 	max_align_t data[];
 };
 
-/* 1: arena decoding works; -1: it does not; 0: not known yet. */
-static int arena_mode;
+/*
+ * 1: arena decoding works; -1: it does not; 0: not known yet.  Decoding and
+ * freeing happen on different threads in the daemon.
+ */
+static atomic_int arena_mode;
 
 static size_t round16(size_t n)
 {
@@ -206,7 +210,7 @@ Gpucmd__Frame *frame_decode(const uint8_t *body, size_t len)
 	struct arena *a;
 	Gpucmd__Frame *f;
 
-	if (arena_mode < 0 || cap < len)
+	if (atomic_load(&arena_mode) < 0 || cap < len)
 		return gpucmd__frame__unpack(NULL, len, body);
 	a = malloc(sizeof(*a) + cap);
 	if (a == NULL)
@@ -224,10 +228,10 @@ Gpucmd__Frame *frame_decode(const uint8_t *body, size_t len)
 	if ((void *)f != (void *)a->data) {
 		/* Not the layout frame_free relies on: decode the plain way. */
 		arena_destroy(a);
-		arena_mode = -1;
+		atomic_store(&arena_mode, -1);
 		return gpucmd__frame__unpack(NULL, len, body);
 	}
-	arena_mode = 1;
+	atomic_store(&arena_mode, 1);
 	return f;
 }
 
@@ -237,7 +241,7 @@ void frame_free(Gpucmd__Frame *f)
 
 	if (f == NULL)
 		return;
-	if (arena_mode < 0) {
+	if (atomic_load(&arena_mode) < 0) {
 		gpucmd__frame__free_unpacked(f, NULL);
 		return;
 	}

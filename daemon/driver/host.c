@@ -10,10 +10,17 @@
  * plays the part of the card's memory size.
  *
  * Streams: each stream is a worker thread that runs its queue of ops in FIFO
- * order.  The device thread only appends to the queue (a mutex held for a
- * few instructions and a condvar signal) and never waits for a worker, as
- * with a real GPU.  The worker alone runs ops and owns the stream's fault
- * flag.
+ * order.  The device thread never waits for a worker, as with a real GPU.  It
+ * appends ops to the stream's pending list, which only it touches, and hands
+ * the whole list to the worker in one step (the stream's mutex held for a
+ * splice, and a signal only when the worker sleeps): at flush, the end of a
+ * daemon batch; at event_record and host_callback, which another stream or a
+ * completion may wait on; and whenever HOST_PENDING_MAX ops are pending, so
+ * that a long batch starts early.  The worker takes everything queued at
+ * once, runs it without the lock, and gives the spent op blocks back in one
+ * step the next time it takes the lock; the device thread reuses them, so an
+ * op costs no malloc once a stream has warmed up.  The worker alone runs ops
+ * and owns the stream's fault flag.
  *
  * Events: a record creates a marker, a small reference-counted object that
  * the worker marks done (with a CLOCK_MONOTONIC timestamp) when it reaches
@@ -51,6 +58,13 @@
 #define HOST_ALIGNMENT 256u
 /* Budget when driver_options.host_memory is 0. */
 #define HOST_DEFAULT_MEMORY (UINT64_C(4) << 30)
+/*
+ * A stream's worker is handed its pending ops once this many have gathered,
+ * without waiting for the batch's flush (tests/unit/check_host.c knows it).
+ */
+#define HOST_PENDING_MAX 256u
+/* Spent op blocks a stream keeps for reuse; more go back to malloc. */
+#define HOST_SPARE_MAX 1024u
 
 /*
  * The header of a block, in the HOST_ALIGNMENT bytes in front of the address
@@ -140,6 +154,9 @@ struct host_driver {
 	uint64_t alloc_calls;
 	/* One per built-in, at its index in the builtin table. */
 	struct driver_function *functions;
+	/* The one builtin_function found last: a batch asks for one kernel
+	 * over and over. */
+	struct driver_function *last_function;
 	pthread_mutex_t events_lock;
 	pthread_cond_t events_done;	/* a marker done, a stream stops */
 };
@@ -147,13 +164,20 @@ struct host_driver {
 struct driver_stream {
 	struct host_driver *hd;
 	pthread_t thread;
-	pthread_mutex_t lock;		/* guards queue */
+	pthread_mutex_t lock;		/* guards queue, returned, idle */
 	pthread_cond_t wake;		/* work queued, or stop set */
-	struct host_op_list queue;
+	struct host_op_list queue;	/* handed to the worker, not yet taken */
+	struct host_op_list returned;	/* spent blocks the worker gave back */
+	size_t nreturned;
+	bool idle;			/* the worker waits on wake */
 	atomic_bool stop;		/* worker: leave, drop the queue */
 	bool faulted;			/* worker only: since last callback */
-	/* Device thread only: the graph being captured, or NULL. */
-	struct driver_graph *capture;
+	/* Device thread only: */
+	struct host_op_list pending;	/* enqueued, not yet handed over */
+	size_t npending;
+	struct host_op_list spare;	/* blocks to reuse */
+	size_t nspare;
+	struct driver_graph *capture;	/* the graph being captured, or NULL */
 };
 
 struct driver_event {
@@ -374,10 +398,16 @@ static void host_marker_unref(struct host_driver *hd, struct host_marker *m)
 		free(m);
 }
 
-static void host_op_free(struct host_driver *hd, struct host_op *op)
+/* Drop what an op holds besides its block: a marker reference. */
+static void host_op_release(struct host_driver *hd, struct host_op *op)
 {
 	if (op->kind == HOST_OP_RECORD || op->kind == HOST_OP_WAIT)
 		host_marker_unref(hd, op->u.marker);
+}
+
+static void host_op_free(struct host_driver *hd, struct host_op *op)
+{
+	host_op_release(hd, op);
 	free(op);
 }
 
@@ -389,10 +419,25 @@ static void host_op_list_free(struct host_driver *hd, struct host_op_list *l)
 		host_op_free(hd, op);
 }
 
-static struct host_op *host_op_dup(const struct host_op *tmpl)
+/* Free the blocks of a list whose ops were released already. */
+static void host_op_list_free_blocks(struct host_op_list *l)
 {
-	struct host_op *op = malloc(sizeof(*op));
+	struct host_op *op;
 
+	while ((op = host_op_list_pop(l)) != NULL)
+		free(op);
+}
+
+/* A copy of tmpl in a block s has spare, or a new one (device thread). */
+static struct host_op *host_op_dup(struct driver_stream *s,
+				   const struct host_op *tmpl)
+{
+	struct host_op *op = host_op_list_pop(&s->spare);
+
+	if (op != NULL)
+		s->nspare--;
+	else
+		op = malloc(sizeof(*op));
 	if (op != NULL)
 		*op = *tmpl;
 	return op;
@@ -470,50 +515,109 @@ static void host_op_run(struct driver_stream *s, struct host_op *op)
 	}
 }
 
-/* The next op to run, or NULL when the stream stops. */
-static struct host_op *host_stream_next(struct driver_stream *s)
+/*
+ * Give back the spent blocks of done and take everything queued into work;
+ * false when the stream stops.  One lock round for both directions.
+ */
+static bool host_stream_take(struct driver_stream *s, struct host_op_list *work,
+			     struct host_op_list *done, size_t *ndone)
 {
-	struct host_op *op = NULL;
+	bool stop;
 
 	pthread_mutex_lock(&s->lock);
-	while (!atomic_load(&s->stop) &&
-	       (op = host_op_list_pop(&s->queue)) == NULL)
+	host_op_list_splice(&s->returned, done);
+	s->nreturned += *ndone;
+	*ndone = 0;
+	while (!(stop = atomic_load(&s->stop)) && s->queue.head == NULL) {
+		s->idle = true;
 		pthread_cond_wait(&s->wake, &s->lock);
+		s->idle = false;
+	}
+	if (!stop)
+		host_op_list_splice(work, &s->queue);
 	pthread_mutex_unlock(&s->lock);
-	return op;
+	return !stop;
 }
 
 static void *host_stream_main(void *arg)
 {
 	struct driver_stream *s = arg;
+	struct host_op_list work, done;
 	struct host_op *op;
+	size_t ndone = 0;
 
-	while ((op = host_stream_next(s)) != NULL) {
-		host_op_run(s, op);
-		host_op_free(s->hd, op);
+	host_op_list_init(&work);
+	host_op_list_init(&done);
+	while (host_stream_take(s, &work, &done, &ndone)) {
+		/* stop also drops what was taken but has not run yet. */
+		while (!atomic_load(&s->stop) &&
+		       (op = host_op_list_pop(&work)) != NULL) {
+			host_op_run(s, op);
+			host_op_release(s->hd, op);
+			host_op_list_append(&done, op);
+			ndone++;
+		}
 	}
+	/* Left for stream_destroy, which joins this thread, to free. */
+	pthread_mutex_lock(&s->lock);
+	host_op_list_splice(&s->queue, &work);
+	host_op_list_splice(&s->returned, &done);
+	pthread_mutex_unlock(&s->lock);
 	return NULL;
 }
 
 /* ---- enqueueing -------------------------------------------------------- */
 
-static void host_stream_push(struct driver_stream *s, struct host_op_list *l)
+/*
+ * Hand the pending ops to the worker, and take back the blocks it is done
+ * with (device thread).  The lock is held for two splices: the worker holds
+ * it only as briefly, so the device thread never waits on a running op.
+ */
+static void host_stream_start(struct driver_stream *s)
 {
+	struct host_op_list back;
+	size_t nback;
+
+	if (s->pending.head == NULL)
+		return;
 	pthread_mutex_lock(&s->lock);
-	host_op_list_splice(&s->queue, l);
-	pthread_cond_signal(&s->wake);
+	host_op_list_splice(&s->queue, &s->pending);
+	if (s->idle)
+		pthread_cond_signal(&s->wake);
+	host_op_list_init(&back);
+	host_op_list_splice(&back, &s->returned);
+	nback = s->nreturned;
+	s->nreturned = 0;
 	pthread_mutex_unlock(&s->lock);
+	s->npending = 0;
+	host_op_list_splice(&s->spare, &back);
+	s->nspare += nback;
+	while (s->nspare > HOST_SPARE_MAX) {
+		free(host_op_list_pop(&s->spare));
+		s->nspare--;
+	}
+}
+
+/* Append n ops to s's pending list; a long list starts at once. */
+static void host_stream_add(struct driver_stream *s, struct host_op_list *l,
+			    size_t n)
+{
+	host_op_list_splice(&s->pending, l);
+	s->npending += n;
+	if (s->npending >= HOST_PENDING_MAX)
+		host_stream_start(s);
 }
 
 /*
  * Queue a copy of tmpl on s, or append it to the graph s is capturing.  Only
  * the work itself is captured: markers and callbacks belong to one moment,
- * not to a graph that can be replayed.
+ * not to a graph that can be replayed.  A record or a callback starts
+ * everything pending before it: another stream, or the daemon, may wait on it
+ * and on nothing else.
  */
 static int host_submit(struct host_driver *hd, struct driver_stream *s,
 		       const struct host_op *tmpl)
 {
-	struct host_op_list one;
 	struct host_op *op;
 
 	if (s->capture != NULL && tmpl->kind > HOST_OP_LAUNCH)
@@ -521,7 +625,7 @@ static int host_submit(struct host_driver *hd, struct driver_stream *s,
 				 "%s cannot be captured into a graph: end the "
 				 "capture first",
 				 host_op_names[tmpl->kind]);
-	op = host_op_dup(tmpl);
+	op = host_op_dup(s, tmpl);
 	if (op == NULL)
 		return host_fail(hd, -ENOMEM,
 				 "the host is out of memory to queue %s",
@@ -530,9 +634,10 @@ static int host_submit(struct host_driver *hd, struct driver_stream *s,
 		host_op_list_append(&s->capture->ops, op);
 		return 0;
 	}
-	host_op_list_init(&one);
-	host_op_list_append(&one, op);
-	host_stream_push(s, &one);
+	host_op_list_append(&s->pending, op);
+	if (++s->npending >= HOST_PENDING_MAX ||
+	    tmpl->kind == HOST_OP_RECORD || tmpl->kind == HOST_OP_CALLBACK)
+		host_stream_start(s);
 	return 0;
 }
 
@@ -606,6 +711,11 @@ static int host_memset_d8(struct driver *d, struct driver_stream *s,
 	return host_submit(host_of(d), s, &op);
 }
 
+static void host_flush(struct driver *d, struct driver_stream *s)
+{
+	host_stream_start(s);
+}
+
 static int host_host_callback(struct driver *d, struct driver_stream *s,
 			      driver_callback_fn fn, void *arg)
 {
@@ -631,6 +741,9 @@ static int host_stream_create(struct driver *d, struct driver_stream **out)
 				 "the host is out of memory for a stream");
 	s->hd = hd;
 	host_op_list_init(&s->queue);
+	host_op_list_init(&s->returned);
+	host_op_list_init(&s->pending);
+	host_op_list_init(&s->spare);
 	atomic_init(&s->stop, false);
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->wake, NULL);
@@ -655,10 +768,10 @@ static int host_stream_create(struct driver *d, struct driver_stream **out)
 }
 
 /*
- * The caller destroys idle streams only; should work still be queued, it is
- * dropped unrun (callbacks included), and a worker blocked in an event wait
- * is released, so that destroying never hangs the device thread.  A kernel
- * already running finishes first.
+ * The caller destroys idle streams only; should work still be queued or
+ * pending, it is dropped unrun (callbacks included), and a worker blocked in
+ * an event wait is released, so that destroying never hangs the device
+ * thread.  A kernel already running finishes first.
  */
 static void host_stream_destroy(struct driver *d, struct driver_stream *s)
 {
@@ -675,6 +788,9 @@ static void host_stream_destroy(struct driver *d, struct driver_stream *s)
 	pthread_join(s->thread, NULL);
 
 	host_op_list_free(hd, &s->queue);
+	host_op_list_free(hd, &s->pending);
+	host_op_list_free_blocks(&s->returned);
+	host_op_list_free_blocks(&s->spare);
 	if (s->capture != NULL) {
 		host_op_list_free(hd, &s->capture->ops);
 		free(s->capture);
@@ -821,20 +937,27 @@ static int host_builtin_function(struct driver *d, const char *name,
 				 struct driver_function **out)
 {
 	struct host_driver *hd = host_of(d);
-	const struct builtin_kernel *k = builtin_find(name), *all;
-	host_kernel_fn fn = host_kernel_find(name);
-	struct driver_function *f;
+	const struct builtin_kernel *k, *all;
+	struct driver_function *f = hd->last_function;
 	size_t n;
 
+	if (f != NULL && strcmp(f->kernel->name, name) == 0) {
+		*out = f;
+		return 0;
+	}
+	k = builtin_find(name);
 	all = builtin_all(&n);
-	if (k == NULL || fn == NULL)
+	f = k != NULL ? &hd->functions[k - all] : NULL;
+	if (f != NULL && f->fn == NULL) {
+		f->fn = host_kernel_find(name);
+		f->kernel = k;
+	}
+	if (f == NULL || f->fn == NULL)
 		return host_fail(hd, GPUCMD_ENOKERNEL,
 				 "there is no built-in kernel named \"%.64s\" "
 				 "(gpucmd status lists them)",
 				 name);
-	f = &hd->functions[k - all];
-	f->kernel = k;
-	f->fn = fn;
+	hd->last_function = f;
 	*out = f;
 	return 0;
 }
@@ -959,25 +1082,31 @@ static int host_graph_launch(struct driver *d, struct driver_graph *g,
 {
 	struct host_driver *hd = host_of(d);
 	struct host_op_list copy;
+	size_t n = 0;
 
 	if (s->capture != NULL)
 		return host_fail(hd, GPUCMD_EINVAL,
 				 "a graph launch cannot be captured into a "
 				 "graph: end the capture first");
-	/* Copied whole before anything is queued: all or nothing. */
+	/*
+	 * Copied whole before anything is queued: all or nothing.  The copy
+	 * goes behind the stream's pending ops, like any other work.
+	 */
 	host_op_list_init(&copy);
 	for (const struct host_op *op = g->ops.head; op; op = op->next) {
-		struct host_op *dup = host_op_dup(op);
+		struct host_op *dup = host_op_dup(s, op);
 
 		if (dup == NULL) {
-			host_op_list_free(hd, &copy);
+			/* Captured ops hold no marker: blocks only. */
+			host_op_list_free_blocks(&copy);
 			return host_fail(hd, -ENOMEM,
 					 "the host is out of memory to launch "
 					 "a graph");
 		}
 		host_op_list_append(&copy, dup);
+		n++;
 	}
-	host_stream_push(s, &copy);
+	host_stream_add(s, &copy, n);
 	return 0;
 }
 
@@ -1026,6 +1155,7 @@ static const struct driver_ops host_ops = {
 	.event_wait = host_event_wait,
 	.event_query = host_event_query,
 	.event_elapsed = host_event_elapsed,
+	.flush = host_flush,
 	.host_callback = host_host_callback,
 	.mem_alloc = host_mem_alloc,
 	.mem_free = host_mem_free,

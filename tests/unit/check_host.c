@@ -157,6 +157,39 @@ static int spin(struct driver_stream *s, uint32_t usec)
 	return LAUNCH(s, "spin", { .u32 = usec });
 }
 
+/* Milliseconds that finish(s) took: how much of s's work was left. */
+static double finish_ms(struct driver_stream *s)
+{
+	double t0 = now_ms();
+
+	ck_assert_int_eq(finish(s), 0);
+	return now_ms() - t0;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec t = { ms / 1000, (ms % 1000) * 1000000 };
+
+	while (nanosleep(&t, &t) != 0 && errno == EINTR)
+		;
+}
+
+/*
+ * Wait, with no call that would start s's work, until e is done: only the
+ * record itself may have started it.
+ */
+static void event_wait_done(struct driver_event *e)
+{
+	double t0 = now_ms();
+
+	while (d->ops->event_query(d, e) != 1) {
+		ck_assert_msg(now_ms() - t0 < 5000.0,
+			      "an event recorded on a stream with pending work "
+			      "did not complete within 5 s");
+		sleep_ms(1);
+	}
+}
+
 /* ---- device ------------------------------------------------------------ */
 
 START_TEST(test_properties)
@@ -443,6 +476,9 @@ START_TEST(test_destroy_waiting_stream)
 	ck_assert_int_eq(d->ops->event_wait(d, s3, e), 0);
 	/* Queued behind the wait: dropped unrun. */
 	ck_assert_int_eq(d->ops->memset_d8(d, s3, 0, 0, 0), 0);
+	/* Handed to the worker, which blocks in the wait. */
+	d->ops->flush(d, s3);
+	sleep_ms(20);
 	t0 = now_ms();
 	d->ops->stream_destroy(d, s3);
 	ck_assert_double_lt(now_ms() - t0, 500.0);
@@ -466,6 +502,212 @@ START_TEST(test_enqueue_does_not_block)
 	done_wait(&x);
 	ck_assert_int_eq(x.status, 0);
 	ck_assert_double_ge(now_ms() - t0, 199.0);
+}
+END_TEST
+
+/* ---- batching: pending ops and flush ------------------------------------ */
+
+/*
+ * Ops wait on the stream's pending list until the batch is flushed: a copy
+ * from host memory reads what the host memory holds at the flush, not at the
+ * enqueue.  Each of flush, event_record and host_callback starts them.
+ */
+START_TEST(test_pending_until_flush)
+{
+	uint32_t src = 1, out = 0;
+	uint64_t buf = dalloc(4);
+	struct driver_event *e;
+
+	ck_assert_ptr_nonnull(d->ops->flush);
+	ck_assert_int_eq(d->ops->event_create(d, &e), 0);
+
+	/* host_callback. */
+	ck_assert_int_eq(d->ops->copy_htod(d, s1, buf, &src, 4), 0);
+	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
+	sleep_ms(20);
+	src = 2;	/* no race: the copy has not started */
+	ck_assert_int_eq(finish(s1), 0);
+	ck_assert_uint_eq(out, 2);
+
+	/* event_record, waited for with event_query only. */
+	ck_assert_int_eq(d->ops->copy_htod(d, s1, buf, &src, 4), 0);
+	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
+	sleep_ms(20);
+	src = 3;
+	ck_assert_int_eq(d->ops->event_record(d, e, s1), 0);
+	event_wait_done(e);
+	ck_assert_uint_eq(out, 3);
+
+	/*
+	 * flush: nothing is observable on s1 without a call that starts its
+	 * work, so time it instead.  A flushed 150 ms spin is over by the
+	 * time finish is called; an unflushed one would start only then.
+	 */
+	ck_assert_int_eq(spin(s1, 150000), 0);
+	d->ops->flush(d, s1);
+	sleep_ms(400);
+	ck_assert_double_lt(finish_ms(s1), 150.0);
+	/* And the same spin left pending takes its full time at finish. */
+	ck_assert_int_eq(spin(s1, 150000), 0);
+	sleep_ms(200);
+	ck_assert_double_ge(finish_ms(s1), 149.0);
+
+	/* A flush with nothing pending, on a busy or an idle stream. */
+	d->ops->flush(d, s1);
+	d->ops->flush(d, s2);
+	ck_assert_int_eq(finish(s1), 0);
+	d->ops->event_destroy(d, e);
+	d->ops->mem_free(d, buf);
+}
+END_TEST
+
+/*
+ * Stream 2 waits on an event of stream 1 whose work is still pending and is
+ * never flushed: the record starts it, so stream 2 cannot deadlock, and work
+ * pending on stream 1 after the record is not needed.
+ */
+START_TEST(test_pending_cross_stream)
+{
+	enum { N = 1024 };
+	static uint32_t out[N];
+	uint64_t src = dalloc(N * 4), dst = dalloc(N * 4), other = dalloc(4);
+	struct driver_event *e;
+
+	memset(out, 0, sizeof(out));
+	ck_assert_int_eq(d->ops->event_create(d, &e), 0);
+	ck_assert_int_eq(spin(s1, 30000), 0);
+	ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = src }, { .u32 = 42 },
+				{ .u32 = N }), 0);
+	ck_assert_int_eq(d->ops->event_record(d, e, s1), 0);
+	/* Pending behind the record, and left so until the end. */
+	ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = other }, { .u32 = 7 },
+				{ .u32 = 1 }), 0);
+	ck_assert_int_eq(d->ops->event_wait(d, s2, e), 0);
+	ck_assert_int_eq(d->ops->copy_dtod(d, s2, dst, src, N * 4), 0);
+	ck_assert_int_eq(d->ops->copy_dtoh(d, s2, out, dst, N * 4), 0);
+	ck_assert_int_eq(finish(s2), 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_uint_eq(out[i], 42);
+
+	/* The other order: the waiter is flushed before the recorder has
+	 * recorded anything new; its wait is on the earlier record. */
+	ck_assert_int_eq(d->ops->event_wait(d, s2, e), 0);
+	d->ops->flush(d, s2);
+	ck_assert_int_eq(spin(s1, 20000), 0);
+	ck_assert_int_eq(d->ops->event_record(d, e, s1), 0);
+	ck_assert_int_eq(d->ops->event_wait(d, s2, e), 0);
+	ck_assert_int_eq(finish(s2), 0);
+	ck_assert_int_eq(d->ops->event_query(d, e), 1);
+
+	ck_assert_int_eq(finish(s1), 0);
+	d->ops->event_destroy(d, e);
+}
+END_TEST
+
+/*
+ * A long batch starts before its flush: the 256th pending op (host.c's
+ * HOST_PENDING_MAX) hands the list over, while 255 stay pending.
+ */
+static double long_batch(unsigned nops)
+{
+	double t0 = now_ms();
+
+	ck_assert_int_eq(spin(s1, 200000), 0);
+	for (unsigned i = 1; i < nops; i++)
+		ck_assert_int_eq(d->ops->memset_d8(d, s1, 0, 0, 0), 0);
+	sleep_ms(400 - (long)(now_ms() - t0));
+	return finish_ms(s1);
+}
+
+START_TEST(test_long_batch_starts)
+{
+	ck_assert_double_ge(long_batch(255), 199.0);
+	ck_assert_double_lt(long_batch(256), 200.0);
+	/* Past the threshold the count starts again. */
+	ck_assert_double_lt(long_batch(1000), 200.0);
+}
+END_TEST
+
+/*
+ * Op blocks are reused batch after batch (ASan checks that none is lost or
+ * used after its return); the results stay right.
+ */
+START_TEST(test_many_batches)
+{
+	enum { N = 64, BATCHES = 40, OPS = 600 };
+	uint32_t out[N];
+	uint64_t buf = dalloc(N * 4);
+	struct driver_graph *g;
+
+	for (uint32_t b = 0; b < BATCHES; b++) {
+		for (uint32_t i = 0; i < OPS; i++)
+			ck_assert_int_eq(LAUNCH(s1, "fill_u32",
+						{ .buf = buf },
+						{ .u32 = b * OPS + i },
+						{ .u32 = N }), 0);
+		ck_assert_int_eq(d->ops->copy_dtoh(d, s1, out, buf,
+						   sizeof(out)), 0);
+		d->ops->flush(d, s1);
+		if (b % 8 == 7) {
+			ck_assert_int_eq(finish(s1), 0);
+			for (int i = 0; i < N; i++)
+				ck_assert_uint_eq(out[i], b * OPS + OPS - 1);
+		}
+	}
+	ck_assert_int_eq(finish(s1), 0);
+
+	/* A graph launch goes behind pending ops, in order. */
+	ck_assert_int_eq(d->ops->capture_begin(d, s2), 0);
+	ck_assert_int_eq(LAUNCH(s2, "fill_u32", { .buf = buf }, { .u32 = 5 },
+				{ .u32 = N }), 0);
+	ck_assert_int_eq(d->ops->capture_end(d, s2, &g), 0);
+	for (int r = 0; r < 300; r++)
+		ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = buf },
+					{ .u32 = 9 }, { .u32 = N }), 0);
+	ck_assert_int_eq(d->ops->graph_launch(d, g, s1), 0);
+	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, out, buf, sizeof(out)), 0);
+	ck_assert_int_eq(finish(s1), 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_uint_eq(out[i], 5);
+	d->ops->graph_destroy(d, g);
+	d->ops->mem_free(d, buf);
+}
+END_TEST
+
+/*
+ * A stream destroyed with ops still pending (a wait holding a marker among
+ * them) drops them unrun and frees them; capture is unaffected by pending.
+ */
+START_TEST(test_destroy_pending)
+{
+	struct driver_stream *s3;
+	struct driver_event *e;
+	struct driver_graph *g;
+	uint32_t out = 0;
+	uint64_t buf = dalloc(4);
+
+	ck_assert_int_eq(d->ops->stream_create(d, &s3), 0);
+	ck_assert_int_eq(d->ops->event_create(d, &e), 0);
+	ck_assert_int_eq(d->ops->event_record(d, e, s1), 0);
+	ck_assert_int_eq(d->ops->memset_d8(d, s3, buf, 1, 4), 0);
+	ck_assert_int_eq(d->ops->event_wait(d, s3, e), 0);
+	d->ops->event_destroy(d, e);
+	d->ops->stream_destroy(d, s3);
+
+	/* Pending before a capture stays pending, and runs at the flush. */
+	ck_assert_int_eq(d->ops->memset_d8(d, s1, buf, 0, 4), 0);
+	ck_assert_int_eq(d->ops->capture_begin(d, s1), 0);
+	ck_assert_int_eq(d->ops->memset_d8(d, s1, buf, 3, 4), 0);
+	d->ops->flush(d, s1);
+	ck_assert_int_eq(d->ops->capture_end(d, s1, &g), 0);
+	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
+	ck_assert_int_eq(finish(s1), 0);
+	ck_assert_uint_eq(out, 0);
+	ck_assert_int_eq(d->ops->graph_launch(d, g, s1), 0);
+	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
+	ck_assert_int_eq(finish(s1), 0);
+	ck_assert_uint_eq(out, 0x03030303);
+	d->ops->graph_destroy(d, g);
 }
 END_TEST
 
@@ -768,6 +1010,14 @@ static Suite *host_suite(void)
 	tcase_add_test(tc, test_event_rerecord);
 	tcase_add_test(tc, test_destroy_waiting_stream);
 	tcase_add_test(tc, test_enqueue_does_not_block);
+	suite_add_tcase(s, tc);
+
+	tc = tcase("batching", 20);
+	tcase_add_test(tc, test_pending_until_flush);
+	tcase_add_test(tc, test_pending_cross_stream);
+	tcase_add_test(tc, test_long_batch_starts);
+	tcase_add_test(tc, test_many_batches);
+	tcase_add_test(tc, test_destroy_pending);
 	suite_add_tcase(s, tc);
 
 	tc = tcase("memory", 10);
