@@ -171,7 +171,7 @@ $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(BUILD)/lib
 	$(Q)$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Wno-missing-prototypes -Itests/integration -o $@ $< \
 		$(BUILD)/libgpucmd.a $(ALL_LDFLAGS) $(CHECK_LIBS) $(shell pkg-config --libs libprotobuf-c) $(LIBS)
 
-tests: all $(UNIT_BIN) $(INTEG_BIN)
+tests: all $(UNIT_BIN) $(INTEG_BIN) $(BUILD)/soak
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory tests

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame.h"
 #include "gpucmd.h"
 #include "log.h"
 #include "memory/drop_queue.h"
@@ -297,6 +298,12 @@ int command_bind(struct command *cmd, const struct managed_memory *reserved,
 	h = handle_new(new_handle, reserved->origin, &reserved->alloc);
 	if (h == NULL)
 		return GPUCMD_ENOMEM;
+	/*
+	 * Fresh pages are zeroed on the reserving stream: that is the
+	 * buffer's first write, which any other stream must wait for.
+	 */
+	h->writer_slot = reserved->origin->slot;
+	h->writer_cursor = reserved->origin->cursor;
 	rc = handle_table_insert(t, h);
 	if (rc != 0) {
 		handle_free(h);
@@ -320,6 +327,13 @@ void command_reserve_cpu(struct command *cmd, size_t size,
 	 */
 	(void)origin;
 	out->slice = NULL;
+	/* Host bytes serve replies: nothing larger than a frame is needed. */
+	if (size > FRAME_MAX_BODY) {
+		out->data = NULL;
+		out->len = 0;
+		out->pinned = false;
+		return;
+	}
 	if (cmd->ctx->pinned != NULL &&
 	    pinned_pool_reserve(cmd->ctx->pinned, size, &out->data,
 				&out->slice) == 0) {

@@ -13,6 +13,7 @@
 
 #include "driver/kernels/builtin.h"
 #include "executor.h"
+#include "frame.h"
 #include "graph.h"
 #include "module.h"
 #include "region.h"
@@ -54,6 +55,9 @@ static void arena_free(struct batch *b)
 }
 
 /* ---- helpers -------------------------------------------------------------- */
+
+/* The most read data one reply carries (a frame, less room for the rest). */
+#define REPLY_MAX (FRAME_MAX_BODY - (1u << 20))
 
 /* Set the batch's message; the op's code is the return value. */
 static int fail(struct batch *b, int rc, const char *fmt, ...)
@@ -327,6 +331,21 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 	bind.write = false;
 	if (op->into != NULL)
 		return read_into_region(ctx, b, i, op, &desc, &bind);
+	{
+		uint64_t span, dense;
+
+		rc = command_check_layout(&desc, bind.handle->alloc.size, &span,
+					  &dense, b->message,
+					  sizeof(b->message));
+		if (rc != 0)
+			return rc;
+		if (dense > REPLY_MAX)
+			return fail(b, GPUCMD_ELIMIT,
+				    "a read of %llu bytes is more than one reply "
+				    "frame can carry (%u bytes): read through a "
+				    "shared region or in pieces",
+				    (unsigned long long)dense, REPLY_MAX);
+	}
 	rc = begin(ctx, b, &bind, 1, &cmd);
 	if (rc == 0)
 		rc = command_failed(b, &cmd,
@@ -430,9 +449,12 @@ static int geometry(struct batch *b, const struct driver_properties *p,
 		return fail(b, GPUCMD_EINVAL,
 			    "grid and block take 1 to 3 dimensions (got %zu "
 			    "and %zu)", op->n_grid, op->n_block);
+	/* All three first: a message may print any of them. */
 	for (int d = 0; d < 3; d++) {
 		grid[d] = (size_t)d < op->n_grid ? op->grid[d] : 1;
 		block[d] = (size_t)d < op->n_block ? op->block[d] : 1;
+	}
+	for (int d = 0; d < 3; d++) {
 		if (grid[d] == 0 || block[d] == 0)
 			return launch_refused(b, op->name,
 				    "kernel %s: grid %ux%ux%u block %ux%ux%u "
@@ -1622,6 +1644,52 @@ static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
 	}
 }
 
+/*
+ * A batch whose inline reads add up to more than one frame can carry could
+ * never be answered: refuse it whole, before any read copies a byte (the
+ * op named is the read that crosses the limit).
+ */
+static int check_reply_size(struct batch *b)
+{
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < b->req->n_ops; i++) {
+		const Gpucmd__Op *op = b->req->ops[i];
+		uint64_t len;
+
+		if (op == NULL || op->op_case != GPUCMD__OP__OP_READ ||
+		    op->read->into != NULL)
+			continue;
+		len = op->read->length;
+		if (op->read->layout != NULL) {
+			const Gpucmd__CopyLayout *l = op->read->layout;
+
+			len = l->elem_size;
+			for (size_t d = 0; d < l->n_shape; d++)
+				if (__builtin_mul_overflow(len, l->shape[d], &len))
+					len = UINT64_MAX;
+		}
+		/*
+		 * A single read larger than a frame is judged at its own op,
+		 * after its bounds (it may well be out of bounds).
+		 */
+		if (len > REPLY_MAX)
+			continue;
+		total += len;
+		if (total > REPLY_MAX) {
+			b->failed_index = (uint32_t)i;
+			b->nresults = 0;
+			return fail(b, GPUCMD_ELIMIT,
+				    "this batch reads more than one reply frame "
+				    "can carry (%u bytes) by op %zu: read through "
+				    "a shared region or split the batch; nothing "
+				    "in it ran",
+				    REPLY_MAX, i);
+		}
+	}
+	return 0;
+}
+
 void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 {
 	size_t n = b->req->n_ops;
@@ -1636,6 +1704,12 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 				"the daemon is out of host memory for a batch "
 				"of %zu ops",
 				n);
+		return;
+	}
+	rc = check_reply_size(b);
+	if (rc != 0) {
+		b->stream = NULL;
+		b->error = rc;
 		return;
 	}
 	rc = streams_get(b->conn->set, b->req->stream, &b->stream, b->message,

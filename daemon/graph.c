@@ -48,7 +48,8 @@ void *graph_keep(struct graph *g, const void *data, size_t len)
 	copy = malloc(len ? len : 1);
 	if (copy == NULL)
 		return NULL;
-	memcpy(copy, data, len);
+	if (len > 0)
+		memcpy(copy, data, len);
 	g->blobs[g->nblobs++] = copy;
 	return copy;
 }

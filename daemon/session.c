@@ -51,6 +51,7 @@ static void on_write(uv_write_t *req, int status)
 static void send_buf(struct session *s, uint8_t *buf, size_t len)
 {
 	struct write_req *w;
+	size_t queued_before;
 	uv_buf_t b;
 	int rc;
 
@@ -69,6 +70,7 @@ static void send_buf(struct session *s, uint8_t *buf, size_t len)
 	w->len = len;
 	b = uv_buf_init((char *)buf, (unsigned int)len);
 	s->pending_bytes += len;
+	queued_before = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
 	rc = uv_write(&w->req, (uv_stream_t *)&s->pipe, &b, 1, on_write);
 	if (rc != 0) {
 		s->pending_bytes -= len;
@@ -77,14 +79,22 @@ static void send_buf(struct session *s, uint8_t *buf, size_t len)
 		session_close(s, uv_strerror(rc));
 		return;
 	}
-	if (s->pending_bytes > s->server->cfg.limits.max_pending_bytes &&
+	/*
+	 * A client that does not read: bytes were still waiting for it when
+	 * this reply came, and now more than the limit wait.  One large reply
+	 * to a client that reads is never cut off.
+	 */
+	if (queued_before > 0 &&
+	    uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe) >
+		    s->server->cfg.limits.max_pending_bytes &&
 	    s->state != SESSION_CLOSING) {
 		char why[160];
 
 		snprintf(why, sizeof(why),
 			 "the client does not read its replies: %llu bytes "
 			 "queued, over max_pending_bytes %llu",
-			 (unsigned long long)s->pending_bytes,
+			 (unsigned long long)uv_stream_get_write_queue_size(
+				 (uv_stream_t *)&s->pipe),
 			 (unsigned long long)
 				 s->server->cfg.limits.max_pending_bytes);
 		session_close(s, why);
@@ -582,11 +592,6 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 	size_t nfds = 0;
 	int rc;
 
-	if (ping_only(s, req)) {
-		answer_pings(s, req);
-		frame_free(frame);
-		return;
-	}
 
 	if (req->n_ops == 1 && req->ops[0] != NULL &&
 	    req->ops[0]->op_case == GPUCMD__OP__OP_EVICT) {
@@ -603,6 +608,11 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 			 "(max_ops_per_batch): split it",
 			 req->n_ops, lim->max_ops_per_batch);
 		reply_error(s, req->id, GPUCMD_ELIMIT, msg);
+		frame_free(frame);
+		return;
+	}
+	if (ping_only(s, req)) {
+		answer_pings(s, req);
 		frame_free(frame);
 		return;
 	}
@@ -743,6 +753,16 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0)
 		return;
+	/*
+	 * libuv queues every descriptor that arrives with the bytes; a client
+	 * may not make the daemon hold more than a request could ask for.
+	 */
+	if (uv_pipe_pending_count(&s->pipe) > REGION_MAX_PER_CONNECTION) {
+		session_refuse(s, GPUCMD_EPROTO,
+			       "%d descriptors were sent that no region_attach "
+			       "asked for", uv_pipe_pending_count(&s->pipe));
+		return;
+	}
 	if (s->body != NULL) {
 		s->body_have += (uint32_t)nread;
 		if (s->body_have < s->body_len)

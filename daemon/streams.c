@@ -31,6 +31,10 @@ static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
 	rc = d->ops->mem_alloc(d, size, &p);
 	if (rc != 0)
 		return rc;
+	if (d->props.mem_alloc_zeroes) {
+		*ptr = p;
+		return 0;
+	}
 	rc = d->ops->memset_d8(d, s->ds, p, 0, size);
 	if (rc != 0) {
 		d->ops->mem_free(d, p);

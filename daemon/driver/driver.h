@@ -45,6 +45,8 @@ struct driver_properties {
 	 * errors): the daemon must restart rather than carry on.
 	 */
 	bool fault_is_fatal;
+	/* mem_alloc hands out zeroed memory (the daemon need not zero it). */
+	bool mem_alloc_zeroes;
 };
 
 /* Module formats accepted by module_load. */

@@ -2,7 +2,7 @@
  * host.c - the host backend: a "device" made of host memory and threads, so
  * that the whole daemon runs, and is tested, on machines without a GPU.
  *
- * Memory: device memory is host memory from aligned_alloc; a device address
+ * Memory: device memory is host memory from mmap (zeroed); a device address
  * is the host pointer.  Each block carries a header (in the HOST_ALIGNMENT
  * bytes before the address) with its size, so that mem_free gives the budget
  * back, and a link in the heap's list, so that close frees what is left, as
@@ -47,6 +47,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <time.h>
 
@@ -242,7 +243,15 @@ static int host_heap_alloc(struct host_driver *hd, struct host_heap *h,
 	rounded = (size + HOST_ALIGNMENT - 1) & ~(uint64_t)(HOST_ALIGNMENT - 1);
 	if (rounded > h->limit - h->in_use)
 		goto full;
-	b = aligned_alloc(HOST_ALIGNMENT, HOST_ALIGNMENT + rounded);
+	/*
+	 * Straight from the kernel: pages come zeroed (so the daemon need not
+	 * zero them) and go back to the system at free, instead of staying in
+	 * malloc's heap after a tenant leaves.
+	 */
+	b = mmap(NULL, HOST_ALIGNMENT + rounded, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b == MAP_FAILED)
+		b = NULL;
 	if (b == NULL)
 		return host_fail(hd, GPUCMD_ENOMEM,
 				 "cannot allocate %" PRIu64 " bytes of %s: the "
@@ -268,7 +277,7 @@ static void host_heap_free_block(struct host_heap *h, struct host_block *b)
 	b->prev->next = b->next;
 	b->next->prev = b->prev;
 	h->in_use -= b->size;
-	free(b);
+	munmap(b, HOST_ALIGNMENT + b->size);
 }
 
 static void host_heap_free(struct host_heap *h, void *p)
@@ -1189,6 +1198,7 @@ static void host_properties(struct driver_properties *p, uint64_t budget)
 	p->total_memory = budget;
 	p->max_page_size = budget / 4;
 	p->alignment = HOST_ALIGNMENT;
+	p->mem_alloc_zeroes = true;
 	p->max_threads_per_block = 1024;
 	p->max_grid[0] = INT32_MAX;
 	p->max_grid[1] = 65535;

@@ -1,0 +1,16 @@
+#!/bin/sh
+# soak_short.sh - a 20 s soak of the daemon (tests/soak/soak.c): mixed load
+# from 4 client processes, every result verified, daemon RSS and open
+# descriptors not growing.  The soak binary is built by `make soak`
+# (tests/fuzz/fuzz.mk); without it this test is skipped.
+BUILD=${BUILD:-build}
+if [ ! -x "$BUILD/soak" ]; then
+	echo "skipped: $BUILD/soak is not built (make soak)"
+	exit 77
+fi
+if [ ! -x "$BUILD/gpucmdd" ]; then
+	echo "skipped: $BUILD/gpucmdd is not built"
+	exit 77
+fi
+exec "$BUILD/soak" --daemon "$BUILD/gpucmdd" --seconds "${SOAK_SECONDS:-20}" \
+	--clients 4 --quiet

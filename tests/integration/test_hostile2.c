@@ -1,0 +1,1857 @@
+/*
+ * test_hostile2.c - what a hostile or broken client can do to a real
+ * gpucmdd, beyond the framing cases of test_hostile.c: frames at and over
+ * the limits, messages in the wrong place, absurd values in valid protobuf
+ * (sizes and offsets near 2^64, zero and oversized grids, unknown kernels and
+ * ops, wrong argument kinds), handles that are not the caller's, stream and
+ * batch limits, a client that never reads, slowloris, connection floods,
+ * descriptor floods, clients killed while they hold memory or in the middle
+ * of batches, faulting kernels and out-of-memory at allocation sites.
+ *
+ * After every case a second, well-behaved client must get correct results,
+ * and the memory report must be back to the baseline taken at the start of
+ * the test (no bytes, allocations, reservations or connections left over).
+ *
+ * Three kinds of daemon: the default one, one with low limits from a
+ * config file (16 ops per batch, 64 KiB frames and pending replies, 8
+ * connections, 4 streams), and daemons a test starts itself (--host-memory,
+ * --test-fail-alloc-at).
+ */
+#include <dirent.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+
+#include "frame.h"
+#include "harness.h"
+
+#define LIMIT_OPS 16
+#define LIMIT_FRAME 65536
+#define LIMIT_PENDING 65536
+#define LIMIT_CONNECTIONS 8
+#define LIMIT_STREAMS 4
+
+static struct gpucmd_conn *good;
+static struct gpucmd_service_report baseline;
+static char config_path[64];
+
+/* ---- raw protocol ---------------------------------------------------------- */
+
+static int raw_connect(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct timeval tv = { .tv_sec = 20 };
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", the_daemon.sock);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static void send_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		ck_assert_msg(n > 0, "send: %s", strerror(errno));
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static void send_frame(int fd, const Gpucmd__Frame *f)
+{
+	uint8_t *buf;
+	size_t len;
+
+	ck_assert_int_eq(frame_encode(f, &buf, &len), 0);
+	send_all(fd, buf, len);
+	free(buf);
+}
+
+static void header(uint8_t *buf, uint32_t length)
+{
+	struct frame_header h = { FRAME_MAGIC, GPUCMD_PROTOCOL_VERSION, 0,
+				  length };
+
+	frame_header_pack(&h, buf);
+}
+
+/* Read exactly len bytes; false at EOF or timeout. */
+static bool recv_all(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = recv(fd, p, len, 0);
+
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+/* The next frame from the daemon, or NULL when it closed (or 20 s passed). */
+static Gpucmd__Frame *recv_frame(int fd)
+{
+	uint8_t head[FRAME_HEADER_SIZE], *body;
+	struct frame_header h;
+	Gpucmd__Frame *f;
+
+	if (!recv_all(fd, head, sizeof(head)))
+		return NULL;
+	frame_header_unpack(head, &h);
+	ck_assert_int_eq(frame_header_check(&h, FRAME_MAX_BODY, NULL, 0), 0);
+	body = malloc(h.length + 1);
+	ck_assert_ptr_nonnull(body);
+	ck_assert_msg(recv_all(fd, body, h.length), "truncated frame body");
+	f = frame_decode(body, h.length);
+	free(body);
+	ck_assert_ptr_nonnull(f);
+	return f;
+}
+
+/* The daemon closes the connection (EOF) within 20 s. */
+static void expect_eof(int fd)
+{
+	uint8_t b;
+	ssize_t n = recv(fd, &b, 1, 0);
+
+	ck_assert_msg(n == 0, "the daemon did not close the connection "
+		      "(recv %zd: %s)", n, n < 0 ? strerror(errno) : "data");
+}
+
+/* The daemon answers with an Error frame of code naming what, then closes. */
+static void expect_refusal(int fd, int code, const char *what)
+{
+	Gpucmd__Frame *f = recv_frame(fd);
+
+	ck_assert_msg(f != NULL, "no Error frame before the close");
+	ck_assert_int_eq(f->msg_case, GPUCMD__FRAME__MSG_ERROR);
+	ck_assert_msg(f->error->code == code, "code %s, expected %s: %s",
+		      gpucmd_errname(f->error->code), gpucmd_errname(code),
+		      f->error->message);
+	ck_assert_msg(strstr(f->error->message, what) != NULL,
+		      "message '%s' does not name '%s'", f->error->message,
+		      what);
+	frame_free(f);
+	expect_eof(fd);
+	close(fd);
+}
+
+/* Hello as service; the Welcome's connection id. */
+static uint64_t raw_hello(int fd, const char *service)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT, *w;
+	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
+	uint64_t id;
+
+	hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	hello.service = (char *)service;
+	hello.client_name = "test_hostile2";
+	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
+	f.hello = &hello;
+	send_frame(fd, &f);
+	w = recv_frame(fd);
+	ck_assert_ptr_nonnull(w);
+	ck_assert_msg(w->msg_case == GPUCMD__FRAME__MSG_WELCOME,
+		      "expected a Welcome, got message %d (%s)", w->msg_case,
+		      w->msg_case == GPUCMD__FRAME__MSG_ERROR
+			      ? w->error->message
+			      : "");
+	id = w->welcome->connection_id;
+	frame_free(w);
+	return id;
+}
+
+/* Send a Request of n ops and return its Response (the caller frees it). */
+static Gpucmd__Frame *raw_run(int fd, uint64_t id, uint32_t stream,
+			      Gpucmd__Op **ops, size_t n)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT, *r;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+
+	req.id = id;
+	req.stream = stream;
+	req.n_ops = n;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	send_frame(fd, &f);
+	r = recv_frame(fd);
+	ck_assert_msg(r != NULL, "no response to request %llu",
+		      (unsigned long long)id);
+	ck_assert_int_eq(r->msg_case, GPUCMD__FRAME__MSG_RESPONSE);
+	ck_assert_uint_eq(r->response->id, id);
+	return r;
+}
+
+/* ---- through the client library ---------------------------------------------- */
+
+/* Run a batch that must fail at op index with code; the message names what. */
+static void run_fails(struct gpucmd_batch *b, int index, int code,
+		      const char *what)
+{
+	struct gpucmd_response *r = NULL;
+	int rc = gpucmd_run(b, &r);
+
+	ck_assert_msg(rc == 0, "run: %s", gpucmd_strerror(rc));
+	ck_assert_msg(gpucmd_response_error(r) == code,
+		      "got %s (%s) at op %d, expected %s at op %d",
+		      gpucmd_errname(gpucmd_response_error(r)),
+		      gpucmd_response_message(r),
+		      gpucmd_response_failed_index(r), gpucmd_errname(code),
+		      index);
+	ck_assert_int_eq(gpucmd_response_failed_index(r), index);
+	ck_assert_uint_eq(gpucmd_response_count(r), (size_t)index);
+	ck_assert_msg(what == NULL ||
+			      strstr(gpucmd_response_message(r), what) != NULL,
+		      "message '%s' does not name '%s'",
+		      gpucmd_response_message(r), what);
+	gpucmd_response_free(r);
+}
+
+static struct gpucmd_batch *batch(struct gpucmd_conn *c, uint32_t stream)
+{
+	struct gpucmd_batch *b = NULL;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, stream, &b), 0);
+	return b;
+}
+
+/* Write, read back and release on c: the answer must be right. */
+static void still_served(struct gpucmd_conn *c)
+{
+	static const char text[] = "still served, byte for byte";
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_response *r;
+	const void *data;
+	size_t len;
+
+	gpucmd_batch_create_with_data(b, 424242, text, sizeof(text));
+	gpucmd_batch_read(b, 424242, 0, sizeof(text));
+	gpucmd_batch_release(b, 424242);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+	ck_assert_uint_eq(len, sizeof(text));
+	ck_assert_int_eq(memcmp(data, text, sizeof(text)), 0);
+	gpucmd_response_free(r);
+}
+
+/*
+ * The end of every case: the good client is served, and within 10 s the
+ * report is back to the baseline (teardown of a dead client is
+ * asynchronous).
+ */
+static void back_to_baseline(void)
+{
+	struct gpucmd_service_report t = { 0 };
+
+	still_served(good);
+	for (int i = 0; i < 1000; i++) {
+		t = report_totals(good);
+		if (t.bytes_in_use == baseline.bytes_in_use &&
+		    t.allocations == baseline.allocations &&
+		    t.bytes_reserved == baseline.bytes_reserved &&
+		    t.connections == baseline.connections)
+			return;
+		usleep(10000);
+	}
+	ck_abort_msg("memory report not back to baseline: %llu bytes in use "
+		     "(baseline %llu), %llu allocations (%llu), %llu reserved "
+		     "(%llu), %u connections (%u)",
+		     (unsigned long long)t.bytes_in_use,
+		     (unsigned long long)baseline.bytes_in_use,
+		     (unsigned long long)t.allocations,
+		     (unsigned long long)baseline.allocations,
+		     (unsigned long long)t.bytes_reserved,
+		     (unsigned long long)baseline.bytes_reserved,
+		     t.connections, baseline.connections);
+}
+
+static void take_baseline(void)
+{
+	good = connect_as("good");
+	still_served(good);
+	baseline = report_totals(good);
+	ck_assert_uint_eq(baseline.bytes_in_use, 0);
+	ck_assert_uint_eq(baseline.allocations, 0);
+}
+
+/* Descriptors the daemon has open now. */
+static int daemon_fds(pid_t pid)
+{
+	char path[64];
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* A field of /proc/PID/status in kB ("VmRSS", "VmHWM"). */
+static long daemon_status_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, field, strlen(field)) == 0 &&
+		    line[strlen(field)] == ':')
+			v = strtol(line + strlen(field) + 1, NULL, 10);
+	fclose(f);
+	return v;
+}
+
+/* ---- fixtures ---------------------------------------------------------------- */
+
+static void setup_default(void)
+{
+	harness_setup();
+	take_baseline();
+}
+
+static void setup_limits(void)
+{
+	int fd;
+	FILE *f;
+
+	snprintf(config_path, sizeof(config_path), "/tmp/gpucmd-h2-XXXXXX");
+	fd = mkstemp(config_path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[limits]\n"
+		   "max_ops_per_batch = %d\n"
+		   "max_frame_bytes = %d\n"
+		   "max_pending_bytes = %d\n"
+		   "max_connections = %d\n"
+		   "max_streams = %d\n",
+		LIMIT_OPS, LIMIT_FRAME, LIMIT_PENDING, LIMIT_CONNECTIONS,
+		LIMIT_STREAMS);
+	fclose(f);
+	daemon_start_args(&the_daemon, "--config", config_path, NULL);
+	take_baseline();
+}
+
+static void teardown(void)
+{
+	if (good != NULL)
+		gpucmd_close(good);
+	good = NULL;
+	harness_teardown();
+	if (config_path[0] != '\0')
+		unlink(config_path);
+	config_path[0] = '\0';
+}
+
+/* ---- frames in the wrong shape or place ---------------------------------------- */
+
+START_TEST(truncated_body_then_hangup)
+{
+	uint8_t buf[FRAME_HEADER_SIZE + 500];
+	int fd = raw_connect();
+
+	raw_hello(fd, "hostile");
+	header(buf, 1000);
+	memset(buf + FRAME_HEADER_SIZE, 0x22, 500);
+	send_all(fd, buf, sizeof(buf));
+	usleep(50000);
+	close(fd);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(zero_length_body)
+{
+	uint8_t buf[FRAME_HEADER_SIZE];
+	int fd = raw_connect();
+
+	/* An empty body is a Frame with no message: not a Hello. */
+	header(buf, 0);
+	send_all(fd, buf, sizeof(buf));
+	expect_refusal(fd, GPUCMD_EPROTO, "must be a Hello");
+
+	/* After the handshake it is not a Request either. */
+	fd = raw_connect();
+	raw_hello(fd, "hostile");
+	send_all(fd, buf, sizeof(buf));
+	expect_refusal(fd, GPUCMD_EPROTO, "expected a Request");
+	back_to_baseline();
+}
+END_TEST
+
+/* A Hello padded (client_name) to exactly n body bytes. */
+static uint8_t *padded_hello(uint32_t n, size_t *len)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
+	char *name = malloc(n + 1);
+	uint8_t *buf = NULL;
+	size_t pad;
+
+	ck_assert_ptr_nonnull(name);
+	hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	hello.service = "hostile";
+	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
+	f.hello = &hello;
+	memset(name, 'n', n);
+	hello.client_name = name;
+	/* The size grows with the name by one byte per byte (or a varint step). */
+	for (pad = n - 32; pad > 0 && pad <= n; pad++) {
+		name[pad] = '\0';
+		if (gpucmd__frame__get_packed_size(&f) >= n)
+			break;
+		name[pad] = 'n';
+	}
+	ck_assert_uint_eq(gpucmd__frame__get_packed_size(&f), n);
+	ck_assert_int_eq(frame_encode(&f, &buf, len), 0);
+	free(name);
+	return buf;
+}
+
+START_TEST(length_exactly_at_the_limit)
+{
+	size_t len;
+	uint8_t *buf = padded_hello(LIMIT_FRAME, &len);
+	int fd = raw_connect();
+
+	/* max_frame_bytes is the largest body accepted, not the first refused. */
+	send_all(fd, buf, len);
+	{
+		Gpucmd__Frame *w = recv_frame(fd);
+
+		ck_assert_ptr_nonnull(w);
+		ck_assert_int_eq(w->msg_case, GPUCMD__FRAME__MSG_WELCOME);
+		frame_free(w);
+	}
+	close(fd);
+	free(buf);
+
+	buf = padded_hello(LIMIT_FRAME + 1, &len);
+	fd = raw_connect();
+	send_all(fd, buf, FRAME_HEADER_SIZE);
+	expect_refusal(fd, GPUCMD_ELIMIT, "65537 bytes is over the limit of 65536");
+	free(buf);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(second_hello)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
+	int fd = raw_connect();
+
+	raw_hello(fd, "hostile");
+	hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	hello.service = "other";
+	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
+	f.hello = &hello;
+	send_frame(fd, &f);
+	expect_refusal(fd, GPUCMD_EPROTO, "expected a Request (got message 1)");
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(client_sends_welcome_or_response)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Welcome w = GPUCMD__WELCOME__INIT;
+	Gpucmd__Response r = GPUCMD__RESPONSE__INIT;
+	Gpucmd__Error e = GPUCMD__ERROR__INIT;
+	int fd = raw_connect();
+
+	w.service = "hostile";
+	f.msg_case = GPUCMD__FRAME__MSG_WELCOME;
+	f.welcome = &w;
+	send_frame(fd, &f);
+	expect_refusal(fd, GPUCMD_EPROTO, "first frame must be a Hello");
+
+	fd = raw_connect();
+	raw_hello(fd, "hostile");
+	r.id = 1;
+	f.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
+	f.response = &r;
+	send_frame(fd, &f);
+	expect_refusal(fd, GPUCMD_EPROTO, "expected a Request (got message 5)");
+
+	fd = raw_connect();
+	raw_hello(fd, "hostile");
+	e.code = GPUCMD_EPROTO;
+	e.message = "the client complains";
+	f.msg_case = GPUCMD__FRAME__MSG_ERROR;
+	f.error = &e;
+	send_frame(fd, &f);
+	expect_refusal(fd, GPUCMD_EPROTO, "expected a Request (got message 3)");
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(hello_with_bad_service_names)
+{
+	static const char *const names[] = { "", "a/b", "../etc", "x y",
+					     "tab\tname" };
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
+	char longname[100];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) + 1; i++) {
+		int fd = raw_connect();
+
+		memset(longname, 'a', sizeof(longname) - 1);
+		longname[sizeof(longname) - 1] = '\0';
+		hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
+		hello.service = i < sizeof(names) / sizeof(names[0])
+					? (char *)names[i]
+					: longname;
+		f.msg_case = GPUCMD__FRAME__MSG_HELLO;
+		f.hello = &hello;
+		send_frame(fd, &f);
+		expect_refusal(fd, GPUCMD_EINVAL, "is not valid");
+	}
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(unknown_op_field)
+{
+	/*
+	 * Frame{request(4){id(1)=9, ops(3){field 99: varint 1}}}: valid
+	 * protobuf whose op has an oneof number this daemon does not know.
+	 */
+	static const uint8_t body[] = {
+		0x22, 0x07,		/* Frame.request, 7 bytes */
+		0x08, 0x09,		/* id = 9 */
+		0x1a, 0x03,		/* ops, 3 bytes */
+		0x98, 0x06, 0x01,	/* field 99, varint 1 */
+	};
+	uint8_t buf[FRAME_HEADER_SIZE + sizeof(body)];
+	Gpucmd__Frame *r;
+	Gpucmd__Op ping = GPUCMD__OP__INIT;
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__Op *ops[1] = { &ping };
+	int fd = raw_connect();
+
+	raw_hello(fd, "hostile");
+	memcpy(buf + FRAME_HEADER_SIZE, body, sizeof(body));
+	header(buf, sizeof(body));
+	send_all(fd, buf, sizeof(buf));
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(r->msg_case, GPUCMD__FRAME__MSG_RESPONSE);
+	ck_assert_uint_eq(r->response->id, 9);
+	ck_assert_ptr_nonnull(r->response->error);
+	ck_assert_int_eq(r->response->error->code, GPUCMD_EPROTO);
+	ck_assert_uint_eq(r->response->failed_index, 0);
+	ck_assert_msg(strstr(r->response->error->message, "does not know"),
+		      "%s", r->response->error->message);
+	frame_free(r);
+	/* The connection is still good for known ops. */
+	ping.op_case = GPUCMD__OP__OP_PING;
+	ping.ping = &p;
+	r = raw_run(fd, 10, 0, ops, 1);
+	ck_assert_ptr_null(r->response->error);
+	ck_assert_uint_eq(r->response->n_results, 1);
+	frame_free(r);
+	close(fd);
+	back_to_baseline();
+}
+END_TEST
+
+/* ---- absurd values in valid requests -------------------------------------------- */
+
+START_TEST(sizes_near_2_64)
+{
+	struct gpucmd_conn *c = connect_as("hostile");
+	struct gpucmd_batch *b;
+	char want[64];
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, UINT64_MAX);
+	run_fails(b, 0, GPUCMD_ETOOBIG, "18446744073709551615");
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, UINT64_MAX - 4095);
+	run_fails(b, 0, GPUCMD_ETOOBIG, "18446744073709547520");
+	snprintf(want, sizeof(want), "%llu", 1ull << 63);
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 1ull << 63);
+	run_fails(b, 0, GPUCMD_ETOOBIG, want);
+
+	/* Reads and writes of such lengths on a small buffer. */
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_batch_read(b, 1, 0, UINT64_MAX);
+	run_fails(b, 1, GPUCMD_EINVAL, "out of bounds");
+	b = batch(c, 0);
+	gpucmd_batch_read(b, 1, 1, UINT64_MAX);
+	run_fails(b, 0, GPUCMD_EINVAL, "out of bounds");
+	b = batch(c, 0);
+	gpucmd_batch_reserve_cpu(b, UINT64_MAX);
+	gpucmd_batch_release(b, 1);
+	{
+		struct gpucmd_response *r = NULL;
+
+		/* reserve_cpu always answers: pinned, heap, or ENOMEM. */
+		ck_assert_int_eq(gpucmd_run(b, &r), 0);
+		ck_assert_msg(gpucmd_response_error(r) == 0 ||
+				      gpucmd_response_error(r) == GPUCMD_ENOMEM,
+			      "%s", gpucmd_response_message(r));
+		gpucmd_response_free(r);
+	}
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(offsets_near_2_64)
+{
+	static const uint64_t offsets[] = {
+		UINT64_MAX, UINT64_MAX - 3, UINT64_MAX - 63, 1ull << 63, 65,
+	};
+	struct gpucmd_conn *c = connect_as("hostile");
+	struct gpucmd_batch *b = batch(c, 0);
+	uint8_t data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_response_free(run_ok(b));
+	for (size_t i = 0; i < sizeof(offsets) / sizeof(offsets[0]); i++) {
+		b = batch(c, i % 2);
+		gpucmd_batch_write(b, 1, offsets[i], data, sizeof(data));
+		run_fails(b, 0, GPUCMD_EINVAL, "out of bounds");
+		b = batch(c, i % 2);
+		gpucmd_batch_read(b, 1, offsets[i], 8);
+		run_fails(b, 0, GPUCMD_EINVAL, "out of bounds");
+	}
+	/* The last bytes are still writable and readable. */
+	b = batch(c, 0);
+	gpucmd_batch_write(b, 1, 56, data, sizeof(data));
+	gpucmd_batch_read(b, 1, 56, 8);
+	gpucmd_batch_release(b, 1);
+	{
+		struct gpucmd_response *r = run_ok(b);
+		const void *got;
+		size_t len;
+
+		ck_assert_int_eq(gpucmd_response_data(r, 1, &got, &len), 0);
+		ck_assert_int_eq(memcmp(got, data, 8), 0);
+		gpucmd_response_free(r);
+	}
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(layouts_that_overflow)
+{
+	struct gpucmd_conn *c = connect_as("hostile");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_layout l = {
+		.rank = 2,
+		.shape = { UINT64_MAX / 2, 4 },
+		.strides = { 4, 1 },
+		.elem_size = 4,
+	};
+	uint8_t data[24] = { 0 };
+
+	gpucmd_batch_empty(b, 1, 4096);
+	gpucmd_response_free(run_ok(b));
+	/* More elements than 2^64 bytes hold. */
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_read_layout(b, 1, 0, &l), 0);
+	run_fails(b, 0, GPUCMD_EINVAL, "2^64");
+	/* A pitch over 2^64 with a small shape. */
+	l.shape[0] = 3;
+	l.shape[1] = 2;
+	l.strides[0] = UINT64_MAX / 2;
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_read_layout(b, 1, 0, &l), 0);
+	run_fails(b, 0, GPUCMD_EINVAL, NULL);
+	/* A zero stride is refused, not divided by. */
+	l.strides[0] = 0;
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_write_layout(b, 1, 0, &l, data, 24), 0);
+	run_fails(b, 0, GPUCMD_ESTRIDES, "strides");
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+static void launch_fails(struct gpucmd_conn *c, const uint32_t grid[3],
+			 const uint32_t block[3], const char *what)
+{
+	struct gpucmd_arg args[3] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 1 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 7 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 16 },
+	};
+	struct gpucmd_batch *b = batch(c, 0);
+
+	gpucmd_batch_kernel(b, "fill_u32", grid, block, args, 3);
+	/* The refusal a driver would give (it invalidates open profiles). */
+	run_fails(b, 0, GPUCMD_ELAUNCH, what);
+}
+
+START_TEST(grids_of_zero_and_over_the_limits)
+{
+	struct gpucmd_conn *c = connect_as("hostile");
+	struct gpucmd_batch *b = batch(c, 0);
+	const struct gpucmd_info *in = gpucmd_info(c);
+
+	(void)in;
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_response_free(run_ok(b));
+	/* The message states the whole geometry that was asked for. */
+	launch_fails(c, (uint32_t[3]){ 0, 1, 1 }, (uint32_t[3]){ 64, 1, 1 },
+		     "grid 0x1x1 block 64x1x1 has a zero dimension");
+	launch_fails(c, (uint32_t[3]){ 1, 1, 0 }, (uint32_t[3]){ 64, 1, 1 },
+		     "grid 1x1x0 block 64x1x1 has a zero dimension");
+	launch_fails(c, (uint32_t[3]){ 1, 1, 1 }, (uint32_t[3]){ 0, 0, 0 },
+		     "grid 1x1x1 block 0x0x0 has a zero dimension");
+	launch_fails(c, (uint32_t[3]){ 1, 65536, 1 }, (uint32_t[3]){ 64, 1, 1 },
+		     "over the device");
+	launch_fails(c, (uint32_t[3]){ UINT32_MAX, 1, 1 },
+		     (uint32_t[3]){ 64, 1, 1 }, "over the device");
+	launch_fails(c, (uint32_t[3]){ 1, 1, 1 }, (uint32_t[3]){ 2048, 1, 1 },
+		     "over the device");
+	launch_fails(c, (uint32_t[3]){ 1, 1, 1 }, (uint32_t[3]){ 64, 64, 1 },
+		     "threads per block");
+	/* The buffer was never touched by a refused launch. */
+	b = batch(c, 0);
+	gpucmd_batch_read(b, 1, 0, 64);
+	gpucmd_batch_release(b, 1);
+	{
+		struct gpucmd_response *r = run_ok(b);
+		const uint8_t *got;
+		size_t len;
+
+		ck_assert_int_eq(gpucmd_response_data(r, 0, (const void **)&got,
+						      &len), 0);
+		for (size_t i = 0; i < len; i++)
+			ck_assert_uint_eq(got[i], 0);
+		gpucmd_response_free(r);
+	}
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(unknown_kernels_and_wrong_arguments)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_conn *c = connect_as("hostile");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_arg args[4] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 1 },
+		{ .kind = GPUCMD_ARG_F32, .v.f32 = 1.0f },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 16 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 16 },
+	};
+
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_response_free(run_ok(b));
+	for (int i = 0; i < 3; i++) {
+		static const char *const names[] = { "nope", "FILL_U32",
+						     "fill_u32\n" };
+
+		b = batch(c, 0);
+		gpucmd_batch_ping(b);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, names[i], one, one,
+						     args, 0), 0);
+		run_fails(b, 1, GPUCMD_ENOKERNEL, "unknown kernel");
+	}
+	/* No name at all (the library refuses to send one). */
+	{
+		Gpucmd__Op op = GPUCMD__OP__INIT, *ops[1] = { &op };
+		Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+		Gpucmd__Frame *r;
+		int fd = raw_connect();
+
+		raw_hello(fd, "hostile");
+		op.op_case = GPUCMD__OP__OP_KERNEL;
+		op.kernel = &k;
+		r = raw_run(fd, 1, 0, ops, 1);
+		ck_assert_ptr_nonnull(r->response->error);
+		ck_assert_int_eq(r->response->error->code, GPUCMD_ENOKERNEL);
+		frame_free(r);
+		close(fd);
+	}
+	/* fill_u32(buf, value:u32, count:u32) with an f32 value. */
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3);
+	run_fails(b, 0, GPUCMD_EINVAL, "argument 1 has the wrong type");
+	/* Too few and too many arguments. */
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "fill_u32", one, one, args, 1);
+	run_fails(b, 0, GPUCMD_EINVAL, "takes 3 arguments, got 1");
+	args[1].kind = GPUCMD_ARG_U32;
+	args[1].v.u32 = 5;
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "fill_u32", one, one, args, 4);
+	run_fails(b, 0, GPUCMD_EINVAL, "takes 3 arguments, got 4");
+	/* A buffer argument given as a number (its address, say). */
+	args[0].kind = GPUCMD_ARG_U64;
+	args[0].v.u64 = 0x7f0000000000ull;
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3);
+	run_fails(b, 0, GPUCMD_EINVAL, "argument 0 has the wrong type");
+	/* A count past the end of the buffer. */
+	args[0].kind = GPUCMD_ARG_BUFFER;
+	args[0].v.handle = 1;
+	args[2].v.u32 = 17;
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3);
+	run_fails(b, 0, GPUCMD_EINVAL, "needs 68 bytes, the buffer has 64");
+	/* spin over its cap. */
+	args[0].kind = GPUCMD_ARG_U32;
+	args[0].v.u32 = UINT32_MAX;
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "spin", one, one, args, 1);
+	run_fails(b, 0, GPUCMD_EINVAL, "over the limit");
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 1);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+/* ---- handles ----------------------------------------------------------------- */
+
+START_TEST(handles_never_allocated_and_released_twice)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_conn *c = connect_as("hostile");
+	struct gpucmd_batch *b;
+	struct gpucmd_arg args[3] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 77 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 1 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 1 },
+	};
+	uint8_t byte = 1;
+
+	b = batch(c, 0);
+	gpucmd_batch_read(b, 12345, 0, 1);
+	run_fails(b, 0, GPUCMD_ENOTFOUND, "handle 12345 names no live");
+	b = batch(c, 0);
+	gpucmd_batch_write(b, UINT64_MAX, 0, &byte, 1);
+	run_fails(b, 0, GPUCMD_ENOTFOUND, "18446744073709551615");
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3);
+	run_fails(b, 0, GPUCMD_ENOTFOUND, "handle 77");
+	/* Handle 0, which the library refuses to send. */
+	{
+		Gpucmd__Op op = GPUCMD__OP__INIT, *ops[1] = { &op };
+		Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
+		Gpucmd__OpRelease rl = GPUCMD__OP_RELEASE__INIT;
+		Gpucmd__Frame *r;
+		int fd = raw_connect();
+
+		raw_hello(fd, "hostile");
+		op.op_case = GPUCMD__OP__OP_EMPTY;
+		op.empty = &e;
+		e.size = 64;
+		r = raw_run(fd, 1, 0, ops, 1);
+		ck_assert_ptr_nonnull(r->response->error);
+		ck_assert_int_eq(r->response->error->code, GPUCMD_EINVAL);
+		ck_assert_msg(strstr(r->response->error->message,
+				     "handle 0 is invalid"),
+			      "%s", r->response->error->message);
+		frame_free(r);
+		op.op_case = GPUCMD__OP__OP_RELEASE;
+		op.release = &rl;
+		r = raw_run(fd, 2, 0, ops, 1);
+		ck_assert_ptr_nonnull(r->response->error);
+		ck_assert_int_eq(r->response->error->code, GPUCMD_ENOTFOUND);
+		frame_free(r);
+		close(fd);
+	}
+
+	/* Released twice: in one batch, then in the next. */
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 5, 64);
+	gpucmd_batch_release(b, 5);
+	gpucmd_batch_release(b, 5);
+	run_fails(b, 2, GPUCMD_ENOTFOUND, "handle 5");
+	b = batch(c, 1);
+	gpucmd_batch_release(b, 5);
+	run_fails(b, 0, GPUCMD_ENOTFOUND, "handle 5");
+	b = batch(c, 0);
+	gpucmd_batch_read(b, 5, 0, 1);
+	run_fails(b, 0, GPUCMD_ENOTFOUND, "handle 5");
+	/* Allocated twice under one name. */
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 6, 64);
+	gpucmd_batch_empty(b, 6, 64);
+	run_fails(b, 1, GPUCMD_EEXIST, "already live");
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 6);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(another_connections_handles)
+{
+	static const char secret[] = "service A's bytes";
+	struct gpucmd_conn *a = connect_as("tenant-a");
+	struct gpucmd_conn *a2 = connect_as("tenant-a");
+	struct gpucmd_conn *b = connect_as("tenant-b");
+	struct gpucmd_batch *bt;
+	struct gpucmd_response *r;
+	const void *data;
+	size_t len;
+
+	bt = batch(a, 0);
+	gpucmd_batch_create_with_data(bt, 5, secret, sizeof(secret));
+	gpucmd_response_free(run_ok(bt));
+	/* The same id on another service's connection and on a sibling. */
+	for (int i = 0; i < 2; i++) {
+		struct gpucmd_conn *other = i ? a2 : b;
+
+		bt = batch(other, 0);
+		gpucmd_batch_read(bt, 5, 0, sizeof(secret));
+		run_fails(bt, 0, GPUCMD_ENOTFOUND, "handle 5");
+		bt = batch(other, 0);
+		gpucmd_batch_write(bt, 5, 0, "overwrite", 9);
+		run_fails(bt, 0, GPUCMD_ENOTFOUND, "handle 5");
+		bt = batch(other, 0);
+		gpucmd_batch_release(bt, 5);
+		run_fails(bt, 0, GPUCMD_ENOTFOUND, "handle 5");
+		/* Its own handle 5 is another buffer. */
+		bt = batch(other, 0);
+		gpucmd_batch_create_with_data(bt, 5, "mine", 4);
+		gpucmd_batch_read(bt, 5, 0, 4);
+		gpucmd_batch_release(bt, 5);
+		r = run_ok(bt);
+		ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+		ck_assert_int_eq(memcmp(data, "mine", 4), 0);
+		gpucmd_response_free(r);
+	}
+	/* A's bytes are untouched. */
+	bt = batch(a, 0);
+	gpucmd_batch_read(bt, 5, 0, sizeof(secret));
+	r = run_ok(bt);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
+	ck_assert_int_eq(memcmp(data, secret, sizeof(secret)), 0);
+	gpucmd_response_free(r);
+	gpucmd_close(b);
+	gpucmd_close(a2);
+	gpucmd_close(a);
+	back_to_baseline();
+}
+END_TEST
+
+/* ---- streams and batches (low limits) ------------------------------------------- */
+
+START_TEST(batch_over_max_ops)
+{
+	int fd = raw_connect();
+	Gpucmd__Op pings[LIMIT_OPS + 1], *ops[LIMIT_OPS + 1];
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__Frame *r;
+
+	raw_hello(fd, "hostile");
+	for (int i = 0; i <= LIMIT_OPS; i++) {
+		gpucmd__op__init(&pings[i]);
+		pings[i].op_case = GPUCMD__OP__OP_PING;
+		pings[i].ping = &p;
+		ops[i] = &pings[i];
+	}
+	r = raw_run(fd, 1, 0, ops, LIMIT_OPS);
+	ck_assert_ptr_null(r->response->error);
+	ck_assert_uint_eq(r->response->n_results, LIMIT_OPS);
+	frame_free(r);
+	r = raw_run(fd, 2, 0, ops, LIMIT_OPS + 1);
+	ck_assert_ptr_nonnull(r->response->error);
+	ck_assert_int_eq(r->response->error->code, GPUCMD_ELIMIT);
+	ck_assert_uint_eq(r->response->n_results, 0);
+	ck_assert_msg(strstr(r->response->error->message,
+			     "batch of 17 ops is over the limit of 16"),
+		      "%s", r->response->error->message);
+	frame_free(r);
+	/* Still usable. */
+	r = raw_run(fd, 3, 0, ops, 1);
+	ck_assert_ptr_null(r->response->error);
+	frame_free(r);
+	close(fd);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(a_billion_ops_claimed)
+{
+	/*
+	 * A request whose ops field claims far more than the frame holds: a
+	 * length-delimited field of 2^30 bytes in a 64 KiB frame.  It cannot
+	 * decode, and nothing of that size may be allocated.
+	 */
+	static const uint8_t body[] = {
+		0x22, 0x08, 0x08, 0x01, 0x1a, 0x80, 0x80, 0x80, 0x80, 0x04,
+	};
+	uint8_t buf[FRAME_HEADER_SIZE + sizeof(body)];
+	int fd = raw_connect();
+
+	raw_hello(fd, "hostile");
+	header(buf, sizeof(body));
+	memcpy(buf + FRAME_HEADER_SIZE, body, sizeof(body));
+	send_all(fd, buf, sizeof(buf));
+	expect_refusal(fd, GPUCMD_EPROTO, "not a valid gpucmd message");
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(huge_stream_numbers_and_too_many_streams)
+{
+	static const uint32_t streams[] = { UINT32_MAX, 0x80000000u, 7, 0 };
+	struct gpucmd_conn *c = connect_as("hostile");
+	struct gpucmd_batch *b;
+
+	ck_assert_uint_eq(gpucmd_info(c)->max_streams, LIMIT_STREAMS);
+	for (size_t i = 0; i < LIMIT_STREAMS; i++) {
+		b = batch(c, streams[i]);
+		gpucmd_batch_empty(b, 100 + i, 64);
+		gpucmd_batch_sync(b);
+		gpucmd_response_free(run_ok(b));
+	}
+	b = batch(c, 12345);
+	gpucmd_batch_ping(b);
+	run_fails(b, 0, GPUCMD_ELIMIT, "max_streams");
+	/* The old streams keep working, and every buffer is released. */
+	for (size_t i = 0; i < LIMIT_STREAMS; i++) {
+		b = batch(c, streams[(i + 1) % LIMIT_STREAMS]);
+		gpucmd_batch_release(b, 100 + i);
+		gpucmd_batch_sync(b);
+		gpucmd_response_free(run_ok(b));
+	}
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+/* ---- clients that misbehave over time -------------------------------------------- */
+
+START_TEST(large_reply_to_a_prompt_reader)
+{
+	/*
+	 * One read of 256 KiB with max_pending_bytes = 64 KiB: a client that
+	 * reads its replies promptly must get them; only one that does not
+	 * read may be cut off.
+	 */
+	struct gpucmd_conn *c = connect_as("hostile");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_response *r = NULL;
+	const uint8_t *got;
+	size_t len;
+	int rc;
+
+	gpucmd_batch_empty(b, 1, 256 << 10);
+	gpucmd_batch_read(b, 1, 0, 256 << 10);
+	gpucmd_batch_release(b, 1);
+	rc = gpucmd_run(b, &r);
+	ck_assert_msg(rc == 0, "a client reading its replies was cut off: %s",
+		      gpucmd_strerror(rc));
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 1, (const void **)&got, &len), 0);
+	ck_assert_uint_eq(len, 256 << 10);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(client_never_reads_replies)
+{
+	Gpucmd__Op ops[2], *opp[2];
+	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	int fd = raw_connect(), fds_before, rcvbuf = 4096;
+	pid_t pid = the_daemon.pid;
+	bool closed = false;
+
+	/* A tiny receive buffer: the daemon's replies back up at once. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	fds_before = daemon_fds(pid);
+	raw_hello(fd, "hostile");
+	gpucmd__op__init(&ops[0]);
+	gpucmd__op__init(&ops[1]);
+	ops[0].op_case = GPUCMD__OP__OP_EMPTY;
+	ops[0].empty = &e;
+	e.handle = 1;
+	e.size = 1u << 20;
+	ops[1].op_case = GPUCMD__OP__OP_READ;
+	ops[1].read = &rd;
+	rd.handle = 1;
+	rd.length = 32u << 10;	/* each reply: half of max_pending_bytes */
+	opp[0] = &ops[0];
+	opp[1] = &ops[1];
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	req.id = 1;
+	req.ops = opp;
+	req.n_ops = 2;
+	send_frame(fd, &f);
+	req.ops = &opp[1];
+	req.n_ops = 1;
+	/* Reads until the daemon gives up on us (or 400 have been sent). */
+	for (int i = 2; i < 400; i++) {
+		uint8_t *buf;
+		size_t len;
+
+		req.id = (uint64_t)i;
+		ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+		if (send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+		    (ssize_t)len) {
+			free(buf);
+			break;
+		}
+		free(buf);
+	}
+	/*
+	 * The daemon must drop the connection: its memory back to baseline
+	 * and its socket closed, while this client still holds its end open
+	 * and reads nothing.
+	 */
+	back_to_baseline();
+	for (int i = 0; i < 500 && !closed; i++) {
+		closed = daemon_fds(pid) <= fds_before;
+		if (!closed)
+			usleep(10000);
+	}
+	ck_assert_msg(closed, "the daemon still holds the connection of a "
+		      "client that reads nothing (%d descriptors, %d before): "
+		      "its queued replies stay in memory until the client "
+		      "reads or hangs up", daemon_fds(pid), fds_before);
+	close(fd);
+}
+END_TEST
+
+START_TEST(slowloris)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT, *w;
+	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
+	uint8_t *buf;
+	size_t len;
+	int fd = raw_connect();
+
+	hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	hello.service = "slow";
+	hello.client_name = "one byte at a time";
+	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
+	f.hello = &hello;
+	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+	for (size_t i = 0; i < len; i++) {
+		uint64_t t0;
+
+		send_all(fd, buf + i, 1);
+		/* Meanwhile another client is served at full speed. */
+		t0 = harness_now_us();
+		if (i % 8 == 0)
+			still_served(good);
+		ck_assert_msg(harness_now_us() - t0 < 2000000,
+			      "a trickling client slowed another down");
+		usleep(20000);
+	}
+	free(buf);
+	w = recv_frame(fd);
+	ck_assert_ptr_nonnull(w);
+	ck_assert_int_eq(w->msg_case, GPUCMD__FRAME__MSG_WELCOME);
+	frame_free(w);
+	/* A request trickled the same way is still answered. */
+	{
+		Gpucmd__Op op = GPUCMD__OP__INIT, *ops[1] = { &op };
+		Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+		Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+		Gpucmd__Frame *r;
+
+		op.op_case = GPUCMD__OP__OP_PING;
+		op.ping = &p;
+		req.id = 77;
+		req.n_ops = 1;
+		req.ops = ops;
+		f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+		f.request = &req;
+		ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+		for (size_t i = 0; i < len; i++) {
+			send_all(fd, buf + i, 1);
+			usleep(5000);
+		}
+		free(buf);
+		r = recv_frame(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_uint_eq(r->response->id, 77);
+		ck_assert_ptr_null(r->response->error);
+		frame_free(r);
+	}
+	close(fd);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(flood_of_connections)
+{
+	enum { N = 200 };
+	static int fds[N];
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
+	uint8_t *buf;
+	size_t len;
+
+	hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	hello.service = "flood";
+	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
+	f.hello = &hello;
+	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+	/* All at once: connect and say Hello before reading anything. */
+	for (int i = 0; i < N; i++) {
+		fds[i] = raw_connect();
+		send_all(fds[i], buf, len);
+	}
+	free(buf);
+	for (int i = 0; i < N; i++) {
+		Gpucmd__Frame *w = recv_frame(fds[i]);
+
+		ck_assert_msg(w != NULL, "connection %d got no Welcome", i);
+		ck_assert_int_eq(w->msg_case, GPUCMD__FRAME__MSG_WELCOME);
+		frame_free(w);
+	}
+	still_served(good);
+	{
+		struct gpucmd_service_report t = report_totals(good);
+
+		ck_assert_uint_eq(t.connections, baseline.connections + N);
+	}
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(connection_over_the_limit)
+{
+	int fds[LIMIT_CONNECTIONS];
+	int fd;
+
+	/* The good client holds one of the LIMIT_CONNECTIONS. */
+	for (int i = 0; i < LIMIT_CONNECTIONS - 1; i++) {
+		fds[i] = raw_connect();
+		raw_hello(fds[i], "many");
+	}
+	fd = raw_connect();
+	expect_refusal(fd, GPUCMD_ELIMIT, "max_connections");
+	/* A freed place is taken again. */
+	close(fds[0]);
+	for (int i = 0; i < 500; i++) {
+		struct gpucmd_conn *c = NULL;
+		char msg[256];
+
+		if (gpucmd_connect(the_daemon.sock, "many", &c, msg,
+				   sizeof(msg)) == 0) {
+			still_served(c);
+			gpucmd_close(c);
+			break;
+		}
+		ck_assert_msg(i < 499, "no place after a hang-up: %s", msg);
+		usleep(10000);
+	}
+	for (int i = 1; i < LIMIT_CONNECTIONS - 1; i++)
+		close(fds[i]);
+	back_to_baseline();
+}
+END_TEST
+
+/* Send n copies of descriptor fd with one byte of data. */
+static int send_fds(int sock, int fd, int n, const void *byte)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * 250)];
+	struct iovec iov = { .iov_base = (void *)byte, .iov_len = 1 };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *c;
+
+	ck_assert_int_le(n, 250);
+	memset(cbuf, 0, sizeof(cbuf));
+	m.msg_control = cbuf;
+	m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+	for (int i = 0; i < n; i++)
+		memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
+	return (int)sendmsg(sock, &m, MSG_NOSIGNAL);
+}
+
+START_TEST(descriptors_nobody_asked_for)
+{
+	/*
+	 * A client may pass memfds for region_attach.  One that sends
+	 * descriptors with every byte of a frame it never finishes must not
+	 * fill the daemon's descriptor table: the daemon holds at most a
+	 * bounded number of them, or drops the client.
+	 */
+	pid_t pid = the_daemon.pid;
+	int before = daemon_fds(pid), peak = 0;
+	int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	uint8_t hdr[FRAME_HEADER_SIZE];
+	int fd = raw_connect();
+
+	ck_assert_int_ge(devnull, 0);
+	raw_hello(fd, "hostile");
+	header(hdr, 100);
+	for (int i = 0; i < 8; i++) {
+		int n;
+
+		if (send_fds(fd, devnull, 250, &hdr[i]) < 0)
+			break;	/* the daemon hung up: fine */
+		usleep(20000);
+		n = daemon_fds(pid);
+		if (n > peak)
+			peak = n;
+	}
+	close(devnull);
+	ck_assert_msg(peak - before <= 2 * 64 + 8,
+		      "the daemon held %d descriptors a client pushed on it "
+		      "without asking for any", peak - before);
+	close(fd);
+	back_to_baseline();
+	for (int i = 0; i < 500 && daemon_fds(pid) > before; i++)
+		usleep(10000);
+	ck_assert_int_le(daemon_fds(pid), before);
+}
+END_TEST
+
+/* ---- clients that die -------------------------------------------------------- */
+
+START_TEST(kill_9_client_holding_memory)
+{
+	int ready[2];
+	pid_t pid;
+	char c;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct gpucmd_conn *conn = NULL;
+		struct gpucmd_batch *b = NULL;
+		struct gpucmd_response *r = NULL;
+		uint32_t one[3] = { 1, 1, 1 };
+		struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
+					   .v.u32 = 200000 };
+		uint64_t id;
+
+		close(ready[0]);
+		if (gpucmd_connect(the_daemon.sock, "victim", &conn, NULL, 0) != 0)
+			_exit(1);
+		for (uint32_t s = 0; s < 3; s++) {
+			gpucmd_batch_new(conn, s, &b);
+			gpucmd_batch_empty(b, 1 + s, 8u << 20);
+			gpucmd_batch_empty(b, 10 + s, 1000);
+			if (gpucmd_run(b, &r) != 0 || gpucmd_response_error(r))
+				_exit(2);
+			gpucmd_response_free(r);
+		}
+		/* A long kernel in flight too. */
+		gpucmd_batch_new(conn, 0, &b);
+		gpucmd_batch_kernel(b, "spin", one, one, &spin, 1);
+		gpucmd_batch_sync(b);
+		gpucmd_submit(b, &id);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(3);
+		pause();
+		_exit(0);
+	}
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	{
+		struct gpucmd_service_report t = report_totals(good);
+
+		ck_assert_uint_eq(t.bytes_in_use,
+				  baseline.bytes_in_use + 3 * ((8u << 20) + 1000));
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	/* Teardown waits for the spin (0.2 s) the device is running. */
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(kill_storm)
+{
+	/*
+	 * Clients killed at random points under load: 120 of them, 8 at a
+	 * time, each running batches in a loop until it is killed after
+	 * 0-30 ms.  Bounded to about 5 s.
+	 */
+	enum { TOTAL = 120, AT_ONCE = 8 };
+	pid_t pids[AT_ONCE] = { 0 };
+	unsigned seed = 12345;
+	uint64_t t0 = harness_now_us();
+
+	for (int started = 0, k = 0; started < TOTAL; k = (k + 1) % AT_ONCE) {
+		if (pids[k] > 0) {
+			kill(pids[k], SIGKILL);
+			waitpid(pids[k], NULL, 0);
+			pids[k] = 0;
+		}
+		pids[k] = fork();
+		ck_assert_int_ge(pids[k], 0);
+		if (pids[k] == 0) {
+			struct gpucmd_conn *conn = NULL;
+			uint8_t data[4096];
+
+			memset(data, 0x5a, sizeof(data));
+			if (gpucmd_connect(the_daemon.sock, "storm", &conn, NULL,
+					   0) != 0)
+				_exit(0);
+			for (uint64_t h = 1;; h++) {
+				struct gpucmd_batch *b = NULL;
+				uint64_t id;
+
+				gpucmd_batch_new(conn, (uint32_t)(h % 3), &b);
+				gpucmd_batch_create_with_data(b, h, data,
+							      sizeof(data));
+				gpucmd_batch_empty(b, h + (1ull << 40), 10000);
+				gpucmd_batch_read(b, h, 0, sizeof(data));
+				if (h % 2)
+					gpucmd_batch_release(b, h);
+				if (gpucmd_submit(b, &id) != 0)
+					_exit(0);
+			}
+		}
+		started++;
+		usleep((useconds_t)(rand_r(&seed) % 30000));
+	}
+	for (int k = 0; k < AT_ONCE; k++) {
+		if (pids[k] > 0) {
+			kill(pids[k], SIGKILL);
+			waitpid(pids[k], NULL, 0);
+		}
+	}
+	ck_assert_msg(harness_now_us() - t0 < 20000000, "the storm took %llu us",
+		      (unsigned long long)(harness_now_us() - t0));
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(hangup_with_batches_in_flight)
+{
+	Gpucmd__Op ops[3], *opp[3];
+	Gpucmd__OpCreateWithData cw = GPUCMD__OP_CREATE_WITH_DATA__INIT;
+	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+	Gpucmd__OpSync sy = GPUCMD__OP_SYNC__INIT;
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	static uint8_t data[8192];
+	int fd = raw_connect();
+
+	raw_hello(fd, "hostile");
+	for (int i = 0; i < 3; i++) {
+		gpucmd__op__init(&ops[i]);
+		opp[i] = &ops[i];
+	}
+	ops[0].op_case = GPUCMD__OP__OP_CREATE_WITH_DATA;
+	ops[0].create_with_data = &cw;
+	cw.data.data = data;
+	cw.data.len = sizeof(data);
+	ops[1].op_case = GPUCMD__OP__OP_READ;
+	ops[1].read = &rd;
+	rd.length = sizeof(data);
+	ops[2].op_case = GPUCMD__OP__OP_SYNC;
+	ops[2].sync = &sy;
+	req.ops = opp;
+	req.n_ops = 3;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	for (uint64_t i = 1; i <= 100; i++) {
+		req.id = i;
+		req.stream = (uint32_t)(i % 4);
+		cw.handle = i;
+		rd.handle = i;
+		send_frame(fd, &f);
+	}
+	close(fd);
+	back_to_baseline();
+}
+END_TEST
+
+/* ---- faults and ordering ------------------------------------------------------- */
+
+START_TEST(kernel_fault_stays_on_its_stream)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_conn *a = connect_as("faulty");
+	struct gpucmd_conn *b = connect_as("bystander");
+	struct gpucmd_batch *bt;
+	struct gpucmd_response *r;
+	uint64_t id;
+
+	/* A buffer on stream 0, a fault after it, and another stream busy. */
+	bt = batch(a, 1);
+	gpucmd_batch_create_with_data(bt, 9, "on stream one", 13);
+	gpucmd_response_free(run_ok(bt));
+	bt = batch(a, 0);
+	gpucmd_batch_kernel(bt, "fault", one, one, NULL, 0);
+	ck_assert_int_eq(gpucmd_submit(bt, &id), 0);
+	ck_assert_int_eq(gpucmd_wait(a, id, &r), 0);
+	/* The launch itself is accepted: the fault happens on the device. */
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	gpucmd_response_free(r);
+
+	/* Other clients and the connection's other stream do not see it. */
+	still_served(b);
+	bt = batch(a, 1);
+	gpucmd_batch_read(bt, 9, 0, 13);
+	gpucmd_batch_sync(bt);
+	r = run_ok(bt);
+	gpucmd_response_free(r);
+
+	/* The next sync on stream 0 reports it, with a sentence. */
+	bt = batch(a, 0);
+	gpucmd_batch_ping(bt);
+	gpucmd_batch_sync(bt);
+	run_fails(bt, 1, GPUCMD_ESTREAM, "stream fault");
+	/* Once: the stream is usable again. */
+	bt = batch(a, 0);
+	gpucmd_batch_create_with_data(bt, 10, "after", 5);
+	gpucmd_batch_read(bt, 10, 0, 5);
+	gpucmd_batch_release(bt, 10);
+	gpucmd_batch_sync(bt);
+	{
+		const void *data;
+		size_t len;
+
+		r = run_ok(bt);
+		ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+		ck_assert_int_eq(memcmp(data, "after", 5), 0);
+		gpucmd_response_free(r);
+	}
+	/* A fault followed by a read in the same batch: the read reports it. */
+	bt = batch(a, 0);
+	gpucmd_batch_kernel(bt, "fault", one, one, NULL, 0);
+	gpucmd_batch_read(bt, 9, 0, 13);
+	run_fails(bt, 1, GPUCMD_ESTREAM, "read");
+	bt = batch(a, 1);
+	gpucmd_batch_release(bt, 9);
+	gpucmd_batch_sync(bt);
+	gpucmd_response_free(run_ok(bt));
+	still_served(b);
+	gpucmd_close(a);
+	gpucmd_close(b);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(fresh_buffer_written_from_another_stream)
+{
+	/*
+	 * Fresh device memory is zeroed on the stream that allocates it.  A
+	 * write on another stream right after the allocation must land after
+	 * that zeroing (the write waits for it), or the zeroing wipes it.
+	 * Stream 0 is kept busy for 300 ms so the zeroing comes late.
+	 */
+	static const uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_conn *c = connect_as("hostile");
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 300000 };
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	const void *data;
+	size_t len;
+	uint64_t id0, id1;
+
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "spin", one, one, &spin, 1);
+	gpucmd_batch_empty(b, 1, 4096);
+	gpucmd_batch_sync(b);	/* answered once stream 0 is done */
+	ck_assert_int_eq(gpucmd_submit(b, &id0), 0);
+	b = batch(c, 1);
+	gpucmd_batch_write(b, 1, 0, "written", 7);
+	gpucmd_batch_read(b, 1, 0, 7);
+	ck_assert_int_eq(gpucmd_submit(b, &id1), 0);
+	ck_assert_int_eq(gpucmd_wait(c, id1, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+	ck_assert_msg(memcmp(data, "written", 7) == 0,
+		      "the read after the write saw %02x %02x %02x...",
+		      ((const uint8_t *)data)[0], ((const uint8_t *)data)[1],
+		      ((const uint8_t *)data)[2]);
+	gpucmd_response_free(r);
+	ck_assert_int_eq(gpucmd_wait(c, id0, &r), 0);
+	gpucmd_response_free(r);
+	/* After stream 0 finished: the bytes are still there. */
+	b = batch(c, 1);
+	gpucmd_batch_sync(b);
+	gpucmd_response_free(run_ok(b));
+	b = batch(c, 1);
+	gpucmd_batch_read(b, 1, 0, 7);
+	gpucmd_batch_release(b, 1);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
+	ck_assert_msg(memcmp(data, "written", 7) == 0,
+		      "the zeroing of the fresh buffer on stream 0 wiped a "
+		      "write made on stream 1 (now %02x %02x %02x...)",
+		      ((const uint8_t *)data)[0], ((const uint8_t *)data)[1],
+		      ((const uint8_t *)data)[2]);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+/* ---- out of memory --------------------------------------------------------------- */
+
+START_TEST(small_host_memory)
+{
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r = NULL;
+	int failed = -1;
+
+	/* This daemon replaces the fixture's for the test. */
+	gpucmd_close(good);
+	good = NULL;
+	ck_assert_int_eq(daemon_stop(&the_daemon), 0);
+	daemon_cleanup_dir(&the_daemon);
+	daemon_start_args(&the_daemon, "--host-memory", "64M", NULL);
+	take_baseline();
+
+	c = connect_as("hungry");
+	/* One buffer over the whole device. */
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 100u << 20);
+	{
+		ck_assert_int_eq(gpucmd_run(b, &r), 0);
+		ck_assert_msg(gpucmd_response_error(r) == GPUCMD_ETOOBIG ||
+				      gpucmd_response_error(r) == GPUCMD_ENOMEM,
+			      "%s", gpucmd_response_message(r));
+		ck_assert_msg(strstr(gpucmd_response_message(r), "104857600"),
+			      "%s", gpucmd_response_message(r));
+		gpucmd_response_free(r);
+	}
+	/* 8 MiB at a time until the 64 MiB run out. */
+	b = batch(c, 0);
+	for (uint64_t h = 1; h <= 12; h++)
+		gpucmd_batch_empty(b, h, 8u << 20);
+	ck_assert_int_eq(gpucmd_run(b, &r), 0);
+	ck_assert_msg(gpucmd_response_error(r) == GPUCMD_ENOMEM,
+		      "12 x 8 MiB in 64 MiB: %s (%s)",
+		      gpucmd_errname(gpucmd_response_error(r)),
+		      gpucmd_response_message(r));
+	failed = gpucmd_response_failed_index(r);
+	ck_assert_int_ge(failed, 4);
+	ck_assert_int_le(failed, 8);
+	/* The numbers that explain it. */
+	ck_assert_msg(strstr(gpucmd_response_message(r), "8388608") &&
+			      strstr(gpucmd_response_message(r), "67108864"),
+		      "%s", gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	{
+		struct gpucmd_service_report t = report_totals(good);
+
+		ck_assert_uint_eq(t.bytes_in_use, (uint64_t)failed * (8u << 20));
+		ck_assert_uint_ge(t.oom_count, 1);
+	}
+	b = batch(c, 0);
+	for (int h = 1; h <= failed; h++)
+		gpucmd_batch_release(b, (uint64_t)h);
+	gpucmd_batch_sync(b);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(fail_every_allocation_site)
+{
+	/*
+	 * --test-fail-alloc-at N fails the Nth device allocation.  A client
+	 * makes five allocations, each the first on a fresh stream (so each
+	 * takes device memory): four buffers written and read back, and one
+	 * reservation bound later.  For each N, the failure either reaches the
+	 * client as GPUCMD_ENOMEM with the hook's sentence and the numbers, or
+	 * the daemon's reclaim-and-retry absorbs it; every buffer that was
+	 * made holds its bytes, and once the client leaves nothing is held.
+	 */
+	for (int n = 1; n <= 6; n++) {
+		char arg[16];
+		struct gpucmd_conn *c;
+		int failures = 0;
+		uint64_t held = 0;
+
+		if (good != NULL)
+			gpucmd_close(good);
+		good = NULL;
+		ck_assert_int_eq(daemon_stop(&the_daemon), 0);
+		daemon_cleanup_dir(&the_daemon);
+		/* +1: the good client's first allocation comes first. */
+		snprintf(arg, sizeof(arg), "%d", n + 1);
+		daemon_start_args(&the_daemon, "--test-fail-alloc-at", arg,
+				  NULL);
+		take_baseline();
+		c = connect_as("oom");
+		for (uint32_t k = 1; k <= 5; k++) {
+			struct gpucmd_batch *b = batch(c, k);
+			struct gpucmd_response *r = NULL;
+			char text[32];
+			int e;
+
+			snprintf(text, sizeof(text), "allocation %u", k);
+			if (k == 4) {
+				gpucmd_batch_reserve(b, 40, 24u << 20);
+				gpucmd_batch_bind(b, 40, k);
+			} else {
+				gpucmd_batch_empty(b, k, 24u << 20);
+			}
+			gpucmd_batch_write(b, k, 1000, text, sizeof(text));
+			gpucmd_batch_read(b, k, 1000, sizeof(text));
+			ck_assert_int_eq(gpucmd_run(b, &r), 0);
+			e = gpucmd_response_error(r);
+			if (e == 0) {
+				const void *data;
+				size_t len;
+
+				ck_assert_int_eq(gpucmd_response_data(
+						r, gpucmd_response_count(r) - 1,
+						&data, &len), 0);
+				ck_assert_int_eq(memcmp(data, text, len), 0);
+				held += 24u << 20;
+			} else {
+				ck_assert_msg(e == GPUCMD_ENOMEM,
+					      "N=%d allocation %u: %s (%s)", n, k,
+					      gpucmd_errname(e),
+					      gpucmd_response_message(r));
+				ck_assert_int_eq(gpucmd_response_failed_index(r), 0);
+				ck_assert_msg(strstr(gpucmd_response_message(r),
+						     "fails on purpose") &&
+						      strstr(gpucmd_response_message(r),
+							     "25165824"),
+					      "%s", gpucmd_response_message(r));
+				failures++;
+			}
+			gpucmd_response_free(r);
+		}
+		ck_assert_msg(failures <= 1, "N=%d: %d failures", n, failures);
+		{
+			struct gpucmd_service_report t = report_totals(good);
+
+			ck_assert_uint_eq(t.bytes_in_use, baseline.bytes_in_use + held);
+		}
+		still_served(c);
+		gpucmd_close(c);
+		back_to_baseline();
+	}
+}
+END_TEST
+
+START_TEST(reads_beyond_one_frame)
+{
+	/*
+	 * A batch whose reads together exceed the largest frame (1 GiB) can
+	 * never be answered.  The daemon must refuse it before copying a
+	 * gigabyte into its own memory: the failing read is the one that
+	 * crosses the limit, and the daemon's peak memory stays far below the
+	 * total asked for.
+	 */
+	struct gpucmd_conn *c = connect_as("greedy");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_response *r = NULL;
+	pid_t pid = the_daemon.pid;
+	long hwm0 = daemon_status_kb(pid, "VmHWM"), hwm1;
+	const int n = 80;	/* 80 x 16 MiB = 1.25 GiB */
+
+	gpucmd_batch_empty(b, 1, 16u << 20);
+	gpucmd_response_free(run_ok(b));
+	b = batch(c, 0);
+	for (int i = 0; i < n; i++)
+		gpucmd_batch_read(b, 1, 0, 16u << 20);
+	ck_assert_int_eq(gpucmd_run(b, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_ELIMIT);
+	ck_assert_msg(gpucmd_response_failed_index(r) >= 60 &&
+			      gpucmd_response_failed_index(r) <= 64,
+		      "refused at op %d (%s); op 63 is the read that crosses "
+		      "1 GiB", gpucmd_response_failed_index(r),
+		      gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	hwm1 = daemon_status_kb(pid, "VmHWM");
+	ck_assert_msg(hwm1 - hwm0 < 512 * 1024,
+		      "the daemon's peak memory grew by %ld MiB for a batch it "
+		      "refused", (hwm1 - hwm0) / 1024);
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 1);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+	Suite *s = suite_create("hostile2");
+	TCase *d = tcase_create("default");
+	TCase *l = tcase_create("limits");
+
+	tcase_add_checked_fixture(d, setup_default, teardown);
+	tcase_set_timeout(d, 120);
+	tcase_add_test(d, truncated_body_then_hangup);
+	tcase_add_test(d, zero_length_body);
+	tcase_add_test(d, second_hello);
+	tcase_add_test(d, client_sends_welcome_or_response);
+	tcase_add_test(d, hello_with_bad_service_names);
+	tcase_add_test(d, unknown_op_field);
+	tcase_add_test(d, sizes_near_2_64);
+	tcase_add_test(d, offsets_near_2_64);
+	tcase_add_test(d, layouts_that_overflow);
+	tcase_add_test(d, grids_of_zero_and_over_the_limits);
+	tcase_add_test(d, unknown_kernels_and_wrong_arguments);
+	tcase_add_test(d, handles_never_allocated_and_released_twice);
+	tcase_add_test(d, another_connections_handles);
+	tcase_add_test(d, slowloris);
+	tcase_add_test(d, flood_of_connections);
+	tcase_add_test(d, descriptors_nobody_asked_for);
+	tcase_add_test(d, kill_9_client_holding_memory);
+	tcase_add_test(d, kill_storm);
+	tcase_add_test(d, hangup_with_batches_in_flight);
+	tcase_add_test(d, kernel_fault_stays_on_its_stream);
+	tcase_add_test(d, fresh_buffer_written_from_another_stream);
+	tcase_add_test(d, small_host_memory);
+	tcase_add_test(d, fail_every_allocation_site);
+	tcase_add_test(d, reads_beyond_one_frame);
+	suite_add_tcase(s, d);
+
+	tcase_add_checked_fixture(l, setup_limits, teardown);
+	tcase_set_timeout(l, 120);
+	tcase_add_test(l, length_exactly_at_the_limit);
+	tcase_add_test(l, batch_over_max_ops);
+	tcase_add_test(l, a_billion_ops_claimed);
+	tcase_add_test(l, huge_stream_numbers_and_too_many_streams);
+	tcase_add_test(l, large_reply_to_a_prompt_reader);
+	tcase_add_test(l, client_never_reads_replies);
+	tcase_add_test(l, connection_over_the_limit);
+	suite_add_tcase(s, l);
+	return s;
+}
+
+int main(void)
+{
+	return harness_main(make_suite());
+}
