@@ -11,6 +11,12 @@
  * Limits from the Welcome are checked as ops are queued where the answer is
  * already known (ops per batch, data larger than a frame), so the caller
  * learns at the op that broke it, not at submit.
+ *
+ * Ops on shared regions name a range (region, offset, length) instead of
+ * carrying bytes; whether the range lies inside the region is the
+ * daemon's to say, with the numbers.  A batch that attaches regions holds
+ * their descriptors (borrowed from the region table) in op order, and
+ * submit sends them with the frame.
  */
 #include "batch.h"
 
@@ -26,6 +32,8 @@ struct gpucmd_batch {
 	struct gpucmd_conn *conn;
 	Gpucmd__Request req;	/* ops point into batch_op blocks */
 	size_t cap;
+	int *fds;		/* of the region_attach ops, in op order */
+	size_t nfds;
 };
 
 struct batch_op {
@@ -59,7 +67,10 @@ struct batch_op {
 		Gpucmd__OpGraphDestroy graph_destroy;
 		Gpucmd__OpEvict evict;
 		Gpucmd__OpCleanup cleanup;
+		Gpucmd__OpRegionAttach region_attach;
+		Gpucmd__OpRegionRelease region_release;
 	} m;
+	Gpucmd__RegionRef ref;	/* write, read, create: a region range */
 	/* extra bytes follow; the struct's size keeps them 8-byte aligned */
 };
 
@@ -88,6 +99,7 @@ GPUCMD_EXTERN void gpucmd_batch_free(struct gpucmd_batch *b)
 	for (size_t i = 0; i < b->req.n_ops; i++)
 		free(b->req.ops[i]);
 	free(b->req.ops);
+	free(b->fds);
 	free(b);
 }
 
@@ -173,6 +185,17 @@ GPUCMD_EXTERN int gpucmd_batch_empty(struct gpucmd_batch *b, uint64_t handle,
 	return 0;
 }
 
+/* The op's region range: region, offset, length. */
+static Gpucmd__RegionRef *range(struct batch_op *o, uint64_t region,
+				uint64_t offset, uint64_t length)
+{
+	gpucmd__region_ref__init(&o->ref);
+	o->ref.region = region;
+	o->ref.offset = offset;
+	o->ref.length = length;
+	return &o->ref;
+}
+
 GPUCMD_EXTERN int gpucmd_batch_create_with_data(struct gpucmd_batch *b,
 						uint64_t handle,
 						const void *data, size_t len)
@@ -188,6 +211,26 @@ GPUCMD_EXTERN int gpucmd_batch_create_with_data(struct gpucmd_batch *b,
 	gpucmd__op_create_with_data__init(&o->m.create_with_data);
 	o->m.create_with_data.handle = handle;
 	copy_data(op_tail(o), data, len, &o->m.create_with_data.data);
+	o->op.create_with_data = &o->m.create_with_data;
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_batch_create_region(struct gpucmd_batch *b,
+					     uint64_t handle, uint64_t region,
+					     uint64_t region_offset,
+					     uint64_t len)
+{
+	struct batch_op *o;
+	int r;
+
+	if (handle == 0 || region == 0)
+		return GPUCMD_EINVAL;
+	r = batch_push(b, GPUCMD__OP__OP_CREATE_WITH_DATA, 0, &o);
+	if (r < 0)
+		return r;
+	gpucmd__op_create_with_data__init(&o->m.create_with_data);
+	o->m.create_with_data.handle = handle;
+	o->m.create_with_data.region = range(o, region, region_offset, len);
 	o->op.create_with_data = &o->m.create_with_data;
 	return 0;
 }
@@ -241,27 +284,49 @@ static uint8_t *layout_copy(struct batch_op *o, const struct gpucmd_layout *l,
 	return (uint8_t *)(w->strides + l->rank);
 }
 
+/* Bytes a (checked) layout's elements take packed; EINVAL past 2^64. */
+static int layout_bytes(const struct gpucmd_layout *l, uint64_t *out)
+{
+	uint64_t n = l->elem_size;
+
+	for (uint32_t i = 0; i < l->rank; i++)
+		if (__builtin_mul_overflow(n, l->shape[i], &n))
+			return GPUCMD_EINVAL;
+	*out = n;
+	return 0;
+}
+
+/*
+ * A write of len bytes: inline data, or (region not 0, data NULL) the
+ * range of region at region_offset.
+ */
 static int batch_write(struct gpucmd_batch *b, uint64_t handle,
 		       uint64_t offset, const struct gpucmd_layout *layout,
-		       const void *data, size_t len)
+		       const void *data, size_t len, uint64_t region,
+		       uint64_t region_offset)
 {
+	size_t inline_len = region != 0 ? 0 : len;
 	struct batch_op *o;
 	uint8_t *tail;
 	int r;
 
-	if (handle == 0 || (data == NULL && len > 0))
+	if (handle == 0 || (data == NULL && inline_len > 0))
 		return GPUCMD_EINVAL;
 	r = layout_check(layout);
 	if (r < 0)
 		return r;
-	r = batch_push(b, GPUCMD__OP__OP_WRITE, layout_tail(layout) + len, &o);
+	r = batch_push(b, GPUCMD__OP__OP_WRITE,
+		       layout_tail(layout) + inline_len, &o);
 	if (r < 0)
 		return r;
 	gpucmd__op_write__init(&o->m.write);
 	o->m.write.handle = handle;
 	o->m.write.offset = offset;
 	tail = layout_copy(o, layout, &o->m.write.layout);
-	copy_data(tail, data, len, &o->m.write.data);
+	if (region != 0)
+		o->m.write.region = range(o, region, region_offset, len);
+	else
+		copy_data(tail, data, len, &o->m.write.data);
 	o->op.write = &o->m.write;
 	return 0;
 }
@@ -270,7 +335,7 @@ GPUCMD_EXTERN int gpucmd_batch_write(struct gpucmd_batch *b, uint64_t handle,
 				     uint64_t offset, const void *data,
 				     size_t len)
 {
-	return batch_write(b, handle, offset, NULL, data, len);
+	return batch_write(b, handle, offset, NULL, data, len, 0, 0);
 }
 
 GPUCMD_EXTERN int gpucmd_batch_write_layout(struct gpucmd_batch *b,
@@ -280,19 +345,59 @@ GPUCMD_EXTERN int gpucmd_batch_write_layout(struct gpucmd_batch *b,
 {
 	if (layout == NULL)
 		return GPUCMD_EINVAL;
-	return batch_write(b, handle, offset, layout, data, len);
+	return batch_write(b, handle, offset, layout, data, len, 0, 0);
 }
 
+GPUCMD_EXTERN int gpucmd_batch_write_region(struct gpucmd_batch *b,
+					    uint64_t handle, uint64_t offset,
+					    uint64_t region,
+					    uint64_t region_offset,
+					    uint64_t len)
+{
+	if (region == 0)
+		return GPUCMD_EINVAL;
+	return batch_write(b, handle, offset, NULL, NULL, len, region,
+			   region_offset);
+}
+
+GPUCMD_EXTERN int
+gpucmd_batch_write_region_layout(struct gpucmd_batch *b, uint64_t handle,
+				 uint64_t offset,
+				 const struct gpucmd_layout *layout,
+				 uint64_t region, uint64_t region_offset)
+{
+	uint64_t len;
+	int r;
+
+	if (layout == NULL || region == 0)
+		return GPUCMD_EINVAL;
+	r = layout_check(layout);
+	if (r == 0)
+		r = layout_bytes(layout, &len);
+	if (r < 0)
+		return r;
+	return batch_write(b, handle, offset, layout, NULL, len, region,
+			   region_offset);
+}
+
+/*
+ * A read of len bytes (a layout's, when there is one): into the reply, or
+ * (region not 0) into the range of region at region_offset.
+ */
 static int batch_read(struct gpucmd_batch *b, uint64_t handle,
 		      uint64_t offset, uint64_t len,
-		      const struct gpucmd_layout *layout)
+		      const struct gpucmd_layout *layout, uint64_t region,
+		      uint64_t region_offset)
 {
+	uint64_t dense = len;
 	struct batch_op *o;
 	int r;
 
 	if (handle == 0)
 		return GPUCMD_EINVAL;
 	r = layout_check(layout);
+	if (r == 0 && layout != NULL && region != 0)
+		r = layout_bytes(layout, &dense);
 	if (r < 0)
 		return r;
 	r = batch_push(b, GPUCMD__OP__OP_READ, layout_tail(layout), &o);
@@ -303,6 +408,8 @@ static int batch_read(struct gpucmd_batch *b, uint64_t handle,
 	o->m.read.offset = offset;
 	o->m.read.length = len;
 	layout_copy(o, layout, &o->m.read.layout);
+	if (region != 0)
+		o->m.read.into = range(o, region, region_offset, dense);
 	o->op.read = &o->m.read;
 	return 0;
 }
@@ -310,7 +417,7 @@ static int batch_read(struct gpucmd_batch *b, uint64_t handle,
 GPUCMD_EXTERN int gpucmd_batch_read(struct gpucmd_batch *b, uint64_t handle,
 				    uint64_t offset, uint64_t len)
 {
-	return batch_read(b, handle, offset, len, NULL);
+	return batch_read(b, handle, offset, len, NULL, 0, 0);
 }
 
 GPUCMD_EXTERN int gpucmd_batch_read_layout(struct gpucmd_batch *b,
@@ -319,7 +426,30 @@ GPUCMD_EXTERN int gpucmd_batch_read_layout(struct gpucmd_batch *b,
 {
 	if (layout == NULL)
 		return GPUCMD_EINVAL;
-	return batch_read(b, handle, offset, 0, layout);
+	return batch_read(b, handle, offset, 0, layout, 0, 0);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_read_region(struct gpucmd_batch *b,
+					   uint64_t handle, uint64_t offset,
+					   uint64_t len, uint64_t region,
+					   uint64_t region_offset)
+{
+	if (region == 0)
+		return GPUCMD_EINVAL;
+	return batch_read(b, handle, offset, len, NULL, region,
+			  region_offset);
+}
+
+GPUCMD_EXTERN int
+gpucmd_batch_read_region_layout(struct gpucmd_batch *b, uint64_t handle,
+				uint64_t offset,
+				const struct gpucmd_layout *layout,
+				uint64_t region, uint64_t region_offset)
+{
+	if (layout == NULL || region == 0)
+		return GPUCMD_EINVAL;
+	return batch_read(b, handle, offset, 0, layout, region,
+			  region_offset);
 }
 
 GPUCMD_EXTERN int gpucmd_batch_release(struct gpucmd_batch *b, uint64_t handle)
@@ -421,6 +551,44 @@ int batch_add_evict(struct gpucmd_batch *b, const char *service,
 int batch_add_cleanup(struct gpucmd_batch *b, const char *service)
 {
 	return batch_add_service(b, GPUCMD__OP__OP_CLEANUP, service, 0);
+}
+
+int batch_add_region_attach(struct gpucmd_batch *b, uint64_t region,
+			    uint64_t size, int fd)
+{
+	struct batch_op *o;
+	int *fds;
+	int r;
+
+	if (b == NULL || fd < 0)
+		return GPUCMD_EINVAL;
+	fds = realloc(b->fds, (b->nfds + 1) * sizeof(*fds));
+	if (fds == NULL)
+		return -ENOMEM;
+	b->fds = fds;
+	r = batch_push(b, GPUCMD__OP__OP_REGION_ATTACH, 0, &o);
+	if (r < 0)
+		return r;
+	gpucmd__op_region_attach__init(&o->m.region_attach);
+	o->m.region_attach.region = region;
+	o->m.region_attach.size = size;
+	o->op.region_attach = &o->m.region_attach;
+	b->fds[b->nfds++] = fd;
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_batch_release_region(struct gpucmd_batch *b,
+					      uint64_t region)
+{
+	/* The library's own regions are released by the library. */
+	if (region == 0 || region >= GPUCMD_REGION_ID_RESERVED)
+		return GPUCMD_EINVAL;
+	return batch_add_u64(b, GPUCMD__OP__OP_REGION_RELEASE, region);
+}
+
+int batch_add_region_release(struct gpucmd_batch *b, uint64_t region)
+{
+	return batch_add_u64(b, GPUCMD__OP__OP_REGION_RELEASE, region);
 }
 
 GPUCMD_EXTERN int gpucmd_batch_sync(struct gpucmd_batch *b)
@@ -728,7 +896,7 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id)
 		gpucmd_batch_free(b);
 		return GPUCMD_EINVAL;
 	}
-	r = conn_submit(b->conn, &b->req, &got);
+	r = conn_submit(b->conn, &b->req, b->fds, b->nfds, &got);
 	gpucmd_batch_free(b);
 	if (r < 0)
 		return r;

@@ -22,3 +22,11 @@ int batch_add_evict(struct gpucmd_batch *b, const char *service,
 		    uint64_t connection_id);
 /** Queue a cleanup of service (NULL = the caller's own). */
 int batch_add_cleanup(struct gpucmd_batch *b, const char *service);
+/**
+ * Queue a region_attach of region (size bytes) whose memfd fd (borrowed:
+ * it must stay open until submit) goes with the request's frame.
+ */
+int batch_add_region_attach(struct gpucmd_batch *b, uint64_t region,
+			    uint64_t size, int fd);
+/** Queue a region_release of any region, the library's own included. */
+int batch_add_region_release(struct gpucmd_batch *b, uint64_t region);

@@ -21,6 +21,15 @@
  * default to the whole buffer.  Names are resolved while parsing: a name
  * that was never made, or was ended (`release`, `bind`, `destroy`,
  * `profile end`), is a parse error.
+ *
+ * Shared regions (`region NAME BYTES`) are named like the rest; a region
+ * is created (a round trip of its own, gpucmd_region_create) when its
+ * group runs, before the group's requests, and its line leaves no result.
+ * Transfers larger than GPUCMD_INLINE_MAX (or than fits a frame) that
+ * name no region go through a scratch region of the group's own: created
+ * before the requests, filled with the bytes to write, read from after the
+ * responses, and released at the end of the group.  The daemon unmaps it
+ * only once the copies from it are done, so the group need not sync.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -35,8 +44,17 @@
 
 /* Most words on a line: an op, a kernel name, grid, block, arguments. */
 #define EXEC_MAX_WORDS 40
-/* A file: operand larger than this cannot fit any frame. */
+/* The largest file: operand. */
 #define EXEC_MAX_FILE (1ull << 30)
+/*
+ * Ids of the groups' scratch regions: far above the ids given to named
+ * regions, below the library's own (GPUCMD_REGION_ID_RESERVED).
+ */
+#define EXEC_SCRATCH_ID (UINT64_C(1) << 62)
+/* Room in a frame for what surrounds inline bytes. */
+#define EXEC_FRAME_SLACK 4096u
+/* Alignment of each transfer in the scratch region. */
+#define EXEC_SCRATCH_ALIGN 4096u
 
 static const char exec_usage[] =
 	"usage: gpucmd exec [--service NAME] [--json] [SCRIPT|-]\n"
@@ -47,11 +65,13 @@ static const char exec_usage[] =
 	"script lines (ops are queued until 'submit' or the end):\n"
 	"  stream N\n"
 	"  empty NAME BYTES                 (BYTES may end in K, M or G)\n"
-	"  create NAME hex:..|file:PATH\n"
-	"  write NAME [OFFSET] [LAYOUT] hex:..|file:PATH\n"
-	"  read NAME [OFFSET LEN] [file:PATH]\n"
-	"  read NAME [OFFSET] LAYOUT [file:PATH]\n"
+	"  create NAME hex:..|file:PATH|REGION\n"
+	"  write NAME [OFFSET] [LAYOUT] hex:..|file:PATH|REGION\n"
+	"  read NAME [OFFSET LEN] [file:PATH|REGION]\n"
+	"  read NAME [OFFSET] LAYOUT [file:PATH|REGION]\n"
 	"       LAYOUT: shape=A[,B..] [strides=S[,1..]] [elem=BYTES]\n"
+	"       REGION: region:R[:ROFF[:LEN]] (read: region:R[:ROFF])\n"
+	"  region R BYTES [hex:..|file:PATH] | release-region R\n"
 	"  kernel KERNEL grid=X[,Y,Z] block=X[,Y,Z] [shared=BYTES] ARG...\n"
 	"       ARG: NAME, u32:N, i32:N, u64:N, f32:X\n"
 	"  release NAME\n"
@@ -90,6 +110,15 @@ enum op_kind {
 	OP_CAPTURE_END,
 	OP_LAUNCH,
 	OP_DESTROY,
+	OP_REGION,
+	OP_RELEASE_REGION,
+};
+
+/* Where the bytes of a write, create or read travel. */
+enum via {
+	VIA_INLINE,		/* in the frame */
+	VIA_REGION,		/* a region the script named */
+	VIA_SCRATCH,		/* the group's scratch region (large transfers) */
 };
 
 /* The kinds of script names, each a namespace of its own. */
@@ -98,6 +127,7 @@ enum name_kind {
 	NAME_RESERVATION,
 	NAME_GRAPH,
 	NAME_PROFILE,
+	NAME_REGION,
 	NAME_KINDS,
 };
 
@@ -125,6 +155,11 @@ struct op {
 	const char *preset;	/* pools: a string literal */
 	struct gpucmd_pool_options *pools;
 	size_t npools;
+	enum via via;		/* write, create, read */
+	const char *region_name;	/* VIA_REGION (its binding owns it) */
+	uint64_t region;	/* VIA_REGION, VIA_SCRATCH: the region's id */
+	uint64_t roff;		/* offset in the region */
+	uint64_t rlen;		/* bytes moved through the region */
 };
 
 /* A script name. */
@@ -180,6 +215,9 @@ struct exec {
 	int json;
 	struct gpucmd_conn *conn;	/* opened when the first group runs */
 	struct script s;
+	uint64_t scratch_id;	/* the running group's scratch region, or 0 */
+	uint8_t *scratch;	/* its mapping */
+	unsigned groups;	/* groups run, for fresh scratch ids */
 };
 
 struct op_syntax {
@@ -217,6 +255,8 @@ static const char *const op_names[] = {
 	[OP_CAPTURE_END] = "capture_end",
 	[OP_LAUNCH] = "launch",
 	[OP_DESTROY] = "destroy",
+	[OP_REGION] = "region",
+	[OP_RELEASE_REGION] = "release-region",
 };
 
 /* How messages speak of each kind of name. */
@@ -234,6 +274,8 @@ static const struct name_words {
 			 "capture end", "it was destroyed", "destroy it" },
 	[NAME_PROFILE] = { "open profile", "open it with profile begin",
 			   "it was ended", "end it with profile end" },
+	[NAME_REGION] = { "region", "create it with region",
+			  "it was released", "release it with release-region" },
 };
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -316,18 +358,25 @@ static struct binding *binding_find(struct names *ns, const char *name)
 	return NULL;
 }
 
-/* The live name of kind that word w names, or NULL after a parse error. */
-static struct binding *word_live(struct script *s, size_t w,
-				 enum name_kind kind)
+/* The live name of kind called name (in word w), or NULL after a parse error. */
+static struct binding *name_live(struct script *s, size_t w,
+				 enum name_kind kind, const char *name)
 {
-	struct binding *b = binding_find(&s->names[kind], s->word[w]);
+	struct binding *b = binding_find(&s->names[kind], name);
 	const struct name_words *nw = &name_words[kind];
 
 	if (b != NULL && b->id != 0)
 		return b;
-	parse_error(s, w, "no %s named '%s' (%s)", nw->what, s->word[w],
+	parse_error(s, w, "no %s named '%s' (%s)", nw->what, name,
 		    b != NULL ? nw->ended : nw->make);
 	return NULL;
+}
+
+/* The live name of kind that word w names, or NULL after a parse error. */
+static struct binding *word_live(struct script *s, size_t w,
+				 enum name_kind kind)
+{
+	return name_live(s, w, kind, s->word[w]);
 }
 
 /* The live buffer that word w names, or NULL after a parse error. */
@@ -533,6 +582,91 @@ static int word_data(struct script *s, size_t w, struct op *op)
 			   v);
 }
 
+static int is_region_word(const char *v)
+{
+	return strncmp(v, "region:", 7) == 0;
+}
+
+/*
+ * Word w is region:R[:ROFF[:LEN]] (with_len) or region:R[:ROFF]: the
+ * region and offset go into op, and LEN into *len when it is given (else
+ * *len is left alone).  Only the region's name is checked here.
+ */
+static int word_region(struct script *s, size_t w, struct op *op,
+		       int with_len, uint64_t *len, int *has_len)
+{
+	char buf[256], *part[4];
+	size_t nparts = 0;
+	struct binding *b;
+
+	if (snprintf(buf, sizeof(buf), "%s", s->word[w] + 7) >=
+	    (int)sizeof(buf))
+		return parse_error(s, w, "region operand too long");
+	for (char *p = buf; nparts < 4;) {
+		part[nparts++] = p;
+		p = strchr(p, ':');
+		if (p == NULL)
+			break;
+		*p++ = '\0';
+	}
+	if (nparts > (with_len ? 3u : 2u) || part[0][0] == '\0')
+		return parse_error(s, w, "expected region:R[:ROFF%s], not "
+				   "'%s'", with_len ? "[:LEN]" : "",
+				   s->word[w]);
+	b = name_live(s, w, NAME_REGION, part[0]);
+	if (b == NULL)
+		return -1;
+	op->via = VIA_REGION;
+	op->region = b->id;
+	op->region_name = b->name;
+	op->roff = 0;
+	if (nparts > 1 && tool_parse_u64(part[1], 1, &op->roff) < 0)
+		return parse_error(s, w, "bad region offset '%s'", part[1]);
+	*has_len = nparts > 2;
+	if (nparts > 2 && tool_parse_u64(part[2], 1, len) < 0)
+		return parse_error(s, w, "bad region length '%s'", part[2]);
+	return 0;
+}
+
+/* The range of op's region (rlen bytes at roff) must lie inside it. */
+static int region_range(struct script *s, size_t w, struct op *op)
+{
+	struct binding *b = binding_find(&s->names[NAME_REGION],
+					 op->region_name);
+	uint64_t end;
+
+	if (__builtin_add_overflow(op->roff, op->rlen, &end) ||
+	    end > b->size)
+		return parse_error(s, w, "%llu bytes at offset %llu do not "
+				   "fit region '%s' of %llu bytes",
+				   (unsigned long long)op->rlen,
+				   (unsigned long long)op->roff, b->name,
+				   (unsigned long long)b->size);
+	return 0;
+}
+
+/*
+ * The source of a write or create in word w: a region range (the rest of
+ * the region when LEN is not given, want bytes when want is not 0), or
+ * inline data.
+ */
+static int word_source(struct script *s, size_t w, struct op *op,
+		       uint64_t want)
+{
+	struct binding *r;
+	int has_len;
+
+	if (!is_region_word(s->word[w]))
+		return word_data(s, w, op);
+	if (word_region(s, w, op, 1, &op->rlen, &has_len) < 0)
+		return -1;
+	r = binding_find(&s->names[NAME_REGION], op->region_name);
+	if (!has_len)
+		op->rlen = want != 0 ? want :
+			   r->size > op->roff ? r->size - op->roff : 0;
+	return region_range(s, w, op);
+}
+
 static int parse_empty(struct script *s, struct op *op)
 {
 	uint64_t size;
@@ -544,9 +678,10 @@ static int parse_empty(struct script *s, struct op *op)
 
 static int parse_create(struct script *s, struct op *op)
 {
-	if (word_data(s, 2, op) < 0)
+	if (word_source(s, 2, op, 0) < 0)
 		return -1;
-	return word_new_buffer(s, 1, op, op->data_len);
+	return word_new_buffer(s, 1, op,
+			       op->via == VIA_REGION ? op->rlen : op->data_len);
 }
 
 /* A comma-separated list of 1 to GPUCMD_MAX_RANK numbers. */
@@ -656,22 +791,28 @@ static int parse_write(struct script *s, struct op *op)
 	if (npos == 0)
 		return parse_error(s, s->nwords, "missing operand: usage: "
 				   "write NAME [OFFSET] [LAYOUT] "
-				   "hex:..|file:PATH");
+				   "hex:..|file:PATH|region:R[:ROFF[:LEN]]");
 	if (npos > 2)
 		return parse_error(s, pos[2], "too many operands: usage: "
 				   "write NAME [OFFSET] [LAYOUT] "
-				   "hex:..|file:PATH");
+				   "hex:..|file:PATH|region:R[:ROFF[:LEN]]");
 	if (npos == 2 &&
 	    word_number(s, pos[0], 1, &op->offset, "offset") < 0)
 		return -1;
-	if (word_data(s, pos[npos - 1], op) < 0)
+	want = 0;
+	if (op->layout.rank != 0 && layout_bytes(&op->layout, &want) < 0)
+		return parse_error(s, pos[0], "the layout holds more than "
+				   "2^64 bytes");
+	if (word_source(s, pos[npos - 1], op, want) < 0)
 		return -1;
 	if (op->layout.rank == 0)
 		return 0;
-	if (layout_bytes(&op->layout, &want) < 0)
-		return parse_error(s, pos[0], "the layout holds more than "
-				   "2^64 bytes");
-	if (want != op->data_len)
+	if (op->via == VIA_REGION && want != op->rlen)
+		return parse_error(s, pos[npos - 1], "the layout holds %llu "
+				   "bytes, the region range %llu",
+				   (unsigned long long)want,
+				   (unsigned long long)op->rlen);
+	if (op->via == VIA_INLINE && want != op->data_len)
 		return parse_error(s, pos[npos - 1], "the layout holds %llu "
 				   "bytes, the data has %zu",
 				   (unsigned long long)want, op->data_len);
@@ -680,7 +821,7 @@ static int parse_write(struct script *s, struct op *op)
 
 static int parse_read(struct script *s, struct op *op)
 {
-	size_t pos[EXEC_MAX_WORDS], n;
+	size_t pos[EXEC_MAX_WORDS], n, dest = 0;
 	struct binding *b;
 
 	if (word_target(s, 1, op, &b) < 0 ||
@@ -693,27 +834,38 @@ static int parse_read(struct script *s, struct op *op)
 		if (op->path == NULL)
 			return parse_error(s, pos[n - 1], "out of memory");
 		n--;
+	} else if (n > 0 && is_region_word(s->word[pos[n - 1]])) {
+		int has_len;
+
+		dest = pos[n - 1];
+		if (word_region(s, dest, op, 0, &op->rlen, &has_len) < 0)
+			return -1;
+		n--;
 	}
 	if (op->layout.rank != 0) {
 		/* The layout says how much: only an offset may come. */
 		if (n > 1)
 			return parse_error(s, pos[1], "a read with a layout "
 					   "takes only an OFFSET");
-		return n == 1 ? word_number(s, pos[0], 1, &op->offset,
-					    "offset")
-			      : 0;
-	}
-	if (n == 0) {
+		if (n == 1 &&
+		    word_number(s, pos[0], 1, &op->offset, "offset") < 0)
+			return -1;
+		if (layout_bytes(&op->layout, &op->rlen) < 0)
+			return parse_error(s, pos[0], "the layout holds more "
+					   "than 2^64 bytes");
+	} else if (n == 0) {
 		op->len = b->size;
-		return 0;
-	}
-	if (n != 2)
+		op->rlen = op->len;
+	} else if (n != 2) {
 		return parse_error(s, pos[n - 1], "read takes both OFFSET and "
 				   "LEN, or neither");
-	if (word_number(s, pos[0], 1, &op->offset, "offset") < 0 ||
-	    word_number(s, pos[1], 1, &op->len, "length") < 0)
-		return -1;
-	return 0;
+	} else {
+		if (word_number(s, pos[0], 1, &op->offset, "offset") < 0 ||
+		    word_number(s, pos[1], 1, &op->len, "length") < 0)
+			return -1;
+		op->rlen = op->len;
+	}
+	return op->via == VIA_REGION ? region_range(s, dest, op) : 0;
 }
 
 static int parse_release(struct script *s, struct op *op)
@@ -724,6 +876,38 @@ static int parse_release(struct script *s, struct op *op)
 		return -1;
 	b->id = 0;
 	return 0;
+}
+
+/* region R BYTES [hex:..|file:PATH] */
+static int parse_region(struct script *s, struct op *op)
+{
+	struct binding *b;
+
+	if (word_number(s, 2, 1, &op->len, "size") < 0)
+		return -1;
+	if (op->len == 0 || op->len > (uint64_t)INT64_MAX)
+		return parse_error(s, 2, "a region holds 1 byte to 2^63-1 "
+				   "bytes");
+	if (s->nwords == 4) {
+		if (word_data(s, 3, op) < 0)
+			return -1;
+		if (op->data_len > op->len)
+			return parse_error(s, 3, "%zu bytes of data do not fit "
+					   "a region of %llu bytes",
+					   op->data_len,
+					   (unsigned long long)op->len);
+	}
+	b = word_new(s, 1, NAME_REGION, op->len);
+	if (b == NULL)
+		return -1;
+	op->name = b->name;
+	op->id = b->id;
+	return 0;
+}
+
+static int parse_release_region(struct script *s, struct op *op)
+{
+	return word_use(s, 1, NAME_REGION, op, 1);
 }
 
 static int parse_reserve(struct script *s, struct op *op)
@@ -1078,11 +1262,11 @@ static int parse_kernel(struct script *s, struct op *op)
 static const struct op_syntax syntax[] = {
 	{ "empty", OP_EMPTY, 2, 2, parse_empty, "empty NAME BYTES" },
 	{ "create", OP_CREATE, 2, 2, parse_create,
-	  "create NAME hex:..|file:PATH" },
+	  "create NAME hex:..|file:PATH|region:R[:ROFF[:LEN]]" },
 	{ "write", OP_WRITE, 2, 6, parse_write,
-	  "write NAME [OFFSET] [LAYOUT] hex:..|file:PATH" },
+	  "write NAME [OFFSET] [LAYOUT] hex:..|file:PATH|region:R[:ROFF[:LEN]]" },
 	{ "read", OP_READ, 1, 6, parse_read,
-	  "read NAME [OFFSET LEN | [OFFSET] LAYOUT] [file:PATH]" },
+	  "read NAME [OFFSET LEN | [OFFSET] LAYOUT] [file:PATH|region:R[:ROFF]]" },
 	{ "kernel", OP_KERNEL, 1, EXEC_MAX_WORDS, parse_kernel,
 	  "kernel KERNEL grid=X[,Y,Z] block=X[,Y,Z] ARG..." },
 	{ "release", OP_RELEASE, 1, 1, parse_release, "release NAME" },
@@ -1107,6 +1291,10 @@ static const struct op_syntax syntax[] = {
 	  "capture begin | capture end GRAPH" },
 	{ "launch", OP_LAUNCH, 1, 1, parse_launch, "launch GRAPH" },
 	{ "destroy", OP_DESTROY, 1, 1, parse_destroy, "destroy GRAPH" },
+	{ "region", OP_REGION, 2, 3, parse_region,
+	  "region R BYTES [hex:..|file:PATH]" },
+	{ "release-region", OP_RELEASE_REGION, 1, 1, parse_release_region,
+	  "release-region R" },
 };
 
 static void op_clear(struct op *op)
@@ -1216,9 +1404,21 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 	case OP_EMPTY:
 		return gpucmd_batch_empty(b, op->handle, op->len);
 	case OP_CREATE:
+		if (op->via != VIA_INLINE)
+			return gpucmd_batch_create_region(b, op->handle,
+							  op->region, op->roff,
+							  op->rlen);
 		return gpucmd_batch_create_with_data(b, op->handle, op->data,
 						     op->data_len);
 	case OP_WRITE:
+		if (op->via != VIA_INLINE && op->layout.rank != 0)
+			return gpucmd_batch_write_region_layout(
+				b, op->handle, op->offset, &op->layout,
+				op->region, op->roff);
+		if (op->via != VIA_INLINE)
+			return gpucmd_batch_write_region(b, op->handle,
+							 op->offset, op->region,
+							 op->roff, op->rlen);
 		if (op->layout.rank != 0)
 			return gpucmd_batch_write_layout(b, op->handle,
 							 op->offset,
@@ -1227,11 +1427,23 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 		return gpucmd_batch_write(b, op->handle, op->offset, op->data,
 					  op->data_len);
 	case OP_READ:
+		if (op->via != VIA_INLINE && op->layout.rank != 0)
+			return gpucmd_batch_read_region_layout(
+				b, op->handle, op->offset, &op->layout,
+				op->region, op->roff);
+		if (op->via != VIA_INLINE)
+			return gpucmd_batch_read_region(b, op->handle,
+							op->offset, op->len,
+							op->region, op->roff);
 		if (op->layout.rank != 0)
 			return gpucmd_batch_read_layout(b, op->handle,
 							op->offset,
 							&op->layout);
 		return gpucmd_batch_read(b, op->handle, op->offset, op->len);
+	case OP_RELEASE_REGION:
+		return gpucmd_batch_release_region(b, op->id);
+	case OP_REGION:
+		break;	/* run before the group's requests */
 	case OP_KERNEL:
 		return gpucmd_batch_kernel_shared(b, op->kernel, op->grid,
 						  op->block, op->shared,
@@ -1287,7 +1499,8 @@ static void queue_error(struct exec *x, const struct op *op, int code)
 	fflush(stdout);
 	fprintf(stderr, "gpucmd: %s:%u: cannot queue %s: ", x->s.label,
 		op->line, op_names[op->kind]);
-	if (code == GPUCMD_ELIMIT && op->data_len > in->max_frame_bytes)
+	if (code == GPUCMD_ELIMIT && op->via == VIA_INLINE &&
+	    op->data_len > in->max_frame_bytes)
 		fprintf(stderr, "%zu bytes of data is over the daemon's frame "
 			"limit of %u bytes (max_frame_bytes)\n", op->data_len,
 			in->max_frame_bytes);
@@ -1415,6 +1628,24 @@ static int print_read(struct exec *x, const struct op *op, const void *data,
 	return TOOL_EXIT_OK;
 }
 
+/* A read that landed in a named region: where. */
+static int print_read_region(struct exec *x, const struct op *op,
+			     uint64_t len, uint64_t roff)
+{
+	if (x->json) {
+		json_head(op);
+		printf(",\"name\":");
+		tool_json_string(stdout, op->name);
+		printf(",\"bytes\":%" PRIu64 ",\"region\":", len);
+		tool_json_string(stdout, op->region_name);
+		printf(",\"region_offset\":%" PRIu64 "}\n", roff);
+	} else {
+		printf("%s: %" PRIu64 " bytes -> region %s at %" PRIu64 "\n",
+		       op->name, len, op->region_name, roff);
+	}
+	return TOOL_EXIT_OK;
+}
+
 static int print_usage(struct exec *x, const struct op *op,
 			const struct gpucmd_memory_usage *u)
 {
@@ -1492,13 +1723,23 @@ static int print_result(struct exec *x, const struct op *op,
 	struct gpucmd_cpu_buffer cpu;
 	struct gpucmd_profile prof;
 	const char *what = "result";
+	uint64_t value, region, roff, rlen;
 	const void *data;
-	uint64_t value;
 	size_t len;
 	int r;
 
 	switch (op->kind) {
 	case OP_READ:
+		if (op->via != VIA_INLINE) {
+			what = "region range";
+			if (gpucmd_response_region(resp, i, &region, &roff,
+						   &rlen) < 0)
+				break;
+			if (op->via == VIA_SCRATCH)
+				return print_read(x, op, x->scratch + roff,
+						  (size_t)rlen);
+			return print_read_region(x, op, rlen, roff);
+		}
 		what = "data";
 		if (gpucmd_response_data(resp, i, &data, &len) < 0)
 			break;
@@ -1631,24 +1872,158 @@ static int unanswered(struct exec *x, const struct op *op, int err)
 	return status;
 }
 
-static int run_group(struct exec *x, struct group *g)
-{
-	struct request *req = calloc(g->n, sizeof(*req));
-	size_t nreq = 0;
-	int status;
+/* ---- regions ------------------------------------------------------------ */
 
-	if (req == NULL) {
-		fprintf(stderr, "gpucmd: out of memory\n");
-		return TOOL_EXIT_FAIL;
+/* The largest transfer that goes inline on this connection. */
+static uint64_t inline_limit(struct exec *x)
+{
+	uint64_t frame = gpucmd_info(x->conn)->max_frame_bytes;
+	uint64_t room = frame > EXEC_FRAME_SLACK ? frame - EXEC_FRAME_SLACK : 0;
+
+	return room < GPUCMD_INLINE_MAX ? room : GPUCMD_INLINE_MAX;
+}
+
+/* The bytes a write, create or read moves; 0 for other ops. */
+static uint64_t op_bytes(const struct op *op)
+{
+	switch (op->kind) {
+	case OP_WRITE:
+	case OP_CREATE:
+		return op->via == VIA_INLINE ? op->data_len : op->rlen;
+	case OP_READ:
+		return op->rlen;
+	default:
+		return 0;
+	}
+}
+
+/* A region that could not be made or released: say so; the exit status. */
+static int region_failed(struct exec *x, const struct op *op,
+			 const char *what, int code)
+{
+	char line[64];
+
+	if (x->json)
+		json_error(op, code, gpucmd_strerror(code));
+	snprintf(line, sizeof(line), "script line %u: %s", op->line, what);
+	return tool_fail(line, code);
+}
+
+/*
+ * Before the group's requests: create its named regions (and fill them),
+ * give each large transfer a range of a fresh scratch region, and drop
+ * the region lines, which leave no op.  0 or the exit status.
+ */
+static int group_regions(struct exec *x, struct group *g)
+{
+	uint64_t limit = inline_limit(x), total = 0;
+	const struct op *first_big = NULL;
+	size_t keep = 0;
+	void *p;
+	int r;
+
+	for (size_t i = 0; i < g->n; i++) {
+		struct op *op = &g->ops[i];
+
+		if (op->kind != OP_REGION)
+			continue;
+		r = gpucmd_region_create(x->conn, op->id, op->len, &p);
+		if (r < 0)
+			return region_failed(x, op, "cannot create the region",
+					     r);
+		if (op->data_len > 0)
+			memcpy(p, op->data, op->data_len);
 	}
 	for (size_t i = 0; i < g->n; i++) {
+		struct op *op = &g->ops[i];
+		uint64_t n = op_bytes(op), end;
+
+		/*
+		 * A read longer than any file: operand is left to the daemon
+		 * to refuse rather than backed by a region that large.
+		 */
+		if (op->via != VIA_INLINE || n <= limit || n > EXEC_MAX_FILE ||
+		    __builtin_add_overflow(total, n, &end) ||
+		    end > (uint64_t)INT64_MAX - EXEC_SCRATCH_ALIGN)
+			continue;
+		op->via = VIA_SCRATCH;
+		op->roff = total;
+		op->rlen = n;
+		total = (end + EXEC_SCRATCH_ALIGN - 1) /
+			EXEC_SCRATCH_ALIGN * EXEC_SCRATCH_ALIGN;
+		if (first_big == NULL)
+			first_big = op;
+	}
+	if (first_big != NULL) {
+		x->scratch_id = EXEC_SCRATCH_ID + x->groups;
+		r = gpucmd_region_create(x->conn, x->scratch_id, total, &p);
+		if (r < 0) {
+			x->scratch_id = 0;
+			return region_failed(x, first_big, "cannot create a "
+					     "scratch region for large "
+					     "transfers", r);
+		}
+		x->scratch = p;
+	}
+	for (size_t i = 0; i < g->n; i++) {
+		struct op *op = &g->ops[i];
+
+		if (op->via == VIA_SCRATCH) {
+			op->region = x->scratch_id;
+			if (op->data != NULL)
+				memcpy(x->scratch + op->roff, op->data,
+				       op->data_len);
+			/* The region has the bytes now. */
+			free(op->data);
+			op->data = NULL;
+		}
+		if (op->kind == OP_REGION) {
+			op_clear(op);
+			continue;
+		}
+		g->ops[keep++] = *op;
+	}
+	g->n = keep;
+	return 0;
+}
+
+/* Release the group's scratch region; 0 or the exit status. */
+static int scratch_release(struct exec *x)
+{
+	int r;
+
+	if (x->scratch_id == 0)
+		return 0;
+	r = gpucmd_region_release(x->conn, x->scratch_id);
+	x->scratch_id = 0;
+	x->scratch = NULL;
+	return r < 0 ? tool_fail("releasing the scratch region", r) : 0;
+}
+
+static int run_group(struct exec *x, struct group *g)
+{
+	struct request *req = NULL;
+	size_t nreq = 0;
+	int status, rel;
+
+	status = x->conn != NULL ? 0 : tool_connect(x->opts, x->service,
+						    &x->conn);
+	if (status == 0)
+		status = group_regions(x, g);
+	x->groups++;
+	if (status == 0 && g->n > 0) {
+		req = calloc(g->n, sizeof(*req));
+		if (req == NULL) {
+			fprintf(stderr, "gpucmd: out of memory\n");
+			status = TOOL_EXIT_FAIL;
+		}
+	}
+	for (size_t i = 0; req != NULL && i < g->n; i++) {
 		if (nreq == 0 ||
 		    g->ops[i].stream != g->ops[req[nreq - 1].first].stream)
 			req[nreq++].first = i;
 		req[nreq - 1].n++;
 	}
-	status = x->conn != NULL ? 0 : tool_connect(x->opts, x->service,
-						    &x->conn);
 	if (status == 0)
 		status = build_requests(x, g, req, nreq);
 	if (status == 0) {
@@ -1671,6 +2046,13 @@ static int run_group(struct exec *x, struct group *g)
 		gpucmd_response_free(req[k].resp);
 	}
 	free(req);
+	/* A connection that died already took the region with it. */
+	rel = x->conn != NULL && status != TOOL_EXIT_UNAVAILABLE ?
+		      scratch_release(x) : 0;
+	if (status == TOOL_EXIT_OK)
+		status = rel;
+	x->scratch_id = 0;
+	x->scratch = NULL;
 	fflush(stdout);
 	return status;
 }

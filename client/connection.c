@@ -13,6 +13,11 @@
  * gpucmd_wait.  Counting uncollected responses, not only unanswered
  * requests, keeps the client's count deterministic and never below the
  * daemon's, so a submit is refused here before the daemon would have to.
+ *
+ * A slot also remembers which shared regions its request releases: the
+ * region leaves the table (and this process's address space) when the
+ * response shows that the release ran, not when it was merely asked for,
+ * so a batch that fails before its release keeps the region usable.
  */
 #include "connection.h"
 
@@ -22,17 +27,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "frame.h"
+#include "regions.h"
 
 /* The service a connection speaks for when the caller names none. */
 #define CONN_DEFAULT_SERVICE "default"
 
+/* A region_release op of a request: its index and the region. */
+struct conn_release {
+	size_t index;
+	uint64_t region;
+};
+
 struct conn_slot {
 	uint64_t id;
 	Gpucmd__Frame *frame;	/* NULL until the response is read */
+	struct conn_release *releases;	/* settled when collected */
+	size_t nreleases;
 };
 
 struct gpucmd_conn {
@@ -43,6 +58,7 @@ struct gpucmd_conn {
 	size_t nslots;
 	size_t slots_cap;
 	int dead;		/* 0, or the code the connection died with */
+	struct regions regions;	/* shared regions attached by this process */
 };
 
 static int conn_fail(struct gpucmd_conn *c, int code)
@@ -72,21 +88,56 @@ static int read_full(int fd, void *buf, size_t len)
 	return 0;
 }
 
-static int write_full(int fd, const void *buf, size_t len)
+/*
+ * Send len bytes; the nfds descriptors fds ride with the first sendmsg
+ * (SCM_RIGHTS), so they reach the daemon with the frame's first byte.
+ * The kernel delivers the descriptors with the bytes of that call, and a
+ * stream socket never merges them into bytes of another, which is how the
+ * daemon ties them to the frame that announced them.
+ */
+static int write_full(int fd, const void *buf, size_t len, const int *fds,
+		      size_t nfds)
 {
 	const uint8_t *p = buf;
+	size_t ctl_len = nfds > 0 ? CMSG_SPACE(nfds * sizeof(int)) : 0;
+	void *ctl = NULL;
+	int err = 0;
 
+	if (ctl_len > 0) {
+		struct cmsghdr *cm;
+
+		/* calloc's alignment suits a cmsghdr; it is the first one. */
+		ctl = calloc(1, ctl_len);
+		if (ctl == NULL)
+			return -ENOMEM;
+		cm = ctl;
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+	}
 	while (len > 0) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		struct iovec iov = { .iov_base = (void *)p, .iov_len = len };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+				     .msg_control = ctl,
+				     .msg_controllen = ctl != NULL ? ctl_len
+								   : 0 };
+		ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0)
-			return -errno;
+		if (n < 0) {
+			err = -errno;
+			break;
+		}
+		/* Sent once: the rest of the bytes go without them. */
+		free(ctl);
+		ctl = NULL;
 		p += n;
 		len -= (size_t)n;
 	}
-	return 0;
+	free(ctl);
+	return err;
 }
 
 /*
@@ -125,7 +176,8 @@ static int read_frame(int fd, uint32_t max_body, Gpucmd__Frame **out,
 	return 0;
 }
 
-static int write_frame(int fd, const Gpucmd__Frame *f, uint32_t max_body)
+static int write_frame(int fd, const Gpucmd__Frame *f, uint32_t max_body,
+		       const int *fds, size_t nfds)
 {
 	uint8_t *buf;
 	size_t len;
@@ -138,7 +190,7 @@ static int write_frame(int fd, const Gpucmd__Frame *f, uint32_t max_body)
 		free(buf);
 		return GPUCMD_ELIMIT;
 	}
-	r = write_full(fd, buf, len);
+	r = write_full(fd, buf, len, fds, nfds);
 	free(buf);
 	return r;
 }
@@ -198,9 +250,60 @@ static int conn_recv_one(struct gpucmd_conn *c)
 	return conn_fail(c, GPUCMD_EPROTO);
 }
 
-int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, uint64_t *id)
+/*
+ * The region_release ops of req, for its slot: *out is NULL when there
+ * are none.  0 or -ENOMEM.
+ */
+static int releases_of(const Gpucmd__Request *req,
+		       struct conn_release **out, size_t *n)
+{
+	struct conn_release *v;
+	size_t k = 0;
+
+	*out = NULL;
+	*n = 0;
+	for (size_t i = 0; i < req->n_ops; i++)
+		if (req->ops[i]->op_case == GPUCMD__OP__OP_REGION_RELEASE)
+			k++;
+	if (k == 0)
+		return 0;
+	v = calloc(k, sizeof(*v));
+	if (v == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < req->n_ops; i++) {
+		if (req->ops[i]->op_case != GPUCMD__OP__OP_REGION_RELEASE)
+			continue;
+		v[*n].index = i;
+		v[*n].region = req->ops[i]->region_release->region;
+		(*n)++;
+	}
+	*out = v;
+	return 0;
+}
+
+/*
+ * The response of slot s is in: the regions its request released, up to
+ * the op that failed, leave the table.
+ */
+static void slot_settle(struct gpucmd_conn *c, struct conn_slot *s)
+{
+	const Gpucmd__Response *resp = s->frame->response;
+
+	for (size_t k = 0; k < s->nreleases; k++)
+		if (resp->error == NULL ||
+		    s->releases[k].index < resp->failed_index)
+			regions_forget(&c->regions, s->releases[k].region);
+	free(s->releases);
+	s->releases = NULL;
+	s->nreleases = 0;
+}
+
+int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
+		size_t nfds, uint64_t *id)
 {
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	struct conn_release *rel;
+	size_t nrel;
 	int r;
 
 	if (c->dead)
@@ -216,10 +319,14 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, uint64_t *id)
 		c->slots = s;
 		c->slots_cap = cap;
 	}
+	if (releases_of(req, &rel, &nrel) < 0)
+		return -ENOMEM;
 	req->id = c->next_id;
 	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
 	f.request = req;
-	r = write_frame(c->fd, &f, c->info.max_frame_bytes);
+	r = write_frame(c->fd, &f, c->info.max_frame_bytes, fds, nfds);
+	if (r < 0)
+		free(rel);
 	if (r == GPUCMD_ELIMIT || r == -ENOMEM)
 		return r;	/* nothing was sent; the connection is fine */
 	if (r == -EPIPE || r == -ECONNRESET) {
@@ -236,6 +343,8 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, uint64_t *id)
 		return conn_fail(c, r);
 	c->slots[c->nslots].id = c->next_id;
 	c->slots[c->nslots].frame = NULL;
+	c->slots[c->nslots].releases = rel;
+	c->slots[c->nslots].nreleases = nrel;
 	c->nslots++;
 	c->next_id++;
 	*id = req->id;
@@ -254,6 +363,7 @@ int conn_wait(struct gpucmd_conn *c, uint64_t id, Gpucmd__Frame **out)
 			return c->dead;
 		conn_recv_one(c);
 	}
+	slot_settle(c, s);
 	*out = s->frame;
 	*s = c->slots[--c->nslots];
 	return 0;
@@ -342,7 +452,7 @@ static int handshake(struct gpucmd_conn *c, const char *service, char *msg,
 	hello.client_name = name;
 	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
 	f.hello = &hello;
-	r = write_frame(c->fd, &f, FRAME_DEFAULT_MAX_BODY);
+	r = write_frame(c->fd, &f, FRAME_DEFAULT_MAX_BODY, NULL, 0);
 	/* A refusing daemon may close before reading: its Error still waits. */
 	if (r < 0 && r != -EPIPE && r != -ECONNRESET) {
 		snprintf(msg, msg_len, "sending Hello: %s", gpucmd_strerror(r));
@@ -447,9 +557,12 @@ GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *c)
 {
 	if (c == NULL)
 		return;
-	for (size_t i = 0; i < c->nslots; i++)
+	for (size_t i = 0; i < c->nslots; i++) {
 		frame_free(c->slots[i].frame);
+		free(c->slots[i].releases);
+	}
 	free(c->slots);
+	regions_clear(&c->regions);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c);
@@ -458,4 +571,9 @@ GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *c)
 GPUCMD_EXTERN const struct gpucmd_info *gpucmd_info(const struct gpucmd_conn *c)
 {
 	return &c->info;
+}
+
+struct regions *conn_regions(struct gpucmd_conn *c)
+{
+	return &c->regions;
 }

@@ -12,23 +12,35 @@
  * connection is dead: waits for responses that never came and every later
  * submit return that code, while responses that did arrive can still be
  * collected.
+ *
+ * A request may carry descriptors (the memfds of its region_attach ops, in
+ * op order): they go with SCM_RIGHTS in the sendmsg that starts the frame.
+ * The connection also keeps the table of shared regions (regions.h) and
+ * settles it when a response is collected: a region whose region_release
+ * op ran leaves the table then.
  */
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gpucmd.h"
 #include "gpucmd.pb-c.h"
 
 /**
- * Give req the next request id, send it, and write the id to *id.  Fails
- * with GPUCMD_ELIMIT when max_in_flight requests are uncollected or the
- * frame is over max_frame_bytes, or with the code that killed the connection.
+ * Give req the next request id, send it with the nfds descriptors fds
+ * (borrowed: they stay open here), and write the id to *id.  Fails with
+ * GPUCMD_ELIMIT when max_in_flight requests are uncollected or the frame
+ * is over max_frame_bytes, or with the code that killed the connection.
  */
-int conn_submit(struct gpucmd_conn *conn, Gpucmd__Request *req, uint64_t *id);
+int conn_submit(struct gpucmd_conn *conn, Gpucmd__Request *req,
+		const int *fds, size_t nfds, uint64_t *id);
 
 /**
  * Block until the response to request id is in, then hand over its frame
  * (free it with frame_free).  GPUCMD_EINVAL when id is not outstanding.
  */
 int conn_wait(struct gpucmd_conn *conn, uint64_t id, Gpucmd__Frame **out);
+
+/** The connection's table of shared regions. */
+struct regions *conn_regions(struct gpucmd_conn *conn);

@@ -101,6 +101,22 @@ GPUCMD_EXTERN int gpucmd_response_data(const struct gpucmd_response *resp,
 	return 0;
 }
 
+GPUCMD_EXTERN int gpucmd_response_region(const struct gpucmd_response *resp,
+					 size_t i, uint64_t *region,
+					 uint64_t *offset, uint64_t *len)
+{
+	const Gpucmd__OpResult *res =
+		result_at(resp, i, GPUCMD__OP_RESULT__RESULT_REGION);
+
+	if (res == NULL || res->region == NULL || region == NULL ||
+	    offset == NULL || len == NULL)
+		return GPUCMD_EINVAL;
+	*region = res->region->region;
+	*offset = res->region->offset;
+	*len = res->region->length;
+	return 0;
+}
+
 static void usage_from_wire(struct gpucmd_memory_usage *out,
 			    const Gpucmd__MemoryUsage *u)
 {

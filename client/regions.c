@@ -1,0 +1,463 @@
+/*
+ * regions.c - shared regions on the client side: a memfd created, sealed
+ * and mapped here, attached with one round trip (its descriptor rides with
+ * the frame), released with another; the per-connection table; and the
+ * convenience transfers that move bytes inline or through a scratch region
+ * the connection owns, whichever is cheaper for their size.
+ *
+ * The memfd is sealed against shrinking and growing, and the seals are
+ * sealed: the daemon maps only memfds that cannot shrink under it, and
+ * this process has no reason to resize one either.
+ *
+ * The scratch region has the library's own id (GPUCMD_REGION_ID_RESERVED),
+ * which gpucmd_region_create refuses to callers.  It grows to the next
+ * power of two of the largest transfer, up to REGIONS_SCRATCH_MAX; larger
+ * transfers go through it in pieces, two halves in turn so that copying one
+ * piece here overlaps the daemon's copy of the other.
+ */
+#include "regions.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "connection.h"
+
+/* The scratch region of the convenience calls. */
+#define REGIONS_SCRATCH_ID GPUCMD_REGION_ID_RESERVED
+/* Its largest size; the smallest is one of these granules. */
+#define REGIONS_SCRATCH_MAX (64u << 20)
+#define REGIONS_SCRATCH_MIN (1u << 20)
+/* Room in a frame for what surrounds inline bytes. */
+#define REGIONS_FRAME_SLACK 4096u
+
+/* ---- the table ------------------------------------------------------------ */
+
+struct regions_entry *regions_find(struct regions *t, uint64_t id)
+{
+	for (size_t i = 0; i < t->n; i++)
+		if (t->v[i].id == id)
+			return &t->v[i];
+	return NULL;
+}
+
+static void entry_unmap(struct regions_entry *e)
+{
+	munmap(e->base, e->size);
+	close(e->fd);
+}
+
+void regions_forget(struct regions *t, uint64_t id)
+{
+	struct regions_entry *e = regions_find(t, id);
+
+	if (e == NULL)
+		return;
+	entry_unmap(e);
+	*e = t->v[--t->n];
+}
+
+void regions_clear(struct regions *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		entry_unmap(&t->v[i]);
+	free(t->v);
+	memset(t, 0, sizeof(*t));
+}
+
+/* Room for one more entry, so that an attach the daemon took is kept. */
+static int regions_reserve(struct regions *t)
+{
+	struct regions_entry *v;
+	size_t cap;
+
+	if (t->n < t->cap)
+		return 0;
+	cap = t->cap ? 2 * t->cap : 8;
+	v = realloc(t->v, cap * sizeof(*v));
+	if (v == NULL)
+		return -ENOMEM;
+	t->v = v;
+	t->cap = cap;
+	return 0;
+}
+
+/* ---- attach and release --------------------------------------------------- */
+
+/* A sealed memfd of size bytes, mapped shared: 0 or -errno. */
+static int memfd_map(size_t size, int *fd_out, uint8_t **base_out)
+{
+	int fd = memfd_create("gpucmd-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	void *base;
+	int r;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) != 0 ||
+	    fcntl(fd, F_ADD_SEALS,
+		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	*fd_out = fd;
+	*base_out = base;
+	return 0;
+}
+
+/* Run b (consumed) and return the batch's outcome. */
+static int run_checked(struct gpucmd_batch *b)
+{
+	struct gpucmd_response *resp;
+	int r = gpucmd_run(b, &resp);
+
+	if (r < 0)
+		return r;
+	r = gpucmd_response_error(resp);
+	gpucmd_response_free(resp);
+	return r;
+}
+
+/* Wait for request id and return the batch's outcome. */
+static int wait_checked(struct gpucmd_conn *conn, uint64_t id)
+{
+	struct gpucmd_response *resp;
+	int r = gpucmd_wait(conn, id, &resp);
+
+	if (r < 0)
+		return r;
+	r = gpucmd_response_error(resp);
+	gpucmd_response_free(resp);
+	return r;
+}
+
+/* Create, attach and record region id of size bytes (any id). */
+static int regions_attach(struct gpucmd_conn *conn, uint64_t id, size_t size,
+			  struct regions_entry **out)
+{
+	struct regions *t = conn_regions(conn);
+	struct regions_entry *e;
+	struct gpucmd_batch *b;
+	uint8_t *base = NULL;
+	int fd = -1, r;
+
+	if (regions_find(t, id) != NULL)
+		return GPUCMD_EEXIST;
+	r = regions_reserve(t);
+	if (r < 0)
+		return r;
+	r = memfd_map(size, &fd, &base);
+	if (r < 0)
+		return r;
+	r = gpucmd_batch_new(conn, 0, &b);
+	if (r == 0) {
+		r = batch_add_region_attach(b, id, size, fd);
+		if (r < 0)
+			gpucmd_batch_free(b);
+		else
+			r = run_checked(b);
+	}
+	if (r < 0) {
+		munmap(base, size);
+		close(fd);
+		return r;
+	}
+	e = &t->v[t->n++];
+	e->id = id;
+	e->fd = fd;
+	e->base = base;
+	e->size = size;
+	*out = e;
+	return 0;
+}
+
+/* Release region id (any id); the table forgets it when the answer is in. */
+static int regions_release(struct gpucmd_conn *conn, uint64_t id)
+{
+	struct gpucmd_batch *b;
+	int r;
+
+	if (regions_find(conn_regions(conn), id) == NULL)
+		return GPUCMD_ENOTFOUND;
+	r = gpucmd_batch_new(conn, 0, &b);
+	if (r < 0)
+		return r;
+	r = batch_add_region_release(b, id);
+	if (r < 0) {
+		gpucmd_batch_free(b);
+		return r;
+	}
+	return run_checked(b);
+}
+
+GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
+				       size_t size, void **ptr)
+{
+	struct regions_entry *e;
+	int r;
+
+	if (conn == NULL || ptr == NULL || id == 0 ||
+	    id >= GPUCMD_REGION_ID_RESERVED || size == 0 ||
+	    size > (size_t)INT64_MAX)
+		return GPUCMD_EINVAL;
+	r = regions_attach(conn, id, size, &e);
+	if (r < 0)
+		return r;
+	*ptr = e->base;
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_region_release(struct gpucmd_conn *conn, uint64_t id)
+{
+	if (conn == NULL || id == 0 || id >= GPUCMD_REGION_ID_RESERVED)
+		return GPUCMD_EINVAL;
+	return regions_release(conn, id);
+}
+
+/* ---- convenience transfers ------------------------------------------------ */
+
+/* The largest transfer that goes inline on this connection. */
+static size_t inline_limit(struct gpucmd_conn *conn)
+{
+	size_t frame = gpucmd_info(conn)->max_frame_bytes;
+	size_t room = frame > REGIONS_FRAME_SLACK ? frame - REGIONS_FRAME_SLACK
+						   : 0;
+
+	return room < GPUCMD_INLINE_MAX ? room : GPUCMD_INLINE_MAX;
+}
+
+/* The scratch region, at least want bytes or REGIONS_SCRATCH_MAX. */
+static int scratch_get(struct gpucmd_conn *conn, size_t want,
+		       struct regions_entry **out)
+{
+	struct regions_entry *e = regions_find(conn_regions(conn),
+					       REGIONS_SCRATCH_ID);
+	size_t size = REGIONS_SCRATCH_MIN;
+	int r;
+
+	while (size < want && size < REGIONS_SCRATCH_MAX)
+		size *= 2;
+	if (e != NULL && e->size >= size) {
+		*out = e;
+		return 0;
+	}
+	/* Too small: a bigger one replaces it. */
+	if (e != NULL) {
+		r = regions_release(conn, REGIONS_SCRATCH_ID);
+		if (r < 0)
+			return r;
+	}
+	return regions_attach(conn, REGIONS_SCRATCH_ID, size, out);
+}
+
+/*
+ * Pieces of a transfer through the scratch region: the whole transfer
+ * when it fits, else halves of the region in turn.
+ */
+struct piece {
+	size_t at;		/* offset in the caller's bytes */
+	size_t len;
+	uint64_t roff;		/* offset in the scratch region */
+	uint64_t id;		/* its request while in flight */
+	int busy;
+};
+
+static size_t piece_size(const struct regions_entry *e, size_t len)
+{
+	return len <= e->size ? len : e->size / 2;
+}
+
+/* Queue and submit the write of piece p (already in the region). */
+static int write_piece(struct gpucmd_conn *conn, uint32_t stream,
+		       uint64_t handle, uint64_t offset, struct piece *p)
+{
+	struct gpucmd_batch *b;
+	int r = gpucmd_batch_new(conn, stream, &b);
+
+	if (r < 0)
+		return r;
+	r = gpucmd_batch_write_region(b, handle, offset + p->at,
+				      REGIONS_SCRATCH_ID, p->roff, p->len);
+	/* The reply must mean the bytes left the region: it is reused. */
+	if (r == 0)
+		r = gpucmd_batch_sync(b);
+	if (r < 0) {
+		gpucmd_batch_free(b);
+		return r;
+	}
+	r = gpucmd_submit(b, &p->id);
+	p->busy = r == 0;
+	return r;
+}
+
+/* Collect the answers still due after a failure (or at the end). */
+static int drain(struct gpucmd_conn *conn, struct piece *pieces, int err)
+{
+	for (int k = 0; k < 2; k++) {
+		int r;
+
+		if (!pieces[k].busy)
+			continue;
+		pieces[k].busy = 0;
+		r = wait_checked(conn, pieces[k].id);
+		if (err == 0)
+			err = r;
+	}
+	return err;
+}
+
+GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
+				      uint32_t stream, uint64_t handle,
+				      uint64_t offset, const void *data,
+				      size_t len)
+{
+	struct piece pieces[2] = { { 0 } };
+	struct regions_entry *e;
+	struct gpucmd_batch *b;
+	size_t chunk, done;
+	int r = 0, k;
+
+	if (conn == NULL || handle == 0 || (data == NULL && len > 0))
+		return GPUCMD_EINVAL;
+	if (len <= inline_limit(conn)) {
+		r = gpucmd_batch_new(conn, stream, &b);
+		if (r < 0)
+			return r;
+		r = gpucmd_batch_write(b, handle, offset, data, len);
+		if (r == 0)
+			r = gpucmd_batch_sync(b);
+		if (r < 0) {
+			gpucmd_batch_free(b);
+			return r;
+		}
+		return run_checked(b);
+	}
+	r = scratch_get(conn, len, &e);
+	if (r < 0)
+		return r;
+	chunk = piece_size(e, len);
+	for (done = 0, k = 0; r == 0 && done < len; done += chunk, k ^= 1) {
+		struct piece *p = &pieces[k];
+
+		/* The half is free once its last write answered. */
+		if (p->busy) {
+			p->busy = 0;
+			r = wait_checked(conn, p->id);
+			if (r < 0)
+				break;
+		}
+		p->at = done;
+		p->len = len - done < chunk ? len - done : chunk;
+		p->roff = (uint64_t)k * chunk;
+		memcpy(e->base + p->roff, (const uint8_t *)data + done, p->len);
+		r = write_piece(conn, stream, handle, offset, p);
+	}
+	return drain(conn, pieces, r);
+}
+
+/* Submit the read of piece p into the region. */
+static int read_piece(struct gpucmd_conn *conn, uint32_t stream,
+		      uint64_t handle, uint64_t offset, struct piece *p)
+{
+	struct gpucmd_batch *b;
+	int r = gpucmd_batch_new(conn, stream, &b);
+
+	if (r < 0)
+		return r;
+	r = gpucmd_batch_read_region(b, handle, offset + p->at, p->len,
+				     REGIONS_SCRATCH_ID, p->roff);
+	if (r < 0) {
+		gpucmd_batch_free(b);
+		return r;
+	}
+	r = gpucmd_submit(b, &p->id);
+	p->busy = r == 0;
+	return r;
+}
+
+/* A read small enough to come back in the reply. */
+static int read_inline(struct gpucmd_conn *conn, uint32_t stream,
+		       uint64_t handle, uint64_t offset, size_t len, void *out)
+{
+	struct gpucmd_response *resp;
+	struct gpucmd_batch *b;
+	const void *data;
+	size_t got;
+	int r = gpucmd_batch_new(conn, stream, &b);
+
+	if (r < 0)
+		return r;
+	r = gpucmd_batch_read(b, handle, offset, len);
+	if (r < 0) {
+		gpucmd_batch_free(b);
+		return r;
+	}
+	r = gpucmd_run(b, &resp);
+	if (r < 0)
+		return r;
+	r = gpucmd_response_error(resp);
+	if (r == 0 && (gpucmd_response_data(resp, 0, &data, &got) < 0 ||
+		       got != len))
+		r = GPUCMD_EPROTO;
+	if (r == 0 && len > 0)
+		memcpy(out, data, len);
+	gpucmd_response_free(resp);
+	return r;
+}
+
+GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
+				     uint32_t stream, uint64_t handle,
+				     uint64_t offset, size_t len, void *out)
+{
+	struct piece pieces[2] = { { 0 } };
+	struct regions_entry *e;
+	size_t chunk, next;
+	int r, k;
+
+	if (conn == NULL || handle == 0 || (out == NULL && len > 0))
+		return GPUCMD_EINVAL;
+	if (len <= inline_limit(conn))
+		return read_inline(conn, stream, handle, offset, len, out);
+	r = scratch_get(conn, len, &e);
+	if (r < 0)
+		return r;
+	chunk = piece_size(e, len);
+	/*
+	 * One piece is in flight while the one before it is copied out:
+	 * piece k is submitted, then piece k-1 collected and copied.
+	 */
+	for (next = 0, k = 0; r == 0; k ^= 1) {
+		struct piece *p = &pieces[k], *prev = &pieces[k ^ 1];
+
+		if (next < len) {
+			p->at = next;
+			p->len = len - next < chunk ? len - next : chunk;
+			p->roff = (uint64_t)k * chunk;
+			next += p->len;
+			r = read_piece(conn, stream, handle, offset, p);
+			if (r < 0)
+				break;
+		}
+		if (prev->busy) {
+			prev->busy = 0;
+			r = wait_checked(conn, prev->id);
+			if (r < 0)
+				break;
+			memcpy((uint8_t *)out + prev->at, e->base + prev->roff,
+			       prev->len);
+		}
+		if (!p->busy && !prev->busy && next >= len)
+			break;
+	}
+	return drain(conn, pieces, r);
+}
