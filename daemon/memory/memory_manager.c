@@ -14,9 +14,38 @@
  * the device, which is what the caller's cleanup-and-retry addresses.
  *
  * Every reservation advances a clock that paces the periodic cleanup of
- * exclusive pools.  While a graph capture is open no cleanup of any kind
- * runs, and the pools are not rebuilt, since the captured graph may still
- * name memory that is free as far as the pools know.
+ * exclusive pools; the manager keeps the earliest clock at which any pool's
+ * periodic cleanup can free something, and visits the pools only then.
+ * While a graph capture is open no cleanup of any kind runs, and the pools
+ * are not rebuilt, since the captured graph may still name memory that is
+ * free as far as the pools know.
+ *
+ * Reclaim before growth: sliced pages otherwise go back only on an explicit
+ * cleanup, so each pool would keep its own high-water mark and the memory
+ * reserved would be the sum of the pools' peaks rather than the peak of
+ * their sum (a training loop whose batch shape changes moves the same
+ * tensor from pool to pool from step to step).  So when a dynamic pool is
+ * about to take memory from the storage and the bytes reserved would then
+ * pass the need by more than 1/RECLAIM_SLACK (the need: the most effective
+ * bytes ever live at once, the request included), the manager first
+ * returns device allocations that the dynamic pools, the asking one too,
+ * have held with nothing live for RECLAIM_IDLE reservations or more,
+ * later pools (larger pages) first, just enough to come under that mark.
+ *
+ * What keeps the driver from a storm of frees and allocations (cuMemFree
+ * synchronizes): nothing is returned while reserved stays within the
+ * slack; memory a workload frees and takes again within RECLAIM_IDLE
+ * reservations (the pattern pools exist for) is never returned; and when a
+ * pool that was trimmed has to grow again within RECLAIM_REGRET
+ * reservations, with no more memory live at the peak than when it was
+ * trimmed, the trim bought nothing (the workload's working set is larger
+ * than its live bytes, fragmentation being what it is), so the manager
+ * raises the mark to what is reserved then, with the same slack, and
+ * leaves that much alone from then on.  A workload whose live peak keeps
+ * growing is not blamed for the pages it needs back.
+ *
+ * The report otherwise follows the reference: an explicit cleanup returns
+ * every free page, and pages_peak counts pages a trim returned too.
  *
  * Layouts: the SubSlices and ExclusivePages presets are expanded here from
  * the device properties, as in the reference's build_pools; a custom list
@@ -28,6 +57,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "memory/pool.h"
 #include "memory/pool_persistent.h"
@@ -43,13 +73,44 @@
 #define EXCLUSIVE_PAGES_SMALLEST (32 * KIB)
 /* Dealloc period: this many reservations per GiB of bucket, plus one. */
 #define DEALLOC_PERIOD_BASE 5000
+/* Reclaim before growth: idle for this many reservations at least, ... */
+#define RECLAIM_IDLE 64
+/* ... and only once reserved would pass 1 + 1/RECLAIM_SLACK of the need. */
+#define RECLAIM_SLACK 8
+/* A pool that must grow again this soon after a trim was trimmed wrongly. */
+#define RECLAIM_REGRET 1024
+
+/* Sizes of one bit length whose first accepting pool differs: scan all. */
+#define ROUTE_SCAN UINT8_MAX
+
+/* When the manager last trimmed a pool (reclaim before growth). */
+struct manager_trim {
+	uint64_t clock;		/* 0: never */
+	uint64_t in_use_peak;	/* pool_host.in_use_peak at that moment */
+};
 
 struct memory_manager {
 	struct memory_storage storage;
+	/* host.clock counts reservations: paces periodic cleanup, dates idling. */
+	struct pool_host host;
 	struct pool *pools[MEMORY_MAX_POOLS];	/* dynamic, in order */
 	size_t npools;
 	struct pool *persistent;
-	uint64_t clock;		/* reservations: paces periodic cleanup */
+	/*
+	 * For each bit length of a size (0 for size 0), the first dynamic
+	 * pool that accepts every size of that length (npools: none does),
+	 * or ROUTE_SCAN where the answer changes within the length.
+	 */
+	uint8_t route[65];
+	uint64_t cleanup_due;	/* the earliest pool.cleanup_due */
+	/*
+	 * Reclaim before growth: reserved bytes that trimming has been seen
+	 * to undercut (the workload needed them back at once), and for each
+	 * dynamic pool when it was last trimmed and the in-use high-water
+	 * mark then.
+	 */
+	uint64_t regret_cap;
+	struct manager_trim trims[MEMORY_MAX_POOLS];
 	uint64_t windows;	/* persistent windows open */
 	bool capture;
 };
@@ -159,6 +220,10 @@ int memory_configuration_resolve(struct memory_configuration *cfg,
 	if (props->alignment == 0)
 		return config_error(msg, msg_len,
 				    "the device reports an alignment of 0");
+	if (!pool_is_pow2(props->alignment))
+		return config_error(msg, msg_len,
+				    "the device reports an alignment of %llu, which is not a power of two",
+				    (unsigned long long)props->alignment);
 	switch (c.preset) {
 	case MEMORY_PRESET_SUBSLICES:
 	case MEMORY_PRESET_EXCLUSIVE_PAGES:
@@ -202,7 +267,7 @@ static uint64_t dealloc_period_for(uint64_t size)
 
 static uint64_t align_down(uint64_t x, uint64_t alignment)
 {
-	return x - x % alignment;
+	return x & ~(alignment - 1);
 }
 
 /* x rounded up to the alignment, or down where up would overflow. */
@@ -314,6 +379,143 @@ static int layout_build(const struct memory_configuration *cfg,
 	return 0;
 }
 
+/*
+ * pool_host.before_alloc: a dynamic pool is about to take size bytes from
+ * the storage.  Return what the dynamic pools have held idle for long
+ * enough first, within the limits the top of this file explains.
+ */
+/* a + b, or UINT64_MAX where that overflows (a request may be huge). */
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static void manager_before_alloc(struct pool_host *host, struct pool *pool,
+				 uint64_t size)
+{
+	struct memory_manager *mm =
+		pool_container_of(host, struct memory_manager, host);
+	uint64_t after = sat_add(host->reserved, size);
+	uint64_t need = host->in_use_peak, cap, want, freed;
+	size_t i;
+
+	if (mm->capture || host->clock < RECLAIM_IDLE)
+		return;
+	for (i = 0; i < mm->npools && mm->pools[i] != pool; i++)
+		;
+	/*
+	 * The asking pool gave pages back a moment ago and nobody has needed
+	 * more memory since: the trim only moved a working set out and back
+	 * in.  Hold what the workload holds now, with the same slack, from
+	 * here on.
+	 */
+	if (i < mm->npools && mm->trims[i].clock != 0 &&
+	    host->clock - mm->trims[i].clock < RECLAIM_REGRET &&
+	    mm->trims[i].in_use_peak == host->in_use_peak) {
+		cap = sat_add(after, after / RECLAIM_SLACK);
+		if (cap > mm->regret_cap)
+			mm->regret_cap = cap;
+		/* One trim, one lesson: its pool's later growth is not news. */
+		mm->trims[i].clock = 0;
+	}
+	if (sat_add(host->in_use, size) > need)
+		need = sat_add(host->in_use, size);
+	cap = sat_add(need, need / RECLAIM_SLACK);
+	if (cap < mm->regret_cap)
+		cap = mm->regret_cap;
+	if (after <= cap)
+		return;
+	/*
+	 * Later pools first: in the presets they have the largest pages, so
+	 * the fewest driver frees bring reserved under the mark.
+	 */
+	want = after - cap;
+	for (i = mm->npools; i-- > 0 && want > 0;) {
+		freed = pool_trim(mm->pools[i], host->clock - RECLAIM_IDLE,
+				  want);
+		if (freed == 0)
+			continue;
+		mm->trims[i] = (struct manager_trim){
+			.clock = host->clock,
+			.in_use_peak = host->in_use_peak,
+		};
+		want -= freed < want ? freed : want;
+	}
+}
+
+/* The earliest clock at which a periodic cleanup can free anything. */
+static void manager_update_due(struct memory_manager *mm)
+{
+	uint64_t due = UINT64_MAX;
+	size_t i;
+
+	for (i = 0; i < mm->npools; i++)
+		if (mm->pools[i]->cleanup_due < due)
+			due = mm->pools[i]->cleanup_due;
+	mm->cleanup_due = due;
+}
+
+/* The bit length of size: 0 for 0, else the position of its top bit + 1. */
+static unsigned size_bits(uint64_t size)
+{
+	return size ? 64 - (unsigned)__builtin_clzll(size) : 0;
+}
+
+/* The first dynamic pool that accepts size (npools: none). */
+static size_t route_first(const struct memory_manager *mm, uint64_t size)
+{
+	size_t i;
+
+	for (i = 0; i < mm->npools && !pool_accept(mm->pools[i], size); i++)
+		;
+	return i;
+}
+
+/* Whether x is a size where what pool accepts changes (x - 1 vs x). */
+static bool route_edge(const struct pool *pool, uint64_t x)
+{
+	return pool_accept(pool, x - 1) != pool_accept(pool, x);
+}
+
+/* Fill mm->route from the pools' accept bounds. */
+static void route_build(struct memory_manager *mm)
+{
+	uint64_t lo, hi, edges[3];
+	unsigned b, k;
+	size_t i;
+	bool same;
+
+	for (b = 0; b <= 64; b++) {
+		lo = b == 0 ? 0 : UINT64_C(1) << (b - 1);
+		hi = b == 0 ? 0 : b == 64 ? UINT64_MAX : (UINT64_C(1) << b) - 1;
+		same = true;
+		for (i = 0; i < mm->npools && same; i++) {
+			const struct pool *p = mm->pools[i];
+
+			edges[0] = p->accept_max + (p->accept_max < UINT64_MAX);
+			edges[1] = p->near_min;
+			edges[2] = p->near_max + (p->near_max < UINT64_MAX);
+			for (k = 0; k < 3; k++)
+				if (edges[k] > lo && edges[k] <= hi &&
+				    route_edge(p, edges[k]))
+					same = false;
+		}
+		mm->route[b] = same ? (uint8_t)route_first(mm, lo) : ROUTE_SCAN;
+	}
+}
+
+/* Make mm the host of its pools and learn when they need cleaning. */
+static void manager_adopt(struct memory_manager *mm)
+{
+	size_t i;
+
+	route_build(mm);
+	for (i = 0; i < mm->npools; i++)
+		mm->pools[i]->host = &mm->host;
+	mm->persistent->host = &mm->host;
+	manager_update_due(mm);
+}
+
 static void pools_destroy(struct pool **pools, size_t n)
 {
 	size_t i;
@@ -358,6 +560,7 @@ int memory_manager_create(const struct memory_configuration *cfg,
 	if (!mm)
 		return GPUCMD_ENOMEM;
 	mm->storage = *storage;
+	mm->host.before_alloc = manager_before_alloc;
 	rc = pool_persistent_create(storage, props->alignment,
 				    &mm->persistent);
 	if (rc < 0) {
@@ -371,6 +574,7 @@ int memory_manager_create(const struct memory_configuration *cfg,
 		return rc;
 	}
 	mm->npools = layout.npools;
+	manager_adopt(mm);
 	*out = mm;
 	return 0;
 }
@@ -384,15 +588,30 @@ void memory_manager_destroy(struct memory_manager *mm)
 	free(mm);
 }
 
+/* Run every dynamic pool's periodic cleanup (nothing while capturing). */
+static void manager_periodic(struct memory_manager *mm)
+{
+	size_t i;
+
+	if (mm->capture)
+		return;
+	for (i = 0; i < mm->npools; i++)
+		pool_cleanup(mm->pools[i], false, mm->host.clock);
+	manager_update_due(mm);
+}
+
 /* The dynamic route: first accepting pool, spilling past full ones. */
 static int reserve_dynamic(struct memory_manager *mm, uint64_t size,
 			   struct memory_slice **slice)
 {
+	size_t i = mm->route[size_bits(size)];
 	bool full = false;
-	size_t i;
 	int rc;
 
-	for (i = 0; i < mm->npools; i++) {
+	/* Pools before the routed one do not accept the size. */
+	if (i == ROUTE_SCAN)
+		i = 0;
+	for (; i < mm->npools; i++) {
 		if (!pool_accept(mm->pools[i], size))
 			continue;
 		rc = pool_reserve(mm->pools[i], size, slice);
@@ -407,13 +626,11 @@ int memory_manager_reserve(struct memory_manager *mm, uint64_t size,
 			   struct memory_alloc *out)
 {
 	struct memory_slice *slice;
-	size_t i;
 	int rc;
 
-	mm->clock++;
-	if (!mm->capture)
-		for (i = 0; i < mm->npools; i++)
-			pool_cleanup(mm->pools[i], false, mm->clock);
+	mm->host.clock++;
+	if (mm->host.clock >= mm->cleanup_due)
+		manager_periodic(mm);
 	if (mm->windows > 0)
 		rc = pool_reserve(mm->persistent, size, &slice);
 	else
@@ -440,8 +657,9 @@ void memory_manager_cleanup(struct memory_manager *mm, bool explicit_call)
 	if (mm->capture)
 		return;
 	for (i = 0; i < mm->npools; i++)
-		pool_cleanup(mm->pools[i], explicit_call, mm->clock);
-	pool_cleanup(mm->persistent, explicit_call, mm->clock);
+		pool_cleanup(mm->pools[i], explicit_call, mm->host.clock);
+	pool_cleanup(mm->persistent, explicit_call, mm->host.clock);
+	manager_update_due(mm);
 }
 
 static void usage_add(struct memory_usage *sum, const struct pool *pool)
@@ -557,6 +775,10 @@ int memory_manager_install_pools(struct memory_manager *mm,
 	pools_destroy(mm->pools, mm->npools);
 	for (mm->npools = 0; mm->npools < layout.npools; mm->npools++)
 		mm->pools[mm->npools] = pools[mm->npools];
+	/* What the old layout taught about trimming says nothing of this. */
+	memset(mm->trims, 0, sizeof(mm->trims));
+	mm->regret_cap = 0;
+	manager_adopt(mm);
 	if (bytes_in_use)
 		*bytes_in_use = 0;
 	return 0;

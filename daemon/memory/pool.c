@@ -23,6 +23,11 @@ void pool_init(struct pool *pool, const struct pool_ops *ops,
 		.ops = ops,
 		.storage = *storage,
 		.alignment = alignment,
+		.align_mask = alignment - 1,
+		.accept_max = 0,
+		.near_min = 1,
+		.near_max = 0,
+		.cleanup_due = UINT64_MAX,
 		.stats = { .kind = kind },
 	};
 }
@@ -61,8 +66,15 @@ void *pool_grow(void *arr, size_t *cap, size_t need, size_t elem)
 
 bool pool_round_up(uint64_t x, uint64_t unit, uint64_t *out)
 {
-	uint64_t rem = x % unit;
+	uint64_t rem;
 
+	if (pool_is_pow2(unit)) {
+		if (x > UINT64_MAX - (unit - 1))
+			return false;
+		*out = (x + unit - 1) & ~(unit - 1);
+		return true;
+	}
+	rem = x % unit;
 	if (rem == 0) {
 		*out = x;
 		return true;
@@ -81,15 +93,10 @@ bool pool_wastes_little(uint64_t used, uint64_t whole)
 	return whole - used < whole / 5 + (whole % 5 != 0);
 }
 
-uint64_t pool_effective(const struct pool *pool, uint64_t size)
+uint64_t pool_little_waste_min(uint64_t whole)
 {
-	uint64_t effective;
-
-	if (size == 0)
-		return pool->alignment;
-	if (!pool_round_up(size, pool->alignment, &effective))
-		return 0;
-	return effective;
+	/* used > whole - ceil(whole / 5), the same rule solved for used. */
+	return whole - (whole / 5 + (whole % 5 != 0)) + 1;
 }
 
 int pool_device_alloc(struct pool *pool, uint64_t size, uint64_t *ptr)
@@ -100,17 +107,22 @@ int pool_device_alloc(struct pool *pool, uint64_t size, uint64_t *ptr)
 	/*
 	 * Whatever the storage says (its own code, or the driver's), to the
 	 * caller it means the device had no memory for us: command_reserve
-	 * reclaims and retries on exactly that.
+	 * reclaims and retries on exactly that.  The owner may first give
+	 * back memory that other pools hold idle.
 	 */
+	if (pool->host && pool->host->before_alloc)
+		pool->host->before_alloc(pool->host, pool, size);
 	if (pool->storage.alloc(pool->storage.ctx, size, &addr) < 0)
 		return GPUCMD_ENOMEM;
-	if (addr % pool->alignment != 0) {
+	if ((addr & pool->align_mask) != 0) {
 		/* Slices would break the alignment promise; refuse the page. */
 		pool->storage.free(pool->storage.ctx, addr);
 		return GPUCMD_EDRIVER;
 	}
 	st->usage.bytes_reserved += size;
 	st->pages++;
+	if (pool->host)
+		pool->host->reserved += size;
 	if (st->pages > st->pages_peak)
 		st->pages_peak = st->pages;
 	*ptr = addr;
@@ -122,36 +134,8 @@ void pool_device_free(struct pool *pool, uint64_t ptr, uint64_t size)
 	pool->storage.free(pool->storage.ctx, ptr);
 	pool->stats.usage.bytes_reserved -= size;
 	pool->stats.pages--;
-}
-
-void pool_slice_lend(struct pool *pool, struct memory_slice *slice,
-		     uint64_t size, uint64_t effective)
-{
-	struct memory_pool_report *st = &pool->stats;
-
-	slice->pool = pool;
-	slice->size = size;
-	slice->effective = effective;
-	slice->cursor = 0;
-	st->usage.allocations++;
-	st->usage.bytes_in_use += size;
-	st->usage.bytes_padding += effective - size;
-	if (size > st->largest_alloc)
-		st->largest_alloc = size;
-}
-
-void pool_slice_return(struct pool *pool, struct memory_slice *slice)
-{
-	struct memory_usage *u = &pool->stats.usage;
-
-	u->allocations--;
-	u->bytes_in_use -= slice->size;
-	u->bytes_padding -= slice->effective - slice->size;
-}
-
-bool pool_accept(const struct pool *pool, uint64_t size)
-{
-	return pool->ops->accept(pool, size);
+	if (pool->host)
+		pool->host->reserved -= size;
 }
 
 uint64_t pool_max_accept(const struct pool *pool)
@@ -159,19 +143,14 @@ uint64_t pool_max_accept(const struct pool *pool)
 	return pool->ops->max_accept(pool);
 }
 
-int pool_reserve(struct pool *pool, uint64_t size, struct memory_slice **out)
-{
-	return pool->ops->reserve(pool, size, out);
-}
-
-void pool_release(struct memory_slice *slice)
-{
-	slice->pool->ops->release(slice->pool, slice);
-}
-
 void pool_cleanup(struct pool *pool, bool explicit_call, uint64_t clock)
 {
 	pool->ops->cleanup(pool, explicit_call, clock);
+}
+
+uint64_t pool_trim(struct pool *pool, uint64_t idle_since, uint64_t want)
+{
+	return pool->ops->trim(pool, idle_since, want);
 }
 
 uint64_t pool_largest_free(const struct pool *pool)

@@ -19,6 +19,7 @@ void pool_dedicated_init(struct dedicated_pool *d, const struct pool_ops *ops,
 			 uint64_t alignment)
 {
 	pool_init(&d->base, ops, kind, storage, alignment);
+	d->base.accept_max = UINT64_MAX;
 	d->all = NULL;
 	d->free = NULL;
 	d->nfree = 0;
@@ -144,24 +145,47 @@ void pool_dedicated_drop(struct dedicated_pool *d, size_t i)
 	dedicated_free_node(d, node);
 }
 
-void pool_dedicated_sweep(struct dedicated_pool *d,
-			  bool (*doomed)(struct dedicated_slice *node))
+uint64_t pool_dedicated_sweep(struct dedicated_pool *d,
+			      bool (*doomed)(struct dedicated_slice *node,
+					     uint64_t arg),
+			      uint64_t arg)
 {
+	uint64_t freed = 0;
 	size_t i, kept = 0;
 
 	/* One compacting pass keeps the order of the survivors. */
 	for (i = 0; i < d->nfree; i++) {
-		if (!doomed || doomed(d->free[i]))
+		if (!doomed || doomed(d->free[i], arg)) {
+			freed += d->free[i]->length;
 			dedicated_free_node(d, d->free[i]);
-		else
+		} else {
 			d->free[kept++] = d->free[i];
+		}
 	}
 	d->nfree = kept;
+	return freed;
 }
 
 void pool_dedicated_drop_free(struct dedicated_pool *d)
 {
-	pool_dedicated_sweep(d, NULL);
+	pool_dedicated_sweep(d, NULL, 0);
+}
+
+uint64_t pool_dedicated_trim(struct pool *pool, uint64_t idle_since,
+			     uint64_t want)
+{
+	struct dedicated_pool *d = pool_dedicated_of(pool);
+	uint64_t freed = 0;
+	size_t i = d->nfree;
+
+	/* Largest first: the fewest driver frees return what is wanted. */
+	while (i-- > 0 && freed < want) {
+		if (d->free[i]->idle_since > idle_since)
+			continue;
+		freed += d->free[i]->length;
+		pool_dedicated_drop(d, i);
+	}
+	return freed;
 }
 
 int pool_dedicated_reserve_exact(struct dedicated_pool *d, uint64_t size,
@@ -205,6 +229,7 @@ void pool_dedicated_release(struct pool *pool, struct memory_slice *slice)
 		return;
 	pool_slice_return(pool, slice);
 	node->free = true;
+	node->idle_since = pool_now(pool);
 	/* After its equals: among equal lengths the oldest is reused first. */
 	i = free_upper(d, node->length);
 	memmove(&d->free[i + 1], &d->free[i],
@@ -229,11 +254,6 @@ void pool_dedicated_destroy(struct pool *pool)
 	free(d->free);
 	/* The kind's struct starts with d, so this frees all of it. */
 	free(d);
-}
-
-bool pool_dedicated_accept_any(const struct pool *pool, uint64_t size)
-{
-	return true;
 }
 
 uint64_t pool_dedicated_max_any(const struct pool *pool)

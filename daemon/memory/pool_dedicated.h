@@ -20,6 +20,7 @@ struct dedicated_slice {
 	/* ptr is the allocation; effective is the current slice's cover. */
 	struct memory_slice slice;
 	uint64_t length;	/* bytes held from the storage */
+	uint64_t idle_since;	/* the clock when it last became free */
 	uint32_t free_count;	/* exclusive pool: grace before freeing */
 	bool free;
 	struct dedicated_slice *prev, *next;	/* every allocation */
@@ -34,7 +35,10 @@ struct dedicated_pool {
 	size_t free_cap;
 };
 
-/** Initialise d (embedded in a kind's pool) with that kind's ops. */
+/**
+ * Initialise d (embedded in a kind's pool) with that kind's ops; it takes
+ * any size until the kind narrows pool.accept_max.
+ */
 void pool_dedicated_init(struct dedicated_pool *d, const struct pool_ops *ops,
 			 enum memory_pool_kind kind,
 			 const struct memory_storage *storage,
@@ -74,10 +78,13 @@ void pool_dedicated_drop_free(struct dedicated_pool *d);
 
 /**
  * Visit the free allocations in order and return to the storage those for
- * which doomed says true (NULL: all); doomed may update the node it gets.
+ * which doomed(node, arg) says true (NULL: all); doomed may update the node
+ * it gets.  Answers the bytes returned.
  */
-void pool_dedicated_sweep(struct dedicated_pool *d,
-			  bool (*doomed)(struct dedicated_slice *node));
+uint64_t pool_dedicated_sweep(struct dedicated_pool *d,
+			      bool (*doomed)(struct dedicated_slice *node,
+					     uint64_t arg),
+			      uint64_t arg);
 
 /** Cleanup op of the kinds that free only on an explicit cleanup. */
 void pool_dedicated_cleanup_explicit(struct pool *pool, bool explicit_call,
@@ -86,14 +93,15 @@ void pool_dedicated_cleanup_explicit(struct pool *pool, bool explicit_call,
 /** Release op shared by the dedicated kinds. */
 void pool_dedicated_release(struct pool *pool, struct memory_slice *slice);
 
+/** Trim op shared by the dedicated kinds: free allocations idle long enough. */
+uint64_t pool_dedicated_trim(struct pool *pool, uint64_t idle_since,
+			     uint64_t want);
+
 /** Largest free op shared by the dedicated kinds. */
 uint64_t pool_dedicated_largest_free(const struct pool *pool);
 
 /** Destroy op shared by the dedicated kinds. */
 void pool_dedicated_destroy(struct pool *pool);
-
-/** Accept op of the kinds that take any size. */
-bool pool_dedicated_accept_any(const struct pool *pool, uint64_t size);
 
 /** Max accept op of the kinds that take any size. */
 uint64_t pool_dedicated_max_any(const struct pool *pool);

@@ -28,11 +28,11 @@ static int direct_reserve(struct pool *pool, uint64_t size,
 }
 
 static const struct pool_ops direct_ops = {
-	.accept = pool_dedicated_accept_any,
 	.max_accept = pool_dedicated_max_any,
 	.reserve = direct_reserve,
 	.release = pool_dedicated_release,
 	.cleanup = pool_dedicated_cleanup_explicit,
+	.trim = pool_dedicated_trim,
 	.largest_free = pool_dedicated_largest_free,
 	.destroy = pool_dedicated_destroy,
 };
@@ -43,7 +43,7 @@ int pool_direct_create(const struct memory_pool_options *opt,
 {
 	struct direct_pool *dp;
 
-	if (alignment == 0)
+	if (!pool_is_pow2(alignment))
 		return GPUCMD_EINVAL;
 	dp = calloc(1, sizeof(*dp));
 	if (!dp)

@@ -5,6 +5,8 @@
  * effective size.  With reclaim_at set, free allocations are returned
  * before a new one would take the pool's reserved bytes over that mark; it
  * is a watermark, not a budget, so the new allocation is made regardless.
+ * Free allocations also go back on an explicit cleanup, or when the owning
+ * manager trims idle ones (pool_trim).
  *
  * Thread: the device thread only.
  */

@@ -52,11 +52,6 @@ static const struct exclusive_pool *to_exclusive_const(const struct pool *pool)
 	return pool_container_of(pool, const struct exclusive_pool, d.base);
 }
 
-static bool exclusive_accept(const struct pool *pool, uint64_t size)
-{
-	return size <= to_exclusive_const(pool)->max_alloc;
-}
-
 static uint64_t exclusive_max_accept(const struct pool *pool)
 {
 	return to_exclusive_const(pool)->max_alloc;
@@ -88,10 +83,23 @@ static int exclusive_reserve(struct pool *pool, uint64_t size,
 }
 
 /* One periodic check for a free allocation: whether its time is up. */
-static bool exclusive_aged(struct dedicated_slice *node)
+static bool exclusive_aged(struct dedicated_slice *node, uint64_t unused)
 {
 	node->free_count++;
 	return node->free_count >= EXCLUSIVE_FREE_AT;
+}
+
+/* The clock of the next periodic check, for the manager to wait for. */
+static void exclusive_set_due(struct exclusive_pool *ep)
+{
+	uint64_t step = ep->dealloc_period / EXCLUSIVE_CHECK_DIVISOR;
+
+	if (ep->dealloc_period == 0)
+		ep->d.base.cleanup_due = UINT64_MAX;
+	else if (ep->last_check > UINT64_MAX - step)
+		ep->d.base.cleanup_due = UINT64_MAX;
+	else
+		ep->d.base.cleanup_due = ep->last_check + step;
 }
 
 static void exclusive_cleanup(struct pool *pool, bool explicit_call,
@@ -108,15 +116,16 @@ static void exclusive_cleanup(struct pool *pool, bool explicit_call,
 		    ep->dealloc_period / EXCLUSIVE_CHECK_DIVISOR)
 		return;
 	ep->last_check = clock;
-	pool_dedicated_sweep(&ep->d, exclusive_aged);
+	exclusive_set_due(ep);
+	pool_dedicated_sweep(&ep->d, exclusive_aged, 0);
 }
 
 static const struct pool_ops exclusive_ops = {
-	.accept = exclusive_accept,
 	.max_accept = exclusive_max_accept,
 	.reserve = exclusive_reserve,
 	.release = pool_dedicated_release,
 	.cleanup = exclusive_cleanup,
+	.trim = pool_dedicated_trim,
 	.largest_free = pool_dedicated_largest_free,
 	.destroy = pool_dedicated_destroy,
 };
@@ -127,7 +136,7 @@ int pool_exclusive_create(const struct memory_pool_options *opt,
 {
 	struct exclusive_pool *ep;
 
-	if (alignment == 0)
+	if (!pool_is_pow2(alignment))
 		return GPUCMD_EINVAL;
 	ep = calloc(1, sizeof(*ep));
 	if (!ep)
@@ -136,8 +145,10 @@ int pool_exclusive_create(const struct memory_pool_options *opt,
 			    storage, alignment);
 	ep->d.base.stats.page_size = opt->max_alloc;
 	ep->d.base.stats.max_slice = opt->max_alloc;
+	ep->d.base.accept_max = opt->max_alloc;
 	ep->max_alloc = opt->max_alloc;
 	ep->dealloc_period = opt->dealloc_period;
+	exclusive_set_due(ep);
 	*out = &ep->d.base;
 	return 0;
 }

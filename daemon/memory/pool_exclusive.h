@@ -7,8 +7,8 @@
  * A free allocation is reused for a request it holds with under a fifth of
  * it left unused; otherwise a new allocation of exactly the request's
  * effective size is made.  Free allocations go back to the storage on an
- * explicit cleanup, or after some periodic checks (dealloc_period) without
- * being reused.
+ * explicit cleanup, after some periodic checks (dealloc_period) without
+ * being reused, or when the owning manager trims idle ones (pool_trim).
  *
  * Thread: the device thread only.
  */

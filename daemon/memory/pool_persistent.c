@@ -20,11 +20,11 @@ static int persistent_reserve(struct pool *pool, uint64_t size,
 }
 
 static const struct pool_ops persistent_ops = {
-	.accept = pool_dedicated_accept_any,
 	.max_accept = pool_dedicated_max_any,
 	.reserve = persistent_reserve,
 	.release = pool_dedicated_release,
 	.cleanup = pool_dedicated_cleanup_explicit,
+	.trim = pool_dedicated_trim,
 	.largest_free = pool_dedicated_largest_free,
 	.destroy = pool_dedicated_destroy,
 };
@@ -34,7 +34,7 @@ int pool_persistent_create(const struct memory_storage *storage,
 {
 	struct dedicated_pool *d;
 
-	if (alignment == 0)
+	if (!pool_is_pow2(alignment))
 		return GPUCMD_EINVAL;
 	d = calloc(1, sizeof(*d));
 	if (!d)

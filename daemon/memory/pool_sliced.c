@@ -16,10 +16,16 @@
  * whenever a search of the page fails; within a page it walks free blocks
  * only.  A release merges in O(1); a released block with no free neighbour
  * is linked into the free list by walking outwards both ways to the nearest
- * free block, which is short unless the page is nearly full.
+ * free block and along the free list at once (free_insert), which is short
+ * unless the page has both many free blocks and long runs of live ones.
  *
- * Pages go back to the storage only on an explicit cleanup (a dealloc
- * period means nothing to this pool, as in the reference).
+ * Block structs are recycled through a per-pool list of spares, so a split
+ * or a merge costs no trip to malloc; the spares go back to the C library
+ * on an explicit cleanup.
+ *
+ * Pages go back to the storage on an explicit cleanup (a dealloc period
+ * means nothing to this pool, as in the reference), or when the manager
+ * trims pages that have held nothing for a while (pool_trim).
  */
 #include "memory/pool_sliced.h"
 
@@ -45,6 +51,7 @@ struct sliced_page {
 	struct sliced_block *free_head;
 	uint64_t free_bound;	/* no free block here is larger */
 	uint64_t live;		/* live slices in this page */
+	uint64_t idle_since;	/* the clock when live last became 0 */
 };
 
 struct sliced_pool {
@@ -55,6 +62,7 @@ struct sliced_pool {
 	struct sliced_page **pages;	/* creation order, searched so */
 	size_t npages;
 	size_t pages_cap;
+	struct sliced_block *spare;	/* unused structs, linked by next */
 };
 
 static struct sliced_pool *to_sliced(struct pool *pool)
@@ -98,15 +106,30 @@ static void free_unlink(struct sliced_page *page, struct sliced_block *b)
 
 /*
  * Link a free block that has no free neighbour into the free list at its
- * address.  Walking both ways at once costs the distance to the nearer free
- * block rather than to the start of the page.
+ * address.  Two searches run in step: outwards through the neighbours to
+ * the nearest free block, and along the free list from its low end to the
+ * first free block above b.  Whichever ends first places b, so the cost is
+ * the smaller of the distance to a free neighbour and the number of free
+ * blocks below b: a page with one hole and a free tail, the shape of a
+ * loop that takes and gives back the same sizes, costs one step.
  */
 static void free_insert(struct sliced_page *page, struct sliced_block *b)
 {
 	struct sliced_block *l = b->prev;
 	struct sliced_block *r = b->next;
+	struct sliced_block *f = page->free_head, *last = NULL;
 
-	while (l || r) {
+	for (;;) {
+		if (!f) {
+			free_link(page, last, NULL, b);
+			return;
+		}
+		if (f->slice.ptr > b->slice.ptr) {
+			free_link(page, f->free_prev, f, b);
+			return;
+		}
+		last = f;
+		f = f->free_next;
 		if (l) {
 			if (l->free) {
 				free_link(page, l, l->free_next, b);
@@ -122,11 +145,28 @@ static void free_insert(struct sliced_page *page, struct sliced_block *b)
 			r = r->next;
 		}
 	}
-	free_link(page, NULL, NULL, b);
+}
+
+/* A block struct from the spares, or a new one; NULL when memory is short. */
+static struct sliced_block *block_get(struct sliced_pool *sp)
+{
+	struct sliced_block *b = sp->spare;
+
+	if (b) {
+		sp->spare = b->next;
+		return b;
+	}
+	return malloc(sizeof(*b));
+}
+
+static void block_put(struct sliced_pool *sp, struct sliced_block *b)
+{
+	b->next = sp->spare;
+	sp->spare = b;
 }
 
 /* Merge b's successor, a free block already off the free list, into b. */
-static void block_merge_next(struct sliced_block *b)
+static void block_merge_next(struct sliced_pool *sp, struct sliced_block *b)
 {
 	struct sliced_block *n = b->next;
 
@@ -134,7 +174,7 @@ static void block_merge_next(struct sliced_block *b)
 	b->next = n->next;
 	if (n->next)
 		n->next->prev = b;
-	free(n);
+	block_put(sp, n);
 }
 
 /* The lowest free block of page that holds effective bytes. */
@@ -167,22 +207,24 @@ static uint64_t page_largest_free(const struct sliced_page *page)
 }
 
 /* Hand out the start of free block b; the rest stays free in its place. */
-static int sliced_carve(struct sliced_pool *sp, struct sliced_block *b,
-			uint64_t size, uint64_t effective,
-			struct memory_slice **out)
+static inline int sliced_carve(struct sliced_pool *sp,
+			       struct sliced_block *b, uint64_t size,
+			       uint64_t effective, struct memory_slice **out)
 {
 	struct sliced_page *page = b->page;
 	struct sliced_block *rest;
 
 	if (b->slice.effective > effective) {
-		rest = calloc(1, sizeof(*rest));
+		rest = block_get(sp);
 		if (!rest)
 			return GPUCMD_ENOMEM;
 		rest->page = page;
 		rest->free = true;
-		rest->slice.pool = &sp->base;
-		rest->slice.ptr = b->slice.ptr + effective;
-		rest->slice.effective = b->slice.effective - effective;
+		rest->slice = (struct memory_slice){
+			.pool = &sp->base,
+			.ptr = b->slice.ptr + effective,
+			.effective = b->slice.effective - effective,
+		};
 		rest->prev = b;
 		rest->next = b->next;
 		if (b->next)
@@ -213,45 +255,33 @@ static int sliced_add_page(struct sliced_pool *sp, struct sliced_page **out)
 		return GPUCMD_ENOMEM;
 	sp->pages = pages;
 	page = calloc(1, sizeof(*page));
-	b = calloc(1, sizeof(*b));
+	b = block_get(sp);
 	if (!page || !b) {
 		free(page);
-		free(b);
+		if (b)
+			block_put(sp, b);
 		return GPUCMD_ENOMEM;
 	}
 	rc = pool_device_alloc(&sp->base, sp->page_size, &base);
 	if (rc < 0) {
 		free(page);
-		free(b);
+		block_put(sp, b);
 		return rc;
 	}
-	b->slice.pool = &sp->base;
-	b->slice.ptr = base;
-	b->slice.effective = sp->page_size;
-	b->page = page;
-	b->free = true;
+	*b = (struct sliced_block){
+		.slice = { .pool = &sp->base, .ptr = base,
+			   .effective = sp->page_size },
+		.page = page,
+		.free = true,
+	};
 	page->base = base;
 	page->first = b;
 	page->free_head = b;
 	page->free_bound = sp->page_size;
+	page->idle_since = pool_now(&sp->base);
 	sp->pages[sp->npages++] = page;
 	*out = page;
 	return 0;
-}
-
-static bool sliced_accept(const struct pool *pool, uint64_t size)
-{
-	const struct sliced_pool *sp = to_sliced_const(pool);
-
-	if (size <= sp->max_alloc)
-		return true;
-	/*
-	 * An uncapped pool also takes a request that fills most of a page:
-	 * the page is then nearly all used, and a later pool would spend a
-	 * device allocation of about the same size on it anyway.
-	 */
-	return sp->max_pages == 0 && size <= sp->page_size &&
-	       pool_wastes_little(size, sp->page_size);
 }
 
 static uint64_t sliced_max_accept(const struct pool *pool)
@@ -292,26 +322,28 @@ static int sliced_reserve(struct pool *pool, uint64_t size,
 
 static void sliced_release(struct pool *pool, struct memory_slice *slice)
 {
+	struct sliced_pool *sp = to_sliced(pool);
 	struct sliced_block *b = to_block(slice);
 	struct sliced_page *page = b->page;
 
 	if (b->free)
 		return;
 	pool_slice_return(pool, slice);
-	page->live--;
+	if (--page->live == 0)
+		page->idle_since = pool_now(pool);
 	b->free = true;
 	if (b->prev && b->prev->free) {
 		/* b is not on the free list; its predecessor absorbs it. */
 		b = b->prev;
-		block_merge_next(b);
+		block_merge_next(sp, b);
 		if (b->next && b->next->free) {
 			free_unlink(page, b->next);
-			block_merge_next(b);
+			block_merge_next(sp, b);
 		}
 	} else if (b->next && b->next->free) {
 		/* b takes its successor's place on the free list. */
 		free_link(page, b->next->free_prev, b->next->free_next, b);
-		block_merge_next(b);
+		block_merge_next(sp, b);
 	} else {
 		free_insert(page, b);
 	}
@@ -327,27 +359,63 @@ static void sliced_free_page(struct sliced_pool *sp, struct sliced_page *page)
 	pool_device_free(&sp->base, page->base, sp->page_size);
 	for (; b; b = next) {
 		next = b->next;
-		free(b);
+		block_put(sp, b);
 	}
 	free(page);
+}
+
+static void sliced_free_spares(struct sliced_pool *sp)
+{
+	struct sliced_block *b;
+
+	while ((b = sp->spare) != NULL) {
+		sp->spare = b->next;
+		free(b);
+	}
+}
+
+/*
+ * Return the pages with nothing live that have been so since idle_since or
+ * earlier, until want bytes are returned, keeping the others in their
+ * order; answers the bytes returned.
+ */
+static uint64_t sliced_free_idle(struct sliced_pool *sp, uint64_t idle_since,
+				 uint64_t want)
+{
+	struct sliced_page *page;
+	uint64_t freed = 0;
+	size_t i, kept = 0;
+
+	/* Merging on release leaves an unused page as one free block. */
+	for (i = 0; i < sp->npages; i++) {
+		page = sp->pages[i];
+		if (freed < want && page->live == 0 &&
+		    page->idle_since <= idle_since) {
+			sliced_free_page(sp, page);
+			freed += sp->page_size;
+		} else {
+			sp->pages[kept++] = page;
+		}
+	}
+	sp->npages = kept;
+	return freed;
 }
 
 static void sliced_cleanup(struct pool *pool, bool explicit_call,
 			   uint64_t clock)
 {
 	struct sliced_pool *sp = to_sliced(pool);
-	size_t i, kept = 0;
 
 	if (!explicit_call)
 		return;
-	/* Merging on release leaves an unused page as one free block. */
-	for (i = 0; i < sp->npages; i++) {
-		if (sp->pages[i]->live == 0)
-			sliced_free_page(sp, sp->pages[i]);
-		else
-			sp->pages[kept++] = sp->pages[i];
-	}
-	sp->npages = kept;
+	sliced_free_idle(sp, UINT64_MAX, UINT64_MAX);
+	sliced_free_spares(sp);
+}
+
+static uint64_t sliced_trim(struct pool *pool, uint64_t idle_since,
+			    uint64_t want)
+{
+	return sliced_free_idle(to_sliced(pool), idle_since, want);
 }
 
 static uint64_t sliced_largest_free(const struct pool *pool)
@@ -371,16 +439,17 @@ static void sliced_destroy(struct pool *pool)
 
 	for (i = 0; i < sp->npages; i++)
 		sliced_free_page(sp, sp->pages[i]);
+	sliced_free_spares(sp);
 	free(sp->pages);
 	free(sp);
 }
 
 static const struct pool_ops sliced_ops = {
-	.accept = sliced_accept,
 	.max_accept = sliced_max_accept,
 	.reserve = sliced_reserve,
 	.release = sliced_release,
 	.cleanup = sliced_cleanup,
+	.trim = sliced_trim,
 	.largest_free = sliced_largest_free,
 	.destroy = sliced_destroy,
 };
@@ -393,8 +462,8 @@ int pool_sliced_create(const struct memory_pool_options *opt,
 	struct sliced_pool *sp;
 
 	/* memory_configuration_resolve guarantees these; check, not trust. */
-	if (alignment == 0 || opt->page_size == 0 ||
-	    opt->page_size % alignment != 0 || max_slice > opt->page_size ||
+	if (!pool_is_pow2(alignment) || opt->page_size == 0 ||
+	    (opt->page_size & (alignment - 1)) != 0 || max_slice > opt->page_size ||
 	    (opt->max_pool_size != 0 && opt->max_pool_size < opt->page_size))
 		return GPUCMD_EINVAL;
 	sp = calloc(1, sizeof(*sp));
@@ -407,6 +476,16 @@ int pool_sliced_create(const struct memory_pool_options *opt,
 	sp->page_size = opt->page_size;
 	sp->max_alloc = max_slice;
 	sp->max_pages = opt->max_pool_size / opt->page_size;
+	sp->base.accept_max = max_slice;
+	/*
+	 * An uncapped pool also takes a request that fills most of a page:
+	 * the page is then nearly all used, and a later pool would spend a
+	 * device allocation of about the same size on it anyway.
+	 */
+	if (sp->max_pages == 0) {
+		sp->base.near_min = pool_little_waste_min(opt->page_size);
+		sp->base.near_max = opt->page_size;
+	}
 	*out = &sp->base;
 	return 0;
 }

@@ -4,7 +4,8 @@
  *
  * Each page is split first-fit on reserve and its adjacent free slices are
  * merged on release, so a page whose slices are all released is one free
- * block again.  Pages go back to the storage only on an explicit cleanup.
+ * block again.  Pages go back to the storage on an explicit cleanup, or
+ * when the owning manager trims pages idle for a while (pool_trim).
  * A pool with max_pool_size holds at most max_pool_size / page_size pages
  * and answers GPUCMD_ECAPACITY beyond that, which lets the manager spill
  * the request to the next pool.

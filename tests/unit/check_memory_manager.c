@@ -172,6 +172,11 @@ START_TEST(resolve_rejects)
 	expect_invalid(preset(99), &dev80, "unknown memory preset 99");
 	bad.alignment = 0;
 	expect_invalid(preset(MEMORY_PRESET_SUBSLICES), &bad, "alignment of 0");
+	/* Rounding is a mask, so the alignment must be a power of two. */
+	bad.alignment = 768;
+	expect_invalid(preset(MEMORY_PRESET_SUBSLICES), &bad,
+		       "alignment of 768, which is not a power of two");
+	expect_invalid(custom(2, p), &bad, "not a power of two");
 	bad.alignment = 4096;
 	bad.max_page_size = 1024;
 	expect_invalid(preset(MEMORY_PRESET_EXCLUSIVE_PAGES), &bad,
@@ -324,6 +329,49 @@ START_TEST(routing_subslices)
 	ck_assert_ptr_null(a.slice);
 	ck_assert_uint_eq(usage(mm).bytes_reserved, u.bytes_reserved);
 	take(mm, 20 * GIB);
+	finish(mm);
+}
+END_TEST
+
+START_TEST(routing_within_bit_lengths)
+{
+	/*
+	 * Boundaries that fall inside a power-of-two range (3 KiB, the
+	 * near-page rule at 52429, 98 KiB) must route exactly as pool_accept
+	 * says, whatever shortcut the manager takes per bit length.
+	 */
+	struct memory_pool_options p[3] = {
+		sliced(64 * KIB, 3 * KIB, 0),
+		exclusive(98 * KIB, 0),
+		direct(0),
+	};
+	struct memory_configuration c = custom(3, p);
+	struct memory_manager *mm = make(&c, &dev80);
+	static const struct {
+		uint64_t size;
+		size_t pool;
+	} cases[] = {
+		{ 0, 0 },	      { 1, 0 },		    { 3 * KIB, 0 },
+		{ 3 * KIB + 1, 1 },   { 4 * KIB, 1 },	    { 52428, 1 },
+		{ 52429, 0 },	      { 64 * KIB, 0 },	    { 64 * KIB + 1, 1 },
+		{ 98 * KIB, 1 },      { 98 * KIB + 1, 2 },  { 128 * KIB, 2 },
+		{ 1 * GIB + 3, 2 },
+	};
+	struct memory_pool_report r[4];
+	uint64_t before[3] = { 0 };
+	size_t i, k;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		take(mm, cases[i].size);
+		memory_manager_report(mm, r, 4);
+		for (k = 0; k < 3; k++) {
+			ck_assert_msg(r[k].usage.allocations ==
+					      before[k] + (k == cases[i].pool),
+				      "size %llu went to the wrong pool",
+				      (unsigned long long)cases[i].size);
+			before[k] = r[k].usage.allocations;
+		}
+	}
 	finish(mm);
 }
 END_TEST
@@ -565,6 +613,187 @@ START_TEST(periodic_through_manager)
 	ck_assert_uint_eq(usage(mm).bytes_reserved, 8192);
 	take(mm, 100);
 	ck_assert_uint_eq(usage(mm).bytes_reserved, 512);
+	finish(mm);
+}
+END_TEST
+
+START_TEST(periodic_when_due)
+{
+	/* A period of 500 checks every 100 reservations, first at clock 100. */
+	struct memory_pool_options p[2] = {
+		exclusive(1 * MIB, 500),
+		direct(0),
+	};
+	struct memory_configuration c = custom(2, p);
+	struct memory_manager *mm = make(&c, &dev80);
+	struct memory_slice *a;
+	int i;
+
+	a = take(mm, 4096);
+	memory_manager_release(mm, a);
+	a = take(mm, 2 * MIB);
+	memory_manager_release(mm, a);
+	for (i = 2; i < 99; i++)
+		memory_manager_release(mm, take(mm, 2 * MIB));
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 4096 + 2 * MIB);
+	/* The hundredth reservation is due: the never-reused 4 KiB goes. */
+	memory_manager_release(mm, take(mm, 2 * MIB));
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 2 * MIB);
+	finish(mm);
+}
+END_TEST
+
+/*
+ * Reclaim before growth.  The layout: pool 0 slices 1 MiB pages (up to
+ * 256 KiB), pool 1 gives larger requests an allocation each.  The manager
+ * returns memory only when growing would take reserved over 9/8 of the
+ * most ever live, only what has been idle for 64 reservations, and stops
+ * returning what a pool needs back within 1024 reservations.
+ */
+static struct memory_manager *reclaim_setup(uint64_t peak,
+					    struct memory_slice **small)
+{
+	struct memory_pool_options p[2] = {
+		sliced(1 * MIB, 256 * KIB, 0),
+		exclusive(64 * MIB, 0),
+	};
+	struct memory_configuration c = custom(2, p);
+	struct memory_manager *mm = make(&c, &dev80);
+	int i;
+
+	/* Clock 1: the high-water mark of live memory. */
+	memory_manager_release(mm, take(mm, peak));
+	/* Clocks 2-9: two pages of pool 0, idle from clock 9. */
+	for (i = 0; i < 8; i++)
+		small[i] = take(mm, 256 * KIB);
+	for (i = 0; i < 8; i++)
+		memory_manager_release(mm, small[i]);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, peak + 2 * MIB);
+	return mm;
+}
+
+/* n reservations that reuse the peak allocation: the clock moves on. */
+static void reclaim_filler(struct memory_manager *mm, uint64_t peak, int n)
+{
+	while (n-- > 0)
+		memory_manager_release(mm, take(mm, peak));
+}
+
+static uint64_t pool_pages(struct memory_manager *mm, size_t i)
+{
+	struct memory_pool_report r[3];
+
+	memory_manager_report(mm, r, 3);
+	return r[i].pages;
+}
+
+START_TEST(reclaim_idle_pages)
+{
+	struct memory_slice *s[8];
+	struct memory_manager *mm = reclaim_setup(4 * MIB, s);
+	struct memory_slice *y;
+
+	reclaim_filler(mm, 4 * MIB, 80);
+	/*
+	 * Clock 90: 3 MiB needs a new allocation, and 4 + 2 + 3 MiB is over
+	 * 4.5.  Pool 0's pages have been idle 81 reservations: they go.  The
+	 * 4 MiB allocation, free since clock 89, stays.
+	 */
+	y = take(mm, 3 * MIB);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 4 * MIB + 3 * MIB);
+	ck_assert_uint_eq(pool_pages(mm, 0), 0);
+	ck_assert_uint_eq(fs.nlive, 2);
+	memory_manager_release(mm, y);
+	/* Long after, pool 0 grows again: not a regret; the 3 MiB goes. */
+	reclaim_filler(mm, 4 * MIB, 1100);
+	s[0] = take(mm, 256 * KIB);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 4 * MIB + 1 * MIB);
+	ck_assert_uint_eq(pool_pages(mm, 1), 1);
+	memory_manager_release(mm, s[0]);
+	/* An explicit cleanup still returns everything free. */
+	memory_manager_cleanup(mm, true);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 0);
+	finish(mm);
+}
+END_TEST
+
+START_TEST(reclaim_only_what_is_needed)
+{
+	struct memory_slice *s[8];
+	struct memory_manager *mm = reclaim_setup(16 * MIB, s);
+
+	reclaim_filler(mm, 16 * MIB, 80);
+	/*
+	 * 16 + 2 + 0.5 MiB against a mark of 18 MiB: one idle page is
+	 * enough, so the other stays.
+	 */
+	take(mm, 512 * KIB);
+	ck_assert_uint_eq(pool_pages(mm, 0), 1);
+	ck_assert_uint_eq(usage(mm).bytes_reserved,
+			  16 * MIB + 1 * MIB + 512 * KIB);
+	finish(mm);
+}
+END_TEST
+
+START_TEST(reclaim_waits_for_idle)
+{
+	struct memory_slice *s[8];
+	struct memory_manager *mm = reclaim_setup(4 * MIB, s);
+
+	reclaim_filler(mm, 4 * MIB, 79);
+	/* Clock 89: the first page is used again, and idle only from 89. */
+	memory_manager_release(mm, take(mm, 256 * KIB));
+	take(mm, 3 * MIB);
+	ck_assert_uint_eq(pool_pages(mm, 0), 1);
+	ck_assert_uint_eq(usage(mm).bytes_reserved,
+			  4 * MIB + 1 * MIB + 3 * MIB);
+	finish(mm);
+}
+END_TEST
+
+START_TEST(reclaim_not_while_capturing)
+{
+	struct memory_slice *s[8];
+	struct memory_manager *mm = reclaim_setup(4 * MIB, s);
+
+	reclaim_filler(mm, 4 * MIB, 80);
+	/* The captured graph may name the idle pages: they stay. */
+	memory_manager_set_capture(mm, true);
+	take(mm, 3 * MIB);
+	ck_assert_uint_eq(pool_pages(mm, 0), 2);
+	ck_assert_uint_eq(usage(mm).bytes_reserved,
+			  4 * MIB + 2 * MIB + 3 * MIB);
+	memory_manager_set_capture(mm, false);
+	finish(mm);
+}
+END_TEST
+
+START_TEST(reclaim_regret)
+{
+	struct memory_slice *s[8];
+	struct memory_manager *mm = reclaim_setup(4 * MIB, s);
+	struct memory_slice *y;
+	int i;
+
+	reclaim_filler(mm, 4 * MIB, 80);
+	y = take(mm, 3 * MIB);
+	ck_assert_uint_eq(pool_pages(mm, 0), 0);
+	memory_manager_release(mm, y);
+	/*
+	 * Pool 0 needs its pages back 81 reservations after the trim, with
+	 * no more memory live than before it: the trim bought nothing.  From
+	 * now on the manager keeps 9/8 of what it holds then (8 MiB), so the
+	 * idle 3 MiB allocation stays where a trim would have taken it.
+	 */
+	reclaim_filler(mm, 4 * MIB, 80);
+	for (i = 0; i < 8; i++)
+		s[i] = take(mm, 256 * KIB);
+	ck_assert_uint_eq(pool_pages(mm, 0), 2);
+	ck_assert_uint_eq(pool_pages(mm, 1), 2);
+	ck_assert_uint_eq(usage(mm).bytes_reserved,
+			  4 * MIB + 3 * MIB + 2 * MIB);
+	for (i = 0; i < 8; i++)
+		memory_manager_release(mm, s[i]);
 	finish(mm);
 }
 END_TEST
@@ -1041,6 +1270,7 @@ static Suite *memory_manager_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, routing_subslices);
+	tcase_add_test(tc, routing_within_bit_lengths);
 	tcase_add_test(tc, persistent_mode);
 	tcase_add_test(tc, capacity_spill);
 	tcase_add_test(tc, capacity_exceeded);
@@ -1054,6 +1284,12 @@ static Suite *memory_manager_suite(void)
 	tcase_add_test(tc, pools_in_use);
 	tcase_add_test(tc, capture_blocks_cleanup);
 	tcase_add_test(tc, periodic_through_manager);
+	tcase_add_test(tc, periodic_when_due);
+	tcase_add_test(tc, reclaim_idle_pages);
+	tcase_add_test(tc, reclaim_only_what_is_needed);
+	tcase_add_test(tc, reclaim_waits_for_idle);
+	tcase_add_test(tc, reclaim_not_while_capturing);
+	tcase_add_test(tc, reclaim_regret);
 	tcase_add_test(tc, cursor_and_report);
 	suite_add_tcase(s, tc);
 

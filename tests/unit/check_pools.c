@@ -415,6 +415,151 @@ START_TEST(sliced_bad_options)
 }
 END_TEST
 
+START_TEST(sliced_free_list_order)
+{
+	enum { N = 16 };
+	static const int order[] = { 9, 3, 14, 1, 6, 11, 4, 12 };
+	struct pool *p = sliced(64 * KIB, 0, 0);
+	struct memory_slice *s[N], *x;
+	uint64_t base;
+	size_t i;
+
+	/* A full page; every other slice released, in a scattered order. */
+	for (i = 0; i < N; i++)
+		s[i] = take(p, 4096);
+	base = s[0]->ptr;
+	for (i = 0; i < sizeof(order) / sizeof(order[0]); i++)
+		pool_release(s[order[i]]);
+	/* First fit by address, whatever order the holes were made in. */
+	x = take(p, 4096);
+	ck_assert_uint_eq(x->ptr, base + 1 * 4096);
+	x = take(p, 4096);
+	ck_assert_uint_eq(x->ptr, base + 3 * 4096);
+	x = take(p, 8192);
+	ck_assert_uint_eq(x->ptr, base + 11 * 4096);
+	x = take(p, 4096);
+	ck_assert_uint_eq(x->ptr, base + 4 * 4096);
+	x = take(p, 4096);
+	ck_assert_uint_eq(x->ptr, base + 6 * 4096);
+	x = take(p, 4096);
+	ck_assert_uint_eq(x->ptr, base + 9 * 4096);
+	x = take(p, 4096);
+	ck_assert_uint_eq(x->ptr, base + 14 * 4096);
+	ck_assert_uint_eq(pool_largest_free(p), 0);
+	finish(p);
+}
+END_TEST
+
+START_TEST(sliced_sliding_window)
+{
+	enum { W = 32, STEPS = 1000 };
+	struct pool *p = sliced(1 * MIB, 0, 0);
+	struct memory_slice *s[W];
+	uint64_t base;
+	size_t i;
+
+	/*
+	 * A loop that gives back its oldest slice and takes one of the same
+	 * size: the hole left at the front is reused at once, so the live
+	 * slices cycle through the first W slots of the page.
+	 */
+	for (i = 0; i < W; i++)
+		s[i] = take(p, 4096);
+	base = s[0]->ptr;
+	for (i = 0; i < STEPS; i++) {
+		pool_release(s[i % W]);
+		s[i % W] = take(p, 4096);
+		expect(s[i % W]->ptr == base + (i % W) * 4096);
+	}
+	ck_assert_uint_eq(report(p).pages, 1);
+	ck_assert_uint_eq(pool_largest_free(p), 1 * MIB - W * 4096);
+	for (i = 0; i < W; i++)
+		pool_release(s[i]);
+	ck_assert_uint_eq(pool_largest_free(p), 1 * MIB);
+	finish(p);
+}
+END_TEST
+
+START_TEST(sliced_trim)
+{
+	struct pool_host host = { .clock = 10 };
+	struct pool *p = sliced(64 * KIB, 0, 0);
+	struct memory_slice *a, *b, *c;
+
+	p->host = &host;
+	a = take(p, 64 * KIB);
+	b = take(p, 64 * KIB);
+	c = take(p, 64 * KIB);
+	ck_assert_uint_eq(report(p).pages, 3);
+	host.clock = 20;
+	pool_release(a);
+	host.clock = 30;
+	pool_release(c);
+	host.clock = 40;
+	/* Only pages idle since clock 25 or earlier: a's, not c's. */
+	ck_assert_uint_eq(pool_trim(p, 25, UINT64_MAX), 64 * KIB);
+	ck_assert_uint_eq(report(p).pages, 2);
+	ck_assert_uint_eq(report(p).pages_peak, 3);
+	ck_assert_uint_eq(host.reserved, 2 * 64 * KIB);
+	/* A live page is never idle. */
+	ck_assert_uint_eq(pool_trim(p, 30, UINT64_MAX), 64 * KIB);
+	ck_assert_uint_eq(pool_trim(p, UINT64_MAX, UINT64_MAX), 0);
+	ck_assert_uint_eq(fs.nlive, 1);
+	ck_assert_uint_eq(fs.live[0].ptr, b->ptr);
+	/* Enough is enough: one page covers want = 1. */
+	a = take(p, 64 * KIB);
+	c = take(p, 64 * KIB);
+	pool_release(a);
+	pool_release(c);
+	ck_assert_uint_eq(pool_trim(p, UINT64_MAX, 1), 64 * KIB);
+	ck_assert_uint_eq(report(p).pages, 2);
+	/* The recycled block structs still carve and merge. */
+	a = take(p, 1000);
+	c = take(p, 2000);
+	pool_release(a);
+	pool_release(c);
+	ck_assert_uint_eq(pool_largest_free(p), 64 * KIB);
+	pool_release(b);
+	finish(p);
+}
+END_TEST
+
+START_TEST(pools_need_pow2_alignment)
+{
+	struct memory_pool_options opt = {
+		.kind = MEMORY_POOL_SLICED,
+		.page_size = 3 * 768,
+		.max_alloc = 768,
+	};
+	struct pool *p = NULL;
+	uint64_t v = 0;
+
+	ck_assert_int_eq(pool_sliced_create(&opt, &storage, 768, &p),
+			 GPUCMD_EINVAL);
+	opt.kind = MEMORY_POOL_EXCLUSIVE;
+	ck_assert_int_eq(pool_exclusive_create(&opt, &storage, 768, &p),
+			 GPUCMD_EINVAL);
+	opt.kind = MEMORY_POOL_DIRECT;
+	ck_assert_int_eq(pool_direct_create(&opt, &storage, 768, &p),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(pool_persistent_create(&storage, 768, &p),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(pool_persistent_create(&storage, 0, &p),
+			 GPUCMD_EINVAL);
+	ck_assert_ptr_null(p);
+	/* Rounding: a mask for powers of two, a division otherwise. */
+	ck_assert(pool_round_up(1, 512, &v) && v == 512);
+	ck_assert(pool_round_up(1024, 512, &v) && v == 1024);
+	ck_assert(pool_round_up(1000, 768, &v) && v == 1536);
+	ck_assert(!pool_round_up(UINT64_MAX - 10, 512, &v));
+	ck_assert(!pool_round_up(UINT64_MAX - 10, 768, &v));
+	ck_assert(pool_round_up(UINT64_MAX - 511, 512, &v) &&
+		  v == UINT64_MAX - 511);
+	ck_assert_uint_eq(pool_little_waste_min(1 * MIB), 838861);
+	ck_assert_uint_eq(pool_little_waste_min(5), 5);
+}
+END_TEST
+
 START_TEST(exclusive_exact_size)
 {
 	struct pool *p = exclusive(1024 * MIB, 0);
@@ -551,6 +696,37 @@ START_TEST(exclusive_explicit)
 	pool_release(b);
 	pool_cleanup(p, true, 0);
 	ck_assert_uint_eq(report(p).usage.bytes_reserved, 0);
+	finish(p);
+}
+END_TEST
+
+START_TEST(dedicated_trim)
+{
+	struct pool_host host = { .clock = 1 };
+	struct pool *p = exclusive(64 * MIB, 0);
+	struct memory_slice *a, *b, *c, *d;
+
+	p->host = &host;
+	a = take(p, 1 * MIB);
+	b = take(p, 2 * MIB);
+	c = take(p, 4 * MIB);
+	d = take(p, 8 * MIB);
+	host.clock = 5;
+	pool_release(a);
+	pool_release(b);
+	pool_release(c);
+	host.clock = 9;
+	pool_release(d);
+	/* Largest first among the idle ones; d is too recent. */
+	ck_assert_uint_eq(pool_trim(p, 5, 3 * MIB), 4 * MIB);
+	ck_assert_uint_eq(report(p).pages, 3);
+	ck_assert_uint_eq(pool_largest_free(p), 8 * MIB);
+	ck_assert_uint_eq(pool_trim(p, 5, UINT64_MAX), 3 * MIB);
+	ck_assert_uint_eq(report(p).pages, 1);
+	ck_assert_uint_eq(host.reserved, 8 * MIB);
+	ck_assert_uint_eq(pool_trim(p, 9, 0), 0);
+	ck_assert_uint_eq(pool_trim(p, 9, 1), 8 * MIB);
+	ck_assert_uint_eq(fs.nlive, 0);
 	finish(p);
 }
 END_TEST
@@ -707,6 +883,10 @@ static Suite *pools_suite(void)
 	tcase_add_test(tc, sliced_cleanup);
 	tcase_add_test(tc, sliced_storage_failure);
 	tcase_add_test(tc, sliced_bad_options);
+	tcase_add_test(tc, sliced_free_list_order);
+	tcase_add_test(tc, sliced_sliding_window);
+	tcase_add_test(tc, sliced_trim);
+	tcase_add_test(tc, pools_need_pow2_alignment);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");
@@ -725,6 +905,7 @@ static Suite *pools_suite(void)
 	tcase_add_test(tc, exclusive_accept);
 	tcase_add_test(tc, exclusive_periodic);
 	tcase_add_test(tc, exclusive_explicit);
+	tcase_add_test(tc, dedicated_trim);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("persistent_direct");
