@@ -234,19 +234,34 @@ for bin in "$BUILD"/tests/test_*; do
 done
 
 # ---- last: a fault --------------------------------------------------------
-# On CUDA a device fault is sticky for the whole context, so this runs last.
-# The fault must come back as GPUCMD_ESTREAM, and the daemon must live on.
+# On CUDA a device fault is sticky for the whole context: the daemon answers
+# the faulting batch with GPUCMD_ESTREAM, then stops with exit status 1 and a
+# log line, so that systemd (Restart=on-failure) starts it with a fresh
+# context.  This runs last for that reason.
 
-printf '%-40s ' "fault -> GPUCMD_ESTREAM, daemon lives"
+printf '%-40s ' "fault -> GPUCMD_ESTREAM, daemon exits 1"
 printf 'kernel fault grid=1 block=1\nsync\n' | tool exec --json - >"$OUT" 2>"$ERR"
 rc=$?
+status=
+i=0
+while [ $i -lt 100 ] && kill -0 "$daemon_pid" 2>/dev/null; do
+	sleep 0.1
+	i=$((i + 1))
+done
+if ! kill -0 "$daemon_pid" 2>/dev/null; then
+	wait "$daemon_pid"
+	status=$?
+	daemon_pid=
+fi
 if [ "$rc" -eq 0 ]; then
 	fail "the faulting script succeeded"
 elif ! grep -q 'GPUCMD_ESTREAM' "$OUT"; then
 	cat "$OUT" >>"$ERR"
 	fail "no GPUCMD_ESTREAM in the answer"
-elif ! tool ping >/dev/null 2>>"$ERR"; then
-	fail "the daemon no longer answers ping"
+elif [ "$status" != 1 ]; then
+	fail "the daemon did not exit 1 after the fault (status '${status:-still running}')"
+elif ! grep -q 'device is lost' "$LOG"; then
+	fail "no log line about the lost device"
 else
 	pass
 fi

@@ -411,6 +411,105 @@ START_TEST(load_module_errors)
 }
 END_TEST
 
+/* A user's PTX (nvcc -ptx -arch=compute_75, .version lowered to 7.0). */
+static const char add_one_ptx[] =
+	".version 7.0\n"
+	".target sm_75\n"
+	".address_size 64\n"
+	"	// .globl	add_one\n"
+	".visible .entry add_one(\n"
+	"	.param .u64 add_one_param_0,\n"
+	"	.param .u32 add_one_param_1\n"
+	")\n"
+	"{\n"
+	"	.reg .pred 	%p<2>;\n"
+	"	.reg .b32 	%r<8>;\n"
+	"	.reg .b64 	%rd<5>;\n"
+	"	ld.param.u64 	%rd1, [add_one_param_0];\n"
+	"	ld.param.u32 	%r2, [add_one_param_1];\n"
+	"	mov.u32 	%r3, %ctaid.x;\n"
+	"	mov.u32 	%r4, %ntid.x;\n"
+	"	mov.u32 	%r5, %tid.x;\n"
+	"	mad.lo.s32 	%r1, %r3, %r4, %r5;\n"
+	"	setp.ge.u32 	%p1, %r1, %r2;\n"
+	"	@%p1 bra 	$L__BB0_2;\n"
+	"	cvta.to.global.u64 	%rd2, %rd1;\n"
+	"	mul.wide.u32 	%rd3, %r1, 4;\n"
+	"	add.s64 	%rd4, %rd2, %rd3;\n"
+	"	ld.global.u32 	%r6, [%rd4];\n"
+	"	add.s32 	%r7, %r6, 1;\n"
+	"	st.global.u32 	[%rd4], %r7;\n"
+	"$L__BB0_2:\n"
+	"	ret;\n"
+	"}\n";
+
+/* On CUDA: a user's PTX module loads, and its kernel runs on a buffer. */
+START_TEST(user_ptx_module_on_cuda)
+{
+	const char *backend = getenv("GPUCMD_TEST_BACKEND");
+	struct raw c;
+	uint32_t vals[64], one[1] = { 1 }, block[1] = { 64 };
+	Gpucmd__OpLoadModule lm = GPUCMD__OP_LOAD_MODULE__INIT;
+	Gpucmd__OpCreateWithData cr = GPUCMD__OP_CREATE_WITH_DATA__INIT;
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+	Gpucmd__KernelArg a0 = GPUCMD__KERNEL_ARG__INIT, a1 = GPUCMD__KERNEL_ARG__INIT;
+	Gpucmd__KernelArg *args[2] = { &a0, &a1 };
+	Gpucmd__Op o_lm = GPUCMD__OP__INIT, o_cr = GPUCMD__OP__INIT;
+	Gpucmd__Op o_k = GPUCMD__OP__INIT, o_rd = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[4] = { &o_lm, &o_cr, &o_k, &o_rd };
+	Gpucmd__Frame *r;
+	const uint32_t *got;
+
+	if (backend == NULL || strcmp(backend, "cuda") != 0) {
+		printf("skipped: needs the CUDA backend\n");
+		return;
+	}
+	c = raw_open();
+	for (uint32_t i = 0; i < 64; i++)
+		vals[i] = i * 3;
+	lm.module = 1;
+	lm.format = "ptx";
+	lm.data.data = (uint8_t *)add_one_ptx;
+	lm.data.len = sizeof(add_one_ptx);
+	o_lm.op_case = GPUCMD__OP__OP_LOAD_MODULE;
+	o_lm.load_module = &lm;
+	cr.handle = 5;
+	cr.data.data = (uint8_t *)vals;
+	cr.data.len = sizeof(vals);
+	o_cr.op_case = GPUCMD__OP__OP_CREATE_WITH_DATA;
+	o_cr.create_with_data = &cr;
+	a0.value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER;
+	a0.buffer = 5;
+	a1.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
+	a1.u32 = 64;
+	k.name = "add_one";
+	k.module = 1;
+	k.n_grid = 1;
+	k.grid = one;
+	k.n_block = 1;
+	k.block = block;
+	k.n_args = 2;
+	k.args = args;
+	o_k.op_case = GPUCMD__OP__OP_KERNEL;
+	o_k.kernel = &k;
+	rd.handle = 5;
+	rd.length = sizeof(vals);
+	o_rd.op_case = GPUCMD__OP__OP_READ;
+	o_rd.read = &rd;
+	r = run_ops(&c, ops, 4, NULL, 0);
+	ck_assert_msg(r->response->error == NULL, "failed at op %u: %s",
+		      r->response->failed_index,
+		      r->response->error ? r->response->error->message : "");
+	ck_assert_uint_eq(r->response->results[3]->data.len, sizeof(vals));
+	got = (const uint32_t *)r->response->results[3]->data.data;
+	for (uint32_t i = 0; i < 64; i++)
+		ck_assert_uint_eq(got[i], i * 3 + 1);
+	frame_free(r);
+	close(c.fd);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("regions");
@@ -423,6 +522,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, attach_without_descriptor_closes_connection);
 	tcase_add_test(tc, client_dies_with_region_and_copy_in_flight);
 	tcase_add_test(tc, load_module_errors);
+	tcase_add_test(tc, user_ptx_module_on_cuda);
 	suite_add_tcase(s, tc);
 	return s;
 }
