@@ -69,6 +69,8 @@ struct batch_op {
 		Gpucmd__OpCleanup cleanup;
 		Gpucmd__OpRegionAttach region_attach;
 		Gpucmd__OpRegionRelease region_release;
+		Gpucmd__OpLoadModule load_module;
+		Gpucmd__OpUnloadModule unload_module;
 	} m;
 	Gpucmd__RegionRef ref;	/* write, read, create: a region range */
 	/* extra bytes follow; the struct's size keeps them 8-byte aligned */
@@ -830,6 +832,11 @@ GPUCMD_EXTERN int gpucmd_batch_kernel(struct gpucmd_batch *b, const char *name,
 	return gpucmd_batch_kernel_shared(b, name, grid, block, 0, args, nargs);
 }
 
+static int kernel_op(struct gpucmd_batch *b, uint64_t module,
+		     const char *name, const uint32_t grid[3],
+		     const uint32_t block[3], uint32_t shared_bytes,
+		     const struct gpucmd_arg *args, size_t nargs);
+
 GPUCMD_EXTERN int gpucmd_batch_kernel_shared(struct gpucmd_batch *b,
 					     const char *name,
 					     const uint32_t grid[3],
@@ -837,6 +844,70 @@ GPUCMD_EXTERN int gpucmd_batch_kernel_shared(struct gpucmd_batch *b,
 					     uint32_t shared_bytes,
 					     const struct gpucmd_arg *args,
 					     size_t nargs)
+{
+	return kernel_op(b, 0, name, grid, block, shared_bytes, args, nargs);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_kernel_module(struct gpucmd_batch *b,
+					     uint64_t module,
+					     const char *function,
+					     const uint32_t grid[3],
+					     const uint32_t block[3],
+					     uint32_t shared_bytes,
+					     const struct gpucmd_arg *args,
+					     size_t nargs)
+{
+	if (module == 0)
+		return GPUCMD_EINVAL;
+	return kernel_op(b, module, function, grid, block, shared_bytes, args,
+			 nargs);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_load_module(struct gpucmd_batch *b,
+					   uint64_t module,
+					   const char *format,
+					   const void *data, size_t len)
+{
+	size_t flen;
+	struct batch_op *o;
+	int r;
+
+	if (module == 0 || format == NULL || (data == NULL && len > 0))
+		return GPUCMD_EINVAL;
+	flen = strlen(format) + 1;
+	r = batch_push(b, GPUCMD__OP__OP_LOAD_MODULE, len + flen, &o);
+	if (r < 0)
+		return r;
+	gpucmd__op_load_module__init(&o->m.load_module);
+	o->m.load_module.module = module;
+	copy_data(op_tail(o), data, len, &o->m.load_module.data);
+	o->m.load_module.format = (char *)op_tail(o) + len;
+	memcpy(o->m.load_module.format, format, flen);
+	o->op.load_module = &o->m.load_module;
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_batch_unload_module(struct gpucmd_batch *b,
+					     uint64_t module)
+{
+	struct batch_op *o;
+	int r;
+
+	if (module == 0)
+		return GPUCMD_EINVAL;
+	r = batch_push(b, GPUCMD__OP__OP_UNLOAD_MODULE, 0, &o);
+	if (r < 0)
+		return r;
+	gpucmd__op_unload_module__init(&o->m.unload_module);
+	o->m.unload_module.module = module;
+	o->op.unload_module = &o->m.unload_module;
+	return 0;
+}
+
+static int kernel_op(struct gpucmd_batch *b, uint64_t module,
+		     const char *name, const uint32_t grid[3],
+		     const uint32_t block[3], uint32_t shared_bytes,
+		     const struct gpucmd_arg *args, size_t nargs)
 {
 	static const uint32_t one[3] = { 1, 1, 1 };
 	Gpucmd__OpKernel *k;
@@ -879,6 +950,7 @@ GPUCMD_EXTERN int gpucmd_batch_kernel_shared(struct gpucmd_batch *b,
 	k->n_grid = 3;
 	k->n_block = 3;
 	k->shared_bytes = shared_bytes;
+	k->module = module;
 	memcpy(k->name, name, name_len);
 	if (nargs == 0)
 		k->args = NULL;

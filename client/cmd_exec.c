@@ -83,6 +83,7 @@ static const char exec_usage[] =
 	"             | direct[:reclaim=N]\n"
 	"  profile begin|end PROFILE\n"
 	"  capture begin | capture end GRAPH | launch GRAPH | destroy GRAPH\n"
+	"  module NAME ptx|cubin|fatbin|cuda:hex:..|file:PATH   (then kernel NAME.FUNC ...)\n"
 	"  sync | usage | cursor | report | cleanup | flush | ping | submit\n";
 
 enum op_kind {
@@ -112,6 +113,7 @@ enum op_kind {
 	OP_DESTROY,
 	OP_REGION,
 	OP_RELEASE_REGION,
+	OP_MODULE,
 };
 
 /* Where the bytes of a write, create or read travel. */
@@ -128,6 +130,7 @@ enum name_kind {
 	NAME_GRAPH,
 	NAME_PROFILE,
 	NAME_REGION,
+	NAME_MODULE,
 	NAME_KINDS,
 };
 
@@ -145,7 +148,7 @@ struct op {
 	size_t data_len;
 	char *path;		/* read: write the bytes to this file */
 	struct gpucmd_layout layout;	/* write, read: rank 0 = none */
-	char *kernel;
+	char *kernel;		/* kernel: the function; module: the format */
 	uint32_t grid[3];
 	uint32_t block[3];
 	uint32_t shared;
@@ -257,6 +260,7 @@ static const char *const op_names[] = {
 	[OP_DESTROY] = "destroy",
 	[OP_REGION] = "region",
 	[OP_RELEASE_REGION] = "release-region",
+	[OP_MODULE] = "module",
 };
 
 /* How messages speak of each kind of name. */
@@ -276,6 +280,8 @@ static const struct name_words {
 			   "it was ended", "end it with profile end" },
 	[NAME_REGION] = { "region", "create it with region",
 			  "it was released", "release it with release-region" },
+	[NAME_MODULE] = { "module", "load it with module",
+			  "it was unloaded", "use another name" },
 };
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -1214,7 +1220,25 @@ static int parse_scalar(struct script *s, size_t w, struct gpucmd_arg *a)
 
 static int parse_kernel(struct script *s, struct op *op)
 {
-	op->kernel = strdup(s->word[1]);
+	const char *dot = strchr(s->word[1], '.');
+
+	/* MODULE.FUNCTION names a function of a module this script loaded. */
+	if (dot != NULL) {
+		char *mod = strndup(s->word[1], (size_t)(dot - s->word[1]));
+		struct binding *mb = mod ? binding_find(&s->names[NAME_MODULE],
+							mod)
+					 : NULL;
+
+		free(mod);
+		if (mb == NULL || mb->id == 0 || dot[1] == '\0')
+			return parse_error(s, 1, "'%s' is not MODULE.FUNCTION "
+					   "of a module loaded with the module "
+					   "line", s->word[1]);
+		op->id = mb->id;
+		op->kernel = strdup(dot + 1);
+	} else {
+		op->kernel = strdup(s->word[1]);
+	}
 	op->args = calloc(s->nwords, sizeof(*op->args));
 	if (op->kernel == NULL || op->args == NULL)
 		return parse_error(s, 1, "out of memory");
@@ -1259,6 +1283,39 @@ static int parse_kernel(struct script *s, struct op *op)
 	return 0;
 }
 
+/* module NAME ptx|cubin|fatbin|cuda:hex:..|file:PATH */
+static int parse_module(struct script *s, struct op *op)
+{
+	static const char *const formats[] = { "ptx", "cubin", "fatbin",
+					       "cuda" };
+	char *v = s->word[2];
+	char *colon = strchr(v, ':');
+	struct binding *b;
+	int rc;
+
+	for (size_t i = 0; colon != NULL && i < 4; i++) {
+		if ((size_t)(colon - v) == strlen(formats[i]) &&
+		    strncmp(v, formats[i], strlen(formats[i])) == 0) {
+			op->kernel = strdup(formats[i]);
+			break;
+		}
+	}
+	if (op->kernel == NULL)
+		return parse_error(s, 2, "expected ptx:, cubin:, fatbin: or "
+				   "cuda: before the data, not '%s'", v);
+	s->word[2] = colon + 1;
+	rc = word_data(s, 2, op);
+	s->word[2] = v;
+	if (rc < 0)
+		return -1;
+	b = word_new(s, 1, NAME_MODULE, 0);
+	if (b == NULL)
+		return -1;
+	op->name = b->name;
+	op->id = b->id;
+	return 0;
+}
+
 static const struct op_syntax syntax[] = {
 	{ "empty", OP_EMPTY, 2, 2, parse_empty, "empty NAME BYTES" },
 	{ "create", OP_CREATE, 2, 2, parse_create,
@@ -1295,6 +1352,8 @@ static const struct op_syntax syntax[] = {
 	  "region R BYTES [hex:..|file:PATH]" },
 	{ "release-region", OP_RELEASE_REGION, 1, 1, parse_release_region,
 	  "release-region R" },
+	{ "module", OP_MODULE, 2, 2, parse_module,
+	  "module NAME ptx|cubin|fatbin|cuda:hex:..|file:PATH" },
 };
 
 static void op_clear(struct op *op)
@@ -1445,9 +1504,17 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 	case OP_REGION:
 		break;	/* run before the group's requests */
 	case OP_KERNEL:
+		if (op->id != 0)
+			return gpucmd_batch_kernel_module(b, op->id, op->kernel,
+							  op->grid, op->block,
+							  op->shared, op->args,
+							  op->nargs);
 		return gpucmd_batch_kernel_shared(b, op->kernel, op->grid,
 						  op->block, op->shared,
 						  op->args, op->nargs);
+	case OP_MODULE:
+		return gpucmd_batch_load_module(b, op->id, op->kernel,
+						op->data, op->data_len);
 	case OP_RELEASE:
 		return gpucmd_batch_release(b, op->handle);
 	case OP_SYNC:

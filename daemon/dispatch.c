@@ -1475,10 +1475,14 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 			      data, len, &m->entry, log, sizeof(log));
 	if (rc != 0) {
 		free(m);
+		bool same = strcmp(log, ctx->driver->error) == 0;
+
 		return fail(b, rc, "cannot load module %llu (%s, %zu bytes): "
 			    "%s%s%s",
 			    (unsigned long long)op->module, op->format, len,
-			    ctx->driver->error, log[0] ? "; log: " : "", log);
+			    ctx->driver->error,
+			    log[0] && !same ? "; log: " : "",
+			    same ? "" : log);
 	}
 	m->id = op->module;
 	m->next = set->modules;

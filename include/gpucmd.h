@@ -196,6 +196,31 @@ GPUCMD_EXTERN int gpucmd_batch_kernel_shared(struct gpucmd_batch *b,
 					     size_t nargs);
 
 /*
+ * Device code: load a module (format "ptx", "cubin", "fatbin", or "cuda"
+ * for CUDA C compiled by NVRTC) under a client-chosen id.  The daemon
+ * compiles each distinct module once for every service.  The host backend
+ * refuses (GPUCMD_EUNSUPPORTED).
+ */
+GPUCMD_EXTERN int gpucmd_batch_load_module(struct gpucmd_batch *b,
+					   uint64_t module, const char *format,
+					   const void *data, size_t len);
+/* Forget a module id (launches already queued still run). */
+GPUCMD_EXTERN int gpucmd_batch_unload_module(struct gpucmd_batch *b,
+					     uint64_t module);
+/*
+ * Launch function of a loaded module.  Its arguments go as given (buffers
+ * as device addresses): unlike the built-ins, no bounds are checked.
+ */
+GPUCMD_EXTERN int gpucmd_batch_kernel_module(struct gpucmd_batch *b,
+					     uint64_t module,
+					     const char *function,
+					     const uint32_t grid[3],
+					     const uint32_t block[3],
+					     uint32_t shared_bytes,
+					     const struct gpucmd_arg *args,
+					     size_t nargs);
+
+/*
  * Memory of the batch's stream.  A reservation is memory without a handle:
  * reservation ids are chosen by the client in a namespace of their own
  * (non-zero; GPUCMD_EEXIST while live), and bind turns one into a handle.

@@ -233,6 +233,46 @@ for bin in "$BUILD"/tests/test_*; do
 	esac
 done
 
+# ---- a user's PTX through gpucmd exec -------------------------------------
+# add_one(p, n): p[i] += 1 for i < n (nvcc -ptx -arch=compute_75, .version 7.0)
+cat >"$TMP/add_one.ptx" <<'PTX'
+.version 7.0
+.target sm_75
+.address_size 64
+	// .globl	add_one
+.visible .entry add_one(
+	.param .u64 add_one_param_0,
+	.param .u32 add_one_param_1
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<8>;
+	.reg .b64 	%rd<5>;
+	ld.param.u64 	%rd1, [add_one_param_0];
+	ld.param.u32 	%r2, [add_one_param_1];
+	mov.u32 	%r3, %ctaid.x;
+	mov.u32 	%r4, %ntid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r1, %r3, %r4, %r5;
+	setp.ge.u32 	%p1, %r1, %r2;
+	@%p1 bra 	$L__BB0_2;
+	cvta.to.global.u64 	%rd2, %rd1;
+	mul.wide.u32 	%rd3, %r1, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	ld.global.u32 	%r6, [%rd4];
+	add.s32 	%r7, %r6, 1;
+	st.global.u32 	[%rd4], %r7;
+$L__BB0_2:
+	ret;
+}
+PTX
+expect "module: a user's PTX kernel" "0100000002000000" <<EOF
+module m ptx:file:$TMP/add_one.ptx
+create b hex:0000000001000000
+kernel m.add_one grid=1 block=32 b u32:2
+read b
+EOF
+
 # ---- last: a fault --------------------------------------------------------
 # On CUDA a device fault is sticky for the whole context: the daemon answers
 # the faulting batch with GPUCMD_ESTREAM, then stops with exit status 1 and a

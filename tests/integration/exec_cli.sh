@@ -70,6 +70,15 @@ case "$err" in
 *) fail "overrun message '$err'" ;;
 esac
 
+# 4b. a user's module: the host backend refuses it clearly
+if [ "${GPUCMD_TEST_BACKEND:-host}" = host ]; then
+	err=$(printf 'module m ptx:hex:00\n' | g exec - 2>&1 >/dev/null)
+	case "$err" in
+	*"GPUCMD_EUNSUPPORTED"*"CUDA backend"*) ;;
+	*) fail "module on the host backend: '$err'" ;;
+	esac
+fi
+
 # 5. memory-report --json while a client holds memory
 mkfifo "$dir/hold"
 (printf 'empty keep 1000\nsync\nsubmit\n'; cat "$dir/hold") | g exec --service held - >/dev/null &
