@@ -105,7 +105,7 @@ BENCH_SRC := $(wildcard tests/bench/*.c)
 
 BINS := $(BUILD)/gpucmdd $(BUILD)/gpucmd $(BUILD)/libgpucmd.so $(BUILD)/libgpucmd.a
 
-.PHONY: all run check check-unit check-integration check-gpu install uninstall clean deps tests
+.PHONY: all run check check-unit check-integration check-gpu check-valgrind lint install uninstall clean deps tests
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -184,6 +184,18 @@ check-unit: deps
 check-integration: deps
 	$(Q)$(MAKE) --no-print-directory tests
 	$(Q)BUILD=$(BUILD) sh tests/run.sh integration
+
+# Static analysis at the warning level; any finding fails.
+lint: $(BUILD)/proto/gpucmd.pb-c.h
+	$(Q)cppcheck -q --error-exitcode=1 -Iinclude -Iproto -Idaemon -Iclient \
+		-I$(BUILD)/proto daemon client proto
+
+# The integration suites with the daemon under valgrind (memory errors and
+# definite leaks fail the test).
+check-valgrind: deps
+	$(Q)$(MAKE) --no-print-directory tests
+	$(Q)command -v valgrind >/dev/null || { echo "check-valgrind: skipped: valgrind is not installed"; exit 77; }
+	$(Q)BUILD=$(BUILD) sh tests/run.sh valgrind
 
 # Skips (exit 77) with the reason when no CUDA device answers.
 check-gpu: deps

@@ -1632,7 +1632,7 @@ static void json_head(const struct op *op)
 static void print_hex(const uint8_t *p, size_t n)
 {
 	static const char digits[] = "0123456789abcdef";
-	char buf[4096];
+	char buf[4096] = "";
 	size_t k = 0;
 
 	for (size_t i = 0; i < n; i++) {

@@ -2,7 +2,7 @@
 # run.sh - run every test binary and script, and end with one line
 # "N passed, N failed" (", N skipped") counting every test case.
 #
-#   sh tests/run.sh [unit|integration]     BUILD=build by default
+#   sh tests/run.sh [unit|integration|valgrind]     BUILD=build by default
 #
 # Unit suites are Check programs (build/tests/check_*); their summary line
 # "NN%: Checks: C, Failures: F, Errors: E" gives the counts.  Integration
@@ -77,6 +77,14 @@ run_script() {
 
 if [ "$what" = all ] || [ "$what" = unit ]; then
 	for t in "$BUILD"/tests/check_*; do
+		[ -x "$t" ] && run_check "$t"
+	done
+fi
+if [ "$what" = valgrind ]; then
+	# The integration suites with the daemon under valgrind (harness.h):
+	# slower, so Check's timeouts are stretched.
+	export GPUCMD_TEST_VALGRIND=1 CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-6}
+	for t in "$BUILD"/tests/test_*; do
 		[ -x "$t" ] && run_check "$t"
 	done
 fi

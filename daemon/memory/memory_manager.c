@@ -294,7 +294,7 @@ static void preset_subslices(const struct memory_device_properties *props,
 			     struct memory_configuration *layout)
 {
 	uint64_t align = props->alignment;
-	uint64_t pages[MEMORY_MAX_POOLS];
+	uint64_t pages[MEMORY_MAX_POOLS] = { 0 };
 	uint64_t cur = props->max_page_size, page, slice, tail;
 	size_t n = 0, k;
 

@@ -52,9 +52,30 @@ static inline uint64_t harness_now_us(void)
 }
 
 /* Start gpucmdd with extra arguments (NULL-terminated). */
+/*
+ * $GPUCMD_TEST_VALGRIND=1 runs the daemon under valgrind (make
+ * check-valgrind): any memory error or definite leak makes it exit 99,
+ * which the teardown reports as a failure.
+ */
+static inline int harness_valgrind(const char **argv)
+{
+	const char *v = getenv("GPUCMD_TEST_VALGRIND");
+	int n = 0;
+
+	if (v == NULL || v[0] != '1')
+		return 0;
+	argv[n++] = "valgrind";
+	argv[n++] = "-q";
+	argv[n++] = "--error-exitcode=99";
+	argv[n++] = "--leak-check=full";
+	argv[n++] = "--errors-for-leak-kinds=definite";
+	argv[n++] = "--show-leak-kinds=definite";
+	return n;
+}
+
 static inline void daemon_start_args(struct daemon_proc *d, ...)
 {
-	const char *argv[32];
+	const char *argv[40];
 	const char *backend = getenv("GPUCMD_TEST_BACKEND");
 	char bin[256];
 	int argc = 0;
@@ -68,6 +89,7 @@ static inline void daemon_start_args(struct daemon_proc *d, ...)
 	snprintf(d->sock, sizeof(d->sock), "%s/s.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/daemon.log", d->dir);
 	snprintf(bin, sizeof(bin), "%s/gpucmdd", harness_build());
+	argc = harness_valgrind(argv);
 	argv[argc++] = bin;
 	argv[argc++] = "--socket";
 	argv[argc++] = d->sock;
@@ -76,7 +98,7 @@ static inline void daemon_start_args(struct daemon_proc *d, ...)
 	argv[argc++] = "--log-level";
 	argv[argc++] = "debug";
 	va_start(ap, d);
-	for (const char *a; (a = va_arg(ap, const char *)) != NULL && argc < 31;)
+	for (const char *a; (a = va_arg(ap, const char *)) != NULL && argc < 39;)
 		argv[argc++] = a;
 	va_end(ap);
 	argv[argc] = NULL;
@@ -92,7 +114,7 @@ static inline void daemon_start_args(struct daemon_proc *d, ...)
 			dup2(fd, 2);
 			dup2(fd, 1);
 		}
-		execv(bin, (char *const *)argv);
+		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	/* Wait until the socket answers (at most 20 s under sanitizers). */
