@@ -283,12 +283,17 @@ static int read_into_region(struct command_ctx *ctx, struct batch *b,
 	Gpucmd__RegionRef *where = arena_alloc(b, sizeof(*where));
 	struct host_bytes bytes;
 	struct command cmd;
+	uint64_t span, dense;
 	uint8_t *dst;
 	int rc;
 
 	if (where == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	rc = region_bytes(b, op->into, &dst);
+	if (rc != 0)
+		return rc;
+	rc = command_check_layout(desc, bind->handle->alloc.size, &span, &dense,
+				  b->message, sizeof(b->message));
 	if (rc != 0)
 		return rc;
 	rc = begin(ctx, b, bind, 1, &cmd);
@@ -304,7 +309,7 @@ static int read_into_region(struct command_ctx *ctx, struct batch *b,
 	gpucmd__region_ref__init(where);
 	where->region = op->into->region;
 	where->offset = op->into->offset;
-	where->length = op->into->length;
+	where->length = dense;		/* what landed, not the range's size */
 	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_REGION;
 	b->results[i].region = where;
 	return 0;
