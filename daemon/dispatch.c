@@ -1686,7 +1686,12 @@ static int check_reply_size(struct batch *b)
 			continue;
 		total += len;
 		if (total > REPLY_MAX) {
-			b->failed_index = (uint32_t)i;
+			/*
+			 * Refused whole: op 0 is named as the failing one, so
+			 * "every op before failed_index ran" stays true; the
+			 * message names the read that crosses the limit.
+			 */
+			b->failed_index = 0;
 			b->nresults = 0;
 			return fail(b, GPUCMD_ELIMIT,
 				    "this batch reads more than one reply frame "
