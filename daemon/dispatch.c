@@ -56,8 +56,11 @@ static void arena_free(struct batch *b)
 
 /* ---- helpers -------------------------------------------------------------- */
 
-/* The most read data one reply carries (a frame, less room for the rest). */
-#define REPLY_MAX (FRAME_MAX_BODY - (1u << 20))
+/*
+ * Replies obey the connection's max_frame_bytes like requests do: the read
+ * data of one batch may fill a frame less this much room for the rest.
+ */
+#define REPLY_ROOM 4096u
 
 /* Set the batch's message; the op's code is the return value. */
 static int fail(struct batch *b, int rc, const char *fmt, ...)
@@ -344,12 +347,20 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 					  sizeof(b->message));
 		if (rc != 0)
 			return rc;
-		if (dense > REPLY_MAX)
+		uint64_t cap = b->conn->limits.max_frame_bytes > REPLY_ROOM
+				       ? b->conn->limits.max_frame_bytes - REPLY_ROOM
+				       : 0;
+
+		if (dense > cap || b->reply_bytes > cap - dense)
 			return fail(b, GPUCMD_ELIMIT,
-				    "a read of %llu bytes is more than one reply "
-				    "frame can carry (%u bytes): read through a "
-				    "shared region or in pieces",
-				    (unsigned long long)dense, REPLY_MAX);
+				    "reading %llu more bytes would make this "
+				    "batch's reply %llu bytes, over the %llu "
+				    "that max_frame_bytes allows: read through "
+				    "a shared region or split the batch",
+				    (unsigned long long)dense,
+				    (unsigned long long)(b->reply_bytes + dense),
+				    (unsigned long long)cap);
+		b->reply_bytes += dense;
 	}
 	rc = begin(ctx, b, &bind, 1, &cmd);
 	if (rc == 0)
@@ -1653,57 +1664,6 @@ static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
 	}
 }
 
-/*
- * A batch whose inline reads add up to more than one frame can carry could
- * never be answered: refuse it whole, before any read copies a byte (the
- * op named is the read that crosses the limit).
- */
-static int check_reply_size(struct batch *b)
-{
-	uint64_t total = 0;
-
-	for (size_t i = 0; i < b->req->n_ops; i++) {
-		const Gpucmd__Op *op = b->req->ops[i];
-		uint64_t len;
-
-		if (op == NULL || op->op_case != GPUCMD__OP__OP_READ ||
-		    op->read->into != NULL)
-			continue;
-		len = op->read->length;
-		if (op->read->layout != NULL) {
-			const Gpucmd__CopyLayout *l = op->read->layout;
-
-			len = l->elem_size;
-			for (size_t d = 0; d < l->n_shape; d++)
-				if (__builtin_mul_overflow(len, l->shape[d], &len))
-					len = UINT64_MAX;
-		}
-		/*
-		 * A single read larger than a frame is judged at its own op,
-		 * after its bounds (it may well be out of bounds).
-		 */
-		if (len > REPLY_MAX)
-			continue;
-		total += len;
-		if (total > REPLY_MAX) {
-			/*
-			 * Refused whole: op 0 is named as the failing one, so
-			 * "every op before failed_index ran" stays true; the
-			 * message names the read that crosses the limit.
-			 */
-			b->failed_index = 0;
-			b->nresults = 0;
-			return fail(b, GPUCMD_ELIMIT,
-				    "this batch reads more than one reply frame "
-				    "can carry (%u bytes) by op %zu: read through "
-				    "a shared region or split the batch; nothing "
-				    "in it ran",
-				    REPLY_MAX, i);
-		}
-	}
-	return 0;
-}
-
 void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 {
 	size_t n = b->req->n_ops;
@@ -1718,12 +1678,6 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 				"the daemon is out of host memory for a batch "
 				"of %zu ops",
 				n);
-		return;
-	}
-	rc = check_reply_size(b);
-	if (rc != 0) {
-		b->stream = NULL;
-		b->error = rc;
 		return;
 	}
 	rc = streams_get(b->conn->set, b->req->stream, &b->stream, b->message,

@@ -45,6 +45,7 @@ struct batch {
 	struct profile_result *profiles; /* profile_end ops, filled at completion */
 	const struct builtin_kernel *last_kernel; /* lookup cache of a batch */
 	struct driver_function *last_fn;
+	uint64_t reply_bytes;		/* inline read data so far */
 	int *fds;			/* region descriptors sent with the frame */
 	size_t nfds;
 	size_t fds_used;

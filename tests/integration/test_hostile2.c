@@ -1051,9 +1051,10 @@ END_TEST
 START_TEST(large_reply_to_a_prompt_reader)
 {
 	/*
-	 * One read of 256 KiB with max_pending_bytes = 64 KiB: a client that
-	 * reads its replies promptly must get them; only one that does not
-	 * read may be cut off.
+	 * Replies as large as a frame allows (max_frame_bytes = 64 KiB, less
+	 * the room for the rest), over and over, with max_pending_bytes =
+	 * 64 KiB: a client that reads its replies promptly must get them all;
+	 * only one that does not read may be cut off.
 	 */
 	struct gpucmd_conn *c = connect_as("hostile");
 	struct gpucmd_batch *b = batch(c, 0);
@@ -1062,16 +1063,27 @@ START_TEST(large_reply_to_a_prompt_reader)
 	size_t len;
 	int rc;
 
-	gpucmd_batch_empty(b, 1, 256 << 10);
-	gpucmd_batch_read(b, 1, 0, 256 << 10);
+	gpucmd_batch_empty(b, 1, 56 << 10);
+	gpucmd_response_free(run_ok(b));
+	for (int i = 0; i < 20; i++) {
+		b = batch(c, 0);
+		gpucmd_batch_read(b, 1, 0, 56 << 10);
+		rc = gpucmd_run(b, &r);
+		ck_assert_msg(rc == 0, "a client reading its replies was cut "
+			      "off: %s", gpucmd_strerror(rc));
+		ck_assert_int_eq(gpucmd_response_error(r), 0);
+		ck_assert_int_eq(gpucmd_response_data(r, 0, (const void **)&got,
+						      &len), 0);
+		ck_assert_uint_eq(len, 56 << 10);
+		gpucmd_response_free(r);
+	}
+	b = batch(c, 0);
+	gpucmd_batch_read(b, 1, 0, 32 << 10);
+	gpucmd_batch_read(b, 1, 0, 32 << 10);
+	run_fails(b, 1, GPUCMD_ELIMIT, "max_frame_bytes");
+	b = batch(c, 0);
 	gpucmd_batch_release(b, 1);
-	rc = gpucmd_run(b, &r);
-	ck_assert_msg(rc == 0, "a client reading its replies was cut off: %s",
-		      gpucmd_strerror(rc));
-	ck_assert_int_eq(gpucmd_response_error(r), 0);
-	ck_assert_int_eq(gpucmd_response_data(r, 1, (const void **)&got, &len), 0);
-	ck_assert_uint_eq(len, 256 << 10);
-	gpucmd_response_free(r);
+	gpucmd_response_free(run_ok(b));
 	gpucmd_close(c);
 	back_to_baseline();
 }
@@ -1784,11 +1796,10 @@ END_TEST
 START_TEST(reads_beyond_one_frame)
 {
 	/*
-	 * A batch whose reads together exceed the largest frame (1 GiB) can
-	 * never be answered.  The daemon must refuse it before copying a
-	 * gigabyte into its own memory: the failing read is the one that
-	 * crosses the limit, and the daemon's peak memory stays far below the
-	 * total asked for.
+	 * A batch whose reads together exceed a frame (max_frame_bytes) is
+	 * stopped at the read that would cross it, so the daemon never holds
+	 * more read data for one batch than a frame: its peak memory stays
+	 * far below the 1.25 GiB asked for.
 	 */
 	struct gpucmd_conn *c = connect_as("greedy");
 	struct gpucmd_batch *b = batch(c, 0);
@@ -1805,14 +1816,12 @@ START_TEST(reads_beyond_one_frame)
 	ck_assert_int_eq(gpucmd_run(b, &r), 0);
 	ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_ELIMIT);
 	/*
-	 * Refused whole, before anything ran: failed_index is 0 (every op
-	 * before it ran, none here), and the message names op 63, the read
-	 * that crosses 1 GiB.
+	 * Replies obey max_frame_bytes (64M here): the read that would take
+	 * the reply over it fails, the ones before ran (3 x 16 MiB).
 	 */
-	ck_assert_int_eq(gpucmd_response_failed_index(r), 0);
-	ck_assert_uint_eq(gpucmd_response_count(r), 0);
-	ck_assert_msg(strstr(gpucmd_response_message(r), "by op 63") != NULL &&
-			      strstr(gpucmd_response_message(r), "nothing in it ran") != NULL,
+	ck_assert_int_eq(gpucmd_response_failed_index(r), 3);
+	ck_assert_uint_eq(gpucmd_response_count(r), 3);
+	ck_assert_msg(strstr(gpucmd_response_message(r), "max_frame_bytes") != NULL,
 		      "message: %s", gpucmd_response_message(r));
 	gpucmd_response_free(r);
 	hwm1 = daemon_status_kb(pid, "VmHWM");
