@@ -1825,9 +1825,11 @@ START_TEST(reads_beyond_one_frame)
 		      "message: %s", gpucmd_response_message(r));
 	gpucmd_response_free(r);
 	hwm1 = daemon_status_kb(pid, "VmHWM");
-	ck_assert_msg(hwm1 - hwm0 < 512 * 1024,
-		      "the daemon's peak memory grew by %ld MiB for a batch it "
-		      "refused", (hwm1 - hwm0) / 1024);
+	/* ThreadSanitizer's shadow multiplies resident memory: no bound there. */
+	if (strstr(harness_build(), "san-thread") == NULL)
+		ck_assert_msg(hwm1 - hwm0 < 512 * 1024,
+			      "the daemon's peak memory grew by %ld MiB for a "
+			      "batch it refused", (hwm1 - hwm0) / 1024);
 	b = batch(c, 0);
 	gpucmd_batch_release(b, 1);
 	gpucmd_response_free(run_ok(b));
