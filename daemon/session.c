@@ -27,7 +27,6 @@ struct write_req {
 	uv_write_t req;
 	struct session *s;
 	uint8_t *buf;
-	size_t len;
 };
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
@@ -40,7 +39,6 @@ static void on_write(uv_write_t *req, int status)
 	struct write_req *w = (struct write_req *)req;
 	struct session *s = w->s;
 
-	s->pending_bytes -= w->len;
 	free(w->buf);
 	free(w);
 	if (status < 0 && status != UV_ECANCELED && s->state != SESSION_CLOSING)
@@ -67,13 +65,10 @@ static void send_buf(struct session *s, uint8_t *buf, size_t len)
 	}
 	w->s = s;
 	w->buf = buf;
-	w->len = len;
 	b = uv_buf_init((char *)buf, (unsigned int)len);
-	s->pending_bytes += len;
 	queued_before = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
 	rc = uv_write(&w->req, (uv_stream_t *)&s->pipe, &b, 1, on_write);
 	if (rc != 0) {
-		s->pending_bytes -= len;
 		free(buf);
 		free(w);
 		session_close(s, uv_strerror(rc));

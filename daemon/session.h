@@ -69,7 +69,6 @@ struct session {
 	uint32_t nstreams;
 	uint32_t max_streams;		/* 0 until the first request */
 	uint32_t in_flight;
-	uint64_t pending_bytes;		/* queued writes not yet on the wire */
 	char peer[64];			/* "pid 123 uid 1000" for logs */
 	struct session *next;
 	struct session *prev;
