@@ -194,6 +194,31 @@ static inline struct gpucmd_conn *connect_as(const char *service)
 	return c;
 }
 
+/* Kernel arguments. */
+static inline struct gpucmd_arg buf_arg(uint64_t h)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_BUFFER, .v.handle = h };
+	return a;
+}
+
+static inline struct gpucmd_arg u32_arg(uint32_t v)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U32, .v.u32 = v };
+	return a;
+}
+
+static inline struct gpucmd_arg u64_arg(uint64_t v)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U64, .v.u64 = v };
+	return a;
+}
+
+static inline struct gpucmd_arg f32_arg(float v)
+{
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_F32, .v.f32 = v };
+	return a;
+}
+
 /* Run a batch and insist that it succeeds. */
 static inline struct gpucmd_response *run_ok(struct gpucmd_batch *b)
 {

@@ -10,30 +10,6 @@
 static const uint32_t G1[3] = { 4, 1, 1 };
 static const uint32_t B64[3] = { 64, 1, 1 };
 
-static struct gpucmd_arg buf_arg(uint64_t h)
-{
-	struct gpucmd_arg a = { .kind = GPUCMD_ARG_BUFFER, .v.handle = h };
-	return a;
-}
-
-static struct gpucmd_arg u32_arg(uint32_t v)
-{
-	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U32, .v.u32 = v };
-	return a;
-}
-
-static struct gpucmd_arg u64_arg(uint64_t v)
-{
-	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U64, .v.u64 = v };
-	return a;
-}
-
-static struct gpucmd_arg f32_arg(float v)
-{
-	struct gpucmd_arg a = { .kind = GPUCMD_ARG_F32, .v.f32 = v };
-	return a;
-}
-
 START_TEST(fill_and_read_back)
 {
 	struct gpucmd_conn *c = connect_as("basic");

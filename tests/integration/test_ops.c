@@ -22,30 +22,6 @@ static uint32_t f32_bits(float f)
 	return u;
 }
 
-static struct gpucmd_arg buf_arg(uint64_t h)
-{
-	struct gpucmd_arg a = { .kind = GPUCMD_ARG_BUFFER, .v.handle = h };
-	return a;
-}
-
-static struct gpucmd_arg u32_arg(uint32_t v)
-{
-	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U32, .v.u32 = v };
-	return a;
-}
-
-static struct gpucmd_arg u64_arg(uint64_t v)
-{
-	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U64, .v.u64 = v };
-	return a;
-}
-
-static struct gpucmd_arg f32_arg(float v)
-{
-	struct gpucmd_arg a = { .kind = GPUCMD_ARG_F32, .v.f32 = v };
-	return a;
-}
-
 static struct gpucmd_batch *batch(struct gpucmd_conn *c, uint32_t stream)
 {
 	struct gpucmd_batch *b = NULL;
