@@ -961,7 +961,42 @@ START_TEST(admin_group_members_are_admins)
 }
 END_TEST
 
-/* ---- stream limit --------------------------------------------------------- */
+/* ---- handle limit ----------------------------------------------------------- */
+
+/* max_handles: the next handle fails with the count and the key's name. */
+START_TEST(max_handles_per_connection)
+{
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r = NULL;
+
+	start_with("[limits]\nmax_handles = 3\n");
+	c = connect_as("h");
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	for (uint64_t h = 1; h <= 3; h++)
+		gpucmd_batch_empty(b, h, 64);
+	gpucmd_response_free(run_ok(b));
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_empty(b, 4, 64);
+	ck_assert_int_eq(gpucmd_run(b, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(gpucmd_response_message(r), "3 handles") &&
+			      strstr(gpucmd_response_message(r), "max_handles"),
+		      "message: %s", gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	/* A release makes room again, and the failed one left nothing held. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_release(b, 1);
+	gpucmd_batch_empty(b, 4, 64);
+	gpucmd_response_free(run_ok(b));
+	/* The service holds exactly three buffers of 64 bytes. */
+	ck_assert_uint_eq(report_totals(c).allocations, 3);
+	ck_assert_uint_eq(report_totals(c).bytes_in_use, 3 * 64);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* ---- stream limit ----------------------------------------------------------- */
 
 START_TEST(max_streams_per_service)
 {
@@ -1625,6 +1660,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, quota_exact_at_the_boundary);
 	tcase_add_test(tc, two_services_share_the_daemon);
 	tcase_add_test(tc, max_streams_per_service);
+	tcase_add_test(tc, max_handles_per_connection);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("identity");
