@@ -18,6 +18,7 @@
 #include "gpucmd.h"
 #include "log.h"
 #include "service.h"
+#include "spin.h"
 
 void config_defaults(struct config *cfg)
 {
@@ -38,6 +39,7 @@ void config_defaults(struct config *cfg)
 	cfg->limits.max_streams = 16;
 	cfg->limits.max_pending_bytes = 256ull << 20;
 	snprintf(cfg->layout, sizeof(cfg->layout), "subslices");
+	cfg->spin_us = SPIN_DEFAULT_US;
 	cfg->unknown_services = CONFIG_UNKNOWN_ALLOW;
 	cfg->default_service.weight = 1;
 }
@@ -481,6 +483,9 @@ static int handle_key(void *user, const char *section, const char *name,
 			cfg->log_level = x;
 			return 1;
 		}
+		if (strcmp(name, "spin_us") == 0)
+			return set_u32(st, name, v, 0, SPIN_MAX_US,
+				       &cfg->spin_us);
 		if (strcmp(name, "layout") == 0) {
 			if (strcmp(v, "subslices") != 0 &&
 			    strcmp(v, "exclusive") != 0)

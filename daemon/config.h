@@ -71,6 +71,7 @@ struct config {
 	uint64_t host_fail_alloc_at;	/* test hook, see driver.h */
 	int log_level;
 	char layout[16];		/* default pool layout: subslices, exclusive */
+	uint32_t spin_us;		/* busy wait before a thread sleeps (spin.h) */
 	struct config_limits limits;
 	enum config_unknown unknown_services;
 	struct config_service default_service;	/* limits of unlisted services */

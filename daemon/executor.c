@@ -19,6 +19,7 @@
 #include "module.h"
 #include "memory/pinned.h"
 #include "service.h"
+#include "spin.h"
 #include "streams.h"
 
 struct executor {
@@ -37,6 +38,7 @@ struct executor {
 	struct fence *done_head;
 	struct fence **done_tail;
 	bool stop;
+	atomic_uint work;		/* inbox, done or stop set (spin.h) */
 	/* Startup handshake, guarded by lock. */
 	bool started;
 	int start_rc;
@@ -82,6 +84,7 @@ static int open_backend(struct executor *ex, char *why, size_t why_len)
 		.device = ex->cfg.device,
 		.host_memory = ex->cfg.host_memory,
 		.host_fail_alloc_at = ex->cfg.host_fail_alloc_at,
+		.spin_us = ex->cfg.spin_us,
 	};
 	char cuda_why[512] = "";
 	int rc;
@@ -200,6 +203,7 @@ static void on_fence(void *arg, int status)
 	f->next = NULL;
 	*ex->done_tail = f;
 	ex->done_tail = &f->next;
+	atomic_store(&ex->work, 1);
 	pthread_cond_signal(&ex->cond);
 	pthread_mutex_unlock(&ex->lock);
 }
@@ -589,10 +593,14 @@ static void *device_main(void *arg)
 		struct fence *done;
 		bool stop;
 
+		/* Stay awake a while for the next batch or completion. */
+		if (ex->active_head == NULL)
+			spin_wait(&ex->work, ex->cfg.spin_us);
 		pthread_mutex_lock(&ex->lock);
 		while (!ex->stop && ex->inbox_head == NULL &&
 		       ex->done_head == NULL && ex->active_head == NULL)
 			pthread_cond_wait(&ex->cond, &ex->lock);
+		atomic_store(&ex->work, 0);
 		jobs = ex->inbox_head;
 		done = ex->done_head;
 		ex->inbox_head = NULL;
@@ -639,6 +647,7 @@ int executor_start(const struct config *cfg,
 	ex->done_tail = &ex->done_head;
 	ex->active_tail = &ex->active_head;
 	atomic_init(&ex->batches, 0);
+	atomic_init(&ex->work, 0);
 	ex->start_ms = monotonic_ms();
 	pthread_mutex_init(&ex->lock, NULL);
 	pthread_cond_init(&ex->cond, NULL);
@@ -672,6 +681,7 @@ void executor_stop(struct executor *ex)
 		return;
 	pthread_mutex_lock(&ex->lock);
 	ex->stop = true;
+	atomic_store(&ex->work, 1);
 	pthread_cond_signal(&ex->cond);
 	pthread_mutex_unlock(&ex->lock);
 	pthread_join(ex->thread, NULL);
@@ -693,6 +703,7 @@ static int enqueue(struct executor *ex, struct batch *b)
 {
 	pthread_mutex_lock(&ex->lock);
 	push(&ex->inbox_tail, b);
+	atomic_store(&ex->work, 1);
 	pthread_cond_signal(&ex->cond);
 	pthread_mutex_unlock(&ex->lock);
 	return 0;

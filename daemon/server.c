@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@ static void post(struct server *srv, struct outbox_msg *m)
 	pthread_mutex_lock(&srv->lock);
 	*srv->out_tail = m;
 	srv->out_tail = &m->next;
+	atomic_store_explicit(&srv->out_ready, 1, memory_order_release);
 	pthread_mutex_unlock(&srv->lock);
 	uv_async_send(&srv->wakeup);
 }
@@ -85,6 +87,7 @@ static void on_wakeup(uv_async_t *async)
 	m = srv->out_head;
 	srv->out_head = NULL;
 	srv->out_tail = &srv->out_head;
+	atomic_store_explicit(&srv->out_ready, 0, memory_order_relaxed);
 	memcpy(fatal, srv->fatal, sizeof(fatal));
 	srv->fatal[0] = '\0';
 	pthread_mutex_unlock(&srv->lock);
@@ -96,6 +99,9 @@ static void on_wakeup(uv_async_t *async)
 		server_stop(srv);
 	}
 
+	/* More replies tend to follow: a pipelining client's next batch. */
+	if (m != NULL && !srv->stopping)
+		server_spin(srv);
 	while (m != NULL) {
 		struct outbox_msg *next = m->next;
 
@@ -107,6 +113,33 @@ static void on_wakeup(uv_async_t *async)
 		free(m);
 		m = next;
 	}
+}
+
+/* ---- polling the outbox (spin.h) ----------------------------------------- */
+
+static void on_spin(uv_idle_t *h)
+{
+	struct server *srv = h->data;
+
+	if (atomic_load_explicit(&srv->out_ready, memory_order_acquire)) {
+		on_wakeup(&srv->wakeup);
+		return;
+	}
+	if (uv_hrtime() >= srv->spin_until) {
+		uv_idle_stop(h);
+		return;
+	}
+	/* Runnable work on this CPU (the device thread's) goes first. */
+	sched_yield();
+}
+
+void server_spin(struct server *srv)
+{
+	if (srv->spin_us == 0)
+		return;
+	srv->spin_until = uv_hrtime() + (uint64_t)srv->spin_us * 1000u;
+	if (!uv_is_active((uv_handle_t *)&srv->spin))
+		uv_idle_start(&srv->spin, on_spin);
 }
 
 /* ---- accepting ----------------------------------------------------------- */
@@ -404,6 +437,11 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 	}
 	uv_async_init(loop, &srv->wakeup, on_wakeup);
 	srv->wakeup.data = srv;
+	uv_idle_init(loop, &srv->spin);
+	srv->spin.data = srv;
+	srv->spin_us = cfg->spin_us;
+	/* Polling never keeps the loop from ending. */
+	uv_unref((uv_handle_t *)&srv->spin);
 	uv_signal_init(loop, &srv->sigint);
 	uv_signal_init(loop, &srv->sigterm);
 	srv->sigint.data = srv;
@@ -416,6 +454,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 	rc = listen_socket(srv, why, why_len);
 	if (rc != 0) {
 		uv_close((uv_handle_t *)&srv->wakeup, NULL);
+		uv_close((uv_handle_t *)&srv->spin, NULL);
 		uv_close((uv_handle_t *)&srv->sigint, NULL);
 		uv_close((uv_handle_t *)&srv->sigterm, NULL);
 		uv_close((uv_handle_t *)&srv->sighup, NULL);

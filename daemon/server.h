@@ -15,6 +15,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
@@ -29,6 +30,9 @@ struct server {
 	uv_loop_t *loop;
 	uv_pipe_t listener;
 	uv_async_t wakeup;
+	uv_idle_t spin;			/* polls the outbox a while (spin.h) */
+	uint64_t spin_until;		/* uv_hrtime() the polling stops at */
+	unsigned spin_us;		/* [daemon] spin_us, fixed at start */
 	uv_signal_t sigint;
 	uv_signal_t sigterm;
 	uv_signal_t sighup;
@@ -41,6 +45,7 @@ struct server {
 	pthread_mutex_t lock;		/* guards the outbox */
 	struct outbox_msg *out_head;
 	struct outbox_msg **out_tail;
+	atomic_uint out_ready;		/* the outbox has messages */
 
 	struct session *sessions;
 	uint32_t nsessions;
@@ -55,6 +60,13 @@ struct server {
 	int (*rebuild)(struct config *cfg, char *err, size_t err_len);
 	char fatal[256];		/* set by the device thread, under lock */
 };
+
+/**
+ * Keep the loop awake for spin_us (spin.h), polling the device thread's
+ * replies instead of sleeping until its wake-up: called when a batch went
+ * to the device thread and when replies came back.
+ */
+void server_spin(struct server *srv);
 
 /**
  * Start the executor (opening the device) and listen on cfg's socket.

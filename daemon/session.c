@@ -748,6 +748,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0)
 		return;
+	/* A client that sent one batch tends to send the next soon. */
+	server_spin(s->server);
 	/*
 	 * libuv queues every descriptor that arrives with the bytes; a client
 	 * may not make the daemon hold more than a request could ask for.

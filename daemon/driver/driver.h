@@ -187,6 +187,7 @@ struct driver_options {
 	int device;			/* device index */
 	uint64_t host_memory;		/* host backend: bytes of "device" memory */
 	uint64_t host_fail_alloc_at;	/* host backend test hook: fail the Nth mem_alloc (0 = never) */
+	unsigned spin_us;		/* host backend: a stream worker's spin before it sleeps (spin.h) */
 };
 
 /* The host backend (driver/host.c). */

@@ -53,6 +53,7 @@
 
 #include "gpucmd.h"
 #include "kernels/builtin.h"
+#include "spin.h"
 #include "kernels/host_kernels.h"
 
 /* Offset alignment of every block, as a GPU's allocator gives. */
@@ -153,6 +154,7 @@ struct host_driver {
 	struct host_heap pinned;
 	uint64_t fail_alloc_at;		/* test hook, 0 = never */
 	uint64_t alloc_calls;
+	unsigned spin_us;		/* a worker's spin before it sleeps */
 	/* One per built-in, at its index in the builtin table. */
 	struct driver_function *functions;
 	/* The one builtin_function found last: a batch asks for one kernel
@@ -171,6 +173,7 @@ struct driver_stream {
 	struct host_op_list returned;	/* spent blocks the worker gave back */
 	size_t nreturned;
 	bool idle;			/* the worker waits on wake */
+	atomic_uint kick;		/* queue filled or stop set (spin.h) */
 	atomic_bool stop;		/* worker: leave, drop the queue */
 	bool faulted;			/* worker only: since last callback */
 	/* Device thread only: */
@@ -533,15 +536,26 @@ static bool host_stream_take(struct driver_stream *s, struct host_op_list *work,
 {
 	bool stop;
 
+	bool spun = false;
+
 	pthread_mutex_lock(&s->lock);
 	host_op_list_splice(&s->returned, done);
 	s->nreturned += *ndone;
 	*ndone = 0;
 	while (!(stop = atomic_load(&s->stop)) && s->queue.head == NULL) {
+		if (!spun && s->hd->spin_us != 0) {
+			/* Stay awake a while for the next hand-over. */
+			spun = true;
+			pthread_mutex_unlock(&s->lock);
+			spin_wait(&s->kick, s->hd->spin_us);
+			pthread_mutex_lock(&s->lock);
+			continue;
+		}
 		s->idle = true;
 		pthread_cond_wait(&s->wake, &s->lock);
 		s->idle = false;
 	}
+	atomic_store(&s->kick, 0);
 	if (!stop)
 		host_op_list_splice(work, &s->queue);
 	pthread_mutex_unlock(&s->lock);
@@ -591,6 +605,7 @@ static void host_stream_start(struct driver_stream *s)
 		return;
 	pthread_mutex_lock(&s->lock);
 	host_op_list_splice(&s->queue, &s->pending);
+	atomic_store(&s->kick, 1);
 	if (s->idle)
 		pthread_cond_signal(&s->wake);
 	host_op_list_init(&back);
@@ -754,6 +769,7 @@ static int host_stream_create(struct driver *d, struct driver_stream **out)
 	host_op_list_init(&s->pending);
 	host_op_list_init(&s->spare);
 	atomic_init(&s->stop, false);
+	atomic_init(&s->kick, 0);
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->wake, NULL);
 	/*
@@ -788,6 +804,7 @@ static void host_stream_destroy(struct driver *d, struct driver_stream *s)
 
 	pthread_mutex_lock(&s->lock);
 	atomic_store(&s->stop, true);
+	atomic_store(&s->kick, 1);
 	pthread_cond_signal(&s->wake);
 	pthread_mutex_unlock(&s->lock);
 	/* stop is set before this lock is taken: the waiter cannot miss it. */
@@ -1230,6 +1247,7 @@ int driver_host_create(const struct driver_options *opt, struct driver **out)
 	host_heap_init(&hd->device, "host-backend device memory", budget);
 	host_heap_init(&hd->pinned, "pinned host memory", UINT64_MAX);
 	hd->fail_alloc_at = opt->host_fail_alloc_at;
+	hd->spin_us = opt->spin_us;
 	pthread_mutex_init(&hd->events_lock, NULL);
 	pthread_cond_init(&hd->events_done, NULL);
 	*out = &hd->base;
