@@ -5,8 +5,8 @@
  *
  * Every number gpucmd-bench reports is measured next to a floor taken in the
  * same run on the same machine (a raw socket ping-pong, memcpy, the backend's
- * own allocator), so a ratio means the same on a noisy laptop, a CI runner
- * and a GPU server.  Where the issue that asked for a scenario states an
+ * own allocator, and on a GPU the CUDA driver API called directly), so a
+ * ratio means the same on a noisy laptop, a CI runner and a GPU server.  Where the issue that asked for a scenario states an
  * absolute target (ops per second, microseconds per op), that target is
  * checked as stated and the floor is still printed beside it.
  *
@@ -153,6 +153,62 @@ int bench_add_spin0(struct gpucmd_batch *b);
 /** Append a ping to b. */
 int bench_add_ping(struct gpucmd_batch *b);
 
+/*
+ * Pipelined spin(0) batches (bench_throughput.c), shared with bench_gpu so
+ * that its launch row measures the daemon exactly as the throughput rows do.
+ */
+struct bench_tp {
+	uint64_t ops;
+	uint64_t wall_ns;
+	struct bench_cpu cpu;	/* CPU time used over the run */
+};
+/* Batches of 1024 spin(0) kept in flight at once. */
+#define BENCH_SPIN_X1024_DEPTH 4
+/** How long one batch size of the throughput scenario runs, in ns. */
+uint64_t bench_spin_run_ns(void);
+/**
+ * Keep depth batches of nops spin(0) in flight on c for about dur_ns;
+ * 0 or the first error (not reported).
+ */
+int bench_spin_batches(struct gpucmd_conn *c, size_t nops, size_t depth,
+		       uint64_t dur_ns, struct bench_tp *out);
+
+/*
+ * Bytes to the device and back (bench_transfer.c), shared with bench_gpu:
+ * one connection with one device buffer and two shared regions, a source
+ * that region writes copy from and a destination that region reads fill.
+ */
+enum bench_xfer_way {
+	BENCH_XFER_INLINE,	/* the bytes travel in the frame */
+	BENCH_XFER_REGION,	/* the bytes are already in a region */
+};
+struct bench_xfer {
+	struct gpucmd_conn *c;
+	const char *who;	/* the scenario, for error messages */
+	uint8_t *src_region;	/* the source region's mapping */
+	uint8_t *dst_region;	/* the destination region's mapping */
+};
+/**
+ * Allocate device_bytes on the device and create both regions of
+ * region_bytes; 0, or -1 with the error reported.  Closing x->c frees all.
+ */
+int bench_xfer_setup(struct bench_xfer *x, uint64_t device_bytes,
+		     size_t region_bytes);
+/**
+ * Run {write len bytes; sync}, from data inline or from the source region;
+ * 0 or the error (reported once the batch ran).
+ */
+int bench_xfer_write(struct bench_xfer *x, enum bench_xfer_way way,
+		     const uint8_t *data, size_t len);
+/**
+ * Read len bytes back, inline or into the destination region; when check
+ * is not NULL, compare them with it.  0 or the error (reported).
+ */
+int bench_xfer_read(struct bench_xfer *x, enum bench_xfer_way way, size_t len,
+		    const uint8_t *check);
+/** "4 KiB", "16 MiB", "1.50 MiB": a size as the row names say it. */
+void bench_size_name(char *buf, size_t len, size_t bytes);
+
 /* The scenarios, in the order they run. */
 void bench_daemon_memory(void);
 void bench_roundtrip(void);
@@ -160,3 +216,4 @@ void bench_throughput(void);
 void bench_transfer(void);
 void bench_allocator(void);
 void bench_scaling(void);
+void bench_gpu(void);

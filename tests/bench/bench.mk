@@ -8,8 +8,18 @@
 # the daemon's archive too; its objects are built by the Makefile's generic
 # rule with ALL_CFLAGS, which already has -Idaemon for the daemon headers.
 # Regenerate BENCHMARKS.md with tests/bench/bench_results.sh.
+#
+# The gpu scenario (bench_gpu.c) calls the CUDA driver API itself: with
+# HAVE_CUDA (CUDA=auto finding cuda.h, or CUDA=yes) it gets the toolkit's
+# headers, and the embedded built-in PTX comes from libgpucmdd.a, which
+# already holds cuda.mk's object; libcuda is opened at run time, never
+# linked.  Without HAVE_CUDA the file compiles to a stub that says so.
 
 BENCH_OBJ := $(call obj,$(BENCH_SRC))
+
+ifeq ($(HAVE_CUDA),1)
+$(BUILD)/obj/tests/bench/bench_gpu.o: ALL_CFLAGS += -I$(CUDA_HOME)/include
+endif
 
 .PHONY: bench bench-quick
 

@@ -153,7 +153,11 @@ END {
 	print "reserve+release pairs per second against the backend'"'"'s raw mem_alloc/mem_free,"
 	print "and the trace row is peak reserved MiB against peak in-use MiB; scaling"
 	print "rows compare with the same client processes against a one-thread epoll"
-	print "echo server."
+	print "echo server. On the CUDA backend, the rows `... vs cuLaunchKernel` and"
+	print "`... vs cuMemcpy pinned` compare with the CUDA driver API called by the"
+	print "bench process itself on the same GPU: microseconds per launch of the"
+	print "built-in spin(0), 1024 launches per stream synchronize, and GB/s of"
+	print "cuMemcpy from pinned (cuMemHostAlloc) memory."
 	if (nn > 0) {
 		print ""
 		print "Notes:"

@@ -19,12 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-struct tp_result {
-	uint64_t ops;
-	uint64_t wall_ns;
-	struct bench_cpu cpu;	/* deltas */
-};
-
 static int submit_spins(struct gpucmd_conn *c, size_t nops, uint64_t *id)
 {
 	struct gpucmd_batch *b;
@@ -57,9 +51,14 @@ static void cpu_delta(struct bench_cpu *d, const struct bench_cpu *a,
 	d->streams_ns = b->streams_ns - a->streams_ns;
 }
 
+uint64_t bench_spin_run_ns(void)
+{
+	return bench.quick ? 400000000ull : 3000000000ull;
+}
+
 /* Keep depth batches of nops spins in flight for about dur_ns. */
-static int run_daemon(struct gpucmd_conn *c, size_t nops, size_t depth,
-		      uint64_t dur_ns, struct tp_result *out)
+int bench_spin_batches(struct gpucmd_conn *c, size_t nops, size_t depth,
+		       uint64_t dur_ns, struct bench_tp *out)
 {
 	uint64_t *ids = calloc(depth, sizeof(*ids));
 	struct bench_cpu c0, c1;
@@ -101,7 +100,7 @@ out:
 
 /* The same bytes at the same depth through the echo child. */
 static int run_floor(size_t nops, size_t depth, uint64_t dur_ns,
-		     struct tp_result *out)
+		     struct bench_tp *out)
 {
 	struct bench_echo e;
 	struct bench_cpu c0, c1;
@@ -146,8 +145,8 @@ void bench_throughput(void)
 {
 	static const size_t sizes[] = { 1, 8, 64, 1024 };
 	/* Deep enough to keep the daemon busy, shallow enough for buffers. */
-	static const size_t depths[] = { 64, 32, 16, 4 };
-	const uint64_t dur = bench.quick ? 400000000ull : 3000000000ull;
+	static const size_t depths[] = { 64, 32, 16, BENCH_SPIN_X1024_DEPTH };
+	const uint64_t dur = bench_spin_run_ns();
 	struct gpucmd_conn *c = bench_connect("bench-throughput");
 	uint64_t id;
 
@@ -164,12 +163,12 @@ void bench_throughput(void)
 	}
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		size_t n = sizes[i], depth = depths[i];
-		struct tp_result d = { 0 }, f = { 0 };
+		struct bench_tp d = { 0 }, f = { 0 };
 		double ops_s, f_ops_s, cpu_op, f_cpu_op, dev_op;
 		char name[64];
 
 		bench_progress("throughput: batches of %zu spin(0)", n);
-		if (run_daemon(c, n, depth, dur, &d) != 0) {
+		if (bench_spin_batches(c, n, depth, dur, &d) != 0) {
 			bench_error("throughput: batches of %zu spin(0) failed",
 				    n);
 			break;

@@ -21,6 +21,9 @@
  * back) before it is timed.  The issue's targets are checked from 1 MiB
  * up: region copies >= 0.8x memcpy, inline >= 0.3x; below that a copy is a
  * round trip with a payload, and the round trip rows judge that.
+ *
+ * The connection, the copies and their check are bench.h's bench_xfer_*, so
+ * that bench_gpu times region copies exactly as here against cuMemcpy.
  */
 #include "bench.h"
 
@@ -36,27 +39,47 @@
 /* Room in a frame for everything around the payload. */
 #define XFER_FRAME_SLACK (64 * KIB)
 
-/* How bytes travel in a row. */
-enum xfer_way {
-	XFER_INLINE,
-	XFER_REGION,
-};
-
-struct xfer {
-	struct gpucmd_conn *c;
-	uint8_t *src_region;	/* XFER_SRC_REGION's mapping */
-	uint8_t *dst_region;	/* XFER_DST_REGION's mapping */
-};
-
-static int xfer_write(struct xfer *x, enum xfer_way way, const uint8_t *data,
-		      size_t len)
+int bench_xfer_setup(struct bench_xfer *x, uint64_t device_bytes,
+		     size_t region_bytes)
 {
 	struct gpucmd_batch *b;
+	char what[64];
+	void *p;
+
+	snprintf(what, sizeof(what), "%s: allocate", x->who);
+	if (gpucmd_batch_new(x->c, 0, &b) != 0)
+		return -1;
+	if (gpucmd_batch_empty(b, XFER_HANDLE, device_bytes) != 0) {
+		gpucmd_batch_free(b);
+		return -1;
+	}
+	if (bench_run_ok(b, what) != 0)
+		return -1;
+	if (gpucmd_region_create(x->c, XFER_SRC_REGION, region_bytes, &p) != 0) {
+		bench_error("%s: cannot create a region of %zu bytes", x->who,
+			    region_bytes);
+		return -1;
+	}
+	x->src_region = p;
+	if (gpucmd_region_create(x->c, XFER_DST_REGION, region_bytes, &p) != 0) {
+		bench_error("%s: cannot create a region of %zu bytes", x->who,
+			    region_bytes);
+		return -1;
+	}
+	x->dst_region = p;
+	return 0;
+}
+
+int bench_xfer_write(struct bench_xfer *x, enum bench_xfer_way way,
+		     const uint8_t *data, size_t len)
+{
+	struct gpucmd_batch *b;
+	char what[64];
 	int rc = gpucmd_batch_new(x->c, 0, &b);
 
 	if (rc != 0)
 		return rc;
-	if (way == XFER_INLINE)
+	if (way == BENCH_XFER_INLINE)
 		rc = gpucmd_batch_write(b, XFER_HANDLE, 0, data, len);
 	else
 		rc = gpucmd_batch_write_region(b, XFER_HANDLE, 0,
@@ -67,12 +90,12 @@ static int xfer_write(struct xfer *x, enum xfer_way way, const uint8_t *data,
 		gpucmd_batch_free(b);
 		return rc;
 	}
-	return bench_run_ok(b, "transfer: write");
+	snprintf(what, sizeof(what), "%s: write", x->who);
+	return bench_run_ok(b, what);
 }
 
-/* Read len bytes; when check is not NULL, compare them with it. */
-static int xfer_read(struct xfer *x, enum xfer_way way, size_t len,
-		     const uint8_t *check)
+int bench_xfer_read(struct bench_xfer *x, enum bench_xfer_way way, size_t len,
+		    const uint8_t *check)
 {
 	struct gpucmd_response *r = NULL;
 	struct gpucmd_batch *b;
@@ -83,7 +106,7 @@ static int xfer_read(struct xfer *x, enum xfer_way way, size_t len,
 
 	if (rc != 0)
 		return rc;
-	if (way == XFER_INLINE)
+	if (way == BENCH_XFER_INLINE)
 		rc = gpucmd_batch_read(b, XFER_HANDLE, 0, len);
 	else
 		rc = gpucmd_batch_read_region(b, XFER_HANDLE, 0, len,
@@ -95,7 +118,7 @@ static int xfer_read(struct xfer *x, enum xfer_way way, size_t len,
 	rc = gpucmd_run(b, &r);
 	if (rc == 0)
 		rc = gpucmd_response_error(r);
-	if (rc == 0 && way == XFER_INLINE) {
+	if (rc == 0 && way == BENCH_XFER_INLINE) {
 		rc = gpucmd_response_data(r, 0, &data, &got);
 	} else if (rc == 0) {
 		rc = gpucmd_response_region(r, 0, &region, &off, &rlen);
@@ -103,12 +126,12 @@ static int xfer_read(struct xfer *x, enum xfer_way way, size_t len,
 		got = (size_t)rlen;
 	}
 	if (rc != 0) {
-		bench_error("transfer: read of %zu bytes: %s", len,
+		bench_error("%s: read of %zu bytes: %s", x->who, len,
 			    gpucmd_strerror(rc));
 	} else if (got != len ||
 		   (check != NULL && memcmp(data, check, len) != 0)) {
-		bench_error("transfer: %zu bytes read back differ from what "
-			    "was written", len);
+		bench_error("%s: %zu bytes read back differ from what "
+			    "was written", x->who, len);
 		rc = GPUCMD_EPROTO;
 	}
 	gpucmd_response_free(r);
@@ -151,7 +174,7 @@ static size_t reps_for(size_t len)
 	return bench.quick ? 3 : 7;
 }
 
-static void size_name(char *buf, size_t len, size_t bytes)
+void bench_size_name(char *buf, size_t len, size_t bytes)
 {
 	if (bytes >= MIB && bytes % MIB == 0)
 		snprintf(buf, len, "%zu MiB", bytes / MIB);
@@ -161,26 +184,26 @@ static void size_name(char *buf, size_t len, size_t bytes)
 		snprintf(buf, len, "%zu KiB", bytes / KIB);
 }
 
-static void add_row(const char *dir, enum xfer_way way, size_t len,
+static void add_row(const char *dir, enum bench_xfer_way way, size_t len,
 		    double secs, double floor)
 {
 	char name[64], sz[32];
 	double gbs = (double)len / secs / 1e9;
 	double fgbs = (double)len / floor / 1e9;
 
-	size_name(sz, sizeof(sz), len);
+	bench_size_name(sz, sizeof(sz), len);
 	snprintf(name, sizeof(name), "%s %s %s", dir,
-		 way == XFER_INLINE ? "inline" : "region", sz);
+		 way == BENCH_XFER_INLINE ? "inline" : "region", sz);
 	bench_add(name, gbs, "GB/s", fgbs, gbs / fgbs,
 		  len >= MIB ? TARGET_RATIO_GE : TARGET_NONE,
-		  way == XFER_INLINE ? 0.3 : 0.8);
+		  way == BENCH_XFER_INLINE ? 0.3 : 0.8);
 }
 
 /*
  * Check one size, then time reps writes and reads of it; the memcpy floor
  * is taken right after, on the same sizes.  false when something failed.
  */
-static bool measure(struct xfer *x, enum xfer_way way, size_t len,
+static bool measure(struct bench_xfer *x, enum bench_xfer_way way, size_t len,
 		    const uint8_t *src, uint8_t *dst)
 {
 	size_t reps = reps_for(len);
@@ -190,21 +213,21 @@ static bool measure(struct xfer *x, enum xfer_way way, size_t len,
 	double floor;
 
 	bench_progress("transfer: %s %zu bytes",
-		       way == XFER_INLINE ? "inline" : "region", len);
-	if (way == XFER_REGION && ok) {
+		       way == BENCH_XFER_INLINE ? "inline" : "region", len);
+	if (way == BENCH_XFER_REGION && ok) {
 		memcpy(x->src_region, src, len);
 		memset(x->dst_region, 0, len);
 	}
 	/* Correct first, and warm (pages of both sides touched). */
-	ok = ok && xfer_write(x, way, src, len) == 0 &&
-	     xfer_read(x, way, len, src) == 0;
+	ok = ok && bench_xfer_write(x, way, src, len) == 0 &&
+	     bench_xfer_read(x, way, len, src) == 0;
 	for (size_t k = 0; ok && k < reps; k++) {
 		uint64_t t0 = bench_now_ns();
 
-		ok = xfer_write(x, way, src, len) == 0;
+		ok = bench_xfer_write(x, way, src, len) == 0;
 		tw[k] = (double)(bench_now_ns() - t0) / 1e9;
 		t0 = bench_now_ns();
-		ok = ok && xfer_read(x, way, len, NULL) == 0;
+		ok = ok && bench_xfer_read(x, way, len, NULL) == 0;
 		tr[k] = (double)(bench_now_ns() - t0) / 1e9;
 	}
 	if (ok) {
@@ -223,10 +246,9 @@ void bench_transfer(void)
 	static const size_t common[] = { 4 * KIB, 64 * KIB, 256 * KIB, MIB,
 					 4 * MIB, 16 * MIB };
 	size_t sizes[16], nsizes = 0, inline_max, region_max, max;
-	struct xfer x = { bench_connect("bench-transfer"), NULL, NULL };
-	struct gpucmd_batch *b;
+	struct bench_xfer x = { bench_connect("bench-transfer"), "transfer",
+				NULL, NULL };
 	uint8_t *src = NULL, *dst = NULL;
-	void *p;
 
 	if (x.c == NULL)
 		return;
@@ -251,34 +273,20 @@ void bench_transfer(void)
 	for (size_t i = 0; i < max; i++)
 		src[i] = (uint8_t)(i * 2654435761u >> 13);
 	memset(dst, 0, max);
-	if (gpucmd_batch_new(x.c, 0, &b) != 0 ||
-	    gpucmd_batch_empty(b, XFER_HANDLE, max) != 0 ||
-	    bench_run_ok(b, "transfer: allocate") != 0)
+	if (bench_xfer_setup(&x, max, region_max) != 0)
 		goto out;
-	if (gpucmd_region_create(x.c, XFER_SRC_REGION, region_max, &p) != 0) {
-		bench_error("transfer: cannot create a region of %zu bytes",
-			    region_max);
-		goto out;
-	}
-	x.src_region = p;
-	if (gpucmd_region_create(x.c, XFER_DST_REGION, region_max, &p) != 0) {
-		bench_error("transfer: cannot create a region of %zu bytes",
-			    region_max);
-		goto out;
-	}
-	x.dst_region = p;
 
 	for (size_t i = 0; i < nsizes; i++) {
 		size_t len = sizes[i];
 
 		/* The largest inline size replaces those over the frame. */
 		if (len <= inline_max &&
-		    !measure(&x, XFER_INLINE, len, src, dst))
+		    !measure(&x, BENCH_XFER_INLINE, len, src, dst))
 			break;
 		if (len > inline_max && i > 0 && sizes[i - 1] < inline_max &&
-		    !measure(&x, XFER_INLINE, inline_max, src, dst))
+		    !measure(&x, BENCH_XFER_INLINE, inline_max, src, dst))
 			break;
-		if (!measure(&x, XFER_REGION, len, src, dst))
+		if (!measure(&x, BENCH_XFER_REGION, len, src, dst))
 			break;
 	}
 	bench_note("region rows copy between the device and a region the "

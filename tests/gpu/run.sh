@@ -10,8 +10,9 @@
 # (fill, copy, add, scale, saxpy, reduce, spin), with odd launch geometries
 # on purpose: the built-ins must cover every element exactly once whatever
 # the grid and block.  Then it runs every integration binary
-# $BUILD/tests/test_* with GPUCMD_TEST_BACKEND=cuda, and last the fault
-# test, because on CUDA a fault loses the daemon's context for good.
+# $BUILD/tests/test_* with GPUCMD_TEST_BACKEND=cuda, prints the GPU floors
+# of gpucmd-bench (--only gpu), and last the fault test, because on CUDA a
+# fault loses the daemon's context for good.
 #
 # Ends with "N passed, N failed".  Exit 0: all passed; 1: something failed;
 # 77: no usable GPU here (the reason is printed).
@@ -232,6 +233,39 @@ for bin in "$BUILD"/tests/test_*; do
 	*) fail "exit $rc" ;;
 	esac
 done
+
+# ---- GPU floors: gpucmd-bench's gpu scenario --------------------------------
+# The daemon against cuLaunchKernel and cuMemcpy from pinned memory called by
+# the bench itself (tests/bench/bench_gpu.c), printed for the record; the
+# bench starts a private daemon of its own.  A missed target is a finding,
+# not a failure: this fails only when the bench could not measure, or made
+# no GPU rows.
+
+printf '%-40s ' "gpucmd-bench --only gpu (cuda)"
+if [ ! -x "$BUILD/gpucmd-bench" ]; then
+	echo "skipped: $BUILD/gpucmd-bench is missing (make $BUILD/gpucmd-bench)"
+	skipped=$((skipped + 1))
+else
+	if command -v timeout >/dev/null 2>&1; then
+		timeout 300 "$BUILD/gpucmd-bench" --quick --only gpu \
+			--backend cuda >"$OUT" 2>"$ERR"
+	else
+		"$BUILD/gpucmd-bench" --quick --only gpu --backend cuda \
+			>"$OUT" 2>"$ERR"
+	fi
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		cat "$OUT" >>"$ERR"
+		fail "gpucmd-bench exited $rc"
+	elif ! grep -q 'vs cuLaunchKernel' "$OUT" ||
+		! grep -q 'vs cuMemcpy pinned' "$OUT"; then
+		cat "$OUT" >>"$ERR"
+		fail "no GPU floor rows"
+	else
+		pass
+		sed 's/^/    /' "$OUT"
+	fi
+fi
 
 # ---- a user's PTX through gpucmd exec -------------------------------------
 # add_one(p, n): p[i] += 1 for i < n (nvcc -ptx -arch=compute_75, .version 7.0)
