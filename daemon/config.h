@@ -69,6 +69,7 @@ struct config {
 	uint64_t host_memory;		/* host backend "device" size */
 	uint64_t pinned_memory;		/* budget of the pinned host pool */
 	uint64_t host_fail_alloc_at;	/* test hook, see driver.h */
+	unsigned test_compile_delay_ms;	/* test hook, see driver.h */
 	int log_level;
 	char layout[16];		/* default pool layout: subslices, exclusive */
 	uint32_t spin_us;		/* busy wait before a thread sleeps (spin.h) */

@@ -1464,9 +1464,10 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 			  const Gpucmd__OpLoadModule *op)
 {
 	struct stream_set *set = b->conn->set;
+	struct module_compiled *pre = b->compiled ? &b->compiled[i] : NULL;
 	const uint8_t *data;
 	struct module_ref *m;
-	char log[400];
+	char err[256], log[400];
 	size_t len;
 	int fmt, rc;
 
@@ -1486,18 +1487,17 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	m = calloc(1, sizeof(*m));
 	if (m == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
-	ctx->driver->error[0] = '\0';
 	rc = module_cache_get(ctx->modules, (enum driver_module_format)fmt,
-			      data, len, &m->entry, log, sizeof(log));
+			      data, len, pre, &m->entry, err, sizeof(err), log,
+			      sizeof(log));
 	if (rc != 0) {
-		free(m);
-		bool same = strcmp(log, ctx->driver->error) == 0;
+		bool same = strcmp(log, err) == 0;
 
+		free(m);
 		return fail(b, rc, "cannot load module %llu (%s, %zu bytes): "
 			    "%s%s%s",
 			    (unsigned long long)op->module, op->format, len,
-			    ctx->driver->error,
-			    log[0] && !same ? "; log: " : "",
+			    err, log[0] && !same ? "; log: " : "",
 			    same ? "" : log);
 	}
 	m->id = op->module;

@@ -49,6 +49,8 @@ struct batch {
 	int *fds;			/* region descriptors sent with the frame */
 	size_t nfds;
 	size_t fds_used;
+	/* Per op, or NULL: load_module ops compiled off this thread. */
+	struct module_compiled *compiled;
 };
 
 /* A profile_end waiting for its events to complete. */

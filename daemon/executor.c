@@ -51,6 +51,7 @@ struct executor {
 	struct service **active_tail;
 	uint64_t start_ms;
 
+	uint64_t fences_out;		/* enqueued, not completed */
 	atomic_uint_fast64_t batches;
 	bool lost;			/* the device faulted for good */
 };
@@ -85,6 +86,7 @@ static int open_backend(struct executor *ex, char *why, size_t why_len)
 		.host_memory = ex->cfg.host_memory,
 		.host_fail_alloc_at = ex->cfg.host_fail_alloc_at,
 		.spin_us = ex->cfg.spin_us,
+		.test_compile_delay_ms = ex->cfg.test_compile_delay_ms,
 	};
 	char cuda_why[512] = "";
 	int rc;
@@ -174,8 +176,21 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed)
 	ex->cb.reply(b->conn->conn, buf, len, completed, ex->cb.arg);
 }
 
+/* What the batch's load_module ops did not file in the cache. */
+static void free_compiled(struct executor *ex, struct module_compiled *c,
+			  size_t n)
+{
+	if (c == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		module_compiled_release(ex->cmd.modules, &c[i]);
+	free(c);
+}
+
 static void free_batch(struct executor *ex, struct batch *b)
 {
+	if (b->req != NULL)
+		free_compiled(ex, b->compiled, b->req->n_ops);
 	dispatch_batch_free(&ex->cmd, b);
 	frame_free(b->frame);
 	free(b);
@@ -226,6 +241,7 @@ int executor_fence(struct executor *ex, struct batch *b)
 	}
 	b->stream->submitted = f->seq;
 	b->pending++;
+	ex->fences_out++;
 	return 0;
 }
 
@@ -595,7 +611,8 @@ static void *device_main(void *arg)
 
 		/* Stay awake a while for the next batch or completion. */
 		if (ex->active_head == NULL)
-			spin_wait(&ex->work, ex->cfg.spin_us);
+			spin_wait(&ex->work, spin_budget(ex->cfg.spin_us,
+							 ex->fences_out != 0));
 		pthread_mutex_lock(&ex->lock);
 		while (!ex->stop && ex->inbox_head == NULL &&
 		       ex->done_head == NULL && ex->active_head == NULL)
@@ -613,6 +630,7 @@ static void *device_main(void *arg)
 		while (done != NULL) {
 			struct fence *next = done->next;
 			complete_fence(ex, done);
+			ex->fences_out--;
 			done = next;
 		}
 		while (jobs != NULL) {
@@ -710,7 +728,8 @@ static int enqueue(struct executor *ex, struct batch *b)
 }
 
 int executor_submit(struct executor *ex, struct executor_conn *conn,
-		    Gpucmd__Frame *frame, int *fds, size_t nfds)
+		    Gpucmd__Frame *frame, int *fds, size_t nfds,
+		    struct module_compiled *compiled)
 {
 	struct batch *b = calloc(1, sizeof(*b));
 
@@ -718,8 +737,10 @@ int executor_submit(struct executor *ex, struct executor_conn *conn,
 		for (size_t i = 0; i < nfds; i++)
 			close(fds[i]);
 		free(fds);
+		free_compiled(ex, compiled, frame->request->n_ops);
 		return GPUCMD_ENOMEM;
 	}
+	b->compiled = compiled;
 	b->fds = fds;
 	b->nfds = nfds;
 	b->ex = ex;
@@ -739,6 +760,11 @@ int executor_close(struct executor *ex, struct executor_conn *conn)
 	b->ex = ex;
 	b->conn = conn;
 	return enqueue(ex, b);
+}
+
+struct module_cache *executor_modules(struct executor *ex)
+{
+	return ex->cmd.modules;
 }
 
 uint64_t executor_batches(const struct executor *ex)

@@ -26,6 +26,8 @@
 #include "gpucmd.pb-c.h"
 
 struct executor;
+struct module_cache;
+struct module_compiled;
 struct service;
 struct stream_set;
 
@@ -71,10 +73,15 @@ void executor_stop(struct executor *ex);
 const struct driver_properties *executor_properties(const struct executor *ex);
 /**
  * Queue a decoded Request frame from conn with the descriptors that came
- * with it (ownership of frame and fds passes, also on failure).
+ * with it, and its load_module ops compiled already (one per op, or NULL;
+ * module.h).  Ownership of frame, fds and compiled passes, also on
+ * failure.
  */
 int executor_submit(struct executor *ex, struct executor_conn *conn,
-		    Gpucmd__Frame *frame, int *fds, size_t nfds);
+		    Gpucmd__Frame *frame, int *fds, size_t nfds,
+		    struct module_compiled *compiled);
+/** The daemon's module cache (module.h says which calls any thread may make). */
+struct module_cache *executor_modules(struct executor *ex);
 /**
  * Queue the end of conn: after its earlier batches, once its streams are
  * idle, its memory is freed and callbacks.closed(conn) runs.

@@ -53,6 +53,7 @@ enum {
 	OPT_MAX_FRAME,
 	OPT_MAX_STREAMS,
 	OPT_FAIL_ALLOC,
+	OPT_COMPILE_DELAY,
 	OPT_CHECK_CONFIG,
 	OPT_PROBE,
 };
@@ -87,6 +88,8 @@ static const struct option opts[] = {
 		{ "max-frame-bytes", required_argument, NULL, OPT_MAX_FRAME },
 		{ "max-streams", required_argument, NULL, OPT_MAX_STREAMS },
 		{ "test-fail-alloc-at", required_argument, NULL, OPT_FAIL_ALLOC },
+		{ "test-compile-delay-ms", required_argument, NULL,
+		  OPT_COMPILE_DELAY },
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -190,6 +193,10 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 		case OPT_FAIL_ALLOC:
 			if (config_parse_size(optarg, &cfg->host_fail_alloc_at) != 0)
 				return 2;
+			break;
+		case OPT_COMPILE_DELAY:
+			cfg->test_compile_delay_ms =
+				(unsigned)strtoul(optarg, NULL, 10);
 			break;
 		case 'l':
 			v = log_level_parse(optarg);

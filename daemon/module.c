@@ -4,6 +4,7 @@
  */
 #include "module.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,12 @@ struct module_entry {
 
 struct module_cache {
 	struct driver *driver;
+	/*
+	 * Only the device thread adds entries, under lock; other threads
+	 * look them up under lock (module_cache_has), the device thread
+	 * without.  Entries never leave before the cache is destroyed.
+	 */
+	pthread_mutex_t lock;
 	struct module_entry *entries;
 	uint64_t loaded;
 	uint64_t hits;
@@ -53,6 +60,7 @@ int module_cache_create(struct driver *d, struct module_cache **out)
 	if (c == NULL)
 		return GPUCMD_ENOMEM;
 	c->driver = d;
+	pthread_mutex_init(&c->lock, NULL);
 	*out = c;
 	return 0;
 }
@@ -79,32 +87,56 @@ void module_cache_destroy(struct module_cache *c)
 		c->entries = e->next;
 		entry_free(c, e);
 	}
+	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
-int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
-		     const void *data, size_t len, struct module_entry **out,
-		     char *log, size_t log_len)
+static uint64_t content_hash(enum driver_module_format fmt, const void *data,
+			     size_t len)
 {
-	uint64_t h = fnv1a(fnv1a(0xcbf29ce484222325ull, &fmt, sizeof(fmt)),
-			   data, len);
-	struct module_entry *e;
+	return fnv1a(fnv1a(0xcbf29ce484222325ull, &fmt, sizeof(fmt)), data,
+		     len);
+}
+
+static struct module_entry *find(struct module_cache *c, uint64_t h,
+				 enum driver_module_format fmt,
+				 const void *data, size_t len)
+{
+	for (struct module_entry *e = c->entries; e != NULL; e = e->next)
+		if (e->hash == h && e->fmt == fmt && e->len == len &&
+		    memcmp(e->data, data, len) == 0)
+			return e;
+	return NULL;
+}
+
+int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
+		     const void *data, size_t len,
+		     struct module_compiled *pre, struct module_entry **out,
+		     char *err, size_t err_len, char *log, size_t log_len)
+{
+	uint64_t h = content_hash(fmt, data, len);
+	struct module_entry *e = find(c, h, fmt, data, len);
 	int rc;
 
-	for (e = c->entries; e != NULL; e = e->next) {
-		if (e->hash == h && e->fmt == fmt && e->len == len &&
-		    memcmp(e->data, data, len) == 0) {
-			e->refs++;
-			c->hits++;
-			*out = e;
-			return 0;
-		}
+	err[0] = '\0';
+	log[0] = '\0';
+	if (e != NULL) {
+		/* Another connection may have filed it while pre compiled. */
+		e->refs++;
+		c->hits++;
+		*out = e;
+		return 0;
 	}
 	if (c->count >= MODULE_CACHE_MAX) {
-		snprintf(log, log_len, "the daemon's module cache holds %d "
+		snprintf(err, err_len, "the daemon's module cache holds %d "
 			 "modules, its limit; restart gpucmdd to clear it",
 			 MODULE_CACHE_MAX);
 		return GPUCMD_ELIMIT;
+	}
+	if (pre != NULL && pre->done && pre->rc != 0) {
+		snprintf(err, err_len, "%s", pre->err);
+		snprintf(log, log_len, "%s", pre->log);
+		return pre->rc;
 	}
 	e = calloc(1, sizeof(*e));
 	if (e == NULL)
@@ -118,21 +150,70 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 	e->len = len;
 	e->hash = h;
 	e->fmt = fmt;
-	log[0] = '\0';
-	rc = c->driver->ops->module_load(c->driver, fmt, data, len, &e->dm, log,
-					 log_len);
-	if (rc != 0) {
-		free(e->data);
-		free(e);
-		return rc;
+	if (pre != NULL && pre->done) {
+		e->dm = pre->dm;
+		pre->dm = NULL;
+	} else {
+		c->driver->error[0] = '\0';
+		rc = c->driver->ops->module_load(c->driver, fmt, data, len,
+						 &e->dm, log, log_len);
+		if (rc != 0) {
+			snprintf(err, err_len, "%s", c->driver->error);
+			free(e->data);
+			free(e);
+			return rc;
+		}
 	}
 	e->refs = 1;
+	pthread_mutex_lock(&c->lock);
 	e->next = c->entries;
 	c->entries = e;
+	pthread_mutex_unlock(&c->lock);
 	c->loaded++;
 	c->count++;
 	*out = e;
 	return 0;
+}
+
+bool module_cache_compiles_shared(const struct module_cache *c)
+{
+	return c->driver->ops->module_load_shared != NULL;
+}
+
+bool module_cache_has(struct module_cache *c, enum driver_module_format fmt,
+		      const void *data, size_t len)
+{
+	uint64_t h = content_hash(fmt, data, len);
+	bool has;
+
+	pthread_mutex_lock(&c->lock);
+	has = find(c, h, fmt, data, len) != NULL;
+	pthread_mutex_unlock(&c->lock);
+	return has;
+}
+
+void module_compile(struct module_cache *c, enum driver_module_format fmt,
+		    const void *data, size_t len, struct module_compiled *out)
+{
+	out->log[0] = '\0';
+	out->err[0] = '\0';
+	out->dm = NULL;
+	out->rc = c->driver->ops->module_load_shared(c->driver, fmt, data, len,
+						     &out->dm, out->err,
+						     sizeof(out->err),
+						     out->log,
+						     sizeof(out->log));
+	if (out->rc != 0)
+		out->dm = NULL;
+	out->done = true;
+}
+
+void module_compiled_release(struct module_cache *c,
+			     struct module_compiled *m)
+{
+	if (m->dm != NULL)
+		c->driver->ops->module_unload(c->driver, m->dm);
+	m->dm = NULL;
 }
 
 void module_cache_put(struct module_cache *c, struct module_entry *e)

@@ -14,11 +14,19 @@
  * who cannot trust a service's kernels should give it built-ins only
  * (documented in gpucmdd(8)).
  *
- * Thread: the device thread.  Compilation runs there too for now (the
- * driver API call is synchronous); the cache keeps it to once per content.
+ * Threads: the cache belongs to the device thread.  Compilation (NVRTC,
+ * the PTX JIT: milliseconds to seconds) runs off it where the backend can
+ * (driver module_load_shared): the loop sees a load_module op with inline
+ * bytes whose content the cache does not hold, compiles it on libuv's
+ * thread pool (module_compile) while that connection's later requests
+ * wait, and the batch then brings the loaded module along for
+ * module_cache_get to file.  Other connections are served meanwhile.  A
+ * module sent through a region is compiled on the device thread (the loop
+ * cannot read regions).
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,17 +45,43 @@ struct module_ref {
 	struct module_ref *next;
 };
 
+/* A module compiled off the device thread, waiting to be filed. */
+struct module_compiled {
+	bool done;			/* module_compile ran */
+	int rc;				/* its result */
+	struct driver_module *dm;	/* loaded, until the cache takes it */
+	char err[256];			/* rc != 0: what went wrong */
+	char log[400];			/* the compiler's log, if any */
+};
+
 /** An empty cache over d. */
 int module_cache_create(struct driver *d, struct module_cache **out);
 /** Unload everything (no references may remain). */
 void module_cache_destroy(struct module_cache *c);
 /**
- * The entry for this content, compiled on first sight.  On failure the
- * driver's log (compile errors) is in log.
+ * The entry for this content, compiled on first sight, or filed from pre
+ * (when not NULL and done: compiled by module_compile; the cache takes its
+ * module, or leaves it for module_compiled_release).  On failure err says
+ * what went wrong and log has the compiler's log (compile errors).
  */
 int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
-		     const void *data, size_t len, struct module_entry **out,
-		     char *log, size_t log_len);
+		     const void *data, size_t len,
+		     struct module_compiled *pre, struct module_entry **out,
+		     char *err, size_t err_len, char *log, size_t log_len);
+/** Any thread: may modules be compiled off the device thread? */
+bool module_cache_compiles_shared(const struct module_cache *c);
+/** Any thread: does the cache hold this content compiled already? */
+bool module_cache_has(struct module_cache *c, enum driver_module_format fmt,
+		      const void *data, size_t len);
+/**
+ * Any thread (module_cache_compiles_shared): compile and load the content
+ * into out, without touching the cache.
+ */
+void module_compile(struct module_cache *c, enum driver_module_format fmt,
+		    const void *data, size_t len, struct module_compiled *out);
+/** Any thread: unload what module_cache_get did not take from m. */
+void module_compiled_release(struct module_cache *c,
+			     struct module_compiled *m);
 /** Drop one reference; the module stays compiled in the cache. */
 void module_cache_put(struct module_cache *c, struct module_entry *e);
 /** The function name in e (looked up once, then remembered). */

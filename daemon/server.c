@@ -19,6 +19,7 @@
 #include "sd.h"
 #include "service.h"
 #include "session.h"
+#include "spin.h"
 
 /* One message from the device thread to the loop. */
 struct outbox_msg {
@@ -105,11 +106,14 @@ static void on_wakeup(uv_async_t *async)
 	while (m != NULL) {
 		struct outbox_msg *next = m->next;
 
-		if (m->closed)
+		if (m->closed) {
 			session_device_closed(m->session);
-		else
+		} else {
+			if (m->completed && srv->device_pending > 0)
+				srv->device_pending--;
 			session_reply(m->session, m->buf, m->len,
 				      m->completed);
+		}
 		free(m);
 		m = next;
 	}
@@ -137,7 +141,9 @@ void server_spin(struct server *srv)
 {
 	if (srv->spin_us == 0)
 		return;
-	srv->spin_until = uv_hrtime() + (uint64_t)srv->spin_us * 1000u;
+	srv->spin_until = uv_hrtime() +
+			  (uint64_t)spin_budget(srv->spin_us,
+						srv->device_pending != 0) * 1000u;
 	if (!uv_is_active((uv_handle_t *)&srv->spin))
 		uv_idle_start(&srv->spin, on_spin);
 }

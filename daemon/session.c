@@ -16,6 +16,7 @@
 #include "frame.h"
 #include "gpucmd.h"
 #include "log.h"
+#include "module.h"
 #include "region.h"
 #include "server.h"
 #include "service.h"
@@ -31,6 +32,7 @@ struct write_req {
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void parse_frames(struct session *s);
 
 /* ---- writing ------------------------------------------------------------- */
 
@@ -135,7 +137,8 @@ static void on_closed(uv_handle_t *h)
 /* Close the socket once the executor no longer refers to the session. */
 static void maybe_free(struct session *s)
 {
-	if (s->state != SESSION_CLOSING || s->device_open || s->handle_closed)
+	if (s->state != SESSION_CLOSING || s->device_open ||
+	    s->handle_closed || s->compiling != NULL)
 		return;
 	s->handle_closed = true;
 	uv_close((uv_handle_t *)&s->pipe, on_closed);
@@ -219,7 +222,7 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 
 static void resume_reading(struct session *s)
 {
-	if (s->reading || s->state == SESSION_CLOSING)
+	if (s->reading || s->state == SESSION_CLOSING || s->compiling != NULL)
 		return;
 	if (uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read) == 0)
 		s->reading = true;
@@ -579,6 +582,169 @@ static void answer_pings(struct session *s, const Gpucmd__Request *req)
 	send_frame(s, &f);
 }
 
+/* ---- compiling modules off the device thread (module.h) ------------------ */
+
+struct compile_job {
+	uv_work_t work;
+	struct session *s;
+	Gpucmd__Frame *frame;
+	int *fds;
+	size_t nfds;
+	struct module_cache *cache;
+	struct module_compiled *compiled;	/* one per op */
+};
+
+/* An op loading a module from inline bytes: the loop can hand those on. */
+static const Gpucmd__OpLoadModule *inline_module(const Gpucmd__Op *op)
+{
+	if (op == NULL || op->op_case != GPUCMD__OP__OP_LOAD_MODULE ||
+	    op->load_module == NULL)
+		return NULL;
+	if (op->load_module->region != NULL ||
+	    op->load_module->data.len == 0 ||
+	    module_format_parse(op->load_module->format) < 0)
+		return NULL;
+	return op->load_module;
+}
+
+static bool needs_compile(struct session *s, const Gpucmd__Request *req)
+{
+	if (!module_cache_compiles_shared(executor_modules(s->server->ex)))
+		return false;
+	for (size_t i = 0; i < req->n_ops; i++)
+		if (inline_module(req->ops[i]) != NULL)
+			return true;
+	return false;
+}
+
+/* A thread of libuv's pool. */
+static void compile_work(uv_work_t *w)
+{
+	struct compile_job *job = w->data;
+	const Gpucmd__Request *req = job->frame->request;
+
+	for (size_t i = 0; i < req->n_ops; i++) {
+		const Gpucmd__OpLoadModule *lm = inline_module(req->ops[i]);
+		enum driver_module_format fmt;
+
+		if (lm == NULL)
+			continue;
+		fmt = (enum driver_module_format)module_format_parse(lm->format);
+		/* Known content is filed by the device thread in no time. */
+		if (module_cache_has(job->cache, fmt, lm->data.data,
+				     lm->data.len))
+			continue;
+		module_compile(job->cache, fmt, lm->data.data, lm->data.len,
+			       &job->compiled[i]);
+	}
+}
+
+static void compile_job_free(struct compile_job *job)
+{
+	const Gpucmd__Request *req = job->frame->request;
+
+	for (size_t i = 0; job->compiled != NULL && i < req->n_ops; i++)
+		module_compiled_release(job->cache, &job->compiled[i]);
+	free(job->compiled);
+	for (size_t i = 0; i < job->nfds; i++)
+		close(job->fds[i]);
+	free(job->fds);
+	frame_free(job->frame);
+	free(job);
+}
+
+static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
+		   size_t nfds, struct module_compiled *compiled);
+
+/* Back on the loop: the request goes on, then the frames behind it. */
+static void compile_done(uv_work_t *w, int status)
+{
+	struct compile_job *job = w->data;
+	struct session *s = job->s;
+
+	(void)status;
+	s->compiling = NULL;
+	if (s->state == SESSION_CLOSING) {
+		/* The client left meanwhile: nothing reaches the device. */
+		s->in_flight--;
+		compile_job_free(job);
+		maybe_free(s);
+		return;
+	}
+	s->in_flight--;
+	submit(s, job->frame, job->fds, job->nfds, job->compiled);
+	free(job);
+	if (s->state == SESSION_CLOSING)
+		return;
+	if (!s->draining &&
+	    s->in_flight < s->server->cfg.limits.max_in_flight)
+		resume_reading(s);
+	parse_frames(s);
+}
+
+/*
+ * Compile the request's modules on the pool; true when it went there (and
+ * owns frame and fds), false to go on without (the device thread then
+ * compiles).
+ */
+static bool start_compile(struct session *s, Gpucmd__Frame *frame, int *fds,
+			  size_t nfds)
+{
+	struct compile_job *job = calloc(1, sizeof(*job));
+
+	if (job == NULL)
+		return false;
+	job->compiled = calloc(frame->request->n_ops, sizeof(*job->compiled));
+	if (job->compiled == NULL) {
+		free(job);
+		return false;
+	}
+	job->s = s;
+	job->frame = frame;
+	job->fds = fds;
+	job->nfds = nfds;
+	job->cache = executor_modules(s->server->ex);
+	job->work.data = job;
+	if (uv_queue_work(s->server->loop, &job->work, compile_work,
+			  compile_done) != 0) {
+		free(job->compiled);
+		free(job);
+		return false;
+	}
+	s->compiling = job;
+	s->in_flight++;
+	if (s->reading) {
+		uv_read_stop((uv_stream_t *)&s->pipe);
+		s->reading = false;
+	}
+	return true;
+}
+
+static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
+		   size_t nfds, struct module_compiled *compiled)
+{
+	const struct config_limits *lim = &s->server->cfg.limits;
+	uint64_t id = frame->request->id;
+	int rc;
+
+	rc = executor_submit(s->server->ex, &s->econn, frame, fds, nfds,
+			     compiled);
+	if (rc != 0) {
+		reply_error(s, id, rc,
+			    "the daemon is out of memory for this batch");
+		frame_free(frame);
+		return;
+	}
+	s->in_flight++;
+	s->server->device_pending++;
+	server_spin(s->server);
+	if (s->in_flight >= lim->max_in_flight && s->reading) {
+		/* Backpressure: the client's writes block until we catch up. */
+		uv_read_stop((uv_stream_t *)&s->pipe);
+		s->reading = false;
+	}
+}
+
 static void handle_request(struct session *s, Gpucmd__Frame *frame)
 {
 	const struct config_limits *lim = &s->server->cfg.limits;
@@ -617,19 +783,9 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 		return;
 	}
 	note_stream(s, req->stream);
-	rc = executor_submit(s->server->ex, &s->econn, frame, fds, nfds);
-	if (rc != 0) {
-		reply_error(s, req->id, rc,
-			    "the daemon is out of memory for this batch");
-		frame_free(frame);
+	if (needs_compile(s, req) && start_compile(s, frame, fds, nfds))
 		return;
-	}
-	s->in_flight++;
-	if (s->in_flight >= lim->max_in_flight && s->reading) {
-		/* Backpressure: the client's writes block until we catch up. */
-		uv_read_stop((uv_stream_t *)&s->pipe);
-		s->reading = false;
-	}
+	submit(s, frame, fds, nfds, NULL);
 }
 
 static void handle_body(struct session *s, const uint8_t *body, size_t len)
@@ -689,7 +845,8 @@ static void parse_frames(struct session *s)
 {
 	size_t off = 0;
 
-	while (s->state != SESSION_CLOSING && s->rlen - off >= FRAME_HEADER_SIZE) {
+	while (s->state != SESSION_CLOSING && s->compiling == NULL &&
+	       s->rlen - off >= FRAME_HEADER_SIZE) {
 		struct frame_header hdr;
 		char msg[256];
 		size_t have;

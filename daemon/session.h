@@ -29,6 +29,7 @@
 #include "executor.h"
 
 struct server;
+struct compile_job;
 
 enum session_state {
 	SESSION_HELLO,		/* waiting for Hello */
@@ -69,6 +70,11 @@ struct session {
 	uint32_t nstreams;
 	uint32_t max_streams;		/* 0 until the first request */
 	uint32_t in_flight;
+	/*
+	 * A request whose modules compile on libuv's pool (module.h): the
+	 * connection's later frames wait in rbuf until it is submitted.
+	 */
+	struct compile_job *compiling;
 	char peer[64];			/* "pid 123 uid 1000" for logs */
 	struct session *next;
 	struct session *prev;

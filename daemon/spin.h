@@ -25,6 +25,21 @@
 /* The default of the [daemon] key spin_us, and its largest value. */
 #define SPIN_DEFAULT_US 50
 #define SPIN_MAX_US 10000
+/*
+ * While the daemon waits for the completion of device work it enqueued (a
+ * copy of a few MiB takes hundreds of microseconds), the loop and the
+ * device thread watch this long instead (when spinning is on at all): the
+ * answer comes at the end of that work, not at a client's whim.
+ */
+#define SPIN_AWAIT_US 1000
+
+/* How long to watch: spin_us when idle, longer while awaiting the device. */
+static inline unsigned spin_budget(unsigned spin_us, bool awaiting)
+{
+	if (spin_us == 0)
+		return 0;
+	return awaiting && spin_us < SPIN_AWAIT_US ? SPIN_AWAIT_US : spin_us;
+}
 
 static inline uint64_t spin_now_ns(void)
 {

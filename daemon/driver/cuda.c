@@ -55,6 +55,7 @@ int driver_cuda_create(const struct driver_options *opt, struct driver **out,
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -198,7 +199,19 @@ struct cuda_driver {
 	/* NVRTC, opened by the first CUDA C module. */
 	void *libnvrtc;
 	struct nvrtc_api nvrtc;
+	/*
+	 * Module loads (and NVRTC's opening) one at a time: they may come
+	 * from the device thread and from compile threads at once.
+	 */
+	pthread_mutex_t module_lock;
 };
+
+/*
+ * Where this thread's failure messages go: a compile thread's own buffer
+ * (module_load_shared), else d->error, which belongs to the device thread.
+ */
+static _Thread_local char *cuda_err_buf;
+static _Thread_local size_t cuda_err_len;
 
 struct driver_stream {
 	CUstream stream;
@@ -356,7 +369,9 @@ static int cuda_fail(struct cuda_driver *cd, const char *call, CUresult r)
 	char what[256];
 
 	cuda_describe(&cd->cu, r, what, sizeof(what));
-	snprintf(cd->base.error, sizeof(cd->base.error), "%s: %s%s", call, what,
+	snprintf(cuda_err_buf ? cuda_err_buf : cd->base.error,
+		 cuda_err_buf ? cuda_err_len : sizeof(cd->base.error),
+		 "%s: %s%s", call, what,
 		 cuda_is_sticky(r) ?
 			 " (a kernel faulted: the CUDA context is lost for "
 			 "every stream until gpucmdd restarts)" : "");
@@ -381,7 +396,9 @@ static void cuda_set_error(struct cuda_driver *cd, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(cd->base.error, sizeof(cd->base.error), fmt, ap);
+	vsnprintf(cuda_err_buf ? cuda_err_buf : cd->base.error,
+		  cuda_err_buf ? cuda_err_len : sizeof(cd->base.error), fmt,
+		  ap);
 	va_end(ap);
 }
 
@@ -576,6 +593,7 @@ static void cuda_close(struct driver *d)
 	if (cd->libnvrtc)
 		dlclose(cd->libnvrtc);
 	free(cd->builtin_fns);
+	pthread_mutex_destroy(&cd->module_lock);
 	free(cd);
 }
 
@@ -1145,12 +1163,12 @@ out:
 	return rc;
 }
 
-static int cuda_module_load(struct driver *d, enum driver_module_format fmt,
-			    const void *data, size_t len,
-			    struct driver_module **out, char *log,
-			    size_t log_len)
+static int cuda_module_load_locked(struct cuda_driver *cd,
+				   enum driver_module_format fmt,
+				   const void *data, size_t len,
+				   struct driver_module **out, char *log,
+				   size_t log_len)
 {
-	struct cuda_driver *cd = cuda_of(d);
 	struct driver_module *m;
 	char *image = NULL;
 	CUmodule module = NULL;
@@ -1204,6 +1222,52 @@ static int cuda_module_load(struct driver *d, enum driver_module_format fmt,
 	return 0;
 }
 
+static int cuda_module_load(struct driver *d, enum driver_module_format fmt,
+			    const void *data, size_t len,
+			    struct driver_module **out, char *log,
+			    size_t log_len)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	int rc;
+
+	pthread_mutex_lock(&cd->module_lock);
+	rc = cuda_module_load_locked(cd, fmt, data, len, out, log, log_len);
+	pthread_mutex_unlock(&cd->module_lock);
+	return rc;
+}
+
+/*
+ * A compile thread: the context is made current here (a thread of
+ * libuv's pool has none), and messages go to err, not to d->error.
+ */
+static int cuda_module_load_shared(struct driver *d,
+				   enum driver_module_format fmt,
+				   const void *data, size_t len,
+				   struct driver_module **out, char *err,
+				   size_t err_len, char *log, size_t log_len)
+{
+	struct cuda_driver *cd = cuda_of(d);
+	CUresult r;
+	int rc;
+
+	cuda_err_buf = err;
+	cuda_err_len = err_len;
+	err[0] = '\0';
+	r = cd->cu.cuCtxSetCurrent(cd->ctx);
+	if (r != CUDA_SUCCESS) {
+		rc = cuda_fail(cd, "cuCtxSetCurrent", r);
+	} else {
+		pthread_mutex_lock(&cd->module_lock);
+		rc = cuda_module_load_locked(cd, fmt, data, len, out, log,
+					     log_len);
+		pthread_mutex_unlock(&cd->module_lock);
+	}
+	cuda_err_buf = NULL;
+	cuda_err_len = 0;
+	return rc;
+}
+
+/* Any thread: it touches no shared state (an unload error is moot). */
 static void cuda_module_unload(struct driver *d, struct driver_module *m)
 {
 	struct cuda_driver *cd = cuda_of(d);
@@ -1215,7 +1279,7 @@ static void cuda_module_unload(struct driver *d, struct driver_module *m)
 		m->functions = f->next;
 		free(f);
 	}
-	CU_CHECK(cd, cuModuleUnload, m->module);
+	cd->cu.cuModuleUnload(m->module);
 	free(m);
 }
 
@@ -1500,6 +1564,7 @@ static const struct driver_ops cuda_ops = {
 	.memset_d8 = cuda_memset_d8,
 	.mem_info = cuda_mem_info,
 	.module_load = cuda_module_load,
+	.module_load_shared = cuda_module_load_shared,
 	.module_unload = cuda_module_unload,
 	.module_function = cuda_module_function,
 	.builtin_function = cuda_builtin_function,
@@ -1587,6 +1652,7 @@ int driver_cuda_create(const struct driver_options *opt, struct driver **out,
 		goto fail;
 	}
 	cd->device_count = count;
+	pthread_mutex_init(&cd->module_lock, NULL);
 	*out = &cd->base;
 	return 0;
 

@@ -148,6 +148,19 @@ struct driver_ops {
 			   const void *data, size_t len,
 			   struct driver_module **out, char *log,
 			   size_t log_len);
+	/*
+	 * The same from any thread, beside the device thread: compilation
+	 * (NVRTC, the PTX JIT) runs here, off the device thread's hot path.
+	 * The failure message goes to err, never to d->error.  Optional:
+	 * NULL when the backend cannot load modules anywhere but the device
+	 * thread.
+	 */
+	int (*module_load_shared)(struct driver *d,
+				  enum driver_module_format fmt,
+				  const void *data, size_t len,
+				  struct driver_module **out, char *err,
+				  size_t err_len, char *log, size_t log_len);
+	/* Any thread; the module's launches must be enqueued already. */
 	void (*module_unload)(struct driver *d, struct driver_module *m);
 	int (*module_function)(struct driver *d, struct driver_module *m,
 			       const char *name, struct driver_function **out);
@@ -188,6 +201,7 @@ struct driver_options {
 	uint64_t host_memory;		/* host backend: bytes of "device" memory */
 	uint64_t host_fail_alloc_at;	/* host backend test hook: fail the Nth mem_alloc (0 = never) */
 	unsigned spin_us;		/* host backend: a stream worker's spin before it sleeps (spin.h) */
+	unsigned test_compile_delay_ms;	/* host backend test hook: module_load_shared sleeps this long */
 };
 
 /* The host backend (driver/host.c). */

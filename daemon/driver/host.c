@@ -155,6 +155,7 @@ struct host_driver {
 	uint64_t fail_alloc_at;		/* test hook, 0 = never */
 	uint64_t alloc_calls;
 	unsigned spin_us;		/* a worker's spin before it sleeps */
+	unsigned compile_delay_ms;	/* test hook of module_load_shared */
 	/* One per built-in, at its index in the builtin table. */
 	struct driver_function *functions;
 	/* The one builtin_function found last: a batch asks for one kernel
@@ -932,18 +933,47 @@ static int host_event_elapsed(struct driver *d, struct driver_event *start,
 
 /* ---- kernels ----------------------------------------------------------- */
 
+static const char host_no_modules[] =
+	"the host backend cannot load PTX/cubin modules; run gpucmdd on the "
+	"CUDA backend";
+
 static int host_module_load(struct driver *d, enum driver_module_format fmt,
 			    const void *data, size_t len,
 			    struct driver_module **out, char *log,
 			    size_t log_len)
 {
-	static const char why[] =
-		"the host backend cannot load PTX/cubin modules; run gpucmdd "
-		"on the CUDA backend";
-
 	if (log != NULL && log_len > 0)
-		snprintf(log, log_len, "%s", why);
-	return host_fail(host_of(d), GPUCMD_EUNSUPPORTED, "%s", why);
+		snprintf(log, log_len, "%s", host_no_modules);
+	return host_fail(host_of(d), GPUCMD_EUNSUPPORTED, "%s",
+			 host_no_modules);
+}
+
+/*
+ * The same refusal from a compile thread, after the test hook's delay
+ * (driver_options.test_compile_delay_ms): it stands for a long compile, so
+ * that tests can show one does not hold the device thread up.
+ */
+static int host_module_load_shared(struct driver *d,
+				   enum driver_module_format fmt,
+				   const void *data, size_t len,
+				   struct driver_module **out, char *err,
+				   size_t err_len, char *log, size_t log_len)
+{
+	unsigned ms = host_of(d)->compile_delay_ms;
+	struct timespec ts = {
+		.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000,
+	};
+
+	(void)fmt;
+	(void)data;
+	(void)len;
+	(void)out;
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	snprintf(err, err_len, "%s", host_no_modules);
+	if (log != NULL && log_len > 0)
+		snprintf(log, log_len, "%s", host_no_modules);
+	return GPUCMD_EUNSUPPORTED;
 }
 
 /* No module can have been loaded. */
@@ -1197,6 +1227,7 @@ static const struct driver_ops host_ops = {
 	.memset_d8 = host_memset_d8,
 	.mem_info = host_mem_info,
 	.module_load = host_module_load,
+	.module_load_shared = host_module_load_shared,
 	.module_unload = host_module_unload,
 	.module_function = host_module_function,
 	.builtin_function = host_builtin_function,
@@ -1248,6 +1279,7 @@ int driver_host_create(const struct driver_options *opt, struct driver **out)
 	host_heap_init(&hd->pinned, "pinned host memory", UINT64_MAX);
 	hd->fail_alloc_at = opt->host_fail_alloc_at;
 	hd->spin_us = opt->spin_us;
+	hd->compile_delay_ms = opt->test_compile_delay_ms;
 	pthread_mutex_init(&hd->events_lock, NULL);
 	pthread_cond_init(&hd->events_done, NULL);
 	*out = &hd->base;

@@ -1,0 +1,227 @@
+/*
+ * test_modules.c - module compilation runs off the device thread.
+ *
+ * The daemon compiles a load_module op's code (NVRTC, the PTX JIT: up to
+ * seconds) on libuv's thread pool, and meanwhile serves every other
+ * connection; the loading connection's later requests wait their turn.
+ * The host backend cannot load modules, but it refuses from the same
+ * compile path, after --test-compile-delay-ms: a stand-in for a long
+ * compile that these tests time against.  Bounds are generous (2 cores,
+ * sanitizers, valgrind): they tell "waited for the compile" from "did not".
+ */
+#include <stdbool.h>
+
+#include "harness.h"
+
+#define DELAY_MS 800
+#define DELAY_ARG "800"
+
+static const char some_ptx[] = ".version 7.0\n.target sm_50\n";
+
+static bool host_backend(void)
+{
+	const char *b = getenv("GPUCMD_TEST_BACKEND");
+
+	return b == NULL || b[0] == '\0' || strcmp(b, "host") == 0;
+}
+
+static void slow_setup(void)
+{
+	daemon_start_args(&the_daemon, "--test-compile-delay-ms", DELAY_ARG,
+			  NULL);
+}
+
+static uint64_t submit_load(struct gpucmd_conn *c, uint64_t module)
+{
+	struct gpucmd_batch *b;
+	uint64_t id = 0;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_load_module(b, module, "ptx", some_ptx,
+						  sizeof(some_ptx) - 1), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	return id;
+}
+
+static uint64_t submit_sync(struct gpucmd_conn *c)
+{
+	struct gpucmd_batch *b;
+	uint64_t id = 0;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	return id;
+}
+
+static uint64_t submit_ping(struct gpucmd_conn *c)
+{
+	struct gpucmd_batch *b;
+	uint64_t id = 0;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	return id;
+}
+
+/* Wait for id; its error code (0 on success). */
+static int wait_code(struct gpucmd_conn *c, uint64_t id, char *msg,
+		     size_t msg_len)
+{
+	struct gpucmd_response *r = NULL;
+	int rc;
+
+	ck_assert_int_eq(gpucmd_wait(c, id, &r), 0);
+	rc = gpucmd_response_error(r);
+	if (msg != NULL)
+		snprintf(msg, msg_len, "%s", gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	return rc;
+}
+
+/*
+ * While one connection's module compiles, another is served at once; the
+ * compiling connection's own later requests (a device batch and a ping the
+ * loop would answer itself) come after the load's answer.
+ */
+START_TEST(compile_does_not_hold_other_connections)
+{
+	struct gpucmd_conn *a, *b;
+	struct gpucmd_batch *batch;
+	struct gpucmd_response *r;
+	uint64_t t0, t_other, t_sync, t_ping, load, sync, ping;
+	char msg[512];
+
+	if (!host_backend())
+		return;
+	a = connect_as("compiler");
+	b = connect_as("bystander");
+	t0 = harness_now_us();
+	load = submit_load(a, 1);
+	sync = submit_sync(a);
+	ping = submit_ping(a);
+
+	/* b: a device round trip and a write/read, long before the compile ends. */
+	ck_assert_int_eq(gpucmd_batch_new(b, 0, &batch), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(batch, 1, 4096), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(batch), 0);
+	r = run_ok(batch);
+	gpucmd_response_free(r);
+	t_other = harness_now_us() - t0;
+	ck_assert_msg(t_other < DELAY_MS * 1000 / 2,
+		      "another connection waited %llu us for a compile",
+		      (unsigned long long)t_other);
+
+	/* a's ping and sync were answered after the compile, not before. */
+	ck_assert_int_eq(wait_code(a, ping, NULL, 0), 0);
+	t_ping = harness_now_us() - t0;
+	ck_assert_int_eq(wait_code(a, sync, NULL, 0), 0);
+	t_sync = harness_now_us() - t0;
+	ck_assert_msg(t_ping >= DELAY_MS * 900 && t_sync >= DELAY_MS * 900,
+		      "requests behind the load were answered before its "
+		      "compile ended (ping %llu us, sync %llu us)",
+		      (unsigned long long)t_ping, (unsigned long long)t_sync);
+	ck_assert_int_eq(wait_code(a, load, msg, sizeof(msg)),
+			 GPUCMD_EUNSUPPORTED);
+	ck_assert_msg(strstr(msg, "cannot load module 1 (ptx, 27 bytes)") &&
+			      strstr(msg, "host backend"),
+		      "message: %s", msg);
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
+/* A client that leaves while its module compiles leaves nothing behind. */
+START_TEST(client_leaves_during_compile)
+{
+	struct gpucmd_conn *a, *obs;
+	struct gpucmd_service_report t;
+	struct gpucmd_batch *batch;
+	struct gpucmd_response *r;
+
+	if (!host_backend())
+		return;
+	a = connect_as("leaver");
+	ck_assert_int_eq(gpucmd_batch_new(a, 0, &batch), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(batch, 1, 1 << 20), 0);
+	r = run_ok(batch);
+	gpucmd_response_free(r);
+	(void)submit_load(a, 1);
+	(void)submit_sync(a);
+	usleep(100 * 1000);
+	gpucmd_close(a);
+
+	/* The compile is still running; the daemon serves and then settles. */
+	obs = connect_as("observer");
+	for (int i = 0; i < 100; i++) {
+		t = report_totals(obs);
+		if (t.connections == 1 && t.bytes_in_use == 0)
+			break;
+		usleep(50 * 1000);
+	}
+	t = report_totals(obs);
+	ck_assert_uint_eq(t.connections, 1);
+	ck_assert_uint_eq(t.bytes_in_use, 0);
+	/* And after the compile ended, it still serves. */
+	usleep(DELAY_MS * 1000);
+	t = report_totals(obs);
+	ck_assert_uint_eq(t.connections, 1);
+	ck_assert_uint_eq(t.bytes_in_use, 0);
+	gpucmd_close(obs);
+}
+END_TEST
+
+/* Several loads in one batch and in a row keep their order and answers. */
+START_TEST(loads_in_a_row_answer_in_order)
+{
+	struct gpucmd_conn *a;
+	struct gpucmd_batch *b;
+	uint64_t ids[3];
+	char msg[512];
+
+	a = connect_as("rows");
+	ck_assert_int_eq(gpucmd_batch_new(a, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_load_module(b, 7, "ptx", some_ptx,
+						  sizeof(some_ptx) - 1), 0);
+	ck_assert_int_eq(gpucmd_batch_load_module(b, 8, "cuda", "x", 1), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &ids[0]), 0);
+	ids[1] = submit_sync(a);
+	ids[2] = submit_load(a, 9);
+	if (host_backend()) {
+		ck_assert_int_eq(wait_code(a, ids[0], msg, sizeof(msg)),
+				 GPUCMD_EUNSUPPORTED);
+		ck_assert_msg(strstr(msg, "module 7") != NULL, "%s", msg);
+		ck_assert_int_eq(wait_code(a, ids[1], NULL, 0), 0);
+		ck_assert_int_eq(wait_code(a, ids[2], msg, sizeof(msg)),
+				 GPUCMD_EUNSUPPORTED);
+		ck_assert_msg(strstr(msg, "module 9") != NULL, "%s", msg);
+	} else {
+		/* Not valid code for any GPU: the driver's refusal and log. */
+		ck_assert_int_ne(wait_code(a, ids[0], msg, sizeof(msg)), 0);
+		ck_assert_msg(strstr(msg, "module 7") != NULL, "%s", msg);
+		ck_assert_int_eq(wait_code(a, ids[1], NULL, 0), 0);
+		ck_assert_int_ne(wait_code(a, ids[2], msg, sizeof(msg)), 0);
+	}
+	gpucmd_close(a);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+	Suite *s = suite_create("modules");
+	TCase *tc = tcase_create("compile");
+
+	tcase_add_checked_fixture(tc, slow_setup, harness_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, compile_does_not_hold_other_connections);
+	tcase_add_test(tc, client_leaves_during_compile);
+	tcase_add_test(tc, loads_in_a_row_answer_in_order);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return harness_main(make_suite());
+}
