@@ -59,7 +59,17 @@ struct gpucmd_conn {
 	size_t slots_cap;
 	int dead;		/* 0, or the code the connection died with */
 	struct regions regions;	/* shared regions attached by this process */
+	/*
+	 * Kept from frame to frame, so that large transfers do not map and
+	 * fault in fresh pages each time (up to CONN_KEEP_BYTES).
+	 */
+	struct frame_pieces out;	/* the request being sent */
+	uint8_t *body;			/* the frame body being read */
+	size_t body_cap;
 };
+
+/* Buffers larger than this are freed after their frame. */
+#define CONN_KEEP_BYTES (16u << 20)
 
 static int conn_fail(struct gpucmd_conn *c, int code)
 {
@@ -88,18 +98,23 @@ static int read_full(int fd, void *buf, size_t len)
 	return 0;
 }
 
+/* Pieces per sendmsg; IOV_MAX is 1024, a batch may have more. */
+#define CONN_IOV 64
+
 /*
- * Send len bytes; the nfds descriptors fds ride with the first sendmsg
- * (SCM_RIGHTS), so they reach the daemon with the frame's first byte.
- * The kernel delivers the descriptors with the bytes of that call, and a
- * stream socket never merges them into bytes of another, which is how the
- * daemon ties them to the frame that announced them.
+ * Send the encoded frame p, its pieces gathered by sendmsg (large payloads
+ * go from the caller's buffers into the socket, copied by nobody else); the
+ * nfds descriptors fds ride with the first sendmsg (SCM_RIGHTS), so they
+ * reach the daemon with the frame's first byte.  The kernel delivers the
+ * descriptors with the bytes of that call, and a stream socket never merges
+ * them into bytes of another, which is how the daemon ties them to the
+ * frame that announced them.
  */
-static int write_full(int fd, const void *buf, size_t len, const int *fds,
-		      size_t nfds)
+static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
+			size_t nfds)
 {
-	const uint8_t *p = buf;
 	size_t ctl_len = nfds > 0 ? CMSG_SPACE(nfds * sizeof(int)) : 0;
+	size_t piece = 0, skip = 0;	/* the first byte not sent yet */
 	void *ctl = NULL;
 	int err = 0;
 
@@ -116,14 +131,23 @@ static int write_full(int fd, const void *buf, size_t len, const int *fds,
 		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
 		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
 	}
-	while (len > 0) {
-		struct iovec iov = { .iov_base = (void *)p, .iov_len = len };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+	while (piece < p->n) {
+		struct iovec iov[CONN_IOV];
+		struct msghdr mh = { .msg_iov = iov,
 				     .msg_control = ctl,
 				     .msg_controllen = ctl != NULL ? ctl_len
 								   : 0 };
-		ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+		size_t k = 0;
+		ssize_t n;
 
+		for (size_t i = piece; i < p->n && k < CONN_IOV; i++, k++) {
+			size_t off = i == piece ? skip : 0;
+
+			iov[k].iov_base = (void *)(frame_piece_data(p, i) + off);
+			iov[k].iov_len = p->v[i].len - off;
+		}
+		mh.msg_iovlen = k;
+		n = sendmsg(fd, &mh, MSG_NOSIGNAL);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -133,23 +157,33 @@ static int write_full(int fd, const void *buf, size_t len, const int *fds,
 		/* Sent once: the rest of the bytes go without them. */
 		free(ctl);
 		ctl = NULL;
-		p += n;
-		len -= (size_t)n;
+		while (n > 0) {
+			size_t left = p->v[piece].len - skip;
+
+			if ((size_t)n < left) {
+				skip += (size_t)n;
+				break;
+			}
+			n -= (ssize_t)left;
+			piece++;
+			skip = 0;
+		}
 	}
 	free(ctl);
 	return err;
 }
 
 /*
- * Read one whole frame.  Any failure leaves the byte stream at an unknown
+ * Read one whole frame, its body into *body (grown as needed and kept for
+ * the next frame).  Any failure leaves the byte stream at an unknown
  * place, so the caller must treat it as the end of the connection.
  */
-static int read_frame(int fd, uint32_t max_body, Gpucmd__Frame **out,
-		      char *msg, size_t msg_len)
+static int read_frame(int fd, uint32_t max_body, uint8_t **body,
+		      size_t *body_cap, Gpucmd__Frame **out, char *msg,
+		      size_t msg_len)
 {
 	uint8_t head[FRAME_HEADER_SIZE];
 	struct frame_header hdr;
-	uint8_t *body;
 	Gpucmd__Frame *f;
 	int r;
 
@@ -160,38 +194,47 @@ static int read_frame(int fd, uint32_t max_body, Gpucmd__Frame **out,
 	r = frame_header_check(&hdr, max_body, msg, msg_len);
 	if (r < 0)
 		return r;
-	body = malloc(hdr.length > 0 ? hdr.length : 1);
-	if (body == NULL)
-		return -ENOMEM;
-	r = read_full(fd, body, hdr.length);
-	if (r < 0) {
-		free(body);
-		return r;
+	if (hdr.length > *body_cap || *body == NULL) {
+		uint8_t *b = malloc(hdr.length > 0 ? hdr.length : 1);
+
+		if (b == NULL)
+			return -ENOMEM;
+		free(*body);
+		*body = b;
+		*body_cap = hdr.length;
 	}
-	f = frame_decode(body, hdr.length);
-	free(body);
+	r = read_full(fd, *body, hdr.length);
+	if (r < 0)
+		return r;
+	f = frame_decode(*body, hdr.length);
 	if (f == NULL)
 		return GPUCMD_EPROTO;
 	*out = f;
 	return 0;
 }
 
-static int write_frame(int fd, const Gpucmd__Frame *f, uint32_t max_body,
-		       const int *fds, size_t nfds)
+/* After a frame: a body buffer much larger than usual is given back. */
+static void trim_buffers(struct gpucmd_conn *c)
 {
-	uint8_t *buf;
-	size_t len;
-	int r;
-
-	r = frame_encode(f, &buf, &len);
-	if (r < 0)
-		return r;
-	if (len - FRAME_HEADER_SIZE > max_body) {
-		free(buf);
-		return GPUCMD_ELIMIT;
+	if (c->body_cap > CONN_KEEP_BYTES) {
+		free(c->body);
+		c->body = NULL;
+		c->body_cap = 0;
 	}
-	r = write_full(fd, buf, len, fds, nfds);
-	free(buf);
+	if (c->out.cap > CONN_KEEP_BYTES)
+		frame_pieces_free(&c->out);
+}
+
+static int write_frame(struct gpucmd_conn *c, const Gpucmd__Frame *f,
+		       uint32_t max_body, const int *fds, size_t nfds)
+{
+	int r = frame_pieces_encode(&c->out, f);
+
+	if (r == 0 && c->out.total - FRAME_HEADER_SIZE > max_body)
+		r = GPUCMD_ELIMIT;
+	if (r == 0)
+		r = write_pieces(c->fd, &c->out, fds, nfds);
+	trim_buffers(c);
 	return r;
 }
 
@@ -228,7 +271,9 @@ static int conn_recv_one(struct gpucmd_conn *c)
 	 * the answer to a read of nearly that many bytes is a few bytes longer.
 	 * The daemon is trusted; the ceiling only stops a runaway length.
 	 */
-	r = read_frame(c->fd, FRAME_MAX_BODY, &f, NULL, 0);
+	r = read_frame(c->fd, FRAME_MAX_BODY, &c->body, &c->body_cap, &f,
+		       NULL, 0);
+	trim_buffers(c);
 	if (r < 0)
 		return conn_fail(c, r);
 	switch (f->msg_case) {
@@ -324,7 +369,7 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 	req->id = c->next_id;
 	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
 	f.request = req;
-	r = write_frame(c->fd, &f, c->info.max_frame_bytes, fds, nfds);
+	r = write_frame(c, &f, c->info.max_frame_bytes, fds, nfds);
 	if (r < 0)
 		free(rel);
 	if (r == GPUCMD_ELIMIT || r == -ENOMEM)
@@ -452,14 +497,15 @@ static int handshake(struct gpucmd_conn *c, const char *service, char *msg,
 	hello.client_name = name;
 	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
 	f.hello = &hello;
-	r = write_frame(c->fd, &f, FRAME_DEFAULT_MAX_BODY, NULL, 0);
+	r = write_frame(c, &f, FRAME_DEFAULT_MAX_BODY, NULL, 0);
 	/* A refusing daemon may close before reading: its Error still waits. */
 	if (r < 0 && r != -EPIPE && r != -ECONNRESET) {
 		snprintf(msg, msg_len, "sending Hello: %s", gpucmd_strerror(r));
 		return r;
 	}
 	msg[0] = '\0';
-	r = read_frame(c->fd, FRAME_DEFAULT_MAX_BODY, &answer, msg, msg_len);
+	r = read_frame(c->fd, FRAME_DEFAULT_MAX_BODY, &c->body, &c->body_cap,
+		       &answer, msg, msg_len);
 	if (r < 0) {
 		/* A bad header already wrote its sentence into msg. */
 		if (r == GPUCMD_EDISCONNECTED)
@@ -563,6 +609,8 @@ GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *c)
 	}
 	free(c->slots);
 	regions_clear(&c->regions);
+	frame_pieces_free(&c->out);
+	free(c->body);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c);

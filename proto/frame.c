@@ -117,6 +117,111 @@ int frame_encode(const Gpucmd__Frame *f, uint8_t **out, size_t *len)
 	return 0;
 }
 
+/* ---- encoding as pieces ---------------------------------------------------- */
+
+struct pieces_buffer {
+	ProtobufCBuffer base;	/* first: protobuf-c calls base.append */
+	struct frame_pieces *p;
+};
+
+static int pieces_push(struct frame_pieces *p, const uint8_t *ext, size_t off,
+		       size_t len)
+{
+	if (p->n == p->vcap) {
+		size_t cap = p->vcap ? 2 * p->vcap : 16;
+		struct frame_piece *v = realloc(p->v, cap * sizeof(*v));
+
+		if (v == NULL)
+			return -ENOMEM;
+		p->v = v;
+		p->vcap = cap;
+	}
+	p->v[p->n].ext = ext;
+	p->v[p->n].off = off;
+	p->v[p->n].len = len;
+	p->n++;
+	return 0;
+}
+
+static int pieces_copy(struct frame_pieces *p, const uint8_t *data, size_t len)
+{
+	if (p->used + len > p->cap) {
+		size_t cap = p->cap ? p->cap : 1024;
+		uint8_t *b;
+
+		while (cap < p->used + len)
+			cap *= 2;
+		b = realloc(p->scratch, cap);
+		if (b == NULL)
+			return -ENOMEM;
+		p->scratch = b;
+		p->cap = cap;
+	}
+	memcpy(p->scratch + p->used, data, len);
+	/* Grow the last piece when it is the scratch right before this. */
+	if (p->n > 0 && p->v[p->n - 1].ext == NULL &&
+	    p->v[p->n - 1].off + p->v[p->n - 1].len == p->used) {
+		p->v[p->n - 1].len += len;
+		p->used += len;
+		return 0;
+	}
+	p->used += len;
+	return pieces_push(p, NULL, p->used - len, len);
+}
+
+static void pieces_append(ProtobufCBuffer *buffer, size_t len,
+			  const uint8_t *data)
+{
+	struct frame_pieces *p = ((struct pieces_buffer *)buffer)->p;
+	int r;
+
+	if (p->err != 0 || len == 0)
+		return;
+	r = len >= FRAME_PIECE_REF_MIN ? pieces_push(p, data, 0, len)
+				       : pieces_copy(p, data, len);
+	if (r != 0)
+		p->err = r;
+}
+
+int frame_pieces_encode(struct frame_pieces *p, const Gpucmd__Frame *f)
+{
+	struct pieces_buffer buf = { .base.append = pieces_append, .p = p };
+	size_t body = gpucmd__frame__get_packed_size(f);
+	uint8_t head[FRAME_HEADER_SIZE];
+	struct frame_header hdr;
+
+	p->used = 0;
+	p->n = 0;
+	p->err = 0;
+	p->total = 0;
+	if (body > FRAME_MAX_BODY)
+		return GPUCMD_ELIMIT;
+	hdr.magic = FRAME_MAGIC;
+	hdr.version = GPUCMD_PROTOCOL_VERSION;
+	hdr.flags = 0;
+	hdr.length = (uint32_t)body;
+	frame_header_pack(&hdr, head);
+	pieces_append(&buf.base, sizeof(head), head);
+	if (gpucmd__frame__pack_to_buffer(f, &buf.base) != body && p->err == 0)
+		p->err = GPUCMD_EPROTO;
+	if (p->err != 0)
+		return p->err;
+	p->total = FRAME_HEADER_SIZE + body;
+	return 0;
+}
+
+const uint8_t *frame_piece_data(const struct frame_pieces *p, size_t i)
+{
+	return p->v[i].ext != NULL ? p->v[i].ext : p->scratch + p->v[i].off;
+}
+
+void frame_pieces_free(struct frame_pieces *p)
+{
+	free(p->scratch);
+	free(p->v);
+	memset(p, 0, sizeof(*p));
+}
+
 /*
  * Decoding into an arena.  protobuf-c's default unpack makes a malloc for
  * every message, string, byte field and repeated array of a frame (about

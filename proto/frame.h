@@ -57,6 +57,39 @@ int frame_header_check(const struct frame_header *hdr, uint32_t max_body,
  * *out with its size in *len.  0 or a negative code.
  */
 int frame_encode(const Gpucmd__Frame *f, uint8_t **out, size_t *len);
+/*
+ * A frame encoded as pieces, for writev: the header and the small parts of
+ * the message are copied into scratch, byte fields of FRAME_PIECE_REF_MIN
+ * bytes or more are referenced where they are (the caller's buffers must
+ * outlive the write).  Reusable: frame_pieces_encode starts it over and
+ * keeps its memory.
+ */
+#define FRAME_PIECE_REF_MIN 4096
+
+struct frame_piece {
+	const uint8_t *ext;	/* referenced bytes, or NULL: scratch + off */
+	size_t off;
+	size_t len;
+};
+
+struct frame_pieces {
+	uint8_t *scratch;
+	size_t used;
+	size_t cap;
+	struct frame_piece *v;
+	size_t n;
+	size_t vcap;
+	size_t total;		/* header + body */
+	int err;
+};
+
+/** Encode f into p (header included).  0 or a negative code. */
+int frame_pieces_encode(struct frame_pieces *p, const Gpucmd__Frame *f);
+/** Where piece i starts. */
+const uint8_t *frame_piece_data(const struct frame_pieces *p, size_t i);
+/** Free p's memory (it may be encoded into again). */
+void frame_pieces_free(struct frame_pieces *p);
+
 /**
  * Decode a body of len bytes into a Frame; NULL when it is not valid
  * protobuf.  Free with frame_free.
