@@ -12,6 +12,12 @@
  * table, the JSON and the metrics cannot disagree.  Totals are sums over
  * the services shown, which with --service is the one service; they carry
  * no limit, since a sum of quotas limits nothing.
+ *
+ * Shared regions (host memory clients share with the daemon, pinned on
+ * CUDA) are counted per service beside the device memory: in the text as a
+ * line per service under the table (only for services that have regions or
+ * a region_limit, so the table keeps its columns), in JSON and Prometheus
+ * as figures of every service.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -172,6 +178,8 @@ struct report_view {
 		uint64_t oom_count;
 		uint64_t largest_free;
 		double fragmentation;
+		uint64_t region_bytes;
+		uint32_t regions;
 	} total;
 };
 
@@ -228,6 +236,8 @@ static int view_build(const struct gpucmd_report *rep,
 		v->total.usage.bytes_reserved += s->bytes_reserved;
 		v->total.peak_bytes_in_use += s->peak_bytes_in_use;
 		v->total.oom_count += s->oom_count;
+		v->total.region_bytes += s->region_bytes;
+		v->total.regions += s->regions;
 		if (sv->largest_free > v->total.largest_free)
 			v->total.largest_free = sv->largest_free;
 	}
@@ -352,6 +362,40 @@ static int streams_with_pools(const struct service_view *sv, int exact)
 	return r;
 }
 
+/*
+ * Under the table: a line per service with shared regions or a
+ * region_limit ("NAME: 2 regions, 30.1 MiB (limit 256.0 MiB)"), and a
+ * total when there are several; nothing when no service has either.
+ */
+static void region_lines(const struct report_view *v, int exact)
+{
+	char a[TOOL_SIZE_LEN], b[TOOL_SIZE_LEN];
+	size_t shown = 0;
+
+	for (size_t i = 0; i < v->n; i++) {
+		const struct gpucmd_service_report *s = v->services[i].s;
+
+		if (s->regions == 0 && s->region_bytes == 0 &&
+		    s->region_limit == 0)
+			continue;
+		if (shown++ == 0)
+			printf("\nshared regions (host memory mapped for "
+			       "clients, pinned on CUDA):\n");
+		printf("  %s: %u region%s, %s", s->name, s->regions,
+		       s->regions == 1 ? "" : "s",
+		       tool_size(s->region_bytes, exact, a, sizeof(a)));
+		if (s->region_limit != 0)
+			printf(" (limit %s)\n",
+			       tool_size(s->region_limit, exact, b, sizeof(b)));
+		else
+			printf(" (no limit)\n");
+	}
+	if (shown > 1)
+		printf("  total: %u region%s, %s\n", v->total.regions,
+		       v->total.regions == 1 ? "" : "s",
+		       tool_size(v->total.region_bytes, exact, a, sizeof(a)));
+}
+
 static int report_text(const struct report_view *v,
 		       const struct report_opts *o)
 {
@@ -396,6 +440,7 @@ static int report_text(const struct report_view *v,
 		      v->total.fragmentation, o->exact);
 	r = table_print(&t, stdout, 0);
 	table_free(&t);
+	region_lines(v, o->exact);
 
 	for (size_t i = 0; (o->streams || o->pools) && i < v->n; i++) {
 		const struct service_view *sv = &v->services[i];
@@ -418,11 +463,19 @@ static int report_text(const struct report_view *v,
 
 /* ---- JSON ------------------------------------------------------------------ */
 
+/* Shared regions of a service or the totals (limit 0 = none). */
+struct json_regions {
+	uint64_t bytes;
+	uint32_t count;
+	uint64_t limit;
+};
+
 /* The members every service and the totals have. */
 static void json_service_figures(uint32_t connections,
 				 const struct gpucmd_memory_usage *u,
 				 uint64_t peak, uint64_t limit, uint64_t ooms,
-				 uint64_t largest_free, double frag)
+				 uint64_t largest_free, double frag,
+				 const struct json_regions *rg)
 {
 	printf("\"connections\":%u,", connections);
 	tool_json_usage(u);
@@ -430,6 +483,9 @@ static void json_service_figures(uint32_t connections,
 	       ",\"oom_count\":%" PRIu64 ",\"largest_free\":%" PRIu64
 	       ",\"fragmentation\":%.6f",
 	       peak, limit, ooms, largest_free, frag);
+	printf(",\"region_bytes\":%" PRIu64 ",\"regions\":%u"
+	       ",\"region_limit\":%" PRIu64,
+	       rg->bytes, rg->count, rg->limit);
 }
 
 static void report_json(const struct report_view *v)
@@ -458,6 +514,8 @@ static void report_json(const struct report_view *v)
 	for (size_t i = 0; i < v->n; i++) {
 		const struct service_view *sv = &v->services[i];
 		const struct gpucmd_service_report *s = sv->s;
+		struct json_regions rg = { s->region_bytes, s->regions,
+					   s->region_limit };
 
 		printf("%s{\"name\":", i > 0 ? "," : "");
 		tool_json_string(stdout, s->name);
@@ -465,7 +523,7 @@ static void report_json(const struct report_view *v)
 		json_service_figures(s->connections, &sv->usage,
 				     s->peak_bytes_in_use, s->limit_bytes,
 				     s->oom_count, sv->largest_free,
-				     sv->fragmentation);
+				     sv->fragmentation, &rg);
 		printf(",\"streams\":[");
 		for (size_t j = 0; j < s->nstreams; j++) {
 			printf("%s{", j > 0 ? "," : "");
@@ -475,10 +533,15 @@ static void report_json(const struct report_view *v)
 		printf("]}");
 	}
 	printf("],\"totals\":{");
-	json_service_figures(v->total.connections, &v->total.usage,
-			     v->total.peak_bytes_in_use, 0,
-			     v->total.oom_count, v->total.largest_free,
-			     v->total.fragmentation);
+	{
+		struct json_regions rg = { v->total.region_bytes,
+					   v->total.regions, 0 };
+
+		json_service_figures(v->total.connections, &v->total.usage,
+				     v->total.peak_bytes_in_use, 0,
+				     v->total.oom_count, v->total.largest_free,
+				     v->total.fragmentation, &rg);
+	}
 	printf("}}\n");
 }
 
@@ -598,6 +661,21 @@ static struct prom_value svc_ooms(const struct prom_at *at)
 	return pv(at->sv->s->oom_count);
 }
 
+static struct prom_value svc_region_bytes(const struct prom_at *at)
+{
+	return pv(at->sv->s->region_bytes);
+}
+
+static struct prom_value svc_regions(const struct prom_at *at)
+{
+	return pv(at->sv->s->regions);
+}
+
+static struct prom_value svc_region_limit(const struct prom_at *at)
+{
+	return pv(at->sv->s->region_limit);
+}
+
 static struct prom_value svc_largest_free(const struct prom_at *at)
 {
 	return pv(at->sv->largest_free);
@@ -701,6 +779,14 @@ static const struct prom_metric prom_metrics[] = {
 	{ PROM_SERVICE, "gpucmd_service_fragmentation_ratio", "gauge",
 	  "1 - largest free block / (reserved - in use - padding).",
 	  svc_fragmentation },
+	{ PROM_SERVICE, "gpucmd_service_region_bytes", "gauge",
+	  "Bytes of shared regions mapped for the service (pinned host "
+	  "memory on CUDA).", svc_region_bytes },
+	{ PROM_SERVICE, "gpucmd_service_regions", "gauge",
+	  "Shared regions mapped for the service.", svc_regions },
+	{ PROM_SERVICE, "gpucmd_service_region_limit_bytes", "gauge",
+	  "Quota of the service's shared region bytes (0 = none).",
+	  svc_region_limit },
 	{ PROM_STREAM, "gpucmd_stream_bytes_in_use", "gauge",
 	  "Bytes the stream's live allocations asked for.", str_in_use },
 	{ PROM_STREAM, "gpucmd_stream_bytes_reserved", "gauge",

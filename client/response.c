@@ -321,6 +321,9 @@ static int service_from_wire(struct gpucmd_service_report *out,
 	out->peak_bytes_in_use = s->peak_bytes_in_use;
 	out->limit_bytes = s->limit_bytes;
 	out->oom_count = s->oom_count;
+	out->region_bytes = s->region_bytes;
+	out->regions = s->regions;
+	out->region_limit = s->region_limit;
 	if (!streams || s->n_streams == 0)
 		return 0;
 	out->streams = calloc(s->n_streams, sizeof(*out->streams));
@@ -354,6 +357,8 @@ static void add_totals(struct gpucmd_report *rep)
 		t->allocations += s->allocations;
 		t->peak_bytes_in_use += s->peak_bytes_in_use;
 		t->oom_count += s->oom_count;
+		t->region_bytes += s->region_bytes;
+		t->regions += s->regions;
 	}
 }
 

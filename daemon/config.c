@@ -237,6 +237,10 @@ static int service_key(struct load_state *st, struct config_service *svc,
 		svc->set |= CONFIG_SET_MEMORY_LIMIT;
 		return set_size(st, name, v, 0, &svc->memory_limit);
 	}
+	if (strcmp(name, "region_limit") == 0) {
+		svc->set |= CONFIG_SET_REGION_LIMIT;
+		return set_size(st, name, v, 0, &svc->region_limit);
+	}
 	if (strcmp(name, "max_streams") == 0) {
 		svc->set |= CONFIG_SET_MAX_STREAMS;
 		return set_u32(st, name, v, 1, 64, &svc->max_streams);
@@ -254,7 +258,7 @@ static int service_key(struct load_state *st, struct config_service *svc,
 		return set_ids(st, name, v, true, svc->gids, &svc->ngids);
 	}
 	return bad(st, "unknown key '%s' in a service section (memory_limit, "
-		   "max_streams, weight, uids, gids)", name);
+		   "region_limit, max_streams, weight, uids, gids)", name);
 }
 
 /* The service a "[service #N]" header (see read_line) stands for. */
@@ -412,6 +416,8 @@ static void apply_service_defaults(struct config *cfg)
 
 		if (!(svc->set & CONFIG_SET_MEMORY_LIMIT))
 			svc->memory_limit = d->memory_limit;
+		if (!(svc->set & CONFIG_SET_REGION_LIMIT))
+			svc->region_limit = d->region_limit;
 		if (!(svc->set & CONFIG_SET_MAX_STREAMS))
 			svc->max_streams = d->max_streams;
 		if (!(svc->set & CONFIG_SET_WEIGHT))
@@ -534,8 +540,8 @@ static int handle_key(void *user, const char *section, const char *name,
 			return service_key(st, &cfg->default_service,
 					   name + 8, v);
 		return bad(st, "unknown key '%s' in [services] (unknown, "
-			   "default_memory_limit, default_max_streams, "
-			   "default_weight)", name);
+			   "default_memory_limit, default_region_limit, "
+			   "default_max_streams, default_weight)", name);
 	}
 	if (strncmp(section, "service #", 9) == 0) {
 		struct config_service *svc = section_service(st, section);

@@ -37,6 +37,7 @@ struct config_limits {
 struct config_service {
 	char name[64];
 	uint64_t memory_limit;		/* bytes, 0 = none */
+	uint64_t region_limit;		/* bytes of shared regions, 0 = none */
 	uint32_t max_streams;		/* 0 = the daemon's limit */
 	uint32_t weight;		/* share of the device thread, 1..1000 */
 	uint32_t nuids;
@@ -51,6 +52,7 @@ struct config_service {
 #define CONFIG_SET_WEIGHT 4u
 #define CONFIG_SET_UIDS 8u
 #define CONFIG_SET_GIDS 16u
+#define CONFIG_SET_REGION_LIMIT 32u
 
 /* What happens to a Hello naming a service the file does not list. */
 enum config_unknown {

@@ -852,6 +852,9 @@ static void service_row(struct service *svc, void *arg)
 	sr->peak_bytes_in_use = svc->peak_bytes_in_use;
 	sr->limit_bytes = atomic_load(&svc->memory_limit);
 	sr->oom_count = svc->oom_count;
+	sr->region_bytes = svc->region_bytes;
+	sr->regions = svc->regions;
+	sr->region_limit = atomic_load(&svc->region_limit);
 	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
 		if (set->service != svc)
 			continue;
@@ -871,6 +874,9 @@ static void service_row(struct service *svc, void *arg)
 	st->totals->peak_bytes_in_use += sr->peak_bytes_in_use;
 	st->totals->limit_bytes += sr->limit_bytes;
 	st->totals->oom_count += sr->oom_count;
+	/* No region_limit: a sum of quotas limits nothing. */
+	st->totals->region_bytes += sr->region_bytes;
+	st->totals->regions += sr->regions;
 	st->totals->usage->allocations += sr->usage->allocations;
 	st->totals->usage->bytes_in_use += sr->usage->bytes_in_use;
 	st->totals->usage->bytes_padding += sr->usage->bytes_padding;

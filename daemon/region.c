@@ -14,6 +14,7 @@
 
 #include "driver/driver.h"
 #include "gpucmd.h"
+#include "service.h"
 
 static uint32_t count(const struct region *r)
 {
@@ -35,12 +36,61 @@ static void unmap(struct driver *d, struct region *r)
 	free(r);
 }
 
+/* Unmap a region that was attached: its bytes go back to the service. */
+static void unmap_attached(struct stream_set *set, struct region *r)
+{
+	service_region_uncharge(set->service, r->size);
+	unmap(set->driver, r);
+}
+
+/* Regions of this connection released but still mapped (their fences). */
+static void released_pending(const struct stream_set *set, uint32_t *n,
+			     uint64_t *bytes)
+{
+	*n = 0;
+	*bytes = 0;
+	for (const struct region *r = set->released_regions; r != NULL;
+	     r = r->next) {
+		(*n)++;
+		*bytes += r->size;
+	}
+}
+
+/* The sentence of an attach over the service's region_limit. */
+static void describe_quota(const struct stream_set *set, uint64_t id,
+			   uint64_t size, char *msg, size_t msg_len)
+{
+	const struct service *svc = set->service;
+	uint64_t limit = atomic_load(&svc->region_limit);
+	uint64_t after = svc->region_bytes + size;
+	uint64_t pending_bytes;
+	uint32_t pending;
+	char waiting[160] = "";
+
+	if (after < svc->region_bytes)
+		after = UINT64_MAX;
+	released_pending(set, &pending, &pending_bytes);
+	if (pending > 0)
+		snprintf(waiting, sizeof(waiting), "; %u of them, %llu bytes, "
+			 "released by this connection and unmapped once its "
+			 "work in flight is done", pending,
+			 (unsigned long long)pending_bytes);
+	snprintf(msg, msg_len, "region %llu of %llu bytes would take service "
+		 "'%s' to %llu bytes of shared regions, over its region_limit "
+		 "of %llu (%u region%s of %llu bytes attached%s): release a "
+		 "region or raise region_limit",
+		 (unsigned long long)id, (unsigned long long)size, svc->name,
+		 (unsigned long long)after, (unsigned long long)limit,
+		 svc->regions, svc->regions == 1 ? "" : "s",
+		 (unsigned long long)svc->region_bytes, waiting);
+}
+
 int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 		  char *msg, size_t msg_len)
 {
 	struct driver *d = set->driver;
 	struct region *r;
-	struct stat st;
+	struct stat st = { 0 };
 	int seals;
 
 	if (id == 0 || region_find(set, id) != NULL) {
@@ -78,8 +128,16 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 		close(fd);
 		return GPUCMD_EINVAL;
 	}
+	/* The service's budget of shared regions, before anything is mapped. */
+	if (service_region_check(set->service, size) != 0) {
+		describe_quota(set, id, size, msg, msg_len);
+		close(fd);
+		return GPUCMD_EQUOTA;
+	}
 	r = calloc(1, sizeof(*r));
 	if (r == NULL) {
+		snprintf(msg, msg_len, "region %llu: out of host memory",
+			 (unsigned long long)id);
 		close(fd);
 		return GPUCMD_ENOMEM;
 	}
@@ -99,6 +157,7 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 	r->registered = d->ops->host_register(d, r->base, size) == 0;
 	r->next = set->regions;
 	set->regions = r;
+	service_region_charge(set->service, size);
 	return 0;
 }
 
@@ -159,7 +218,7 @@ void region_flush(struct stream_set *set)
 			continue;
 		}
 		*pp = r->next;
-		unmap(set->driver, r);
+		unmap_attached(set, r);
 	}
 }
 
@@ -171,7 +230,7 @@ void region_teardown(struct stream_set *set)
 		while (lists[l] != NULL) {
 			struct region *r = lists[l];
 			lists[l] = r->next;
-			unmap(set->driver, r);
+			unmap_attached(set, r);
 		}
 	}
 	set->regions = NULL;

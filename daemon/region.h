@@ -13,6 +13,11 @@
  * once every stream of the connection has completed the work enqueued
  * before the release, like released device memory (drop_queue.h).
  *
+ * Accounting: a region's bytes count against its service's region_limit
+ * (gpucmdd.conf(5)) from the attach until it is really unmapped, released
+ * ones waiting for their fences included: that is when the pinned pages go
+ * back.  A connection that ends returns all of its regions' bytes.
+ *
  * Owner: the connection's stream_set.  Thread: the device thread.
  */
 #pragma once
@@ -39,8 +44,10 @@ struct region {
 
 /**
  * Map the memfd fd (ownership passes, closed on failure) as region id of
- * size bytes.  GPUCMD_EINVAL (not sealed, too small, not a memfd),
- * GPUCMD_EEXIST, GPUCMD_ELIMIT; a sentence in msg.
+ * size bytes and charge it to the set's service.  GPUCMD_EINVAL (not
+ * sealed, too small, not a memfd), GPUCMD_EEXIST, GPUCMD_ELIMIT (regions
+ * per connection), GPUCMD_EQUOTA (over the service's region_limit; nothing
+ * is mapped), GPUCMD_ENOMEM; a sentence in msg.
  */
 int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 		  char *msg, size_t msg_len);
@@ -58,7 +65,7 @@ int region_check(const struct region *r, uint64_t offset, uint64_t length,
  */
 int region_release(struct stream_set *set, struct stream *current,
 		   uint64_t id);
-/** Unmap released regions whose fences passed. */
+/** Unmap released regions whose fences passed, uncharging the service. */
 void region_flush(struct stream_set *set);
-/** Unmap everything (teardown: the streams are idle). */
+/** Unmap everything, uncharging the service (teardown: streams idle). */
 void region_teardown(struct stream_set *set);

@@ -34,6 +34,7 @@ int service_name_check(const char *name)
 void service_apply(struct service *svc, const struct config_service *limits)
 {
 	atomic_store(&svc->memory_limit, limits->memory_limit);
+	atomic_store(&svc->region_limit, limits->region_limit);
 	atomic_store(&svc->max_streams, limits->max_streams);
 	atomic_store(&svc->weight, limits->weight ? limits->weight : 1);
 }
@@ -71,6 +72,7 @@ struct service *service_get(const char *name,
 	svc->id = ++registry_count;
 	atomic_init(&svc->connections, 0);
 	atomic_init(&svc->memory_limit, 0);
+	atomic_init(&svc->region_limit, 0);
 	atomic_init(&svc->max_streams, 0);
 	atomic_init(&svc->weight, 1);
 	service_apply(svc, limits);
@@ -111,6 +113,31 @@ void service_uncharge(struct service *svc, uint64_t size)
 {
 	svc->bytes_in_use -= size;
 	svc->allocations--;
+}
+
+int service_region_check(const struct service *svc, uint64_t size)
+{
+	uint64_t limit = atomic_load(&svc->region_limit);
+	uint64_t after;
+
+	if (limit == 0)
+		return 0;
+	if (__builtin_add_overflow(svc->region_bytes, size, &after) ||
+	    after > limit)
+		return GPUCMD_EQUOTA;
+	return 0;
+}
+
+void service_region_charge(struct service *svc, uint64_t size)
+{
+	svc->region_bytes += size;
+	svc->regions++;
+}
+
+void service_region_uncharge(struct service *svc, uint64_t size)
+{
+	svc->region_bytes -= size;
+	svc->regions--;
 }
 
 void service_registry_free(void)

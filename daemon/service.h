@@ -28,6 +28,7 @@ struct service {
 	uint32_t id;
 	/* Limits: set by the loop thread (start, SIGHUP), read anywhere. */
 	atomic_uint_fast64_t memory_limit;	/* bytes, 0 = none */
+	atomic_uint_fast64_t region_limit;	/* shared region bytes, 0 = none */
 	atomic_uint max_streams;		/* 0 = the daemon's limit */
 	atomic_uint weight;			/* batches per scheduling round */
 	atomic_uint connections;
@@ -40,6 +41,13 @@ struct service {
 	uint64_t allocations;
 	uint64_t peak_bytes_in_use;
 	uint64_t oom_count;
+	/*
+	 * Shared regions mapped for the service's connections (region.h):
+	 * charged at attach, uncharged when a region is really unmapped
+	 * (after a release's fences, or at the connection's teardown).
+	 */
+	uint64_t region_bytes;
+	uint32_t regions;
 	struct service *next;
 };
 
@@ -70,5 +78,14 @@ uint32_t service_count(void);
 void service_charge(struct service *svc, uint64_t size);
 /** Account the release of size bytes (device thread). */
 void service_uncharge(struct service *svc, uint64_t size);
+/**
+ * May svc map one more shared region of size bytes?  0, or GPUCMD_EQUOTA
+ * when it would take region_bytes over region_limit (device thread).
+ */
+int service_region_check(const struct service *svc, uint64_t size);
+/** Account a shared region of size bytes mapped (device thread). */
+void service_region_charge(struct service *svc, uint64_t size);
+/** Account a shared region of size bytes unmapped (device thread). */
+void service_region_uncharge(struct service *svc, uint64_t size);
 /** Free every service (at exit, after the threads stopped). */
 void service_registry_free(void);

@@ -59,7 +59,7 @@ enum gpucmd_error {
 	GPUCMD_ESTREAM = -1008,		/* stream fault (kernel faulted) */
 	GPUCMD_ENOKERNEL = -1009,	/* kernel or module not found */
 	GPUCMD_EINVAL = -1010,		/* invalid argument */
-	GPUCMD_EQUOTA = -1011,		/* service memory quota exceeded */
+	GPUCMD_EQUOTA = -1011,		/* service quota exceeded (memory, regions) */
 	GPUCMD_EPERM = -1012,		/* permission denied */
 	GPUCMD_EPROTO = -1013,		/* protocol error (bad frame) */
 	GPUCMD_EUNSUPPORTED = -1014,	/* unsupported by this backend */
@@ -332,7 +332,8 @@ GPUCMD_EXTERN int gpucmd_batch_read_layout(struct gpucmd_batch *b,
  * growing, mapped shared at *ptr, attached to the daemon in a round trip
  * of its own.  The mapping lives until gpucmd_region_release or
  * gpucmd_close.  GPUCMD_EEXIST when id is live on this connection,
- * GPUCMD_ELIMIT past the daemon's count, -errno when the memfd fails.
+ * GPUCMD_ELIMIT past the daemon's count, GPUCMD_EQUOTA past the service's
+ * region_limit (bytes of shared regions), -errno when the memfd fails.
  */
 GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
 				       size_t size, void **ptr);
@@ -529,6 +530,14 @@ struct gpucmd_service_report {
 	/* Its streams, on every connection (none in totals). */
 	size_t nstreams;
 	struct gpucmd_stream_report *streams;
+	/*
+	 * Shared regions mapped for its connections (released ones still
+	 * waiting for copies in flight included) and its quota of them
+	 * (region_limit; 0 = no limit, and always 0 in totals).
+	 */
+	uint64_t region_bytes;
+	uint32_t regions;
+	uint64_t region_limit;
 };
 struct gpucmd_report {
 	char device_name[128];

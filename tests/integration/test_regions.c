@@ -1,7 +1,11 @@
 /*
  * test_regions.c - shared regions at the wire level: a memfd passed with
  * SCM_RIGHTS, writes from it and reads into it, bounds, seals, releases
- * with copies in flight, and a client that dies with regions mapped.
+ * with copies in flight, and a client that dies with regions mapped; and
+ * the service's region_limit (gpucmdd.conf(5)): attaches up to it, the
+ * next one refused with GPUCMD_EQUOTA and the numbers, bytes given back by
+ * a release once its fences passed and by a client that dies, the memory
+ * report (library and gpucmd memory-report) and a SIGHUP that changes it.
  *
  * This speaks the protocol directly (frame.h + the generated protobuf code)
  * so it checks the daemon independently of the client library.
@@ -76,7 +80,7 @@ static Gpucmd__Frame *raw_recv(struct raw *c)
 	return f;
 }
 
-static struct raw raw_open(void)
+static struct raw raw_open_as(const char *service)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT, *w;
@@ -89,7 +93,7 @@ static struct raw raw_open(void)
 	ck_assert_int_eq(connect(c.fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	setsockopt(c.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
-	hello.service = "regions";
+	hello.service = (char *)service;
 	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
 	f.hello = &hello;
 	raw_send(&c, &f, NULL, 0);
@@ -99,14 +103,21 @@ static struct raw raw_open(void)
 	return c;
 }
 
-/* Send ops as one request (with fds) and return its response frame. */
-static Gpucmd__Frame *run_ops(struct raw *c, Gpucmd__Op **ops, size_t n,
-			      const int *fds, int nfds)
+static struct raw raw_open(void)
+{
+	return raw_open_as("regions");
+}
+
+/* Send ops as one request on stream (with fds); its response frame. */
+static Gpucmd__Frame *run_ops_on(struct raw *c, uint32_t stream,
+				 Gpucmd__Op **ops, size_t n, const int *fds,
+				 int nfds)
 {
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT, *r;
 	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
 
 	req.id = c->next_id++;
+	req.stream = stream;
 	req.n_ops = n;
 	req.ops = ops;
 	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
@@ -116,6 +127,13 @@ static Gpucmd__Frame *run_ops(struct raw *c, Gpucmd__Op **ops, size_t n,
 	ck_assert_int_eq(r->msg_case, GPUCMD__FRAME__MSG_RESPONSE);
 	ck_assert_uint_eq(r->response->id, req.id);
 	return r;
+}
+
+/* Send ops as one request on stream 0 (with fds). */
+static Gpucmd__Frame *run_ops(struct raw *c, Gpucmd__Op **ops, size_t n,
+			      const int *fds, int nfds)
+{
+	return run_ops_on(c, 0, ops, n, fds, nfds);
 }
 
 static int sealed_memfd(size_t size, bool seal)
@@ -510,6 +528,536 @@ START_TEST(user_ptx_module_on_cuda)
 }
 END_TEST
 
+/* ---- region_limit ----------------------------------------------------------- */
+
+/*
+ * A daemon whose service "capped" may map 3 MiB of shared regions; other
+ * services have no region limit.  The file is written beside the daemon's
+ * own directory, under the runner's, which removes it.
+ */
+#define CAP_LIMIT (UINT64_C(3) << 20)
+
+static char cap_conf[192];
+
+static void cap_write(uint64_t limit)
+{
+	char tmp[256];
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", cap_conf);
+	f = fopen(tmp, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[service capped]\nregion_limit = %llu\n"
+		   "[service open]\nmemory_limit = 64M\n",
+		(unsigned long long)limit);
+	ck_assert_int_eq(fclose(f), 0);
+	/* Whole or not at all, for a daemon that reloads meanwhile. */
+	ck_assert_int_eq(rename(tmp, cap_conf), 0);
+}
+
+static void capped_setup(void)
+{
+	const char *base = getenv("GPUCMD_TEST_TMP");
+	char dir[160];
+
+	snprintf(dir, sizeof(dir), "%s/conf-XXXXXX",
+		 base != NULL && base[0] ? base : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(cap_conf, sizeof(cap_conf), "%s/gpucmdd.conf", dir);
+	cap_write(CAP_LIMIT);
+	daemon_start_args(&the_daemon, "--config", cap_conf, NULL);
+}
+
+/* Attach a sealed memfd of size bytes as region id; the response frame. */
+static Gpucmd__Frame *try_attach(struct raw *c, uint64_t id, size_t size)
+{
+	int fd = sealed_memfd(size, true);
+	Gpucmd__Op *ops[1] = { attach(id, size) };
+	Gpucmd__Frame *r = run_ops(c, ops, 1, &fd, 1);
+
+	/* The daemon has its own descriptor (or closed it): ours goes. */
+	close(fd);
+	return r;
+}
+
+static void attach_ok(struct raw *c, uint64_t id, size_t size)
+{
+	Gpucmd__Frame *r = try_attach(c, id, size);
+
+	ck_assert_msg(r->response->error == NULL,
+		      "attach of region %llu (%zu bytes) failed: %s",
+		      (unsigned long long)id, size,
+		      r->response->error ? r->response->error->message : "");
+	frame_free(r);
+}
+
+/* An attach refused with GPUCMD_EQUOTA: its message. */
+static char *attach_over(struct raw *c, uint64_t id, size_t size)
+{
+	Gpucmd__Frame *r = try_attach(c, id, size);
+	char *msg;
+
+	ck_assert_msg(r->response->error != NULL,
+		      "attach of region %llu (%zu bytes) over the limit "
+		      "succeeded", (unsigned long long)id, size);
+	ck_assert_int_eq(r->response->error->code, GPUCMD_EQUOTA);
+	ck_assert_uint_eq(r->response->failed_index, 0);
+	msg = strdup(r->response->error->message);
+	ck_assert_ptr_nonnull(msg);
+	frame_free(r);
+	return msg;
+}
+
+static void release_on(struct raw *c, uint32_t stream, uint64_t id)
+{
+	Gpucmd__OpRegionRelease rel = GPUCMD__OP_REGION_RELEASE__INIT;
+	Gpucmd__Op o = GPUCMD__OP__INIT, *ops[1] = { &o };
+	Gpucmd__Frame *r;
+
+	rel.region = id;
+	o.op_case = GPUCMD__OP__OP_REGION_RELEASE;
+	o.region_release = &rel;
+	r = run_ops_on(c, stream, ops, 1, NULL, 0);
+	ck_assert_msg(r->response->error == NULL, "release of region %llu: %s",
+		      (unsigned long long)id,
+		      r->response->error ? r->response->error->message : "");
+	frame_free(r);
+}
+
+/*
+ * A sync on stream: its answer comes once the stream's work completed, and
+ * the daemon unmaps released regions whose fences passed before it reads
+ * the next request, so after this a release on stream (with nothing in
+ * flight elsewhere) has given its bytes back.  A release alone may be
+ * answered before its own fence completes.
+ */
+static void sync_on(struct raw *c, uint32_t stream)
+{
+	Gpucmd__OpSync sy = GPUCMD__OP_SYNC__INIT;
+	Gpucmd__Op o = GPUCMD__OP__INIT, *ops[1] = { &o };
+	Gpucmd__Frame *r;
+
+	o.op_case = GPUCMD__OP__OP_SYNC;
+	o.sync = &sy;
+	r = run_ops_on(c, stream, ops, 1, NULL, 0);
+	ck_assert_msg(r->response->error == NULL, "sync: %s",
+		      r->response->error ? r->response->error->message : "");
+	frame_free(r);
+}
+
+/* The spin kernel for usec on stream (answered before it is done). */
+static void spin_on(struct raw *c, uint32_t stream, uint32_t usec)
+{
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__KernelArg a = GPUCMD__KERNEL_ARG__INIT, *args[1] = { &a };
+	uint32_t one[1] = { 1 };
+	Gpucmd__Op o = GPUCMD__OP__INIT, *ops[1] = { &o };
+	Gpucmd__Frame *r;
+
+	a.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
+	a.u32 = usec;
+	k.name = "spin";
+	k.n_grid = 1;
+	k.grid = one;
+	k.n_block = 1;
+	k.block = one;
+	k.n_args = 1;
+	k.args = args;
+	o.op_case = GPUCMD__OP__OP_KERNEL;
+	o.kernel = &k;
+	r = run_ops_on(c, stream, ops, 1, NULL, 0);
+	ck_assert_msg(r->response->error == NULL, "spin: %s",
+		      r->response->error ? r->response->error->message : "");
+	frame_free(r);
+}
+
+/* Service name's row of the memory report, and the totals. */
+static struct gpucmd_service_report row_of(struct gpucmd_conn *c,
+					   const char *name,
+					   struct gpucmd_service_report *totals)
+{
+	struct gpucmd_report *rep = NULL;
+	struct gpucmd_service_report out;
+	size_t i;
+
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	for (i = 0; i < rep->nservices; i++)
+		if (strcmp(rep->services[i].name, name) == 0)
+			break;
+	ck_assert_msg(i < rep->nservices, "service %s is not in the report",
+		      name);
+	out = rep->services[i];
+	out.streams = NULL;
+	out.nstreams = 0;
+	if (totals != NULL) {
+		*totals = rep->totals;
+		totals->streams = NULL;
+	}
+	gpucmd_report_free(rep);
+	return out;
+}
+
+#define expect_regions(c, name, bytes, count)                                 \
+	do {                                                                  \
+		struct gpucmd_service_report row_ = row_of(c, name, NULL);    \
+		ck_assert_msg(row_.region_bytes == (bytes) &&                 \
+				      row_.regions == (count),                \
+			      "service %s: %llu bytes in %u regions, "        \
+			      "expected %llu in %u", name,                    \
+			      (unsigned long long)row_.region_bytes,          \
+			      row_.regions, (unsigned long long)(bytes),      \
+			      (unsigned)(count));                             \
+	} while (0)
+
+/* Every needle must be in msg. */
+static void expect_in(const char *msg, const char *const *needles, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(strstr(msg, needles[i]) != NULL,
+			      "'%s' is not in: %.3000s", needles[i],
+			      msg);
+}
+
+/* The whole output of gpucmd ARGS against the daemon; it must exit 0. */
+static void tool_output(const char *args, char *out, size_t out_len)
+{
+	char cmd[512], rest[4096];
+	size_t n, more = 0, m;
+	FILE *p;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s/gpucmd --socket %s %s", harness_build(),
+		 the_daemon.sock, args);
+	p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	n = fread(out, 1, out_len - 1, p);
+	out[n] = '\0';
+	/* Read to the end, so the tool never dies of a full pipe. */
+	while ((m = fread(rest, 1, sizeof(rest), p)) > 0)
+		more += m;
+	st = pclose(p);
+	ck_assert_msg(st == 0, "%s exited with status %#x: %.2000s", cmd, st,
+		      out);
+	ck_assert_msg(more == 0, "%s printed %zu bytes more than the %zu "
+		      "read", cmd, more, out_len - 1);
+}
+
+/*
+ * Up to the limit, exactly, across two connections of the service; the
+ * next byte is refused with the numbers, and nothing is mapped for it; a
+ * release (settled by a sync) makes room again.  The report has the bytes,
+ * the count and the limit, in the library and in every gpucmd output.
+ */
+START_TEST(region_limit_refuses_the_attach_over_it)
+{
+	struct raw c = raw_open_as("capped");
+	struct gpucmd_conn *obs = connect_as("observer");
+	struct gpucmd_conn *lib = connect_as("capped");
+	struct gpucmd_service_report row, tot;
+	static char out[1 << 20];
+	char *msg;
+	void *p;
+
+	/* 1 MiB + 1.5 MiB: 2.5 MiB of 3. */
+	attach_ok(&c, 1, 1048576);
+	attach_ok(&c, 2, 1572864);
+	row = row_of(obs, "capped", &tot);
+	ck_assert_uint_eq(row.region_bytes, 2621440);
+	ck_assert_uint_eq(row.regions, 2);
+	ck_assert_uint_eq(row.region_limit, CAP_LIMIT);
+	ck_assert_uint_eq(row.connections, 2);
+	/* Device memory is another account. */
+	ck_assert_uint_eq(row.bytes_in_use, 0);
+	ck_assert_uint_eq(row.limit_bytes, 0);
+	ck_assert_uint_eq(tot.region_bytes, 2621440);
+	ck_assert_uint_eq(tot.regions, 2);
+	ck_assert_uint_eq(tot.region_limit, 0);
+	row = row_of(obs, "open", NULL);
+	ck_assert_uint_eq(row.region_limit, 0);
+	ck_assert_uint_eq(row.limit_bytes, 64u << 20);
+
+	/* 768 KiB more would be 3.25 MiB: refused, with the numbers. */
+	msg = attach_over(&c, 3, 786432);
+	{
+		const char *const want[] = {
+			"region 3 of 786432 bytes", "service 'capped'",
+			"to 3407872 bytes", "region_limit of 3145728",
+			"2 regions of 2621440 bytes attached",
+			"raise region_limit",
+		};
+		expect_in(msg, want, sizeof(want) / sizeof(want[0]));
+	}
+	free(msg);
+	/* Nothing was mapped or counted for it, and its id is still free. */
+	expect_regions(obs, "capped", 2621440, 2);
+	/* The service's other connection is held to the same account. */
+	ck_assert_int_eq(gpucmd_region_create(lib, 7, 786432, &p),
+			 GPUCMD_EQUOTA);
+	expect_regions(obs, "capped", 2621440, 2);
+
+	/* Exactly up to the limit is allowed; one byte past it is not. */
+	attach_ok(&c, 3, 524288);
+	expect_regions(obs, "capped", CAP_LIMIT, 3);
+	msg = attach_over(&c, 4, 1);
+	{
+		const char *const want[] = {
+			"region 4 of 1 bytes", "to 3145729 bytes",
+			"3 regions of 3145728 bytes attached",
+		};
+		expect_in(msg, want, sizeof(want) / sizeof(want[0]));
+	}
+	free(msg);
+
+	/* The report as gpucmd shows it, in every format. */
+	tool_output("memory-report --json --service capped", out, sizeof(out));
+	ck_assert_msg(strstr(out, "\"region_bytes\":3145728,\"regions\":3,"
+				  "\"region_limit\":3145728") != NULL,
+		      "memory-report --json: %.3000s", out);
+	ck_assert_msg(strstr(out, "\"totals\":{") != NULL &&
+			      strstr(strstr(out, "\"totals\":{"),
+				     "\"region_bytes\":3145728,\"regions\":3,"
+				     "\"region_limit\":0}") != NULL,
+		      "memory-report --json totals: %.3000s", out);
+	tool_output("memory-report --prometheus", out, sizeof(out));
+	{
+		const char *const want[] = {
+			"# TYPE gpucmd_service_region_bytes gauge\n",
+			"# HELP gpucmd_service_region_bytes ",
+			"\ngpucmd_service_region_bytes{service=\"capped\"} 3145728\n",
+			"\ngpucmd_service_regions{service=\"capped\"} 3\n",
+			"\ngpucmd_service_region_limit_bytes{service=\"capped\"} 3145728\n",
+			"\ngpucmd_service_region_bytes{service=\"open\"} 0\n",
+			"\ngpucmd_service_region_limit_bytes{service=\"open\"} 0\n",
+		};
+		expect_in(out, want, sizeof(want) / sizeof(want[0]));
+	}
+	tool_output("memory-report --bytes", out, sizeof(out));
+	{
+		const char *const want[] = {
+			"\nshared regions (",
+			"\n  capped: 3 regions, 3145728 (limit 3145728)\n",
+		};
+		expect_in(out, want, sizeof(want) / sizeof(want[0]));
+	}
+	/* Services with neither regions nor a region limit get no line. */
+	ck_assert_msg(strstr(out, "  open:") == NULL &&
+			      strstr(out, "  observer:") == NULL,
+		      "memory-report: %.3000s", out);
+
+	/* A release, settled by a sync, gives its bytes back... */
+	release_on(&c, 0, 2);
+	sync_on(&c, 0);
+	expect_regions(obs, "capped", 1572864, 2);
+	/* ...so what was refused fits now, from either connection. */
+	attach_ok(&c, 4, 786432);
+	expect_regions(obs, "capped", 2359296, 3);
+	ck_assert_int_eq(gpucmd_region_create(lib, 7, 786432, &p), 0);
+	expect_regions(obs, "capped", CAP_LIMIT, 4);
+	ck_assert_int_eq(gpucmd_region_create(lib, 8, 4096, &p),
+			 GPUCMD_EQUOTA);
+	/* A closed connection returns what it had. */
+	gpucmd_close(lib);
+	for (int i = 0; i < 2000; i++) {
+		row = row_of(obs, "capped", NULL);
+		if (row.connections == 1 && row.region_bytes == 2359296)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(row.connections, 1);
+	expect_regions(obs, "capped", 2359296, 3);
+	gpucmd_close(obs);
+	close(c.fd);
+}
+END_TEST
+
+/*
+ * A release with work in flight on another stream of the connection: the
+ * region stays mapped, and counted, until that work is done (the refusal
+ * says so), then its bytes come back.  The spin is long enough that the
+ * checks run while it spins; a machine too slow for that skips only the
+ * checks that need it.
+ */
+START_TEST(region_limit_counts_a_release_until_its_fences_pass)
+{
+	enum { SPIN_US = 1500000 };
+	struct raw c = raw_open_as("capped");
+	struct gpucmd_conn *obs = connect_as("observer");
+	uint64_t t0;
+	char *msg;
+
+	attach_ok(&c, 1, 2097152);
+	t0 = harness_now_us();
+	spin_on(&c, 1, SPIN_US);
+	release_on(&c, 0, 1);
+	sync_on(&c, 0);
+	{
+		struct gpucmd_service_report row = row_of(obs, "capped", NULL);
+		Gpucmd__Frame *r = try_attach(&c, 2, 2097152);
+		bool spinning = harness_now_us() - t0 < SPIN_US;
+
+		if (spinning) {
+			ck_assert_uint_eq(row.region_bytes, 2097152);
+			ck_assert_uint_eq(row.regions, 1);
+			ck_assert_ptr_nonnull(r->response->error);
+			ck_assert_int_eq(r->response->error->code,
+					 GPUCMD_EQUOTA);
+			msg = r->response->error->message;
+			ck_assert_msg(strstr(msg, "to 4194304 bytes") != NULL &&
+					      strstr(msg, "1 of them, 2097152 "
+							  "bytes, released") !=
+						      NULL,
+				      "message: %s", msg);
+		} else {
+			printf("note: the checks during the spin were "
+			       "skipped (too slow a machine)\n");
+		}
+		/* Refused or, too late to tell, attached: either way, id 2. */
+		if (r->response->error == NULL)
+			release_on(&c, 0, 2);
+		frame_free(r);
+	}
+	/* Once stream 1 is done, the released region is gone. */
+	sync_on(&c, 1);
+	sync_on(&c, 0);
+	expect_regions(obs, "capped", 0, 0);
+	attach_ok(&c, 2, 2097152);
+	expect_regions(obs, "capped", 2097152, 1);
+	gpucmd_close(obs);
+	close(c.fd);
+}
+END_TEST
+
+/*
+ * A client killed (SIGKILL) with regions attached gives every byte back:
+ * the report says 0, and the whole limit is free for the next client.
+ */
+START_TEST(region_limit_client_killed_returns_its_regions)
+{
+	struct gpucmd_conn *obs = connect_as("observer");
+	struct gpucmd_service_report row;
+	int ready[2];
+	pid_t pid;
+	char x;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct raw c = raw_open_as("capped");
+		Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
+		Gpucmd__RegionRef ref = GPUCMD__REGION_REF__INIT;
+		Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+		Gpucmd__Op o_e = GPUCMD__OP__INIT, o_w = GPUCMD__OP__INIT;
+		Gpucmd__Op *ops[2] = { &o_e, &o_w };
+		Gpucmd__Frame *r;
+
+		close(ready[0]);
+		attach_ok(&c, 1, 1048576);
+		attach_ok(&c, 2, 1048576);
+		/* A copy from one queued behind a spin, too. */
+		spin_on(&c, 0, 300000);
+		empty.handle = 1;
+		empty.size = 1048576;
+		o_e.op_case = GPUCMD__OP__OP_EMPTY;
+		o_e.empty = &empty;
+		ref.region = 2;
+		ref.length = 1048576;
+		w.handle = 1;
+		w.region = &ref;
+		o_w.op_case = GPUCMD__OP__OP_WRITE;
+		o_w.write = &w;
+		r = run_ops(&c, ops, 2, NULL, 0);
+		if (r->response->error != NULL)
+			_exit(1);
+		frame_free(r);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &x, 1), 1);
+	close(ready[0]);
+	expect_regions(obs, "capped", 2097152, 2);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	for (int i = 0; i < 2000; i++) {
+		row = row_of(obs, "capped", NULL);
+		if (row.region_bytes == 0 && row.connections == 0)
+			break;
+		usleep(10000);
+	}
+	row = row_of(obs, "capped", NULL);
+	ck_assert_uint_eq(row.region_bytes, 0);
+	ck_assert_uint_eq(row.regions, 0);
+	ck_assert_uint_eq(row.connections, 0);
+	ck_assert_uint_eq(row.region_limit, CAP_LIMIT);
+	/* The whole limit is there for the next client. */
+	{
+		struct raw c = raw_open_as("capped");
+
+		attach_ok(&c, 1, CAP_LIMIT);
+		expect_regions(obs, "capped", CAP_LIMIT, 1);
+		close(c.fd);
+	}
+	gpucmd_close(obs);
+}
+END_TEST
+
+/* SIGHUP applies a new region_limit to the live service and connection. */
+START_TEST(region_limit_follows_a_reload)
+{
+	struct raw c = raw_open_as("capped");
+	struct gpucmd_conn *obs = connect_as("observer");
+	struct gpucmd_service_report row;
+	char *msg;
+
+	attach_ok(&c, 1, 2097152);
+	free(attach_over(&c, 2, 2097152));
+	/* Raised: the same connection may grow. */
+	cap_write(UINT64_C(5) << 20);
+	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
+	for (int i = 0; i < 2000; i++) {
+		row = row_of(obs, "capped", NULL);
+		if (row.region_limit == UINT64_C(5) << 20)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(row.region_limit, UINT64_C(5) << 20);
+	attach_ok(&c, 2, 2097152);
+	/* Lowered under what is held: what is attached stays, nothing more. */
+	cap_write(UINT64_C(1) << 20);
+	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
+	for (int i = 0; i < 2000; i++) {
+		row = row_of(obs, "capped", NULL);
+		if (row.region_limit == UINT64_C(1) << 20)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(row.region_limit, UINT64_C(1) << 20);
+	expect_regions(obs, "capped", 4194304, 2);
+	msg = attach_over(&c, 3, 4096);
+	ck_assert_msg(strstr(msg, "region_limit of 1048576") != NULL &&
+			      strstr(msg, "to 4198400 bytes") != NULL,
+		      "message: %s", msg);
+	free(msg);
+	/* 0: no limit at all. */
+	cap_write(0);
+	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
+	for (int i = 0; i < 2000; i++) {
+		row = row_of(obs, "capped", NULL);
+		if (row.region_limit == 0)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(row.region_limit, 0);
+	attach_ok(&c, 3, 8u << 20);
+	expect_regions(obs, "capped", 12582912, 3);
+	gpucmd_close(obs);
+	close(c.fd);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("regions");
@@ -523,6 +1071,15 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, client_dies_with_region_and_copy_in_flight);
 	tcase_add_test(tc, load_module_errors);
 	tcase_add_test(tc, user_ptx_module_on_cuda);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("region_limit");
+	tcase_add_checked_fixture(tc, capped_setup, harness_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, region_limit_refuses_the_attach_over_it);
+	tcase_add_test(tc, region_limit_counts_a_release_until_its_fences_pass);
+	tcase_add_test(tc, region_limit_client_killed_returns_its_regions);
+	tcase_add_test(tc, region_limit_follows_a_reload);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -147,6 +147,8 @@ START_TEST(defaults_are_the_documented_ones)
 	ck_assert_int_eq(cfg.unknown_services, CONFIG_UNKNOWN_ALLOW);
 	ck_assert_str_eq(cfg.default_service.name, "");
 	ck_assert_uint_eq(cfg.default_service.memory_limit, 0);
+	ck_assert_uint_eq(cfg.default_service.region_limit, 0);
+	ck_assert_uint_eq(cfg.default_service.set, 0);
 	ck_assert_uint_eq(cfg.default_service.max_streams, 0);
 	ck_assert_uint_eq(cfg.default_service.weight, 1);
 	ck_assert_uint_eq(cfg.default_service.nuids, 0);
@@ -283,11 +285,13 @@ START_TEST(every_key)
 		"[services]\n"
 		"unknown = refuse\n"
 		"default_memory_limit = 1G\n"
+		"default_region_limit = 256M\n"
 		"default_max_streams = 4\n"
 		"default_weight = 10\n"
 		"\n"
 		"[service web]\n"
 		"memory_limit = 2G\n"
+		"region_limit = 512M\n"
 		"max_streams = 2\n"
 		"weight = 100\n"
 		"uids = 1000, 1001\n"
@@ -315,6 +319,7 @@ START_TEST(every_key)
 	ck_assert_uint_eq(cfg.limits.max_pending_bytes, 64 * MIB);
 	ck_assert_int_eq(cfg.unknown_services, CONFIG_UNKNOWN_REFUSE);
 	ck_assert_uint_eq(cfg.default_service.memory_limit, GIB);
+	ck_assert_uint_eq(cfg.default_service.region_limit, 256 * MIB);
 	ck_assert_uint_eq(cfg.default_service.max_streams, 4);
 	ck_assert_uint_eq(cfg.default_service.weight, 10);
 	ck_assert_uint_eq(cfg.nservices, 2);
@@ -323,6 +328,7 @@ START_TEST(every_key)
 	ck_assert_ptr_nonnull(web);
 	ck_assert_str_eq(web->name, "web");
 	ck_assert_uint_eq(web->memory_limit, 2 * GIB);
+	ck_assert_uint_eq(web->region_limit, 512 * MIB);
 	ck_assert_uint_eq(web->max_streams, 2);
 	ck_assert_uint_eq(web->weight, 100);
 	ck_assert_uint_eq(web->nuids, 2);
@@ -336,6 +342,7 @@ START_TEST(every_key)
 	ck_assert_ptr_nonnull(batch);
 	ck_assert_uint_eq(batch->weight, 1);
 	ck_assert_uint_eq(batch->memory_limit, GIB);
+	ck_assert_uint_eq(batch->region_limit, 256 * MIB);
 	ck_assert_uint_eq(batch->max_streams, 4);
 	ck_assert_uint_eq(batch->nuids, 0);
 	ck_assert_uint_eq(batch->ngids, 0);
@@ -713,6 +720,85 @@ START_TEST(service_defaults_whatever_the_order)
 END_TEST
 
 /*
+ * region_limit follows memory_limit: a size with the usual suffixes, 0 for
+ * none, and [services] default_region_limit for every service that does
+ * not set its own, whatever the order of the sections; a service's own 0
+ * beats a non-zero default (it is set, not missing), and the two limits
+ * are independent of each other.
+ */
+START_TEST(region_limit_sizes_and_inheritance)
+{
+	struct config cfg;
+	const struct config_service *own, *zero, *dflt, *early, *mem;
+
+	load_ok(&cfg,
+		"[service early]\n"
+		"weight = 3\n"
+		"[services]\n"
+		"default_region_limit = 64M\n"
+		"default_memory_limit = 1G\n"
+		"[service own]\n"
+		"region_limit = 1536K\n"
+		"[service zero]\n"
+		"region_limit = 0\n"
+		"[service dflt]\n"
+		"memory_limit = 2G\n"
+		"[service mem]\n"
+		"region_limit = 0x1000\n"
+		"memory_limit = 0\n"
+		"[service own]\n"
+		"max_streams = 2\n");
+	ck_assert_uint_eq(cfg.default_service.region_limit, 64 * MIB);
+	ck_assert_uint_eq(cfg.default_service.memory_limit, GIB);
+	ck_assert_uint_eq(cfg.nservices, 5);
+	own = config_find_service(&cfg, "own");
+	zero = config_find_service(&cfg, "zero");
+	dflt = config_find_service(&cfg, "dflt");
+	early = config_find_service(&cfg, "early");
+	mem = config_find_service(&cfg, "mem");
+	ck_assert_ptr_nonnull(own);
+	ck_assert_ptr_nonnull(zero);
+	ck_assert_ptr_nonnull(dflt);
+	ck_assert_ptr_nonnull(early);
+	ck_assert_ptr_nonnull(mem);
+	/* Its own value, kept when the section comes back for another key. */
+	ck_assert_uint_eq(own->region_limit, 1536 * KIB);
+	ck_assert_uint_eq(own->memory_limit, GIB);
+	ck_assert_uint_eq(own->max_streams, 2);
+	ck_assert(own->set & CONFIG_SET_REGION_LIMIT);
+	ck_assert(!(own->set & CONFIG_SET_MEMORY_LIMIT));
+	/* An explicit 0 is "no limit", not "take the default". */
+	ck_assert_uint_eq(zero->region_limit, 0);
+	ck_assert(zero->set & CONFIG_SET_REGION_LIMIT);
+	/* Unset: the default, whether above or below [services]. */
+	ck_assert_uint_eq(dflt->region_limit, 64 * MIB);
+	ck_assert_uint_eq(dflt->memory_limit, 2 * GIB);
+	ck_assert(!(dflt->set & CONFIG_SET_REGION_LIMIT));
+	ck_assert_msg(early->region_limit == 64 * MIB,
+		      "[service early] above [services] got region_limit %llu, "
+		      "not default_region_limit 64M",
+		      (unsigned long long)early->region_limit);
+	ck_assert_uint_eq(early->memory_limit, GIB);
+	ck_assert_uint_eq(early->weight, 3);
+	/* Neither limit leaks into the other. */
+	ck_assert_uint_eq(mem->region_limit, 4096);
+	ck_assert_uint_eq(mem->memory_limit, 0);
+	config_free(&cfg);
+
+	/* Without any default, services have no region limit. */
+	load_ok(&cfg, "[service plain]\nmemory_limit = 5M\n"
+		      "[service big]\nregion_limit = 3t\n");
+	ck_assert_uint_eq(cfg.default_service.region_limit, 0);
+	ck_assert_uint_eq(config_find_service(&cfg, "plain")->region_limit, 0);
+	ck_assert_uint_eq(config_find_service(&cfg, "plain")->memory_limit,
+			  5 * MIB);
+	ck_assert_uint_eq(config_find_service(&cfg, "big")->region_limit,
+			  3 * TIB);
+	config_free(&cfg);
+}
+END_TEST
+
+/*
  * "[service idle]" with no keys declares a service with the default limits:
  * under "unknown = refuse" it is the way to admit a service without
  * changing anything else.
@@ -799,6 +885,16 @@ START_TEST(unknown_sections_and_keys)
 		   "unknown key");
 	expect_bad("[services]\nmemory_limit = 1M\n", 2,
 		   "unknown key 'memory_limit' in [services]");
+	expect_bad("[services]\nregion_limit = 1M\n", 2,
+		   "unknown key 'region_limit' in [services]");
+	expect_bad("[services]\nregion_limit = 1M\n", 2,
+		   "default_region_limit");
+	expect_bad("[limits]\nregion_limit = 1M\n", 2,
+		   "unknown key 'region_limit' in [limits]");
+	expect_bad("[service web]\nregions_limit = 1M\n", 2,
+		   "unknown key 'regions_limit' in a service section");
+	expect_bad("[service web]\nregions_limit = 1M\n", 2,
+		   "region_limit");
 	expect_bad("[service web]\nweight = 2\n\nmemory = 1M\n", 4,
 		   "unknown key 'memory' in a service section");
 	/* Keys are case-sensitive, like the documentation writes them. */
@@ -815,6 +911,18 @@ START_TEST(bad_values)
 	expect_bad("[service web]\nmemory_limit = -1\n", 2, "memory_limit");
 	expect_bad("[service web]\nmemory_limit = lots\n", 2,
 		   "suffixes K, M, G, T");
+	expect_bad("[service web]\nregion_limit = 12Q\n", 2,
+		   "region_limit = 12Q");
+	expect_bad("[service web]\nregion_limit = 0.5G\n", 2, "region_limit");
+	expect_bad("[service web]\nregion_limit = -4K\n", 2,
+		   "suffixes K, M, G, T");
+	expect_bad("[service web]\nregion_limit =\n", 2, "region_limit");
+	expect_bad("[service web]\nregion_limit = 99999999999999999999\n", 2,
+		   "region_limit");
+	expect_bad("[service web]\nregion_limit = 17179869184T\n", 2,
+		   "region_limit");
+	expect_bad("[services]\ndefault_region_limit = many\n", 2,
+		   "region_limit = many");
 	expect_bad("[daemon]\nhost_memory = 512K\n", 2,
 		   "at least 1048576 bytes");
 	expect_bad("[limits]\nmax_pending_bytes = 1K\n", 2,
@@ -941,7 +1049,8 @@ START_TEST(failed_load_keeps_the_previous_config)
 	load_ok(&cfg,
 		"[daemon]\nsocket_mode = 0600\nbackend = host\n"
 		"[limits]\nmax_streams = 5\n"
-		"[service keep]\nmemory_limit = 3M\nweight = 4\n");
+		"[service keep]\nmemory_limit = 3M\nweight = 4\n"
+		"region_limit = 2M\n");
 	memcpy(&before, &cfg, sizeof(before));
 	services_before = malloc(cfg.nservices * sizeof(*services_before));
 	ck_assert_ptr_nonnull(services_before);
@@ -953,13 +1062,15 @@ START_TEST(failed_load_keeps_the_previous_config)
 			  "[daemon]\nsocket_mode = 0666\nbackend = cuda\n"
 			  "[limits]\nmax_streams = 7\n"
 			  "[service keep]\nmemory_limit = 9M\n"
+			  "region_limit = 9M\n"
 			  "[service added]\nweight = 3\n"
 			  "[services]\nunknown = refuse\n"
 			  "default_weight = 12\n"
+			  "default_region_limit = 1G\n"
 			  "max_streams = 3\n");
 	rc = config_load(&cfg, path, err, sizeof(err));
 	ck_assert_int_eq(rc, GPUCMD_EINVAL);
-	ck_assert_msg(strstr(err, ":13: ") != NULL, "error: %s", err);
+	ck_assert_msg(strstr(err, ":15: ") != NULL, "error: %s", err);
 	ck_assert_int_eq(memcmp(&cfg, &before, sizeof(cfg)), 0);
 	ck_assert_int_eq(memcmp(cfg.services, services_before,
 				cfg.nservices * sizeof(*services_before)),
@@ -968,6 +1079,9 @@ START_TEST(failed_load_keeps_the_previous_config)
 	ck_assert_uint_eq(cfg.nservices, 1);
 	ck_assert_uint_eq(config_find_service(&cfg, "keep")->memory_limit,
 			  3 * MIB);
+	ck_assert_uint_eq(config_find_service(&cfg, "keep")->region_limit,
+			  2 * MIB);
+	ck_assert_uint_eq(cfg.default_service.region_limit, 0);
 	ck_assert_ptr_null(config_find_service(&cfg, "added"));
 	free(services_before);
 
@@ -976,6 +1090,8 @@ START_TEST(failed_load_keeps_the_previous_config)
 	ck_assert_int_eq(config_load(&cfg, path, err, sizeof(err)), 0);
 	ck_assert_uint_eq(config_find_service(&cfg, "keep")->memory_limit, MIB);
 	ck_assert_uint_eq(config_find_service(&cfg, "keep")->weight, 4);
+	ck_assert_uint_eq(config_find_service(&cfg, "keep")->region_limit,
+			  2 * MIB);
 	ck_assert_str_eq(cfg.path, path);
 	config_free(&cfg);
 }
@@ -1031,6 +1147,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, service_defaults_from_services_section);
 	tcase_add_test(tc, default_uids_apply_or_are_refused);
 	tcase_add_test(tc, service_defaults_whatever_the_order);
+	tcase_add_test(tc, region_limit_sizes_and_inheritance);
 	tcase_add_test(tc, empty_service_section_declares_the_service);
 	tcase_add_test(tc, long_service_names_are_kept_whole);
 	tcase_add_test(tc, copy_is_deep);
