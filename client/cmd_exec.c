@@ -1968,11 +1968,13 @@ static uint64_t op_bytes(const struct op *op)
 static int region_failed(struct exec *x, const struct op *op,
 			 const char *what, int code)
 {
-	char line[64];
+	const char *why = gpucmd_last_message(x->conn);
+	char line[640];
 
 	if (x->json)
-		json_error(op, code, gpucmd_strerror(code));
-	snprintf(line, sizeof(line), "script line %u: %s", op->line, what);
+		json_error(op, code, why[0] ? why : gpucmd_strerror(code));
+	snprintf(line, sizeof(line), "script line %u: %s%s%s", op->line, what,
+		 why[0] ? ": " : "", why);
 	return tool_fail(line, code);
 }
 

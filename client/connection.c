@@ -66,6 +66,7 @@ struct gpucmd_conn {
 	struct frame_pieces out;	/* the request being sent */
 	uint8_t *body;			/* the frame body being read */
 	size_t body_cap;
+	char last_message[512];		/* gpucmd_last_message */
 };
 
 /* Buffers larger than this are freed after their frame. */
@@ -624,4 +625,15 @@ GPUCMD_EXTERN const struct gpucmd_info *gpucmd_info(const struct gpucmd_conn *c)
 struct regions *conn_regions(struct gpucmd_conn *c)
 {
 	return &c->regions;
+}
+
+void conn_set_message(struct gpucmd_conn *c, const char *msg)
+{
+	snprintf(c->last_message, sizeof(c->last_message), "%s",
+		 msg != NULL ? msg : "");
+}
+
+GPUCMD_EXTERN const char *gpucmd_last_message(const struct gpucmd_conn *c)
+{
+	return c != NULL ? c->last_message : "";
 }

@@ -44,3 +44,5 @@ int conn_wait(struct gpucmd_conn *conn, uint64_t id, Gpucmd__Frame **out);
 
 /** The connection's table of shared regions. */
 struct regions *conn_regions(struct gpucmd_conn *conn);
+/** Remember the daemon's message of a failure (gpucmd_last_message). */
+void conn_set_message(struct gpucmd_conn *conn, const char *msg);

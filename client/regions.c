@@ -116,19 +116,7 @@ static int memfd_map(size_t size, int *fd_out, uint8_t **base_out)
 }
 
 /* Run b (consumed) and return the batch's outcome. */
-static int run_checked(struct gpucmd_batch *b)
-{
-	struct gpucmd_response *resp;
-	int r = gpucmd_run(b, &resp);
-
-	if (r < 0)
-		return r;
-	r = gpucmd_response_error(resp);
-	gpucmd_response_free(resp);
-	return r;
-}
-
-/* Wait for request id and return the batch's outcome. */
+/* Wait for request id and return the batch's outcome (its message kept). */
 static int wait_checked(struct gpucmd_conn *conn, uint64_t id)
 {
 	struct gpucmd_response *resp;
@@ -137,8 +125,18 @@ static int wait_checked(struct gpucmd_conn *conn, uint64_t id)
 	if (r < 0)
 		return r;
 	r = gpucmd_response_error(resp);
+	conn_set_message(conn, r != 0 ? gpucmd_response_message(resp) : "");
 	gpucmd_response_free(resp);
 	return r;
+}
+
+/* Run b on conn and return its outcome (its message kept). */
+static int run_checked(struct gpucmd_conn *conn, struct gpucmd_batch *b)
+{
+	uint64_t id;
+	int r = gpucmd_submit(b, &id);
+
+	return r < 0 ? r : wait_checked(conn, id);
 }
 
 /* Create, attach and record region id of size bytes (any id). */
@@ -165,7 +163,7 @@ static int regions_attach(struct gpucmd_conn *conn, uint64_t id, size_t size,
 		if (r < 0)
 			gpucmd_batch_free(b);
 		else
-			r = run_checked(b);
+			r = run_checked(conn, b);
 	}
 	if (r < 0) {
 		munmap(base, size);
@@ -197,7 +195,7 @@ static int regions_release(struct gpucmd_conn *conn, uint64_t id)
 		gpucmd_batch_free(b);
 		return r;
 	}
-	return run_checked(b);
+	return run_checked(conn, b);
 }
 
 GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
@@ -210,6 +208,7 @@ GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
 	    id >= GPUCMD_REGION_ID_RESERVED || size == 0 ||
 	    size > (size_t)INT64_MAX)
 		return GPUCMD_EINVAL;
+	conn_set_message(conn, "");
 	r = regions_attach(conn, id, size, &e);
 	if (r < 0)
 		return r;
@@ -221,6 +220,7 @@ GPUCMD_EXTERN int gpucmd_region_release(struct gpucmd_conn *conn, uint64_t id)
 {
 	if (conn == NULL || id == 0 || id >= GPUCMD_REGION_ID_RESERVED)
 		return GPUCMD_EINVAL;
+	conn_set_message(conn, "");
 	return regions_release(conn, id);
 }
 
@@ -329,6 +329,7 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
 
 	if (conn == NULL || handle == 0 || (data == NULL && len > 0))
 		return GPUCMD_EINVAL;
+	conn_set_message(conn, "");
 	if (len <= inline_limit(conn)) {
 		r = gpucmd_batch_new(conn, stream, &b);
 		if (r < 0)
@@ -340,7 +341,7 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
 			gpucmd_batch_free(b);
 			return r;
 		}
-		return run_checked(b);
+		return run_checked(conn, b);
 	}
 	r = scratch_get(conn, len, &e);
 	if (r < 0)
@@ -406,6 +407,8 @@ static int read_inline(struct gpucmd_conn *conn, uint32_t stream,
 	if (r < 0)
 		return r;
 	r = gpucmd_response_error(resp);
+	if (r != 0)
+		conn_set_message(conn, gpucmd_response_message(resp));
 	if (r == 0 && (gpucmd_response_data(resp, 0, &data, &got) < 0 ||
 		       got != len))
 		r = GPUCMD_EPROTO;
@@ -426,6 +429,7 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
 
 	if (conn == NULL || handle == 0 || (out == NULL && len > 0))
 		return GPUCMD_EINVAL;
+	conn_set_message(conn, "");
 	if (len <= inline_limit(conn))
 		return read_inline(conn, stream, handle, offset, len, out);
 	r = scratch_get(conn, len, &e);

@@ -446,6 +446,14 @@ GPUCMD_EXTERN int gpucmd_run(struct gpucmd_batch *b,
 GPUCMD_EXTERN int gpucmd_response_error(const struct gpucmd_response *r);
 /* The daemon's message for a failure ("" when none). */
 GPUCMD_EXTERN const char *gpucmd_response_message(const struct gpucmd_response *r);
+/*
+ * The daemon's message for the last failure of a call that returns only a
+ * code (gpucmd_region_create, gpucmd_region_release, gpucmd_write_buffer,
+ * gpucmd_read_buffer): what happened, with the numbers.  "" when that call
+ * succeeded or the failure came from this side.  Valid until the next such
+ * call on conn.
+ */
+GPUCMD_EXTERN const char *gpucmd_last_message(const struct gpucmd_conn *conn);
 /* Index of the failing operation, or -1 when the batch succeeded. */
 GPUCMD_EXTERN int gpucmd_response_failed_index(const struct gpucmd_response *r);
 /* Number of results (one per operation that ran). */

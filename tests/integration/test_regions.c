@@ -793,6 +793,12 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 	/* The service's other connection is held to the same account. */
 	ck_assert_int_eq(gpucmd_region_create(lib, 7, 786432, &p),
 			 GPUCMD_EQUOTA);
+	/* The library keeps the daemon's sentence for the caller. */
+	ck_assert_msg(strstr(gpucmd_last_message(lib), "region 7 of 786432 "
+			     "bytes") != NULL &&
+			      strstr(gpucmd_last_message(lib),
+				     "region_limit of 3145728") != NULL,
+		      "last message: %s", gpucmd_last_message(lib));
 	expect_regions(obs, "capped", 2621440, 2);
 
 	/* Exactly up to the limit is allowed; one byte past it is not. */
@@ -852,6 +858,7 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 	attach_ok(&c, 4, 786432);
 	expect_regions(obs, "capped", 2359296, 3);
 	ck_assert_int_eq(gpucmd_region_create(lib, 7, 786432, &p), 0);
+	ck_assert_str_eq(gpucmd_last_message(lib), "");
 	expect_regions(obs, "capped", CAP_LIMIT, 4);
 	ck_assert_int_eq(gpucmd_region_create(lib, 8, 4096, &p),
 			 GPUCMD_EQUOTA);
