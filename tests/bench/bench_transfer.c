@@ -17,6 +17,11 @@
  * GPUCMD_INLINE_MAX (the size above which the convenience calls switch to
  * a region) is chosen.
  *
+ * From 1 MiB up, a "raw socket" row times the same bytes sent to a child
+ * process over a Unix socket (and 16 bytes back), against the same memcpy:
+ * inline bytes cross a socket, so that ratio is the most any inline row can
+ * reach on this machine.
+ *
  * Every size is checked once for correctness (what was written reads
  * back) before it is timed.  The issue's targets are checked from 1 MiB
  * up: region copies >= 0.8x memcpy, inline >= 0.3x; below that a copy is a
@@ -200,6 +205,42 @@ static void add_row(const char *dir, enum bench_xfer_way way, size_t len,
 }
 
 /*
+ * The socket itself: median seconds for a child process to receive len
+ * bytes over a Unix socket and answer 16.  Inline bytes cross the socket,
+ * so this bounds inline rows from above: where it is under 0.3x memcpy,
+ * so is any inline transfer.  NAN when it could not be measured.
+ */
+static double socket_seconds(size_t len, size_t reps)
+{
+	struct bench_echo e;
+	double *t = calloc(reps, sizeof(double)), med = NAN;
+
+	if (t == NULL)
+		return NAN;
+	if (bench_echo_start(&e, len, 16) != 0) {
+		free(t);
+		return NAN;
+	}
+	/* Warm: the child's buffer and the socket's pages. */
+	if (bench_echo_roundtrip(&e) == 0) {
+		size_t k;
+
+		for (k = 0; k < reps; k++) {
+			uint64_t t0 = bench_now_ns();
+
+			if (bench_echo_roundtrip(&e) != 0)
+				break;
+			t[k] = (double)(bench_now_ns() - t0) / 1e9;
+		}
+		if (k == reps)
+			med = bench_median(t, reps);
+	}
+	bench_echo_stop(&e);
+	free(t);
+	return med;
+}
+
+/*
  * Check one size, then time reps writes and reads of it; the memcpy floor
  * is taken right after, on the same sizes.  false when something failed.
  */
@@ -234,6 +275,18 @@ static bool measure(struct bench_xfer *x, enum bench_xfer_way way, size_t len,
 		floor = memcpy_seconds(dst, src, len, reps < 5 ? 5 : reps);
 		add_row("write", way, len, bench_median(tw, reps), floor);
 		add_row("read", way, len, bench_median(tr, reps), floor);
+	}
+	if (ok && way == BENCH_XFER_INLINE && len >= MIB) {
+		double sock = socket_seconds(len, reps < 5 ? 5 : reps);
+		char name[64], sz[32];
+
+		bench_size_name(sz, sizeof(sz), len);
+		snprintf(name, sizeof(name), "raw socket %s (inline's ceiling)",
+			 sz);
+		if (!isnan(sock))
+			bench_add(name, (double)len / sock / 1e9, "GB/s",
+				  (double)len / floor / 1e9, floor / sock,
+				  TARGET_NONE, 0);
 	}
 	free(tw);
 	free(tr);

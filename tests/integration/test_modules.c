@@ -43,24 +43,14 @@ static uint64_t submit_load(struct gpucmd_conn *c, uint64_t module)
 	return id;
 }
 
-static uint64_t submit_sync(struct gpucmd_conn *c)
+/* Submit a batch of one sync (ping false) or one ping; its id. */
+static uint64_t submit_one(struct gpucmd_conn *c, bool ping)
 {
 	struct gpucmd_batch *b;
 	uint64_t id = 0;
 
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
-	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
-	return id;
-}
-
-static uint64_t submit_ping(struct gpucmd_conn *c)
-{
-	struct gpucmd_batch *b;
-	uint64_t id = 0;
-
-	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	ck_assert_int_eq(ping ? gpucmd_batch_ping(b) : gpucmd_batch_sync(b), 0);
 	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
 	return id;
 }
@@ -99,8 +89,8 @@ START_TEST(compile_does_not_hold_other_connections)
 	b = connect_as("bystander");
 	t0 = harness_now_us();
 	load = submit_load(a, 1);
-	sync = submit_sync(a);
-	ping = submit_ping(a);
+	sync = submit_one(a, false);
+	ping = submit_one(a, true);
 
 	/* b: a device round trip and a write/read, long before the compile ends. */
 	ck_assert_int_eq(gpucmd_batch_new(b, 0, &batch), 0);
@@ -148,7 +138,7 @@ START_TEST(client_leaves_during_compile)
 	r = run_ok(batch);
 	gpucmd_response_free(r);
 	(void)submit_load(a, 1);
-	(void)submit_sync(a);
+	(void)submit_one(a, false);
 	usleep(100 * 1000);
 	gpucmd_close(a);
 
@@ -186,7 +176,7 @@ START_TEST(loads_in_a_row_answer_in_order)
 						  sizeof(some_ptx) - 1), 0);
 	ck_assert_int_eq(gpucmd_batch_load_module(b, 8, "cuda", "x", 1), 0);
 	ck_assert_int_eq(gpucmd_submit(b, &ids[0]), 0);
-	ids[1] = submit_sync(a);
+	ids[1] = submit_one(a, false);
 	ids[2] = submit_load(a, 9);
 	if (host_backend()) {
 		ck_assert_int_eq(wait_code(a, ids[0], msg, sizeof(msg)),
