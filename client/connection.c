@@ -29,6 +29,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "frame.h"
@@ -67,7 +69,13 @@ struct gpucmd_conn {
 	uint8_t *body;			/* the frame body being read */
 	size_t body_cap;
 	char last_message[512];		/* gpucmd_last_message */
+	unsigned spin_us;		/* $GPUCMD_SPIN_US: watch before blocking */
 };
+
+/* Microseconds a wait watches the socket before it blocks, by default. */
+#define CONN_SPIN_US 50
+/* A yield this long means other work wanted the CPU (the daemon's spin.h). */
+#define CONN_SPIN_CONTENDED_NS 20000u
 
 /* Buffers larger than this are freed after their frame. */
 #define CONN_KEEP_BYTES (16u << 20)
@@ -175,6 +183,59 @@ static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
 }
 
 /*
+ * Watch fd for up to us microseconds before a blocking read: an answer
+ * that comes within that time finds this thread awake, instead of waking
+ * it on another CPU (tens of microseconds on a virtual machine).  The daemon
+ * does the same on its side (spin_us in gpucmdd.conf(5)).
+ */
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void spin_readable(int fd, unsigned us)
+{
+	uint64_t end, before, now;
+	char c;
+
+	if (us == 0)
+		return;
+	now = now_ns();
+	end = now + (uint64_t)us * 1000u;
+	for (;;) {
+		ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+
+		if (n >= 0 || (errno != EAGAIN && errno != EINTR))
+			return;
+		/*
+		 * Other work on this CPU goes first; when there was some
+		 * (the yield took long), the CPUs are busy: block instead.
+		 */
+		before = now_ns();
+		sched_yield();
+		now = now_ns();
+		if (now >= end || now - before >= CONN_SPIN_CONTENDED_NS)
+			return;
+	}
+}
+
+/* $GPUCMD_SPIN_US (0 to 10000), else CONN_SPIN_US. */
+static unsigned spin_setting(void)
+{
+	const char *env = getenv("GPUCMD_SPIN_US");
+	unsigned long v;
+	char *end;
+
+	if (env == NULL || env[0] == '\0')
+		return CONN_SPIN_US;
+	v = strtoul(env, &end, 10);
+	return *end == '\0' && v <= 10000 ? (unsigned)v : CONN_SPIN_US;
+}
+
+/*
  * Read one whole frame, its body into *body (grown as needed and kept for
  * the next frame).  Any failure leaves the byte stream at an unknown
  * place, so the caller must treat it as the end of the connection.
@@ -272,6 +333,7 @@ static int conn_recv_one(struct gpucmd_conn *c)
 	 * the answer to a read of nearly that many bytes is a few bytes longer.
 	 * The daemon is trusted; the ceiling only stops a runaway length.
 	 */
+	spin_readable(c->fd, c->spin_us);
 	r = read_frame(c->fd, FRAME_MAX_BODY, &c->body, &c->body_cap, &f,
 		       NULL, 0);
 	trim_buffers(c);
@@ -579,6 +641,7 @@ GPUCMD_EXTERN int gpucmd_connect(const char *path, const char *service,
 	if (c == NULL)
 		return -ENOMEM;
 	c->next_id = 1;
+	c->spin_us = spin_setting();
 	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (c->fd < 0) {
 		r = -errno;

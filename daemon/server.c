@@ -124,26 +124,22 @@ static void on_wakeup(uv_async_t *async)
 static void on_spin(uv_idle_t *h)
 {
 	struct server *srv = h->data;
+	uint64_t now = spin_now_ns();
 
 	if (atomic_load_explicit(&srv->out_ready, memory_order_acquire)) {
 		on_wakeup(&srv->wakeup);
 		return;
 	}
-	if (uv_hrtime() >= srv->spin_until) {
+	/* Runnable work on this CPU goes first; if there was some, sleep. */
+	if (now >= srv->spin_until || !spin_yield(&now))
 		uv_idle_stop(h);
-		return;
-	}
-	/* Runnable work on this CPU (the device thread's) goes first. */
-	sched_yield();
 }
 
 void server_spin(struct server *srv)
 {
 	if (srv->spin_us == 0)
 		return;
-	srv->spin_until = uv_hrtime() +
-			  (uint64_t)spin_budget(srv->spin_us,
-						srv->device_pending != 0) * 1000u;
+	srv->spin_until = spin_now_ns() + (uint64_t)srv->spin_us * 1000u;
 	if (!uv_is_active((uv_handle_t *)&srv->spin))
 		uv_idle_start(&srv->spin, on_spin);
 }

@@ -59,27 +59,46 @@ static inline void spin_relax(void)
 }
 
 /*
+ * A yield that took this long let other work run on this CPU: the CPUs are
+ * busy, and a spinning thread would only take time from that work, so it
+ * goes to sleep instead (on a machine with CPUs to spare, yields return at
+ * once and spinning goes on).
+ */
+#define SPIN_CONTENDED_NS 20000u
+
+/* Yield; false when it showed the CPU to be contended. */
+static inline bool spin_yield(uint64_t *now_ns)
+{
+	uint64_t before = *now_ns;
+
+	sched_yield();
+	*now_ns = spin_now_ns();
+	return *now_ns - before < SPIN_CONTENDED_NS;
+}
+
+/*
  * Watch *word for up to us microseconds; true as soon as it is not zero.
  * The caller still checks its real condition under its lock: this only
  * decides whether the thread sleeps.
  */
 static inline bool spin_wait(atomic_uint *word, unsigned us)
 {
-	uint64_t end;
+	uint64_t now, end;
 
 	if (atomic_load_explicit(word, memory_order_acquire) != 0)
 		return true;
 	if (us == 0)
 		return false;
-	end = spin_now_ns() + (uint64_t)us * 1000u;
+	now = spin_now_ns();
+	end = now + (uint64_t)us * 1000u;
 	for (unsigned i = 1;; i++) {
 		if (atomic_load_explicit(word, memory_order_acquire) != 0)
 			return true;
 		spin_relax();
 		if ((i & 31) == 0) {
-			if (spin_now_ns() >= end)
+			now = spin_now_ns();
+			if (now >= end || !spin_yield(&now))
 				return false;
-			sched_yield();
 		}
 	}
 }

@@ -143,8 +143,11 @@ static int pieces_push(struct frame_pieces *p, const uint8_t *ext, size_t off,
 	return 0;
 }
 
-static int pieces_copy(struct frame_pieces *p, const uint8_t *data, size_t len)
+/* Extend the scratch piece by len bytes for the caller to fill; NULL: no memory. */
+static uint8_t *pieces_reserve(struct frame_pieces *p, size_t len)
 {
+	size_t at = p->used;
+
 	if (p->used + len > p->cap) {
 		size_t cap = p->cap ? p->cap : 1024;
 		uint8_t *b;
@@ -152,35 +155,40 @@ static int pieces_copy(struct frame_pieces *p, const uint8_t *data, size_t len)
 		while (cap < p->used + len)
 			cap *= 2;
 		b = realloc(p->scratch, cap);
-		if (b == NULL)
-			return -ENOMEM;
+		if (b == NULL) {
+			p->err = -ENOMEM;
+			return NULL;
+		}
 		p->scratch = b;
 		p->cap = cap;
 	}
-	memcpy(p->scratch + p->used, data, len);
-	/* Grow the last piece when it is the scratch right before this. */
 	if (p->n > 0 && p->v[p->n - 1].ext == NULL &&
-	    p->v[p->n - 1].off + p->v[p->n - 1].len == p->used) {
+	    p->v[p->n - 1].off + p->v[p->n - 1].len == at) {
 		p->v[p->n - 1].len += len;
-		p->used += len;
-		return 0;
+	} else if (pieces_push(p, NULL, at, len) != 0) {
+		p->err = -ENOMEM;
+		return NULL;
 	}
 	p->used += len;
-	return pieces_push(p, NULL, p->used - len, len);
+	return p->scratch + at;
 }
 
 static void pieces_append(ProtobufCBuffer *buffer, size_t len,
 			  const uint8_t *data)
 {
 	struct frame_pieces *p = ((struct pieces_buffer *)buffer)->p;
-	int r;
+	uint8_t *to;
 
 	if (p->err != 0 || len == 0)
 		return;
-	r = len >= FRAME_PIECE_REF_MIN ? pieces_push(p, data, 0, len)
-				       : pieces_copy(p, data, len);
-	if (r != 0)
-		p->err = r;
+	if (len >= FRAME_PIECE_REF_MIN) {
+		if (pieces_push(p, data, 0, len) != 0)
+			p->err = -ENOMEM;
+		return;
+	}
+	to = pieces_reserve(p, len);
+	if (to != NULL)
+		memcpy(to, data, len);
 }
 
 int frame_pieces_encode(struct frame_pieces *p, const Gpucmd__Frame *f)
@@ -202,8 +210,19 @@ int frame_pieces_encode(struct frame_pieces *p, const Gpucmd__Frame *f)
 	hdr.length = (uint32_t)body;
 	frame_header_pack(&hdr, head);
 	pieces_append(&buf.base, sizeof(head), head);
-	if (gpucmd__frame__pack_to_buffer(f, &buf.base) != body && p->err == 0)
+	if (body <= FRAME_PIECES_FLAT_MAX) {
+		/*
+		 * Packing to a buffer sizes every sub-message again at each
+		 * level; a frame without large payloads packs flat, faster.
+		 */
+		uint8_t *b = p->err == 0 ? pieces_reserve(p, body) : NULL;
+
+		if (b != NULL && gpucmd__frame__pack(f, b) != body)
+			p->err = GPUCMD_EPROTO;
+	} else if (gpucmd__frame__pack_to_buffer(f, &buf.base) != body &&
+		   p->err == 0) {
 		p->err = GPUCMD_EPROTO;
+	}
 	if (p->err != 0)
 		return p->err;
 	p->total = FRAME_HEADER_SIZE + body;

@@ -65,6 +65,8 @@ int frame_encode(const Gpucmd__Frame *f, uint8_t **out, size_t *len);
  * keeps its memory.
  */
 #define FRAME_PIECE_REF_MIN 4096
+/* A body up to this size is packed flat into scratch, in one piece. */
+#define FRAME_PIECES_FLAT_MAX (256u << 10)
 
 struct frame_piece {
 	const uint8_t *ext;	/* referenced bytes, or NULL: scratch + off */
