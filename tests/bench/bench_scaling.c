@@ -437,7 +437,8 @@ fail:
  * flooded daemon may take milliseconds per ping.  The count, or 0 on error.
  */
 static size_t sample_pings(struct gpucmd_conn *c, uint64_t *samples, size_t n,
-			   uint64_t max_ns)
+			   uint64_t max_ns, struct bench_echo *echo,
+			   uint64_t *echo_samples)
 {
 	uint64_t end = bench_now_ns() + max_ns;
 	size_t i;
@@ -448,6 +449,13 @@ static size_t sample_pings(struct gpucmd_conn *c, uint64_t *samples, size_t n,
 		if (ping_once(c) != 0)
 			return 0;
 		samples[i] = bench_now_ns() - t0;
+		/* The machine's own: the same bytes to an echo, in turn. */
+		if (echo != NULL) {
+			t0 = bench_now_ns();
+			if (bench_echo_roundtrip(echo) != 0)
+				return 0;
+			echo_samples[i] = bench_now_ns() - t0;
+		}
 	}
 	return i;
 }
@@ -458,6 +466,9 @@ static void latency_under_flood(void)
 	const uint64_t cap = bench.quick ? 3000000000ull : 10000000000ull;
 	uint64_t *idle = calloc(n, sizeof(*idle));
 	uint64_t *busy = calloc(n, sizeof(*busy));
+	uint64_t *ebusy = calloc(n, sizeof(*ebusy));
+	struct bench_echo echo;
+	bool have_echo = false;
 	pid_t pids[FLOOD_CLIENTS];
 	struct gpucmd_conn *c = bench_connect("bench-latency");
 	uint64_t t0, flood_ns, flood_ops = 0;
@@ -466,12 +477,14 @@ static void latency_under_flood(void)
 	size_t forked = 0, nidle = 0, nbusy = 0;
 	bool ok;
 
-	if (c == NULL || idle == NULL || busy == NULL)
+	if (c == NULL || idle == NULL || busy == NULL || ebusy == NULL)
 		goto out;
+	have_echo = bench_echo_start(&echo, bench_wire_request(BENCH_OP_PING, 1),
+				     bench_wire_response(1)) == 0;
 	bench_progress("scaling: latency client alone");
 	/* Warm up, then the idle reference. */
-	ok = sample_pings(c, idle, n / 10, cap) > 0 &&
-	     (nidle = sample_pings(c, idle, n, cap)) > 0;
+	ok = sample_pings(c, idle, n / 10, cap, NULL, NULL) > 0 &&
+	     (nidle = sample_pings(c, idle, n, cap, NULL, NULL)) > 0;
 	if (!ok || pipe2(start, O_CLOEXEC) != 0) {
 		bench_error("scaling: latency client failed");
 		goto out;
@@ -497,7 +510,7 @@ static void latency_under_flood(void)
 	close(start[0]);
 	t0 = bench_now_ns();
 	usleep(50000);	/* let the flood build up */
-	nbusy = sample_pings(c, busy, n, cap);
+	nbusy = sample_pings(c, busy, n, cap, have_echo ? &echo : NULL, ebusy);
 	ok = nbusy > 0;
 	atomic_store(&sh->stop, 1);
 	flood_ns = bench_now_ns() - t0;
@@ -522,12 +535,21 @@ static void latency_under_flood(void)
 		  busy50 / idle50, TARGET_NONE, 0);
 	bench_add("latency p99 under 16 flooders", busy99, "us", idle50,
 		  busy99 / idle50, TARGET_RATIO_LE, 5);
+	if (have_echo)
+		bench_add("raw echo p99 under the same flood",
+			  bench_percentile(ebusy, nbusy, 99) / 1e3, "us",
+			  idle50, bench_percentile(ebusy, nbusy, 99) / 1e3 /
+					  idle50,
+			  TARGET_NONE, 0);
 	bench_add("flood throughput (16 x spin(0) x256)",
 		  (double)flood_ops * 1e9 / (double)flood_ns, "op/s", NAN, NAN,
 		  TARGET_NONE, 0);
 out:
+	if (have_echo)
+		bench_echo_stop(&echo);
 	free(idle);
 	free(busy);
+	free(ebusy);
 	gpucmd_close(c);
 }
 
