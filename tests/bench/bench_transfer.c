@@ -205,15 +205,15 @@ static void add_row(const char *dir, enum bench_xfer_way way, size_t len,
 }
 
 /*
- * The socket itself: median seconds for a child process to receive len
- * bytes over a Unix socket and answer 16.  Inline bytes cross the socket,
+ * The socket itself: the fewest seconds (of reps) a child process took to
+ * receive len bytes over a Unix socket and answer 16.  Inline bytes cross the socket,
  * so this bounds inline rows from above: where it is under 0.3x memcpy,
  * so is any inline transfer.  NAN when it could not be measured.
  */
 static double socket_seconds(size_t len, size_t reps)
 {
 	struct bench_echo e;
-	double *t = calloc(reps, sizeof(double)), med = NAN;
+	double *t = calloc(reps, sizeof(double)), best = NAN;
 
 	if (t == NULL)
 		return NAN;
@@ -232,12 +232,14 @@ static double socket_seconds(size_t len, size_t reps)
 				break;
 			t[k] = (double)(bench_now_ns() - t0) / 1e9;
 		}
-		if (k == reps)
-			med = bench_median(t, reps);
+		/* A ceiling: the best the socket did, not a typical run. */
+		for (size_t i = 0; k == reps && i < reps; i++)
+			if (isnan(best) || t[i] < best)
+				best = t[i];
 	}
 	bench_echo_stop(&e);
 	free(t);
-	return med;
+	return best;
 }
 
 /*
