@@ -8,7 +8,9 @@
 # "NN%: Checks: C, Failures: F, Errors: E" gives the counts.  Integration
 # tests are Check programs too (build/tests/test_*) plus shell scripts
 # (tests/integration/*.sh), each script one test: exit 0 passes, 77 skips
-# (with its reason printed), anything else fails.
+# (with its reason printed), anything else fails.  A suite or script that
+# runs past TEST_SUITE_TIMEOUT / TEST_SCRIPT_TIMEOUT seconds is killed and
+# fails, so one hang cannot stall the whole run.
 set -u
 BUILD=${BUILD:-build}
 what=${1:-all}
@@ -23,7 +25,9 @@ run_check() {
 	bin=$1
 	name=${bin##*/}
 	printf '%-40s ' "$name"
-	"$bin" >"$log" 2>&1
+	# A hang fails the suite instead of stalling the run (Check's own
+	# timeouts cover each test, not what happens around them).
+	timeout -k 10 "${TEST_SUITE_TIMEOUT:-1800}" "$bin" >"$log" 2>&1
 	rc=$?
 	line=$(grep -E '^[0-9]+%: Checks: ' "$log" | tail -n 1)
 	if [ -z "$line" ]; then
@@ -56,8 +60,10 @@ run_script() {
 	script=$1
 	name=${script##*/}
 	printf '%-40s ' "$name"
-	sh "$script" >"$log" 2>&1
+	timeout -k 10 "${TEST_SCRIPT_TIMEOUT:-900}" sh "$script" >"$log" 2>&1
 	rc=$?
+	[ $rc -eq 124 ] || [ $rc -eq 137 ] &&
+		echo "    (timed out; TEST_SCRIPT_TIMEOUT=${TEST_SCRIPT_TIMEOUT:-900} s)" >>"$log"
 	case $rc in
 	0)
 		echo ok
