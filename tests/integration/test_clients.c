@@ -224,6 +224,55 @@ START_TEST(slow_sync_does_not_block_others)
 }
 END_TEST
 
+/*
+ * Large frames wait for the loop's decoding turns while small ones are
+ * decoded as they arrive; one connection's requests must still run in the
+ * order it sent them.  Pipelined writes of 64 KiB (deferred) each followed
+ * by a read of 16 bytes (small): every read sees its own write.
+ */
+START_TEST(pipelined_large_and_small_keep_order)
+{
+	enum { ROUNDS = 40, BIG = 64 * 1024 };
+	struct gpucmd_conn *c = connect_as("order");
+	static uint8_t data[BIG];
+	uint64_t wid[ROUNDS], rid[ROUNDS];
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, BIG);
+	gpucmd_response_free(run_ok(b));
+	for (int k = 0; k < ROUNDS; k++) {
+		memset(data, 0x40 + k, sizeof(data));
+		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_write(b, 1, 0, data, BIG), 0);
+		ck_assert_int_eq(gpucmd_submit(b, &wid[k]), 0);
+		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_read(b, 1, BIG - 16, 16), 0);
+		ck_assert_int_eq(gpucmd_submit(b, &rid[k]), 0);
+	}
+	for (int k = 0; k < ROUNDS; k++) {
+		const void *got;
+		size_t len;
+		uint8_t want[16];
+
+		ck_assert_int_eq(gpucmd_wait(c, wid[k], &r), 0);
+		ck_assert_int_eq(gpucmd_response_error(r), 0);
+		gpucmd_response_free(r);
+		ck_assert_int_eq(gpucmd_wait(c, rid[k], &r), 0);
+		ck_assert_int_eq(gpucmd_response_error(r), 0);
+		ck_assert_int_eq(gpucmd_response_data(r, 0, &got, &len), 0);
+		ck_assert_uint_eq(len, 16);
+		memset(want, 0x40 + k, sizeof(want));
+		ck_assert_msg(memcmp(got, want, 16) == 0,
+			      "read %d saw another write's bytes (0x%02x)", k,
+			      ((const uint8_t *)got)[0]);
+		gpucmd_response_free(r);
+	}
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("clients");
@@ -235,6 +284,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, killed_mid_batch_leaves_nothing);
 	tcase_add_test(tc, killed_at_random_points);
 	tcase_add_test(tc, slow_sync_does_not_block_others);
+	tcase_add_test(tc, pipelined_large_and_small_keep_order);
 	suite_add_tcase(s, tc);
 	return s;
 }
