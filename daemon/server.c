@@ -144,75 +144,6 @@ void server_spin(struct server *srv)
 		uv_idle_start(&srv->spin, on_spin);
 }
 
-/* ---- decoding turns (session.h) -------------------------------------------- */
-
-/*
- * Each turn decodes one deferred frame of each waiting session in order,
- * until SERVER_DECODE_BUDGET_NS are spent; then the loop reads its sockets
- * again (the idle handle keeps poll from blocking) before the next turn.
- */
-#define SERVER_DECODE_BUDGET_NS 100000u
-
-static void on_decode(uv_idle_t *h)
-{
-	struct server *srv = h->data;
-	uint64_t end = spin_now_ns() + SERVER_DECODE_BUDGET_NS;
-
-	while (srv->dq_head != NULL) {
-		struct session *s = srv->dq_head;
-
-		srv->dq_head = s->dq_next;
-		if (srv->dq_head == NULL)
-			srv->dq_tail = NULL;
-		s->dq_next = NULL;
-		s->dq_listed = false;
-		if (session_decode_one(s))
-			server_defer(srv, s);
-		if (spin_now_ns() >= end)
-			break;
-	}
-	if (srv->dq_head == NULL)
-		uv_idle_stop(h);
-}
-
-void server_defer(struct server *srv, struct session *s)
-{
-	if (s->dq_listed)
-		return;
-	s->dq_listed = true;
-	s->dq_next = NULL;
-	if (srv->dq_tail != NULL)
-		srv->dq_tail->dq_next = s;
-	else
-		srv->dq_head = s;
-	srv->dq_tail = s;
-	if (!uv_is_active((uv_handle_t *)&srv->decode))
-		uv_idle_start(&srv->decode, on_decode);
-}
-
-void server_undefer(struct server *srv, struct session *s)
-{
-	struct session *prev = NULL;
-
-	if (!s->dq_listed)
-		return;
-	for (struct session *t = srv->dq_head; t != NULL; t = t->dq_next) {
-		if (t != s) {
-			prev = t;
-			continue;
-		}
-		if (prev != NULL)
-			prev->dq_next = s->dq_next;
-		else
-			srv->dq_head = s->dq_next;
-		if (srv->dq_tail == s)
-			srv->dq_tail = prev;
-		break;
-	}
-	s->dq_next = NULL;
-	s->dq_listed = false;
-}
-
 /* ---- accepting ----------------------------------------------------------- */
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -232,7 +163,6 @@ static void on_connection(uv_stream_t *listener, int status)
 	}
 	s->server = srv;
 	s->id = ++srv->next_id;
-	s->dq_tail = &s->dq_head;
 	/* IPC mode: clients pass region memfds with SCM_RIGHTS. */
 	uv_pipe_init(srv->loop, &s->pipe, 1);
 	s->pipe.data = s;
@@ -511,9 +441,6 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 	srv->wakeup.data = srv;
 	uv_idle_init(loop, &srv->spin);
 	srv->spin.data = srv;
-	uv_idle_init(loop, &srv->decode);
-	srv->decode.data = srv;
-	uv_unref((uv_handle_t *)&srv->decode);
 	srv->spin_us = cfg->spin_us;
 	/* Polling never keeps the loop from ending. */
 	uv_unref((uv_handle_t *)&srv->spin);
@@ -530,7 +457,6 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 	if (rc != 0) {
 		uv_close((uv_handle_t *)&srv->wakeup, NULL);
 		uv_close((uv_handle_t *)&srv->spin, NULL);
-		uv_close((uv_handle_t *)&srv->decode, NULL);
 		uv_close((uv_handle_t *)&srv->sigint, NULL);
 		uv_close((uv_handle_t *)&srv->sigterm, NULL);
 		uv_close((uv_handle_t *)&srv->sighup, NULL);

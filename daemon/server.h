@@ -48,11 +48,6 @@ struct server {
 	struct outbox_msg **out_tail;
 	atomic_uint out_ready;		/* the outbox has messages */
 
-	/* Sessions with deferred frames, served in turns (session.h). */
-	struct session *dq_head;
-	struct session *dq_tail;
-	uv_idle_t decode;		/* active while dq_head is not NULL */
-
 	struct session *sessions;
 	uint32_t nsessions;
 	uint64_t next_id;
@@ -73,11 +68,6 @@ struct server {
  * to the device thread and when replies came back.
  */
 void server_spin(struct server *srv);
-
-/** s has deferred frames: give it decoding turns. */
-void server_defer(struct server *srv, struct session *s);
-/** s leaves the decoding turns (it closes, or waits for a compile). */
-void server_undefer(struct server *srv, struct session *s);
 
 /**
  * Start the executor (opening the device) and listen on cfg's socket.

@@ -23,17 +23,6 @@
 
 /* Small frames are read many at a time into this buffer. */
 #define SESSION_RBUF 65536
-/* A frame body up to this size is decoded as it arrives (pings, syncs). */
-#define SESSION_DECODE_NOW 512
-/* Deferred bytes of one connection before the daemon stops reading it. */
-#define SESSION_DEFER_MAX (4u << 20)
-
-/* A frame read but not decoded yet (session.h). */
-struct deferred_frame {
-	struct deferred_frame *next;
-	uint8_t *body;
-	uint32_t len;
-};
 
 struct write_req {
 	uv_write_t req;
@@ -191,16 +180,6 @@ void session_close(struct session *s, const char *why)
 		uv_read_stop((uv_stream_t *)&s->pipe);
 		s->reading = false;
 	}
-	server_undefer(s->server, s);
-	while (s->dq_head != NULL) {
-		struct deferred_frame *d = s->dq_head;
-
-		s->dq_head = d->next;
-		free(d->body);
-		free(d);
-	}
-	s->dq_tail = &s->dq_head;
-	s->dq_bytes = 0;
 	if (s->device_open &&
 	    executor_close(s->server->ex, &s->econn) != 0) {
 		/* Cannot tell the executor: keep the session rather than free
@@ -243,9 +222,7 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 
 static void resume_reading(struct session *s)
 {
-	if (s->reading || s->state == SESSION_CLOSING || s->compiling != NULL ||
-	    s->draining || s->dq_bytes >= SESSION_DEFER_MAX ||
-	    s->in_flight >= s->server->cfg.limits.max_in_flight)
+	if (s->reading || s->state == SESSION_CLOSING || s->compiling != NULL)
 		return;
 	if (uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read) == 0)
 		s->reading = true;
@@ -699,9 +676,9 @@ static void compile_done(uv_work_t *w, int status)
 	free(job);
 	if (s->state == SESSION_CLOSING)
 		return;
-	if (s->dq_head != NULL)
-		server_defer(s->server, s);
-	resume_reading(s);
+	if (!s->draining &&
+	    s->in_flight < s->server->cfg.limits.max_in_flight)
+		resume_reading(s);
 	parse_frames(s);
 }
 
@@ -736,7 +713,6 @@ static bool start_compile(struct session *s, Gpucmd__Frame *frame, int *fds,
 	}
 	s->compiling = job;
 	s->in_flight++;
-	server_undefer(s->server, s);
 	if (s->reading) {
 		uv_read_stop((uv_stream_t *)&s->pipe);
 		s->reading = false;
@@ -845,70 +821,6 @@ static void handle_body(struct session *s, const uint8_t *body, size_t len)
 	handle_request(s, frame);
 }
 
-/*
- * Decode this frame later, in the loop's decoding turns?  Large frames
- * (a batch of many ops, a payload) are; small ones are decoded at once,
- * unless older frames of this connection still wait (order holds), and so
- * is a frame that came with descriptors while nothing waits (they are
- * tied to frames in arrival order, and the count the daemon holds is
- * bounded).
- */
-static bool defer_it(const struct session *s, uint32_t len)
-{
-	if (s->state != SESSION_READY)
-		return false;
-	if (s->dq_head != NULL)
-		return true;
-	return len > SESSION_DECODE_NOW &&
-	       uv_pipe_pending_count((uv_pipe_t *)&s->pipe) == 0;
-}
-
-/* Queue body (ownership passes) for a decoding turn. */
-static void defer_frame(struct session *s, uint8_t *body, uint32_t len)
-{
-	struct deferred_frame *d = malloc(sizeof(*d));
-
-	if (d == NULL) {
-		free(body);
-		session_refuse(s, GPUCMD_ENOMEM,
-			       "the daemon is out of memory for a frame of %u "
-			       "bytes: retry with smaller batches", len);
-		return;
-	}
-	d->next = NULL;
-	d->body = body;
-	d->len = len;
-	*s->dq_tail = d;
-	s->dq_tail = &d->next;
-	s->dq_bytes += len;
-	if (s->compiling == NULL)
-		server_defer(s->server, s);
-	if (s->dq_bytes >= SESSION_DEFER_MAX && s->reading) {
-		/* Backpressure, as for max_in_flight. */
-		uv_read_stop((uv_stream_t *)&s->pipe);
-		s->reading = false;
-	}
-}
-
-bool session_decode_one(struct session *s)
-{
-	struct deferred_frame *d = s->dq_head;
-
-	if (d == NULL || s->state == SESSION_CLOSING || s->compiling != NULL)
-		return false;
-	s->dq_head = d->next;
-	if (s->dq_head == NULL)
-		s->dq_tail = &s->dq_head;
-	s->dq_bytes -= d->len;
-	handle_body(s, d->body, d->len);
-	free(d->body);
-	free(d);
-	if (s->state == SESSION_CLOSING || s->compiling != NULL)
-		return false;
-	resume_reading(s);
-	return s->dq_head != NULL;
-}
-
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	struct session *s = h->data;
@@ -951,24 +863,7 @@ static void parse_frames(struct session *s)
 		have = s->rlen - off - FRAME_HEADER_SIZE;
 		if (have >= hdr.length) {
 			off += FRAME_HEADER_SIZE;
-			if (defer_it(s, hdr.length)) {
-				uint8_t *copy = malloc(hdr.length ? hdr.length
-								  : 1);
-
-				if (copy == NULL) {
-					session_refuse(s, GPUCMD_ENOMEM,
-						       "the daemon is out of "
-						       "memory for a frame of "
-						       "%u bytes: retry with "
-						       "smaller batches",
-						       hdr.length);
-					return;
-				}
-				memcpy(copy, s->rbuf + off, hdr.length);
-				defer_frame(s, copy, hdr.length);
-			} else {
-				handle_body(s, s->rbuf + off, hdr.length);
-			}
+			handle_body(s, s->rbuf + off, hdr.length);
 			off += hdr.length;
 			continue;
 		}
@@ -1026,13 +921,6 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 		s->body_have += (uint32_t)nread;
 		if (s->body_have < s->body_len)
 			return;
-		if (defer_it(s, s->body_len)) {
-			uint8_t *body = s->body;
-
-			s->body = NULL;
-			defer_frame(s, body, s->body_len);
-			return;
-		}
 		handle_body(s, s->body, s->body_len);
 		free(s->body);
 		s->body = NULL;

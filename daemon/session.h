@@ -30,7 +30,6 @@
 
 struct server;
 struct compile_job;
-struct deferred_frame;
 
 enum session_state {
 	SESSION_HELLO,		/* waiting for Hello */
@@ -76,16 +75,6 @@ struct session {
 	 * connection's later frames wait in rbuf until it is submitted.
 	 */
 	struct compile_job *compiling;
-	/*
-	 * Large frames wait here, undecoded, for the loop's decoding turns
-	 * (server.c): one connection's flood of big batches cannot keep the
-	 * loop from reading and answering everyone else's small requests.
-	 */
-	struct deferred_frame *dq_head;
-	struct deferred_frame **dq_tail;
-	size_t dq_bytes;
-	bool dq_listed;			/* in the server's decoding list */
-	struct session *dq_next;
 	char peer[64];			/* "pid 123 uid 1000" for logs */
 	struct session *next;
 	struct session *prev;
@@ -111,11 +100,6 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
  * service and act on others.
  */
 bool session_is_admin(const struct session *s);
-/**
- * Decode and handle s's first deferred frame (the server's decoding turn);
- * true when s has more and may take another turn now.
- */
-bool session_decode_one(struct session *s);
 /** The executor freed s's device state. */
 void session_device_closed(struct session *s);
 /**
