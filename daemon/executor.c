@@ -762,6 +762,12 @@ int executor_close(struct executor *ex, struct executor_conn *conn)
 	return enqueue(ex, b);
 }
 
+void executor_release_compiled(struct executor *ex,
+			       struct module_compiled *compiled, size_t n)
+{
+	free_compiled(ex, compiled, n);
+}
+
 struct module_cache *executor_modules(struct executor *ex)
 {
 	return ex->cmd.modules;

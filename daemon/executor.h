@@ -80,6 +80,9 @@ const struct driver_properties *executor_properties(const struct executor *ex);
 int executor_submit(struct executor *ex, struct executor_conn *conn,
 		    Gpucmd__Frame *frame, int *fds, size_t nfds,
 		    struct module_compiled *compiled);
+/** Any thread: free modules compiled for a request that was not submitted. */
+void executor_release_compiled(struct executor *ex,
+			       struct module_compiled *compiled, size_t n);
 /** The daemon's module cache (module.h says which calls any thread may make). */
 struct module_cache *executor_modules(struct executor *ex);
 /**

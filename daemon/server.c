@@ -33,39 +33,111 @@ struct outbox_msg {
 
 /* ---- the outbox (device thread -> loop) ---------------------------------- */
 
-static void post(struct server *srv, struct outbox_msg *m)
+/*
+ * Losing a message would wedge a client or leak a session, so the device
+ * thread never allocates one: the loop sets aside two per batch before it
+ * submits it (an early answer and a completion are the most a batch
+ * sends), on the session's spare list under srv->lock, and one for the
+ * close when the session is accepted.  A loop out of memory refuses the
+ * batch or the connection instead, with a message.
+ */
+#define SERVER_MSGS_PER_BATCH 2
+
+/* Append m to the outbox; srv->lock held. */
+static void post_locked(struct server *srv, struct outbox_msg *m)
 {
 	m->next = NULL;
-	pthread_mutex_lock(&srv->lock);
 	*srv->out_tail = m;
 	srv->out_tail = &m->next;
 	atomic_store_explicit(&srv->out_ready, 1, memory_order_release);
-	pthread_mutex_unlock(&srv->lock);
-	uv_async_send(&srv->wakeup);
 }
 
 static void on_exec_reply(void *conn, uint8_t *buf, size_t len,
 			  bool completed, void *arg)
 {
-	struct outbox_msg *m = calloc(1, sizeof(*m));
+	struct server *srv = arg;
+	struct session *s = conn;
+	struct outbox_msg *m;
 
-	/* Losing a reply would wedge a client: this allocation must hold. */
+	pthread_mutex_lock(&srv->lock);
+	m = s->spare_msgs;
+	/* Set aside at submit: a batch sends no more than it was given. */
 	require(m != NULL);
-	m->session = conn;
+	s->spare_msgs = m->next;
+	s->nspare_msgs--;
+	m->session = s;
 	m->buf = buf;
 	m->len = len;
 	m->completed = completed;
-	post(arg, m);
+	m->closed = false;
+	post_locked(srv, m);
+	pthread_mutex_unlock(&srv->lock);
+	uv_async_send(&srv->wakeup);
 }
 
 static void on_exec_closed(void *conn, void *arg)
 {
-	struct outbox_msg *m = calloc(1, sizeof(*m));
+	struct server *srv = arg;
+	struct session *s = conn;
+	struct outbox_msg *m;
 
+	pthread_mutex_lock(&srv->lock);
+	m = s->close_msg;
 	require(m != NULL);
-	m->session = conn;
+	s->close_msg = NULL;
+	m->session = s;
 	m->closed = true;
-	post(arg, m);
+	post_locked(srv, m);
+	pthread_mutex_unlock(&srv->lock);
+	uv_async_send(&srv->wakeup);
+}
+
+int server_reserve_replies(struct server *srv, struct session *s)
+{
+	struct outbox_msg *m[SERVER_MSGS_PER_BATCH];
+
+	for (int i = 0; i < SERVER_MSGS_PER_BATCH; i++) {
+		m[i] = calloc(1, sizeof(*m[i]));
+		if (m[i] == NULL) {
+			while (i-- > 0)
+				free(m[i]);
+			return GPUCMD_ENOMEM;
+		}
+	}
+	pthread_mutex_lock(&srv->lock);
+	for (int i = 0; i < SERVER_MSGS_PER_BATCH; i++) {
+		m[i]->next = s->spare_msgs;
+		s->spare_msgs = m[i];
+		s->nspare_msgs++;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return 0;
+}
+
+/*
+ * After a completion: give back the spares that no batch in flight can
+ * still use (a batch that answered once left one).
+ */
+static void trim_spares(struct server *srv, struct session *s)
+{
+	struct outbox_msg *extra = NULL;
+
+	pthread_mutex_lock(&srv->lock);
+	while (s->nspare_msgs > SERVER_MSGS_PER_BATCH * s->in_flight) {
+		struct outbox_msg *m = s->spare_msgs;
+
+		s->spare_msgs = m->next;
+		s->nspare_msgs--;
+		m->next = extra;
+		extra = m;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	while (extra != NULL) {
+		struct outbox_msg *next = extra->next;
+
+		free(extra);
+		extra = next;
+	}
 }
 
 static void on_exec_fatal(const char *why, void *arg)
@@ -113,6 +185,8 @@ static void on_wakeup(uv_async_t *async)
 				srv->device_pending--;
 			session_reply(m->session, m->buf, m->len,
 				      m->completed);
+			if (m->completed)
+				trim_spares(srv, m->session);
 		}
 		free(m);
 		m = next;
@@ -163,6 +237,13 @@ static void on_connection(uv_stream_t *listener, int status)
 	}
 	s->server = srv;
 	s->id = ++srv->next_id;
+	/* Without it the device thread could not say it is done. */
+	s->close_msg = calloc(1, sizeof(*s->close_msg));
+	if (s->close_msg == NULL) {
+		log_err("out of memory accepting a connection");
+		free(s);
+		return;
+	}
 	/* IPC mode: clients pass region memfds with SCM_RIGHTS. */
 	uv_pipe_init(srv->loop, &s->pipe, 1);
 	s->pipe.data = s;
@@ -197,6 +278,15 @@ static void on_connection(uv_stream_t *listener, int status)
 
 void server_session_gone(struct server *srv, struct session *s)
 {
+	/* The device thread is done with s (closed came): no lock needed. */
+	while (s->spare_msgs != NULL) {
+		struct outbox_msg *m = s->spare_msgs;
+
+		s->spare_msgs = m->next;
+		free(m);
+	}
+	free(s->close_msg);
+	s->close_msg = NULL;
 	if (s->prev != NULL)
 		s->prev->next = s->next;
 	else

@@ -70,6 +70,12 @@ struct server {
 void server_spin(struct server *srv);
 
 /**
+ * Set aside the outbox messages a batch of s may send (before it is
+ * submitted): 0 or GPUCMD_ENOMEM.
+ */
+int server_reserve_replies(struct server *srv, struct session *s);
+
+/**
  * Start the executor (opening the device) and listen on cfg's socket.
  * 0, or an error with a sentence in why.
  */

@@ -727,6 +727,18 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 	uint64_t id = frame->request->id;
 	int rc;
 
+	rc = server_reserve_replies(s->server, s);
+	if (rc != 0) {
+		reply_error(s, id, rc,
+			    "the daemon is out of memory for this batch");
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		free(fds);
+		executor_release_compiled(s->server->ex, compiled,
+					  frame->request->n_ops);
+		frame_free(frame);
+		return;
+	}
 	rc = executor_submit(s->server->ex, &s->econn, frame, fds, nfds,
 			     compiled);
 	if (rc != 0) {

@@ -30,6 +30,7 @@
 
 struct server;
 struct compile_job;
+struct outbox_msg;
 
 enum session_state {
 	SESSION_HELLO,		/* waiting for Hello */
@@ -75,6 +76,13 @@ struct session {
 	 * connection's later frames wait in rbuf until it is submitted.
 	 */
 	struct compile_job *compiling;
+	/*
+	 * Outbox messages set aside for the device thread's answers (server.c),
+	 * guarded by the server's lock.
+	 */
+	struct outbox_msg *spare_msgs;
+	uint32_t nspare_msgs;
+	struct outbox_msg *close_msg;
 	char peer[64];			/* "pid 123 uid 1000" for logs */
 	struct session *next;
 	struct session *prev;
