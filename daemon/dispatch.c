@@ -821,6 +821,7 @@ struct report_state {
 	struct batch *b;
 	Gpucmd__MemoryReport *rep;
 	Gpucmd__ServiceReport *totals;
+	uint32_t cap;		/* rows allocated: services counted at the start */
 	int rc;
 };
 
@@ -833,6 +834,9 @@ static void service_row(struct service *svc, void *arg)
 	size_t nstreams = 0;
 
 	if (st->rc != 0 || (!me->admin && svc != me->service))
+		return;
+	/* A service the loop created after the count has no row. */
+	if (st->rep->n_services >= st->cap)
 		return;
 	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next)
 		if (set->service == svc)
@@ -918,6 +922,7 @@ static int op_memory_report(struct command_ctx *ctx, struct batch *b,
 	}
 	/* Services created after the count was taken are left out. */
 	st.rep->n_services = 0;
+	st.cap = nsvc;
 	service_foreach(service_row, &st);
 	if (st.rc != 0)
 		return fail(b, st.rc, "out of host memory building the report");
