@@ -125,9 +125,17 @@ struct bench_echo {
 	size_t resp_len;
 	uint8_t *req;
 	uint8_t *resp;
+	bool spin;		/* both sides watch before blocking */
 };
 /** Fork the echo child. */
 int bench_echo_start(struct bench_echo *e, size_t req_len, size_t resp_len);
+/**
+ * The same with both sides watching the socket before they block, as
+ * libgpucmd and gpucmdd do (GPUCMD_SPIN_US): the floor of a round trip
+ * made with that technique.
+ */
+int bench_echo_start_spinning(struct bench_echo *e, size_t req_len,
+			      size_t resp_len);
 /** One blocking round trip; 0 or -errno. */
 int bench_echo_roundtrip(struct bench_echo *e);
 /** Send one request without waiting; 0 or -errno. */
