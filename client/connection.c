@@ -29,12 +29,11 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
-#include <sched.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "frame.h"
 #include "regions.h"
+#include "spin.h"
 
 /* The service a connection speaks for when the caller names none. */
 #define CONN_DEFAULT_SERVICE "default"
@@ -72,10 +71,8 @@ struct gpucmd_conn {
 	unsigned spin_us;		/* $GPUCMD_SPIN_US: watch before blocking */
 };
 
-/* Microseconds a wait watches the socket before it blocks, by default. */
-#define CONN_SPIN_US 50
-/* A yield this long means other work wanted the CPU (the daemon's spin.h). */
-#define CONN_SPIN_CONTENDED_NS 20000u
+/* Microseconds a wait watches the socket before it blocks (spin.h). */
+#define CONN_SPIN_US SPIN_DEFAULT_US
 
 /* Buffers larger than this are freed after their frame. */
 #define CONN_KEEP_BYTES (16u << 20)
@@ -180,46 +177,6 @@ static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
 	}
 	free(ctl);
 	return err;
-}
-
-/*
- * Watch fd for up to us microseconds before a blocking read: an answer
- * that comes within that time finds this thread awake, instead of waking
- * it on another CPU (tens of microseconds on a virtual machine).  The daemon
- * does the same on its side (spin_us in gpucmdd.conf(5)).
- */
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-static void spin_readable(int fd, unsigned us)
-{
-	uint64_t end, before, now;
-	char c;
-
-	if (us == 0)
-		return;
-	now = now_ns();
-	end = now + (uint64_t)us * 1000u;
-	for (;;) {
-		ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-
-		if (n >= 0 || (errno != EAGAIN && errno != EINTR))
-			return;
-		/*
-		 * Other work on this CPU goes first; when there was some
-		 * (the yield took long), the CPUs are busy: block instead.
-		 */
-		before = now_ns();
-		sched_yield();
-		now = now_ns();
-		if (now >= end || now - before >= CONN_SPIN_CONTENDED_NS)
-			return;
-	}
 }
 
 /* $GPUCMD_SPIN_US (0 to 10000), else CONN_SPIN_US. */

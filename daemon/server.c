@@ -181,8 +181,6 @@ static void on_wakeup(uv_async_t *async)
 		if (m->closed) {
 			session_device_closed(m->session);
 		} else {
-			if (m->completed && srv->device_pending > 0)
-				srv->device_pending--;
 			session_reply(m->session, m->buf, m->len,
 				      m->completed);
 			if (m->completed)

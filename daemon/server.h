@@ -33,7 +33,6 @@ struct server {
 	uv_idle_t spin;			/* polls the outbox a while (spin.h) */
 	uint64_t spin_until;		/* spin_now_ns() the polling stops at */
 	unsigned spin_us;		/* [daemon] spin_us, fixed at start */
-	uint64_t device_pending;	/* batches sent to the device thread, not completed */
 	uv_signal_t sigint;
 	uv_signal_t sigterm;
 	uv_signal_t sighup;

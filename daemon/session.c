@@ -748,7 +748,6 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 		return;
 	}
 	s->in_flight++;
-	s->server->device_pending++;
 	server_spin(s->server);
 	if (s->in_flight >= lim->max_in_flight && s->reading) {
 		/* Backpressure: the client's writes block until we catch up. */

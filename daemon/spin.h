@@ -13,13 +13,18 @@
  * waiting thread yields the CPU between looks, so runnable work on the same
  * CPU goes first; an idle daemon spins at most spin_us after its last work,
  * then sleeps and costs nothing.  spin_us = 0 turns it off.
+ *
+ * Header only, and shared: libgpucmd watches its socket the same way
+ * (spin_readable, $GPUCMD_SPIN_US), and so does the bench's echo floor.
  */
 #pragma once
 
+#include <errno.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <time.h>
 
 /* The default of the [daemon] key spin_us, and its largest value. */
@@ -100,5 +105,28 @@ static inline bool spin_wait(atomic_uint *word, unsigned us)
 			if (now >= end || !spin_yield(&now))
 				return false;
 		}
+	}
+}
+
+/*
+ * Watch socket fd for up to us microseconds before a blocking read, with
+ * the same give-way rule: an answer that comes within that time finds the
+ * thread awake.  Returns when bytes (or an error, or EOF) wait, or not.
+ */
+static inline void spin_readable(int fd, unsigned us)
+{
+	uint64_t now, end;
+	char c;
+
+	if (us == 0)
+		return;
+	now = spin_now_ns();
+	end = now + (uint64_t)us * 1000u;
+	for (;;) {
+		if (recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) >= 0 ||
+		    (errno != EAGAIN && errno != EINTR))
+			return;
+		if (!spin_yield(&now) || now >= end)
+			return;
 	}
 }

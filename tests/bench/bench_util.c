@@ -9,6 +9,7 @@
  * ratio says by how much.
  */
 #include "bench.h"
+#include "spin.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -16,7 +17,6 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,35 +337,22 @@ uint64_t bench_rss(pid_t pid)
 
 /*
  * Before a blocking read (bench_echo_start_spinning), watch the socket the
- * way libgpucmd and gpucmdd do (GPUCMD_SPIN_US, default 50 us, giving way when a yield shows other
- * work wanted the CPU), so that the floor uses the same technique as what
- * it judges and a ratio below 1 is not an artefact of a sleeping echo.
+ * way libgpucmd and gpucmdd do ($GPUCMD_SPIN_US, spin.h), so that the floor
+ * uses the same technique as what it judges and a ratio below 1 is not an
+ * artefact of a sleeping echo.
  */
 static void echo_spin(int fd)
 {
 	static int spin_us = -1;
-	uint64_t end, before, now;
-	char c;
 
 	if (spin_us < 0) {
 		const char *env = getenv("GPUCMD_SPIN_US");
 
-		spin_us = env != NULL && env[0] != '\0' ? atoi(env) : 50;
+		spin_us = env != NULL && env[0] != '\0' ? atoi(env)
+						       : SPIN_DEFAULT_US;
 	}
-	if (spin_us <= 0)
-		return;
-	now = bench_now_ns();
-	end = now + (uint64_t)spin_us * 1000u;
-	for (;;) {
-		if (recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) >= 0 ||
-		    (errno != EAGAIN && errno != EINTR))
-			return;
-		before = bench_now_ns();
-		sched_yield();
-		now = bench_now_ns();
-		if (now >= end || now - before >= 20000)
-			return;
-	}
+	if (spin_us > 0)
+		spin_readable(fd, (unsigned)spin_us);
 }
 
 static int read_all(int fd, void *buf, size_t len, bool spin)
