@@ -30,7 +30,7 @@ static void print_uptime(uint64_t ms)
 static void status_text(const struct gpucmd_status *st,
 			const struct gpucmd_info *in)
 {
-	char a[TOOL_SIZE_LEN], b[TOOL_SIZE_LEN];
+	char a[TOOL_SIZE_LEN], b[TOOL_SIZE_LEN], c[TOOL_SIZE_LEN];
 
 	printf("gpucmdd %s, protocol %u\n", st->version, in->protocol_version);
 	printf("device       %s, %s backend, %s\n", st->device_name,
@@ -46,10 +46,13 @@ static void status_text(const struct gpucmd_status *st,
 	       tool_size(st->bytes_reserved, 0, b, sizeof(b)));
 	printf("this client  service %s (id %u), connection %" PRIu64 "\n",
 	       in->service, in->service_id, in->connection_id);
-	printf("limits       memory %s, %u streams, %u ops per batch, "
-	       "%s per frame, %u in flight\n",
+	printf("limits       memory %s, regions %s, %u streams, "
+	       "%u ops per batch, %s per frame, %u in flight\n",
 	       in->memory_limit != 0 ?
 		       tool_size(in->memory_limit, 0, a, sizeof(a)) :
+		       "unlimited",
+	       in->region_limit != 0 ?
+		       tool_size(in->region_limit, 0, c, sizeof(c)) :
 		       "unlimited",
 	       in->max_streams, in->max_ops_per_batch,
 	       tool_size(in->max_frame_bytes, 0, b, sizeof(b)),
@@ -74,12 +77,12 @@ static void status_json(const struct gpucmd_status *st,
 	printf(",\"client\":{\"service\":");
 	tool_json_string(stdout, in->service);
 	printf(",\"service_id\":%u,\"connection_id\":%" PRIu64
-	       ",\"memory_limit\":%" PRIu64 ",\"max_streams\":%u"
-	       ",\"max_ops_per_batch\":%u,\"max_frame_bytes\":%u"
-	       ",\"max_in_flight\":%u}}\n",
+	       ",\"memory_limit\":%" PRIu64 ",\"region_limit\":%" PRIu64
+	       ",\"max_streams\":%u,\"max_ops_per_batch\":%u"
+	       ",\"max_frame_bytes\":%u,\"max_in_flight\":%u}}\n",
 	       in->service_id, in->connection_id, in->memory_limit,
-	       in->max_streams, in->max_ops_per_batch, in->max_frame_bytes,
-	       in->max_in_flight);
+	       in->region_limit, in->max_streams, in->max_ops_per_batch,
+	       in->max_frame_bytes, in->max_in_flight);
 }
 
 int cmd_status(const struct tool_opts *o, int argc, char **argv)

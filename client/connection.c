@@ -494,6 +494,7 @@ static void info_from_welcome(struct gpucmd_info *info,
 		info->max_ops_per_batch = l->max_ops_per_batch;
 		info->max_frame_bytes = l->max_frame_bytes;
 		info->max_in_flight = l->max_in_flight;
+		info->region_limit = l->region_limit;
 	}
 	/* A daemon that names no frame limit takes the protocol default. */
 	if (info->max_frame_bytes == 0)

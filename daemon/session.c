@@ -341,6 +341,11 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	dev.max_allocation = p->max_page_size;
 	dev.alignment = p->alignment;
 	lim.memory_limit = atomic_load(&svc->memory_limit);
+	/*
+	 * The value region.c enforces: the service's own (service_apply, at
+	 * creation and on a reload), not the section of the file.
+	 */
+	lim.region_limit = atomic_load(&svc->region_limit);
 	lim.max_streams = srv->cfg.limits.max_streams;
 	if (atomic_load(&svc->max_streams) != 0 &&
 	    atomic_load(&svc->max_streams) < lim.max_streams)

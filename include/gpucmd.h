@@ -96,6 +96,7 @@ struct gpucmd_info {
 	uint32_t max_ops_per_batch;
 	uint32_t max_frame_bytes;
 	uint32_t max_in_flight;
+	uint64_t region_limit;		/* shared region bytes, 0 = none */
 };
 
 /* Device memory usage of a stream (or a service, or the daemon). */

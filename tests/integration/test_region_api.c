@@ -52,6 +52,28 @@ static int run_code(struct gpucmd_batch *b, char *msg, size_t msg_len)
 	return rc;
 }
 
+/*
+ * A new batch on stream that empties size bytes as handle and writes into
+ * it at offset length bytes of region from region_offset; the caller adds
+ * the rest and runs it.
+ */
+static struct gpucmd_batch *empty_write_batch(struct gpucmd_conn *c,
+					      uint32_t stream, uint64_t handle,
+					      uint64_t size, uint64_t offset,
+					      uint64_t region,
+					      uint64_t region_offset,
+					      uint64_t length)
+{
+	struct gpucmd_batch *b;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, stream, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, handle, size), 0);
+	ck_assert_int_eq(gpucmd_batch_write_region(b, handle, offset, region,
+						   region_offset, length),
+			 0);
+	return b;
+}
+
 static void spin_op(struct gpucmd_batch *b, uint32_t usec)
 {
 	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U32, .v.u32 = usec };
@@ -84,9 +106,7 @@ START_TEST(round_trips_of_every_size)
 
 		fill(m + 1, n, (uint32_t)k + 1);
 		memset(m + dst_at - 1, 0xee, n + 2);
-		ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
-		ck_assert_int_eq(gpucmd_batch_empty(b, 10 + k, n + 5), 0);
-		ck_assert_int_eq(gpucmd_batch_write_region(b, 10 + k, 3, 5, 1, n), 0);
+		b = empty_write_batch(c, 1, 10 + k, n + 5, 3, 5, 1, n);
 		ck_assert_int_eq(gpucmd_batch_read_region(b, 10 + k, 3, n, 5, dst_at), 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 10 + k), 0);
 		r = run_ok(b);
@@ -177,9 +197,7 @@ START_TEST(bounds_and_id_errors)
 
 	ck_assert_int_eq(gpucmd_region_create(c, 3, 4096, &p), 0);
 	/* Write range past the end: the numbers are in the message. */
-	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_empty(b, 1, 8192), 0);
-	ck_assert_int_eq(gpucmd_batch_write_region(b, 1, 0, 3, 4000, 200), 0);
+	b = empty_write_batch(c, 0, 1, 8192, 0, 3, 4000, 200);
 	rc = run_code(b, msg, sizeof(msg));
 	ck_assert_int_eq(rc, GPUCMD_EINVAL);
 	ck_assert_msg(strstr(msg, "200 bytes at offset 4000") != NULL &&
@@ -192,18 +210,14 @@ START_TEST(bounds_and_id_errors)
 	ck_assert_int_eq(rc, GPUCMD_EINVAL);
 	ck_assert_msg(strstr(msg, "4097 bytes at offset 0") != NULL, "message: %s", msg);
 	/* An offset that wraps around 2^64. */
-	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_empty(b, 3, 64), 0);
-	ck_assert_int_eq(gpucmd_batch_write_region(b, 3, 0, 3, UINT64_MAX - 8, 16), 0);
+	b = empty_write_batch(c, 0, 3, 64, 0, 3, UINT64_MAX - 8, 16);
 	ck_assert_int_eq(run_code(b, NULL, 0), GPUCMD_EINVAL);
 	/* create_region of a range past the end allocates nothing. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_create_region(b, 4, 3, 1, 4096), 0);
 	ck_assert_int_eq(run_code(b, msg, sizeof(msg)), GPUCMD_EINVAL);
 	/* A region that was never attached. */
-	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_empty(b, 5, 64), 0);
-	ck_assert_int_eq(gpucmd_batch_write_region(b, 5, 0, 99, 0, 8), 0);
+	b = empty_write_batch(c, 0, 5, 64, 0, 99, 0, 8);
 	rc = run_code(b, msg, sizeof(msg));
 	ck_assert_int_eq(rc, GPUCMD_ENOTFOUND);
 	ck_assert_msg(strstr(msg, "region 99") != NULL, "message: %s", msg);

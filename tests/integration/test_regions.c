@@ -5,7 +5,8 @@
  * the service's region_limit (gpucmdd.conf(5)): attaches up to it, the
  * next one refused with GPUCMD_EQUOTA and the numbers, bytes given back by
  * a release once its fences passed and by a client that dies, the memory
- * report (library and gpucmd memory-report) and a SIGHUP that changes it.
+ * report (library and gpucmd memory-report), the Welcome and gpucmd status
+ * that tell a connection its limit, and a SIGHUP that changes it.
  *
  * This speaks the protocol directly (frame.h + the generated protobuf code)
  * so it checks the daemon independently of the client library.
@@ -19,6 +20,7 @@
 struct raw {
 	int fd;
 	uint64_t next_id;
+	uint64_t region_limit;	/* what the Welcome's Limits said */
 };
 
 static void raw_send(struct raw *c, const Gpucmd__Frame *f, const int *fds,
@@ -99,6 +101,8 @@ static struct raw raw_open_as(const char *service)
 	raw_send(&c, &f, NULL, 0);
 	w = raw_recv(&c);
 	ck_assert_int_eq(w->msg_case, GPUCMD__FRAME__MSG_WELCOME);
+	ck_assert_ptr_nonnull(w->welcome->limits);
+	c.region_limit = w->welcome->limits->region_limit;
 	frame_free(w);
 	return c;
 }
@@ -163,36 +167,60 @@ static Gpucmd__Op *attach(uint64_t region, uint64_t size)
 	return &o[k];
 }
 
+/*
+ * The two ops most region tests start with: an OpEmpty of size bytes as
+ * handle, then an OpWrite into it at offset of length bytes from region at
+ * region_offset (the arguments of gpucmd_batch_write_region).  The
+ * messages live in the caller's struct, which must outlive the request.
+ */
+struct empty_write {
+	Gpucmd__OpEmpty empty;
+	Gpucmd__RegionRef src;
+	Gpucmd__OpWrite write;
+	Gpucmd__Op o_empty, o_write;
+};
+
+static void empty_write(struct empty_write *ew, uint64_t handle,
+			uint64_t size, uint64_t offset, uint64_t region,
+			uint64_t region_offset, uint64_t length)
+{
+	gpucmd__op_empty__init(&ew->empty);
+	ew->empty.handle = handle;
+	ew->empty.size = size;
+	gpucmd__op__init(&ew->o_empty);
+	ew->o_empty.op_case = GPUCMD__OP__OP_EMPTY;
+	ew->o_empty.empty = &ew->empty;
+	gpucmd__region_ref__init(&ew->src);
+	ew->src.region = region;
+	ew->src.offset = region_offset;
+	ew->src.length = length;
+	gpucmd__op_write__init(&ew->write);
+	ew->write.handle = handle;
+	ew->write.offset = offset;
+	ew->write.region = &ew->src;
+	gpucmd__op__init(&ew->o_write);
+	ew->o_write.op_case = GPUCMD__OP__OP_WRITE;
+	ew->o_write.write = &ew->write;
+}
+
 START_TEST(write_from_and_read_into_a_region)
 {
 	enum { SIZE = 1 << 20 };
 	struct raw c = raw_open();
 	int fd = sealed_memfd(SIZE, true);
 	uint8_t *map = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
-	Gpucmd__RegionRef src = GPUCMD__REGION_REF__INIT, dst = GPUCMD__REGION_REF__INIT;
-	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+	struct empty_write ew;
+	Gpucmd__RegionRef dst = GPUCMD__REGION_REF__INIT;
 	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
-	Gpucmd__Op o_empty = GPUCMD__OP__INIT, o_w = GPUCMD__OP__INIT, o_r = GPUCMD__OP__INIT;
+	Gpucmd__Op o_r = GPUCMD__OP__INIT;
 	Gpucmd__Op *ops[4];
 	Gpucmd__Frame *r;
 
 	ck_assert_ptr_ne(map, MAP_FAILED);
 	for (size_t i = 0; i < SIZE / 2; i++)
 		map[i] = (uint8_t)(i * 7 + 3);
-	empty.handle = 1;
-	empty.size = SIZE / 2;
-	o_empty.op_case = GPUCMD__OP__OP_EMPTY;
-	o_empty.empty = &empty;
 	/* Odd offset and length on both sides. */
-	src.region = 9;
-	src.offset = 1;
-	src.length = SIZE / 2 - 3;
-	w.handle = 1;
-	w.offset = 2;
-	w.region = &src;
-	o_w.op_case = GPUCMD__OP__OP_WRITE;
-	o_w.write = &w;
+	empty_write(&ew, 1, SIZE / 2, 2, 9, 1, SIZE / 2 - 3);
 	dst.region = 9;
 	dst.offset = SIZE / 2 + 1;
 	dst.length = SIZE / 2 - 3;
@@ -203,8 +231,8 @@ START_TEST(write_from_and_read_into_a_region)
 	o_r.op_case = GPUCMD__OP__OP_READ;
 	o_r.read = &rd;
 	ops[0] = attach(9, SIZE);
-	ops[1] = &o_empty;
-	ops[2] = &o_w;
+	ops[1] = &ew.o_empty;
+	ops[2] = &ew.o_write;
 	ops[3] = &o_r;
 	r = run_ops(&c, ops, 4, &fd, 1);
 	ck_assert_msg(r->response->error == NULL, "failed: %s",
@@ -226,11 +254,9 @@ START_TEST(region_errors)
 	int unsealed = sealed_memfd(4096, false);
 	int small = sealed_memfd(4096, true);
 	int good = sealed_memfd(8192, true);
-	Gpucmd__RegionRef ref = GPUCMD__REGION_REF__INIT;
-	Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
-	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+	struct empty_write ew;
 	Gpucmd__OpRegionRelease rel = GPUCMD__OP_REGION_RELEASE__INIT;
-	Gpucmd__Op o_empty = GPUCMD__OP__INIT, o_w = GPUCMD__OP__INIT, o_rel = GPUCMD__OP__INIT;
+	Gpucmd__Op o_rel = GPUCMD__OP__INIT;
 	Gpucmd__Op *ops[3];
 	Gpucmd__Frame *r;
 
@@ -252,19 +278,9 @@ START_TEST(region_errors)
 	r = run_ops(&c, ops, 1, &good, 1);
 	ck_assert_ptr_null(r->response->error);
 	frame_free(r);
-	empty.handle = 5;
-	empty.size = 100000;
-	o_empty.op_case = GPUCMD__OP__OP_EMPTY;
-	o_empty.empty = &empty;
-	ref.region = 3;
-	ref.offset = 8000;
-	ref.length = 1000;
-	w.handle = 5;
-	w.region = &ref;
-	o_w.op_case = GPUCMD__OP__OP_WRITE;
-	o_w.write = &w;
-	ops[0] = &o_empty;
-	ops[1] = &o_w;
+	empty_write(&ew, 5, 100000, 0, 3, 8000, 1000);
+	ops[0] = &ew.o_empty;
+	ops[1] = &ew.o_write;
 	r = run_ops(&c, ops, 2, NULL, 0);
 	ck_assert_int_eq(r->response->error->code, GPUCMD_EINVAL);
 	ck_assert_uint_eq(r->response->failed_index, 1);
@@ -274,9 +290,9 @@ START_TEST(region_errors)
 	rel.region = 3;
 	o_rel.op_case = GPUCMD__OP__OP_REGION_RELEASE;
 	o_rel.region_release = &rel;
-	ref.offset = 0;
+	ew.src.offset = 0;
 	ops[0] = &o_rel;
-	ops[1] = &o_w;
+	ops[1] = &ew.o_write;
 	r = run_ops(&c, ops, 2, NULL, 0);
 	ck_assert_int_eq(r->response->error->code, GPUCMD_ENOTFOUND);
 	ck_assert_uint_eq(r->response->failed_index, 1);
@@ -325,13 +341,11 @@ START_TEST(client_dies_with_region_and_copy_in_flight)
 	if (pid == 0) {
 		struct raw c = raw_open();
 		int fd = sealed_memfd(1 << 22, true);
-		Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
-		Gpucmd__RegionRef ref = GPUCMD__REGION_REF__INIT;
-		Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+		struct empty_write ew;
 		Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
 		Gpucmd__KernelArg a = GPUCMD__KERNEL_ARG__INIT, *args[1] = { &a };
 		uint32_t one[1] = { 1 };
-		Gpucmd__Op o_e = GPUCMD__OP__INIT, o_w = GPUCMD__OP__INIT, o_k = GPUCMD__OP__INIT;
+		Gpucmd__Op o_k = GPUCMD__OP__INIT;
 		Gpucmd__Op *ops[4];
 		Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 		Gpucmd__Request req = GPUCMD__REQUEST__INIT;
@@ -347,20 +361,11 @@ START_TEST(client_dies_with_region_and_copy_in_flight)
 		k.args = args;
 		o_k.op_case = GPUCMD__OP__OP_KERNEL;
 		o_k.kernel = &k;
-		empty.handle = 1;
-		empty.size = 1 << 22;
-		o_e.op_case = GPUCMD__OP__OP_EMPTY;
-		o_e.empty = &empty;
-		ref.region = 1;
-		ref.length = 1 << 22;
-		w.handle = 1;
-		w.region = &ref;
-		o_w.op_case = GPUCMD__OP__OP_WRITE;
-		o_w.write = &w;
+		empty_write(&ew, 1, 1 << 22, 0, 1, 0, 1 << 22);
 		ops[0] = attach(1, 1 << 22);
-		ops[1] = &o_e;
+		ops[1] = &ew.o_empty;
 		ops[2] = &o_k;
-		ops[3] = &o_w;
+		ops[3] = &ew.o_write;
 		req.id = 1;
 		req.n_ops = 4;
 		req.ops = ops;
@@ -878,6 +883,50 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 END_TEST
 
 /*
+ * The Welcome tells each connection its service's region_limit, on the
+ * wire, through the library and in gpucmd status; a service without one
+ * (listed with other limits, or not listed at all) is told 0.
+ */
+START_TEST(region_limit_in_the_welcome_and_status)
+{
+	struct raw capped = raw_open_as("capped");
+	struct raw open = raw_open_as("open");
+	struct gpucmd_conn *lib = connect_as("capped");
+	struct gpucmd_conn *obs = connect_as("observer");
+	static char out[1 << 16];
+
+	ck_assert_uint_eq(capped.region_limit, CAP_LIMIT);
+	ck_assert_uint_eq(open.region_limit, 0);
+	ck_assert_uint_eq(gpucmd_info(lib)->region_limit, CAP_LIMIT);
+	ck_assert_uint_eq(gpucmd_info(lib)->memory_limit, 0);
+	ck_assert_uint_eq(gpucmd_info(obs)->region_limit, 0);
+
+	tool_output("--service capped status --json", out, sizeof(out));
+	ck_assert_msg(strstr(out, "\"service\":\"capped\",") != NULL &&
+			      strstr(out, "\"memory_limit\":0,"
+					  "\"region_limit\":3145728,") != NULL,
+		      "status --json: %.3000s", out);
+	tool_output("--service open status --json", out, sizeof(out));
+	ck_assert_msg(strstr(out, "\"service\":\"open\",") != NULL &&
+			      strstr(out, "\"memory_limit\":67108864,"
+					  "\"region_limit\":0,") != NULL,
+		      "status --json: %.3000s", out);
+	tool_output("--service capped status", out, sizeof(out));
+	ck_assert_msg(strstr(out, "\nlimits       memory unlimited, "
+				  "regions 3.0 MiB, ") != NULL,
+		      "status: %.3000s", out);
+	tool_output("--service open status", out, sizeof(out));
+	ck_assert_msg(strstr(out, "\nlimits       memory 64.0 MiB, "
+				  "regions unlimited, ") != NULL,
+		      "status: %.3000s", out);
+	gpucmd_close(obs);
+	gpucmd_close(lib);
+	close(open.fd);
+	close(capped.fd);
+}
+END_TEST
+
+/*
  * A release with work in flight on another stream of the connection: the
  * region stays mapped, and counted, until that work is done (the refusal
  * says so), then its bytes come back.  The spin is long enough that the
@@ -951,11 +1000,8 @@ START_TEST(region_limit_client_killed_returns_its_regions)
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		struct raw c = raw_open_as("capped");
-		Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
-		Gpucmd__RegionRef ref = GPUCMD__REGION_REF__INIT;
-		Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
-		Gpucmd__Op o_e = GPUCMD__OP__INIT, o_w = GPUCMD__OP__INIT;
-		Gpucmd__Op *ops[2] = { &o_e, &o_w };
+		struct empty_write ew;
+		Gpucmd__Op *ops[2] = { &ew.o_empty, &ew.o_write };
 		Gpucmd__Frame *r;
 
 		close(ready[0]);
@@ -963,16 +1009,7 @@ START_TEST(region_limit_client_killed_returns_its_regions)
 		attach_ok(&c, 2, 1048576);
 		/* A copy from one queued behind a spin, too. */
 		spin_on(&c, 0, 300000);
-		empty.handle = 1;
-		empty.size = 1048576;
-		o_e.op_case = GPUCMD__OP__OP_EMPTY;
-		o_e.empty = &empty;
-		ref.region = 2;
-		ref.length = 1048576;
-		w.handle = 1;
-		w.region = &ref;
-		o_w.op_case = GPUCMD__OP__OP_WRITE;
-		o_w.write = &w;
+		empty_write(&ew, 1, 1048576, 0, 2, 0, 1048576);
 		r = run_ops(&c, ops, 2, NULL, 0);
 		if (r->response->error != NULL)
 			_exit(1);
@@ -1011,7 +1048,19 @@ START_TEST(region_limit_client_killed_returns_its_regions)
 }
 END_TEST
 
-/* SIGHUP applies a new region_limit to the live service and connection. */
+/* The region_limit a new connection of service is told in its Welcome. */
+static uint64_t welcome_region_limit(const char *service)
+{
+	struct raw c = raw_open_as(service);
+
+	close(c.fd);
+	return c.region_limit;
+}
+
+/*
+ * SIGHUP applies a new region_limit to the live service and connection,
+ * and the Welcome of the next connection has it.
+ */
 START_TEST(region_limit_follows_a_reload)
 {
 	struct raw c = raw_open_as("capped");
@@ -1031,6 +1080,7 @@ START_TEST(region_limit_follows_a_reload)
 		usleep(10000);
 	}
 	ck_assert_uint_eq(row.region_limit, UINT64_C(5) << 20);
+	ck_assert_uint_eq(welcome_region_limit("capped"), UINT64_C(5) << 20);
 	attach_ok(&c, 2, 2097152);
 	/* Lowered under what is held: what is attached stays, nothing more. */
 	cap_write(UINT64_C(1) << 20);
@@ -1042,6 +1092,7 @@ START_TEST(region_limit_follows_a_reload)
 		usleep(10000);
 	}
 	ck_assert_uint_eq(row.region_limit, UINT64_C(1) << 20);
+	ck_assert_uint_eq(welcome_region_limit("capped"), UINT64_C(1) << 20);
 	expect_regions(obs, "capped", 4194304, 2);
 	msg = attach_over(&c, 3, 4096);
 	ck_assert_msg(strstr(msg, "region_limit of 1048576") != NULL &&
@@ -1058,6 +1109,7 @@ START_TEST(region_limit_follows_a_reload)
 		usleep(10000);
 	}
 	ck_assert_uint_eq(row.region_limit, 0);
+	ck_assert_uint_eq(welcome_region_limit("capped"), 0);
 	attach_ok(&c, 3, 8u << 20);
 	expect_regions(obs, "capped", 12582912, 3);
 	gpucmd_close(obs);
@@ -1084,6 +1136,7 @@ static Suite *make_suite(void)
 	tcase_add_checked_fixture(tc, capped_setup, harness_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, region_limit_refuses_the_attach_over_it);
+	tcase_add_test(tc, region_limit_in_the_welcome_and_status);
 	tcase_add_test(tc, region_limit_counts_a_release_until_its_fences_pass);
 	tcase_add_test(tc, region_limit_client_killed_returns_its_regions);
 	tcase_add_test(tc, region_limit_follows_a_reload);

@@ -340,12 +340,16 @@ START_TEST(two_services_share_the_daemon)
 
 	start_with("[service small]\n"
 		   "memory_limit = 64K\n"
+		   "region_limit = 3M\n"
 		   "[service big]\n"
 		   "memory_limit = 4M\n");
 	small = connect_as("small");
 	big = connect_as("big");
 	ck_assert_uint_eq(gpucmd_info(small)->memory_limit, 64 * KIB);
 	ck_assert_uint_eq(gpucmd_info(big)->memory_limit, 4 * MIB);
+	/* The Welcome has each service's region_limit, 0 where none is set. */
+	ck_assert_uint_eq(gpucmd_info(small)->region_limit, 3 * MIB);
+	ck_assert_uint_eq(gpucmd_info(big)->region_limit, 0);
 	alloc_ok(small, 1, 40000);
 	alloc_ok(big, 1, 3000000);
 	/* Each hits its own limit, with its own numbers. */
