@@ -11,6 +11,8 @@
  *   - a body that decodes is walked field by field the way session.c and
  *     dispatch.c read it (every oneof case that is set has its sub-message,
  *     strings are terminated, repeated fields hold what their counts say);
+ *   - the fast path for requests (frame_decode_fast) builds what
+ *     protobuf-c builds, or declines;
  *   - it is encoded again with frame_encode, and the encoding decodes to a
  *     frame that encodes to the same bytes.
  * The first input byte picks the limit the header is checked against.
@@ -243,6 +245,30 @@ static bool has_field_zero(const ProtobufCMessage *m)
 	return false;
 }
 
+/*
+ * frame_decode's fast path for requests builds what protobuf-c builds from
+ * the same bytes, or declines; it never takes bytes protobuf-c refuses.
+ */
+static void fast_agrees(const uint8_t *buf, size_t len)
+{
+	Gpucmd__Frame *fast = frame_decode_fast(buf, len);
+	Gpucmd__Frame *slow;
+	uint8_t *a = NULL, *b = NULL;
+	size_t alen = 0, blen = 0;
+
+	if (fast == NULL)
+		return;
+	slow = gpucmd__frame__unpack(NULL, len, buf);
+	expect(slow != NULL);
+	expect(frame_encode(fast, &a, &alen) == 0);
+	expect(frame_encode(slow, &b, &blen) == 0);
+	expect(alen == blen && memcmp(a, b, alen) == 0);
+	free(a);
+	free(b);
+	gpucmd__frame__free_unpacked(slow, NULL);
+	frame_free(fast);
+}
+
 /* Decode, walk, encode, decode again: the second encoding is the first. */
 static void body(const uint8_t *buf, size_t len)
 {
@@ -251,6 +277,7 @@ static void body(const uint8_t *buf, size_t len)
 	size_t len1 = 0, len2 = 0;
 	struct frame_header h;
 
+	fast_agrees(buf, len);
 	if (f == NULL)
 		return;
 	walk_frame(f);

@@ -1,0 +1,603 @@
+/*
+ * check_frame.c - unit tests of frame decoding (proto/frame.c): the
+ * hand-written fast paths (Request frames decoded, Response frames
+ * encoded) against protobuf-c's unpack and pack.
+ *
+ * The rule under test: frame_decode_fast either builds exactly what
+ * protobuf-c builds from the same bytes (compared by packing both again
+ * with protobuf-c, which writes every field it holds), or declines; it
+ * never accepts bytes protobuf-c refuses.  Frames come from a seeded
+ * generator of realistic requests, from hand-written odd encodings (each
+ * legal protobuf that a client library other than ours could send), and
+ * from random mutations of both; canonical batches of kernels, pings and
+ * syncs must take the fast path, not only agree when it declines.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+	/* xorshift64*: reproducible from the seed in the failure message. */
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+static unsigned rnd_below(unsigned n)
+{
+	return (unsigned)(rnd() % n);
+}
+
+/* The body of f, packed by protobuf-c into a malloc'ed buffer. */
+static uint8_t *pack(const Gpucmd__Frame *f, size_t *len)
+{
+	uint8_t *buf;
+
+	*len = gpucmd__frame__get_packed_size(f);
+	buf = malloc(*len ? *len : 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(gpucmd__frame__pack(f, buf), *len);
+	return buf;
+}
+
+/*
+ * Decode body both ways and check the rule.  Returns whether the fast
+ * path took it.
+ */
+static bool compare(const uint8_t *body, size_t len, const char *what)
+{
+	Gpucmd__Frame *slow = gpucmd__frame__unpack(NULL, len, body);
+	Gpucmd__Frame *fast = frame_decode_fast(body, len);
+	Gpucmd__Frame *both = frame_decode(body, len);
+	bool took = fast != NULL;
+
+	if (fast != NULL) {
+		uint8_t *a, *b;
+		size_t alen, blen;
+
+		ck_assert_msg(slow != NULL,
+			      "%s: the fast path accepted %zu bytes that "
+			      "protobuf-c refuses", what, len);
+		a = pack(slow, &alen);
+		b = pack(fast, &blen);
+		ck_assert_msg(alen == blen && memcmp(a, b, alen) == 0,
+			      "%s: the fast path decoded %zu bytes differently "
+			      "(%zu vs %zu bytes packed again)", what, len, blen,
+			      alen);
+		free(a);
+		free(b);
+	}
+	/* frame_decode (either path) agrees with protobuf-c on validity. */
+	ck_assert_msg((both != NULL) == (slow != NULL),
+		      "%s: frame_decode %s %zu bytes protobuf-c %s", what,
+		      both ? "accepted" : "refused", len,
+		      slow ? "accepts" : "refuses");
+	if (both != NULL) {
+		uint8_t *a, *b;
+		size_t alen, blen;
+
+		a = pack(slow, &alen);
+		b = pack(both, &blen);
+		ck_assert_msg(alen == blen && memcmp(a, b, alen) == 0,
+			      "%s: frame_decode differs from protobuf-c", what);
+		free(a);
+		free(b);
+	}
+	frame_free(fast);
+	frame_free(both);
+	if (slow != NULL)
+		gpucmd__frame__free_unpacked(slow, NULL);
+	return took;
+}
+
+/* ---- a generator of requests --------------------------------------------- */
+
+#define MAX_OPS 40
+
+struct gen {
+	Gpucmd__Frame f;
+	Gpucmd__Request req;
+	Gpucmd__Op op[MAX_OPS];
+	Gpucmd__Op *ops[MAX_OPS];
+	Gpucmd__OpKernel k[MAX_OPS];
+	Gpucmd__KernelArg arg[MAX_OPS][6];
+	Gpucmd__KernelArg *args[MAX_OPS][6];
+	uint32_t grid[MAX_OPS][3], block[MAX_OPS][3];
+	char name[MAX_OPS][24];
+	Gpucmd__OpPing ping;
+	Gpucmd__OpSync sync;
+	Gpucmd__OpWrite write[MAX_OPS];
+	uint8_t data[MAX_OPS][16];
+	Gpucmd__OpRelease rel[MAX_OPS];
+};
+
+static uint32_t rnd_u32(void)
+{
+	/* Small numbers most of the time, the edges sometimes. */
+	switch (rnd_below(4)) {
+	case 0:
+		return 0;
+	case 1:
+		return UINT32_MAX - rnd_below(3);
+	default:
+		return (uint32_t)rnd() >> rnd_below(32);
+	}
+}
+
+static void gen_kernel(struct gen *g, size_t i)
+{
+	Gpucmd__OpKernel *k = &g->k[i];
+	size_t nargs = rnd_below(7);
+
+	*k = (Gpucmd__OpKernel)GPUCMD__OP_KERNEL__INIT;
+	snprintf(g->name[i], sizeof(g->name[i]), "%s",
+		 (const char *[]){ "spin", "", "fill_u32", "k\xc3\xa9rnel",
+				   "a_much_longer_kernel_nm" }[rnd_below(5)]);
+	k->name = g->name[i];
+	k->n_grid = rnd_below(4);
+	k->n_block = rnd_below(4);
+	for (size_t d = 0; d < 3; d++) {
+		g->grid[i][d] = rnd_u32();
+		g->block[i][d] = rnd_u32();
+	}
+	k->grid = k->n_grid ? g->grid[i] : NULL;
+	k->block = k->n_block ? g->block[i] : NULL;
+	for (size_t a = 0; a < nargs; a++) {
+		Gpucmd__KernelArg *ka = &g->arg[i][a];
+
+		*ka = (Gpucmd__KernelArg)GPUCMD__KERNEL_ARG__INIT;
+		switch (rnd_below(6)) {
+		case 0:
+			ka->value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER;
+			ka->buffer = rnd() >> rnd_below(64);
+			break;
+		case 1:
+			ka->value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
+			ka->u32 = rnd_u32();
+			break;
+		case 2:
+			ka->value_case = GPUCMD__KERNEL_ARG__VALUE_I32;
+			ka->i32 = (int32_t)rnd_u32();
+			break;
+		case 3:
+			ka->value_case = GPUCMD__KERNEL_ARG__VALUE_U64;
+			ka->u64 = rnd();
+			break;
+		case 4:
+			ka->value_case = GPUCMD__KERNEL_ARG__VALUE_F32;
+			ka->f32 = (float)(int32_t)rnd_u32() / 7.0f;
+			break;
+		default:
+			break;	/* an argument with no value set */
+		}
+		g->args[i][a] = ka;
+	}
+	k->n_args = nargs;
+	k->args = nargs ? g->args[i] : NULL;
+	k->shared_bytes = rnd_below(3) == 0 ? rnd_u32() : 0;
+	k->module = rnd_below(3) == 0 ? rnd() >> rnd_below(64) : 0;
+	g->op[i].op_case = GPUCMD__OP__OP_KERNEL;
+	g->op[i].kernel = k;
+}
+
+/*
+ * A request of nops ops; with mixed, also ops the fast path leaves to
+ * protobuf-c (writes with inline data, releases).
+ */
+static void gen_request(struct gen *g, size_t nops, bool mixed)
+{
+	memset(g, 0, sizeof(*g));
+	g->f = (Gpucmd__Frame)GPUCMD__FRAME__INIT;
+	g->req = (Gpucmd__Request)GPUCMD__REQUEST__INIT;
+	g->ping = (Gpucmd__OpPing)GPUCMD__OP_PING__INIT;
+	g->sync = (Gpucmd__OpSync)GPUCMD__OP_SYNC__INIT;
+	for (size_t i = 0; i < nops; i++) {
+		g->op[i] = (Gpucmd__Op)GPUCMD__OP__INIT;
+		switch (rnd_below(mixed ? 6 : 4)) {
+		case 0:
+			g->op[i].op_case = GPUCMD__OP__OP_PING;
+			g->op[i].ping = &g->ping;
+			break;
+		case 1:
+			g->op[i].op_case = GPUCMD__OP__OP_SYNC;
+			g->op[i].sync = &g->sync;
+			break;
+		case 4:
+			g->write[i] = (Gpucmd__OpWrite)GPUCMD__OP_WRITE__INIT;
+			g->write[i].handle = rnd();
+			for (size_t b = 0; b < sizeof(g->data[i]); b++)
+				g->data[i][b] = (uint8_t)rnd();
+			g->write[i].data.data = g->data[i];
+			g->write[i].data.len = rnd_below(17);
+			g->op[i].op_case = GPUCMD__OP__OP_WRITE;
+			g->op[i].write = &g->write[i];
+			break;
+		case 5:
+			g->rel[i] = (Gpucmd__OpRelease)GPUCMD__OP_RELEASE__INIT;
+			g->rel[i].handle = rnd();
+			g->op[i].op_case = GPUCMD__OP__OP_RELEASE;
+			g->op[i].release = &g->rel[i];
+			break;
+		default:
+			gen_kernel(g, i);
+			break;
+		}
+		g->ops[i] = &g->op[i];
+	}
+	g->req.id = rnd() >> rnd_below(64);
+	g->req.stream = rnd_below(2) ? rnd_u32() : 0;
+	g->req.n_ops = nops;
+	g->req.ops = nops ? g->ops : NULL;
+	g->f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	g->f.request = &g->req;
+}
+
+static void seed(uint64_t s)
+{
+	rng_state = s * 0x9e3779b97f4a7c15ull + 1;
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+/* Batches of kernels, pings and syncs, as clients send them: fast and equal. */
+START_TEST(canonical_batches_take_the_fast_path)
+{
+	static struct gen g;
+
+	seed(1);
+	for (int iter = 0; iter < 3000; iter++) {
+		uint8_t *body;
+		size_t len;
+		char what[64];
+
+		gen_request(&g, rnd_below(MAX_OPS + 1), false);
+		body = pack(&g.f, &len);
+		snprintf(what, sizeof(what), "canonical request %d", iter);
+		ck_assert_msg(compare(body, len, what),
+			      "%s: the fast path declined a canonical batch",
+			      what);
+		free(body);
+	}
+}
+END_TEST
+
+/* Other ops go to protobuf-c one by one; the frame is still equal. */
+START_TEST(mixed_batches_agree)
+{
+	static struct gen g;
+
+	seed(2);
+	for (int iter = 0; iter < 3000; iter++) {
+		uint8_t *body;
+		size_t len;
+		char what[64];
+
+		gen_request(&g, rnd_below(MAX_OPS + 1), true);
+		body = pack(&g.f, &len);
+		snprintf(what, sizeof(what), "mixed request %d", iter);
+		ck_assert_msg(compare(body, len, what),
+			      "%s: a frame with some slow ops should still "
+			      "take the fast path", what);
+		free(body);
+	}
+}
+END_TEST
+
+/* Flipped, dropped, inserted and truncated bytes: the rule holds. */
+START_TEST(mutated_frames_agree)
+{
+	static struct gen g;
+	uint8_t buf[8192];
+	unsigned took = 0, refused = 0;
+
+	seed(3);
+	for (int iter = 0; iter < 40000; iter++) {
+		uint8_t *body;
+		size_t len;
+		char what[64];
+		unsigned edits = 1 + rnd_below(4);
+
+		gen_request(&g, 1 + rnd_below(6), rnd_below(2));
+		body = pack(&g.f, &len);
+		ck_assert_uint_le(len, sizeof(buf) - 8);
+		memcpy(buf, body, len);
+		free(body);
+		for (unsigned e = 0; e < edits && len > 0; e++) {
+			size_t at = rnd_below((unsigned)len);
+
+			switch (rnd_below(5)) {
+			case 0:
+				buf[at] ^= (uint8_t)(1u << rnd_below(8));
+				break;
+			case 1:
+				buf[at] = (uint8_t)rnd();
+				break;
+			case 2:
+				memmove(buf + at, buf + at + 1, len - at - 1);
+				len--;
+				break;
+			case 3:
+				memmove(buf + at + 1, buf + at, len - at);
+				buf[at] = (uint8_t)rnd();
+				len++;
+				break;
+			default:
+				len = at;
+				break;
+			}
+		}
+		snprintf(what, sizeof(what), "mutation %d", iter);
+		if (compare(buf, len, what))
+			took++;
+		else if (gpucmd__frame__unpack(NULL, len, buf) == NULL)
+			refused++;
+	}
+	/* The mutations reach both sides of the rule. */
+	ck_assert_uint_gt(took, 1000);
+	ck_assert_uint_gt(refused, 1000);
+}
+END_TEST
+
+/*
+ * Legal protobuf that our client never writes: each is decoded by
+ * protobuf-c (the fast path declines or agrees), never refused wrongly.
+ */
+START_TEST(odd_encodings_agree)
+{
+	static const struct {
+		const char *what;
+		uint8_t bytes[40];
+		size_t len;
+		bool fast;	/* the fast path must take it */
+	} cases[] = {
+#define REQ(...) { __VA_ARGS__ }, sizeof((uint8_t[]){ __VA_ARGS__ })
+		/* Frame{request{id 7, ops[kernel{name "ab"}]}} */
+		{ "plain kernel",
+		  REQ(0x22, 0x0a, 0x08, 0x07, 0x1a, 0x06, 0x32, 0x04, 0x0a,
+		      0x02, 'a', 'b'), true },
+		{ "empty request", REQ(0x22, 0x00), true },
+		{ "id repeated (last wins)",
+		  REQ(0x22, 0x04, 0x08, 0x07, 0x08, 0x09), false },
+		{ "stream above 32 bits",
+		  REQ(0x22, 0x07, 0x10, 0x80, 0x80, 0x80, 0x80, 0x10), false },
+		{ "overlong varint id",
+		  REQ(0x22, 0x04, 0x08, 0x81, 0x80, 0x00), true },
+		{ "unknown request field",
+		  REQ(0x22, 0x02, 0x20, 0x01), false },
+		{ "grid not packed",
+		  REQ(0x22, 0x06, 0x1a, 0x04, 0x32, 0x02, 0x10, 0x05),
+		  false },
+		{ "grid packed twice",
+		  REQ(0x22, 0x0a, 0x1a, 0x08, 0x32, 0x06, 0x12, 0x01, 0x02,
+		      0x12, 0x01, 0x03), false },
+		{ "empty packed grid",
+		  REQ(0x22, 0x05, 0x1a, 0x03, 0x32, 0x01, 0x12, 0x00),
+		  false },
+		{ "args apart",
+		  REQ(0x22, 0x0c, 0x1a, 0x0a, 0x32, 0x08, 0x22, 0x02, 0x10,
+		      0x05, 0x28, 0x01, 0x22, 0x00), true },
+		{ "negative i32",
+		  REQ(0x22, 0x08, 0x1a, 0x06, 0x32, 0x04, 0x22, 0x02, 0x18,
+		      0x05), true },
+		{ "two values in one arg (last wins)",
+		  REQ(0x22, 0x0a, 0x1a, 0x08, 0x32, 0x06, 0x22, 0x04, 0x10,
+		      0x05, 0x08, 0x01), false },
+		{ "f32 arg",
+		  REQ(0x22, 0x0b, 0x1a, 0x09, 0x32, 0x07, 0x22, 0x05, 0x2d,
+		      0x00, 0x00, 0x80, 0x3f), true },
+		{ "truncated f32",
+		  REQ(0x22, 0x0a, 0x1a, 0x08, 0x32, 0x06, 0x22, 0x04, 0x2d,
+		      0x00, 0x00, 0x80), false },
+		{ "u32 arg above 32 bits",
+		  REQ(0x22, 0x0d, 0x1a, 0x0b, 0x32, 0x09, 0x22, 0x07, 0x10,
+		      0x80, 0x80, 0x80, 0x80, 0x10, 0x00), false },
+		{ "ping with a field inside",
+		  REQ(0x22, 0x06, 0x1a, 0x04, 0x4a, 0x02, 0x08, 0x01),
+		  false },
+		{ "op with two cases (last wins)",
+		  REQ(0x22, 0x06, 0x1a, 0x04, 0x4a, 0x00, 0x3a, 0x00),
+		  false },
+		{ "empty op", REQ(0x22, 0x02, 0x1a, 0x00), false },
+		{ "request twice in the frame (merged)",
+		  REQ(0x22, 0x02, 0x08, 0x01, 0x22, 0x02, 0x10, 0x02), false },
+		{ "hello, not a request", REQ(0x0a, 0x00), false },
+		{ "length past the end", REQ(0x22, 0x05, 0x08, 0x01), false },
+		{ "varint of eleven bytes",
+		  REQ(0x22, 0x0c, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+		      0xff, 0xff, 0xff, 0xff, 0x01), false },
+		{ "module and shared bytes",
+		  REQ(0x22, 0x0b, 0x1a, 0x09, 0x32, 0x07, 0x28, 0x80, 0x02,
+		      0x30, 0xff, 0xff, 0x03), true },
+#undef REQ
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		bool took = compare(cases[i].bytes, cases[i].len,
+				    cases[i].what);
+
+		if (cases[i].fast)
+			ck_assert_msg(took, "%s: the fast path should take it",
+				      cases[i].what);
+	}
+}
+END_TEST
+
+/* 1024 spin(0) launches, the bench's batch: values as the client set. */
+START_TEST(large_batch_values)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	Gpucmd__Op o = GPUCMD__OP__INIT;
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__KernelArg arg = GPUCMD__KERNEL_ARG__INIT;
+	Gpucmd__KernelArg *args[1] = { &arg };
+	Gpucmd__Op *ops[1024];
+	Gpucmd__Frame *d;
+	uint8_t *body;
+	size_t len;
+
+	arg.value_case = GPUCMD__KERNEL_ARG__VALUE_I32;
+	arg.i32 = -3;
+	k.name = "spin";
+	k.n_grid = 3;
+	k.grid = (uint32_t *)one;
+	k.n_block = 1;
+	k.block = (uint32_t *)one;
+	k.n_args = 1;
+	k.args = args;
+	o.op_case = GPUCMD__OP__OP_KERNEL;
+	o.kernel = &k;
+	for (size_t i = 0; i < 1024; i++)
+		ops[i] = &o;
+	req.id = 42;
+	req.stream = 3;
+	req.n_ops = 1024;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	body = pack(&f, &len);
+	d = frame_decode_fast(body, len);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_int_eq(d->msg_case, GPUCMD__FRAME__MSG_REQUEST);
+	ck_assert_uint_eq(d->request->id, 42);
+	ck_assert_uint_eq(d->request->stream, 3);
+	ck_assert_uint_eq(d->request->n_ops, 1024);
+	for (size_t i = 0; i < 1024; i++) {
+		const Gpucmd__OpKernel *dk = d->request->ops[i]->kernel;
+
+		ck_assert_int_eq(d->request->ops[i]->op_case,
+				 GPUCMD__OP__OP_KERNEL);
+		ck_assert_str_eq(dk->name, "spin");
+		ck_assert_uint_eq(dk->n_grid, 3);
+		ck_assert_uint_eq(dk->grid[2], 1);
+		ck_assert_uint_eq(dk->n_block, 1);
+		ck_assert_uint_eq(dk->n_args, 1);
+		ck_assert_int_eq(dk->args[0]->value_case,
+				 GPUCMD__KERNEL_ARG__VALUE_I32);
+		ck_assert_int_eq(dk->args[0]->i32, -3);
+		ck_assert_uint_eq(dk->shared_bytes, 0);
+		ck_assert_uint_eq(dk->module, 0);
+	}
+	frame_free(d);
+	free(body);
+}
+END_TEST
+
+/*
+ * Responses are encoded by hand in frame_encode: the bytes are protobuf-c's,
+ * for every kind of result, with and without an error.
+ */
+START_TEST(responses_encode_as_protobuf_c_does)
+{
+	static Gpucmd__OpResult res[MAX_OPS];
+	static Gpucmd__OpResult *ptrs[MAX_OPS];
+	static Gpucmd__MemoryUsage usage[MAX_OPS];
+	static uint8_t data[MAX_OPS][200];
+
+	seed(4);
+	for (int iter = 0; iter < 5000; iter++) {
+		Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+		Gpucmd__Response r = GPUCMD__RESPONSE__INIT;
+		Gpucmd__Error err = GPUCMD__ERROR__INIT;
+		size_t n = rnd_below(MAX_OPS + 1), want_len;
+		uint8_t *got, *want;
+		size_t got_len;
+		char msg[64];
+
+		for (size_t i = 0; i < n; i++) {
+			res[i] = (Gpucmd__OpResult)GPUCMD__OP_RESULT__INIT;
+			switch (rnd_below(5)) {
+			case 0:
+				res[i].result_case =
+					GPUCMD__OP_RESULT__RESULT_VALUE;
+				res[i].value = rnd() >> rnd_below(64);
+				break;
+			case 1:
+				res[i].result_case =
+					GPUCMD__OP_RESULT__RESULT_DATA;
+				res[i].data.len = rnd_below(200);
+				res[i].data.data = data[i];
+				memset(data[i], (int)i, sizeof(data[i]));
+				break;
+			case 2:
+				usage[i] = (Gpucmd__MemoryUsage)
+					GPUCMD__MEMORY_USAGE__INIT;
+				usage[i].bytes_in_use = rnd() >> rnd_below(64);
+				usage[i].allocations = rnd_below(3);
+				res[i].result_case =
+					GPUCMD__OP_RESULT__RESULT_USAGE;
+				res[i].usage = &usage[i];
+				break;
+			default:
+				res[i].result_case =
+					GPUCMD__OP_RESULT__RESULT_DONE;
+				res[i].done = rnd_below(8) != 0;
+				break;
+			}
+			ptrs[i] = &res[i];
+		}
+		r.id = rnd_below(4) == 0 ? 0 : rnd() >> rnd_below(64);
+		r.n_results = n;
+		r.results = n ? ptrs : NULL;
+		if (rnd_below(4) == 0) {
+			snprintf(msg, sizeof(msg), "op %d failed", iter);
+			err.code = -(int32_t)rnd_below(40);
+			err.message = msg;
+			r.error = &err;
+			r.failed_index = rnd_below(3) == 0 ? 0 : rnd_u32();
+		}
+		f.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
+		f.response = &r;
+		want = pack(&f, &want_len);
+		ck_assert_int_eq(frame_encode(&f, &got, &got_len), 0);
+		ck_assert_uint_eq(got_len, FRAME_HEADER_SIZE + want_len);
+		ck_assert_msg(memcmp(got + FRAME_HEADER_SIZE, want,
+				     want_len) == 0,
+			      "response %d: frame_encode's bytes differ from "
+			      "protobuf-c's", iter);
+		free(got);
+		free(want);
+	}
+}
+END_TEST
+
+static Suite *frame_suite(void)
+{
+	Suite *s = suite_create("frame");
+	TCase *tc = tcase_create("fast_decode");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, canonical_batches_take_the_fast_path);
+	tcase_add_test(tc, mixed_batches_agree);
+	tcase_add_test(tc, mutated_frames_agree);
+	tcase_add_test(tc, odd_encodings_agree);
+	tcase_add_test(tc, large_batch_values);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("fast_encode");
+	tcase_add_test(tc, responses_encode_as_protobuf_c_does);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(frame_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
