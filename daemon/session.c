@@ -20,6 +20,7 @@
 #include "region.h"
 #include "server.h"
 #include "service.h"
+#include "spin.h"
 
 /* Small frames are read many at a time into this buffer. */
 #define SESSION_RBUF 65536
@@ -730,6 +731,7 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 {
 	const struct config_limits *lim = &s->server->cfg.limits;
 	uint64_t id = frame->request->id;
+	size_t nops;
 	int rc;
 
 	rc = server_reserve_replies(s->server, s);
@@ -744,6 +746,7 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 		frame_free(frame);
 		return;
 	}
+	nops = frame->request->n_ops;
 	rc = executor_submit(s->server->ex, &s->econn, frame, fds, nfds,
 			     compiled);
 	if (rc != 0) {
@@ -753,7 +756,9 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 		return;
 	}
 	s->in_flight++;
-	server_spin(s->server);
+	/* Watch for the reply only when it can come within the spin. */
+	if (nops <= SPIN_REPLY_MAX_OPS)
+		server_spin(s->server);
 	if (s->in_flight >= lim->max_in_flight && s->reading) {
 		/* Backpressure: the client's writes block until we catch up. */
 		uv_read_stop((uv_stream_t *)&s->pipe);

@@ -38,6 +38,15 @@
  */
 #define SPIN_AWAIT_US 1000
 
+/*
+ * The loop watches for the reply to a batch it just handed over only when
+ * the batch has at most this many ops: the device thread spends 0.1-0.3 us
+ * on each, so the reply to a larger batch comes after the spin would have
+ * ended, and watching for it only burns a CPU (a third of the daemon's CPU
+ * per op in batches of 1024, tests/bench).
+ */
+#define SPIN_REPLY_MAX_OPS 64
+
 /* How long to watch: spin_us when idle, longer while awaiting the device. */
 static inline unsigned spin_budget(unsigned spin_us, bool awaiting)
 {
