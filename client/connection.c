@@ -51,6 +51,9 @@ struct conn_slot {
 	size_t nreleases;
 };
 
+/* Read-ahead of the receive side; larger reads go straight to the body. */
+#define CONN_RBUF 4096
+
 struct gpucmd_conn {
 	int fd;
 	struct gpucmd_info info;
@@ -67,6 +70,13 @@ struct gpucmd_conn {
 	struct frame_pieces out;	/* the request being sent */
 	uint8_t *body;			/* the frame body being read */
 	size_t body_cap;
+	/*
+	 * Bytes read ahead of the frame being read: one recv takes a small
+	 * frame's header and body together (and what follows), not one recv
+	 * for each.
+	 */
+	uint8_t rbuf[CONN_RBUF];
+	size_t rhead, rtail;
 	char last_message[512];		/* gpucmd_last_message */
 	unsigned spin_us;		/* $GPUCMD_SPIN_US: watch before blocking */
 };
@@ -84,22 +94,58 @@ static int conn_fail(struct gpucmd_conn *c, int code)
 	return c->dead;
 }
 
-/* 0, GPUCMD_EDISCONNECTED when the peer closed before len bytes, or -errno. */
-static int read_full(int fd, void *buf, size_t len)
+/* One recv; 0 for EOF, or the code. */
+static ssize_t recv_some(int fd, void *buf, size_t len)
+{
+	for (;;) {
+		ssize_t n = recv(fd, buf, len, 0);
+
+		if (n >= 0)
+			return n;
+		if (errno != EINTR)
+			return errno == ECONNRESET ? GPUCMD_EDISCONNECTED
+						   : -errno;
+	}
+}
+
+/*
+ * len bytes of the stream into buf: first what was read ahead, then
+ * straight from the socket when the rest is large, else through the
+ * read-ahead buffer.  0, GPUCMD_EDISCONNECTED when the peer closed before
+ * len bytes, or -errno.
+ */
+static int conn_read(struct gpucmd_conn *c, void *buf, size_t len)
 {
 	uint8_t *p = buf;
 
 	while (len > 0) {
-		ssize_t n = recv(fd, p, len, 0);
+		size_t have = c->rtail - c->rhead;
+		ssize_t n;
 
-		if (n < 0 && errno == EINTR)
+		if (have > 0) {
+			size_t k = have < len ? have : len;
+
+			memcpy(p, c->rbuf + c->rhead, k);
+			c->rhead += k;
+			p += k;
+			len -= k;
 			continue;
+		}
+		if (len >= sizeof(c->rbuf)) {
+			n = recv_some(c->fd, p, len);
+			if (n > 0) {
+				p += n;
+				len -= (size_t)n;
+			}
+		} else {
+			n = recv_some(c->fd, c->rbuf, sizeof(c->rbuf));
+			c->rhead = 0;
+			c->rtail = n > 0 ? (size_t)n : 0;
+		}
 		if (n < 0)
-			return errno == ECONNRESET ? GPUCMD_EDISCONNECTED : -errno;
+			return (int)n;
 		if (n == 0)
 			return GPUCMD_EDISCONNECTED;
-		p += n;
-		len -= (size_t)n;
 	}
 	return 0;
 }
@@ -197,35 +243,34 @@ static unsigned spin_setting(void)
  * the next frame).  Any failure leaves the byte stream at an unknown
  * place, so the caller must treat it as the end of the connection.
  */
-static int read_frame(int fd, uint32_t max_body, uint8_t **body,
-		      size_t *body_cap, Gpucmd__Frame **out, char *msg,
-		      size_t msg_len)
+static int read_frame(struct gpucmd_conn *c, uint32_t max_body,
+		      Gpucmd__Frame **out, char *msg, size_t msg_len)
 {
 	uint8_t head[FRAME_HEADER_SIZE];
 	struct frame_header hdr;
 	Gpucmd__Frame *f;
 	int r;
 
-	r = read_full(fd, head, sizeof(head));
+	r = conn_read(c, head, sizeof(head));
 	if (r < 0)
 		return r;
 	frame_header_unpack(head, &hdr);
 	r = frame_header_check(&hdr, max_body, msg, msg_len);
 	if (r < 0)
 		return r;
-	if (hdr.length > *body_cap || *body == NULL) {
+	if (hdr.length > c->body_cap || c->body == NULL) {
 		uint8_t *b = malloc(hdr.length > 0 ? hdr.length : 1);
 
 		if (b == NULL)
 			return -ENOMEM;
-		free(*body);
-		*body = b;
-		*body_cap = hdr.length;
+		free(c->body);
+		c->body = b;
+		c->body_cap = hdr.length;
 	}
-	r = read_full(fd, *body, hdr.length);
+	r = conn_read(c, c->body, hdr.length);
 	if (r < 0)
 		return r;
-	f = frame_decode(*body, hdr.length);
+	f = frame_decode(c->body, hdr.length);
 	if (f == NULL)
 		return GPUCMD_EPROTO;
 	*out = f;
@@ -290,9 +335,9 @@ static int conn_recv_one(struct gpucmd_conn *c)
 	 * the answer to a read of nearly that many bytes is a few bytes longer.
 	 * The daemon is trusted; the ceiling only stops a runaway length.
 	 */
-	spin_readable(c->fd, c->spin_us);
-	r = read_frame(c->fd, FRAME_MAX_BODY, &c->body, &c->body_cap, &f,
-		       NULL, 0);
+	if (c->rhead == c->rtail)
+		spin_readable(c->fd, c->spin_us);
+	r = read_frame(c, FRAME_MAX_BODY, &f, NULL, 0);
 	trim_buffers(c);
 	if (r < 0)
 		return conn_fail(c, r);
@@ -525,8 +570,7 @@ static int handshake(struct gpucmd_conn *c, const char *service, char *msg,
 		return r;
 	}
 	msg[0] = '\0';
-	r = read_frame(c->fd, FRAME_DEFAULT_MAX_BODY, &c->body, &c->body_cap,
-		       &answer, msg, msg_len);
+	r = read_frame(c, FRAME_DEFAULT_MAX_BODY, &answer, msg, msg_len);
 	if (r < 0) {
 		/* A bad header already wrote its sentence into msg. */
 		if (r == GPUCMD_EDISCONNECTED)
