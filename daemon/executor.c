@@ -268,9 +268,27 @@ static void finish_profiles(struct executor *ex, struct batch *b)
 	}
 }
 
+/* See executor_conn.quiet. */
+static bool conn_quiet(const struct executor *ex, const struct stream_set *set)
+{
+	if (ex->lost)
+		return false;
+	for (uint32_t i = 0; i < set->nstreams; i++) {
+		const struct stream *s = set->slots[i];
+
+		if (s->capturing || s->fault_pending ||
+		    s->completed != s->submitted)
+			return false;
+	}
+	return true;
+}
+
 /* Every op ran and every fence completed: answer and free. */
 static void finish_batch(struct executor *ex, struct batch *b)
 {
+	/* Published by the reply's hand-over (the outbox lock). */
+	atomic_store_explicit(&b->conn->quiet, conn_quiet(ex, b->conn->set),
+			      memory_order_relaxed);
 	if (!b->replied) {
 		finish_profiles(ex, b);
 		send_reply(ex, b, true);
@@ -407,6 +425,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 		link_set(ex, conn->set);
 	}
 	atomic_fetch_add(&ex->batches, 1);
+	atomic_store_explicit(&conn->quiet, false, memory_order_relaxed);
 	dispatch_batch(&ex->cmd, b);
 	if (b->stream == NULL) {
 		/* The stream itself could not be had: nothing was enqueued. */

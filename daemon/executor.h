@@ -17,6 +17,7 @@
  */
 #pragma once
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -58,6 +59,15 @@ struct executor_conn {
 	struct config_limits limits;	/* as they were at Hello */
 	struct stream_set *set;		/* device thread only */
 	struct executor_conn *next_closing; /* device thread only */
+	/*
+	 * Written by the device thread before each batch's last reply: no
+	 * stream of the connection records a graph, holds an unreported
+	 * fault or has work in flight, and the device is not lost.  When the
+	 * loop has no batch of the connection out (every last reply came
+	 * back), that is the connection's state now, and a sync needs no trip
+	 * through the device thread (session.c).
+	 */
+	atomic_bool quiet;
 };
 
 /*

@@ -3,8 +3,9 @@
  * socket ping-pong of the same bytes between two processes.
  *
  * Two ops: ping (the daemon answers without touching the device) and sync
- * on an idle stream (the daemon must learn that the stream is done, which on
- * any backend means a completion).  The time is the client's whole call:
+ * on an idle stream (answered by the daemon's loop from what the device
+ * thread said when the connection's last batch completed; the first sync
+ * of the run goes through the device thread).  The time is the client's whole call:
  * building the batch, encoding, the socket both ways, decoding.  The floor
  * is an echo child (bench_util.c) that reads exactly the request's bytes and
  * writes exactly the response's bytes, both sides watching the socket

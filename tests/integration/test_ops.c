@@ -1267,6 +1267,61 @@ START_TEST(accessors_check_the_kind)
 }
 END_TEST
 
+/*
+ * A sync on a connection with nothing out is answered by the loop thread
+ * (no batch runs on the device thread), and still in order: behind a
+ * batch in flight it waits for it, and after a capture or a fault the
+ * device thread answers (capture_refuses_reads_syncs_allocations and
+ * test_hostile2's fault test check those answers).
+ */
+START_TEST(sync_when_quiet_and_in_order)
+{
+	struct gpucmd_arg us = { .kind = GPUCMD_ARG_U32, .v.u32 = 200000 };
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_status st0, st1;
+	struct gpucmd_batch *b;
+	uint64_t id, t0, waited;
+
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "spin", ONE, ONE, &us, 1);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	ck_assert_int_eq(gpucmd_status(c, &st0), 0);
+	for (int i = 0; i < 50; i++) {
+		b = batch(c, 0);
+		gpucmd_batch_sync(b);
+		gpucmd_batch_ping(b);
+		gpucmd_batch_sync(b);
+		run_done(b);
+	}
+	ck_assert_int_eq(gpucmd_status(c, &st1), 0);
+	/* Only the status batch itself ran on the device thread. */
+	ck_assert_uint_eq(st1.batches - st0.batches, 1);
+
+	/* Behind a 200 ms kernel, a sync is answered after it. */
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "spin", ONE, ONE, &us, 1);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	t0 = harness_now_us();
+	b = batch(c, 0);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	waited = harness_now_us() - t0;
+	ck_assert_msg(waited >= 150000, "the sync came back after %llu us, "
+		      "before the kernel it follows", (unsigned long long)waited);
+	ck_assert_int_eq(gpucmd_wait(c, id, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	gpucmd_response_free(r);
+
+	/* A stream that never ran anything: the sync still succeeds. */
+	b = batch(c, 7);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("ops");
@@ -1300,6 +1355,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, cross_stream_ordering_random);
 	tcase_add_test(tc, report_streams_add_up_to_service);
 	tcase_add_test(tc, accessors_check_the_kind);
+	tcase_add_test(tc, sync_when_quiet_and_in_order);
 	suite_add_tcase(s, tc);
 	return s;
 }
