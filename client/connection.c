@@ -53,6 +53,8 @@ struct conn_slot {
 
 /* Read-ahead of the receive side; larger reads go straight to the body. */
 #define CONN_RBUF 4096
+/* Frame bodies this large are decoded in place (frame_decode_owned). */
+#define CONN_OWNED_MIN (64u << 10)
 
 struct gpucmd_conn {
 	int fd;
@@ -258,6 +260,28 @@ static int read_frame(struct gpucmd_conn *c, uint32_t max_body,
 	r = frame_header_check(&hdr, max_body, msg, msg_len);
 	if (r < 0)
 		return r;
+	if (hdr.length >= CONN_OWNED_MIN) {
+		/*
+		 * A large frame (an inline read's data): read into a buffer of
+		 * its own that the decoded frame keeps, so the bytes are not
+		 * copied again, and that goes back to frame.c's pool with the
+		 * response.
+		 */
+		uint8_t *own = frame_buf_alloc(hdr.length);
+
+		if (own == NULL)
+			return -ENOMEM;
+		r = conn_read(c, own, hdr.length);
+		if (r < 0) {
+			frame_buf_free(own);
+			return r;
+		}
+		f = frame_decode_owned(own, hdr.length);
+		if (f == NULL)
+			return GPUCMD_EPROTO;
+		*out = f;
+		return 0;
+	}
 	if (hdr.length > c->body_cap || c->body == NULL) {
 		uint8_t *b = malloc(hdr.length > 0 ? hdr.length : 1);
 

@@ -153,7 +153,7 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed)
 	}
 	frame.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
 	frame.response = &resp;
-	rc = frame_encode(&frame, &buf, &len);
+	rc = frame_encode_buf(&frame, &buf, &len);
 	if (rc != 0) {
 		/* Results too large for a frame: answer with the reason. */
 		snprintf(b->message, sizeof(b->message),
@@ -164,7 +164,7 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed)
 		resp.error = &err;
 		resp.failed_index = 0;
 		resp.n_results = 0;
-		rc = frame_encode(&frame, &buf, &len);
+		rc = frame_encode_buf(&frame, &buf, &len);
 	}
 	if (rc != 0) {
 		log_err("connection %llu: cannot encode a response (%s)",

@@ -35,7 +35,8 @@ struct stream_set;
 /* How the executor talks back to the loop (called on the device thread). */
 struct executor_callbacks {
 	/*
-	 * A response frame for conn (ownership of buf passes), and/or
+	 * A response frame for conn (ownership of buf, from frame_buf_alloc,
+	 * passes: free it with frame_buf_free), and/or
 	 * completed=true when one of conn's batches finished.
 	 */
 	void (*reply)(void *conn, uint8_t *buf, size_t len, bool completed,

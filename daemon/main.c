@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "frame.h"
 #include "gpucmd.h"
 #include "log.h"
 #include "sd.h"
@@ -281,7 +282,7 @@ static void probe_reply(void *conn, uint8_t *buf, size_t len, bool completed,
 	(void)len;
 	(void)completed;
 	(void)arg;
-	free(buf);
+	frame_buf_free(buf);
 }
 
 static void probe_closed(void *conn, void *arg)

@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "frame.h"
 #include "gpucmd.h"
 #include "log.h"
 #include "sd.h"
@@ -592,6 +593,8 @@ static void on_tick(uv_timer_t *t)
 	sd_status("%s", buf);
 	if (sd_watchdog_usec() != 0)
 		sd_watchdog_ping();
+	/* Frame buffers kept for large transfers go back when unused. */
+	frame_buf_trim();
 }
 
 int server_run(struct server *srv)

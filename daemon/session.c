@@ -42,7 +42,7 @@ static void on_write(uv_write_t *req, int status)
 	struct write_req *w = (struct write_req *)req;
 	struct session *s = w->s;
 
-	free(w->buf);
+	frame_buf_free(w->buf);
 	free(w);
 	if (status < 0 && status != UV_ECANCELED && s->state != SESSION_CLOSING)
 		session_close(s, uv_strerror(status));
@@ -57,7 +57,7 @@ static void send_buf(struct session *s, uint8_t *buf, size_t len)
 	int rc;
 
 	if (s->handle_closed) {
-		free(buf);
+		frame_buf_free(buf);
 		return;
 	}
 	/*
@@ -69,18 +69,18 @@ static void send_buf(struct session *s, uint8_t *buf, size_t len)
 	rc = uv_try_write((uv_stream_t *)&s->pipe,
 			  &(uv_buf_t){ .base = (char *)buf, .len = len }, 1);
 	if (rc == (int)len) {
-		free(buf);
+		frame_buf_free(buf);
 		return;
 	}
 	if (rc < 0 && rc != UV_EAGAIN) {
-		free(buf);
+		frame_buf_free(buf);
 		session_close(s, uv_strerror(rc));
 		return;
 	}
 	sent = rc > 0 ? (size_t)rc : 0;
 	w = malloc(sizeof(*w));
 	if (w == NULL) {
-		free(buf);
+		frame_buf_free(buf);
 		session_close(s, "out of memory queueing a reply");
 		return;
 	}
@@ -90,7 +90,7 @@ static void send_buf(struct session *s, uint8_t *buf, size_t len)
 	queued_before = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
 	rc = uv_write(&w->req, (uv_stream_t *)&s->pipe, &b, 1, on_write);
 	if (rc != 0) {
-		free(buf);
+		frame_buf_free(buf);
 		free(w);
 		session_close(s, uv_strerror(rc));
 		return;
@@ -122,7 +122,7 @@ static void send_frame(struct session *s, const Gpucmd__Frame *f)
 	uint8_t *buf;
 	size_t len;
 
-	if (frame_encode(f, &buf, &len) != 0) {
+	if (frame_encode_buf(f, &buf, &len) != 0) {
 		session_close(s, "cannot encode a frame");
 		return;
 	}
@@ -149,7 +149,7 @@ static void on_closed(uv_handle_t *h)
 
 	server_session_gone(s->server, s);
 	free(s->rbuf);
-	free(s->body);
+	frame_buf_free(s->body);
 	free(s);
 }
 
@@ -265,7 +265,7 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
 {
 	if (buf != NULL) {
 		if (s->state == SESSION_CLOSING)
-			free(buf);
+			frame_buf_free(buf);
 		else
 			send_buf(s, buf, len);
 	}
@@ -839,10 +839,8 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 	submit(s, frame, fds, nfds, NULL);
 }
 
-static void handle_body(struct session *s, const uint8_t *body, size_t len)
+static void handle_frame(struct session *s, Gpucmd__Frame *frame, size_t len)
 {
-	Gpucmd__Frame *frame = frame_decode(body, len);
-
 	if (frame == NULL) {
 		session_refuse(s, GPUCMD_EPROTO,
 			       "a frame body of %zu bytes is not a valid gpucmd "
@@ -870,6 +868,21 @@ static void handle_body(struct session *s, const uint8_t *body, size_t len)
 		return;
 	}
 	handle_request(s, frame);
+}
+
+/* A frame in the read buffer: decoded into memory of its own. */
+static void handle_body(struct session *s, const uint8_t *body, size_t len)
+{
+	handle_frame(s, frame_decode(body, len), len);
+}
+
+/*
+ * A large frame read into a buffer of its own (frame_buf_alloc): the frame
+ * takes it over, and an inline write's bytes are not copied again.
+ */
+static void handle_owned_body(struct session *s, uint8_t *body, size_t len)
+{
+	handle_frame(s, frame_decode_owned(body, len), len);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -921,7 +934,7 @@ static void parse_frames(struct session *s)
 		if (FRAME_HEADER_SIZE + (size_t)hdr.length <= s->rcap)
 			break;	/* fits once the rest arrives */
 		/* Larger than the buffer: collect it on its own. */
-		s->body = malloc(hdr.length);
+		s->body = frame_buf_alloc(hdr.length);
 		if (s->body == NULL) {
 			session_refuse(s, GPUCMD_ENOMEM,
 				       "the daemon cannot hold a frame of %u "
@@ -944,6 +957,7 @@ static void parse_frames(struct session *s)
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
 	struct session *s = stream->data;
+	uint8_t *body;
 
 	(void)buf;
 	if (nread == UV_EOF) {
@@ -972,9 +986,9 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 		s->body_have += (uint32_t)nread;
 		if (s->body_have < s->body_len)
 			return;
-		handle_body(s, s->body, s->body_len);
-		free(s->body);
+		body = s->body;
 		s->body = NULL;
+		handle_owned_body(s, body, s->body_len);
 		return;
 	}
 	if (s->rbuf == NULL) {

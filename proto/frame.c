@@ -193,7 +193,8 @@ static void response_pack(const Gpucmd__Response *r, size_t body, uint8_t *p)
 	}
 }
 
-int frame_encode(const Gpucmd__Frame *f, uint8_t **out, size_t *len)
+static int encode(const Gpucmd__Frame *f, bool pooled, uint8_t **out,
+		  size_t *len)
 {
 	bool fast = f->msg_case == GPUCMD__FRAME__MSG_RESPONSE &&
 		    f->base.n_unknown_fields == 0 &&
@@ -206,7 +207,8 @@ int frame_encode(const Gpucmd__Frame *f, uint8_t **out, size_t *len)
 
 	if (body > FRAME_MAX_BODY)
 		return GPUCMD_ELIMIT;
-	buf = malloc(FRAME_HEADER_SIZE + body);
+	buf = pooled ? frame_buf_alloc(FRAME_HEADER_SIZE + body)
+		     : malloc(FRAME_HEADER_SIZE + body);
 	if (buf == NULL)
 		return -ENOMEM;
 	hdr.magic = FRAME_MAGIC;
@@ -221,6 +223,16 @@ int frame_encode(const Gpucmd__Frame *f, uint8_t **out, size_t *len)
 	*out = buf;
 	*len = FRAME_HEADER_SIZE + body;
 	return 0;
+}
+
+int frame_encode(const Gpucmd__Frame *f, uint8_t **out, size_t *len)
+{
+	return encode(f, false, out, len);
+}
+
+int frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out, size_t *len)
+{
+	return encode(f, true, out, len);
 }
 
 /* ---- encoding as pieces ---------------------------------------------------- */
@@ -347,6 +359,91 @@ void frame_pieces_free(struct frame_pieces *p)
 	memset(p, 0, sizeof(*p));
 }
 
+/* ---- frame buffers ---------------------------------------------------------- */
+
+/*
+ * Buffers of whole frames: bodies read in one piece and encoded replies.
+ * A large one is faulted in page by page when it is fresh (an inline write
+ * of 64 MiB paid for 16384 page faults twice, and the socket itself was
+ * four times faster than the daemon), so the last FRAME_BUF_SPARES large
+ * buffers are kept for the next frames.  frame_buf_trim gives them back
+ * once a tick passes without one being taken.  A small header before the
+ * bytes holds the capacity.
+ */
+#define FRAME_BUF_POOL_MIN (64u << 10)
+#define FRAME_BUF_SPARES 2
+
+struct frame_buf {
+	size_t cap;
+	max_align_t data[];
+};
+
+static _Atomic(struct frame_buf *) buf_spare[FRAME_BUF_SPARES];
+static atomic_int buf_taken;
+
+static struct frame_buf *buf_of(uint8_t *p)
+{
+	return (struct frame_buf *)(p - offsetof(struct frame_buf, data));
+}
+
+static void spare_put(struct frame_buf *b)
+{
+	for (int i = 0; i < FRAME_BUF_SPARES; i++) {
+		struct frame_buf *none = NULL;
+
+		if (atomic_compare_exchange_strong(&buf_spare[i], &none, b))
+			return;
+	}
+	free(b);
+}
+
+uint8_t *frame_buf_alloc(size_t len)
+{
+	struct frame_buf *b = NULL;
+
+	if (len >= FRAME_BUF_POOL_MIN) {
+		for (int i = 0; i < FRAME_BUF_SPARES && b == NULL; i++) {
+			b = atomic_exchange(&buf_spare[i], NULL);
+			if (b != NULL && b->cap < len) {
+				free(b);	/* smaller than frames are now */
+				b = NULL;
+			}
+		}
+		if (b != NULL) {
+			atomic_store(&buf_taken, 1);
+			return (uint8_t *)b->data;
+		}
+	}
+	if (len > SIZE_MAX - sizeof(*b))
+		return NULL;
+	b = malloc(sizeof(*b) + (len ? len : 1));
+	if (b == NULL)
+		return NULL;
+	b->cap = len;
+	return (uint8_t *)b->data;
+}
+
+void frame_buf_free(uint8_t *p)
+{
+	struct frame_buf *b;
+
+	if (p == NULL)
+		return;
+	b = buf_of(p);
+	if (b->cap >= FRAME_BUF_POOL_MIN)
+		spare_put(b);
+	else
+		free(b);
+}
+
+void frame_buf_trim(void)
+{
+	if (atomic_exchange(&buf_taken, 0))
+		return;
+	for (int i = 0; i < FRAME_BUF_SPARES; i++)
+		free(atomic_exchange(&buf_spare[i], NULL));
+}
+
 /*
  * Decoding into an arena.  protobuf-c's default unpack makes a malloc for
  * every message, string, byte field and repeated array of a frame (about
@@ -368,6 +465,7 @@ struct arena_chunk {
 
 struct arena {
 	uint32_t magic;
+	uint8_t *owned;			/* the body, frame_buf_alloc'ed */
 	struct arena_chunk *more;	/* chunks after the first */
 	size_t used;
 	size_t cap;
@@ -452,6 +550,7 @@ static struct arena *arena_new(size_t cap)
 		a->cap = cap;
 	}
 	a->magic = ARENA_MAGIC;
+	a->owned = NULL;
 	a->more = NULL;
 	a->used = 0;
 	return a;
@@ -461,6 +560,8 @@ static void arena_destroy(struct arena *a)
 {
 	struct arena *none = NULL;
 
+	frame_buf_free(a->owned);
+	a->owned = NULL;
 	while (a->more != NULL) {
 		struct arena_chunk *c = a->more;
 		a->more = c->next;
@@ -493,10 +594,13 @@ static void arena_destroy(struct arena *a)
  * frames, and the fuzz harness does on everything it tries.
  */
 #define FAST_MAX_ARGS 64
+#define FAST_MAX_OPS 65536
 
 struct fast {
 	ProtobufCAllocator *alloc;
 	struct arena *arena;
+	uint8_t *owned;		/* the body, when bytes may point into it */
+	const uint8_t *base;	/* where the body starts */
 };
 
 static inline bool fast_varint(const uint8_t **pp, const uint8_t *end,
@@ -723,6 +827,102 @@ static Gpucmd__OpKernel *fast_kernel(struct fast *fx, const uint8_t *p,
 	return k;
 }
 
+/*
+ * Ops made of numbers and at most one bytes field (empty, create_with_data,
+ * write and read without a layout or region, release): a table says which
+ * field goes where.  Bytes point into the body when the frame owns it
+ * (frame_decode_owned: an inline write is not copied again), else they are
+ * copied into the arena; empty ones are NULL, as protobuf-c leaves them.
+ */
+struct flat_field {
+	uint8_t number;
+	bool bytes;
+	uint16_t offset;
+};
+
+struct flat_op {
+	const ProtobufCMessageDescriptor *desc;
+	struct flat_field fields[3];
+	size_t nfields;
+};
+
+#define FLAT_U64(type, n, member) { n, false, offsetof(type, member) }
+#define FLAT_BYTES(type, n, member) { n, true, offsetof(type, member) }
+
+static const struct flat_op flat_ops[] = {
+	[GPUCMD__OP__OP_EMPTY] = {
+		&gpucmd__op_empty__descriptor,
+		{ FLAT_U64(Gpucmd__OpEmpty, 1, handle),
+		  FLAT_U64(Gpucmd__OpEmpty, 2, size) }, 2 },
+	[GPUCMD__OP__OP_CREATE_WITH_DATA] = {
+		&gpucmd__op_create_with_data__descriptor,
+		{ FLAT_U64(Gpucmd__OpCreateWithData, 1, handle),
+		  FLAT_BYTES(Gpucmd__OpCreateWithData, 2, data) }, 2 },
+	[GPUCMD__OP__OP_WRITE] = {
+		&gpucmd__op_write__descriptor,
+		{ FLAT_U64(Gpucmd__OpWrite, 1, handle),
+		  FLAT_U64(Gpucmd__OpWrite, 2, offset),
+		  FLAT_BYTES(Gpucmd__OpWrite, 3, data) }, 3 },
+	[GPUCMD__OP__OP_READ] = {
+		&gpucmd__op_read__descriptor,
+		{ FLAT_U64(Gpucmd__OpRead, 1, handle),
+		  FLAT_U64(Gpucmd__OpRead, 2, offset),
+		  FLAT_U64(Gpucmd__OpRead, 3, length) }, 3 },
+	[GPUCMD__OP__OP_RELEASE] = {
+		&gpucmd__op_release__descriptor,
+		{ FLAT_U64(Gpucmd__OpRelease, 1, handle) }, 1 },
+};
+
+static void *fast_flat(struct fast *fx, const struct flat_op *fo,
+		       const uint8_t *p, const uint8_t *end)
+{
+	void *m = fast_alloc(fx, fo->desc->sizeof_message);
+	unsigned seen = 0;
+	uint64_t tag;
+
+	if (m == NULL)
+		return NULL;
+	protobuf_c_message_init(fo->desc, m);
+	while (p < end) {
+		const struct flat_field *ff = NULL;
+
+		if (!fast_varint(&p, end, &tag))
+			return NULL;
+		for (size_t i = 0; i < fo->nfields; i++)
+			if (fo->fields[i].number == tag >> 3)
+				ff = &fo->fields[i];
+		if (ff == NULL || (seen & (1u << ff->number)) != 0 ||
+		    (tag & 7) != (ff->bytes ? 2u : 0u))
+			return NULL;
+		seen |= 1u << ff->number;
+		if (ff->bytes) {
+			ProtobufCBinaryData *bd =
+				(ProtobufCBinaryData *)((char *)m + ff->offset);
+			const uint8_t *data;
+			size_t len;
+
+			if (!fast_len(&p, end, &data, &len))
+				return NULL;
+			bd->len = len;
+			bd->data = NULL;
+			if (len == 0)
+				continue;
+			if (fx->owned != NULL) {
+				bd->data = fx->owned + (data - fx->base);
+				continue;
+			}
+			bd->data = fast_alloc(fx, len);
+			if (bd->data == NULL)
+				return NULL;
+			memcpy(bd->data, data, len);
+		} else if (!fast_varint(&p, end,
+					(uint64_t *)((char *)m + ff->offset))) {
+			return NULL;
+		}
+	}
+	return m;
+}
+
 /* An op the fast path reads, or NULL: protobuf-c reads it. */
 static Gpucmd__Op *fast_op(struct fast *fx, const uint8_t *p,
 			   const uint8_t *end)
@@ -761,6 +961,17 @@ static Gpucmd__Op *fast_op(struct fast *fx, const uint8_t *p,
 			return NULL;
 		*op->sync = (Gpucmd__OpSync)GPUCMD__OP_SYNC__INIT;
 		break;
+	case GPUCMD__OP__OP_EMPTY:
+	case GPUCMD__OP__OP_CREATE_WITH_DATA:
+	case GPUCMD__OP__OP_WRITE:
+	case GPUCMD__OP__OP_READ:
+	case GPUCMD__OP__OP_RELEASE:
+		/* All members of the union are pointers at the same place. */
+		op->empty = fast_flat(fx, &flat_ops[tag >> 3], data,
+				      data + len);
+		if (op->empty == NULL)
+			return NULL;
+		break;
 	default:
 		return NULL;
 	}
@@ -770,9 +981,12 @@ static Gpucmd__Op *fast_op(struct fast *fx, const uint8_t *p,
 
 /*
  * A Request frame read by the fast path into a fresh arena, or NULL: not
- * one it reads (or out of memory), and protobuf-c decodes the body.
+ * one it reads (or out of memory), and protobuf-c decodes the body.  With
+ * owned (the body itself, frame_buf_alloc'ed), bytes point into it and the
+ * frame takes it over.
  */
-Gpucmd__Frame *frame_decode_fast(const uint8_t *body, size_t len)
+static Gpucmd__Frame *fast_request(const uint8_t *body, size_t len,
+				   uint8_t *owned)
 {
 	const uint8_t *p = body, *end = body + len, *req, *reqend;
 	const uint8_t *data = NULL;
@@ -780,7 +994,7 @@ Gpucmd__Frame *frame_decode_fast(const uint8_t *body, size_t len)
 		.alloc = arena_alloc,
 		.free = arena_free_nothing,
 	};
-	struct fast fx = { .alloc = &alloc };
+	struct fast fx = { .alloc = &alloc, .owned = owned, .base = body };
 	Gpucmd__Frame *f;
 	Gpucmd__Request *r;
 	size_t rlen, olen = 0, nops = 0, i = 0, cap;
@@ -814,10 +1028,18 @@ Gpucmd__Frame *frame_decode_fast(const uint8_t *body, size_t len)
 			return NULL;
 		}
 	}
-	/* Decoded structs take about ten times a small op's wire bytes. */
-	cap = round16(len + len / 2 + 1024 + nops * 320);
-	if (cap < len || nops > SIZE_MAX / 640)
+	/*
+	 * More ops than the daemon's default max_ops_per_batch: protobuf-c
+	 * decodes it, and the limit refuses it after.  Bounds the room asked
+	 * for below.
+	 */
+	if (len > FRAME_MAX_BODY || nops > FAST_MAX_OPS)
 		return NULL;
+	/*
+	 * Decoded structs take about ten times a small op's wire bytes; bytes
+	 * fields need room too unless they stay in the body.
+	 */
+	cap = round16((owned != NULL ? 0 : len + len / 2) + 1024 + nops * 320);
 	fx.arena = arena_new(cap);
 	if (fx.arena == NULL)
 		return NULL;
@@ -855,13 +1077,182 @@ Gpucmd__Frame *frame_decode_fast(const uint8_t *body, size_t len)
 		}
 	}
 	r->n_ops = nops;
+	fx.arena->owned = owned;
 	return f;
 decline:
 	arena_destroy(fx.arena);
 	return NULL;
 }
 
-Gpucmd__Frame *frame_decode(const uint8_t *body, size_t len)
+/*
+ * A result the fast path reads (done, data), or NULL: protobuf-c reads it.
+ * Data points into the body when the frame owns it, as in fast_flat.
+ */
+static Gpucmd__OpResult *fast_result(struct fast *fx, const uint8_t *p,
+				     const uint8_t *end)
+{
+	Gpucmd__OpResult *r;
+	const uint8_t *data;
+	size_t len;
+	uint64_t tag, x;
+
+	if (!fast_varint(&p, end, &tag))
+		return NULL;
+	r = fast_alloc(fx, sizeof(*r));
+	if (r == NULL)
+		return NULL;
+	*r = (Gpucmd__OpResult)GPUCMD__OP_RESULT__INIT;
+	switch (tag) {
+	case (1 << 3) | 0:
+		if (!fast_varint(&p, end, &x) || x > 1)
+			return NULL;
+		r->result_case = GPUCMD__OP_RESULT__RESULT_DONE;
+		r->done = x != 0;
+		break;
+	case (2 << 3) | 2:
+		if (!fast_len(&p, end, &data, &len))
+			return NULL;
+		r->result_case = GPUCMD__OP_RESULT__RESULT_DATA;
+		r->data.len = len;
+		if (len == 0)
+			break;
+		if (fx->owned != NULL) {
+			r->data.data = fx->owned + (data - fx->base);
+			break;
+		}
+		r->data.data = fast_alloc(fx, len);
+		if (r->data.data == NULL)
+			return NULL;
+		memcpy(r->data.data, data, len);
+		break;
+	default:
+		return NULL;
+	}
+	return p == end ? r : NULL;	/* one member of the oneof, alone */
+}
+
+/*
+ * A Response frame, the other way round (libgpucmd reads them): the
+ * envelope, done and data results by hand, other results and the error
+ * by protobuf-c on their own bytes.  The same rule as fast_request.
+ */
+static Gpucmd__Frame *fast_response(const uint8_t *body, size_t len,
+				    uint8_t *owned)
+{
+	const uint8_t *p = body, *end = body + len, *resp, *rend;
+	const uint8_t *data = NULL;
+	ProtobufCAllocator alloc = {
+		.alloc = arena_alloc,
+		.free = arena_free_nothing,
+	};
+	struct fast fx = { .alloc = &alloc, .owned = owned, .base = body };
+	Gpucmd__Frame *f;
+	Gpucmd__Response *r;
+	size_t rlen, dlen = 0, n = 0, i = 0, cap;
+	unsigned seen = 0;
+	uint64_t tag, x;
+
+	if (!fast_varint(&p, end, &tag) || tag != ((5 << 3) | 2) ||
+	    !fast_len(&p, end, &resp, &rlen) || p != end)
+		return NULL;
+	rend = resp + rlen;
+	for (p = resp; p < rend;) {
+		unsigned field;
+
+		if (!fast_varint(&p, rend, &tag))
+			return NULL;
+		field = (unsigned)(tag >> 3);
+		if (field < 1 || field > 4 || (field != 2 && (seen & (1u << field))))
+			return NULL;
+		seen |= 1u << field;
+		if (tag == ((1 << 3) | 0)) {
+			if (!fast_varint(&p, rend, &x))
+				return NULL;
+		} else if (tag == ((4 << 3) | 0)) {
+			uint32_t v;
+
+			if (!fast_u32(&p, rend, &v))
+				return NULL;
+		} else if (tag == ((2 << 3) | 2) || tag == ((3 << 3) | 2)) {
+			if (!fast_len(&p, rend, &data, &dlen))
+				return NULL;
+			n += tag == ((2 << 3) | 2);
+		} else {
+			return NULL;
+		}
+	}
+	if (len > FRAME_MAX_BODY || n > FAST_MAX_OPS)
+		return NULL;
+	cap = round16((owned != NULL ? 0 : len + len / 2) + 1024 + n * 64);
+	fx.arena = arena_new(cap);
+	if (fx.arena == NULL)
+		return NULL;
+	alloc.allocator_data = fx.arena;
+	f = fast_alloc(&fx, sizeof(*f));	/* first: frame_free finds it */
+	r = fast_alloc(&fx, sizeof(*r));
+	if (f == NULL || r == NULL)
+		goto decline;
+	*f = (Gpucmd__Frame)GPUCMD__FRAME__INIT;
+	*r = (Gpucmd__Response)GPUCMD__RESPONSE__INIT;
+	f->msg_case = GPUCMD__FRAME__MSG_RESPONSE;
+	f->response = r;
+	if (n > 0) {
+		r->results = fast_alloc(&fx, n * sizeof(*r->results));
+		if (r->results == NULL)
+			goto decline;
+	}
+	for (p = resp; p < rend;) {
+		(void)fast_varint(&p, rend, &tag);
+		if (tag == ((1 << 3) | 0)) {
+			(void)fast_varint(&p, rend, &r->id);
+		} else if (tag == ((4 << 3) | 0)) {
+			(void)fast_u32(&p, rend, &r->failed_index);
+		} else if (tag == ((3 << 3) | 2)) {
+			(void)fast_len(&p, rend, &data, &dlen);
+			r->error = (Gpucmd__Error *)protobuf_c_message_unpack(
+				&gpucmd__error__descriptor, &alloc, dlen, data);
+			if (r->error == NULL)
+				goto decline;
+		} else {
+			(void)fast_len(&p, rend, &data, &dlen);
+			r->results[i] = fast_result(&fx, data, data + dlen);
+			if (r->results[i] == NULL)
+				r->results[i] = (Gpucmd__OpResult *)
+					protobuf_c_message_unpack(
+						&gpucmd__op_result__descriptor,
+						&alloc, dlen, data);
+			if (r->results[i] == NULL)
+				goto decline;
+			i++;
+		}
+	}
+	r->n_results = n;
+	fx.arena->owned = owned;
+	return f;
+decline:
+	arena_destroy(fx.arena);
+	return NULL;
+}
+
+/* Either kind of frame a busy connection carries, or NULL. */
+static Gpucmd__Frame *fast_frame(const uint8_t *body, size_t len,
+				 uint8_t *owned)
+{
+	if (len > 0 && body[0] == ((5 << 3) | 2))
+		return fast_response(body, len, owned);
+	return fast_request(body, len, owned);
+}
+
+Gpucmd__Frame *frame_decode_fast(const uint8_t *body, size_t len)
+{
+	return fast_frame(body, len, NULL);
+}
+
+static bool arena_known_good(void);
+static Gpucmd__Frame *decode_generic(const uint8_t *body, size_t len);
+
+/* protobuf-c's decoding, into an arena when its layout allows. */
+static Gpucmd__Frame *decode_generic(const uint8_t *body, size_t len)
 {
 	ProtobufCAllocator alloc = {
 		.alloc = arena_alloc,
@@ -872,12 +1263,6 @@ Gpucmd__Frame *frame_decode(const uint8_t *body, size_t len)
 	struct arena *a;
 	Gpucmd__Frame *f;
 
-	/* Once protobuf-c's layout is known to suit the arena (see above). */
-	if (atomic_load(&arena_mode) > 0) {
-		f = frame_decode_fast(body, len);
-		if (f != NULL)
-			return f;
-	}
 	if (atomic_load(&arena_mode) < 0 || cap < len)
 		return gpucmd__frame__unpack(NULL, len, body);
 	a = arena_new(cap);
@@ -896,6 +1281,45 @@ Gpucmd__Frame *frame_decode(const uint8_t *body, size_t len)
 		return gpucmd__frame__unpack(NULL, len, body);
 	}
 	atomic_store(&arena_mode, 1);
+	return f;
+}
+
+Gpucmd__Frame *frame_decode(const uint8_t *body, size_t len)
+{
+	Gpucmd__Frame *f;
+
+	/* Once protobuf-c's layout is known to suit the arena (see above). */
+	if (arena_known_good()) {
+		f = fast_frame(body, len, NULL);
+		if (f != NULL)
+			return f;
+	}
+	return decode_generic(body, len);
+}
+
+/*
+ * Whether frames may be built in arenas: learnt from the first frame
+ * decoded, or from a Hello of no fields decoded here for the purpose.
+ */
+static bool arena_known_good(void)
+{
+	static const uint8_t hello[] = { 0x0a, 0x00 };
+
+	if (atomic_load(&arena_mode) == 0)
+		frame_free(decode_generic(hello, sizeof(hello)));
+	return atomic_load(&arena_mode) > 0;
+}
+
+Gpucmd__Frame *frame_decode_owned(uint8_t *body, size_t len)
+{
+	Gpucmd__Frame *f = NULL;
+
+	if (arena_known_good())
+		f = fast_frame(body, len, body);
+	if (f == NULL) {
+		f = decode_generic(body, len);
+		frame_buf_free(body);
+	}
 	return f;
 }
 

@@ -105,5 +105,24 @@ Gpucmd__Frame *frame_decode(const uint8_t *body, size_t len);
  * when it declines.  Free with frame_free.
  */
 Gpucmd__Frame *frame_decode_fast(const uint8_t *body, size_t len);
+/*
+ * Like frame_decode, taking over body (from frame_buf_alloc): bytes of the
+ * ops the fast path reads point into it, and frame_free (or this call, on
+ * failure or when the frame did not need it) gives it back.
+ */
+Gpucmd__Frame *frame_decode_owned(uint8_t *body, size_t len);
+
+/*
+ * Buffers for whole frames (bodies read in one piece, encoded replies):
+ * large ones are kept for the next frames instead of being faulted in
+ * afresh.  frame_buf_trim, called now and then (the daemon's tick), gives
+ * back the kept ones when none was taken since the last call.
+ */
+uint8_t *frame_buf_alloc(size_t len);
+void frame_buf_free(uint8_t *buf);
+void frame_buf_trim(void);
+/** Like frame_encode, into a frame_buf_alloc buffer. */
+int frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out, size_t *len);
+
 /** Free a decoded frame. */
 void frame_free(Gpucmd__Frame *f);

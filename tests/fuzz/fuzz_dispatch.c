@@ -152,7 +152,7 @@ static void on_reply(void *conn, uint8_t *buf, size_t len, bool completed,
 			c->nresponses + 1, c->submitted);
 		c->responses[c->nresponses++] = f;
 		c->replies++;
-		free(buf);
+		frame_buf_free(buf);
 	} else {
 		/* A reply without a frame only ever carries a completion. */
 		expectf(completed, "a reply with neither frame nor completion");
