@@ -13,6 +13,7 @@
  *     strings are terminated, repeated fields hold what their counts say);
  *   - the fast path for requests (frame_decode_fast) builds what
  *     protobuf-c builds, or declines;
+ *   - frame_pieces_encode (libgpucmd's encoder) writes protobuf-c's bytes;
  *   - it is encoded again with frame_encode, and the encoding decodes to a
  *     frame that encodes to the same bytes.
  * The first input byte picks the limit the header is checked against.
@@ -269,6 +270,26 @@ static void fast_agrees(const uint8_t *buf, size_t len)
 	frame_free(fast);
 }
 
+/*
+ * libgpucmd's encoder (frame_pieces_encode, by hand for requests) writes
+ * the bytes frame_encode (protobuf-c) writes.
+ */
+static void pieces_agree(const Gpucmd__Frame *f, const uint8_t *enc, size_t len)
+{
+	struct frame_pieces p = { 0 };
+	size_t at = 0;
+
+	expect(frame_pieces_encode(&p, f) == 0);
+	expect(p.total == len);
+	for (size_t i = 0; i < p.n; i++) {
+		expect(at + p.v[i].len <= len);
+		expect(memcmp(frame_piece_data(&p, i), enc + at, p.v[i].len) == 0);
+		at += p.v[i].len;
+	}
+	expect(at == len);
+	frame_pieces_free(&p);
+}
+
 /* Decode, walk, encode, decode again: the second encoding is the first. */
 static void body(const uint8_t *buf, size_t len)
 {
@@ -303,6 +324,7 @@ static void body(const uint8_t *buf, size_t len)
 	walk_frame(g);
 	expect(frame_encode(g, &enc2, &len2) == 0);
 	expect(len2 == len1 && memcmp(enc1, enc2, len1) == 0);
+	pieces_agree(g, enc1, len1);
 	free(enc1);
 	free(enc2);
 	frame_free(g);

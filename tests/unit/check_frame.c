@@ -697,6 +697,111 @@ START_TEST(owned_write_is_not_copied)
 }
 END_TEST
 
+/* The pieces of p, joined. */
+static uint8_t *join(const struct frame_pieces *p)
+{
+	uint8_t *out = malloc(p->total ? p->total : 1);
+	size_t at = 0;
+
+	ck_assert_ptr_nonnull(out);
+	for (size_t i = 0; i < p->n; i++) {
+		ck_assert_uint_le(at + p->v[i].len, p->total);
+		memcpy(out + at, frame_piece_data(p, i), p->v[i].len);
+		at += p->v[i].len;
+	}
+	ck_assert_uint_eq(at, p->total);
+	return out;
+}
+
+/* frame_pieces_encode's bytes are the header and protobuf-c's body. */
+static void pieces_agree(struct frame_pieces *pc, const Gpucmd__Frame *f,
+			 const char *what)
+{
+	uint8_t *want, *got;
+	size_t len;
+
+	want = pack(f, &len);
+	ck_assert_int_eq(frame_pieces_encode(pc, f), 0);
+	ck_assert_uint_eq(pc->total, FRAME_HEADER_SIZE + len);
+	got = join(pc);
+	ck_assert_msg(memcmp(got + FRAME_HEADER_SIZE, want, len) == 0,
+		      "%s: frame_pieces_encode's body differs from protobuf-c's",
+		      what);
+	free(got);
+	free(want);
+}
+
+/* Requests are encoded by hand in frame_pieces_encode: protobuf-c's bytes. */
+START_TEST(requests_encode_as_protobuf_c_does)
+{
+	static struct gen g;
+	struct frame_pieces pc = { 0 };
+
+	seed(5);
+	for (int iter = 0; iter < 4000; iter++) {
+		char what[64];
+
+		gen_request(&g, rnd_below(MAX_OPS + 1), iter % 2 == 0);
+		snprintf(what, sizeof(what), "request %d", iter);
+		pieces_agree(&pc, &g.f, what);
+	}
+	frame_pieces_free(&pc);
+}
+END_TEST
+
+/*
+ * A request over FRAME_PIECES_FLAT_MAX: large write data is referenced
+ * where it is (not copied), small data and the rest are copied, and the
+ * bytes are still protobuf-c's.
+ */
+START_TEST(large_request_references_its_data)
+{
+	enum { BIG = 300 << 10, MID = 5000 };
+	static uint8_t big[BIG], mid[MID], small[100];
+	static struct gen g;
+	struct frame_pieces pc = { 0 };
+	Gpucmd__OpWrite w[3];
+	Gpucmd__OpCreateWithData cw = GPUCMD__OP_CREATE_WITH_DATA__INIT;
+	bool saw_big = false, saw_mid = false;
+
+	seed(6);
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)rnd();
+	memset(mid, 7, sizeof(mid));
+	memset(small, 9, sizeof(small));
+	gen_request(&g, 8, false);
+	for (int i = 0; i < 3; i++) {
+		w[i] = (Gpucmd__OpWrite)GPUCMD__OP_WRITE__INIT;
+		w[i].handle = (uint64_t)i + 1;
+		w[i].offset = (uint64_t)i * 4096;
+		g.op[i] = (Gpucmd__Op)GPUCMD__OP__INIT;
+		g.op[i].op_case = GPUCMD__OP__OP_WRITE;
+		g.op[i].write = &w[i];
+	}
+	w[0].data = (ProtobufCBinaryData){ BIG, big };
+	w[1].data = (ProtobufCBinaryData){ sizeof(small), small };
+	w[2].data = (ProtobufCBinaryData){ MID, mid };
+	cw.handle = 9;
+	cw.data = (ProtobufCBinaryData){ MID, mid };
+	g.op[5] = (Gpucmd__Op)GPUCMD__OP__INIT;
+	g.op[5].op_case = GPUCMD__OP__OP_CREATE_WITH_DATA;
+	g.op[5].create_with_data = &cw;
+	pieces_agree(&pc, &g.f, "large request");
+	for (size_t i = 0; i < pc.n; i++) {
+		saw_big |= pc.v[i].ext == big && pc.v[i].len == BIG;
+		saw_mid |= pc.v[i].ext == mid && pc.v[i].len == MID;
+		ck_assert_msg(pc.v[i].ext != small, "small data was referenced");
+	}
+	ck_assert(saw_big);
+	ck_assert(saw_mid);
+	/* Reused for a small request: one flat piece again. */
+	gen_request(&g, 3, false);
+	pieces_agree(&pc, &g.f, "small request after a large one");
+	ck_assert_uint_eq(pc.n, 1);
+	frame_pieces_free(&pc);
+}
+END_TEST
+
 static Suite *frame_suite(void)
 {
 	Suite *s = suite_create("frame");
@@ -713,6 +818,8 @@ static Suite *frame_suite(void)
 
 	tc = tcase_create("fast_encode");
 	tcase_add_test(tc, responses_encode_as_protobuf_c_does);
+	tcase_add_test(tc, requests_encode_as_protobuf_c_does);
+	tcase_add_test(tc, large_request_references_its_data);
 	suite_add_tcase(s, tc);
 	return s;
 }
