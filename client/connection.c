@@ -211,7 +211,8 @@ static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
 		/* Sent once: the rest of the bytes go without them. */
 		free(ctl);
 		ctl = NULL;
-		while (n > 0) {
+		/* Empty pieces are passed over, sent or not. */
+		while (piece < p->n && (n > 0 || p->v[piece].len == skip)) {
 			size_t left = p->v[piece].len - skip;
 
 			if ((size_t)n < left) {

@@ -600,8 +600,13 @@ static int pieces_fast(struct frame_pieces *pc, const Gpucmd__Frame *f)
 	/* Sizes and writing agree, or this encoder has a bug: say so. */
 	if ((size_t)(p - pc->scratch) + copied != FRAME_HEADER_SIZE + body)
 		return GPUCMD_EPROTO;
-	/* The last scratch piece ends where the writing did. */
+	/*
+	 * The last scratch piece ends where the writing did; after data that
+	 * ended the frame it is empty, and goes.
+	 */
 	pc->v[pc->n - 1].len = (size_t)(p - pc->scratch) - pc->v[pc->n - 1].off;
+	if (pc->v[pc->n - 1].len == 0)
+		pc->n--;
 	pc->used = (size_t)(p - pc->scratch);
 	pc->total = FRAME_HEADER_SIZE + body;
 	return 0;

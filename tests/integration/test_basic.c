@@ -71,6 +71,53 @@ START_TEST(write_offset_and_create)
 }
 END_TEST
 
+/*
+ * Inline data large enough to travel by reference (the client's pieces)
+ * and to be decoded in place (the daemon's and the client's large frames),
+ * as the last op of a batch and in the middle of one: every byte lands and
+ * comes back.
+ */
+START_TEST(large_inline_data_round_trips)
+{
+	enum { BIG = 1 << 20, MID = 300 << 10 };
+	struct gpucmd_conn *c = connect_as("basic");
+	uint8_t *src = malloc(BIG);
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	const void *data;
+	size_t len;
+
+	ck_assert_ptr_nonnull(src);
+	for (size_t i = 0; i < BIG; i++)
+		src[i] = (uint8_t)(i * 131 + (i >> 12));
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, BIG), 0);
+	ck_assert_int_eq(gpucmd_batch_write(b, 1, 0, src, BIG), 0);
+	gpucmd_response_free(run_ok(b));
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 2, src + 7, MID), 0);
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	ck_assert_int_eq(gpucmd_batch_write(b, 1, 64, src + 5, MID), 0);
+	gpucmd_response_free(run_ok(b));
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, BIG), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 2, 0, MID), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
+	ck_assert_uint_eq(len, BIG);
+	ck_assert_int_eq(memcmp(data, src, 64), 0);
+	ck_assert_int_eq(memcmp((const uint8_t *)data + 64, src + 5, MID), 0);
+	ck_assert_int_eq(memcmp((const uint8_t *)data + 64 + MID,
+				src + 64 + MID, BIG - 64 - MID), 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+	ck_assert_uint_eq(len, MID);
+	ck_assert_int_eq(memcmp(data, src + 7, MID), 0);
+	gpucmd_response_free(r);
+	free(src);
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(every_builtin)
 {
 	struct gpucmd_conn *c = connect_as("basic");
@@ -343,6 +390,7 @@ static Suite *make_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, fill_and_read_back);
 	tcase_add_test(tc, write_offset_and_create);
+	tcase_add_test(tc, large_inline_data_round_trips);
 	tcase_add_test(tc, every_builtin);
 	tcase_add_test(tc, client_errors);
 	tcase_add_test(tc, release_returns_usage);

@@ -794,6 +794,13 @@ START_TEST(large_request_references_its_data)
 	}
 	ck_assert(saw_big);
 	ck_assert(saw_mid);
+	/* Data that ends the frame leaves no empty piece after it. */
+	g.req.n_ops = 1;
+	pieces_agree(&pc, &g.f, "a request ending with large data");
+	ck_assert_uint_eq(pc.n, 2);
+	for (size_t i = 0; i < pc.n; i++)
+		ck_assert_uint_gt(pc.v[i].len, 0);
+	ck_assert_ptr_eq(pc.v[1].ext, big);
 	/* Reused for a small request: one flat piece again. */
 	gen_request(&g, 3, false);
 	pieces_agree(&pc, &g.f, "small request after a large one");
