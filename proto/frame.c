@@ -1289,6 +1289,30 @@ static Gpucmd__Op *fast_op(struct fast *fx, const uint8_t *p,
 }
 
 /*
+ * The arena of a fast decode of n items (ops, results) of about per bytes
+ * each, with the Frame first in it (frame_free finds it there); bytes
+ * fields need room too unless they stay in the body.  NULL: decline (more
+ * items than the daemon's default max_ops_per_batch go to protobuf-c, and
+ * the limit refuses them after; that also bounds the room asked for).
+ */
+static Gpucmd__Frame *fast_frame_new(struct fast *fx, ProtobufCAllocator *alloc,
+				     size_t len, size_t n, size_t per)
+{
+	Gpucmd__Frame *f;
+
+	if (len > FRAME_MAX_BODY || n > FAST_MAX_OPS)
+		return NULL;
+	fx->arena = arena_new(round16((fx->owned != NULL ? 0 : len + len / 2) +
+				      1024 + n * per));
+	if (fx->arena == NULL)
+		return NULL;
+	alloc->allocator_data = fx->arena;
+	f = fast_alloc(fx, sizeof(*f));	/* the arena has 1024 bytes at least */
+	*f = (Gpucmd__Frame)GPUCMD__FRAME__INIT;
+	return f;
+}
+
+/*
  * A Request frame read by the fast path into a fresh arena, or NULL: not
  * one it reads (or out of memory), and protobuf-c decodes the body.  With
  * owned (the body itself, frame_buf_alloc'ed), bytes point into it and the
@@ -1306,7 +1330,7 @@ static Gpucmd__Frame *fast_request(const uint8_t *body, size_t len,
 	struct fast fx = { .alloc = &alloc, .owned = owned, .base = body };
 	Gpucmd__Frame *f;
 	Gpucmd__Request *r;
-	size_t rlen, olen = 0, nops = 0, i = 0, cap;
+	size_t rlen, olen = 0, nops = 0, i = 0;
 	uint64_t tag, x;
 	bool have_id = false, have_stream = false;
 
@@ -1337,27 +1361,13 @@ static Gpucmd__Frame *fast_request(const uint8_t *body, size_t len,
 			return NULL;
 		}
 	}
-	/*
-	 * More ops than the daemon's default max_ops_per_batch: protobuf-c
-	 * decodes it, and the limit refuses it after.  Bounds the room asked
-	 * for below.
-	 */
-	if (len > FRAME_MAX_BODY || nops > FAST_MAX_OPS)
+	/* Decoded structs take about ten times a small op's wire bytes. */
+	f = fast_frame_new(&fx, &alloc, len, nops, 320);
+	if (f == NULL)
 		return NULL;
-	/*
-	 * Decoded structs take about ten times a small op's wire bytes; bytes
-	 * fields need room too unless they stay in the body.
-	 */
-	cap = round16((owned != NULL ? 0 : len + len / 2) + 1024 + nops * 320);
-	fx.arena = arena_new(cap);
-	if (fx.arena == NULL)
-		return NULL;
-	alloc.allocator_data = fx.arena;
-	f = fast_alloc(&fx, sizeof(*f));	/* first: frame_free finds it */
 	r = fast_alloc(&fx, sizeof(*r));
-	if (f == NULL || r == NULL)
+	if (r == NULL)
 		goto decline;
-	*f = (Gpucmd__Frame)GPUCMD__FRAME__INIT;
 	*r = (Gpucmd__Request)GPUCMD__REQUEST__INIT;
 	f->msg_case = GPUCMD__FRAME__MSG_REQUEST;
 	f->request = r;
@@ -1457,7 +1467,7 @@ static Gpucmd__Frame *fast_response(const uint8_t *body, size_t len,
 	struct fast fx = { .alloc = &alloc, .owned = owned, .base = body };
 	Gpucmd__Frame *f;
 	Gpucmd__Response *r;
-	size_t rlen, dlen = 0, n = 0, i = 0, cap;
+	size_t rlen, dlen = 0, n = 0, i = 0;
 	unsigned seen = 0;
 	uint64_t tag, x;
 
@@ -1490,18 +1500,12 @@ static Gpucmd__Frame *fast_response(const uint8_t *body, size_t len,
 			return NULL;
 		}
 	}
-	if (len > FRAME_MAX_BODY || n > FAST_MAX_OPS)
+	f = fast_frame_new(&fx, &alloc, len, n, 64);
+	if (f == NULL)
 		return NULL;
-	cap = round16((owned != NULL ? 0 : len + len / 2) + 1024 + n * 64);
-	fx.arena = arena_new(cap);
-	if (fx.arena == NULL)
-		return NULL;
-	alloc.allocator_data = fx.arena;
-	f = fast_alloc(&fx, sizeof(*f));	/* first: frame_free finds it */
 	r = fast_alloc(&fx, sizeof(*r));
-	if (f == NULL || r == NULL)
+	if (r == NULL)
 		goto decline;
-	*f = (Gpucmd__Frame)GPUCMD__FRAME__INIT;
 	*r = (Gpucmd__Response)GPUCMD__RESPONSE__INIT;
 	f->msg_case = GPUCMD__FRAME__MSG_RESPONSE;
 	f->response = r;
