@@ -40,7 +40,10 @@ struct outbox_msg {
  * submits it (an early answer and a completion are the most a batch
  * sends), on the session's spare list under srv->lock, and one for the
  * close when the session is accepted.  A loop out of memory refuses the
- * batch or the connection instead, with a message.
+ * batch or the connection instead, with a message.  Messages the loop has
+ * handled go back to their session's spares, so a client's steady stream
+ * of batches allocates none; the spares beyond two per batch in flight
+ * (and two more) are freed when a batch completes.
  */
 #define SERVER_MSGS_PER_BATCH 2
 
@@ -95,20 +98,35 @@ static void on_exec_closed(void *conn, void *arg)
 
 int server_reserve_replies(struct server *srv, struct session *s)
 {
-	struct outbox_msg *m[SERVER_MSGS_PER_BATCH];
+	struct outbox_msg *got = NULL;
+	size_t need = SERVER_MSGS_PER_BATCH * ((size_t)s->in_flight + 1);
+	size_t have, n = 0;
 
-	for (int i = 0; i < SERVER_MSGS_PER_BATCH; i++) {
-		m[i] = calloc(1, sizeof(*m[i]));
-		if (m[i] == NULL) {
-			while (i-- > 0)
-				free(m[i]);
+	/* Spares come back from earlier batches: usually nothing to make. */
+	pthread_mutex_lock(&srv->lock);
+	have = s->nspare_msgs;
+	pthread_mutex_unlock(&srv->lock);
+	for (; have + n < need; n++) {
+		struct outbox_msg *m = calloc(1, sizeof(*m));
+
+		if (m == NULL) {
+			while (got != NULL) {
+				m = got->next;
+				free(got);
+				got = m;
+			}
 			return GPUCMD_ENOMEM;
 		}
+		m->next = got;
+		got = m;
 	}
 	pthread_mutex_lock(&srv->lock);
-	for (int i = 0; i < SERVER_MSGS_PER_BATCH; i++) {
-		m[i]->next = s->spare_msgs;
-		s->spare_msgs = m[i];
+	while (got != NULL) {
+		struct outbox_msg *m = got;
+
+		got = m->next;
+		m->next = s->spare_msgs;
+		s->spare_msgs = m;
 		s->nspare_msgs++;
 	}
 	pthread_mutex_unlock(&srv->lock);
@@ -124,7 +142,8 @@ static void trim_spares(struct server *srv, struct session *s)
 	struct outbox_msg *extra = NULL;
 
 	pthread_mutex_lock(&srv->lock);
-	while (s->nspare_msgs > SERVER_MSGS_PER_BATCH * s->in_flight) {
+	while (s->nspare_msgs >
+	       SERVER_MSGS_PER_BATCH * ((size_t)s->in_flight + 1)) {
 		struct outbox_msg *m = s->spare_msgs;
 
 		s->spare_msgs = m->next;
@@ -181,13 +200,25 @@ static void on_wakeup(uv_async_t *async)
 
 		if (m->closed) {
 			session_device_closed(m->session);
+			free(m);
 		} else {
-			session_reply(m->session, m->buf, m->len,
-				      m->completed);
-			if (m->completed)
-				trim_spares(srv, m->session);
+			struct session *s = m->session;
+			bool completed = m->completed;
+
+			session_reply(s, m->buf, m->len, completed);
+			/*
+			 * Back among the session's spares, for its next batch
+			 * (the device thread may take it at once: m is not
+			 * touched after).
+			 */
+			pthread_mutex_lock(&srv->lock);
+			m->next = s->spare_msgs;
+			s->spare_msgs = m;
+			s->nspare_msgs++;
+			pthread_mutex_unlock(&srv->lock);
+			if (completed)
+				trim_spares(srv, s);
 		}
-		free(m);
 		m = next;
 	}
 }
