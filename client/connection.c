@@ -312,6 +312,11 @@ static void trim_buffers(struct gpucmd_conn *c)
 	}
 	if (c->out.cap > CONN_KEEP_BYTES)
 		frame_pieces_free(&c->out);
+	/*
+	 * Large responses come from frame.c's pool (read_frame); its spares
+	 * go back once two frames passed without one taken.
+	 */
+	frame_buf_trim();
 }
 
 static int write_frame(struct gpucmd_conn *c, const Gpucmd__Frame *f,

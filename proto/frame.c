@@ -164,7 +164,8 @@ static uint8_t *put_message(uint8_t *p, uint8_t tag, const ProtobufCMessage *m)
 	return p + protobuf_c_message_pack(m, p);
 }
 
-static void response_pack(const Gpucmd__Response *r, size_t body, uint8_t *p)
+static uint8_t *response_pack(const Gpucmd__Response *r, size_t body,
+			      uint8_t *p)
 {
 	*p++ = (5 << 3) | 2;	/* Frame.response */
 	p = put_varint(p, body);
@@ -191,35 +192,79 @@ static void response_pack(const Gpucmd__Response *r, size_t body, uint8_t *p)
 		*p++ = (4 << 3) | 0;
 		p = put_varint(p, r->failed_index);
 	}
+	return p;
+}
+
+/* A buffer for a frame of body bytes, its header written.  NULL: no memory. */
+static uint8_t *frame_start(size_t body, bool pooled)
+{
+	struct frame_header hdr = {
+		.magic = FRAME_MAGIC,
+		.version = GPUCMD_PROTOCOL_VERSION,
+		.flags = 0,
+		.length = (uint32_t)body,
+	};
+	uint8_t *buf = pooled ? frame_buf_alloc(FRAME_HEADER_SIZE + body)
+			      : malloc(FRAME_HEADER_SIZE + body);
+
+	if (buf != NULL)
+		frame_header_pack(&hdr, buf);
+	return buf;
+}
+
+static void frame_drop(uint8_t *buf, bool pooled)
+{
+	if (pooled)
+		frame_buf_free(buf);
+	else
+		free(buf);
+}
+
+/* protobuf-c's encoding. */
+static int encode_slow(const Gpucmd__Frame *f, bool pooled, uint8_t **out,
+		       size_t *len)
+{
+	size_t body = gpucmd__frame__get_packed_size(f);
+	uint8_t *buf;
+
+	if (body > FRAME_MAX_BODY)
+		return GPUCMD_ELIMIT;
+	buf = frame_start(body, pooled);
+	if (buf == NULL)
+		return -ENOMEM;
+	gpucmd__frame__pack(f, buf + FRAME_HEADER_SIZE);
+	*out = buf;
+	*len = FRAME_HEADER_SIZE + body;
+	return 0;
 }
 
 static int encode(const Gpucmd__Frame *f, bool pooled, uint8_t **out,
 		  size_t *len)
 {
-	bool fast = f->msg_case == GPUCMD__FRAME__MSG_RESPONSE &&
-		    f->base.n_unknown_fields == 0 &&
-		    f->response->base.n_unknown_fields == 0;
-	size_t resp = fast ? response_size(f->response) : 0;
-	size_t body = fast ? field_size(resp) :
-		gpucmd__frame__get_packed_size(f);
+	size_t resp, body;
 	uint8_t *buf;
-	struct frame_header hdr;
 
+	if (f->msg_case != GPUCMD__FRAME__MSG_RESPONSE ||
+	    f->base.n_unknown_fields != 0 ||
+	    f->response->base.n_unknown_fields != 0)
+		return encode_slow(f, pooled, out, len);
+	resp = response_size(f->response);
+	body = field_size(resp);
 	if (body > FRAME_MAX_BODY)
 		return GPUCMD_ELIMIT;
-	buf = pooled ? frame_buf_alloc(FRAME_HEADER_SIZE + body)
-		     : malloc(FRAME_HEADER_SIZE + body);
+	buf = frame_start(body, pooled);
 	if (buf == NULL)
 		return -ENOMEM;
-	hdr.magic = FRAME_MAGIC;
-	hdr.version = GPUCMD_PROTOCOL_VERSION;
-	hdr.flags = 0;
-	hdr.length = (uint32_t)body;
-	frame_header_pack(&hdr, buf);
-	if (fast)
-		response_pack(f->response, resp, buf + FRAME_HEADER_SIZE);
-	else
-		gpucmd__frame__pack(f, buf + FRAME_HEADER_SIZE);
+	if (response_pack(f->response, resp, buf + FRAME_HEADER_SIZE) !=
+	    buf + FRAME_HEADER_SIZE + body) {
+		/*
+		 * Sizes and writing disagree (a bug here): a pooled buffer
+		 * holds an earlier frame's bytes, so never send it; protobuf-c
+		 * encodes the frame instead.
+		 */
+		frame_drop(buf, pooled);
+		return encode_slow(f, pooled, out, len);
+	}
 	*out = buf;
 	*len = FRAME_HEADER_SIZE + body;
 	return 0;
@@ -680,6 +725,8 @@ void frame_pieces_free(struct frame_pieces *p)
  * bytes holds the capacity.
  */
 #define FRAME_BUF_POOL_MIN (64u << 10)
+/* Larger ones (a max_frame_bytes raised past the default) are not kept. */
+#define FRAME_BUF_POOL_MAX (FRAME_DEFAULT_MAX_BODY + (64u << 10))
 #define FRAME_BUF_SPARES 2
 
 struct frame_buf {
@@ -739,7 +786,7 @@ void frame_buf_free(uint8_t *p)
 	if (p == NULL)
 		return;
 	b = buf_of(p);
-	if (b->cap >= FRAME_BUF_POOL_MIN)
+	if (b->cap >= FRAME_BUF_POOL_MIN && b->cap <= FRAME_BUF_POOL_MAX)
 		spare_put(b);
 	else
 		free(b);
@@ -910,6 +957,7 @@ struct fast {
 	struct arena *arena;
 	uint8_t *owned;		/* the body, when bytes may point into it */
 	const uint8_t *base;	/* where the body starts */
+	bool used;		/* some bytes do point into it */
 };
 
 static inline bool fast_varint(const uint8_t **pp, const uint8_t *end,
@@ -938,6 +986,18 @@ static inline bool fast_varint(const uint8_t **pp, const uint8_t *end,
 	return false;
 }
 
+/*
+ * A tag or a length prefix: protobuf-c reads at most five bytes of one and
+ * refuses the frame otherwise, so a longer one declines.
+ */
+static inline bool fast_tag(const uint8_t **pp, const uint8_t *end,
+			    uint64_t *v)
+{
+	const uint8_t *start = *pp;
+
+	return fast_varint(pp, end, v) && *pp - start <= 5;
+}
+
 static inline bool fast_u32(const uint8_t **pp, const uint8_t *end, uint32_t *v)
 {
 	uint64_t x;
@@ -954,7 +1014,7 @@ static bool fast_len(const uint8_t **pp, const uint8_t *end,
 {
 	uint64_t n;
 
-	if (!fast_varint(pp, end, &n) || n > (uint64_t)(end - *pp))
+	if (!fast_tag(pp, end, &n) || n > (uint64_t)(end - *pp))
 		return false;
 	*data = *pp;
 	*len = (size_t)n;
@@ -1014,7 +1074,7 @@ static Gpucmd__KernelArg *fast_kernel_arg(struct fast *fx, const uint8_t *p,
 	if (p == end)
 		return a;
 	/* One member of the oneof, and nothing else. */
-	if (!fast_varint(&p, end, &tag))
+	if (!fast_tag(&p, end, &tag))
 		return NULL;
 	switch (tag) {
 	case (1 << 3) | 0:
@@ -1076,7 +1136,7 @@ static Gpucmd__OpKernel *fast_kernel(struct fast *fx, const uint8_t *p,
 	while (p < end) {
 		unsigned field;
 
-		if (!fast_varint(&p, end, &tag))
+		if (!fast_tag(&p, end, &tag))
 			return NULL;
 		field = (unsigned)(tag >> 3);
 		/* Each field once, but args, which protobuf-c appends. */
@@ -1187,6 +1247,7 @@ static void *fast_flat(struct fast *fx, const struct flat_op *fo,
 {
 	void *m = fast_alloc(fx, fo->desc->sizeof_message);
 	unsigned seen = 0;
+	bool used = false;	/* bytes point into the body (once m is kept) */
 	uint64_t tag;
 
 	if (m == NULL)
@@ -1195,7 +1256,7 @@ static void *fast_flat(struct fast *fx, const struct flat_op *fo,
 	while (p < end) {
 		const struct flat_field *ff = NULL;
 
-		if (!fast_varint(&p, end, &tag))
+		if (!fast_tag(&p, end, &tag))
 			return NULL;
 		for (size_t i = 0; i < fo->nfields; i++)
 			if (fo->fields[i].number == tag >> 3)
@@ -1218,6 +1279,7 @@ static void *fast_flat(struct fast *fx, const struct flat_op *fo,
 				continue;
 			if (fx->owned != NULL) {
 				bd->data = fx->owned + (data - fx->base);
+				used = true;
 				continue;
 			}
 			bd->data = fast_alloc(fx, len);
@@ -1229,6 +1291,7 @@ static void *fast_flat(struct fast *fx, const struct flat_op *fo,
 			return NULL;
 		}
 	}
+	fx->used |= used;
 	return m;
 }
 
@@ -1241,7 +1304,7 @@ static Gpucmd__Op *fast_op(struct fast *fx, const uint8_t *p,
 	uint64_t tag;
 	Gpucmd__Op *op;
 
-	if (!fast_varint(&p, end, &tag) || (tag & 7) != 2 ||
+	if (!fast_tag(&p, end, &tag) || (tag & 7) != 2 ||
 	    !fast_len(&p, end, &data, &len) || p != end)
 		return NULL;	/* not exactly one sub-message */
 	op = fast_alloc(fx, sizeof(*op));
@@ -1286,6 +1349,18 @@ static Gpucmd__Op *fast_op(struct fast *fx, const uint8_t *p,
 	}
 	op->op_case = (Gpucmd__Op__OpCase)(tag >> 3);
 	return op;
+}
+
+/*
+ * The frame keeps the body only when bytes point into it; when every byte
+ * was copied (ops protobuf-c read), it goes back now.
+ */
+static void fast_keep_body(struct fast *fx)
+{
+	if (fx->used)
+		fx->arena->owned = fx->owned;
+	else
+		frame_buf_free(fx->owned);
 }
 
 /*
@@ -1335,13 +1410,13 @@ static Gpucmd__Frame *fast_request(const uint8_t *body, size_t len,
 	bool have_id = false, have_stream = false;
 
 	/* The Frame: exactly one field, the request. */
-	if (!fast_varint(&p, end, &tag) || tag != ((4 << 3) | 2) ||
+	if (!fast_tag(&p, end, &tag) || tag != ((4 << 3) | 2) ||
 	    !fast_len(&p, end, &req, &rlen) || p != end)
 		return NULL;
 	reqend = req + rlen;
 	/* First pass: the envelope's fields, and how many ops. */
 	for (p = req; p < reqend;) {
-		if (!fast_varint(&p, reqend, &tag))
+		if (!fast_tag(&p, reqend, &tag))
 			return NULL;
 		if (tag == ((1 << 3) | 0) && !have_id) {
 			if (!fast_varint(&p, reqend, &x))
@@ -1378,7 +1453,7 @@ static Gpucmd__Frame *fast_request(const uint8_t *body, size_t len,
 	}
 	/* Second pass: the same fields, now stored. */
 	for (p = req; p < reqend;) {
-		(void)fast_varint(&p, reqend, &tag);
+		(void)fast_tag(&p, reqend, &tag);
 		if (tag == ((1 << 3) | 0)) {
 			(void)fast_varint(&p, reqend, &r->id);
 		} else if (tag == ((2 << 3) | 0)) {
@@ -1396,7 +1471,7 @@ static Gpucmd__Frame *fast_request(const uint8_t *body, size_t len,
 		}
 	}
 	r->n_ops = nops;
-	fx.arena->owned = owned;
+	fast_keep_body(&fx);
 	return f;
 decline:
 	arena_destroy(fx.arena);
@@ -1415,7 +1490,7 @@ static Gpucmd__OpResult *fast_result(struct fast *fx, const uint8_t *p,
 	size_t len;
 	uint64_t tag, x;
 
-	if (!fast_varint(&p, end, &tag))
+	if (!fast_tag(&p, end, &tag))
 		return NULL;
 	r = fast_alloc(fx, sizeof(*r));
 	if (r == NULL)
@@ -1435,19 +1510,22 @@ static Gpucmd__OpResult *fast_result(struct fast *fx, const uint8_t *p,
 		r->data.len = len;
 		if (len == 0)
 			break;
-		if (fx->owned != NULL) {
+		if (fx->owned != NULL)
 			r->data.data = fx->owned + (data - fx->base);
-			break;
-		}
-		r->data.data = fast_alloc(fx, len);
-		if (r->data.data == NULL)
+		else if ((r->data.data = fast_alloc(fx, len)) != NULL)
+			memcpy(r->data.data, data, len);
+		else
 			return NULL;
-		memcpy(r->data.data, data, len);
 		break;
 	default:
 		return NULL;
 	}
-	return p == end ? r : NULL;	/* one member of the oneof, alone */
+	if (p != end)
+		return NULL;	/* one member of the oneof, alone */
+	/* The body is needed once a kept result points into it. */
+	fx->used |= r->result_case == GPUCMD__OP_RESULT__RESULT_DATA &&
+		    fx->owned != NULL && r->data.len > 0;
+	return r;
 }
 
 /*
@@ -1471,14 +1549,14 @@ static Gpucmd__Frame *fast_response(const uint8_t *body, size_t len,
 	unsigned seen = 0;
 	uint64_t tag, x;
 
-	if (!fast_varint(&p, end, &tag) || tag != ((5 << 3) | 2) ||
+	if (!fast_tag(&p, end, &tag) || tag != ((5 << 3) | 2) ||
 	    !fast_len(&p, end, &resp, &rlen) || p != end)
 		return NULL;
 	rend = resp + rlen;
 	for (p = resp; p < rend;) {
 		unsigned field;
 
-		if (!fast_varint(&p, rend, &tag))
+		if (!fast_tag(&p, rend, &tag))
 			return NULL;
 		field = (unsigned)(tag >> 3);
 		if (field < 1 || field > 4 || (field != 2 && (seen & (1u << field))))
@@ -1515,7 +1593,7 @@ static Gpucmd__Frame *fast_response(const uint8_t *body, size_t len,
 			goto decline;
 	}
 	for (p = resp; p < rend;) {
-		(void)fast_varint(&p, rend, &tag);
+		(void)fast_tag(&p, rend, &tag);
 		if (tag == ((1 << 3) | 0)) {
 			(void)fast_varint(&p, rend, &r->id);
 		} else if (tag == ((4 << 3) | 0)) {
@@ -1540,7 +1618,7 @@ static Gpucmd__Frame *fast_response(const uint8_t *body, size_t len,
 		}
 	}
 	r->n_results = n;
-	fx.arena->owned = owned;
+	fast_keep_body(&fx);
 	return f;
 decline:
 	arena_destroy(fx.arena);

@@ -454,6 +454,27 @@ START_TEST(odd_encodings_agree)
 		      0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01), true },
 		{ "empty with an unknown field",
 		  REQ(0x22, 0x06, 0x1a, 0x04, 0x0a, 0x02, 0x18, 0x01), false },
+		/* protobuf-c reads at most five bytes of a tag or a length. */
+		{ "six-byte tag",
+		  REQ(0x22, 0x07, 0x88, 0x80, 0x80, 0x80, 0x80, 0x00, 0x07),
+		  false },
+		{ "six-byte request length",
+		  REQ(0x22, 0x82, 0x80, 0x80, 0x80, 0x80, 0x00, 0x08, 0x07),
+		  false },
+		{ "six-byte response length",
+		  REQ(0x2a, 0x82, 0x80, 0x80, 0x80, 0x80, 0x00, 0x08, 0x07),
+		  false },
+		{ "six-byte op length",
+		  REQ(0x22, 0x08, 0x1a, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00,
+		      0x4a, 0x00), false },
+		{ "five-byte tag",
+		  REQ(0x22, 0x06, 0x88, 0x80, 0x80, 0x80, 0x00, 0x07), true },
+		{ "five-byte op length",
+		  REQ(0x22, 0x09, 0x1a, 0x82, 0x80, 0x80, 0x80, 0x00, 0x4a,
+		      0x00, 0x00), false },
+		{ "five-byte ping length",
+		  REQ(0x22, 0x08, 0x1a, 0x06, 0x4a, 0x80, 0x80, 0x80, 0x80,
+		      0x00), true },
 #undef REQ
 	};
 
@@ -685,6 +706,61 @@ START_TEST(owned_write_is_not_copied)
 }
 END_TEST
 
+/*
+ * A large frame whose bytes were all copied (a write with a layout goes to
+ * protobuf-c) does not keep its body: it is back in the pool at once.
+ */
+START_TEST(owned_body_given_back_when_unused)
+{
+	enum { N = 200 << 10 };
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	Gpucmd__Op o = GPUCMD__OP__INIT, *ops[1] = { &o };
+	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+	Gpucmd__CopyLayout layout = GPUCMD__COPY_LAYOUT__INIT;
+	uint64_t shape[1] = { N }, strides[1] = { 1 };
+	uint8_t *data = calloc(1, N), *packed, *body, *again;
+	Gpucmd__Frame *d;
+	size_t len;
+
+	ck_assert_ptr_nonnull(data);
+	layout.n_shape = 1;
+	layout.shape = shape;
+	layout.n_strides = 1;
+	layout.strides = strides;
+	w.handle = 5;
+	w.data.data = data;
+	w.data.len = N;
+	w.layout = &layout;
+	o.op_case = GPUCMD__OP__OP_WRITE;
+	o.write = &w;
+	req.n_ops = 1;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	packed = pack(&f, &len);
+	body = frame_buf_alloc(len);
+	ck_assert_ptr_nonnull(body);
+	memcpy(body, packed, len);
+	d = frame_decode_owned(body, len);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_ptr_nonnull(d->request->ops[0]->write->layout);
+	ck_assert_uint_eq(d->request->ops[0]->write->data.len, N);
+	/* Copied, so the body was not needed: the pool has it again. */
+	again = frame_buf_alloc(len);
+	ck_assert_ptr_eq(again, body);
+	memset(again, 0xee, len);
+	ck_assert_int_eq(memcmp(d->request->ops[0]->write->data.data, data, N),
+			 0);
+	frame_buf_free(again);
+	frame_free(d);
+	frame_buf_trim();
+	frame_buf_trim();
+	free(packed);
+	free(data);
+}
+END_TEST
+
 /* The pieces of p, joined. */
 static uint8_t *join(const struct frame_pieces *p)
 {
@@ -809,6 +885,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(tc, odd_encodings_agree);
 	tcase_add_test(tc, large_batch_values);
 	tcase_add_test(tc, owned_write_is_not_copied);
+	tcase_add_test(tc, owned_body_given_back_when_unused);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("fast_encode");
