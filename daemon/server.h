@@ -32,6 +32,7 @@ struct server {
 	uv_async_t wakeup;
 	uv_idle_t spin;			/* polls the outbox a while (spin.h) */
 	uint64_t spin_until;		/* spin_now_ns() the polling stops at */
+	unsigned spin_turns;		/* polls so far: every fourth yields */
 	unsigned spin_us;		/* [daemon] spin_us, fixed at start */
 	uv_signal_t sigint;
 	uv_signal_t sigterm;
