@@ -1058,6 +1058,26 @@ static uint64_t welcome_region_limit(const char *service)
 }
 
 /*
+ * Write capped's region_limit into the config, reload (SIGHUP) and wait
+ * until the report shows it; a new connection's Welcome carries it too.
+ */
+static void reload_capped(struct gpucmd_conn *obs, uint64_t limit)
+{
+	struct gpucmd_service_report row;
+
+	cap_write(limit);
+	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
+	for (int i = 0; i < 2000; i++) {
+		row = row_of(obs, "capped", NULL);
+		if (row.region_limit == limit)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(row.region_limit, limit);
+	ck_assert_uint_eq(welcome_region_limit("capped"), limit);
+}
+
+/*
  * SIGHUP applies a new region_limit to the live service and connection,
  * and the Welcome of the next connection has it.
  */
@@ -1065,34 +1085,15 @@ START_TEST(region_limit_follows_a_reload)
 {
 	struct raw c = raw_open_as("capped");
 	struct gpucmd_conn *obs = connect_as("observer");
-	struct gpucmd_service_report row;
 	char *msg;
 
 	attach_ok(&c, 1, 2097152);
 	free(attach_over(&c, 2, 2097152));
 	/* Raised: the same connection may grow. */
-	cap_write(UINT64_C(5) << 20);
-	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
-	for (int i = 0; i < 2000; i++) {
-		row = row_of(obs, "capped", NULL);
-		if (row.region_limit == UINT64_C(5) << 20)
-			break;
-		usleep(10000);
-	}
-	ck_assert_uint_eq(row.region_limit, UINT64_C(5) << 20);
-	ck_assert_uint_eq(welcome_region_limit("capped"), UINT64_C(5) << 20);
+	reload_capped(obs, UINT64_C(5) << 20);
 	attach_ok(&c, 2, 2097152);
 	/* Lowered under what is held: what is attached stays, nothing more. */
-	cap_write(UINT64_C(1) << 20);
-	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
-	for (int i = 0; i < 2000; i++) {
-		row = row_of(obs, "capped", NULL);
-		if (row.region_limit == UINT64_C(1) << 20)
-			break;
-		usleep(10000);
-	}
-	ck_assert_uint_eq(row.region_limit, UINT64_C(1) << 20);
-	ck_assert_uint_eq(welcome_region_limit("capped"), UINT64_C(1) << 20);
+	reload_capped(obs, UINT64_C(1) << 20);
 	expect_regions(obs, "capped", 4194304, 2);
 	msg = attach_over(&c, 3, 4096);
 	ck_assert_msg(strstr(msg, "region_limit of 1048576") != NULL &&
@@ -1100,16 +1101,7 @@ START_TEST(region_limit_follows_a_reload)
 		      "message: %s", msg);
 	free(msg);
 	/* 0: no limit at all. */
-	cap_write(0);
-	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
-	for (int i = 0; i < 2000; i++) {
-		row = row_of(obs, "capped", NULL);
-		if (row.region_limit == 0)
-			break;
-		usleep(10000);
-	}
-	ck_assert_uint_eq(row.region_limit, 0);
-	ck_assert_uint_eq(welcome_region_limit("capped"), 0);
+	reload_capped(obs, 0);
 	attach_ok(&c, 3, 8u << 20);
 	expect_regions(obs, "capped", 12582912, 3);
 	gpucmd_close(obs);

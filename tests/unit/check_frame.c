@@ -646,28 +646,26 @@ START_TEST(responses_encode_as_protobuf_c_does)
 END_TEST
 
 /*
- * A large frame the daemon reads into a buffer of its own: the inline
- * write's bytes stay where they are, and the buffer is kept for the next
- * frame of that size.
+ * A request of one write of data[0..n) to handle 5 at offset 64 (with
+ * layout, when not NULL), decoded by frame_decode_owned from a pooled copy
+ * of its bytes; *body and *len say where that copy is.
  */
-START_TEST(owned_write_is_not_copied)
+static Gpucmd__Frame *owned_write(const uint8_t *data, size_t n,
+				  Gpucmd__CopyLayout *layout, uint8_t **body,
+				  size_t *len)
 {
-	enum { N = 256 << 10 };
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
 	Gpucmd__Op o = GPUCMD__OP__INIT, *ops[1] = { &o };
 	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
-	uint8_t *data = malloc(N), *packed, *body, *again;
 	Gpucmd__Frame *d;
-	size_t len;
+	uint8_t *packed;
 
-	ck_assert_ptr_nonnull(data);
-	for (size_t i = 0; i < N; i++)
-		data[i] = (uint8_t)(i * 7);
 	w.handle = 5;
 	w.offset = 64;
-	w.data.data = data;
-	w.data.len = N;
+	w.data.data = (uint8_t *)data;
+	w.data.len = n;
+	w.layout = layout;
 	o.op_case = GPUCMD__OP__OP_WRITE;
 	o.write = &w;
 	req.id = 9;
@@ -675,33 +673,56 @@ START_TEST(owned_write_is_not_copied)
 	req.ops = ops;
 	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
 	f.request = &req;
-	packed = pack(&f, &len);
-	body = frame_buf_alloc(len);
-	ck_assert_ptr_nonnull(body);
-	memcpy(body, packed, len);
-	d = frame_decode_owned(body, len);
+	packed = pack(&f, len);
+	*body = frame_buf_alloc(*len);
+	ck_assert_ptr_nonnull(*body);
+	memcpy(*body, packed, *len);
+	free(packed);
+	d = frame_decode_owned(*body, *len);
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_eq(d->request->ops[0]->write->handle, 5);
 	ck_assert_uint_eq(d->request->ops[0]->write->offset, 64);
-	ck_assert_uint_eq(d->request->ops[0]->write->data.len, N);
+	ck_assert_uint_eq(d->request->ops[0]->write->data.len, n);
+	ck_assert_int_eq(memcmp(d->request->ops[0]->write->data.data, data, n),
+			 0);
+	return d;
+}
+
+/* Two quiet ticks empty the pool (LeakSanitizer and valgrind see it). */
+static void pool_empty(void)
+{
+	frame_buf_trim();
+	frame_buf_trim();
+}
+
+/*
+ * A large frame the daemon reads into a buffer of its own: the inline
+ * write's bytes stay where they are, and the buffer is kept for the next
+ * frame of that size.
+ */
+START_TEST(owned_write_is_not_copied)
+{
+	enum { N = 256 << 10 };
+	uint8_t *data = malloc(N), *body, *again;
+	Gpucmd__Frame *d;
+	size_t len;
+
+	ck_assert_ptr_nonnull(data);
+	for (size_t i = 0; i < N; i++)
+		data[i] = (uint8_t)(i * 7);
+	d = owned_write(data, N, NULL, &body, &len);
 	/* The bytes are the body's, at the end of the frame. */
 	ck_assert_ptr_eq(d->request->ops[0]->write->data.data,
 			 body + len - N);
-	ck_assert_int_eq(memcmp(d->request->ops[0]->write->data.data, data, N),
-			 0);
 	frame_free(d);
 	/* The buffer went back for the next large frame. */
 	again = frame_buf_alloc(len - 100);
 	ck_assert_ptr_eq(again, body);
 	frame_buf_free(again);
-	/* Two quiet ticks give it back (LeakSanitizer and valgrind see it). */
-	frame_buf_trim();
-	frame_buf_trim();
+	pool_empty();
 	again = frame_buf_alloc(len);
 	frame_buf_free(again);
-	frame_buf_trim();
-	frame_buf_trim();
-	free(packed);
+	pool_empty();
 	free(data);
 }
 END_TEST
@@ -713,13 +734,9 @@ END_TEST
 START_TEST(owned_body_given_back_when_unused)
 {
 	enum { N = 200 << 10 };
-	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
-	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
-	Gpucmd__Op o = GPUCMD__OP__INIT, *ops[1] = { &o };
-	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
 	Gpucmd__CopyLayout layout = GPUCMD__COPY_LAYOUT__INIT;
 	uint64_t shape[1] = { N }, strides[1] = { 1 };
-	uint8_t *data = calloc(1, N), *packed, *body, *again;
+	uint8_t *data = calloc(1, N), *body, *again;
 	Gpucmd__Frame *d;
 	size_t len;
 
@@ -728,24 +745,8 @@ START_TEST(owned_body_given_back_when_unused)
 	layout.shape = shape;
 	layout.n_strides = 1;
 	layout.strides = strides;
-	w.handle = 5;
-	w.data.data = data;
-	w.data.len = N;
-	w.layout = &layout;
-	o.op_case = GPUCMD__OP__OP_WRITE;
-	o.write = &w;
-	req.n_ops = 1;
-	req.ops = ops;
-	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
-	f.request = &req;
-	packed = pack(&f, &len);
-	body = frame_buf_alloc(len);
-	ck_assert_ptr_nonnull(body);
-	memcpy(body, packed, len);
-	d = frame_decode_owned(body, len);
-	ck_assert_ptr_nonnull(d);
+	d = owned_write(data, N, &layout, &body, &len);
 	ck_assert_ptr_nonnull(d->request->ops[0]->write->layout);
-	ck_assert_uint_eq(d->request->ops[0]->write->data.len, N);
 	/* Copied, so the body was not needed: the pool has it again. */
 	again = frame_buf_alloc(len);
 	ck_assert_ptr_eq(again, body);
@@ -754,9 +755,7 @@ START_TEST(owned_body_given_back_when_unused)
 			 0);
 	frame_buf_free(again);
 	frame_free(d);
-	frame_buf_trim();
-	frame_buf_trim();
-	free(packed);
+	pool_empty();
 	free(data);
 }
 END_TEST
