@@ -73,8 +73,29 @@ struct batch_op {
 		Gpucmd__OpUnloadModule unload_module;
 	} m;
 	Gpucmd__RegionRef ref;	/* write, read, create: a region range */
+	bool pooled;		/* from frame_buf_alloc (a large tail) */
 	/* extra bytes follow; the struct's size keeps them 8-byte aligned */
 };
+
+/*
+ * Ops with this much tail (an inline write's copy of its data) come from
+ * frame.c's pool of large buffers: a fresh 64 MiB block was zeroed and then
+ * faulted in page by page while the data was copied in.
+ */
+#define BATCH_POOLED_MIN (64u << 10)
+
+/* Free an op block from batch_push. */
+static void op_free(Gpucmd__Op *op)
+{
+	struct batch_op *o = (struct batch_op *)op;	/* op is its first member */
+
+	if (o == NULL)
+		return;
+	if (o->pooled)
+		frame_buf_free((uint8_t *)o);
+	else
+		free(o);
+}
 
 GPUCMD_EXTERN int gpucmd_batch_new(struct gpucmd_conn *conn, uint32_t stream,
 				   struct gpucmd_batch **out)
@@ -99,7 +120,7 @@ GPUCMD_EXTERN void gpucmd_batch_free(struct gpucmd_batch *b)
 		return;
 	/* Each op is one block starting with its Op (struct batch_op). */
 	for (size_t i = 0; i < b->req.n_ops; i++)
-		free(b->req.ops[i]);
+		op_free(b->req.ops[i]);
 	free(b->req.ops);
 	free(b->fds);
 	free(b);
@@ -143,9 +164,18 @@ static int batch_push(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
 		b->req.ops = ops;
 		b->cap = cap;
 	}
-	o = calloc(1, sizeof(*o) + extra);
-	if (o == NULL)
-		return -ENOMEM;
+	if (sizeof(*o) + extra >= BATCH_POOLED_MIN) {
+		/* Every user of a large tail writes all of it. */
+		o = (struct batch_op *)frame_buf_alloc(sizeof(*o) + extra);
+		if (o == NULL)
+			return -ENOMEM;
+		memset(o, 0, sizeof(*o));
+		o->pooled = true;
+	} else {
+		o = calloc(1, sizeof(*o) + extra);
+		if (o == NULL)
+			return -ENOMEM;
+	}
 	gpucmd__op__init(&o->op);
 	o->op.op_case = kind;
 	b->req.ops[b->req.n_ops++] = &o->op;
@@ -156,7 +186,7 @@ static int batch_push(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
 /* Undo the last batch_push (an op that turned out to be invalid). */
 static void batch_pop(struct gpucmd_batch *b)
 {
-	free(b->req.ops[--b->req.n_ops]);
+	op_free(b->req.ops[--b->req.n_ops]);
 }
 
 /* Copy len bytes of data to where (in an op's tail) and describe them. */

@@ -86,6 +86,9 @@ struct gpucmd_conn {
 /* Microseconds a wait watches the socket before it blocks (spin.h). */
 #define CONN_SPIN_US SPIN_DEFAULT_US
 
+/* Pooled frame buffers unused this long are freed (frame_buf_trim). */
+#define CONN_BUF_IDLE_NS (1000000000ull)
+
 /* Buffers larger than this are freed after their frame. */
 #define CONN_KEEP_BYTES (16u << 20)
 
@@ -313,10 +316,10 @@ static void trim_buffers(struct gpucmd_conn *c)
 	if (c->out.cap > CONN_KEEP_BYTES)
 		frame_pieces_free(&c->out);
 	/*
-	 * Large responses come from frame.c's pool (read_frame); its spares
-	 * go back once two frames passed without one taken.
+	 * Large responses and ops come from frame.c's pool (read_frame,
+	 * batch.c); its spares go back once none was taken for a second.
 	 */
-	frame_buf_trim();
+	frame_buf_trim(CONN_BUF_IDLE_NS);
 }
 
 static int write_frame(struct gpucmd_conn *c, const Gpucmd__Frame *f,

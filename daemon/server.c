@@ -47,6 +47,9 @@ struct outbox_msg {
  */
 #define SERVER_MSGS_PER_BATCH 2
 
+/* Large frame buffers unused this long are freed at the tick (frame.h). */
+#define SERVER_BUF_IDLE_NS (2000000000ull)
+
 /* Append m to the outbox; srv->lock held. */
 static void post_locked(struct server *srv, struct outbox_msg *m)
 {
@@ -632,7 +635,7 @@ static void on_tick(uv_timer_t *t)
 	if (sd_watchdog_usec() != 0)
 		sd_watchdog_ping();
 	/* Frame buffers kept for large transfers go back when unused. */
-	frame_buf_trim();
+	frame_buf_trim(SERVER_BUF_IDLE_NS);
 }
 
 int server_run(struct server *srv)

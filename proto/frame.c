@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpucmd.h"
 
@@ -721,8 +722,8 @@ void frame_pieces_free(struct frame_pieces *p)
  * of 64 MiB paid for 16384 page faults twice, and the socket itself was
  * four times faster than the daemon), so the last FRAME_BUF_SPARES large
  * buffers are kept for the next frames.  frame_buf_trim gives them back
- * once a tick passes without one being taken.  A small header before the
- * bytes holds the capacity.
+ * once none was taken or given back for a while.  A small header before the bytes holds
+ * the capacity.
  */
 #define FRAME_BUF_POOL_MIN (64u << 10)
 /* Larger ones (a max_frame_bytes raised past the default) are not kept. */
@@ -735,7 +736,15 @@ struct frame_buf {
 };
 
 static _Atomic(struct frame_buf *) buf_spare[FRAME_BUF_SPARES];
-static atomic_int buf_taken;
+static _Atomic uint64_t buf_used_ns;	/* CLOCK_MONOTONIC of the last take or put */
+
+static uint64_t buf_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static struct frame_buf *buf_of(uint8_t *p)
 {
@@ -744,6 +753,7 @@ static struct frame_buf *buf_of(uint8_t *p)
 
 static void spare_put(struct frame_buf *b)
 {
+	atomic_store_explicit(&buf_used_ns, buf_now_ns(), memory_order_relaxed);
 	for (int i = 0; i < FRAME_BUF_SPARES; i++) {
 		struct frame_buf *none = NULL;
 
@@ -766,7 +776,8 @@ uint8_t *frame_buf_alloc(size_t len)
 			}
 		}
 		if (b != NULL) {
-			atomic_store(&buf_taken, 1);
+			atomic_store_explicit(&buf_used_ns, buf_now_ns(),
+					      memory_order_relaxed);
 			return (uint8_t *)b->data;
 		}
 	}
@@ -792,9 +803,11 @@ void frame_buf_free(uint8_t *p)
 		free(b);
 }
 
-void frame_buf_trim(void)
+void frame_buf_trim(uint64_t idle_ns)
 {
-	if (atomic_exchange(&buf_taken, 0))
+	uint64_t last = atomic_load_explicit(&buf_used_ns, memory_order_relaxed);
+
+	if (idle_ns > 0 && buf_now_ns() - last < idle_ns)
 		return;
 	for (int i = 0; i < FRAME_BUF_SPARES; i++)
 		free(atomic_exchange(&buf_spare[i], NULL));

@@ -113,14 +113,15 @@ Gpucmd__Frame *frame_decode_fast(const uint8_t *body, size_t len);
 Gpucmd__Frame *frame_decode_owned(uint8_t *body, size_t len);
 
 /*
- * Buffers for whole frames (bodies read in one piece, encoded replies):
- * large ones are kept for the next frames instead of being faulted in
- * afresh.  frame_buf_trim, called now and then (the daemon's tick), gives
- * back the kept ones when none was taken since the last call.
+ * Buffers for whole frames (bodies read in one piece, encoded replies, a
+ * client's large ops): large ones are kept for the next frames instead of
+ * being faulted in afresh.  frame_buf_trim, called now and then (the
+ * daemon's tick, libgpucmd after its frames), gives back the kept ones
+ * when none was taken or given back in the last idle_ns (0: now).
  */
 uint8_t *frame_buf_alloc(size_t len);
 void frame_buf_free(uint8_t *buf);
-void frame_buf_trim(void);
+void frame_buf_trim(uint64_t idle_ns);
 /** Like frame_encode, into a frame_buf_alloc buffer. */
 int frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out, size_t *len);
 
