@@ -1378,13 +1378,16 @@ static void fast_keep_body(struct fast *fx)
 
 /*
  * The arena of a fast decode of n items (ops, results) of about per bytes
- * each, with the Frame first in it (frame_free finds it there); bytes
+ * each, with the Frame first in it (frame_free finds it there), the
+ * message of desc it carries (*msg) and the array of n items; bytes
  * fields need room too unless they stay in the body.  NULL: decline (more
  * items than the daemon's default max_ops_per_batch go to protobuf-c, and
  * the limit refuses them after; that also bounds the room asked for).
  */
 static Gpucmd__Frame *fast_frame_new(struct fast *fx, ProtobufCAllocator *alloc,
-				     size_t len, size_t n, size_t per)
+				     size_t len, size_t n, size_t per,
+				     const ProtobufCMessageDescriptor *desc,
+				     void **msg, void ***items)
 {
 	Gpucmd__Frame *f;
 
@@ -1397,6 +1400,13 @@ static Gpucmd__Frame *fast_frame_new(struct fast *fx, ProtobufCAllocator *alloc,
 	alloc->allocator_data = fx->arena;
 	f = fast_alloc(fx, sizeof(*f));	/* the arena has 1024 bytes at least */
 	*f = (Gpucmd__Frame)GPUCMD__FRAME__INIT;
+	*msg = fast_alloc(fx, desc->sizeof_message);
+	*items = n > 0 ? fast_alloc(fx, n * sizeof(void *)) : NULL;
+	if (*msg == NULL || (n > 0 && *items == NULL)) {
+		arena_destroy(fx->arena);
+		return NULL;
+	}
+	protobuf_c_message_init(desc, *msg);
 	return f;
 }
 
@@ -1418,6 +1428,7 @@ static Gpucmd__Frame *fast_request(const uint8_t *body, size_t len,
 	struct fast fx = { .alloc = &alloc, .owned = owned, .base = body };
 	Gpucmd__Frame *f;
 	Gpucmd__Request *r;
+	void *msg, **items;
 	size_t rlen, olen = 0, nops = 0, i = 0;
 	uint64_t tag, x;
 	bool have_id = false, have_stream = false;
@@ -1450,20 +1461,14 @@ static Gpucmd__Frame *fast_request(const uint8_t *body, size_t len,
 		}
 	}
 	/* Decoded structs take about ten times a small op's wire bytes. */
-	f = fast_frame_new(&fx, &alloc, len, nops, 320);
+	f = fast_frame_new(&fx, &alloc, len, nops, 320,
+			   &gpucmd__request__descriptor, &msg, &items);
 	if (f == NULL)
 		return NULL;
-	r = fast_alloc(&fx, sizeof(*r));
-	if (r == NULL)
-		goto decline;
-	*r = (Gpucmd__Request)GPUCMD__REQUEST__INIT;
+	r = msg;
+	r->ops = (Gpucmd__Op **)items;
 	f->msg_case = GPUCMD__FRAME__MSG_REQUEST;
 	f->request = r;
-	if (nops > 0) {
-		r->ops = fast_alloc(&fx, nops * sizeof(*r->ops));
-		if (r->ops == NULL)
-			goto decline;
-	}
 	/* Second pass: the same fields, now stored. */
 	for (p = req; p < reqend;) {
 		(void)fast_tag(&p, reqend, &tag);
@@ -1558,6 +1563,7 @@ static Gpucmd__Frame *fast_response(const uint8_t *body, size_t len,
 	struct fast fx = { .alloc = &alloc, .owned = owned, .base = body };
 	Gpucmd__Frame *f;
 	Gpucmd__Response *r;
+	void *msg, **items;
 	size_t rlen, dlen = 0, n = 0, i = 0;
 	unsigned seen = 0;
 	uint64_t tag, x;
@@ -1591,20 +1597,14 @@ static Gpucmd__Frame *fast_response(const uint8_t *body, size_t len,
 			return NULL;
 		}
 	}
-	f = fast_frame_new(&fx, &alloc, len, n, 64);
+	f = fast_frame_new(&fx, &alloc, len, n, 64,
+			   &gpucmd__response__descriptor, &msg, &items);
 	if (f == NULL)
 		return NULL;
-	r = fast_alloc(&fx, sizeof(*r));
-	if (r == NULL)
-		goto decline;
-	*r = (Gpucmd__Response)GPUCMD__RESPONSE__INIT;
+	r = msg;
+	r->results = (Gpucmd__OpResult **)items;
 	f->msg_case = GPUCMD__FRAME__MSG_RESPONSE;
 	f->response = r;
-	if (n > 0) {
-		r->results = fast_alloc(&fx, n * sizeof(*r->results));
-		if (r->results == NULL)
-			goto decline;
-	}
 	for (p = resp; p < rend;) {
 		(void)fast_tag(&p, rend, &tag);
 		if (tag == ((1 << 3) | 0)) {
