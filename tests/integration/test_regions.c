@@ -203,6 +203,38 @@ static void empty_write(struct empty_write *ew, uint64_t handle,
 	ew->o_write.write = &ew->write;
 }
 
+/*
+ * The built-in spin kernel for usec, grid and block 1, as an Op whose
+ * messages live in the caller's struct (which must outlive the request).
+ */
+struct spin_op {
+	Gpucmd__OpKernel k;
+	Gpucmd__KernelArg a, *args[1];
+	uint32_t one[1];
+	Gpucmd__Op o;
+};
+
+static Gpucmd__Op *spin_op(struct spin_op *sp, uint32_t usec)
+{
+	gpucmd__kernel_arg__init(&sp->a);
+	sp->a.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
+	sp->a.u32 = usec;
+	sp->args[0] = &sp->a;
+	sp->one[0] = 1;
+	gpucmd__op_kernel__init(&sp->k);
+	sp->k.name = "spin";
+	sp->k.n_grid = 1;
+	sp->k.grid = sp->one;
+	sp->k.n_block = 1;
+	sp->k.block = sp->one;
+	sp->k.n_args = 1;
+	sp->k.args = sp->args;
+	gpucmd__op__init(&sp->o);
+	sp->o.op_case = GPUCMD__OP__OP_KERNEL;
+	sp->o.kernel = &sp->k;
+	return &sp->o;
+}
+
 START_TEST(write_from_and_read_into_a_region)
 {
 	enum { SIZE = 1 << 20 };
@@ -342,29 +374,15 @@ START_TEST(client_dies_with_region_and_copy_in_flight)
 		struct raw c = raw_open();
 		int fd = sealed_memfd(1 << 22, true);
 		struct empty_write ew;
-		Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
-		Gpucmd__KernelArg a = GPUCMD__KERNEL_ARG__INIT, *args[1] = { &a };
-		uint32_t one[1] = { 1 };
-		Gpucmd__Op o_k = GPUCMD__OP__INIT;
+		struct spin_op sp;
 		Gpucmd__Op *ops[4];
 		Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 		Gpucmd__Request req = GPUCMD__REQUEST__INIT;
 
-		a.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
-		a.u32 = 300000;
-		k.name = "spin";
-		k.n_grid = 1;
-		k.grid = one;
-		k.n_block = 1;
-		k.block = one;
-		k.n_args = 1;
-		k.args = args;
-		o_k.op_case = GPUCMD__OP__OP_KERNEL;
-		o_k.kernel = &k;
 		empty_write(&ew, 1, 1 << 22, 0, 1, 0, 1 << 22);
 		ops[0] = attach(1, 1 << 22);
 		ops[1] = &ew.o_empty;
-		ops[2] = &o_k;
+		ops[2] = spin_op(&sp, 300000);
 		ops[3] = &ew.o_write;
 		req.id = 1;
 		req.n_ops = 4;
@@ -653,23 +671,10 @@ static void sync_on(struct raw *c, uint32_t stream)
 /* The spin kernel for usec on stream (answered before it is done). */
 static void spin_on(struct raw *c, uint32_t stream, uint32_t usec)
 {
-	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
-	Gpucmd__KernelArg a = GPUCMD__KERNEL_ARG__INIT, *args[1] = { &a };
-	uint32_t one[1] = { 1 };
-	Gpucmd__Op o = GPUCMD__OP__INIT, *ops[1] = { &o };
+	struct spin_op sp;
+	Gpucmd__Op *ops[1] = { spin_op(&sp, usec) };
 	Gpucmd__Frame *r;
 
-	a.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
-	a.u32 = usec;
-	k.name = "spin";
-	k.n_grid = 1;
-	k.grid = one;
-	k.n_block = 1;
-	k.block = one;
-	k.n_args = 1;
-	k.args = args;
-	o.op_case = GPUCMD__OP__OP_KERNEL;
-	o.kernel = &k;
 	r = run_ops_on(c, stream, ops, 1, NULL, 0);
 	ck_assert_msg(r->response->error == NULL, "spin: %s",
 		      r->response->error ? r->response->error->message : "");
