@@ -123,6 +123,8 @@ int server_reserve_replies(struct server *srv, struct session *s)
 		m->next = got;
 		got = m;
 	}
+	if (got == NULL)
+		return 0;
 	pthread_mutex_lock(&srv->lock);
 	while (got != NULL) {
 		struct outbox_msg *m = got;
