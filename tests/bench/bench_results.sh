@@ -3,10 +3,10 @@
 #
 #   sh tests/bench/bench_results.sh [--quick] [--from FILE.json] [OUTPUT]
 #
-# Runs $BUILD/gpucmd-bench (BUILD=build by default) with --json, or reads a
-# JSON file it wrote before (--from), and writes OUTPUT (default
-# BENCHMARKS.md in the repository root): the machine, the command, the date,
-# the table and the notes.  The hand-written section between the markers
+# Rebuilds and runs $BUILD/gpucmd-bench (BUILD=build by default) with
+# --json, or reads a JSON file it wrote before (--from), and writes OUTPUT
+# (default BENCHMARKS.md in the repository root): the machine, the command,
+# the date, the table and the notes.  The hand-written section between the markers
 #   <!-- kept: start -->  and  <!-- kept: end -->
 # (the profile: where the time goes) is carried over from the old OUTPUT
 # unchanged, so rerunning the bench never loses it.
@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) mode="--quick" ;;
 	--from) shift; from=$1 ;;
-	-h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "bench_results.sh: unknown option $1" >&2; exit 2 ;;
 	*) out=$1 ;;
 	esac
@@ -41,8 +41,11 @@ json="$tmp/bench.json"
 if [ -n "$from" ]; then
 	cp "$from" "$json"
 else
-	if [ ! -x "$bench" ]; then
-		echo "bench_results.sh: $bench is missing: run make $BUILD/gpucmd-bench" >&2
+	# The bench links libgpucmd statically and `make` alone does not
+	# build it: rebuild it first, or the table measures an old client.
+	if ! make -C "$root" --no-print-directory BUILD="$BUILD" \
+		"$BUILD/gpucmd-bench" "$BUILD/gpucmdd" >&2; then
+		echo "bench_results.sh: cannot build $bench" >&2
 		exit 1
 	fi
 	# shellcheck disable=SC2086  # mode is empty or one word
