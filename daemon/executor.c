@@ -133,11 +133,86 @@ static int open_backend(struct executor *ex, char *why, size_t why_len)
 
 /* ---- replies ------------------------------------------------------------- */
 
+/*
+ * Below this much inline read data a reply is packed flat: one buffer, one
+ * write, and the copy is cheaper than the pieces' bookkeeping.
+ */
+#define REPLY_PIECES_MIN FRAME_PIECES_FLAT_MAX
+
+struct reply_pieces {
+	struct frame_pieces frame;
+	struct command_ctx *ctx;	/* the pinned pool the reads came from */
+	struct host_bytes *reads;	/* the batch's, per op */
+	size_t nreads;
+};
+
+const struct frame_pieces *reply_pieces_frame(const struct reply_pieces *rp)
+{
+	return &rp->frame;
+}
+
+void reply_pieces_free(struct reply_pieces *rp)
+{
+	if (rp == NULL)
+		return;
+	for (size_t i = 0; i < rp->nreads; i++)
+		if (rp->reads[i].data != NULL)
+			command_free_cpu(rp->ctx, &rp->reads[i]);
+	free(rp->reads);
+	frame_pieces_free(&rp->frame);
+	free(rp);
+}
+
+/* Only read data lives on past the batch: nothing else is referenced. */
+static bool read_may_ref(const uint8_t *data, size_t len, void *arg)
+{
+	const struct reply_pieces *rp = arg;
+
+	for (size_t i = 0; i < rp->nreads; i++) {
+		const uint8_t *d = rp->reads[i].data;
+
+		if (d != NULL && data >= d && len <= rp->reads[i].len &&
+		    (size_t)(data - d) <= rp->reads[i].len - len)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The response in pieces, taking the batch's read data over; NULL when the
+ * reads are small or the pieces cannot be made (the flat path answers).
+ */
+static struct reply_pieces *encode_pieces(struct executor *ex,
+					  struct batch *b,
+					  const Gpucmd__Frame *frame)
+{
+	struct reply_pieces *rp;
+
+	if (b->reply_bytes < REPLY_PIECES_MIN || b->reads == NULL)
+		return NULL;
+	rp = calloc(1, sizeof(*rp));
+	if (rp == NULL)
+		return NULL;
+	rp->ctx = &ex->cmd;
+	rp->reads = b->reads;
+	rp->nreads = b->req->n_ops;
+	rp->frame.may_ref = read_may_ref;
+	rp->frame.may_ref_arg = rp;
+	if (frame_pieces_encode(&rp->frame, frame) != 0) {
+		frame_pieces_free(&rp->frame);
+		free(rp);
+		return NULL;
+	}
+	b->reads = NULL;
+	return rp;
+}
+
 static void send_reply(struct executor *ex, struct batch *b, bool completed)
 {
 	Gpucmd__Frame frame = GPUCMD__FRAME__INIT;
 	Gpucmd__Response resp = GPUCMD__RESPONSE__INIT;
 	Gpucmd__Error err = GPUCMD__ERROR__INIT;
+	struct reply_pieces *pieces;
 	uint8_t *buf = NULL;
 	size_t len = 0;
 	int rc;
@@ -153,6 +228,13 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed)
 	}
 	frame.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
 	frame.response = &resp;
+	pieces = encode_pieces(ex, b, &frame);
+	if (pieces != NULL) {
+		b->replied = true;
+		ex->cb.reply(b->conn->conn, NULL, 0, pieces, completed,
+			     ex->cb.arg);
+		return;
+	}
 	rc = frame_encode_buf(&frame, &buf, &len);
 	if (rc != 0) {
 		/* Results too large for a frame: answer with the reason. */
@@ -173,7 +255,7 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed)
 		len = 0;
 	}
 	b->replied = true;
-	ex->cb.reply(b->conn->conn, buf, len, completed, ex->cb.arg);
+	ex->cb.reply(b->conn->conn, buf, len, NULL, completed, ex->cb.arg);
 }
 
 /* What the batch's load_module ops did not file in the cache. */
@@ -293,7 +375,7 @@ static void finish_batch(struct executor *ex, struct batch *b)
 		finish_profiles(ex, b);
 		send_reply(ex, b, true);
 	} else {
-		ex->cb.reply(b->conn->conn, NULL, 0, true, ex->cb.arg);
+		ex->cb.reply(b->conn->conn, NULL, 0, NULL, true, ex->cb.arg);
 	}
 	streams_flush_drops(b->conn->set);
 	free_batch(ex, b);

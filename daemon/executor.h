@@ -32,15 +32,29 @@ struct module_compiled;
 struct service;
 struct stream_set;
 
+/*
+ * A response with large inline read data, in pieces: the header and the
+ * small fields in a buffer of their own, the read data written (writev)
+ * from the staging memory the device copied it into, instead of being
+ * copied once more into a flat frame.  Whoever holds it frees it once it is
+ * written or dropped, from any thread: that gives the staging back.
+ */
+struct reply_pieces;
+struct frame_pieces;
+
+const struct frame_pieces *reply_pieces_frame(const struct reply_pieces *rp);
+void reply_pieces_free(struct reply_pieces *rp);
+
 /* How the executor talks back to the loop (called on the device thread). */
 struct executor_callbacks {
 	/*
-	 * A response frame for conn (ownership of buf, from frame_buf_alloc,
-	 * passes: free it with frame_buf_free), and/or
-	 * completed=true when one of conn's batches finished.
+	 * A response frame for conn, flat (buf from frame_buf_alloc: free it
+	 * with frame_buf_free) or in pieces (buf NULL, pieces set: free it
+	 * with reply_pieces_free); ownership passes.  And/or completed=true
+	 * when one of conn's batches finished.
 	 */
-	void (*reply)(void *conn, uint8_t *buf, size_t len, bool completed,
-		      void *arg);
+	void (*reply)(void *conn, uint8_t *buf, size_t len,
+		      struct reply_pieces *pieces, bool completed, void *arg);
 	/* conn's device state is gone: the loop may free conn. */
 	void (*closed)(void *conn, void *arg);
 	/*

@@ -27,6 +27,7 @@ struct outbox_msg {
 	struct session *session;
 	uint8_t *buf;
 	size_t len;
+	struct reply_pieces *pieces;
 	bool completed;
 	bool closed;
 	struct outbox_msg *next;
@@ -60,7 +61,8 @@ static void post_locked(struct server *srv, struct outbox_msg *m)
 }
 
 static void on_exec_reply(void *conn, uint8_t *buf, size_t len,
-			  bool completed, void *arg)
+			  struct reply_pieces *pieces, bool completed,
+			  void *arg)
 {
 	struct server *srv = arg;
 	struct session *s = conn;
@@ -75,6 +77,7 @@ static void on_exec_reply(void *conn, uint8_t *buf, size_t len,
 	m->session = s;
 	m->buf = buf;
 	m->len = len;
+	m->pieces = pieces;
 	m->completed = completed;
 	m->closed = false;
 	post_locked(srv, m);
@@ -210,7 +213,7 @@ static void on_wakeup(uv_async_t *async)
 			struct session *s = m->session;
 			bool completed = m->completed;
 
-			session_reply(s, m->buf, m->len, completed);
+			session_reply(s, m->buf, m->len, m->pieces, completed);
 			/*
 			 * Back among the session's spares, for its next batch
 			 * (the device thread may take it at once: m is not

@@ -28,7 +28,8 @@
 struct write_req {
 	uv_write_t req;
 	struct session *s;
-	uint8_t *buf;
+	uint8_t *buf;			/* a flat frame, or */
+	struct reply_pieces *pieces;	/* a reply in pieces */
 };
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
@@ -37,27 +38,36 @@ static void parse_frames(struct session *s);
 
 /* ---- writing ------------------------------------------------------------- */
 
+static void drop_reply(uint8_t *buf, struct reply_pieces *pieces)
+{
+	frame_buf_free(buf);
+	reply_pieces_free(pieces);
+}
+
 static void on_write(uv_write_t *req, int status)
 {
 	struct write_req *w = (struct write_req *)req;
 	struct session *s = w->s;
 
-	frame_buf_free(w->buf);
+	drop_reply(w->buf, w->pieces);
 	free(w);
 	if (status < 0 && status != UV_ECANCELED && s->state != SESSION_CLOSING)
 		session_close(s, uv_strerror(status));
 }
 
-/* Queue buf (ownership passes) for the client. */
-static void send_buf(struct session *s, uint8_t *buf, size_t len)
+/*
+ * Queue the n bufs of one frame (total bytes) for the client; buf or
+ * pieces holds their bytes, and ownership passes.
+ */
+static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
+		      size_t total, uint8_t *buf, struct reply_pieces *pieces)
 {
 	struct write_req *w;
 	size_t queued_before, sent;
-	uv_buf_t b;
 	int rc;
 
 	if (s->handle_closed) {
-		frame_buf_free(buf);
+		drop_reply(buf, pieces);
 		return;
 	}
 	/*
@@ -66,31 +76,34 @@ static void send_buf(struct session *s, uint8_t *buf, size_t len)
 	 * libuv drains it, an epoll_ctl (a tenth of a ping's round trip).
 	 * uv_try_write refuses while anything is queued, so order is kept.
 	 */
-	rc = uv_try_write((uv_stream_t *)&s->pipe,
-			  &(uv_buf_t){ .base = (char *)buf, .len = len }, 1);
-	if (rc == (int)len) {
-		frame_buf_free(buf);
+	rc = uv_try_write((uv_stream_t *)&s->pipe, bufs, n);
+	if (rc >= 0 && (size_t)rc == total) {
+		drop_reply(buf, pieces);
 		return;
 	}
 	if (rc < 0 && rc != UV_EAGAIN) {
-		frame_buf_free(buf);
+		drop_reply(buf, pieces);
 		session_close(s, uv_strerror(rc));
 		return;
 	}
-	sent = rc > 0 ? (size_t)rc : 0;
+	/* The rest goes through uv_write (which copies the bufs array). */
+	for (sent = rc > 0 ? (size_t)rc : 0; sent >= bufs->len; n--, bufs++)
+		sent -= bufs->len;
+	bufs->base += sent;
+	bufs->len -= sent;
 	w = malloc(sizeof(*w));
 	if (w == NULL) {
-		frame_buf_free(buf);
+		drop_reply(buf, pieces);
 		session_close(s, "out of memory queueing a reply");
 		return;
 	}
 	w->s = s;
 	w->buf = buf;
-	b = uv_buf_init((char *)buf + sent, (unsigned int)(len - sent));
+	w->pieces = pieces;
 	queued_before = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
-	rc = uv_write(&w->req, (uv_stream_t *)&s->pipe, &b, 1, on_write);
+	rc = uv_write(&w->req, (uv_stream_t *)&s->pipe, bufs, n, on_write);
 	if (rc != 0) {
-		frame_buf_free(buf);
+		drop_reply(buf, pieces);
 		free(w);
 		session_close(s, uv_strerror(rc));
 		return;
@@ -115,6 +128,36 @@ static void send_buf(struct session *s, uint8_t *buf, size_t len)
 				 s->server->cfg.limits.max_pending_bytes);
 		session_close(s, why);
 	}
+}
+
+/* Queue buf, a whole frame of len bytes (ownership passes). */
+static void send_buf(struct session *s, uint8_t *buf, size_t len)
+{
+	uv_buf_t b = uv_buf_init((char *)buf, (unsigned int)len);
+
+	send_bufs(s, &b, 1, len, buf, NULL);
+}
+
+/* Queue a reply in pieces (ownership passes). */
+static void send_pieces(struct session *s, struct reply_pieces *pieces)
+{
+	const struct frame_pieces *fp = reply_pieces_frame(pieces);
+	uv_buf_t few[8], *bufs = few;
+
+	if (fp->n > sizeof(few) / sizeof(few[0])) {
+		bufs = malloc(fp->n * sizeof(*bufs));
+		if (bufs == NULL) {
+			reply_pieces_free(pieces);
+			session_close(s, "out of memory queueing a reply");
+			return;
+		}
+	}
+	for (size_t i = 0; i < fp->n; i++)
+		bufs[i] = uv_buf_init((char *)frame_piece_data(fp, i),
+				      (unsigned int)fp->v[i].len);
+	send_bufs(s, bufs, (unsigned)fp->n, fp->total, NULL, pieces);
+	if (bufs != few)
+		free(bufs);
 }
 
 static void send_frame(struct session *s, const Gpucmd__Frame *f)
@@ -261,14 +304,14 @@ void session_drain(struct session *s)
 }
 
 void session_reply(struct session *s, uint8_t *buf, size_t len,
-		   bool completed)
+		   struct reply_pieces *pieces, bool completed)
 {
-	if (buf != NULL) {
-		if (s->state == SESSION_CLOSING)
-			frame_buf_free(buf);
-		else
-			send_buf(s, buf, len);
-	}
+	if (s->state == SESSION_CLOSING)
+		drop_reply(buf, pieces);
+	else if (pieces != NULL)
+		send_pieces(s, pieces);
+	else if (buf != NULL)
+		send_buf(s, buf, len);
 	if (!completed)
 		return;
 	s->in_flight--;

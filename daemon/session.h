@@ -100,9 +100,12 @@ void session_close(struct session *s, const char *why);
  * then close.
  */
 void session_drain(struct session *s);
-/** A response (or completion) from the executor arrived for s. */
+/**
+ * A response (flat buf, or pieces; ownership passes) and/or a completion
+ * from the executor arrived for s.
+ */
 void session_reply(struct session *s, uint8_t *buf, size_t len,
-		   bool completed);
+		   struct reply_pieces *pieces, bool completed);
 /**
  * Root, the daemon's own uid, and members of admin_group may see every
  * service and act on others.

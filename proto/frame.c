@@ -345,7 +345,8 @@ static void pieces_append(ProtobufCBuffer *buffer, size_t len,
 
 	if (p->err != 0 || len == 0)
 		return;
-	if (len >= FRAME_PIECE_REF_MIN) {
+	if (len >= FRAME_PIECE_REF_MIN &&
+	    (p->may_ref == NULL || p->may_ref(data, len, p->may_ref_arg))) {
 		if (pieces_push(p, data, 0, len) != 0)
 			p->err = -ENOMEM;
 		return;
@@ -599,7 +600,8 @@ static int pieces_fast(struct frame_pieces *pc, const Gpucmd__Frame *f)
 	uint8_t *p;
 	bool refs;
 
-	if (f->msg_case != GPUCMD__FRAME__MSG_REQUEST ||
+	/* A caller choosing what is referenced gets protobuf-c's path. */
+	if (f->msg_case != GPUCMD__FRAME__MSG_REQUEST || pc->may_ref != NULL ||
 	    f->base.n_unknown_fields != 0 || r->base.n_unknown_fields != 0)
 		return 1;
 	req = u64_field(r->id) + u64_field(r->stream);

@@ -84,6 +84,12 @@ struct frame_pieces {
 	size_t vcap;
 	size_t total;		/* header + body */
 	int err;
+	/*
+	 * When set, a large byte field is referenced only where may_ref
+	 * answers true (bytes known to outlive the write), else copied.
+	 */
+	bool (*may_ref)(const uint8_t *data, size_t len, void *arg);
+	void *may_ref_arg;
 };
 
 /** Encode f into p (header included).  0 or a negative code. */

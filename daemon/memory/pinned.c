@@ -3,6 +3,7 @@
  */
 #include "memory/pinned.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -10,6 +11,11 @@
 #include "gpucmd.h"
 
 struct pinned_pool {
+	/*
+	 * The device thread reserves; a reply written from its staging
+	 * releases on the loop thread (executor.c's reply_pieces).
+	 */
+	pthread_mutex_t lock;
 	struct driver *driver;
 	struct memory_manager *mm;
 	uint64_t budget;
@@ -78,6 +84,7 @@ int pinned_pool_create(struct driver *d, uint64_t budget,
 		free(p);
 		return rc;
 	}
+	pthread_mutex_init(&p->lock, NULL);
 	*out = p;
 	return 0;
 }
@@ -87,6 +94,7 @@ void pinned_pool_destroy(struct pinned_pool *p)
 	if (p == NULL)
 		return;
 	memory_manager_destroy(p->mm);
+	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
 
@@ -98,12 +106,14 @@ int pinned_pool_reserve(struct pinned_pool *p, size_t size, void **ptr,
 
 	if (size > PINNED_MAX_REQUEST)
 		return GPUCMD_ENOMEM;
+	pthread_mutex_lock(&p->lock);
 	rc = memory_manager_reserve(p->mm, size, &a);
 	if (rc != 0) {
 		/* Free pages may make room: one cleanup, one retry. */
 		memory_manager_cleanup(p->mm, true);
 		rc = memory_manager_reserve(p->mm, size, &a);
 	}
+	pthread_mutex_unlock(&p->lock);
 	if (rc != 0)
 		return GPUCMD_ENOMEM;
 	*ptr = (void *)(uintptr_t)a.ptr;
@@ -113,10 +123,14 @@ int pinned_pool_reserve(struct pinned_pool *p, size_t size, void **ptr,
 
 void pinned_pool_release(struct pinned_pool *p, struct memory_slice *slice)
 {
+	pthread_mutex_lock(&p->lock);
 	memory_manager_release(p->mm, slice);
+	pthread_mutex_unlock(&p->lock);
 }
 
-void pinned_pool_usage(const struct pinned_pool *p, struct memory_usage *out)
+void pinned_pool_usage(struct pinned_pool *p, struct memory_usage *out)
 {
+	pthread_mutex_lock(&p->lock);
 	memory_manager_usage(p->mm, out);
+	pthread_mutex_unlock(&p->lock);
 }

@@ -7,7 +7,10 @@
  * answers).  Inside, it is a memory manager (sub-slices) over the driver's
  * pinned allocations, so small buffers share pages.
  *
- * Owner: the executor (one per daemon).  Thread: the device thread.
+ * Owner: the executor (one per daemon).  Thread: the device thread, except
+ * that release and usage may come from any thread (a reply is written from
+ * its read staging by the loop, which gives the staging back): a mutex
+ * guards the pool, and release never calls the driver.
  */
 #pragma once
 
@@ -33,4 +36,4 @@ int pinned_pool_reserve(struct pinned_pool *p, size_t size, void **ptr,
 /** Give a reservation back. */
 void pinned_pool_release(struct pinned_pool *p, struct memory_slice *slice);
 /** The pool's usage. */
-void pinned_pool_usage(const struct pinned_pool *p, struct memory_usage *out);
+void pinned_pool_usage(struct pinned_pool *p, struct memory_usage *out);

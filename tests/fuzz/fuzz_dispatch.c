@@ -128,12 +128,33 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static uint64_t next_conn_id;
 
-static void on_reply(void *conn, uint8_t *buf, size_t len, bool completed,
-		     void *arg)
+/* A reply in pieces, made one flat frame (its staging freed). */
+static uint8_t *flatten(struct reply_pieces *pieces, size_t *len)
+{
+	const struct frame_pieces *fp = reply_pieces_frame(pieces);
+	uint8_t *buf = frame_buf_alloc(fp->total), *at = buf;
+
+	expect(buf != NULL);
+	for (size_t i = 0; i < fp->n; i++) {
+		memcpy(at, frame_piece_data(fp, i), fp->v[i].len);
+		at += fp->v[i].len;
+	}
+	expect((size_t)(at - buf) == fp->total);
+	*len = fp->total;
+	reply_pieces_free(pieces);
+	return buf;
+}
+
+static void on_reply(void *conn, uint8_t *buf, size_t len,
+		     struct reply_pieces *pieces, bool completed, void *arg)
 {
 	struct fconn *c = conn;
 
 	(void)arg;
+	if (pieces != NULL) {
+		expectf(buf == NULL, "a reply both flat and in pieces");
+		buf = flatten(pieces, &len);
+	}
 	pthread_mutex_lock(&lock);
 	expectf(!c->closed, "a reply after the closed callback");
 	if (buf != NULL) {

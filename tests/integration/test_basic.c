@@ -118,6 +118,115 @@ START_TEST(large_inline_data_round_trips)
 }
 END_TEST
 
+/* Bytes of the daemon's pinned pool in use, from the memory report. */
+static uint64_t pinned_in_use(struct gpucmd_conn *c)
+{
+	struct gpucmd_report *rep = NULL;
+	uint64_t v;
+
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	ck_assert_int_eq(rep->has_pinned_host, 1);
+	v = rep->pinned_host.bytes_in_use;
+	gpucmd_report_free(rep);
+	return v;
+}
+
+/* Wait (up to 5 s) until the pinned pool is unused again; its last value. */
+static uint64_t pinned_settles(struct gpucmd_conn *c)
+{
+	uint64_t v = pinned_in_use(c);
+
+	for (int i = 0; v != 0 && i < 500; i++) {
+		usleep(10000);
+		v = pinned_in_use(c);
+	}
+	return v;
+}
+
+/* A handle of len bytes on c, filled with a pattern seeded by seed. */
+static uint8_t *fill_handle(struct gpucmd_conn *c, uint64_t h, size_t len,
+			    unsigned seed)
+{
+	uint8_t *src = malloc(len);
+	struct gpucmd_batch *b;
+
+	ck_assert_ptr_nonnull(src);
+	for (size_t i = 0; i < len; i++)
+		src[i] = (uint8_t)(i * 131 + (i >> 12) + seed);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, h, src, len), 0);
+	gpucmd_response_free(run_ok(b));
+	return src;
+}
+
+/*
+ * Large read data is written to the client from the daemon's staging,
+ * without a copy into the frame (executor.c's reply_pieces): a client
+ * that reads its reply late still gets every byte, the staging is held
+ * meanwhile and given back once the reply is written, and a client that
+ * dies with such a reply unread leaves nothing held.
+ */
+START_TEST(large_read_reply_from_staging)
+{
+	enum { BIG = 16 << 20 };
+	struct gpucmd_conn *c = connect_as("basic");
+	struct gpucmd_conn *watch = connect_as("watch");
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	const void *data;
+	uint8_t *src = fill_handle(c, 1, BIG, 0);
+	uint64_t id, held;
+	size_t len;
+	pid_t pid;
+	int st;
+
+	ck_assert_uint_eq(pinned_settles(watch), 0);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, BIG), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 4096, 8192), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	/* The reply cannot fit the socket: its staging waits with it. */
+	usleep(200000);
+	held = pinned_in_use(watch);
+	ck_assert_msg(held >= (uint64_t)BIG, "pinned in use %llu while a %d-byte "
+		      "reply waits", (unsigned long long)held, BIG);
+	ck_assert_int_eq(gpucmd_wait(c, id, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
+	ck_assert_uint_eq(len, BIG);
+	ck_assert_int_eq(memcmp(data, src, BIG), 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+	ck_assert_uint_eq(len, 8192);
+	ck_assert_int_eq(memcmp(data, src + 4096, 8192), 0);
+	gpucmd_response_free(r);
+	ck_assert_uint_eq(pinned_settles(watch), 0);
+
+	/* A client that leaves with its reply unread. */
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct gpucmd_conn *k = NULL;
+		struct gpucmd_batch *kb;
+
+		if (gpucmd_connect(the_daemon.sock, "quitter", &k, NULL, 0) != 0 ||
+		    gpucmd_batch_new(k, 0, &kb) != 0 ||
+		    gpucmd_batch_empty(kb, 1, BIG) != 0 ||
+		    gpucmd_batch_read(kb, 1, 0, BIG) != 0 ||
+		    gpucmd_submit(kb, &id) != 0)
+			_exit(1);
+		usleep(200000);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d", st);
+	ck_assert_uint_eq(pinned_settles(watch), 0);
+	ck_assert_uint_eq(report_totals(watch).bytes_in_use, BIG);
+	free(src);
+	gpucmd_close(watch);
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(every_builtin)
 {
 	struct gpucmd_conn *c = connect_as("basic");
@@ -391,6 +500,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, fill_and_read_back);
 	tcase_add_test(tc, write_offset_and_create);
 	tcase_add_test(tc, large_inline_data_round_trips);
+	tcase_add_test(tc, large_read_reply_from_staging);
 	tcase_add_test(tc, every_builtin);
 	tcase_add_test(tc, client_errors);
 	tcase_add_test(tc, release_returns_usage);

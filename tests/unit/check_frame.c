@@ -873,6 +873,68 @@ START_TEST(large_request_references_its_data)
 }
 END_TEST
 
+/* may_ref's test: only bytes inside the range at arg are referenced. */
+static bool inside(const uint8_t *data, size_t len, void *arg)
+{
+	const ProtobufCBinaryData *ok = arg;
+
+	return data >= ok->data && len <= ok->len &&
+	       (size_t)(data - ok->data) <= ok->len - len;
+}
+
+/*
+ * A response over FRAME_PIECES_FLAT_MAX with a caller's may_ref (the
+ * daemon's reply from read staging): the large data may_ref accepts is
+ * referenced, the large data it refuses is copied, and the bytes are
+ * protobuf-c's.
+ */
+START_TEST(large_response_references_what_may_ref_allows)
+{
+	enum { BIG = 300 << 10, OTHER = 8192 };
+	static uint8_t big[BIG], other[OTHER];
+	ProtobufCBinaryData allowed = { BIG, big };
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Response resp = GPUCMD__RESPONSE__INIT;
+	Gpucmd__OpResult res[3], *ptrs[3];
+	struct frame_pieces pc = { 0 };
+	bool saw_big = false;
+
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 7 + (i >> 9));
+	memset(other, 3, sizeof(other));
+	for (int i = 0; i < 3; i++) {
+		res[i] = (Gpucmd__OpResult)GPUCMD__OP_RESULT__INIT;
+		res[i].result_case = GPUCMD__OP_RESULT__RESULT_DATA;
+		ptrs[i] = &res[i];
+	}
+	res[0].data = (ProtobufCBinaryData){ OTHER, other };
+	res[1].data = (ProtobufCBinaryData){ BIG - 100, big + 100 };
+	res[2].data = (ProtobufCBinaryData){ 10, big };
+	resp.id = 77;
+	resp.n_results = 3;
+	resp.results = ptrs;
+	f.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
+	f.response = &resp;
+	pc.may_ref = inside;
+	pc.may_ref_arg = &allowed;
+	pieces_agree(&pc, &f, "large response");
+	for (size_t i = 0; i < pc.n; i++) {
+		saw_big |= pc.v[i].ext == big + 100 && pc.v[i].len == BIG - 100;
+		ck_assert_msg(pc.v[i].ext != other,
+			      "data may_ref refused was referenced");
+	}
+	ck_assert(saw_big);
+	/* Without may_ref every large field is referenced. */
+	pc.may_ref = NULL;
+	pieces_agree(&pc, &f, "large response, no may_ref");
+	saw_big = false;
+	for (size_t i = 0; i < pc.n; i++)
+		saw_big |= pc.v[i].ext == other;
+	ck_assert(saw_big);
+	frame_pieces_free(&pc);
+}
+END_TEST
+
 static Suite *frame_suite(void)
 {
 	Suite *s = suite_create("frame");
@@ -893,6 +955,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(tc, responses_encode_as_protobuf_c_does);
 	tcase_add_test(tc, requests_encode_as_protobuf_c_does);
 	tcase_add_test(tc, large_request_references_its_data);
+	tcase_add_test(tc, large_response_references_what_may_ref_allows);
 	suite_add_tcase(s, tc);
 	return s;
 }
