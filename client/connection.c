@@ -369,8 +369,12 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us)
 	 * the answer to a read of nearly that many bytes is a few bytes longer.
 	 * The daemon is trusted; the ceiling only stops a runaway length.
 	 */
-	if (c->rhead == c->rtail)
-		spin_readable(c->fd, spin_us);
+	if (c->rhead == c->rtail) {
+		ssize_t n = spin_recv(c->fd, c->rbuf, sizeof(c->rbuf), spin_us);
+
+		c->rhead = 0;
+		c->rtail = n > 0 ? (size_t)n : 0;
+	}
 	r = read_frame(c, FRAME_MAX_BODY, &f, NULL, 0);
 	trim_buffers(c);
 	if (r < 0)

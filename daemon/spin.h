@@ -15,7 +15,7 @@
  * then sleeps and costs nothing.  spin_us = 0 turns it off.
  *
  * Header only, and shared: libgpucmd watches its socket the same way
- * (spin_readable, $GPUCMD_SPIN_US), and so does the bench's echo floor.
+ * (spin_recv, $GPUCMD_SPIN_US), and so does the bench's echo floor.
  */
 #pragma once
 
@@ -120,22 +120,28 @@ static inline bool spin_wait(atomic_uint *word, unsigned us)
 /*
  * Watch socket fd for up to us microseconds before a blocking read, with
  * the same give-way rule: an answer that comes within that time finds the
- * thread awake.  Returns when bytes (or an error, or EOF) wait, or not.
+ * thread awake.  Each look is the read itself (MSG_DONTWAIT), not a peek
+ * followed by a read: one system call fewer a round trip.  Returns the
+ * bytes read into buf (at most len), or 0 when the watch ended with none:
+ * the caller's blocking read then finds the bytes, the end of the stream
+ * or the error itself.
  */
-static inline void spin_readable(int fd, unsigned us)
+static inline ssize_t spin_recv(int fd, void *buf, size_t len, unsigned us)
 {
 	uint64_t now, end;
-	char c;
 
-	if (us == 0)
-		return;
+	if (us == 0 || len == 0)
+		return 0;
 	now = spin_now_ns();
 	end = now + (uint64_t)us * 1000u;
 	for (;;) {
-		if (recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) >= 0 ||
-		    (errno != EAGAIN && errno != EINTR))
-			return;
+		ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
+
+		if (n > 0)
+			return n;
+		if (n == 0 || (errno != EAGAIN && errno != EINTR))
+			return 0;
 		if (!spin_yield(&now) || now >= end)
-			return;
+			return 0;
 	}
 }

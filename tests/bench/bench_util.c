@@ -341,7 +341,8 @@ uint64_t bench_rss(pid_t pid)
  * uses the same technique as what it judges and a ratio below 1 is not an
  * artefact of a sleeping echo.
  */
-static void echo_spin(int fd)
+/* $GPUCMD_SPIN_US, as libgpucmd reads it (its default when unset). */
+static unsigned echo_spin_us(void)
 {
 	static int spin_us = -1;
 
@@ -350,17 +351,23 @@ static void echo_spin(int fd)
 
 		spin_us = env != NULL && env[0] != '\0' ? atoi(env)
 						       : SPIN_DEFAULT_US;
+		if (spin_us < 0)
+			spin_us = 0;
 	}
-	if (spin_us > 0)
-		spin_readable(fd, (unsigned)spin_us);
+	return (unsigned)spin_us;
 }
 
+/* Watching first (spin_recv, as libgpucmd does) when spin is set. */
 static int read_all(int fd, void *buf, size_t len, bool spin)
 {
 	uint8_t *p = buf;
 
-	if (spin)
-		echo_spin(fd);
+	if (spin) {
+		ssize_t n = spin_recv(fd, p, len, echo_spin_us());
+
+		p += n;
+		len -= (size_t)n;
+	}
 	while (len > 0) {
 		ssize_t n = read(fd, p, len);
 
