@@ -327,7 +327,8 @@ static void setup_default(void)
 	take_baseline();
 }
 
-static void setup_limits(void)
+/* Start the daemon with text as its config file. */
+static void setup_config(const char *text)
 {
 	int fd;
 	FILE *f;
@@ -337,17 +338,38 @@ static void setup_limits(void)
 	ck_assert_int_ge(fd, 0);
 	f = fdopen(fd, "w");
 	ck_assert_ptr_nonnull(f);
-	fprintf(f, "[limits]\n"
-		   "max_ops_per_batch = %d\n"
-		   "max_frame_bytes = %d\n"
-		   "max_pending_bytes = %d\n"
-		   "max_connections = %d\n"
-		   "max_streams = %d\n",
-		LIMIT_OPS, LIMIT_FRAME, LIMIT_PENDING, LIMIT_CONNECTIONS,
-		LIMIT_STREAMS);
+	fputs(text, f);
 	fclose(f);
 	daemon_start_args(&the_daemon, "--config", config_path, NULL);
 	take_baseline();
+}
+
+static void setup_limits(void)
+{
+	char text[512];
+
+	snprintf(text, sizeof(text),
+		 "[limits]\n"
+		 "max_ops_per_batch = %d\n"
+		 "max_frame_bytes = %d\n"
+		 "max_pending_bytes = %d\n"
+		 "max_connections = %d\n"
+		 "max_streams = %d\n",
+		 LIMIT_OPS, LIMIT_FRAME, LIMIT_PENDING, LIMIT_CONNECTIONS,
+		 LIMIT_STREAMS);
+	setup_config(text);
+}
+
+/* Default frames, little room for replies waiting on a client. */
+#define PENDING_LIMIT (4u << 20)
+
+static void setup_pending(void)
+{
+	char text[128];
+
+	snprintf(text, sizeof(text), "[limits]\nmax_pending_bytes = %u\n",
+		 PENDING_LIMIT);
+	setup_config(text);
 }
 
 static void teardown(void)
@@ -1157,6 +1179,96 @@ START_TEST(client_never_reads_replies)
 }
 END_TEST
 
+/* Bytes of the daemon's pinned pool in use (the memory report's line). */
+static uint64_t pinned_in_use(void)
+{
+	struct gpucmd_report *rep = NULL;
+	uint64_t v;
+
+	ck_assert_int_eq(gpucmd_memory_report(good, &rep), 0);
+	ck_assert_int_eq(rep->has_pinned_host, 1);
+	v = rep->pinned_host.bytes_in_use;
+	gpucmd_report_free(rep);
+	return v;
+}
+
+START_TEST(client_never_reads_large_replies)
+{
+	/*
+	 * Replies of 1 MiB are written from the daemon's read staging
+	 * (executor.c's reply_pieces), which stays held while they wait.  A
+	 * client that never reads them is cut off past max_pending_bytes,
+	 * and every staging buffer goes back with its connection.
+	 */
+	Gpucmd__Op ops[2], *opp[2];
+	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	int fd = raw_connect(), rcvbuf = 4096, sent = 0;
+	uint64_t held = 0;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	raw_hello(fd, "hostile");
+	gpucmd__op__init(&ops[0]);
+	gpucmd__op__init(&ops[1]);
+	ops[0].op_case = GPUCMD__OP__OP_EMPTY;
+	ops[0].empty = &e;
+	e.handle = 1;
+	e.size = 1u << 20;
+	ops[1].op_case = GPUCMD__OP__OP_READ;
+	ops[1].read = &rd;
+	rd.handle = 1;
+	rd.length = 1u << 20;
+	opp[0] = &ops[0];
+	opp[1] = &ops[1];
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	req.id = 1;
+	req.ops = opp;
+	req.n_ops = 1;
+	send_frame(fd, &f);
+	req.ops = &opp[1];
+	/* Two replies' worth: the staging of those not written is held. */
+	for (; sent < 2; sent++) {
+		req.id = (uint64_t)sent + 2;
+		send_frame(fd, &f);
+	}
+	for (int i = 0; i < 500 && held < (1u << 20); i++) {
+		held = pinned_in_use();
+		if (held < (1u << 20))
+			usleep(10000);
+	}
+	ck_assert_msg(held >= (1u << 20), "no staging held for replies "
+		      "waiting on a client (%llu bytes)",
+		      (unsigned long long)held);
+	/* Past max_pending_bytes: cut off. */
+	for (; sent < 64; sent++) {
+		uint8_t *buf;
+		size_t len;
+
+		req.id = (uint64_t)sent + 2;
+		ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+		if (send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+		    (ssize_t)len) {
+			free(buf);
+			break;
+		}
+		free(buf);
+	}
+	back_to_baseline();
+	for (int i = 0; i < 500 && held != 0; i++) {
+		held = pinned_in_use();
+		if (held != 0)
+			usleep(10000);
+	}
+	ck_assert_msg(held == 0, "%llu bytes of read staging still held "
+		      "after the connection was cut off",
+		      (unsigned long long)held);
+	close(fd);
+}
+END_TEST
+
 START_TEST(slowloris)
 {
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT, *w;
@@ -1843,6 +1955,7 @@ static Suite *make_suite(void)
 	Suite *s = suite_create("hostile2");
 	TCase *d = tcase_create("default");
 	TCase *l = tcase_create("limits");
+	TCase *p = tcase_create("pending");
 
 	tcase_add_checked_fixture(d, setup_default, teardown);
 	tcase_set_timeout(d, 120);
@@ -1882,6 +1995,11 @@ static Suite *make_suite(void)
 	tcase_add_test(l, client_never_reads_replies);
 	tcase_add_test(l, connection_over_the_limit);
 	suite_add_tcase(s, l);
+
+	tcase_add_checked_fixture(p, setup_pending, teardown);
+	tcase_set_timeout(p, 120);
+	tcase_add_test(p, client_never_reads_large_replies);
+	suite_add_tcase(s, p);
 	return s;
 }
 
