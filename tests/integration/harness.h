@@ -245,6 +245,19 @@ static inline struct gpucmd_service_report report_totals(struct gpucmd_conn *c)
 	return t;
 }
 
+/* Bytes of the daemon's pinned host pool in use (the memory report's line). */
+static inline uint64_t report_pinned_in_use(struct gpucmd_conn *c)
+{
+	struct gpucmd_report *rep = NULL;
+	uint64_t v;
+
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	ck_assert_int_eq(rep->has_pinned_host, 1);
+	v = rep->pinned_host.bytes_in_use;
+	gpucmd_report_free(rep);
+	return v;
+}
+
 /*
  * Run a Check suite built by make_suite and exit with its verdict.  Every
  * test's directory lives under one the runner removes at the end, so a

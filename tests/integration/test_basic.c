@@ -118,27 +118,14 @@ START_TEST(large_inline_data_round_trips)
 }
 END_TEST
 
-/* Bytes of the daemon's pinned pool in use, from the memory report. */
-static uint64_t pinned_in_use(struct gpucmd_conn *c)
-{
-	struct gpucmd_report *rep = NULL;
-	uint64_t v;
-
-	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
-	ck_assert_int_eq(rep->has_pinned_host, 1);
-	v = rep->pinned_host.bytes_in_use;
-	gpucmd_report_free(rep);
-	return v;
-}
-
 /* Wait (up to 5 s) until the pinned pool is unused again; its last value. */
 static uint64_t pinned_settles(struct gpucmd_conn *c)
 {
-	uint64_t v = pinned_in_use(c);
+	uint64_t v = report_pinned_in_use(c);
 
 	for (int i = 0; v != 0 && i < 500; i++) {
 		usleep(10000);
-		v = pinned_in_use(c);
+		v = report_pinned_in_use(c);
 	}
 	return v;
 }
@@ -187,7 +174,7 @@ START_TEST(large_read_reply_from_staging)
 	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
 	/* The reply cannot fit the socket: its staging waits with it. */
 	usleep(200000);
-	held = pinned_in_use(watch);
+	held = report_pinned_in_use(watch);
 	ck_assert_msg(held >= (uint64_t)BIG, "pinned in use %llu while a %d-byte "
 		      "reply waits", (unsigned long long)held, BIG);
 	ck_assert_int_eq(gpucmd_wait(c, id, &r), 0);

@@ -1111,55 +1111,74 @@ START_TEST(large_reply_to_a_prompt_reader)
 }
 END_TEST
 
-START_TEST(client_never_reads_replies)
+/*
+ * A client that reads nothing: a tiny receive buffer (the daemon's replies
+ * back up at once), then {empty handle 1 of size} and read requests of
+ * len bytes of it, sent until the daemon stops taking them or max have
+ * gone; the first `blocking` of them are sent whole whatever it takes.
+ * The socket, still open.
+ */
+static int never_reading_client(uint64_t size, uint64_t len, int blocking,
+				int max, void (*after_blocking)(void))
 {
 	Gpucmd__Op ops[2], *opp[2];
 	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
 	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
-	int fd = raw_connect(), fds_before, rcvbuf = 4096;
-	pid_t pid = the_daemon.pid;
-	bool closed = false;
+	int fd = raw_connect(), rcvbuf = 4096;
 
-	/* A tiny receive buffer: the daemon's replies back up at once. */
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-	fds_before = daemon_fds(pid);
 	raw_hello(fd, "hostile");
 	gpucmd__op__init(&ops[0]);
 	gpucmd__op__init(&ops[1]);
 	ops[0].op_case = GPUCMD__OP__OP_EMPTY;
 	ops[0].empty = &e;
 	e.handle = 1;
-	e.size = 1u << 20;
+	e.size = size;
 	ops[1].op_case = GPUCMD__OP__OP_READ;
 	ops[1].read = &rd;
 	rd.handle = 1;
-	rd.length = 32u << 10;	/* each reply: half of max_pending_bytes */
+	rd.length = len;
 	opp[0] = &ops[0];
 	opp[1] = &ops[1];
 	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
 	f.request = &req;
 	req.id = 1;
 	req.ops = opp;
-	req.n_ops = 2;
+	req.n_ops = 1;
 	send_frame(fd, &f);
 	req.ops = &opp[1];
-	req.n_ops = 1;
-	/* Reads until the daemon gives up on us (or 400 have been sent). */
-	for (int i = 2; i < 400; i++) {
+	for (int i = 0; i < max; i++) {
 		uint8_t *buf;
-		size_t len;
+		size_t n;
 
-		req.id = (uint64_t)i;
-		ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
-		if (send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT) !=
-		    (ssize_t)len) {
+		if (i == blocking && after_blocking != NULL)
+			after_blocking();
+		req.id = (uint64_t)i + 2;
+		if (i < blocking) {
+			send_frame(fd, &f);
+			continue;
+		}
+		ck_assert_int_eq(frame_encode(&f, &buf, &n), 0);
+		if (send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+		    (ssize_t)n) {
 			free(buf);
 			break;
 		}
 		free(buf);
 	}
+	return fd;
+}
+
+START_TEST(client_never_reads_replies)
+{
+	pid_t pid = the_daemon.pid;
+	int fds_before = daemon_fds(pid), fd;
+	bool closed = false;
+
+	/* Replies of 32 KiB, each half of max_pending_bytes, 400 at most. */
+	fd = never_reading_client(1u << 20, 32u << 10, 0, 398, NULL);
 	/*
 	 * The daemon must drop the connection: its memory back to baseline
 	 * and its socket closed, while this client still holds its end open
@@ -1179,17 +1198,19 @@ START_TEST(client_never_reads_replies)
 }
 END_TEST
 
-/* Bytes of the daemon's pinned pool in use (the memory report's line). */
-static uint64_t pinned_in_use(void)
+/* Two 1 MiB replies sent and not read: their staging is held. */
+static void staging_is_held(void)
 {
-	struct gpucmd_report *rep = NULL;
-	uint64_t v;
+	uint64_t held = 0;
 
-	ck_assert_int_eq(gpucmd_memory_report(good, &rep), 0);
-	ck_assert_int_eq(rep->has_pinned_host, 1);
-	v = rep->pinned_host.bytes_in_use;
-	gpucmd_report_free(rep);
-	return v;
+	for (int i = 0; i < 500 && held < (1u << 20); i++) {
+		held = report_pinned_in_use(good);
+		if (held < (1u << 20))
+			usleep(10000);
+	}
+	ck_assert_msg(held >= (1u << 20), "no staging held for replies "
+		      "waiting on a client (%llu bytes)",
+		      (unsigned long long)held);
 }
 
 START_TEST(client_never_reads_large_replies)
@@ -1200,65 +1221,13 @@ START_TEST(client_never_reads_large_replies)
 	 * client that never reads them is cut off past max_pending_bytes,
 	 * and every staging buffer goes back with its connection.
 	 */
-	Gpucmd__Op ops[2], *opp[2];
-	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
-	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
-	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
-	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
-	int fd = raw_connect(), rcvbuf = 4096, sent = 0;
-	uint64_t held = 0;
+	int fd = never_reading_client(1u << 20, 1u << 20, 2, 64,
+				      staging_is_held);
+	uint64_t held = 1;
 
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-	raw_hello(fd, "hostile");
-	gpucmd__op__init(&ops[0]);
-	gpucmd__op__init(&ops[1]);
-	ops[0].op_case = GPUCMD__OP__OP_EMPTY;
-	ops[0].empty = &e;
-	e.handle = 1;
-	e.size = 1u << 20;
-	ops[1].op_case = GPUCMD__OP__OP_READ;
-	ops[1].read = &rd;
-	rd.handle = 1;
-	rd.length = 1u << 20;
-	opp[0] = &ops[0];
-	opp[1] = &ops[1];
-	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
-	f.request = &req;
-	req.id = 1;
-	req.ops = opp;
-	req.n_ops = 1;
-	send_frame(fd, &f);
-	req.ops = &opp[1];
-	/* Two replies' worth: the staging of those not written is held. */
-	for (; sent < 2; sent++) {
-		req.id = (uint64_t)sent + 2;
-		send_frame(fd, &f);
-	}
-	for (int i = 0; i < 500 && held < (1u << 20); i++) {
-		held = pinned_in_use();
-		if (held < (1u << 20))
-			usleep(10000);
-	}
-	ck_assert_msg(held >= (1u << 20), "no staging held for replies "
-		      "waiting on a client (%llu bytes)",
-		      (unsigned long long)held);
-	/* Past max_pending_bytes: cut off. */
-	for (; sent < 64; sent++) {
-		uint8_t *buf;
-		size_t len;
-
-		req.id = (uint64_t)sent + 2;
-		ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
-		if (send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT) !=
-		    (ssize_t)len) {
-			free(buf);
-			break;
-		}
-		free(buf);
-	}
 	back_to_baseline();
 	for (int i = 0; i < 500 && held != 0; i++) {
-		held = pinned_in_use();
+		held = report_pinned_in_use(good);
 		if (held != 0)
 			usleep(10000);
 	}
