@@ -214,6 +214,9 @@ static void on_wakeup(uv_async_t *async)
 			bool completed = m->completed;
 
 			session_reply(s, m->buf, m->len, m->pieces, completed);
+			/* Its run of replies in this wake-up, in one write. */
+			if (next == NULL || next->session != s || next->closed)
+				session_flush(s);
 			/*
 			 * Back among the session's spares, for its next batch
 			 * (the device thread may take it at once: m is not

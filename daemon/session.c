@@ -25,11 +25,12 @@
 /* Small frames are read many at a time into this buffer. */
 #define SESSION_RBUF 65536
 
+/* A write libuv finishes later, and the replies whose bytes it holds. */
 struct write_req {
 	uv_write_t req;
 	struct session *s;
-	uint8_t *buf;			/* a flat frame, or */
-	struct reply_pieces *pieces;	/* a reply in pieces */
+	unsigned nowners;
+	struct reply_owner owners[];
 };
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
@@ -38,10 +39,12 @@ static void parse_frames(struct session *s);
 
 /* ---- writing ------------------------------------------------------------- */
 
-static void drop_reply(uint8_t *buf, struct reply_pieces *pieces)
+static void drop_replies(const struct reply_owner *o, unsigned n)
 {
-	frame_buf_free(buf);
-	reply_pieces_free(pieces);
+	for (unsigned i = 0; i < n; i++) {
+		frame_buf_free(o[i].buf);
+		reply_pieces_free(o[i].pieces);
+	}
 }
 
 static void on_write(uv_write_t *req, int status)
@@ -49,25 +52,26 @@ static void on_write(uv_write_t *req, int status)
 	struct write_req *w = (struct write_req *)req;
 	struct session *s = w->s;
 
-	drop_reply(w->buf, w->pieces);
+	drop_replies(w->owners, w->nowners);
 	free(w);
 	if (status < 0 && status != UV_ECANCELED && s->state != SESSION_CLOSING)
 		session_close(s, uv_strerror(status));
 }
 
 /*
- * Queue the n bufs of one frame (total bytes) for the client; buf or
- * pieces holds their bytes, and ownership passes.
+ * Queue the n bufs of whole frames (total bytes) for the client; the
+ * nowners replies hold their bytes, and their ownership passes.
  */
 static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
-		      size_t total, uint8_t *buf, struct reply_pieces *pieces)
+		      size_t total, const struct reply_owner *owners,
+		      unsigned nowners)
 {
 	struct write_req *w;
 	size_t queued_before, sent;
 	int rc;
 
 	if (s->handle_closed) {
-		drop_reply(buf, pieces);
+		drop_replies(owners, nowners);
 		return;
 	}
 	/*
@@ -78,11 +82,11 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 	 */
 	rc = uv_try_write((uv_stream_t *)&s->pipe, bufs, n);
 	if (rc >= 0 && (size_t)rc == total) {
-		drop_reply(buf, pieces);
+		drop_replies(owners, nowners);
 		return;
 	}
 	if (rc < 0 && rc != UV_EAGAIN) {
-		drop_reply(buf, pieces);
+		drop_replies(owners, nowners);
 		session_close(s, uv_strerror(rc));
 		return;
 	}
@@ -91,19 +95,19 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 		sent -= bufs->len;
 	bufs->base += sent;
 	bufs->len -= sent;
-	w = malloc(sizeof(*w));
+	w = malloc(sizeof(*w) + nowners * sizeof(w->owners[0]));
 	if (w == NULL) {
-		drop_reply(buf, pieces);
+		drop_replies(owners, nowners);
 		session_close(s, "out of memory queueing a reply");
 		return;
 	}
 	w->s = s;
-	w->buf = buf;
-	w->pieces = pieces;
+	w->nowners = nowners;
+	memcpy(w->owners, owners, nowners * sizeof(w->owners[0]));
 	queued_before = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
 	rc = uv_write(&w->req, (uv_stream_t *)&s->pipe, bufs, n, on_write);
 	if (rc != 0) {
-		drop_reply(buf, pieces);
+		drop_replies(w->owners, w->nowners);
 		free(w);
 		session_close(s, uv_strerror(rc));
 		return;
@@ -134,30 +138,94 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 static void send_buf(struct session *s, uint8_t *buf, size_t len)
 {
 	uv_buf_t b = uv_buf_init((char *)buf, (unsigned int)len);
+	struct reply_owner o = { buf, NULL };
 
-	send_bufs(s, &b, 1, len, buf, NULL);
+	/* After the executor's replies queued before it. */
+	session_flush(s);
+	send_bufs(s, &b, 1, len, &o, 1);
 }
 
-/* Queue a reply in pieces (ownership passes). */
-static void send_pieces(struct session *s, struct reply_pieces *pieces)
-{
-	const struct frame_pieces *fp = reply_pieces_frame(pieces);
-	uv_buf_t few[8], *bufs = few;
+/*
+ * Replies queued for one write: this many bufs at most (writev takes
+ * IOV_MAX, 1024), and once this many bytes wait they are written.
+ */
+#define OUTQ_MAX_BUFS 256
+#define OUTQ_FLUSH_BYTES (256u << 10)
 
-	if (fp->n > sizeof(few) / sizeof(few[0])) {
-		bufs = malloc(fp->n * sizeof(*bufs));
-		if (bufs == NULL) {
-			reply_pieces_free(pieces);
-			session_close(s, "out of memory queueing a reply");
-			return;
-		}
+static bool outq_room(struct session_outq *q, unsigned bufs)
+{
+	if (q->nbufs + bufs > q->capbufs) {
+		unsigned cap = q->capbufs ? q->capbufs : 16;
+		uv_buf_t *v;
+
+		while (cap < q->nbufs + bufs)
+			cap *= 2;
+		v = realloc(q->bufs, cap * sizeof(*v));
+		if (v == NULL)
+			return false;
+		q->bufs = v;
+		q->capbufs = cap;
 	}
-	for (size_t i = 0; i < fp->n; i++)
-		bufs[i] = uv_buf_init((char *)frame_piece_data(fp, i),
-				      (unsigned int)fp->v[i].len);
-	send_bufs(s, bufs, (unsigned)fp->n, fp->total, NULL, pieces);
-	if (bufs != few)
-		free(bufs);
+	if (q->nowners == q->capowners) {
+		unsigned cap = q->capowners ? 2 * q->capowners : 8;
+		struct reply_owner *o = realloc(q->owners, cap * sizeof(*o));
+
+		if (o == NULL)
+			return false;
+		q->owners = o;
+		q->capowners = cap;
+	}
+	return true;
+}
+
+/* Queue a flat frame or a reply in pieces (ownership passes). */
+static void queue_reply(struct session *s, uint8_t *buf, size_t len,
+			struct reply_pieces *pieces)
+{
+	struct session_outq *q = &s->outq;
+	const struct frame_pieces *fp =
+		pieces != NULL ? reply_pieces_frame(pieces) : NULL;
+	unsigned n = fp != NULL ? (unsigned)fp->n : 1;
+
+	if (q->nbufs > 0 && (q->nbufs + n > OUTQ_MAX_BUFS ||
+			     q->bytes >= OUTQ_FLUSH_BYTES))
+		session_flush(s);
+	if (!outq_room(q, n)) {
+		struct reply_owner o = { buf, pieces };
+
+		drop_replies(&o, 1);
+		session_close(s, "out of memory queueing a reply");
+		return;
+	}
+	if (fp == NULL) {
+		q->bufs[q->nbufs++] = uv_buf_init((char *)buf, (unsigned)len);
+		q->bytes += len;
+	} else {
+		for (size_t i = 0; i < fp->n; i++)
+			q->bufs[q->nbufs++] =
+				uv_buf_init((char *)frame_piece_data(fp, i),
+					    (unsigned int)fp->v[i].len);
+		q->bytes += fp->total;
+	}
+	q->owners[q->nowners++] = (struct reply_owner){ buf, pieces };
+}
+
+void session_flush(struct session *s)
+{
+	struct session_outq *q = &s->outq;
+	unsigned nbufs = q->nbufs, nowners = q->nowners;
+	size_t bytes = q->bytes;
+
+	if (nowners == 0)
+		return;
+	/* Emptied first: send_bufs may close the session, which flushes. */
+	q->nbufs = 0;
+	q->nowners = 0;
+	q->bytes = 0;
+	if (s->state == SESSION_CLOSING)
+		drop_replies(q->owners, nowners);
+	else
+		send_bufs(s, q->bufs, nbufs, bytes, q->owners, nowners);
 }
 
 static void send_frame(struct session *s, const Gpucmd__Frame *f)
@@ -191,6 +259,9 @@ static void on_closed(uv_handle_t *h)
 	struct session *s = h->data;
 
 	server_session_gone(s->server, s);
+	drop_replies(s->outq.owners, s->outq.nowners);
+	free(s->outq.bufs);
+	free(s->outq.owners);
 	free(s->rbuf);
 	frame_buf_free(s->body);
 	free(s);
@@ -221,6 +292,13 @@ void session_close(struct session *s, const char *why)
 
 	if (s->state == SESSION_CLOSING)
 		return;
+	/*
+	 * Replies already queued still go out, ahead of the shutdown: the
+	 * last answers of a draining connection among them.
+	 */
+	session_flush(s);
+	if (s->state == SESSION_CLOSING)
+		return;	/* the flush found the socket broken */
 	if (s->state == SESSION_READY) {
 		struct service *svc = s->econn.service;
 
@@ -306,12 +384,13 @@ void session_drain(struct session *s)
 void session_reply(struct session *s, uint8_t *buf, size_t len,
 		   struct reply_pieces *pieces, bool completed)
 {
-	if (s->state == SESSION_CLOSING)
-		drop_reply(buf, pieces);
-	else if (pieces != NULL)
-		send_pieces(s, pieces);
-	else if (buf != NULL)
-		send_buf(s, buf, len);
+	if (s->state == SESSION_CLOSING) {
+		struct reply_owner o = { buf, pieces };
+
+		drop_replies(&o, 1);
+	} else if (buf != NULL || pieces != NULL) {
+		queue_reply(s, buf, len, pieces);
+	}
 	if (!completed)
 		return;
 	s->in_flight--;

@@ -38,6 +38,27 @@ enum session_state {
 	SESSION_CLOSING,	/* dead: waiting for the executor and libuv */
 };
 
+/* A reply's memory: a flat frame (frame_buf) or a reply in pieces. */
+struct reply_owner {
+	uint8_t *buf;
+	struct reply_pieces *pieces;
+};
+
+/*
+ * Replies from the executor queued by session_reply and written together
+ * by session_flush: a pipelining client's answers that arrive in one
+ * wake-up cost one write(2), not one each.  The arrays are kept.
+ */
+struct session_outq {
+	uv_buf_t *bufs;
+	unsigned nbufs;
+	unsigned capbufs;
+	size_t bytes;
+	struct reply_owner *owners;
+	unsigned nowners;
+	unsigned capowners;
+};
+
 struct session {
 	uv_pipe_t pipe;
 	struct server *server;
@@ -83,6 +104,7 @@ struct session {
 	struct outbox_msg *spare_msgs;
 	uint32_t nspare_msgs;
 	struct outbox_msg *close_msg;
+	struct session_outq outq;	/* replies not yet written */
 	char peer[64];			/* "pid 123 uid 1000" for logs */
 	struct session *next;
 	struct session *prev;
@@ -102,10 +124,13 @@ void session_close(struct session *s, const char *why);
 void session_drain(struct session *s);
 /**
  * A response (flat buf, or pieces; ownership passes) and/or a completion
- * from the executor arrived for s.
+ * from the executor arrived for s.  The response is queued: session_flush
+ * writes it.
  */
 void session_reply(struct session *s, uint8_t *buf, size_t len,
 		   struct reply_pieces *pieces, bool completed);
+/** Write the responses session_reply queued, together. */
+void session_flush(struct session *s);
 /**
  * Root, the daemon's own uid, and members of admin_group may see every
  * service and act on others.
