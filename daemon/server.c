@@ -145,11 +145,22 @@ int server_reserve_replies(struct server *srv, struct session *s)
  * After a completion: give back the spares that no batch in flight can
  * still use (a batch that answered once left one).
  */
-static void trim_spares(struct server *srv, struct session *s)
+/*
+ * Messages the loop has handled go back among s's spares, for its next
+ * batches (the device thread may take them at once: they are not touched
+ * after), in one turn of the lock; past what the batches in flight may
+ * need, they are freed.
+ */
+static void give_back(struct server *srv, struct session *s,
+		      struct outbox_msg *first, struct outbox_msg *last,
+		      uint32_t n)
 {
 	struct outbox_msg *extra = NULL;
 
 	pthread_mutex_lock(&srv->lock);
+	last->next = s->spare_msgs;
+	s->spare_msgs = first;
+	s->nspare_msgs += n;
 	while (s->nspare_msgs >
 	       SERVER_MSGS_PER_BATCH * ((size_t)s->in_flight + 1)) {
 		struct outbox_msg *m = s->spare_msgs;
@@ -181,7 +192,8 @@ static void on_exec_fatal(const char *why, void *arg)
 static void on_wakeup(uv_async_t *async)
 {
 	struct server *srv = async->data;
-	struct outbox_msg *m;
+	struct outbox_msg *m, *run = NULL, *run_last = NULL;
+	uint32_t nrun = 0;
 	char fatal[sizeof(srv->fatal)];
 
 	pthread_mutex_lock(&srv->lock);
@@ -211,24 +223,26 @@ static void on_wakeup(uv_async_t *async)
 			free(m);
 		} else {
 			struct session *s = m->session;
-			bool completed = m->completed;
 
-			session_reply(s, m->buf, m->len, m->pieces, completed);
-			/* Its run of replies in this wake-up, in one write. */
-			if (next == NULL || next->session != s || next->closed)
-				session_flush(s);
+			session_reply(s, m->buf, m->len, m->pieces,
+				      m->completed);
 			/*
-			 * Back among the session's spares, for its next batch
-			 * (the device thread may take it at once: m is not
-			 * touched after).
+			 * A session's run of replies in this wake-up: one
+			 * write, one turn of the lock for their messages.
+			 * Submitting happens elsewhere in the loop, so no
+			 * batch needs them back sooner.
 			 */
-			pthread_mutex_lock(&srv->lock);
-			m->next = s->spare_msgs;
-			s->spare_msgs = m;
-			s->nspare_msgs++;
-			pthread_mutex_unlock(&srv->lock);
-			if (completed)
-				trim_spares(srv, s);
+			if (run == NULL)
+				run_last = m;
+			m->next = run;
+			run = m;
+			nrun++;
+			if (next == NULL || next->session != s || next->closed) {
+				session_flush(s);
+				give_back(srv, s, run, run_last, nrun);
+				run = NULL;
+				nrun = 0;
+			}
 		}
 		m = next;
 	}
