@@ -245,6 +245,54 @@ static inline struct gpucmd_service_report report_totals(struct gpucmd_conn *c)
 	return t;
 }
 
+/*
+ * A client process for the tests of clients that die.  body(arg) runs in a
+ * child and returns 0 once what the test needs is in place (connections,
+ * memory, work in flight), or an exit status; the child then waits to be
+ * killed, or dies with the test.  Returns the child's pid once body
+ * returned 0; fails the test with the status otherwise.
+ */
+static inline pid_t harness_child_ready(int (*body)(void *arg), void *arg)
+{
+	int ready[2], st = 0;
+	pid_t pid;
+	char x;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int rc;
+
+		close(ready[0]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		rc = body(arg);
+		if (rc != 0)
+			_exit(rc);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(125);
+		for (;;)
+			pause();
+	}
+	close(ready[1]);
+	if (read(ready[0], &x, 1) != 1) {
+		close(ready[0]);
+		waitpid(pid, &st, 0);
+		ck_abort_msg("the child client failed before it was ready "
+			     "(exit status %d)",
+			     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	}
+	close(ready[0]);
+	return pid;
+}
+
+/* SIGKILL a child from harness_child_ready and reap it. */
+static inline void harness_child_kill(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
 /* Bytes of the daemon's pinned host pool in use (the memory report's line). */
 static inline uint64_t report_pinned_in_use(struct gpucmd_conn *c)
 {

@@ -111,45 +111,38 @@ static struct gpucmd_service_report wait_for_zero(struct gpucmd_conn *c)
 	return t;
 }
 
+/* The victim: 600 allocations on 3 streams, each behind a 0.5 s spin. */
+static int victim_mid_batch(void *arg)
+{
+	struct gpucmd_conn *c = NULL;
+	struct gpucmd_batch *b;
+	uint64_t id;
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 500000 };
+
+	(void)arg;
+	if (gpucmd_connect(the_daemon.sock, "victim", &c, NULL, 0) != 0)
+		return 1;
+	for (uint32_t s = 0; s < 3; s++) {
+		gpucmd_batch_new(c, s, &b);
+		for (uint64_t h = 1; h <= 200; h++)
+			gpucmd_batch_empty(b, s * 1000 + h, h * 1000);
+		gpucmd_batch_kernel(b, "spin", GRID, BLOCK, &spin, 1);
+		gpucmd_batch_sync(b);
+		gpucmd_submit(b, &id);
+	}
+	return 0;
+}
+
 START_TEST(killed_mid_batch_leaves_nothing)
 {
 	struct gpucmd_conn *obs = connect_as("observer");
 	struct gpucmd_service_report t;
-	int ready[2];
-	pid_t pid;
-	char x;
+	pid_t pid = harness_child_ready(victim_mid_batch, NULL);
 
-	ck_assert_int_eq(pipe(ready), 0);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct gpucmd_conn *c = NULL;
-		struct gpucmd_batch *b;
-		uint64_t id;
-		struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 500000 };
-
-		if (gpucmd_connect(the_daemon.sock, "victim", &c, NULL, 0) != 0)
-			_exit(1);
-		for (uint32_t s = 0; s < 3; s++) {
-			gpucmd_batch_new(c, s, &b);
-			for (uint64_t h = 1; h <= 200; h++)
-				gpucmd_batch_empty(b, s * 1000 + h, h * 1000);
-			gpucmd_batch_kernel(b, "spin", GRID, BLOCK, &spin, 1);
-			gpucmd_batch_sync(b);
-			gpucmd_submit(b, &id);
-		}
-		if (write(ready[1], "x", 1) != 1)
-			_exit(2);
-		pause();
-		_exit(0);
-	}
-	close(ready[1]);
-	ck_assert_int_eq(read(ready[0], &x, 1), 1);
 	usleep(100000);	/* the batches are running: the spin holds them */
 	t = report_totals(obs);
 	ck_assert_uint_gt(t.bytes_in_use, 0);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
+	harness_child_kill(pid);
 	t = wait_for_zero(obs);
 	ck_assert_uint_eq(t.bytes_in_use, 0);
 	ck_assert_uint_eq(t.bytes_reserved, 0);

@@ -1434,56 +1434,41 @@ END_TEST
 
 /* ---- clients that die -------------------------------------------------------- */
 
+/* Memory on three streams and a 0.2 s kernel in flight. */
+static int victim_holding_memory(void *arg)
+{
+	struct gpucmd_conn *conn = NULL;
+	struct gpucmd_batch *b = NULL;
+	struct gpucmd_response *r = NULL;
+	uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 200000 };
+	uint64_t id;
+
+	(void)arg;
+	if (gpucmd_connect(the_daemon.sock, "victim", &conn, NULL, 0) != 0)
+		return 1;
+	for (uint32_t s = 0; s < 3; s++) {
+		gpucmd_batch_new(conn, s, &b);
+		gpucmd_batch_empty(b, 1 + s, 8u << 20);
+		gpucmd_batch_empty(b, 10 + s, 1000);
+		if (gpucmd_run(b, &r) != 0 || gpucmd_response_error(r))
+			return 2;
+		gpucmd_response_free(r);
+	}
+	gpucmd_batch_new(conn, 0, &b);
+	gpucmd_batch_kernel(b, "spin", one, one, &spin, 1);
+	gpucmd_batch_sync(b);
+	return gpucmd_submit(b, &id) != 0 ? 3 : 0;
+}
+
 START_TEST(kill_9_client_holding_memory)
 {
-	int ready[2];
-	pid_t pid;
-	char c;
+	pid_t pid = harness_child_ready(victim_holding_memory, NULL);
+	struct gpucmd_service_report t = report_totals(good);
 
-	ck_assert_int_eq(pipe(ready), 0);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct gpucmd_conn *conn = NULL;
-		struct gpucmd_batch *b = NULL;
-		struct gpucmd_response *r = NULL;
-		uint32_t one[3] = { 1, 1, 1 };
-		struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
-					   .v.u32 = 200000 };
-		uint64_t id;
-
-		close(ready[0]);
-		if (gpucmd_connect(the_daemon.sock, "victim", &conn, NULL, 0) != 0)
-			_exit(1);
-		for (uint32_t s = 0; s < 3; s++) {
-			gpucmd_batch_new(conn, s, &b);
-			gpucmd_batch_empty(b, 1 + s, 8u << 20);
-			gpucmd_batch_empty(b, 10 + s, 1000);
-			if (gpucmd_run(b, &r) != 0 || gpucmd_response_error(r))
-				_exit(2);
-			gpucmd_response_free(r);
-		}
-		/* A long kernel in flight too. */
-		gpucmd_batch_new(conn, 0, &b);
-		gpucmd_batch_kernel(b, "spin", one, one, &spin, 1);
-		gpucmd_batch_sync(b);
-		gpucmd_submit(b, &id);
-		if (write(ready[1], "r", 1) != 1)
-			_exit(3);
-		pause();
-		_exit(0);
-	}
-	close(ready[1]);
-	ck_assert_int_eq(read(ready[0], &c, 1), 1);
-	close(ready[0]);
-	{
-		struct gpucmd_service_report t = report_totals(good);
-
-		ck_assert_uint_eq(t.bytes_in_use,
-				  baseline.bytes_in_use + 3 * ((8u << 20) + 1000));
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
+	ck_assert_uint_eq(t.bytes_in_use,
+			  baseline.bytes_in_use + 3 * ((8u << 20) + 1000));
+	harness_child_kill(pid);
 	/* Teardown waits for the spin (0.2 s) the device is running. */
 	back_to_baseline();
 }

@@ -391,49 +391,38 @@ END_TEST
  * queued behind a long kernel: the daemon ends up holding nothing, and
  * serves the next client.
  */
+/* Two regions, copies to and from them queued behind a 0.3 s spin. */
+static int doomed_with_copies(void *arg)
+{
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 300000 };
+	struct gpucmd_conn *c = NULL;
+	struct gpucmd_batch *b;
+	uint64_t id;
+	void *p, *q;
+
+	(void)arg;
+	if (gpucmd_connect(the_daemon.sock, "doomed", &c, NULL, 0) != 0 ||
+	    gpucmd_region_create(c, 1, 8 << 20, &p) != 0 ||
+	    gpucmd_region_create(c, 2, 8 << 20, &q) != 0 ||
+	    gpucmd_batch_new(c, 0, &b) != 0)
+		return 1;
+	fill(p, 8 << 20, 1);
+	gpucmd_batch_empty(b, 1, 8 << 20);
+	gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+	gpucmd_batch_write_region(b, 1, 0, 1, 0, 8 << 20);
+	gpucmd_batch_read_region(b, 1, 0, 8 << 20, 2, 0);
+	return gpucmd_submit(b, &id) != 0;
+}
+
 START_TEST(client_killed_with_regions_and_copies_in_flight)
 {
 	struct gpucmd_conn *obs = connect_as("observer");
 	struct gpucmd_service_report t;
-	int ready[2];
-	pid_t pid;
-	char x;
+	pid_t pid = harness_child_ready(doomed_with_copies, NULL);
 
-	ck_assert_int_eq(pipe(ready), 0);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 300000 };
-		struct gpucmd_conn *c = NULL;
-		struct gpucmd_batch *b;
-		uint64_t id;
-		void *p, *q;
-
-		close(ready[0]);
-		if (gpucmd_connect(the_daemon.sock, "doomed", &c, NULL, 0) != 0 ||
-		    gpucmd_region_create(c, 1, 8 << 20, &p) != 0 ||
-		    gpucmd_region_create(c, 2, 8 << 20, &q) != 0 ||
-		    gpucmd_batch_new(c, 0, &b) != 0)
-			_exit(1);
-		fill(p, 8 << 20, 1);
-		gpucmd_batch_empty(b, 1, 8 << 20);
-		gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
-		gpucmd_batch_write_region(b, 1, 0, 1, 0, 8 << 20);
-		gpucmd_batch_read_region(b, 1, 0, 8 << 20, 2, 0);
-		if (gpucmd_submit(b, &id) != 0)
-			_exit(1);
-		if (write(ready[1], "r", 1) != 1)
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	close(ready[1]);
-	ck_assert_int_eq(read(ready[0], &x, 1), 1);
-	close(ready[0]);
 	/* Let the daemon take the request, then kill mid-spin. */
 	usleep(50000);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
+	harness_child_kill(pid);
 	for (int i = 0; i < 1000; i++) {
 		t = report_totals(obs);
 		if (t.bytes_reserved == 0 && t.allocations == 0 &&

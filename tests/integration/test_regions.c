@@ -992,44 +992,34 @@ END_TEST
  * A client killed (SIGKILL) with regions attached gives every byte back:
  * the report says 0, and the whole limit is free for the next client.
  */
+/* Two 1 MiB regions of "capped", a copy from one behind a 0.3 s spin. */
+static int capped_with_regions(void *arg)
+{
+	struct raw c = raw_open_as("capped");
+	struct empty_write ew;
+	Gpucmd__Op *ops[2] = { &ew.o_empty, &ew.o_write };
+	Gpucmd__Frame *r;
+	int bad;
+
+	(void)arg;
+	attach_ok(&c, 1, 1048576);
+	attach_ok(&c, 2, 1048576);
+	spin_on(&c, 0, 300000);
+	empty_write(&ew, 1, 1048576, 0, 2, 0, 1048576);
+	r = run_ops(&c, ops, 2, NULL, 0);
+	bad = r->response->error != NULL;
+	frame_free(r);
+	return bad;
+}
+
 START_TEST(region_limit_client_killed_returns_its_regions)
 {
 	struct gpucmd_conn *obs = connect_as("observer");
 	struct gpucmd_service_report row;
-	int ready[2];
-	pid_t pid;
-	char x;
+	pid_t pid = harness_child_ready(capped_with_regions, NULL);
 
-	ck_assert_int_eq(pipe(ready), 0);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct raw c = raw_open_as("capped");
-		struct empty_write ew;
-		Gpucmd__Op *ops[2] = { &ew.o_empty, &ew.o_write };
-		Gpucmd__Frame *r;
-
-		close(ready[0]);
-		attach_ok(&c, 1, 1048576);
-		attach_ok(&c, 2, 1048576);
-		/* A copy from one queued behind a spin, too. */
-		spin_on(&c, 0, 300000);
-		empty_write(&ew, 1, 1048576, 0, 2, 0, 1048576);
-		r = run_ops(&c, ops, 2, NULL, 0);
-		if (r->response->error != NULL)
-			_exit(1);
-		frame_free(r);
-		if (write(ready[1], "r", 1) != 1)
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	close(ready[1]);
-	ck_assert_int_eq(read(ready[0], &x, 1), 1);
-	close(ready[0]);
 	expect_regions(obs, "capped", 2097152, 2);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
+	harness_child_kill(pid);
 	for (int i = 0; i < 2000; i++) {
 		row = row_of(obs, "capped", NULL);
 		if (row.region_bytes == 0 && row.connections == 0)

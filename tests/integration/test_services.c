@@ -328,15 +328,35 @@ START_TEST(quota_exact_at_the_boundary)
 }
 END_TEST
 
+/* A client of big: 500000 bytes and a 2 s kernel in flight. */
+static int big_holding_memory(void *arg)
+{
+	struct gpucmd_conn *c = NULL;
+	struct gpucmd_batch *b = NULL;
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 2000000 };
+	uint64_t id;
+
+	(void)arg;
+	if (gpucmd_connect(the_daemon.sock, "big", &c, NULL, 0) != 0)
+		return 1;
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 500000);
+	if (gpucmd_run(b, &r) != 0 || gpucmd_response_error(r) != 0)
+		return 2;
+	gpucmd_batch_new(c, 1, &b);
+	gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+	gpucmd_batch_sync(b);
+	return gpucmd_submit(b, &id) != 0 ? 3 : 0;
+}
+
 /* Two services with their own limits, and one killed under the other. */
 START_TEST(two_services_share_the_daemon)
 {
 	struct gpucmd_conn *small, *big;
 	struct gpucmd_report *rep = NULL;
 	const struct gpucmd_service_report *s, *g;
-	int ready[2];
 	pid_t pid;
-	char x;
 
 	start_with("[service small]\n"
 		   "memory_limit = 64K\n"
@@ -382,39 +402,9 @@ START_TEST(two_services_share_the_daemon)
 	gpucmd_report_free(rep);
 
 	/* A process of big dies with memory held; small does not notice. */
-	ck_assert_int_eq(pipe(ready), 0);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct gpucmd_conn *c = NULL;
-		struct gpucmd_batch *b = NULL;
-		struct gpucmd_response *r = NULL;
-		struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
-					   .v.u32 = 2000000 };
-		uint64_t id;
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (gpucmd_connect(the_daemon.sock, "big", &c, NULL, 0) != 0)
-			_exit(1);
-		gpucmd_batch_new(c, 0, &b);
-		gpucmd_batch_empty(b, 1, 500000);
-		if (gpucmd_run(b, &r) != 0 || gpucmd_response_error(r) != 0)
-			_exit(2);
-		gpucmd_batch_new(c, 1, &b);
-		gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
-		gpucmd_batch_sync(b);
-		gpucmd_submit(b, &id);
-		if (write(ready[1], "x", 1) != 1)
-			_exit(3);
-		pause();
-		_exit(0);
-	}
-	close(ready[1]);
-	ck_assert_int_eq(read(ready[0], &x, 1), 1);
-	close(ready[0]);
+	pid = harness_child_ready(big_holding_memory, NULL);
 	ck_assert_uint_eq(row_of(small, "big").bytes_in_use, 3530000);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
+	harness_child_kill(pid);
 	alloc_ok(small, 4, 20000);
 	expect_fail(alloc_batch(small, 0, 5, 10000), 0, GPUCMD_EQUOTA, "60000");
 	for (int i = 0; i < 2000; i++) {
