@@ -188,7 +188,8 @@ static struct reply_pieces *encode_pieces(struct executor *ex,
 {
 	struct reply_pieces *rp;
 
-	if (b->reply_bytes < REPLY_PIECES_MIN || b->reads == NULL)
+	if (b->reply_bytes < REPLY_PIECES_MIN || b->reads == NULL ||
+	    b->nresults == 0)
 		return NULL;
 	rp = calloc(1, sizeof(*rp));
 	if (rp == NULL)
@@ -207,7 +208,14 @@ static struct reply_pieces *encode_pieces(struct executor *ex,
 	return rp;
 }
 
-static void send_reply(struct executor *ex, struct batch *b, bool completed)
+/*
+ * Answer b.  With device_done (every fence of the batch has passed) a reply
+ * with large read data goes in pieces, taking the staging along; before
+ * that, or when the batch's completion is unknown, the device may still
+ * write into the staging, so the data is copied and the batch keeps it.
+ */
+static void send_reply(struct executor *ex, struct batch *b, bool completed,
+		       bool device_done)
 {
 	Gpucmd__Frame frame = GPUCMD__FRAME__INIT;
 	Gpucmd__Response resp = GPUCMD__RESPONSE__INIT;
@@ -228,7 +236,7 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed)
 	}
 	frame.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
 	frame.response = &resp;
-	pieces = encode_pieces(ex, b, &frame);
+	pieces = device_done ? encode_pieces(ex, b, &frame) : NULL;
 	if (pieces != NULL) {
 		b->replied = true;
 		ex->cb.reply(b->conn->conn, NULL, 0, pieces, completed,
@@ -373,7 +381,7 @@ static void finish_batch(struct executor *ex, struct batch *b)
 			      memory_order_relaxed);
 	if (!b->replied) {
 		finish_profiles(ex, b);
-		send_reply(ex, b, true);
+		send_reply(ex, b, true, true);
 	} else {
 		ex->cb.reply(b->conn->conn, NULL, 0, NULL, true, ex->cb.arg);
 	}
@@ -483,7 +491,7 @@ static void fail_whole(struct executor *ex, struct batch *b, int rc)
 	b->error = rc;
 	b->failed_index = 0;
 	b->nresults = 0;
-	send_reply(ex, b, true);
+	send_reply(ex, b, true, false);
 	free_batch(ex, b);
 }
 
@@ -511,7 +519,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 	dispatch_batch(&ex->cmd, b);
 	if (b->stream == NULL) {
 		/* The stream itself could not be had: nothing was enqueued. */
-		send_reply(ex, b, true);
+		send_reply(ex, b, true, false);
 		free_batch(ex, b);
 		return;
 	}
@@ -551,7 +559,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 					 "the daemon could not track this "
 					 "batch's completion: %s", d->error);
 			}
-			send_reply(ex, b, true);
+			send_reply(ex, b, true, false);
 			return;
 		}
 	}
@@ -563,7 +571,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 		return;
 	}
 	if (b->fence_index < 0 && b->profiles == NULL)
-		send_reply(ex, b, false);
+		send_reply(ex, b, false, false);
 }
 
 /* ---- closing connections ------------------------------------------------- */

@@ -44,7 +44,7 @@ struct outbox_msg {
  * batch or the connection instead, with a message.  Messages the loop has
  * handled go back to their session's spares, so a client's steady stream
  * of batches allocates none; the spares beyond two per batch in flight
- * (and two more) are freed when a batch completes.
+ * (and two more) are freed as they come back (give_back).
  */
 #define SERVER_MSGS_PER_BATCH 2
 
@@ -141,10 +141,6 @@ int server_reserve_replies(struct server *srv, struct session *s)
 	return 0;
 }
 
-/*
- * After a completion: give back the spares that no batch in flight can
- * still use (a batch that answered once left one).
- */
 /*
  * Messages the loop has handled go back among s's spares, for its next
  * batches (the device thread may take them at once: they are not touched
@@ -594,6 +590,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 	uv_idle_init(loop, &srv->spin);
 	srv->spin.data = srv;
 	srv->spin_us = cfg->spin_us;
+	srv->pieces_cap = cfg->pinned_memory / 2;
 	/* Polling never keeps the loop from ending. */
 	uv_unref((uv_handle_t *)&srv->spin);
 	uv_signal_init(loop, &srv->sigint);

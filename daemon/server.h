@@ -34,6 +34,15 @@ struct server {
 	uint64_t spin_until;		/* spin_now_ns() the polling stops at */
 	unsigned spin_turns;		/* polls so far: every fourth yields */
 	unsigned spin_us;		/* [daemon] spin_us, fixed at start */
+	/*
+	 * Read staging held by replies in pieces that wait in libuv's write
+	 * queues (clients reading slowly), and the most it may be: half the
+	 * pinned pool, fixed at start.  Past it, a waiting reply's bytes are
+	 * copied out and its staging freed (session.c), so clients that do
+	 * not read cannot take the pool from the others.
+	 */
+	uint64_t pieces_queued;
+	uint64_t pieces_cap;
 	uv_signal_t sigint;
 	uv_signal_t sigterm;
 	uv_signal_t sighup;

@@ -29,6 +29,7 @@
 struct write_req {
 	uv_write_t req;
 	struct session *s;
+	uint64_t pieces_bytes;		/* counted in server.pieces_queued */
 	unsigned nowners;
 	struct reply_owner owners[];
 };
@@ -52,10 +53,37 @@ static void on_write(uv_write_t *req, int status)
 	struct write_req *w = (struct write_req *)req;
 	struct session *s = w->s;
 
+	s->server->pieces_queued -= w->pieces_bytes;
 	drop_replies(w->owners, w->nowners);
 	free(w);
 	if (status < 0 && status != UV_ECANCELED && s->state != SESSION_CLOSING)
 		session_close(s, uv_strerror(status));
+}
+
+/* Bytes of read staging the replies in pieces among owners hold. */
+static uint64_t pieces_bytes(const struct reply_owner *owners, unsigned n)
+{
+	uint64_t sum = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		if (owners[i].pieces != NULL)
+			sum += reply_pieces_frame(owners[i].pieces)->total;
+	return sum;
+}
+
+/*
+ * The n bufs (len bytes in all) copied into one flat buffer: the replies
+ * waiting in them no longer hold read staging.  NULL without memory.
+ */
+static uint8_t *flatten(const uv_buf_t *bufs, unsigned n, size_t len)
+{
+	uint8_t *flat = frame_buf_alloc(len), *at = flat;
+
+	for (unsigned i = 0; flat != NULL && i < n; i++) {
+		memcpy(at, bufs[i].base, bufs[i].len);
+		at += bufs[i].len;
+	}
+	return flat;
 }
 
 /*
@@ -66,8 +94,13 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 		      size_t total, const struct reply_owner *owners,
 		      unsigned nowners)
 {
+	struct server *srv = s->server;
+	struct reply_owner one;
 	struct write_req *w;
+	uv_buf_t flat_buf;
 	size_t queued_before, sent;
+	uint64_t held;
+	uint8_t *flat;
 	int rc;
 
 	if (s->handle_closed) {
@@ -91,10 +124,26 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 		return;
 	}
 	/* The rest goes through uv_write (which copies the bufs array). */
-	for (sent = rc > 0 ? (size_t)rc : 0; sent >= bufs->len; n--, bufs++)
+	sent = rc > 0 ? (size_t)rc : 0;
+	total -= sent;
+	for (; sent >= bufs->len; n--, bufs++)
 		sent -= bufs->len;
 	bufs->base += sent;
 	bufs->len -= sent;
+	held = pieces_bytes(owners, nowners);
+	if (held > 0 && srv->pieces_cap > 0 &&
+	    srv->pieces_queued + held > srv->pieces_cap &&
+	    (flat = flatten(bufs, n, total)) != NULL) {
+		/* The client reads slowly and the staging is wanted. */
+		drop_replies(owners, nowners);
+		one = (struct reply_owner){ flat, NULL };
+		owners = &one;
+		nowners = 1;
+		bufs = &flat_buf;
+		*bufs = uv_buf_init((char *)flat, (unsigned int)total);
+		n = 1;
+		held = 0;
+	}
 	w = malloc(sizeof(*w) + nowners * sizeof(w->owners[0]));
 	if (w == NULL) {
 		drop_replies(owners, nowners);
@@ -102,6 +151,7 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 		return;
 	}
 	w->s = s;
+	w->pieces_bytes = held;
 	w->nowners = nowners;
 	memcpy(w->owners, owners, nowners * sizeof(w->owners[0]));
 	queued_before = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
@@ -112,6 +162,7 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 		session_close(s, uv_strerror(rc));
 		return;
 	}
+	srv->pieces_queued += held;
 	/*
 	 * A client that does not read: bytes were still waiting for it when
 	 * this reply came, and now more than the limit wait.  One large reply
@@ -151,6 +202,8 @@ static void send_buf(struct session *s, uint8_t *buf, size_t len)
  */
 #define OUTQ_MAX_BUFS 256
 #define OUTQ_FLUSH_BYTES (256u << 10)
+/* Arrays grown past this (one huge reply) are freed after the write. */
+#define OUTQ_KEEP_BUFS 1024
 
 static bool outq_room(struct session_outq *q, unsigned bufs)
 {
@@ -226,6 +279,17 @@ void session_flush(struct session *s)
 		drop_replies(q->owners, nowners);
 	else
 		send_bufs(s, q->bufs, nbufs, bytes, q->owners, nowners);
+	/* A reply of many thousand pieces does not size the arrays for good. */
+	if (q->capbufs > OUTQ_KEEP_BUFS) {
+		free(q->bufs);
+		q->bufs = NULL;
+		q->capbufs = 0;
+	}
+	if (q->capowners > OUTQ_KEEP_BUFS) {
+		free(q->owners);
+		q->owners = NULL;
+		q->capowners = 0;
+	}
 }
 
 static void send_frame(struct session *s, const Gpucmd__Frame *f)

@@ -372,6 +372,18 @@ static void setup_pending(void)
 	setup_config(text);
 }
 
+/* A small pinned pool: replies held for slow readers may take 4 MiB. */
+#define PINNED_POOL (8u << 20)
+
+static void setup_pinned(void)
+{
+	char text[128];
+
+	snprintf(text, sizeof(text), "[daemon]\npinned_memory = %u\n",
+		 PINNED_POOL);
+	setup_config(text);
+}
+
 static void teardown(void)
 {
 	if (good != NULL)
@@ -1238,6 +1250,65 @@ START_TEST(client_never_reads_large_replies)
 }
 END_TEST
 
+START_TEST(slow_reader_does_not_take_the_pinned_pool)
+{
+	/*
+	 * Eight 1 MiB replies to a client that reads them only later: past
+	 * half the pinned pool (4 MiB here) the waiting replies are copied
+	 * out of their read staging, which goes back to the pool, and the
+	 * client still gets every byte.
+	 */
+	enum { N = 8, LEN = 1 << 20 };
+	struct gpucmd_conn *c = connect_as("slow");
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	uint8_t *src = malloc(LEN);
+	uint64_t ids[N], held = 0, peak = 0;
+	const void *data;
+	size_t len;
+
+	ck_assert_ptr_nonnull(src);
+	for (size_t i = 0; i < LEN; i++)
+		src[i] = (uint8_t)(i * 29 + (i >> 11));
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, src, LEN), 0);
+	gpucmd_response_free(run_ok(b));
+	for (int i = 0; i < N; i++) {
+		b = batch(c, 0);
+		ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, LEN), 0);
+		ck_assert_int_eq(gpucmd_submit(b, &ids[i]), 0);
+	}
+	/* All eight run within this; none is read. */
+	for (int i = 0; i < 30; i++) {
+		usleep(10000);
+		held = report_pinned_in_use(good);
+		peak = held > peak ? held : peak;
+	}
+	ck_assert_msg(held <= PINNED_POOL / 2 + LEN,
+		      "%llu bytes of read staging held for one slow reader "
+		      "(half the pool is %u)", (unsigned long long)held,
+		      PINNED_POOL / 2);
+	ck_assert_msg(peak >= LEN, "no reply went out from its staging "
+		      "(peak %llu)", (unsigned long long)peak);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(gpucmd_wait(c, ids[i], &r), 0);
+		ck_assert_int_eq(gpucmd_response_error(r), 0);
+		ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
+		ck_assert_uint_eq(len, LEN);
+		ck_assert_int_eq(memcmp(data, src, LEN), 0);
+		gpucmd_response_free(r);
+	}
+	for (int i = 0; i < 500 && held != 0; i++) {
+		held = report_pinned_in_use(good);
+		if (held != 0)
+			usleep(10000);
+	}
+	ck_assert_uint_eq(held, 0);
+	free(src);
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(slowloris)
 {
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT, *w;
@@ -1910,6 +1981,7 @@ static Suite *make_suite(void)
 	TCase *d = tcase_create("default");
 	TCase *l = tcase_create("limits");
 	TCase *p = tcase_create("pending");
+	TCase *pin = tcase_create("pinned");
 
 	tcase_add_checked_fixture(d, setup_default, teardown);
 	tcase_set_timeout(d, 120);
@@ -1954,6 +2026,11 @@ static Suite *make_suite(void)
 	tcase_set_timeout(p, 120);
 	tcase_add_test(p, client_never_reads_large_replies);
 	suite_add_tcase(s, p);
+
+	tcase_add_checked_fixture(pin, setup_pinned, teardown);
+	tcase_set_timeout(pin, 120);
+	tcase_add_test(pin, slow_reader_does_not_take_the_pinned_pool);
+	suite_add_tcase(s, pin);
 	return s;
 }
 
