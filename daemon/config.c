@@ -40,6 +40,7 @@ void config_defaults(struct config *cfg)
 	cfg->limits.max_pending_bytes = 256ull << 20;
 	snprintf(cfg->layout, sizeof(cfg->layout), "subslices");
 	cfg->spin_us = SPIN_DEFAULT_US;
+	cfg->host_stream_nice = CONFIG_HOST_STREAM_NICE;
 	cfg->unknown_services = CONFIG_UNKNOWN_ALLOW;
 	cfg->default_service.weight = 1;
 }
@@ -492,6 +493,9 @@ static int handle_key(void *user, const char *section, const char *name,
 		if (strcmp(name, "spin_us") == 0)
 			return set_u32(st, name, v, 0, SPIN_MAX_US,
 				       &cfg->spin_us);
+		if (strcmp(name, "host_stream_nice") == 0)
+			return set_u32(st, name, v, 0, 19,
+				       &cfg->host_stream_nice);
 		if (strcmp(name, "layout") == 0) {
 			if (strcmp(v, "subslices") != 0 &&
 			    strcmp(v, "exclusive") != 0)

@@ -32,6 +32,8 @@ struct config_limits {
 
 #define CONFIG_MAX_IDS 32
 #define CONFIG_DEFAULT_PATH "/etc/gpucmd/gpucmdd.conf"
+/* Default [daemon] host_stream_nice: how much nicer host workers run. */
+#define CONFIG_HOST_STREAM_NICE 10
 
 /* A [service NAME] section. */
 struct config_service {
@@ -75,6 +77,7 @@ struct config {
 	int log_level;
 	char layout[16];		/* default pool layout: subslices, exclusive */
 	uint32_t spin_us;		/* busy wait before a thread sleeps (spin.h) */
+	uint32_t host_stream_nice;	/* host backend workers' nice (driver.h) */
 	struct config_limits limits;
 	enum config_unknown unknown_services;
 	struct config_service default_service;	/* limits of unlisted services */

@@ -86,6 +86,7 @@ static int open_backend(struct executor *ex, char *why, size_t why_len)
 		.host_memory = ex->cfg.host_memory,
 		.host_fail_alloc_at = ex->cfg.host_fail_alloc_at,
 		.spin_us = ex->cfg.spin_us,
+		.stream_nice = ex->cfg.host_stream_nice,
 		.test_compile_delay_ms = ex->cfg.test_compile_delay_ms,
 	};
 	char cuda_why[512] = "";

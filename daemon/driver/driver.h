@@ -201,6 +201,7 @@ struct driver_options {
 	uint64_t host_memory;		/* host backend: bytes of "device" memory */
 	uint64_t host_fail_alloc_at;	/* host backend test hook: fail the Nth mem_alloc (0 = never) */
 	unsigned spin_us;		/* host backend: a stream worker's spin before it sleeps (spin.h) */
+	unsigned stream_nice;		/* host backend: stream workers run this much nicer (0-19) */
 	unsigned test_compile_delay_ms;	/* host backend test hook: module_load_shared sleeps this long */
 };
 

@@ -48,8 +48,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gpucmd.h"
 #include "kernels/builtin.h"
@@ -155,6 +158,7 @@ struct host_driver {
 	uint64_t fail_alloc_at;		/* test hook, 0 = never */
 	uint64_t alloc_calls;
 	unsigned spin_us;		/* a worker's spin before it sleeps */
+	unsigned stream_nice;		/* workers' nice, above the daemon's */
 	unsigned compile_delay_ms;	/* test hook of module_load_shared */
 	/* One per built-in, at its index in the builtin table. */
 	struct driver_function *functions;
@@ -563,6 +567,30 @@ static bool host_stream_take(struct driver_stream *s, struct host_op_list *work,
 	return !stop;
 }
 
+/*
+ * The workers play the GPU, whose work costs a real one no host CPU: they
+ * run nicer than the daemon's loop and device thread, so that kernels
+ * flooding the host backend take the CPU the answers need last (under 16
+ * flooding clients on two CPUs, a ping's median went from 24-60 us to
+ * 15-26 us with +10).  Raising one's own nice needs no privilege; on Linux
+ * PRIO_PROCESS with a thread id sets that thread alone.
+ */
+static void host_stream_nice(unsigned nice)
+{
+	id_t tid = (id_t)syscall(SYS_gettid);
+	int now;
+
+	if (nice == 0)
+		return;
+	errno = 0;
+	now = getpriority(PRIO_PROCESS, tid);
+	if (now == -1 && errno != 0)
+		return;
+	now += (int)nice;
+	if (setpriority(PRIO_PROCESS, tid, now < 19 ? now : 19) != 0)
+		return;	/* an optimisation: the worker runs anyway */
+}
+
 static void *host_stream_main(void *arg)
 {
 	struct driver_stream *s = arg;
@@ -572,6 +600,7 @@ static void *host_stream_main(void *arg)
 
 	host_op_list_init(&work);
 	host_op_list_init(&done);
+	host_stream_nice(s->hd->stream_nice);
 	while (host_stream_take(s, &work, &done, &ndone)) {
 		/* stop also drops what was taken but has not run yet. */
 		while (!atomic_load(&s->stop) &&
@@ -1279,6 +1308,7 @@ int driver_host_create(const struct driver_options *opt, struct driver **out)
 	host_heap_init(&hd->pinned, "pinned host memory", UINT64_MAX);
 	hd->fail_alloc_at = opt->host_fail_alloc_at;
 	hd->spin_us = opt->spin_us;
+	hd->stream_nice = opt->stream_nice;
 	hd->compile_delay_ms = opt->test_compile_delay_ms;
 	pthread_mutex_init(&hd->events_lock, NULL);
 	pthread_cond_init(&hd->events_done, NULL);

@@ -3,6 +3,7 @@
  * launch every built-in, read back, release; the errors a client can hit;
  * pipelining.
  */
+#include <dirent.h>
 #include <math.h>
 
 #include "harness.h"
@@ -210,6 +211,105 @@ START_TEST(large_read_reply_from_staging)
 	ck_assert_uint_eq(report_totals(watch).bytes_in_use, BIG);
 	free(src);
 	gpucmd_close(watch);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* The first line of path into buf; false when it cannot be read. */
+static bool first_line(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "r");
+	bool ok = f != NULL && fgets(buf, (int)len, f) != NULL;
+
+	if (f != NULL)
+		fclose(f);
+	return ok;
+}
+
+/* Field 19 of a /proc stat line: the nice value. */
+static int stat_nice(const char *line)
+{
+	const char *p = strrchr(line, ')');	/* after the name */
+
+	ck_assert_ptr_nonnull(p);
+	for (int field = 2; field < 19 && p != NULL; field++)
+		p = strchr(p + 1, ' ');
+	ck_assert_ptr_nonnull(p);
+	return atoi(p + 1);
+}
+
+/* The nice value of pid's main thread. */
+static int nice_of_main(pid_t pid)
+{
+	char path[64], line[512];
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid,
+		 (int)pid);
+	ck_assert_msg(first_line(path, line, sizeof(line)), "%s", path);
+	return stat_nice(line);
+}
+
+/*
+ * The nice value of every thread of pid named comm (-100 when none);
+ * fails the test when two such threads differ.
+ */
+static int nice_of_threads(pid_t pid, const char *comm)
+{
+	char path[96], line[512];
+	struct dirent *e;
+	int nice = -100;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL) {
+		char name[64] = "";
+		int n;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid,
+			 e->d_name);
+		if (!first_line(path, name, sizeof(name)))
+			continue;	/* the thread left */
+		name[strcspn(name, "\n")] = '\0';
+		if (strcmp(name, comm) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid,
+			 e->d_name);
+		if (!first_line(path, line, sizeof(line)))
+			continue;
+		n = stat_nice(line);
+		ck_assert_msg(nice == -100 || n == nice,
+			      "%s threads at nice %d and %d", comm, nice, n);
+		nice = n;
+	}
+	closedir(d);
+	return nice;
+}
+
+/*
+ * The host backend's stream workers (which play the GPU) run nicer than
+ * the daemon's loop, by host_stream_nice (default 10).
+ */
+START_TEST(stream_workers_run_nicer)
+{
+	struct gpucmd_conn *c = connect_as("basic");
+	struct gpucmd_batch *b;
+	int daemon_nice, workers;
+
+	for (uint32_t s = 0; s < 2; s++) {
+		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+		gpucmd_response_free(run_ok(b));
+	}
+	daemon_nice = nice_of_main(the_daemon.pid);
+	workers = nice_of_threads(the_daemon.pid, "gpucmd-stream");
+	/* Under valgrind the threads do not carry their names. */
+	if (workers != -100 || getenv("GPUCMD_TEST_VALGRIND") == NULL)
+		ck_assert_int_eq(workers, daemon_nice + 10 < 19 ?
+						  daemon_nice + 10 : 19);
 	gpucmd_close(c);
 }
 END_TEST
@@ -488,6 +588,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, write_offset_and_create);
 	tcase_add_test(tc, large_inline_data_round_trips);
 	tcase_add_test(tc, large_read_reply_from_staging);
+	tcase_add_test(tc, stream_workers_run_nicer);
 	tcase_add_test(tc, every_builtin);
 	tcase_add_test(tc, client_errors);
 	tcase_add_test(tc, release_returns_usage);

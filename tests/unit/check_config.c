@@ -137,6 +137,7 @@ START_TEST(defaults_are_the_documented_ones)
 	ck_assert_int_eq(cfg.log_level, LOG_LEVEL_INFO);
 	ck_assert_str_eq(cfg.layout, "subslices");
 	ck_assert_uint_eq(cfg.spin_us, 50);
+	ck_assert_uint_eq(cfg.host_stream_nice, 10);
 	ck_assert_uint_eq(cfg.limits.max_connections, 256);
 	ck_assert_uint_eq(cfg.limits.max_frame_bytes, 64 * MIB);
 	ck_assert_uint_eq(cfg.limits.max_ops_per_batch, 65536);
@@ -272,6 +273,7 @@ START_TEST(every_key)
 		"log_level = debug\n"
 		"layout = exclusive\n"
 		"spin_us = 0\n"
+		"host_stream_nice = 0\n"
 		"\n"
 		"[limits]\n"
 		"max_connections = 1000\n"
@@ -310,6 +312,7 @@ START_TEST(every_key)
 	ck_assert_int_eq(cfg.log_level, LOG_LEVEL_DEBUG);
 	ck_assert_str_eq(cfg.layout, "exclusive");
 	ck_assert_uint_eq(cfg.spin_us, 0);
+	ck_assert_uint_eq(cfg.host_stream_nice, 0);
 	ck_assert_uint_eq(cfg.limits.max_connections, 1000);
 	ck_assert_uint_eq(cfg.limits.max_frame_bytes, MIB);
 	ck_assert_uint_eq(cfg.limits.max_ops_per_batch, 4096);
@@ -953,6 +956,7 @@ START_TEST(bad_values)
 	expect_bad("[daemon]\nlog_level = verbose\n", 2, "log_level = verbose");
 	expect_bad("[daemon]\nlayout = striped\n", 2, "layout = striped");
 	expect_bad("[daemon]\nspin_us = 10001\n", 2, "spin_us");
+	expect_bad("[daemon]\nhost_stream_nice = 20\n", 2, "host_stream_nice");
 	expect_bad("[services]\nunknown = maybe\n", 2,
 		   "unknown = maybe: expected allow or refuse");
 	/* Strings longer than their field. */

@@ -14,7 +14,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "driver/driver.h"
 #include "driver/kernels/builtin.h"
@@ -768,6 +771,60 @@ START_TEST(test_fail_alloc_at)
 }
 END_TEST
 
+/* A host callback that records the nice value of the thread it runs on. */
+struct nice_seen {
+	struct done done;
+	int nice;
+};
+
+static void on_nice(void *arg, int status)
+{
+	struct nice_seen *n = arg;
+
+	errno = 0;
+	n->nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+	on_done(&n->done, status);
+}
+
+/* Stream workers run stream_nice nicer than the thread that made them. */
+START_TEST(test_stream_nice)
+{
+	struct driver_options opt = { .host_memory = MIB, .stream_nice = 7 };
+	struct driver_properties props;
+	struct driver_stream *s;
+	struct nice_seen seen;
+	struct driver *dr;
+	int mine;
+
+	errno = 0;
+	mine = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+	ck_assert_int_eq(errno, 0);
+	ck_assert_int_eq(driver_host_create(&opt, &dr), 0);
+	ck_assert_int_eq(dr->ops->open(dr, 0, &props), 0);
+	ck_assert_int_eq(dr->ops->stream_create(dr, &s), 0);
+	sem_init(&seen.done.sem, 0, 0);
+	ck_assert_int_eq(dr->ops->host_callback(dr, s, on_nice, &seen), 0);
+	done_wait(&seen.done);
+	ck_assert_int_eq(seen.nice, mine + 7 < 19 ? mine + 7 : 19);
+	/* The creating thread keeps its own. */
+	ck_assert_int_eq(getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)),
+			 mine);
+	dr->ops->stream_destroy(dr, s);
+	dr->ops->close(dr);
+	/* 0 leaves the workers as they are. */
+	opt.stream_nice = 0;
+	ck_assert_int_eq(driver_host_create(&opt, &dr), 0);
+	ck_assert_int_eq(dr->ops->open(dr, 0, &props), 0);
+	ck_assert_int_eq(dr->ops->stream_create(dr, &s), 0);
+	sem_init(&seen.done.sem, 0, 0);
+	ck_assert_int_eq(dr->ops->host_callback(dr, s, on_nice, &seen), 0);
+	done_wait(&seen.done);
+	ck_assert_int_eq(seen.nice, mine);
+	dr->ops->stream_destroy(dr, s);
+	dr->ops->close(dr);
+}
+END_TEST
+
 START_TEST(test_host_memory)
 {
 	struct driver *dr = create(MIB, 0);
@@ -991,6 +1048,7 @@ static Suite *host_suite(void)
 
 	tc = tcase("device", 10);
 	tcase_add_test(tc, test_properties);
+	tcase_add_test(tc, test_stream_nice);
 	tcase_add_test(tc, test_stream_order);
 	tcase_add_test(tc, test_functions);
 	tcase_add_test(tc, test_launch_refused);
