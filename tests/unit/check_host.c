@@ -786,42 +786,41 @@ static void on_nice(void *arg, int status)
 	on_done(&n->done, status);
 }
 
-/* Stream workers run stream_nice nicer than the thread that made them. */
-START_TEST(test_stream_nice)
+/* The nice value a stream worker of a driver with stream_nice runs at. */
+static int worker_nice(unsigned stream_nice)
 {
-	struct driver_options opt = { .host_memory = MIB, .stream_nice = 7 };
+	struct driver_options opt = { .host_memory = MIB,
+				      .stream_nice = stream_nice };
 	struct driver_properties props;
 	struct driver_stream *s;
 	struct nice_seen seen;
 	struct driver *dr;
+
+	ck_assert_int_eq(driver_host_create(&opt, &dr), 0);
+	ck_assert_int_eq(dr->ops->open(dr, 0, &props), 0);
+	ck_assert_int_eq(dr->ops->stream_create(dr, &s), 0);
+	sem_init(&seen.done.sem, 0, 0);
+	ck_assert_int_eq(dr->ops->host_callback(dr, s, on_nice, &seen), 0);
+	done_wait(&seen.done);
+	dr->ops->stream_destroy(dr, s);
+	dr->ops->close(dr);
+	return seen.nice;
+}
+
+/* Stream workers run stream_nice nicer than the thread that made them. */
+START_TEST(test_stream_nice)
+{
 	int mine;
 
 	errno = 0;
 	mine = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
 	ck_assert_int_eq(errno, 0);
-	ck_assert_int_eq(driver_host_create(&opt, &dr), 0);
-	ck_assert_int_eq(dr->ops->open(dr, 0, &props), 0);
-	ck_assert_int_eq(dr->ops->stream_create(dr, &s), 0);
-	sem_init(&seen.done.sem, 0, 0);
-	ck_assert_int_eq(dr->ops->host_callback(dr, s, on_nice, &seen), 0);
-	done_wait(&seen.done);
-	ck_assert_int_eq(seen.nice, mine + 7 < 19 ? mine + 7 : 19);
+	ck_assert_int_eq(worker_nice(7), mine + 7 < 19 ? mine + 7 : 19);
 	/* The creating thread keeps its own. */
 	ck_assert_int_eq(getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)),
 			 mine);
-	dr->ops->stream_destroy(dr, s);
-	dr->ops->close(dr);
 	/* 0 leaves the workers as they are. */
-	opt.stream_nice = 0;
-	ck_assert_int_eq(driver_host_create(&opt, &dr), 0);
-	ck_assert_int_eq(dr->ops->open(dr, 0, &props), 0);
-	ck_assert_int_eq(dr->ops->stream_create(dr, &s), 0);
-	sem_init(&seen.done.sem, 0, 0);
-	ck_assert_int_eq(dr->ops->host_callback(dr, s, on_nice, &seen), 0);
-	done_wait(&seen.done);
-	ck_assert_int_eq(seen.nice, mine);
-	dr->ops->stream_destroy(dr, s);
-	dr->ops->close(dr);
+	ck_assert_int_eq(worker_nice(0), mine);
 }
 END_TEST
 
