@@ -370,6 +370,31 @@ GPUCMD_EXTERN int gpucmd_batch_write(struct gpucmd_batch *b, uint64_t handle,
 	return batch_write(b, handle, offset, NULL, data, len, 0, 0);
 }
 
+GPUCMD_EXTERN int gpucmd_batch_write_borrowed(struct gpucmd_batch *b,
+					      uint64_t handle, uint64_t offset,
+					      const void *data, size_t len)
+{
+	struct batch_op *o;
+	int r;
+
+	if (b == NULL || handle == 0 || (data == NULL && len > 0))
+		return GPUCMD_EINVAL;
+	/* What batch_push checks of a copy's tail. */
+	if (len > gpucmd_info(b->conn)->max_frame_bytes)
+		return GPUCMD_ELIMIT;
+	r = batch_push(b, GPUCMD__OP__OP_WRITE, 0, &o);
+	if (r < 0)
+		return r;
+	gpucmd__op_write__init(&o->m.write);
+	o->m.write.handle = handle;
+	o->m.write.offset = offset;
+	/* The encoder references large data where it is (frame.h). */
+	o->m.write.data.data = len > 0 ? (uint8_t *)(uintptr_t)data : NULL;
+	o->m.write.data.len = len;
+	o->op.write = &o->m.write;
+	return 0;
+}
+
 GPUCMD_EXTERN int gpucmd_batch_write_layout(struct gpucmd_batch *b,
 					    uint64_t handle, uint64_t offset,
 					    const struct gpucmd_layout *layout,

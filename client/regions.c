@@ -334,7 +334,8 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
 		r = gpucmd_batch_new(conn, stream, &b);
 		if (r < 0)
 			return r;
-		r = gpucmd_batch_write(b, handle, offset, data, len);
+		/* Run at once: data outlives the batch. */
+		r = gpucmd_batch_write_borrowed(b, handle, offset, data, len);
 		if (r == 0)
 			r = gpucmd_batch_sync(b);
 		if (r < 0) {

@@ -143,6 +143,16 @@ GPUCMD_EXTERN int gpucmd_batch_create_with_data(struct gpucmd_batch *b,
 GPUCMD_EXTERN int gpucmd_batch_write(struct gpucmd_batch *b, uint64_t handle,
 				     uint64_t offset, const void *data,
 				     size_t len);
+/*
+ * Like gpucmd_batch_write, without copying data into the batch: the bytes
+ * go from data straight into the socket when the batch is submitted, so
+ * data must stay valid and unchanged until gpucmd_submit (or gpucmd_run)
+ * has returned, or the batch is freed.  For large writes: it saves a copy
+ * of the whole payload.
+ */
+GPUCMD_EXTERN int gpucmd_batch_write_borrowed(struct gpucmd_batch *b,
+					      uint64_t handle, uint64_t offset,
+					      const void *data, size_t len);
 /* Read len bytes of handle at offset; the bytes come back in the result. */
 GPUCMD_EXTERN int gpucmd_batch_read(struct gpucmd_batch *b, uint64_t handle,
 				    uint64_t offset, uint64_t len);

@@ -189,6 +189,7 @@ int bench_spin_batches(struct gpucmd_conn *c, size_t nops, size_t depth,
 enum bench_xfer_way {
 	BENCH_XFER_INLINE,	/* the bytes travel in the frame */
 	BENCH_XFER_REGION,	/* the bytes are already in a region */
+	BENCH_XFER_BORROWED,	/* inline, written from the caller's buffer */
 };
 struct bench_xfer {
 	struct gpucmd_conn *c;

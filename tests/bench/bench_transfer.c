@@ -17,6 +17,10 @@
  * GPUCMD_INLINE_MAX (the size above which the convenience calls switch to
  * a region) is chosen.
  *
+ * From 1 MiB up, a "write inline borrowed" row times the same write
+ * through gpucmd_batch_write_borrowed, without libgpucmd's copy of the
+ * data into the batch (no target: the targets judge the copying call).
+ *
  * From 1 MiB up, a "raw socket" row times the same bytes sent to a child
  * process over a Unix socket (and 16 bytes back), against the same memcpy:
  * inline bytes cross a socket, so that ratio is the most any inline row can
@@ -86,6 +90,8 @@ int bench_xfer_write(struct bench_xfer *x, enum bench_xfer_way way,
 		return rc;
 	if (way == BENCH_XFER_INLINE)
 		rc = gpucmd_batch_write(b, XFER_HANDLE, 0, data, len);
+	else if (way == BENCH_XFER_BORROWED)
+		rc = gpucmd_batch_write_borrowed(b, XFER_HANDLE, 0, data, len);
 	else
 		rc = gpucmd_batch_write_region(b, XFER_HANDLE, 0,
 					       XFER_SRC_REGION, 0, len);
@@ -277,6 +283,27 @@ static bool measure(struct bench_xfer *x, enum bench_xfer_way way, size_t len,
 		floor = memcpy_seconds(dst, src, len, reps < 5 ? 5 : reps);
 		add_row("write", way, len, bench_median(tw, reps), floor);
 		add_row("read", way, len, bench_median(tr, reps), floor);
+	}
+	if (ok && way == BENCH_XFER_INLINE && len >= MIB) {
+		/* Without libgpucmd's copy of the data into the batch. */
+		for (size_t k = 0; ok && k < reps; k++) {
+			uint64_t t0 = bench_now_ns();
+
+			ok = bench_xfer_write(x, BENCH_XFER_BORROWED, src,
+					      len) == 0;
+			tw[k] = (double)(bench_now_ns() - t0) / 1e9;
+		}
+		if (ok) {
+			char name[64], sz[32];
+			double secs = bench_median(tw, reps);
+
+			bench_size_name(sz, sizeof(sz), len);
+			snprintf(name, sizeof(name),
+				 "write inline borrowed %s", sz);
+			bench_add(name, (double)len / secs / 1e9, "GB/s",
+				  (double)len / floor / 1e9, floor / secs,
+				  TARGET_NONE, 0);
+		}
 	}
 	if (ok && way == BENCH_XFER_INLINE && len >= MIB) {
 		double sock = socket_seconds(len, reps < 5 ? 5 : reps);

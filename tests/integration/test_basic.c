@@ -215,6 +215,74 @@ START_TEST(large_read_reply_from_staging)
 }
 END_TEST
 
+/*
+ * gpucmd_batch_write_borrowed: the bytes go from the caller's buffer at
+ * submit, large and small, beside copied writes; once gpucmd_submit has
+ * returned the buffer may change; the builder's refusals.
+ */
+START_TEST(borrowed_write_sent_at_submit)
+{
+	enum { BIG = 1 << 20, SMALL = 100 };
+	struct gpucmd_conn *c = connect_as("basic");
+	uint8_t *src = malloc(BIG), *want = malloc(BIG);
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	const void *data;
+	size_t len;
+	uint64_t id;
+
+	ck_assert_ptr_nonnull(src);
+	ck_assert_ptr_nonnull(want);
+	for (size_t i = 0; i < BIG; i++)
+		src[i] = (uint8_t)(i * 37 + (i >> 10));
+	memcpy(want, src, BIG);
+	memset(want + 4096, 0xab, SMALL);	/* the copied write below */
+	memcpy(want + 8192, src, SMALL);	/* the small borrowed one */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, BIG), 0);
+	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, src, BIG), 0);
+	{
+		uint8_t ab[SMALL];
+
+		memset(ab, 0xab, sizeof(ab));
+		ck_assert_int_eq(gpucmd_batch_write(b, 1, 4096, ab, SMALL), 0);
+	}
+	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 8192, src, SMALL),
+			 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	/* Submitted: the bytes left; the buffer is the caller's again. */
+	memset(src, 0, BIG);
+	ck_assert_int_eq(gpucmd_wait(c, id, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	gpucmd_response_free(r);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, BIG), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
+	ck_assert_uint_eq(len, BIG);
+	ck_assert_int_eq(memcmp(data, want, BIG), 0);
+	gpucmd_response_free(r);
+
+	/* Refused like gpucmd_batch_write; a batch freed unsent is fine. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 0, 0, src, 8),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, NULL, 8),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_write_borrowed(
+				 b, 1, 0, src,
+				 (size_t)gpucmd_info(c)->max_frame_bytes + 1),
+			 GPUCMD_ELIMIT);
+	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, src, BIG), 0);
+	ck_assert_uint_eq(gpucmd_batch_count(b), 1);
+	gpucmd_batch_free(b);
+	free(src);
+	free(want);
+	gpucmd_close(c);
+}
+END_TEST
+
 /* The first line of path into buf; false when it cannot be read. */
 static bool first_line(const char *path, char *buf, size_t len)
 {
@@ -589,6 +657,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, large_inline_data_round_trips);
 	tcase_add_test(tc, large_read_reply_from_staging);
 	tcase_add_test(tc, stream_workers_run_nicer);
+	tcase_add_test(tc, borrowed_write_sent_at_submit);
 	tcase_add_test(tc, every_builtin);
 	tcase_add_test(tc, client_errors);
 	tcase_add_test(tc, release_returns_usage);
