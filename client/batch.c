@@ -74,6 +74,8 @@ struct batch_op {
 	} m;
 	Gpucmd__RegionRef ref;	/* write, read, create: a region range */
 	bool pooled;		/* from frame_buf_alloc (a large tail) */
+	bool plain;		/* no tail: may go to the connection's spares */
+	struct batch_op *next;	/* among the spares */
 	/* extra bytes follow; the struct's size keeps them 8-byte aligned */
 };
 
@@ -97,18 +99,36 @@ static void op_free(Gpucmd__Op *op)
 		free(o);
 }
 
+/* Spare op blocks a connection keeps, and the ops array a spare batch may keep. */
+#define BATCH_CACHE_OPS 64
+#define BATCH_CACHE_CAP 64
+
 GPUCMD_EXTERN int gpucmd_batch_new(struct gpucmd_conn *conn, uint32_t stream,
 				   struct gpucmd_batch **out)
 {
+	struct batch_cache *cache;
 	struct gpucmd_batch *b;
+	Gpucmd__Op **ops = NULL;
+	size_t cap = 0;
 
 	if (conn == NULL || out == NULL)
 		return GPUCMD_EINVAL;
-	b = calloc(1, sizeof(*b));
-	if (b == NULL)
-		return -ENOMEM;
+	cache = conn_batch_cache(conn);
+	b = cache->batch;
+	if (b != NULL) {
+		cache->batch = NULL;
+		ops = b->req.ops;
+		cap = b->cap;
+		memset(b, 0, sizeof(*b));
+	} else {
+		b = calloc(1, sizeof(*b));
+		if (b == NULL)
+			return -ENOMEM;
+	}
 	b->conn = conn;
 	gpucmd__request__init(&b->req);
+	b->req.ops = ops;
+	b->cap = cap;
 	b->req.stream = stream;
 	*out = b;
 	return 0;
@@ -124,6 +144,52 @@ GPUCMD_EXTERN void gpucmd_batch_free(struct gpucmd_batch *b)
 	free(b->req.ops);
 	free(b->fds);
 	free(b);
+}
+
+/*
+ * A submitted batch: its small parts go to the connection's spares (the
+ * connection is alive: submit just used it), the rest is freed.
+ */
+static void batch_recycle(struct gpucmd_batch *b)
+{
+	struct batch_cache *cache = conn_batch_cache(b->conn);
+
+	for (size_t i = 0; i < b->req.n_ops; i++) {
+		struct batch_op *o = (struct batch_op *)b->req.ops[i];
+
+		if (o->plain && cache->nops < BATCH_CACHE_OPS) {
+			o->next = cache->ops;
+			cache->ops = o;
+			cache->nops++;
+		} else {
+			op_free(&o->op);
+		}
+	}
+	b->req.n_ops = 0;
+	free(b->fds);
+	b->fds = NULL;
+	if (cache->batch == NULL && b->cap <= BATCH_CACHE_CAP) {
+		cache->batch = b;
+		return;
+	}
+	free(b->req.ops);
+	free(b);
+}
+
+void batch_cache_clear(struct batch_cache *c)
+{
+	while (c->ops != NULL) {
+		struct batch_op *o = c->ops;
+
+		c->ops = o->next;
+		free(o);
+	}
+	c->nops = 0;
+	if (c->batch != NULL) {
+		free(c->batch->req.ops);
+		free(c->batch);
+		c->batch = NULL;
+	}
 }
 
 GPUCMD_EXTERN size_t gpucmd_batch_count(const struct gpucmd_batch *b)
@@ -171,10 +237,19 @@ static int batch_push(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
 			return -ENOMEM;
 		memset(o, 0, sizeof(*o));
 		o->pooled = true;
+	} else if (extra == 0 && conn_batch_cache(b->conn)->ops != NULL) {
+		struct batch_cache *cache = conn_batch_cache(b->conn);
+
+		o = cache->ops;
+		cache->ops = o->next;
+		cache->nops--;
+		memset(o, 0, sizeof(*o));
+		o->plain = true;
 	} else {
 		o = calloc(1, sizeof(*o) + extra);
 		if (o == NULL)
 			return -ENOMEM;
+		o->plain = extra == 0;
 	}
 	gpucmd__op__init(&o->op);
 	o->op.op_case = kind;
@@ -1024,7 +1099,7 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id)
 		return GPUCMD_EINVAL;
 	}
 	r = conn_submit(b->conn, &b->req, b->fds, b->nfds, &got);
-	gpucmd_batch_free(b);
+	batch_recycle(b);
 	if (r < 0)
 		return r;
 	*id = got;

@@ -31,6 +31,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "frame.h"
 #include "regions.h"
 #include "spin.h"
@@ -66,6 +67,7 @@ struct gpucmd_conn {
 	size_t slots_cap;
 	int dead;		/* 0, or the code the connection died with */
 	struct regions regions;	/* shared regions attached by this process */
+	struct batch_cache batches;	/* spent batches kept for the next */
 	/*
 	 * Kept from frame to frame, so that large transfers do not map and
 	 * fault in fresh pages each time (up to CONN_KEEP_BYTES).
@@ -733,6 +735,7 @@ GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *c)
 	}
 	free(c->slots);
 	regions_clear(&c->regions);
+	batch_cache_clear(&c->batches);
 	frame_pieces_free(&c->out);
 	free(c->body);
 	if (c->fd >= 0)
@@ -748,6 +751,11 @@ GPUCMD_EXTERN const struct gpucmd_info *gpucmd_info(const struct gpucmd_conn *c)
 struct regions *conn_regions(struct gpucmd_conn *c)
 {
 	return &c->regions;
+}
+
+struct batch_cache *conn_batch_cache(struct gpucmd_conn *c)
+{
+	return &c->batches;
 }
 
 void conn_set_message(struct gpucmd_conn *c, const char *msg)

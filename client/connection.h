@@ -44,5 +44,7 @@ int conn_wait(struct gpucmd_conn *conn, uint64_t id, Gpucmd__Frame **out);
 
 /** The connection's table of shared regions. */
 struct regions *conn_regions(struct gpucmd_conn *conn);
+/** The connection's spare batches and op blocks (batch.h). */
+struct batch_cache *conn_batch_cache(struct gpucmd_conn *conn);
 /** Remember the daemon's message of a failure (gpucmd_last_message). */
 void conn_set_message(struct gpucmd_conn *conn, const char *msg);

@@ -808,7 +808,14 @@ void frame_buf_free(uint8_t *p)
 void frame_buf_trim(uint64_t idle_ns)
 {
 	uint64_t last = atomic_load_explicit(&buf_used_ns, memory_order_relaxed);
+	bool any = false;
 
+	/* Called after every frame: no clock read when nothing is kept. */
+	for (int i = 0; i < FRAME_BUF_SPARES; i++)
+		any |= atomic_load_explicit(&buf_spare[i],
+					    memory_order_relaxed) != NULL;
+	if (!any)
+		return;
 	if (idle_ns > 0 && buf_now_ns() - last < idle_ns)
 		return;
 	for (int i = 0; i < FRAME_BUF_SPARES; i++)

@@ -283,6 +283,54 @@ START_TEST(borrowed_write_sent_at_submit)
 }
 END_TEST
 
+/*
+ * libgpucmd keeps a submitted batch and its small op blocks for the next
+ * batches of the connection: what those carry starts clean (other
+ * handles, offsets, lengths, streams), over many rounds.
+ */
+START_TEST(recycled_batches_start_clean)
+{
+	struct gpucmd_conn *c = connect_as("basic");
+	uint8_t bytes[256];
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	const void *data;
+	size_t len;
+
+	for (int i = 0; i < 256; i++)
+		bytes[i] = (uint8_t)i;
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, bytes, 256), 0);
+	gpucmd_response_free(run_ok(b));
+	for (unsigned round = 0; round < 200; round++) {
+		uint64_t off = round % 200, n = 1 + round % 50;
+		uint32_t stream = round % 3;
+
+		ck_assert_int_eq(gpucmd_batch_new(c, stream, &b), 0);
+		if (round % 2 == 0) {
+			ck_assert_int_eq(gpucmd_batch_empty(b, 100 + round, 8),
+					 0);
+			ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+		}
+		ck_assert_int_eq(gpucmd_batch_read(b, 1, off, n), 0);
+		if (round % 2 == 0)
+			ck_assert_int_eq(gpucmd_batch_release(b, 100 + round),
+					 0);
+		r = run_ok(b);
+		ck_assert_uint_eq(gpucmd_response_count(r),
+				  round % 2 == 0 ? 4 : 1);
+		ck_assert_int_eq(gpucmd_response_data(
+					 r, round % 2 == 0 ? 2 : 0, &data, &len),
+				 0);
+		ck_assert_uint_eq(len, n);
+		ck_assert_int_eq(memcmp(data, bytes + off, n), 0);
+		gpucmd_response_free(r);
+	}
+	ck_assert_uint_eq(report_totals(c).allocations, 1);
+	gpucmd_close(c);
+}
+END_TEST
+
 /* The first line of path into buf; false when it cannot be read. */
 static bool first_line(const char *path, char *buf, size_t len)
 {
@@ -658,6 +706,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, large_read_reply_from_staging);
 	tcase_add_test(tc, stream_workers_run_nicer);
 	tcase_add_test(tc, borrowed_write_sent_at_submit);
+	tcase_add_test(tc, recycled_batches_start_clean);
 	tcase_add_test(tc, every_builtin);
 	tcase_add_test(tc, client_errors);
 	tcase_add_test(tc, release_returns_usage);
