@@ -604,10 +604,21 @@ static int pieces_fast(struct frame_pieces *pc, const Gpucmd__Frame *f)
 	if (f->msg_case != GPUCMD__FRAME__MSG_REQUEST || pc->may_ref != NULL ||
 	    f->base.n_unknown_fields != 0 || r->base.n_unknown_fields != 0)
 		return 1;
+	/* Each op is sized once: the sizes are written from this array. */
+	if (r->n_ops > pc->sizes_cap) {
+		size_t cap = r->n_ops < 64 ? 64 : r->n_ops;
+		size_t *v = realloc(pc->sizes, cap * sizeof(*v));
+
+		if (v == NULL)
+			return -ENOMEM;
+		pc->sizes = v;
+		pc->sizes_cap = cap;
+	}
 	req = u64_field(r->id) + u64_field(r->stream);
 	for (size_t i = 0; i < r->n_ops; i++) {
 		if (!op_inner_size(r->ops[i], &inner))
 			return 1;
+		pc->sizes[i] = inner;
 		req += field_size(field_size(inner));
 	}
 	body = field_size(req);
@@ -640,8 +651,7 @@ static int pieces_fast(struct frame_pieces *pc, const Gpucmd__Frame *f)
 	p = put_u64_field(p, 1, r->id);
 	p = put_u64_field(p, 2, r->stream);
 	for (size_t i = 0; i < r->n_ops; i++) {
-		(void)op_inner_size(r->ops[i], &inner);
-		p = put_op(pc, p, r->ops[i], inner, refs);
+		p = put_op(pc, p, r->ops[i], pc->sizes[i], refs);
 		if (p == NULL)
 			return -ENOMEM;
 	}
@@ -713,6 +723,7 @@ void frame_pieces_free(struct frame_pieces *p)
 {
 	free(p->scratch);
 	free(p->v);
+	free(p->sizes);
 	memset(p, 0, sizeof(*p));
 }
 

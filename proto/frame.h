@@ -84,6 +84,8 @@ struct frame_pieces {
 	size_t vcap;
 	size_t total;		/* header + body */
 	int err;
+	size_t *sizes;		/* the hand encoder's op sizes, kept */
+	size_t sizes_cap;
 	/*
 	 * When set, a large byte field is referenced only where may_ref
 	 * answers true (bytes known to outlive the write), else copied.
