@@ -180,6 +180,7 @@ struct report_view {
 		double fragmentation;
 		uint64_t region_bytes;
 		uint32_t regions;
+		uint64_t region_refusals;
 	} total;
 };
 
@@ -238,6 +239,7 @@ static int view_build(const struct gpucmd_report *rep,
 		v->total.oom_count += s->oom_count;
 		v->total.region_bytes += s->region_bytes;
 		v->total.regions += s->regions;
+		v->total.region_refusals += s->region_refusals;
 		if (sv->largest_free > v->total.largest_free)
 			v->total.largest_free = sv->largest_free;
 	}
@@ -363,10 +365,20 @@ static int streams_with_pools(const struct service_view *sv, int exact)
 }
 
 /*
- * Under the table: a line per service with shared regions or a
- * region_limit ("NAME: 2 regions, 30.1 MiB (limit 256.0 MiB)"), and a
- * total when there are several; nothing when no service has either.
+ * Under the table: a line per service with shared regions, a region_limit
+ * or refused attaches ("NAME: 2 regions, 30.1 MiB (limit 256.0 MiB), 3
+ * attaches refused"), and a total when there are several; nothing when no
+ * service has any.
  */
+/* The end of a region line: attaches refused over region_limit, if any. */
+static void refusals(uint64_t n)
+{
+	if (n != 0)
+		printf(", %" PRIu64 " attach%s refused over the limit", n,
+		       n == 1 ? "" : "es");
+	printf("\n");
+}
+
 static void region_lines(const struct report_view *v, int exact)
 {
 	char a[TOOL_SIZE_LEN], b[TOOL_SIZE_LEN];
@@ -376,7 +388,7 @@ static void region_lines(const struct report_view *v, int exact)
 		const struct gpucmd_service_report *s = v->services[i].s;
 
 		if (s->regions == 0 && s->region_bytes == 0 &&
-		    s->region_limit == 0)
+		    s->region_limit == 0 && s->region_refusals == 0)
 			continue;
 		if (shown++ == 0)
 			printf("\nshared regions (host memory mapped for "
@@ -385,15 +397,18 @@ static void region_lines(const struct report_view *v, int exact)
 		       s->regions == 1 ? "" : "s",
 		       tool_size(s->region_bytes, exact, a, sizeof(a)));
 		if (s->region_limit != 0)
-			printf(" (limit %s)\n",
+			printf(" (limit %s)",
 			       tool_size(s->region_limit, exact, b, sizeof(b)));
 		else
-			printf(" (no limit)\n");
+			printf(" (no limit)");
+		refusals(s->region_refusals);
 	}
-	if (shown > 1)
-		printf("  total: %u region%s, %s\n", v->total.regions,
+	if (shown > 1) {
+		printf("  total: %u region%s, %s", v->total.regions,
 		       v->total.regions == 1 ? "" : "s",
 		       tool_size(v->total.region_bytes, exact, a, sizeof(a)));
+		refusals(v->total.region_refusals);
+	}
 }
 
 static int report_text(const struct report_view *v,
@@ -468,6 +483,7 @@ struct json_regions {
 	uint64_t bytes;
 	uint32_t count;
 	uint64_t limit;
+	uint64_t refusals;
 };
 
 /* The members every service and the totals have. */
@@ -484,8 +500,8 @@ static void json_service_figures(uint32_t connections,
 	       ",\"fragmentation\":%.6f",
 	       peak, limit, ooms, largest_free, frag);
 	printf(",\"region_bytes\":%" PRIu64 ",\"regions\":%u"
-	       ",\"region_limit\":%" PRIu64,
-	       rg->bytes, rg->count, rg->limit);
+	       ",\"region_limit\":%" PRIu64 ",\"region_refusals\":%" PRIu64,
+	       rg->bytes, rg->count, rg->limit, rg->refusals);
 }
 
 static void report_json(const struct report_view *v)
@@ -515,7 +531,8 @@ static void report_json(const struct report_view *v)
 		const struct service_view *sv = &v->services[i];
 		const struct gpucmd_service_report *s = sv->s;
 		struct json_regions rg = { s->region_bytes, s->regions,
-					   s->region_limit };
+					   s->region_limit,
+					   s->region_refusals };
 
 		printf("%s{\"name\":", i > 0 ? "," : "");
 		tool_json_string(stdout, s->name);
@@ -535,7 +552,8 @@ static void report_json(const struct report_view *v)
 	printf("],\"totals\":{");
 	{
 		struct json_regions rg = { v->total.region_bytes,
-					   v->total.regions, 0 };
+					   v->total.regions, 0,
+					   v->total.region_refusals };
 
 		json_service_figures(v->total.connections, &v->total.usage,
 				     v->total.peak_bytes_in_use, 0,
@@ -676,6 +694,11 @@ static struct prom_value svc_region_limit(const struct prom_at *at)
 	return pv(at->sv->s->region_limit);
 }
 
+static struct prom_value svc_region_refusals(const struct prom_at *at)
+{
+	return pv(at->sv->s->region_refusals);
+}
+
 static struct prom_value svc_largest_free(const struct prom_at *at)
 {
 	return pv(at->sv->largest_free);
@@ -787,6 +810,9 @@ static const struct prom_metric prom_metrics[] = {
 	{ PROM_SERVICE, "gpucmd_service_region_limit_bytes", "gauge",
 	  "Quota of the service's shared region bytes (0 = none).",
 	  svc_region_limit },
+	{ PROM_SERVICE, "gpucmd_service_region_refusals_total", "counter",
+	  "Region attaches refused over the service's region_limit.",
+	  svc_region_refusals },
 	{ PROM_STREAM, "gpucmd_stream_bytes_in_use", "gauge",
 	  "Bytes the stream's live allocations asked for.", str_in_use },
 	{ PROM_STREAM, "gpucmd_stream_bytes_reserved", "gauge",

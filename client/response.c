@@ -324,6 +324,7 @@ static int service_from_wire(struct gpucmd_service_report *out,
 	out->region_bytes = s->region_bytes;
 	out->regions = s->regions;
 	out->region_limit = s->region_limit;
+	out->region_refusals = s->region_refusals;
 	if (!streams || s->n_streams == 0)
 		return 0;
 	out->streams = calloc(s->n_streams, sizeof(*out->streams));
@@ -359,6 +360,7 @@ static void add_totals(struct gpucmd_report *rep)
 		t->oom_count += s->oom_count;
 		t->region_bytes += s->region_bytes;
 		t->regions += s->regions;
+		t->region_refusals += s->region_refusals;
 	}
 }
 

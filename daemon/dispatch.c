@@ -859,6 +859,7 @@ static void service_row(struct service *svc, void *arg)
 	sr->region_bytes = svc->region_bytes;
 	sr->regions = svc->regions;
 	sr->region_limit = atomic_load(&svc->region_limit);
+	sr->region_refusals = svc->region_refusals;
 	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
 		if (set->service != svc)
 			continue;
@@ -881,6 +882,7 @@ static void service_row(struct service *svc, void *arg)
 	/* No region_limit: a sum of quotas limits nothing. */
 	st->totals->region_bytes += sr->region_bytes;
 	st->totals->regions += sr->regions;
+	st->totals->region_refusals += sr->region_refusals;
 	st->totals->usage->allocations += sr->usage->allocations;
 	st->totals->usage->bytes_in_use += sr->usage->bytes_in_use;
 	st->totals->usage->bytes_padding += sr->usage->bytes_padding;

@@ -130,6 +130,7 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 	}
 	/* The service's budget of shared regions, before anything is mapped. */
 	if (service_region_check(set->service, size) != 0) {
+		set->service->region_refusals++;
 		describe_quota(set, id, size, msg, msg_len);
 		close(fd);
 		return GPUCMD_EQUOTA;

@@ -48,6 +48,7 @@ struct service {
 	 */
 	uint64_t region_bytes;
 	uint32_t regions;
+	uint64_t region_refusals;	/* attaches refused over region_limit */
 	struct service *next;
 };
 

@@ -557,6 +557,11 @@ struct gpucmd_service_report {
 	uint64_t region_bytes;
 	uint32_t regions;
 	uint64_t region_limit;
+	/*
+	 * Region attaches refused since the daemon started because they would
+	 * have taken the service over its region_limit (GPUCMD_EQUOTA).
+	 */
+	uint64_t region_refusals;
 };
 struct gpucmd_report {
 	char device_name[128];

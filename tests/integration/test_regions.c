@@ -775,6 +775,7 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 	ck_assert_uint_eq(row.region_bytes, 2621440);
 	ck_assert_uint_eq(row.regions, 2);
 	ck_assert_uint_eq(row.region_limit, CAP_LIMIT);
+	ck_assert_uint_eq(row.region_refusals, 0);
 	ck_assert_uint_eq(row.connections, 2);
 	/* Device memory is another account. */
 	ck_assert_uint_eq(row.bytes_in_use, 0);
@@ -824,15 +825,23 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 	}
 	free(msg);
 
+	/* Three attaches were refused: counted for the operator. */
+	row = row_of(obs, "capped", &tot);
+	ck_assert_uint_eq(row.region_refusals, 3);
+	ck_assert_uint_eq(tot.region_refusals, 3);
+	ck_assert_uint_eq(row_of(obs, "open", NULL).region_refusals, 0);
+
 	/* The report as gpucmd shows it, in every format. */
 	tool_output("memory-report --json --service capped", out, sizeof(out));
 	ck_assert_msg(strstr(out, "\"region_bytes\":3145728,\"regions\":3,"
-				  "\"region_limit\":3145728") != NULL,
+				  "\"region_limit\":3145728,"
+				  "\"region_refusals\":3") != NULL,
 		      "memory-report --json: %.3000s", out);
 	ck_assert_msg(strstr(out, "\"totals\":{") != NULL &&
 			      strstr(strstr(out, "\"totals\":{"),
 				     "\"region_bytes\":3145728,\"regions\":3,"
-				     "\"region_limit\":0}") != NULL,
+				     "\"region_limit\":0,"
+				     "\"region_refusals\":3}") != NULL,
 		      "memory-report --json totals: %.3000s", out);
 	tool_output("memory-report --prometheus", out, sizeof(out));
 	{
@@ -844,6 +853,9 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 			"\ngpucmd_service_region_limit_bytes{service=\"capped\"} 3145728\n",
 			"\ngpucmd_service_region_bytes{service=\"open\"} 0\n",
 			"\ngpucmd_service_region_limit_bytes{service=\"open\"} 0\n",
+			"# TYPE gpucmd_service_region_refusals_total counter\n",
+			"\ngpucmd_service_region_refusals_total{service=\"capped\"} 3\n",
+			"\ngpucmd_service_region_refusals_total{service=\"open\"} 0\n",
 		};
 		expect_in(out, want, sizeof(want) / sizeof(want[0]));
 	}
@@ -851,7 +863,8 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 	{
 		const char *const want[] = {
 			"\nshared regions (",
-			"\n  capped: 3 regions, 3145728 (limit 3145728)\n",
+			"\n  capped: 3 regions, 3145728 (limit 3145728), 3 "
+			"attaches refused over the limit\n",
 		};
 		expect_in(out, want, sizeof(want) / sizeof(want[0]));
 	}
@@ -872,6 +885,7 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 	expect_regions(obs, "capped", CAP_LIMIT, 4);
 	ck_assert_int_eq(gpucmd_region_create(lib, 8, 4096, &p),
 			 GPUCMD_EQUOTA);
+	ck_assert_uint_eq(row_of(obs, "capped", NULL).region_refusals, 4);
 	/* A closed connection returns what it had. */
 	gpucmd_close(lib);
 	for (int i = 0; i < 2000; i++) {
