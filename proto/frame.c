@@ -719,6 +719,26 @@ const uint8_t *frame_piece_data(const struct frame_pieces *p, size_t i)
 	return p->v[i].ext != NULL ? p->v[i].ext : p->scratch + p->v[i].off;
 }
 
+uint8_t *frame_pieces_join(const struct frame_pieces *p)
+{
+	uint8_t *out = frame_buf_alloc(p->total);
+	size_t at = 0;
+
+	for (size_t i = 0; out != NULL && i < p->n; i++) {
+		if (p->v[i].len > p->total - at) {
+			frame_buf_free(out);
+			return NULL;
+		}
+		memcpy(out + at, frame_piece_data(p, i), p->v[i].len);
+		at += p->v[i].len;
+	}
+	if (out != NULL && at != p->total) {
+		frame_buf_free(out);
+		return NULL;
+	}
+	return out;
+}
+
 void frame_pieces_free(struct frame_pieces *p)
 {
 	free(p->scratch);

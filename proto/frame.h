@@ -98,6 +98,11 @@ struct frame_pieces {
 int frame_pieces_encode(struct frame_pieces *p, const Gpucmd__Frame *f);
 /** Where piece i starts. */
 const uint8_t *frame_piece_data(const struct frame_pieces *p, size_t i);
+/**
+ * p's pieces joined into one frame_buf_alloc buffer of p->total bytes;
+ * NULL without memory, or when the pieces do not add up to p->total.
+ */
+uint8_t *frame_pieces_join(const struct frame_pieces *p);
 /** Free p's memory (it may be encoded into again). */
 void frame_pieces_free(struct frame_pieces *p);
 

@@ -587,8 +587,8 @@ static void host_stream_nice(unsigned nice)
 	if (now == -1 && errno != 0)
 		return;
 	now += (int)nice;
-	if (setpriority(PRIO_PROCESS, tid, now < 19 ? now : 19) != 0)
-		return;	/* an optimisation: the worker runs anyway */
+	/* An optimisation: a worker that cannot be niced runs anyway. */
+	(void)setpriority(PRIO_PROCESS, tid, now < 19 ? now : 19);
 }
 
 static void *host_stream_main(void *arg)

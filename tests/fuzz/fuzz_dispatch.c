@@ -132,14 +132,10 @@ static uint64_t next_conn_id;
 static uint8_t *flatten(struct reply_pieces *pieces, size_t *len)
 {
 	const struct frame_pieces *fp = reply_pieces_frame(pieces);
-	uint8_t *buf = frame_buf_alloc(fp->total), *at = buf;
+	uint8_t *buf = frame_pieces_join(fp);
 
-	expect(buf != NULL);
-	for (size_t i = 0; i < fp->n; i++) {
-		memcpy(at, frame_piece_data(fp, i), fp->v[i].len);
-		at += fp->v[i].len;
-	}
-	expect((size_t)(at - buf) == fp->total);
+	expectf(buf != NULL, "a reply's pieces do not add up to %zu bytes",
+		fp->total);
 	*len = fp->total;
 	reply_pieces_free(pieces);
 	return buf;

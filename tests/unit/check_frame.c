@@ -761,19 +761,13 @@ START_TEST(owned_body_given_back_when_unused)
 }
 END_TEST
 
-/* The pieces of p, joined. */
+/* The pieces of p, joined: they must add up to p->total exactly. */
 static uint8_t *join(const struct frame_pieces *p)
 {
-	uint8_t *out = malloc(p->total ? p->total : 1);
-	size_t at = 0;
+	uint8_t *out = frame_pieces_join(p);
 
-	ck_assert_ptr_nonnull(out);
-	for (size_t i = 0; i < p->n; i++) {
-		ck_assert_uint_le(at + p->v[i].len, p->total);
-		memcpy(out + at, frame_piece_data(p, i), p->v[i].len);
-		at += p->v[i].len;
-	}
-	ck_assert_uint_eq(at, p->total);
+	ck_assert_msg(out != NULL, "the pieces do not add up to %zu bytes",
+		      p->total);
 	return out;
 }
 
@@ -791,7 +785,7 @@ static void pieces_agree(struct frame_pieces *pc, const Gpucmd__Frame *f,
 	ck_assert_msg(memcmp(got + FRAME_HEADER_SIZE, want, len) == 0,
 		      "%s: frame_pieces_encode's body differs from protobuf-c's",
 		      what);
-	free(got);
+	frame_buf_free(got);
 	free(want);
 }
 
@@ -924,6 +918,12 @@ START_TEST(large_response_references_what_may_ref_allows)
 			      "data may_ref refused was referenced");
 	}
 	ck_assert(saw_big);
+	/* Pieces that do not add up to the total are not joined. */
+	pc.total++;
+	ck_assert_ptr_null(frame_pieces_join(&pc));
+	pc.total -= 2;
+	ck_assert_ptr_null(frame_pieces_join(&pc));
+	pc.total++;
 	/* Without may_ref every large field is referenced. */
 	pc.may_ref = NULL;
 	pieces_agree(&pc, &f, "large response, no may_ref");
