@@ -246,15 +246,45 @@ static void on_wakeup(uv_async_t *async)
 
 /* ---- polling the outbox (spin.h) ----------------------------------------- */
 
+/*
+ * While the loop spins and one connection alone has been sending (a client
+ * in a round-trip loop), the spin reads that connection's socket itself, a
+ * few times between polls: a request that arrives then costs one recvmsg,
+ * as in the echo floor, instead of epoll_wait, libuv's turn and recvmsg
+ * (ping p50 ~1.4x -> ~1.3x the echo on the 2-core VM).  With several
+ * connections sending, every read goes through the poll, so no connection
+ * is served ahead of the others.
+ */
+#define SPIN_DIRECT_READS 8
+
+void server_note_read(struct server *srv, struct session *s)
+{
+	srv->hot = s;
+	srv->reads++;
+}
+
 static void on_spin(uv_idle_t *h)
 {
 	struct server *srv = h->data;
-	uint64_t now = spin_now_ns();
+	uint64_t now;
 
-	if (atomic_load_explicit(&srv->out_ready, memory_order_acquire)) {
-		on_wakeup(&srv->wakeup);
-		return;
+	if (srv->reads > 0) {
+		srv->hot_alone = srv->reads == 1;
+		srv->reads = 0;
 	}
+	for (unsigned i = 0;; i++) {
+		if (atomic_load_explicit(&srv->out_ready,
+					 memory_order_acquire)) {
+			on_wakeup(&srv->wakeup);
+			return;
+		}
+		if (i == SPIN_DIRECT_READS || !srv->hot_alone ||
+		    srv->hot == NULL)
+			break;
+		if (session_read_direct(srv->hot) != 0)
+			break;
+	}
+	now = spin_now_ns();
 	/*
 	 * Runnable work on this CPU goes first; if there was some, sleep.  A
 	 * poll is already a system call (epoll_wait), so the yield comes every
@@ -345,6 +375,8 @@ void server_session_gone(struct server *srv, struct session *s)
 	}
 	free(s->close_msg);
 	s->close_msg = NULL;
+	if (srv->hot == s)
+		srv->hot = NULL;
 	if (s->prev != NULL)
 		s->prev->next = s->next;
 	else

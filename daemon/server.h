@@ -35,6 +35,14 @@ struct server {
 	unsigned spin_turns;		/* polls so far: every fourth yields */
 	unsigned spin_us;		/* [daemon] spin_us, fixed at start */
 	/*
+	 * The connection read last, and whether it has been the only one
+	 * sending: then the spin reads its socket itself (on_spin).  reads
+	 * counts the reads since the spin last looked.
+	 */
+	struct session *hot;
+	unsigned reads;
+	bool hot_alone;
+	/*
 	 * Read staging held by replies in pieces that wait in libuv's write
 	 * queues (clients reading slowly), and the most it may be: half the
 	 * pinned pool, fixed at start.  Past it, a waiting reply's bytes are
@@ -77,6 +85,8 @@ struct server {
  * to the device thread and when replies came back.
  */
 void server_spin(struct server *srv);
+/** Bytes came from s: the spin may read s directly next (on_spin). */
+void server_note_read(struct server *srv, struct session *s);
 
 /**
  * Set aside the outbox messages a batch of s may send (before it is

@@ -323,6 +323,8 @@ static void on_closed(uv_handle_t *h)
 	struct session *s = h->data;
 
 	server_session_gone(s->server, s);
+	for (unsigned i = 0; i < s->nfds; i++)
+		close(s->fds[i]);
 	drop_replies(s->outq.owners, s->outq.nowners);
 	free(s->outq.bufs);
 	free(s->outq.owners);
@@ -593,33 +595,60 @@ static void free_handle(uv_handle_t *h)
 }
 
 /*
- * One descriptor passed with SCM_RIGHTS: libuv holds it as a pending
+ * Descriptors that came with the bytes join s->fds, oldest first.  A client
+ * may not make the daemon hold more than a request could ask for: past
+ * REGION_MAX_PER_CONNECTION the extra ones are closed and the connection
+ * is refused.  Returns false when it was.
+ */
+static bool keep_fd(struct session *s, int fd)
+{
+	if (s->nfds >= REGION_MAX_PER_CONNECTION) {
+		close(fd);
+		session_refuse(s, GPUCMD_EPROTO,
+			       "more than %d descriptors were sent that no "
+			       "region_attach asked for",
+			       REGION_MAX_PER_CONNECTION);
+		return false;
+	}
+	s->fds[s->nfds++] = fd;
+	return true;
+}
+
+/*
+ * libuv holds each descriptor that came with the bytes it read as a pending
  * handle of the IPC pipe; accepting it into a scratch pipe hands us the
  * descriptor, which we duplicate (close-on-exec) before the scratch handle
  * closes.
  */
-static int take_one_fd(struct session *s, int *out)
+static bool keep_pending_fds(struct session *s)
 {
-	uv_pipe_t *tmp;
-	uv_os_fd_t fd;
-	int rc;
+	while (uv_pipe_pending_count(&s->pipe) > 0) {
+		uv_pipe_t *tmp = malloc(sizeof(*tmp));
+		uv_os_fd_t fd;
+		int rc, dup = -1;
 
-	if (uv_pipe_pending_count(&s->pipe) <= 0)
-		return GPUCMD_EPROTO;
-	tmp = malloc(sizeof(*tmp));
-	if (tmp == NULL)
-		return GPUCMD_ENOMEM;
-	uv_pipe_init(s->server->loop, tmp, 0);
-	rc = uv_accept((uv_stream_t *)&s->pipe, (uv_stream_t *)tmp);
-	if (rc == 0)
-		rc = uv_fileno((uv_handle_t *)tmp, &fd);
-	if (rc == 0) {
-		*out = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-		if (*out < 0)
-			rc = -errno;
+		if (tmp == NULL) {
+			session_refuse(s, GPUCMD_ENOMEM, "out of memory");
+			return false;
+		}
+		uv_pipe_init(s->server->loop, tmp, 0);
+		rc = uv_accept((uv_stream_t *)&s->pipe, (uv_stream_t *)tmp);
+		if (rc == 0)
+			rc = uv_fileno((uv_handle_t *)tmp, &fd);
+		if (rc == 0)
+			dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		uv_close((uv_handle_t *)tmp, free_handle);
+		if (dup < 0) {
+			session_refuse(s, GPUCMD_EPROTO,
+				       "cannot take a descriptor the client "
+				       "sent: %s", rc != 0 ? uv_strerror(rc) :
+				       strerror(errno));
+			return false;
+		}
+		if (!keep_fd(s, dup))
+			return false;
 	}
-	uv_close((uv_handle_t *)tmp, free_handle);
-	return rc != 0 ? GPUCMD_EPROTO : 0;
+	return true;
 }
 
 /*
@@ -640,35 +669,24 @@ static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
 		if (req->ops[i] != NULL &&
 		    req->ops[i]->op_case == GPUCMD__OP__OP_REGION_ATTACH)
 			want++;
-	if (want == 0) {
-		if (uv_pipe_pending_count(&s->pipe) > REGION_MAX_PER_CONNECTION) {
-			session_refuse(s, GPUCMD_EPROTO,
-				       "%d descriptors were sent that no "
-				       "region_attach asked for",
-				       uv_pipe_pending_count(&s->pipe));
-			return GPUCMD_EPROTO;
-		}
+	if (want == 0)
 		return 0;
+	if (want > s->nfds) {
+		session_refuse(s, GPUCMD_EPROTO,
+			       "request %llu has %zu region_attach ops but "
+			       "only %u descriptors came with it: send each "
+			       "memfd with SCM_RIGHTS in the frame's sendmsg",
+			       (unsigned long long)req->id, want, s->nfds);
+		return GPUCMD_EPROTO;
 	}
 	fds = calloc(want, sizeof(*fds));
 	if (fds == NULL) {
 		session_refuse(s, GPUCMD_ENOMEM, "out of memory");
 		return GPUCMD_ENOMEM;
 	}
-	for (size_t i = 0; i < want; i++) {
-		if (take_one_fd(s, &fds[i]) != 0) {
-			for (size_t j = 0; j < i; j++)
-				close(fds[j]);
-			free(fds);
-			session_refuse(s, GPUCMD_EPROTO,
-				       "request %llu has %zu region_attach ops "
-				       "but only %zu descriptors came with it: "
-				       "send each memfd with SCM_RIGHTS in the "
-				       "frame's sendmsg",
-				       (unsigned long long)req->id, want, i);
-			return GPUCMD_EPROTO;
-		}
-	}
+	memcpy(fds, s->fds, want * sizeof(*fds));
+	s->nfds -= (unsigned)want;
+	memmove(s->fds, s->fds + want, s->nfds * sizeof(*fds));
 	*out = fds;
 	*n = want;
 	return 0;
@@ -1140,12 +1158,11 @@ static void parse_frames(struct session *s)
 	}
 }
 
-static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+/* What came from the socket, read by libuv or by session_read_direct. */
+static void got_bytes(struct session *s, ssize_t nread)
 {
-	struct session *s = stream->data;
 	uint8_t *body;
 
-	(void)buf;
 	if (nread == UV_EOF) {
 		session_close(s, NULL);
 		return;
@@ -1158,16 +1175,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 		return;
 	/* A client that sent one batch tends to send the next soon. */
 	server_spin(s->server);
-	/*
-	 * libuv queues every descriptor that arrives with the bytes; a client
-	 * may not make the daemon hold more than a request could ask for.
-	 */
-	if (uv_pipe_pending_count(&s->pipe) > REGION_MAX_PER_CONNECTION) {
-		session_refuse(s, GPUCMD_EPROTO,
-			       "%d descriptors were sent that no region_attach "
-			       "asked for", uv_pipe_pending_count(&s->pipe));
-		return;
-	}
+	server_note_read(s->server, s);
 	if (s->body != NULL) {
 		s->body_have += (uint32_t)nread;
 		if (s->body_have < s->body_len)
@@ -1183,6 +1191,93 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	}
 	s->rlen += (size_t)nread;
 	parse_frames(s);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+	struct session *s = stream->data;
+
+	(void)buf;
+	if (nread > 0 && !keep_pending_fds(s))
+		return;
+	got_bytes(s, nread);
+}
+
+/*
+ * The descriptors of one recvmsg.  libuv takes up to 64 with a read; so do
+ * we.  A message that carried more lost the rest (MSG_CTRUNC): the client
+ * cannot be answered sensibly, so the connection is refused.
+ */
+static bool keep_cmsg_fds(struct session *s, struct msghdr *mh)
+{
+	bool ok = true;
+
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c != NULL;
+	     c = CMSG_NXTHDR(mh, c)) {
+		size_t n;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(fd));
+			if (!ok)
+				close(fd);
+			else
+				ok = keep_fd(s, fd);
+		}
+	}
+	if (ok && (mh->msg_flags & MSG_CTRUNC)) {
+		session_refuse(s, GPUCMD_EPROTO,
+			       "more than %d descriptors came with one "
+			       "message; the rest were lost",
+			       REGION_MAX_PER_CONNECTION);
+		ok = false;
+	}
+	return ok;
+}
+
+int session_read_direct(struct session *s)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * REGION_MAX_PER_CONNECTION)];
+		struct cmsghdr align;
+	} cmsg;
+	struct msghdr mh;
+	struct iovec iov;
+	uv_buf_t buf;
+	ssize_t n;
+
+	if (!s->reading || s->fd < 0)
+		return -1;
+	on_alloc((uv_handle_t *)&s->pipe, 0, &buf);
+	if (buf.base == NULL || buf.len == 0)
+		return -1;
+	iov.iov_base = buf.base;
+	iov.iov_len = buf.len;
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cmsg.buf;
+	mh.msg_controllen = sizeof(cmsg.buf);
+	do
+		n = recvmsg(s->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n < 0) {
+		got_bytes(s, -errno);	/* libuv's codes are -errno here */
+		return 1;
+	}
+	if (n == 0) {
+		got_bytes(s, UV_EOF);
+		return 1;
+	}
+	if (keep_cmsg_fds(s, &mh))
+		got_bytes(s, n);
+	return 1;
 }
 
 /*
@@ -1237,7 +1332,10 @@ int session_start(struct session *s)
 	socklen_t len = sizeof(cred);
 	uv_os_fd_t fd;
 
-	if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0 &&
+	s->fd = -1;
+	if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0)
+		s->fd = fd;
+	if (s->fd >= 0 &&
 	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
 		s->uid = cred.uid;
 		s->gid = cred.gid;

@@ -27,6 +27,7 @@
 #include <uv.h>
 
 #include "executor.h"
+#include "region.h"
 
 struct server;
 struct compile_job;
@@ -105,6 +106,14 @@ struct session {
 	uint32_t nspare_msgs;
 	struct outbox_msg *close_msg;
 	struct session_outq outq;	/* replies not yet written */
+	int fd;				/* the socket, for session_read_direct */
+	/*
+	 * Descriptors that came with the bytes (SCM_RIGHTS), oldest first,
+	 * whichever way the bytes were read: libuv's pending handles are
+	 * moved here as they arrive, so region_attach ops take them in order.
+	 */
+	int fds[REGION_MAX_PER_CONNECTION];
+	unsigned nfds;
 	char peer[64];			/* "pid 123 uid 1000" for logs */
 	struct session *next;
 	struct session *prev;
@@ -129,6 +138,14 @@ void session_drain(struct session *s);
  */
 void session_reply(struct session *s, uint8_t *buf, size_t len,
 		   struct reply_pieces *pieces, bool completed);
+/**
+ * Read s's socket once without waiting (recvmsg, MSG_DONTWAIT) and handle
+ * what came as libuv's read callback would: the loop's spin calls it for
+ * the one connection that has been sending (server.c).  Returns 1 when
+ * something happened (bytes, end of file, an error), 0 when nothing was
+ * there, -1 when s is not being read now.
+ */
+int session_read_direct(struct session *s);
 /** Write the responses session_reply queued, together. */
 void session_flush(struct session *s);
 /**

@@ -681,6 +681,70 @@ static void spin_on(struct raw *c, uint32_t stream, uint32_t usec)
 	frame_free(r);
 }
 
+/*
+ * Descriptors reach the attach that names them whichever way the daemon
+ * read the bytes: right after a round trip the loop spins and reads a lone
+ * sender's socket itself (server.c on_spin), other times libuv reads it.
+ * Each request attaches two regions, copies the first into the second
+ * through a buffer and checks the copy, so a descriptor taken out of order
+ * or lost shows; fifty rounds take both paths.
+ */
+START_TEST(descriptors_follow_their_attaches_both_ways)
+{
+	enum { SIZE = 4096, ROUNDS = 50 };
+	struct raw c = raw_open();
+
+	for (int i = 0; i < ROUNDS; i++) {
+		int fds[2] = { sealed_memfd(SIZE, true),
+			       sealed_memfd(SIZE, true) };
+		uint64_t a = 100 + 2 * (uint64_t)i, b = a + 1;
+		uint8_t *src = mmap(NULL, SIZE, PROT_READ | PROT_WRITE,
+				    MAP_SHARED, fds[0], 0);
+		uint8_t *dst = mmap(NULL, SIZE, PROT_READ | PROT_WRITE,
+				    MAP_SHARED, fds[1], 0);
+		struct empty_write ew;
+		Gpucmd__RegionRef into = GPUCMD__REGION_REF__INIT;
+		Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+		Gpucmd__Op o_r = GPUCMD__OP__INIT, *ops[5];
+		Gpucmd__Frame *r;
+
+		ck_assert_ptr_ne(src, MAP_FAILED);
+		ck_assert_ptr_ne(dst, MAP_FAILED);
+		for (size_t k = 0; k < SIZE; k++)
+			src[k] = (uint8_t)(k * 13 + (size_t)i);
+		empty_write(&ew, 1 + (uint64_t)i, SIZE, 0, a, 0, SIZE);
+		into.region = b;
+		into.length = SIZE;
+		rd.handle = 1 + (uint64_t)i;
+		rd.length = SIZE;
+		rd.into = &into;
+		o_r.op_case = GPUCMD__OP__OP_READ;
+		o_r.read = &rd;
+		ops[0] = attach(a, SIZE);
+		ops[1] = attach(b, SIZE);
+		ops[2] = &ew.o_empty;
+		ops[3] = &ew.o_write;
+		ops[4] = &o_r;
+		r = run_ops(&c, ops, 5, fds, 2);
+		ck_assert_msg(r->response->error == NULL, "round %d: %s", i,
+			      r->response->error ?
+			      r->response->error->message : "");
+		frame_free(r);
+		ck_assert_msg(memcmp(dst, src, SIZE) == 0,
+			      "round %d: region %llu does not hold what "
+			      "region %llu held", i, (unsigned long long)b,
+			      (unsigned long long)a);
+		munmap(src, SIZE);
+		munmap(dst, SIZE);
+		close(fds[0]);
+		close(fds[1]);
+		release_on(&c, 0, a);
+		release_on(&c, 0, b);
+	}
+	close(c.fd);
+}
+END_TEST
+
 /* Service name's row of the memory report, and the totals. */
 static struct gpucmd_service_report row_of(struct gpucmd_conn *c,
 					   const char *name,
@@ -1131,6 +1195,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, client_dies_with_region_and_copy_in_flight);
 	tcase_add_test(tc, load_module_errors);
 	tcase_add_test(tc, user_ptx_module_on_cuda);
+	tcase_add_test(tc, descriptors_follow_their_attaches_both_ways);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("region_limit");
