@@ -362,6 +362,15 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 				    (unsigned long long)cap);
 		b->reply_bytes += dense;
 	}
+	/* Most batches read nothing: their per-op slots come with a read. */
+	if (b->reads == NULL) {
+		b->reads = calloc(b->req->n_ops, sizeof(*b->reads));
+		if (b->reads == NULL)
+			return fail(b, GPUCMD_ENOMEM,
+				    "the daemon is out of host memory for the "
+				    "reads of a batch of %zu ops",
+				    b->req->n_ops);
+	}
 	rc = begin(ctx, b, &bind, 1, &cmd);
 	if (rc == 0)
 		rc = command_failed(b, &cmd,
@@ -1685,8 +1694,7 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 
 	b->results = calloc(n + 1, sizeof(*b->results));
 	b->result_ptrs = calloc(n + 1, sizeof(*b->result_ptrs));
-	b->reads = calloc(n + 1, sizeof(*b->reads));
-	if (b->results == NULL || b->result_ptrs == NULL || b->reads == NULL) {
+	if (b->results == NULL || b->result_ptrs == NULL) {
 		b->error = fail(b, GPUCMD_ENOMEM,
 				"the daemon is out of host memory for a batch "
 				"of %zu ops",

@@ -9,15 +9,15 @@
 #include "gpucmd.h"
 
 static const struct builtin_kernel builtins[] = {
-	{ "fill_u32", "Buu", "fill_u32(buf, value:u32, count:u32)" },
-	{ "copy", "BbU", "copy(dst, src, bytes:u64)" },
-	{ "add_f32", "Bbbu", "add_f32(out, a, b, n:u32)" },
-	{ "scale_f32", "Bfu", "scale_f32(buf, factor:f32, n:u32)" },
-	{ "saxpy_f32", "Bbfu", "saxpy_f32(y, x, a:f32, n:u32)" },
-	{ "reduce_sum_f32", "Bbu", "reduce_sum_f32(out, in, n:u32)" },
-	{ "spin", "u", "spin(usec:u32)" },
-	{ "fault", "", "fault()" },
-	{ NULL, NULL, NULL },
+	{ "fill_u32", "Buu", "fill_u32(buf, value:u32, count:u32)", 0 },
+	{ "copy", "BbU", "copy(dst, src, bytes:u64)", 0 },
+	{ "add_f32", "Bbbu", "add_f32(out, a, b, n:u32)", 0 },
+	{ "scale_f32", "Bfu", "scale_f32(buf, factor:f32, n:u32)", 0 },
+	{ "saxpy_f32", "Bbfu", "saxpy_f32(y, x, a:f32, n:u32)", 0 },
+	{ "reduce_sum_f32", "Bbu", "reduce_sum_f32(out, in, n:u32)", 0 },
+	{ "spin", "u", "spin(usec:u32)", BUILTIN_SPIN_MAX_USEC },
+	{ "fault", "", "fault()", 0 },
+	{ NULL, NULL, NULL, 0 },
 };
 
 const struct builtin_kernel *builtin_find(const char *name)
@@ -52,11 +52,12 @@ uint64_t builtin_extent(const struct builtin_kernel *k,
 int builtin_check(const struct builtin_kernel *k,
 		  const union builtin_value *args, char *msg, size_t msg_len)
 {
-	if (strcmp(k->name, "spin") == 0 && args[0].u32 > BUILTIN_SPIN_MAX_USEC) {
+	/* Per launch: a field, not a name to compare. */
+	if (k->max_arg0 != 0 && args[0].u32 > k->max_arg0) {
 		snprintf(msg, msg_len,
-			 "spin of %u us is over the limit of %u us: split it "
+			 "%s of %u us is over the limit of %u us: split it "
 			 "into several launches",
-			 args[0].u32, BUILTIN_SPIN_MAX_USEC);
+			 k->name, args[0].u32, k->max_arg0);
 		return GPUCMD_EINVAL;
 	}
 	return 0;

@@ -47,6 +47,8 @@ struct builtin_kernel {
 	const char *name;
 	const char *signature;	/* one BUILTIN_ARG_* per argument */
 	const char *usage;	/* e.g. "fill_u32(buf, value:u32, count:u32)" */
+	/* The largest value of its first (u32) argument; 0: any. */
+	uint32_t max_arg0;
 };
 
 /** The built-in named name, or NULL. */
