@@ -374,8 +374,11 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us)
 	if (c->rhead == c->rtail) {
 		ssize_t n = spin_recv(c->fd, c->rbuf, sizeof(c->rbuf), spin_us);
 
+		if (n < 0)
+			return conn_fail(c, n == -ECONNRESET ?
+					 GPUCMD_EDISCONNECTED : (int)n);
 		c->rhead = 0;
-		c->rtail = n > 0 ? (size_t)n : 0;
+		c->rtail = (size_t)n;
 	}
 	r = read_frame(c, FRAME_MAX_BODY, &f, NULL, 0);
 	trim_buffers(c);

@@ -139,8 +139,10 @@ static inline ssize_t spin_recv(int fd, void *buf, size_t len, unsigned us)
 
 		if (n > 0)
 			return n;
-		if (n == 0 || (errno != EAGAIN && errno != EINTR))
+		if (n == 0)
 			return 0;
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
 		if (!spin_yield(&now) || now >= end)
 			return 0;
 	}

@@ -365,6 +365,8 @@ static int read_all(int fd, void *buf, size_t len, bool spin)
 	if (spin) {
 		ssize_t n = spin_recv(fd, p, len, echo_spin_us());
 
+		if (n < 0)
+			return (int)n;
 		p += n;
 		len -= (size_t)n;
 	}
