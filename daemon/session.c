@@ -90,6 +90,12 @@ static uint8_t *flatten(const uv_buf_t *bufs, unsigned n, size_t len)
  * Queue the n bufs of whole frames (total bytes) for the client; the
  * nowners replies hold their bytes, and their ownership passes.
  */
+/* Why to log a failed write: the reason of the close it was part of. */
+static const char *write_failed(const struct session *s, int rc)
+{
+	return s->close_flush ? s->close_why : uv_strerror(rc);
+}
+
 static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 		      size_t total, const struct reply_owner *owners,
 		      unsigned nowners)
@@ -120,7 +126,7 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 	}
 	if (rc < 0 && rc != UV_EAGAIN) {
 		drop_replies(owners, nowners);
-		session_close(s, uv_strerror(rc));
+		session_close(s, write_failed(s, rc));
 		return;
 	}
 	/* The rest goes through uv_write (which copies the bufs array). */
@@ -159,7 +165,7 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 	if (rc != 0) {
 		drop_replies(w->owners, w->nowners);
 		free(w);
-		session_close(s, uv_strerror(rc));
+		session_close(s, write_failed(s, rc));
 		return;
 	}
 	srv->pieces_queued += held;
@@ -362,9 +368,12 @@ void session_close(struct session *s, const char *why)
 	 * Replies already queued still go out, ahead of the shutdown: the
 	 * last answers of a draining connection among them.
 	 */
+	s->close_flush = true;
+	s->close_why = why;
 	session_flush(s);
+	s->close_flush = false;
 	if (s->state == SESSION_CLOSING)
-		return;	/* the flush found the socket broken */
+		return;	/* the flush found the socket broken, and closed */
 	if (s->state == SESSION_READY) {
 		struct service *svc = s->econn.service;
 
@@ -420,7 +429,10 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	s->close_flush = true;
+	s->close_why = msg;
 	send_error(s, code, msg);
+	s->close_flush = false;
 	session_close(s, msg);
 }
 

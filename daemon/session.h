@@ -75,6 +75,12 @@ struct session {
 	bool device_open;		/* the executor knows this session */
 	bool handle_closed;		/* uv_close was called */
 	bool draining;			/* shutdown: answer in-flight, then close */
+	/*
+	 * Writing the last replies or the refusal of a close: a write that
+	 * fails then logs the close's reason, not the socket's error.
+	 */
+	bool close_flush;
+	const char *close_why;
 
 	/* Frame reassembly. */
 	uint8_t *rbuf;

@@ -306,6 +306,34 @@ static inline uint64_t report_pinned_in_use(struct gpucmd_conn *c)
 	return v;
 }
 
+/* How many lines of the daemon's log so far hold needle. */
+static inline int harness_log_count(const char *needle)
+{
+	char line[2048];
+	int n = 0;
+	FILE *f = fopen(the_daemon.log, "r");
+
+	if (f == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strstr(line, needle) != NULL)
+			n++;
+	fclose(f);
+	return n;
+}
+
+/* Wait (20 s at most) until needle is in the log more than `before` times. */
+static inline void harness_wait_log(const char *needle, int before)
+{
+	for (int i = 0; i < 2000; i++) {
+		if (harness_log_count(needle) > before)
+			return;
+		usleep(10000);
+	}
+	ck_abort_msg("'%s' did not appear in %s within 20 s", needle,
+		     the_daemon.log);
+}
+
 /*
  * Run a Check suite built by make_suite and exit with its verdict.  Every
  * test's directory lives under one the runner removes at the end, so a

@@ -97,6 +97,25 @@ START_TEST(garbage_bytes)
 }
 END_TEST
 
+/*
+ * A client that sends garbage and hangs up at once: the daemon's refusal
+ * may find the socket already broken.  The log must still say why the
+ * connection was closed (the refusal), not the write's "broken pipe".
+ */
+START_TEST(garbage_then_hangup_logs_the_refusal)
+{
+	for (int i = 0; i < 20; i++) {
+		int fd = raw_connect();
+
+		send_all(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27);
+		close(fd);
+		harness_wait_log("bad frame magic", i);
+	}
+	ck_assert_int_eq(harness_log_count("bad frame magic"), 20);
+	ck_assert_int_eq(harness_log_count("broken pipe"), 0);
+}
+END_TEST
+
 START_TEST(oversized_length)
 {
 	struct gpucmd_conn *good = connect_as("good");
@@ -194,6 +213,7 @@ static Suite *make_suite(void)
 	tcase_add_checked_fixture(tc, harness_setup, harness_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, garbage_bytes);
+	tcase_add_test(tc, garbage_then_hangup_logs_the_refusal);
 	tcase_add_test(tc, oversized_length);
 	tcase_add_test(tc, wrong_version);
 	tcase_add_test(tc, body_not_protobuf);

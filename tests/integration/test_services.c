@@ -96,34 +96,6 @@ static void start_with(const char *text)
 	daemon_start_args(&the_daemon, "--config", conf_path, NULL);
 }
 
-/* How many times needle is in the daemon's log so far. */
-static int log_count(const char *needle)
-{
-	char line[2048];
-	int n = 0;
-	FILE *f = fopen(the_daemon.log, "r");
-
-	if (f == NULL)
-		return 0;
-	while (fgets(line, sizeof(line), f) != NULL)
-		if (strstr(line, needle) != NULL)
-			n++;
-	fclose(f);
-	return n;
-}
-
-/* Wait (20 s at most) until needle is in the log more than `before` times. */
-static void wait_log(const char *needle, int before)
-{
-	for (int i = 0; i < 2000; i++) {
-		if (log_count(needle) > before)
-			return;
-		usleep(10000);
-	}
-	ck_abort_msg("'%s' did not appear in %s within 20 s", needle,
-		     the_daemon.log);
-}
-
 /* ---- client helpers ------------------------------------------------------- */
 
 static int try_connect(const char *service, struct gpucmd_conn **c, char *msg,
@@ -724,7 +696,7 @@ START_TEST(uids_and_gids_decide_who_joins)
 	ck_assert_uint_eq(gpucmd_info(c)->memory_limit, 0);
 	gpucmd_close(c);
 	/* The refusals were logged with who was refused. */
-	ck_assert_int_ge(log_count("may not connect as service"), 3);
+	ck_assert_int_ge(harness_log_count("may not connect as service"), 3);
 }
 END_TEST
 
@@ -1100,11 +1072,11 @@ START_TEST(sighup_reloads_limits)
 	alloc_ok(c, 4, MIB);
 
 	/* A broken file keeps what was there, and the daemon serves on. */
-	failed = log_count("reload failed");
+	failed = harness_log_count("reload failed");
 	conf_write("[service r]\nmemory_limit = 1M\nweight = lots\n");
 	kill(the_daemon.pid, SIGHUP);
-	wait_log("reload failed", failed);
-	ck_assert_int_ge(log_count("gpucmdd.conf:3:"), 1);
+	harness_wait_log("reload failed", failed);
+	ck_assert_int_ge(harness_log_count("gpucmdd.conf:3:"), 1);
 	row = row_of(c, "r");
 	ck_assert_uint_eq(row.limit_bytes, 2 * MIB);
 	ping_ok(c);
@@ -1131,11 +1103,11 @@ START_TEST(sighup_removed_key_returns_to_its_default)
 		   "[service r]\nmemory_limit = 1M\nweight = 3\n");
 	c = connect_as("r");
 	ck_assert_uint_eq(gpucmd_info(c)->memory_limit, MIB);
-	reloads = log_count("reloaded");
+	reloads = harness_log_count("reloaded");
 	conf_write("[services]\ndefault_memory_limit = 2M\n"
 		   "[service r]\nweight = 3\n");
 	kill(the_daemon.pid, SIGHUP);
-	wait_log("reloaded", reloads);
+	harness_wait_log("reloaded", reloads);
 	ck_assert_msg(row_of(c, "r").limit_bytes == 2 * MIB,
 		      "memory_limit was deleted from [service r], yet after "
 		      "SIGHUP its limit is %llu, not default_memory_limit 2M",
@@ -1144,10 +1116,10 @@ START_TEST(sighup_removed_key_returns_to_its_default)
 	expect_fail(alloc_batch(c, 0, 2, 1), 0, GPUCMD_EQUOTA, "2097152");
 
 	/* And without the default either: no quota at all. */
-	reloads = log_count("reloaded");
+	reloads = harness_log_count("reloaded");
 	conf_write("[service r]\nweight = 3\n");
 	kill(the_daemon.pid, SIGHUP);
-	wait_log("reloaded", reloads);
+	harness_wait_log("reloaded", reloads);
 	ck_assert_uint_eq(row_of(c, "r").limit_bytes, 0);
 	alloc_ok(c, 2, 4 * MIB);
 	gpucmd_close(c);
@@ -1175,9 +1147,9 @@ START_TEST(sighup_keeps_command_line_flags)
 	ck_assert_uint_eq(gpucmd_info(c)->max_frame_bytes, MIB);
 	gpucmd_close(c);
 
-	reloads = log_count("reloaded");
+	reloads = harness_log_count("reloaded");
 	kill(the_daemon.pid, SIGHUP);
-	wait_log("reloaded", reloads);
+	harness_wait_log("reloaded", reloads);
 	c = connect_as("f");
 	ck_assert_msg(gpucmd_info(c)->max_streams == 4,
 		      "after SIGHUP max_streams is %u: the file's 16 replaced "
@@ -1603,7 +1575,7 @@ START_TEST(sigterm_drains_in_flight_batches)
 	gpucmd_response_free(run_ok(b));
 
 	ck_assert_int_eq(kill(the_daemon.pid, SIGTERM), 0);
-	wait_log("shutting down", 0);
+	harness_wait_log("shutting down", 0);
 	/* No new clients during the drain. */
 	rc = try_connect("drain", &late, msg, sizeof(msg));
 	ck_assert_msg(rc != 0, "a new connection was accepted during the drain");
