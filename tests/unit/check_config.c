@@ -23,6 +23,7 @@
 #include "config.h"
 #include "gpucmd.h"
 #include "log.h"
+#include "unit.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
@@ -1176,11 +1177,5 @@ static Suite *config_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(config_suite());
-	int failures;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failures = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return unit_main(config_suite());
 }

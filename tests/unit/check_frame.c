@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "frame.h"
+#include "unit.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -962,11 +963,5 @@ static Suite *frame_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(frame_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return unit_main(frame_suite());
 }

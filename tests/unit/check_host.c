@@ -22,6 +22,7 @@
 #include "driver/driver.h"
 #include "driver/kernels/builtin.h"
 #include "gpucmd.h"
+#include "unit.h"
 
 #define MIB (UINT64_C(1) << 20)
 
@@ -1092,11 +1093,5 @@ static Suite *host_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(host_suite());
-	int failures;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failures = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failures ? 1 : 0;
+	return unit_main(host_suite());
 }

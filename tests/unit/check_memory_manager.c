@@ -12,6 +12,7 @@
 
 #include "memory/memory_manager.h"
 #include "memory_fake_storage.h"
+#include "unit.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
@@ -1304,11 +1305,5 @@ static Suite *memory_manager_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(memory_manager_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_main(memory_manager_suite());
 }

@@ -14,6 +14,7 @@
 #include "memory/pool_persistent.h"
 #include "memory/pool_sliced.h"
 #include "memory_fake_storage.h"
+#include "unit.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
@@ -920,11 +921,5 @@ static Suite *pools_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(pools_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_main(pools_suite());
 }

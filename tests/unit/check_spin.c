@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "spin.h"
+#include "unit.h"
 
 START_TEST(budget_is_longer_while_awaiting_the_device)
 {
@@ -115,11 +116,5 @@ static Suite *make_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(make_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return unit_main(make_suite());
 }
