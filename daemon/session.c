@@ -86,16 +86,16 @@ static uint8_t *flatten(const uv_buf_t *bufs, unsigned n, size_t len)
 	return flat;
 }
 
-/*
- * Queue the n bufs of whole frames (total bytes) for the client; the
- * nowners replies hold their bytes, and their ownership passes.
- */
 /* Why to log a failed write: the reason of the close it was part of. */
 static const char *write_failed(const struct session *s, int rc)
 {
 	return s->close_flush ? s->close_why : uv_strerror(rc);
 }
 
+/*
+ * Queue the n bufs of whole frames (total bytes) for the client; the
+ * nowners replies hold their bytes, and their ownership passes.
+ */
 static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 		      size_t total, const struct reply_owner *owners,
 		      unsigned nowners)
@@ -372,6 +372,7 @@ void session_close(struct session *s, const char *why)
 	s->close_why = why;
 	session_flush(s);
 	s->close_flush = false;
+	s->close_why = NULL;
 	if (s->state == SESSION_CLOSING)
 		return;	/* the flush found the socket broken, and closed */
 	if (s->state == SESSION_READY) {
@@ -433,6 +434,7 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 	s->close_why = msg;
 	send_error(s, code, msg);
 	s->close_flush = false;
+	s->close_why = NULL;
 	session_close(s, msg);
 }
 
@@ -1020,7 +1022,6 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 	size_t nfds = 0;
 	int rc;
 
-
 	if (req->n_ops == 1 && req->ops[0] != NULL &&
 	    req->ops[0]->op_case == GPUCMD__OP__OP_EVICT) {
 		handle_evict(s, req->id, req->ops[0]->evict);
@@ -1031,6 +1032,17 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 	if (req->n_ops > lim->max_ops_per_batch) {
 		char msg[200];
 
+		/*
+		 * The descriptors its attaches brought go with it: left
+		 * queued, they would reach the next request's attaches.
+		 */
+		if (take_fds(s, req, &fds, &nfds) != 0) {
+			frame_free(frame);
+			return;
+		}
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		free(fds);
 		snprintf(msg, sizeof(msg),
 			 "batch of %zu ops is over the limit of %u "
 			 "(max_ops_per_batch): split it",
@@ -1216,8 +1228,12 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 }
 
 /*
- * The descriptors of one recvmsg.  libuv takes up to 64 with a read; so do
- * we.  A message that carried more lost the rest (MSG_CTRUNC): the client
+ * The descriptors of one recvmsg.  DESIGN.md has libuv receive a region's
+ * memfd as a pending handle of the IPC pipe; that stays the way for every
+ * read the poll makes.  session_read_direct reads around libuv, so it takes
+ * the descriptors from the control message itself, into the same queue:
+ * both ways keep the byte stream's order.  libuv takes up to 64 with a
+ * read; so do we.  A message that carried more lost the rest (MSG_CTRUNC): the client
  * cannot be answered sensibly, so the connection is refused.
  */
 static bool keep_cmsg_fds(struct session *s, struct msghdr *mh)
@@ -1241,10 +1257,16 @@ static bool keep_cmsg_fds(struct session *s, struct msghdr *mh)
 				ok = keep_fd(s, fd);
 		}
 	}
+	/*
+	 * libuv drops such descriptors without a word when it reads; here the
+	 * loss is seen, and the connection, whose attaches could no longer
+	 * get the descriptors meant for them, is refused.
+	 */
 	if (ok && (mh->msg_flags & MSG_CTRUNC)) {
 		session_refuse(s, GPUCMD_EPROTO,
-			       "more than %d descriptors came with one "
-			       "message; the rest were lost",
+			       "descriptors that came with a message were "
+			       "lost: more than %d in one message, or the "
+			       "daemon is out of descriptors",
 			       REGION_MAX_PER_CONNECTION);
 		ok = false;
 	}

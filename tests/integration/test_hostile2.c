@@ -19,6 +19,7 @@
  */
 #include <dirent.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 
@@ -1030,6 +1031,144 @@ START_TEST(batch_over_max_ops)
 }
 END_TEST
 
+/* A request frame sent with descriptors (SCM_RIGHTS) in its sendmsg. */
+static void send_request_fds(int fd, uint64_t id, Gpucmd__Op **ops, size_t n,
+			     const int *fds, int nfds)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	char ctl[CMSG_SPACE(sizeof(int) * 4)];
+	struct msghdr mh = { 0 };
+	struct cmsghdr *cm;
+	struct iovec iov;
+	uint8_t *buf;
+	size_t len;
+
+	ck_assert_int_le(nfds, 4);
+	req.id = id;
+	req.n_ops = n;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+	iov.iov_base = buf;
+	iov.iov_len = len;
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	memset(ctl, 0, sizeof(ctl));
+	mh.msg_control = ctl;
+	mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+	memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	ck_assert_int_eq(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)len);
+	free(buf);
+}
+
+static int page_memfd(uint8_t fill)
+{
+	int fd = memfd_create("hostile2", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	uint8_t page[4096];
+
+	ck_assert_int_ge(fd, 0);
+	memset(page, fill, sizeof(page));
+	ck_assert_int_eq(write(fd, page, sizeof(page)), (ssize_t)sizeof(page));
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	return fd;
+}
+
+START_TEST(refused_batch_takes_its_descriptors_along)
+{
+	/*
+	 * A batch over max_ops_per_batch is refused before it runs.  The
+	 * memfd its attach brought must go with it: left queued, the next
+	 * request's attaches took the wrong memfds, and a copy between the
+	 * client's own regions read the refused one.
+	 */
+	int fd = raw_connect();
+	int x = page_memfd('x'), y = page_memfd('y'), z = page_memfd('z');
+	int yz[2] = { y, z };
+	Gpucmd__OpRegionAttach att[3];
+	Gpucmd__Op o_att[3], pings[LIMIT_OPS], o_e, o_w, o_r;
+	Gpucmd__Op *ops[LIMIT_OPS + 1];
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__OpEmpty em = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__RegionRef src = GPUCMD__REGION_REF__INIT;
+	Gpucmd__RegionRef dst = GPUCMD__REGION_REF__INIT;
+	Gpucmd__OpWrite wr = GPUCMD__OP_WRITE__INIT;
+	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+	Gpucmd__Frame *r;
+	uint8_t got[4096], want[4096];
+
+	raw_hello(fd, "hostile");
+	for (int i = 0; i < 3; i++) {
+		gpucmd__op_region_attach__init(&att[i]);
+		att[i].region = 10 + (uint64_t)i;
+		att[i].size = 4096;
+		gpucmd__op__init(&o_att[i]);
+		o_att[i].op_case = GPUCMD__OP__OP_REGION_ATTACH;
+		o_att[i].region_attach = &att[i];
+	}
+	/* Request 1: attach x and LIMIT_OPS pings, one op too many. */
+	ops[0] = &o_att[0];
+	for (int i = 0; i < LIMIT_OPS; i++) {
+		gpucmd__op__init(&pings[i]);
+		pings[i].op_case = GPUCMD__OP__OP_PING;
+		pings[i].ping = &p;
+		ops[i + 1] = &pings[i];
+	}
+	send_request_fds(fd, 1, ops, LIMIT_OPS + 1, &x, 1);
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_nonnull(r->response->error);
+	ck_assert_int_eq(r->response->error->code, GPUCMD_ELIMIT);
+	frame_free(r);
+	/* Request 2: attach y as 11, z as 12, copy 11 -> buffer -> 12. */
+	em.handle = 1;
+	em.size = 4096;
+	gpucmd__op__init(&o_e);
+	o_e.op_case = GPUCMD__OP__OP_EMPTY;
+	o_e.empty = &em;
+	src.region = 11;
+	src.length = 4096;
+	wr.handle = 1;
+	wr.region = &src;
+	gpucmd__op__init(&o_w);
+	o_w.op_case = GPUCMD__OP__OP_WRITE;
+	o_w.write = &wr;
+	dst.region = 12;
+	dst.length = 4096;
+	rd.handle = 1;
+	rd.length = 4096;
+	rd.into = &dst;
+	gpucmd__op__init(&o_r);
+	o_r.op_case = GPUCMD__OP__OP_READ;
+	o_r.read = &rd;
+	ops[0] = &o_att[1];
+	ops[1] = &o_att[2];
+	ops[2] = &o_e;
+	ops[3] = &o_w;
+	ops[4] = &o_r;
+	send_request_fds(fd, 2, ops, 5, yz, 2);
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_msg(r->response->error == NULL, "request 2: %s",
+		      r->response->error ? r->response->error->message : "");
+	frame_free(r);
+	ck_assert_int_eq(pread(z, got, sizeof(got), 0), (ssize_t)sizeof(got));
+	memset(want, 'y', sizeof(want));
+	ck_assert_msg(memcmp(got, want, sizeof(got)) == 0,
+		      "region 12 holds '%c' bytes, not region 11's 'y'", got[0]);
+	close(x);
+	close(y);
+	close(z);
+	close(fd);
+	back_to_baseline();
+}
+END_TEST
+
 START_TEST(a_billion_ops_claimed)
 {
 	/*
@@ -2015,6 +2154,7 @@ static Suite *make_suite(void)
 	tcase_set_timeout(l, 120);
 	tcase_add_test(l, length_exactly_at_the_limit);
 	tcase_add_test(l, batch_over_max_ops);
+	tcase_add_test(l, refused_batch_takes_its_descriptors_along);
 	tcase_add_test(l, a_billion_ops_claimed);
 	tcase_add_test(l, huge_stream_numbers_and_too_many_streams);
 	tcase_add_test(l, large_reply_to_a_prompt_reader);

@@ -687,7 +687,9 @@ static void spin_on(struct raw *c, uint32_t stream, uint32_t usec)
  * sender's socket itself (server.c on_spin), other times libuv reads it.
  * Each request attaches two regions, copies the first into the second
  * through a buffer and checks the copy, so a descriptor taken out of order
- * or lost shows; fifty rounds take both paths.
+ * or lost shows.  Odd rounds wait 5 ms first, past every spin, so that the
+ * poll reads them; even rounds follow a round trip at once, as the direct
+ * read wants them (which one reads is up to the scheduler).
  */
 START_TEST(descriptors_follow_their_attaches_both_ways)
 {
@@ -712,6 +714,8 @@ START_TEST(descriptors_follow_their_attaches_both_ways)
 		ck_assert_ptr_ne(dst, MAP_FAILED);
 		for (size_t k = 0; k < SIZE; k++)
 			src[k] = (uint8_t)(k * 13 + (size_t)i);
+		if (i % 2 == 1)
+			usleep(5000);
 		empty_write(&ew, 1 + (uint64_t)i, SIZE, 0, a, 0, SIZE);
 		into.region = b;
 		into.length = SIZE;
