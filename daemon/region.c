@@ -100,9 +100,21 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 		close(fd);
 		return id ? GPUCMD_EEXIST : GPUCMD_EINVAL;
 	}
-	if (count(set->regions) >= REGION_MAX_PER_CONNECTION) {
-		snprintf(msg, msg_len, "this connection already has %d "
-			 "regions, the limit: release one first",
+	/*
+	 * Released regions stay mapped until the work queued with them is
+	 * done, so they count too: without that, a client could keep the
+	 * daemon's mappings growing behind one long kernel.
+	 */
+	if (count(set->regions) + count(set->released_regions) >=
+	    REGION_MAX_PER_CONNECTION)
+		region_flush(set);
+	if (count(set->regions) + count(set->released_regions) >=
+	    REGION_MAX_PER_CONNECTION) {
+		snprintf(msg, msg_len, "this connection already has %u "
+			 "regions attached and %u released but still used "
+			 "by work in flight, %d together at most: release "
+			 "one, or sync the streams before attaching more",
+			 count(set->regions), count(set->released_regions),
 			 REGION_MAX_PER_CONNECTION);
 		close(fd);
 		return GPUCMD_ELIMIT;
@@ -154,6 +166,9 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 		unmap(d, r);
 		return GPUCMD_ENOMEM;
 	}
+	/* The mapping holds the memfd: the descriptor is not needed. */
+	close(r->fd);
+	r->fd = -1;
 	/* Pinning is an optimisation: a region that cannot be pinned still works. */
 	r->registered = d->ops->host_register(d, r->base, size) == 0;
 	r->next = set->regions;

@@ -313,7 +313,9 @@ GPUCMD_EXTERN int gpucmd_batch_read_layout(struct gpucmd_batch *b,
  * only names, so bulk bytes move between it and the device without
  * passing through the socket.  Region ids are the caller's, per connection
  * (non-zero, below GPUCMD_REGION_ID_RESERVED); a connection holds at most
- * 64 regions, the library's scratch region included.  Ranges are checked
+ * 64 regions, the library's scratch region included, and a released region
+ * counts until the daemon unmaps it (once the copies enqueued with it are
+ * done; GPUCMD_ELIMIT past that).  Ranges are checked
  * by the daemon against the region's size (GPUCMD_EINVAL, with the
  * numbers in the message).
  *

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -304,6 +305,23 @@ static inline uint64_t report_pinned_in_use(struct gpucmd_conn *c)
 	v = rep->pinned_host.bytes_in_use;
 	gpucmd_report_free(rep);
 	return v;
+}
+
+/* Descriptors the process pid has open now. */
+static inline int daemon_fds(pid_t pid)
+{
+	char path[64];
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
 }
 
 /* How many lines of the daemon's log so far hold needle. */

@@ -285,23 +285,6 @@ static void take_baseline(void)
 	ck_assert_uint_eq(baseline.allocations, 0);
 }
 
-/* Descriptors the daemon has open now. */
-static int daemon_fds(pid_t pid)
-{
-	char path[64];
-	DIR *d;
-	struct dirent *e;
-	int n = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)) != NULL)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 /* A field of /proc/PID/status in kB ("VmRSS", "VmHWM"). */
 static long daemon_status_kb(pid_t pid, const char *field)
 {

@@ -749,6 +749,42 @@ START_TEST(descriptors_follow_their_attaches_both_ways)
 }
 END_TEST
 
+/*
+ * A released region stays mapped until the work queued before its release
+ * is done, so it counts toward the 64 a connection may hold: behind one
+ * long kernel, attach-and-release in a loop must stop at 64 with
+ * GPUCMD_ELIMIT, not grow the daemon's mappings without bound.  The daemon
+ * keeps no descriptor of a mapped region.  Once the kernel is done, attaches
+ * work again.
+ */
+START_TEST(released_regions_count_until_unmapped)
+{
+	/* Long enough for 64 round trips, under valgrind too. */
+	uint32_t spin_us = getenv("GPUCMD_TEST_VALGRIND") ? 20000000 : 3000000;
+	struct raw c = raw_open();
+	int before = daemon_fds(the_daemon.pid);
+	Gpucmd__Frame *r;
+
+	spin_on(&c, 0, spin_us);
+	for (int i = 0; i < 64; i++) {
+		attach_ok(&c, 1000 + (uint64_t)i, 4096);
+		release_on(&c, 0, 1000 + (uint64_t)i);
+	}
+	ck_assert_int_le(daemon_fds(the_daemon.pid), before + 2);
+	r = try_attach(&c, 2000, 4096);
+	ck_assert_ptr_nonnull(r->response->error);
+	ck_assert_int_eq(r->response->error->code, GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(r->response->error->message,
+			     "0 regions attached and 64 released") != NULL,
+		      "%s", r->response->error->message);
+	frame_free(r);
+	sync_on(&c, 0);
+	attach_ok(&c, 2000, 4096);
+	release_on(&c, 0, 2000);
+	close(c.fd);
+}
+END_TEST
+
 /* Service name's row of the memory report, and the totals. */
 static struct gpucmd_service_report row_of(struct gpucmd_conn *c,
 					   const char *name,
@@ -1200,6 +1236,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, load_module_errors);
 	tcase_add_test(tc, user_ptx_module_on_cuda);
 	tcase_add_test(tc, descriptors_follow_their_attaches_both_ways);
+	tcase_add_test(tc, released_regions_count_until_unmapped);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("region_limit");
