@@ -1060,7 +1060,13 @@ int cmd_memory_report(const struct tool_opts *opts, int argc, char **argv)
 		gpucmd_close(conn);
 		return r;
 	}
-	/* No SA_RESTART: the signal must cut the sleep short. */
+	/*
+	 * No SA_RESTART: the signal must cut the sleep short.  SA_RESETHAND:
+	 * the first signal asks the loop to stop after this report; a second
+	 * one ends the tool even while a daemon that stopped answering keeps
+	 * it waiting inside the library.
+	 */
+	sa.sa_flags = SA_RESETHAND;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

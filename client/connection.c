@@ -744,6 +744,12 @@ GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c);
+	/*
+	 * The process-wide pool of large buffers (frame.c) keeps up to two
+	 * spares, trimmed only when a later frame comes: give them back now,
+	 * or a closed connection leaves up to 128 MiB behind.
+	 */
+	frame_buf_trim(0);
 }
 
 GPUCMD_EXTERN const struct gpucmd_info *gpucmd_info(const struct gpucmd_conn *c)

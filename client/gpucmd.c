@@ -126,16 +126,34 @@ const char *tool_socket_path(const struct tool_opts *o)
 }
 
 /*
- * A system error or a lost connection means no daemon is there to answer;
- * a GPUCMD_E* code (other than a peer that does not speak the protocol) is
- * the daemon's own answer.
+ * A socket error or a lost connection means no daemon is there to answer
+ * (69); a GPUCMD_E* code (other than a peer that does not speak the
+ * protocol) is the daemon's own answer, and any other system error (no
+ * memory for a region here, too many open files) a failure of this
+ * process: 1.
  */
 int tool_exit_status(int code)
 {
-	if (code > -1000 || code == GPUCMD_EDISCONNECTED ||
-	    code == GPUCMD_EPROTO)
+	switch (code) {
+	case GPUCMD_EDISCONNECTED:
+	case GPUCMD_EPROTO:
+	case -ENOENT:
+	case -ENOTDIR:
+	case -ENAMETOOLONG:
+	case -EACCES:
+	case -EPERM:
+	case -ECONNREFUSED:
+	case -ECONNRESET:
+	case -ECONNABORTED:
+	case -ENOTCONN:
+	case -ENOTSOCK:
+	case -EPIPE:
+	case -ETIMEDOUT:
+	case -EAGAIN:
 		return TOOL_EXIT_UNAVAILABLE;
-	return TOOL_EXIT_FAIL;
+	default:
+		return TOOL_EXIT_FAIL;
+	}
 }
 
 int tool_connect(const struct tool_opts *o, const char *service,

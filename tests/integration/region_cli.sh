@@ -106,6 +106,12 @@ case "$err" in
 *) fail "write past the buffer: '$err'" ;;
 esac
 
+# 6b. a region this process cannot make is its own failure (exit 1), not
+#     an unreachable daemon (69)
+err=$(printf 'region huge 0x7fffffffffffffff\n' | g exec 2>&1 >/dev/null)
+rc=$?
+[ $rc -eq 1 ] || fail "a region too large to map here: exit $rc ('$err')"
+
 # 7. after all that, the daemon holds nothing for the groups' regions and
 #    serves the next client
 #    (a connection that left is torn down once its streams are idle)
