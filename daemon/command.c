@@ -176,6 +176,21 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 		 d->error[0] ? "; driver: " : "", d->error);
 }
 
+/*
+ * Whether size more bytes, with what the service holds live and released
+ * but still used by the device, would go past twice its limit (the live
+ * part alone is checked apart).
+ */
+static bool pending_over(const struct service *svc, uint64_t limit,
+			 uint64_t size)
+{
+	uint64_t cap = limit > UINT64_MAX / 2 ? UINT64_MAX : 2 * limit;
+
+	if (limit == 0 || size > limit || svc->bytes_in_use > limit - size)
+		return false;
+	return svc->release_pending_bytes > cap - svc->bytes_in_use - size;
+}
+
 int command_reserve(struct command *cmd, uint64_t size,
 		    struct managed_memory *out)
 {
@@ -193,6 +208,35 @@ int command_reserve(struct command *cmd, uint64_t size,
 		return GPUCMD_EINVAL;
 	}
 
+	/*
+	 * Released memory the device may still use is held until its work is
+	 * done, so the quota bounds it too: live buffers up to the limit, and
+	 * live plus released-but-pending up to twice the limit.  A release
+	 * followed by an allocation still fits at once (a batch that frees
+	 * and allocates, a pipelining client), but a client cannot keep
+	 * allocating and releasing behind a long kernel until the device is
+	 * full.  Drops whose work completed are freed before refusing.
+	 */
+	if (pending_over(svc, limit, size))
+		streams_flush_drops(cmd->set);
+	if (pending_over(svc, limit, size)) {
+		svc->oom_count++;
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "quota exceeded: allocating %llu bytes would make "
+			 "service '%s' hold %llu bytes of device memory, over "
+			 "twice its memory_limit of %llu bytes: %llu in use "
+			 "and %llu released but still used by work queued on "
+			 "the device; sync the streams (or let that work "
+			 "finish) before allocating more, or raise the "
+			 "service's memory_limit",
+			 (unsigned long long)size, svc->name,
+			 (unsigned long long)(svc->bytes_in_use + size +
+					      svc->release_pending_bytes),
+			 (unsigned long long)limit,
+			 (unsigned long long)svc->bytes_in_use,
+			 (unsigned long long)svc->release_pending_bytes);
+		return GPUCMD_EQUOTA;
+	}
 	if (limit != 0 &&
 	    (size > limit || svc->bytes_in_use > limit - size)) {
 		svc->oom_count++;

@@ -42,6 +42,12 @@ struct service {
 	uint64_t peak_bytes_in_use;
 	uint64_t oom_count;
 	/*
+	 * Bytes released by the service's connections that the device may
+	 * still use (drop queues): no longer in bytes_in_use, not yet free.
+	 * The quota bounds them too (command_reserve).
+	 */
+	uint64_t release_pending_bytes;
+	/*
 	 * Shared regions mapped for the service's connections (region.h):
 	 * charged at attach, uncharged when a region is really unmapped
 	 * (after a release's fences, or at the connection's teardown).

@@ -183,7 +183,9 @@ static int stream_create(struct stream_set *set, uint32_t number,
 		rc = memory_manager_create(&set->layout, &set->props, &storage,
 					   &s->memory);
 	if (rc == 0)
-		rc = drop_queue_create(s->memory, &s->drops);
+		rc = drop_queue_create(s->memory,
+				       &set->service->release_pending_bytes,
+				       &s->drops);
 	if (rc != 0) {
 		stream_destroy(s);
 		return rc;
@@ -350,7 +352,8 @@ int streams_release(struct stream_set *set, struct stream *current,
 		add_fence(fences, &n, set->slots[h->writer_slot], current);
 	for (uint32_t i = 0; i < h->nreaders; i++)
 		add_fence(fences, &n, set->slots[h->readers[i].slot], current);
-	rc = drop_queue_push(h->owner->drops, h->alloc.slice, fences, n);
+	rc = drop_queue_push(h->owner->drops, h->alloc.slice, h->alloc.size,
+			     fences, n);
 	if (rc != 0)
 		return rc;
 	handle_table_remove(set->handles, h->id);

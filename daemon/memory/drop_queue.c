@@ -13,24 +13,28 @@
 
 struct drop_entry {
 	struct memory_slice *slice;
+	uint64_t charged;
 	uint32_t nfences;
 	struct drop_fence *fences;
 };
 
 struct drop_queue {
 	struct memory_manager *mm;
+	uint64_t *pending;		/* the owner's count, or NULL */
 	struct drop_entry *entries;
 	uint32_t count;
 	uint32_t cap;
 };
 
-int drop_queue_create(struct memory_manager *mm, struct drop_queue **out)
+int drop_queue_create(struct memory_manager *mm, uint64_t *pending,
+		      struct drop_queue **out)
 {
 	struct drop_queue *q = calloc(1, sizeof(*q));
 
 	if (q == NULL)
 		return GPUCMD_ENOMEM;
 	q->mm = mm;
+	q->pending = pending;
 	*out = q;
 	return 0;
 }
@@ -41,6 +45,8 @@ void drop_queue_destroy(struct drop_queue *q)
 		return;
 	for (uint32_t i = 0; i < q->count; i++) {
 		memory_manager_release(q->mm, q->entries[i].slice);
+		if (q->pending != NULL)
+			*q->pending -= q->entries[i].charged;
 		free(q->entries[i].fences);
 	}
 	free(q->entries);
@@ -48,7 +54,8 @@ void drop_queue_destroy(struct drop_queue *q)
 }
 
 int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
-		    const struct drop_fence *fences, uint32_t nfences)
+		    uint64_t charged, const struct drop_fence *fences,
+		    uint32_t nfences)
 {
 	struct drop_entry *e;
 	struct drop_fence *copy;
@@ -67,6 +74,9 @@ int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
 	memcpy(copy, fences, nfences * sizeof(*copy));
 	e = &q->entries[q->count++];
 	e->slice = slice;
+	e->charged = charged;
+	if (q->pending != NULL)
+		*q->pending += charged;
 	e->nfences = nfences;
 	e->fences = copy;
 	return 0;
@@ -82,6 +92,8 @@ uint32_t drop_queue_flush(struct drop_queue *q)
 		struct drop_entry *e = &q->entries[i];
 		if (streams_fences_passed(e->fences, e->nfences)) {
 			memory_manager_release(q->mm, e->slice);
+			if (q->pending != NULL)
+				*q->pending -= e->charged;
 			free(e->fences);
 			freed++;
 		} else {

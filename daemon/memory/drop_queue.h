@@ -27,8 +27,14 @@ struct drop_fence {
 
 struct drop_queue;
 
-/** An empty queue for slices of mm. */
-int drop_queue_create(struct memory_manager *mm, struct drop_queue **out);
+/**
+ * An empty queue for slices of mm.  pending (may be NULL) is a counter the
+ * queue keeps the bytes of its entries in (the `charged` of each push),
+ * from push until the entry is freed: a service's released memory that
+ * the device may still use.
+ */
+int drop_queue_create(struct memory_manager *mm, uint64_t *pending,
+		      struct drop_queue **out);
 /** Free the queue; entries still held are released to the manager. */
 void drop_queue_destroy(struct drop_queue *q);
 /**
@@ -36,7 +42,8 @@ void drop_queue_destroy(struct drop_queue *q);
  * allocation failure the caller must keep the slice alive itself.
  */
 int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
-		    const struct drop_fence *fences, uint32_t nfences);
+		    uint64_t charged, const struct drop_fence *fences,
+		    uint32_t nfences);
 /** Release every entry whose fences passed; returns how many. */
 uint32_t drop_queue_flush(struct drop_queue *q);
 /** Entries waiting. */

@@ -323,6 +323,53 @@ static int big_holding_memory(void *arg)
 }
 
 /* Two services with their own limits, and one killed under the other. */
+/*
+ * Memory released behind a long kernel is held until the kernel is done.
+ * The quota bounds it: live buffers up to memory_limit, and live plus
+ * released-but-pending up to twice that.  Allocating and releasing in a
+ * loop behind a kernel must stop there with GPUCMD_EQUOTA and the numbers,
+ * not take the device from the other services; once the kernel is done,
+ * the service allocates again.
+ */
+START_TEST(quota_bounds_memory_released_behind_a_kernel)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	uint32_t spin = getenv("GPUCMD_TEST_VALGRIND") ? 20000000 : 3000000;
+	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b;
+
+	start_with("[service p]\nmemory_limit = 1M\n");
+	c = connect_as("p");
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg, 1), 0);
+	gpucmd_response_free(run_ok(b));
+	/* Two rounds fit: 1 MiB live and 1 MiB pending, then 2 pending. */
+	for (uint64_t h = 1; h <= 2; h++) {
+		alloc_ok(c, h, MIB);
+		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_release(b, h), 0);
+		gpucmd_response_free(run_ok(b));
+	}
+	/* The report counts what the pools hold: the pending 2 MiB. */
+	ck_assert_uint_eq(row_of(c, "p").bytes_in_use, 2 * MIB);
+	expect_fail(alloc_batch(c, 0, 3, MIB), 0, GPUCMD_EQUOTA,
+		    "quota exceeded", "'p'", "over twice its memory_limit",
+		    "1048576", "2097152 released but still used",
+		    "sync the streams");
+	/* Not even one byte more: the bound is reached. */
+	expect_fail(alloc_batch(c, 0, 4, 1), 0, GPUCMD_EQUOTA,
+		    "2097152 released");
+	ck_assert_uint_eq(row_of(c, "p").oom_count, 2);
+	/* Once the kernel is done, the released memory is free again. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	gpucmd_response_free(run_ok(b));
+	alloc_ok(c, 5, MIB);
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(two_services_share_the_daemon)
 {
 	struct gpucmd_conn *small, *big;
@@ -1626,6 +1673,7 @@ static Suite *make_suite(void)
 	tcase_add_checked_fixture(tc, conf_setup, conf_teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, quota_exact_at_the_boundary);
+	tcase_add_test(tc, quota_bounds_memory_released_behind_a_kernel);
 	tcase_add_test(tc, two_services_share_the_daemon);
 	tcase_add_test(tc, max_streams_per_service);
 	tcase_add_test(tc, max_handles_per_connection);
