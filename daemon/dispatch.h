@@ -31,6 +31,7 @@ struct batch {
 	struct stream *stream;
 	uint32_t pending;		/* fences enqueued, not yet completed */
 	bool dispatched;		/* every op has run */
+	bool held;			/* no completion could be enqueued: kept for good */
 	size_t nresults;		/* ops that ran */
 	Gpucmd__OpResult *results;	/* one per op */
 	Gpucmd__OpResult **result_ptrs;

@@ -464,7 +464,11 @@ static void complete_fence(struct executor *ex, struct fence *f)
 		ex->cb.fatal(why, ex->cb.arg);
 	}
 	free(f);
-	if (--b->pending > 0 || !b->dispatched)
+	/*
+	 * A held batch was answered as completed already (run_batch): an
+	 * earlier fence of it passing must not answer, or free, it again.
+	 */
+	if (--b->pending > 0 || !b->dispatched || b->held)
 		return;
 	report_fault(b, s);
 	finish_batch(ex, b);
@@ -556,6 +560,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 				(unsigned long long)conn->id, b->stream->number,
 				d->error);
 			b->stream->submitted = UINT64_MAX;
+			b->held = true;
 			if (!b->replied && b->error == 0) {
 				b->error = GPUCMD_EDRIVER;
 				b->failed_index = 0;
