@@ -236,16 +236,24 @@ static size_t inline_limit(struct gpucmd_conn *conn)
 	return room < GPUCMD_INLINE_MAX ? room : GPUCMD_INLINE_MAX;
 }
 
-/* The scratch region, at least want bytes or REGIONS_SCRATCH_MAX. */
+/*
+ * The scratch region, at least want bytes or REGIONS_SCRATCH_MAX, but no
+ * more than the service's region_limit allows: a smaller one carries the
+ * transfer in pieces.  When the attach is refused for the limit (other
+ * regions of the service take part of it), smaller ones are tried, down
+ * to REGIONS_SCRATCH_MIN.
+ */
 static int scratch_get(struct gpucmd_conn *conn, size_t want,
 		       struct regions_entry **out)
 {
 	struct regions_entry *e = regions_find(conn_regions(conn),
 					       REGIONS_SCRATCH_ID);
+	uint64_t limit = gpucmd_info(conn)->region_limit;
 	size_t size = REGIONS_SCRATCH_MIN;
 	int r;
 
-	while (size < want && size < REGIONS_SCRATCH_MAX)
+	while (size < want && size < REGIONS_SCRATCH_MAX &&
+	       (limit == 0 || 2 * (uint64_t)size <= limit))
 		size *= 2;
 	if (e != NULL && e->size >= size) {
 		*out = e;
@@ -257,7 +265,13 @@ static int scratch_get(struct gpucmd_conn *conn, size_t want,
 		if (r < 0)
 			return r;
 	}
-	return regions_attach(conn, REGIONS_SCRATCH_ID, size, out);
+	for (;;) {
+		r = regions_attach(conn, REGIONS_SCRATCH_ID, size, out);
+		if ((r != GPUCMD_EQUOTA && r != GPUCMD_ELIMIT) ||
+		    size <= REGIONS_SCRATCH_MIN)
+			return r;
+		size /= 2;
+	}
 }
 
 /*
@@ -316,6 +330,27 @@ static int drain(struct gpucmd_conn *conn, struct piece *pieces, int err)
 	return err;
 }
 
+/* A write small enough to go in the frame, run at once (a round trip). */
+static int write_inline(struct gpucmd_conn *conn, uint32_t stream,
+			uint64_t handle, uint64_t offset, const void *data,
+			size_t len)
+{
+	struct gpucmd_batch *b;
+	int r = gpucmd_batch_new(conn, stream, &b);
+
+	if (r < 0)
+		return r;
+	/* Run at once: data outlives the batch. */
+	r = gpucmd_batch_write_borrowed(b, handle, offset, data, len);
+	if (r == 0)
+		r = gpucmd_batch_sync(b);
+	if (r < 0) {
+		gpucmd_batch_free(b);
+		return r;
+	}
+	return run_checked(conn, b);
+}
+
 GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
 				      uint32_t stream, uint64_t handle,
 				      uint64_t offset, const void *data,
@@ -323,28 +358,26 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
 {
 	struct piece pieces[2] = { { 0 } };
 	struct regions_entry *e;
-	struct gpucmd_batch *b;
 	size_t chunk, done;
 	int r = 0, k;
 
 	if (conn == NULL || handle == 0 || (data == NULL && len > 0))
 		return GPUCMD_EINVAL;
 	conn_set_message(conn, "");
-	if (len <= inline_limit(conn)) {
-		r = gpucmd_batch_new(conn, stream, &b);
-		if (r < 0)
-			return r;
-		/* Run at once: data outlives the batch. */
-		r = gpucmd_batch_write_borrowed(b, handle, offset, data, len);
-		if (r == 0)
-			r = gpucmd_batch_sync(b);
-		if (r < 0) {
-			gpucmd_batch_free(b);
-			return r;
-		}
-		return run_checked(conn, b);
-	}
+	if (len <= inline_limit(conn))
+		return write_inline(conn, stream, handle, offset, data, len);
 	r = scratch_get(conn, len, &e);
+	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT) &&
+	    inline_limit(conn) > 0) {
+		/* No region to be had: inline, a frame's worth at a time. */
+		chunk = inline_limit(conn);
+		for (done = 0, r = 0; r == 0 && done < len; done += chunk)
+			r = write_inline(conn, stream, handle, offset + done,
+					 (const uint8_t *)data + done,
+					 len - done < chunk ? len - done
+							    : chunk);
+		return r;
+	}
 	if (r < 0)
 		return r;
 	chunk = piece_size(e, len);
@@ -434,6 +467,16 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
 	if (len <= inline_limit(conn))
 		return read_inline(conn, stream, handle, offset, len, out);
 	r = scratch_get(conn, len, &e);
+	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT) &&
+	    inline_limit(conn) > 0) {
+		/* No region to be had: inline, a frame's worth at a time. */
+		chunk = inline_limit(conn);
+		for (next = 0, r = 0; r == 0 && next < len; next += chunk)
+			r = read_inline(conn, stream, handle, offset + next,
+					len - next < chunk ? len - next : chunk,
+					(uint8_t *)out + next);
+		return r;
+	}
 	if (r < 0)
 		return r;
 	chunk = piece_size(e, len);

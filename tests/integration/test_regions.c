@@ -1006,6 +1006,49 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 END_TEST
 
 /*
+ * gpucmd_write_buffer and gpucmd_read_buffer under a region_limit: the
+ * scratch region is no larger than the limit (3 MiB: 2 MiB, in pieces), and
+ * when even the smallest one is refused (other regions take the limit),
+ * the transfer goes inline a frame at a time.  Both come back byte-exact.
+ */
+START_TEST(region_limit_convenience_transfers_fit_under_it)
+{
+	enum { N = 5 * 1024 * 1024 + 123 };
+	struct gpucmd_conn *lib = connect_as("capped");
+	struct gpucmd_batch *b;
+	uint8_t *want = malloc(N), *got = malloc(N);
+	uint8_t *mine = NULL;
+
+	ck_assert_ptr_nonnull(want);
+	ck_assert_ptr_nonnull(got);
+	for (size_t i = 0; i < N; i++)
+		want[i] = (uint8_t)(i * 31 + 7);
+	ck_assert_int_eq(gpucmd_batch_new(lib, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, N), 0);
+	gpucmd_response_free(run_ok(b));
+	/* A region of the caller's takes most of the limit: no scratch fits. */
+	ck_assert_int_eq(gpucmd_region_create(lib, 5, 5 * (1 << 19),
+					      (void **)&mine), 0);
+	ck_assert_int_eq(gpucmd_write_buffer(lib, 0, 1, 0, want, N), 0);
+	memset(got, 0, N);
+	ck_assert_int_eq(gpucmd_read_buffer(lib, 0, 1, 0, N, got), 0);
+	ck_assert_int_eq(memcmp(got, want, N), 0);
+	/* Without it, a scratch region of 2 MiB carries it in pieces. */
+	ck_assert_int_eq(gpucmd_region_release(lib, 5), 0);
+	for (size_t i = 0; i < N; i++)
+		want[i] = (uint8_t)(i * 17 + 3);
+	ck_assert_int_eq(gpucmd_write_buffer(lib, 0, 1, 0, want, N), 0);
+	memset(got, 0, N);
+	ck_assert_int_eq(gpucmd_read_buffer(lib, 0, 1, 0, N, got), 0);
+	ck_assert_int_eq(memcmp(got, want, N), 0);
+	expect_regions(lib, "capped", 2u << 20, 1);
+	gpucmd_close(lib);
+	free(want);
+	free(got);
+}
+END_TEST
+
+/*
  * The Welcome tells each connection its service's region_limit, on the
  * wire, through the library and in gpucmd status; a service without one
  * (listed with other limits, or not listed at all) is told 0.
@@ -1247,6 +1290,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, region_limit_counts_a_release_until_its_fences_pass);
 	tcase_add_test(tc, region_limit_client_killed_returns_its_regions);
 	tcase_add_test(tc, region_limit_follows_a_reload);
+	tcase_add_test(tc, region_limit_convenience_transfers_fit_under_it);
 	suite_add_tcase(s, tc);
 	return s;
 }
