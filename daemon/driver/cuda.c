@@ -1267,7 +1267,12 @@ static int cuda_module_load_shared(struct driver *d,
 	return rc;
 }
 
-/* Any thread: it touches no shared state (an unload error is moot). */
+/*
+ * Any thread: it touches no shared state.  The loop thread unloads the
+ * modules of a client that died while they compiled, and a thread of the
+ * loop or of libuv's pool has no current context: without one the unload
+ * fails and the module stays loaded in the device context for good.
+ */
 static void cuda_module_unload(struct driver *d, struct driver_module *m)
 {
 	struct cuda_driver *cd = cuda_of(d);
@@ -1279,7 +1284,8 @@ static void cuda_module_unload(struct driver *d, struct driver_module *m)
 		m->functions = f->next;
 		free(f);
 	}
-	cd->cu.cuModuleUnload(m->module);
+	if (cd->cu.cuCtxSetCurrent(cd->ctx) == CUDA_SUCCESS)
+		cd->cu.cuModuleUnload(m->module);
 	free(m);
 }
 
