@@ -307,6 +307,33 @@ static inline uint64_t report_pinned_in_use(struct gpucmd_conn *c)
 	return v;
 }
 
+/*
+ * sendmsg len bytes of buf on sock with nfds descriptors (up to 250) as
+ * SCM_RIGHTS, as a client passes memfds for region_attach; its result.
+ */
+static inline ssize_t harness_send_fds(int sock, const void *buf, size_t len,
+				       const int *fds, int nfds)
+{
+	char ctl[CMSG_SPACE(sizeof(int) * 250)];
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	ck_assert_int_le(nfds, 250);
+	if (nfds > 0) {
+		struct cmsghdr *cm;
+
+		memset(ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	return sendmsg(sock, &mh, MSG_NOSIGNAL);
+}
+
 /* Descriptors the process pid has open now. */
 static inline int daemon_fds(pid_t pid)
 {

@@ -1020,33 +1020,17 @@ static void send_request_fds(int fd, uint64_t id, Gpucmd__Op **ops, size_t n,
 {
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
-	char ctl[CMSG_SPACE(sizeof(int) * 4)];
-	struct msghdr mh = { 0 };
-	struct cmsghdr *cm;
-	struct iovec iov;
 	uint8_t *buf;
 	size_t len;
 
-	ck_assert_int_le(nfds, 4);
 	req.id = id;
 	req.n_ops = n;
 	req.ops = ops;
 	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
 	f.request = &req;
 	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
-	iov.iov_base = buf;
-	iov.iov_len = len;
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	memset(ctl, 0, sizeof(ctl));
-	mh.msg_control = ctl;
-	mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-	cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-	memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-	ck_assert_int_eq(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)len);
+	ck_assert_int_eq(harness_send_fds(fd, buf, len, fds, nfds),
+			 (ssize_t)len);
 	free(buf);
 }
 
@@ -1568,22 +1552,12 @@ END_TEST
 /* Send n copies of descriptor fd with one byte of data. */
 static int send_fds(int sock, int fd, int n, const void *byte)
 {
-	char cbuf[CMSG_SPACE(sizeof(int) * 250)];
-	struct iovec iov = { .iov_base = (void *)byte, .iov_len = 1 };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct cmsghdr *c;
+	int fds[250];
 
 	ck_assert_int_le(n, 250);
-	memset(cbuf, 0, sizeof(cbuf));
-	m.msg_control = cbuf;
-	m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
-	c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
 	for (int i = 0; i < n; i++)
-		memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
-	return (int)sendmsg(sock, &m, MSG_NOSIGNAL);
+		fds[i] = fd;
+	return (int)harness_send_fds(sock, byte, 1, fds, n);
 }
 
 START_TEST(descriptors_nobody_asked_for)

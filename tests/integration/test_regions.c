@@ -28,28 +28,10 @@ static void raw_send(struct raw *c, const Gpucmd__Frame *f, const int *fds,
 {
 	uint8_t *buf;
 	size_t len;
-	struct iovec iov;
-	struct msghdr mh = { 0 };
-	char ctl[CMSG_SPACE(sizeof(int) * 8)];
 
 	ck_assert_int_eq(frame_encode(f, &buf, &len), 0);
-	iov.iov_base = buf;
-	iov.iov_len = len;
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	if (nfds > 0) {
-		struct cmsghdr *cm;
-
-		memset(ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-	}
-	ck_assert_int_eq(sendmsg(c->fd, &mh, MSG_NOSIGNAL), (ssize_t)len);
+	ck_assert_int_eq(harness_send_fds(c->fd, buf, len, fds, nfds),
+			 (ssize_t)len);
 	free(buf);
 }
 
