@@ -390,15 +390,11 @@ static void finish_batch(struct executor *ex, struct batch *b)
 	free_batch(ex, b);
 }
 
-/*
- * A fault the stream had not reported yet goes to this batch's sync/read.
- * It also replaces an error of a later op of the batch (fence_index is
- * only set by a read or sync that ran, so it lies before any failed op):
- * the fault came first, and the read's bytes are not valid.
- */
+/* A fault the stream had not reported yet goes to this batch's sync/read. */
 static void report_fault(struct batch *b, struct stream *s)
 {
-	if (b->replied || !s->fault_pending || b->fence_index < 0)
+	if (b->replied || !s->fault_pending || b->error != 0 ||
+	    b->fence_index < 0)
 		return;
 	b->error = GPUCMD_ESTREAM;
 	b->failed_index = (uint32_t)b->fence_index;
