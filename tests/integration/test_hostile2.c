@@ -1812,6 +1812,19 @@ START_TEST(kernel_fault_stays_on_its_stream)
 	gpucmd_batch_kernel(bt, "fault", one, one, NULL, 0);
 	gpucmd_batch_read(bt, 9, 0, 13);
 	run_fails(bt, 1, GPUCMD_ESTREAM, "read");
+	/*
+	 * The same with a later op that fails on its own: the batch reports
+	 * its own error (ESTREAM would say that every op ran), and the next
+	 * wait on the stream reports the fault.
+	 */
+	bt = batch(a, 0);
+	gpucmd_batch_kernel(bt, "fault", one, one, NULL, 0);
+	gpucmd_batch_read(bt, 9, 0, 13);
+	gpucmd_batch_release(bt, 999);
+	run_fails(bt, 2, GPUCMD_ENOTFOUND, "999");
+	bt = batch(a, 0);
+	gpucmd_batch_sync(bt);
+	run_fails(bt, 0, GPUCMD_ESTREAM, "stream fault");
 	bt = batch(a, 1);
 	gpucmd_batch_release(bt, 9);
 	gpucmd_batch_sync(bt);
