@@ -251,7 +251,7 @@ static void on_wakeup(uv_async_t *async)
  * in a round-trip loop), the spin reads that connection's socket itself, a
  * few times between polls: a request that arrives then costs one recvmsg,
  * as in the echo floor, instead of epoll_wait, libuv's turn and recvmsg
- * (ping p50 ~1.4x -> ~1.3x the echo on the 2-core VM).  With several
+ * (ping p50 ~1.4x -> ~1.2x the echo on the 2-core VM).  With several
  * connections sending, every read goes through the poll, so no connection
  * is served ahead of the others.
  */
