@@ -181,6 +181,7 @@ struct report_view {
 		uint64_t region_bytes;
 		uint32_t regions;
 		uint64_t region_refusals;
+		uint64_t released_pending;
 	} total;
 };
 
@@ -240,6 +241,7 @@ static int view_build(const struct gpucmd_report *rep,
 		v->total.region_bytes += s->region_bytes;
 		v->total.regions += s->regions;
 		v->total.region_refusals += s->region_refusals;
+		v->total.released_pending += s->bytes_released_pending;
 		if (sv->largest_free > v->total.largest_free)
 			v->total.largest_free = sv->largest_free;
 	}
@@ -411,6 +413,30 @@ static void region_lines(const struct report_view *v, int exact)
 	}
 }
 
+/*
+ * Under the table: memory the services released that the device may still
+ * use ("NAME: 2.0 MiB"), nothing when there is none.  It is part of "in
+ * use" above, and it is why an allocation under the limit may still get
+ * GPUCMD_EQUOTA (the quota allows as much again of it).
+ */
+static void released_lines(const struct report_view *v, int exact)
+{
+	char a[TOOL_SIZE_LEN];
+
+	if (v->total.released_pending == 0)
+		return;
+	printf("\nreleased, still used by work queued on the device (in use "
+	       "above until that work is done):\n");
+	for (size_t i = 0; i < v->n; i++) {
+		const struct gpucmd_service_report *s = v->services[i].s;
+
+		if (s->bytes_released_pending != 0)
+			printf("  %s: %s\n", s->name,
+			       tool_size(s->bytes_released_pending, exact, a,
+					 sizeof(a)));
+	}
+}
+
 static int report_text(const struct report_view *v,
 		       const struct report_opts *o)
 {
@@ -456,6 +482,7 @@ static int report_text(const struct report_view *v,
 	r = table_print(&t, stdout, 0);
 	table_free(&t);
 	region_lines(v, o->exact);
+	released_lines(v, o->exact);
 
 	for (size_t i = 0; (o->streams || o->pools) && i < v->n; i++) {
 		const struct service_view *sv = &v->services[i];
@@ -491,7 +518,8 @@ static void json_service_figures(uint32_t connections,
 				 const struct gpucmd_memory_usage *u,
 				 uint64_t peak, uint64_t limit, uint64_t ooms,
 				 uint64_t largest_free, double frag,
-				 const struct json_regions *rg)
+				 const struct json_regions *rg,
+				 uint64_t released_pending)
 {
 	printf("\"connections\":%u,", connections);
 	tool_json_usage(u);
@@ -502,6 +530,7 @@ static void json_service_figures(uint32_t connections,
 	printf(",\"region_bytes\":%" PRIu64 ",\"regions\":%u"
 	       ",\"region_limit\":%" PRIu64 ",\"region_refusals\":%" PRIu64,
 	       rg->bytes, rg->count, rg->limit, rg->refusals);
+	printf(",\"bytes_released_pending\":%" PRIu64, released_pending);
 }
 
 static void report_json(const struct report_view *v)
@@ -540,7 +569,8 @@ static void report_json(const struct report_view *v)
 		json_service_figures(s->connections, &sv->usage,
 				     s->peak_bytes_in_use, s->limit_bytes,
 				     s->oom_count, sv->largest_free,
-				     sv->fragmentation, &rg);
+				     sv->fragmentation, &rg,
+				     s->bytes_released_pending);
 		printf(",\"streams\":[");
 		for (size_t j = 0; j < s->nstreams; j++) {
 			printf("%s{", j > 0 ? "," : "");
@@ -558,7 +588,8 @@ static void report_json(const struct report_view *v)
 		json_service_figures(v->total.connections, &v->total.usage,
 				     v->total.peak_bytes_in_use, 0,
 				     v->total.oom_count, v->total.largest_free,
-				     v->total.fragmentation, &rg);
+				     v->total.fragmentation, &rg,
+				     v->total.released_pending);
 	}
 	printf("}}\n");
 }
@@ -699,6 +730,11 @@ static struct prom_value svc_region_refusals(const struct prom_at *at)
 	return pv(at->sv->s->region_refusals);
 }
 
+static struct prom_value svc_released_pending(const struct prom_at *at)
+{
+	return pv(at->sv->s->bytes_released_pending);
+}
+
 static struct prom_value svc_largest_free(const struct prom_at *at)
 {
 	return pv(at->sv->largest_free);
@@ -802,6 +838,9 @@ static const struct prom_metric prom_metrics[] = {
 	{ PROM_SERVICE, "gpucmd_service_fragmentation_ratio", "gauge",
 	  "1 - largest free block / (reserved - in use - padding).",
 	  svc_fragmentation },
+	{ PROM_SERVICE, "gpucmd_service_bytes_released_pending", "gauge",
+	  "Bytes the service released that the device may still use (part "
+	  "of bytes_in_use).", svc_released_pending },
 	{ PROM_SERVICE, "gpucmd_service_region_bytes", "gauge",
 	  "Bytes of shared regions mapped for the service (pinned host "
 	  "memory on CUDA).", svc_region_bytes },

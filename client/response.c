@@ -325,6 +325,7 @@ static int service_from_wire(struct gpucmd_service_report *out,
 	out->regions = s->regions;
 	out->region_limit = s->region_limit;
 	out->region_refusals = s->region_refusals;
+	out->bytes_released_pending = s->bytes_released_pending;
 	if (!streams || s->n_streams == 0)
 		return 0;
 	out->streams = calloc(s->n_streams, sizeof(*out->streams));
@@ -361,6 +362,7 @@ static void add_totals(struct gpucmd_report *rep)
 		t->region_bytes += s->region_bytes;
 		t->regions += s->regions;
 		t->region_refusals += s->region_refusals;
+		t->bytes_released_pending += s->bytes_released_pending;
 	}
 }
 

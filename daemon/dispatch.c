@@ -869,6 +869,7 @@ static void service_row(struct service *svc, void *arg)
 	sr->regions = svc->regions;
 	sr->region_limit = atomic_load(&svc->region_limit);
 	sr->region_refusals = svc->region_refusals;
+	sr->bytes_released_pending = svc->release_pending_bytes;
 	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
 		if (set->service != svc)
 			continue;
@@ -892,6 +893,7 @@ static void service_row(struct service *svc, void *arg)
 	st->totals->region_bytes += sr->region_bytes;
 	st->totals->regions += sr->regions;
 	st->totals->region_refusals += sr->region_refusals;
+	st->totals->bytes_released_pending += sr->bytes_released_pending;
 	st->totals->usage->allocations += sr->usage->allocations;
 	st->totals->usage->bytes_in_use += sr->usage->bytes_in_use;
 	st->totals->usage->bytes_padding += sr->usage->bytes_padding;

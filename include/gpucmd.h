@@ -564,6 +564,13 @@ struct gpucmd_service_report {
 	 * have taken the service over its region_limit (GPUCMD_EQUOTA).
 	 */
 	uint64_t region_refusals;
+	/*
+	 * Device memory the service released that the device may still use
+	 * (work enqueued before the release is not done): part of
+	 * bytes_in_use, no longer in any buffer.  Live buffers plus this may
+	 * reach twice limit_bytes.
+	 */
+	uint64_t bytes_released_pending;
 };
 struct gpucmd_report {
 	char device_name[128];

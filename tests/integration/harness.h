@@ -351,6 +351,30 @@ static inline int daemon_fds(pid_t pid)
 	return n;
 }
 
+/* The whole output of gpucmd ARGS against the daemon; it must exit 0. */
+static inline void harness_tool_output(const char *args, char *out, size_t out_len)
+{
+	char cmd[512], rest[4096];
+	size_t n, more = 0, m;
+	FILE *p;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s/gpucmd --socket %s %s", harness_build(),
+		 the_daemon.sock, args);
+	p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	n = fread(out, 1, out_len - 1, p);
+	out[n] = '\0';
+	/* Read to the end, so the tool never dies of a full pipe. */
+	while ((m = fread(rest, 1, sizeof(rest), p)) > 0)
+		more += m;
+	st = pclose(p);
+	ck_assert_msg(st == 0, "%s exited with status %#x: %.2000s", cmd, st,
+		      out);
+	ck_assert_msg(more == 0, "%s printed %zu bytes more than the %zu "
+		      "read", cmd, more, out_len - 1);
+}
+
 /* How many lines of the daemon's log so far hold needle. */
 static inline int harness_log_count(const char *needle)
 {

@@ -814,30 +814,6 @@ static void expect_in(const char *msg, const char *const *needles, size_t n)
 			      msg);
 }
 
-/* The whole output of gpucmd ARGS against the daemon; it must exit 0. */
-static void tool_output(const char *args, char *out, size_t out_len)
-{
-	char cmd[512], rest[4096];
-	size_t n, more = 0, m;
-	FILE *p;
-	int st;
-
-	snprintf(cmd, sizeof(cmd), "%s/gpucmd --socket %s %s", harness_build(),
-		 the_daemon.sock, args);
-	p = popen(cmd, "r");
-	ck_assert_ptr_nonnull(p);
-	n = fread(out, 1, out_len - 1, p);
-	out[n] = '\0';
-	/* Read to the end, so the tool never dies of a full pipe. */
-	while ((m = fread(rest, 1, sizeof(rest), p)) > 0)
-		more += m;
-	st = pclose(p);
-	ck_assert_msg(st == 0, "%s exited with status %#x: %.2000s", cmd, st,
-		      out);
-	ck_assert_msg(more == 0, "%s printed %zu bytes more than the %zu "
-		      "read", cmd, more, out_len - 1);
-}
-
 /*
  * Up to the limit, exactly, across two connections of the service; the
  * next byte is refused with the numbers, and nothing is mapped for it; a
@@ -918,7 +894,8 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 	ck_assert_uint_eq(row_of(obs, "open", NULL).region_refusals, 0);
 
 	/* The report as gpucmd shows it, in every format. */
-	tool_output("memory-report --json --service capped", out, sizeof(out));
+	harness_tool_output("memory-report --json --service capped", out,
+			    sizeof(out));
 	ck_assert_msg(strstr(out, "\"region_bytes\":3145728,\"regions\":3,"
 				  "\"region_limit\":3145728,"
 				  "\"region_refusals\":3") != NULL,
@@ -927,9 +904,10 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 			      strstr(strstr(out, "\"totals\":{"),
 				     "\"region_bytes\":3145728,\"regions\":3,"
 				     "\"region_limit\":0,"
-				     "\"region_refusals\":3}") != NULL,
+				     "\"region_refusals\":3,"
+				     "\"bytes_released_pending\":0}") != NULL,
 		      "memory-report --json totals: %.3000s", out);
-	tool_output("memory-report --prometheus", out, sizeof(out));
+	harness_tool_output("memory-report --prometheus", out, sizeof(out));
 	{
 		const char *const want[] = {
 			"# TYPE gpucmd_service_region_bytes gauge\n",
@@ -945,7 +923,7 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 		};
 		expect_in(out, want, sizeof(want) / sizeof(want[0]));
 	}
-	tool_output("memory-report --bytes", out, sizeof(out));
+	harness_tool_output("memory-report --bytes", out, sizeof(out));
 	{
 		const char *const want[] = {
 			"\nshared regions (",
@@ -1049,21 +1027,21 @@ START_TEST(region_limit_in_the_welcome_and_status)
 	ck_assert_uint_eq(gpucmd_info(lib)->memory_limit, 0);
 	ck_assert_uint_eq(gpucmd_info(obs)->region_limit, 0);
 
-	tool_output("--service capped status --json", out, sizeof(out));
+	harness_tool_output("--service capped status --json", out, sizeof(out));
 	ck_assert_msg(strstr(out, "\"service\":\"capped\",") != NULL &&
 			      strstr(out, "\"memory_limit\":0,"
 					  "\"region_limit\":3145728,") != NULL,
 		      "status --json: %.3000s", out);
-	tool_output("--service open status --json", out, sizeof(out));
+	harness_tool_output("--service open status --json", out, sizeof(out));
 	ck_assert_msg(strstr(out, "\"service\":\"open\",") != NULL &&
 			      strstr(out, "\"memory_limit\":67108864,"
 					  "\"region_limit\":0,") != NULL,
 		      "status --json: %.3000s", out);
-	tool_output("--service capped status", out, sizeof(out));
+	harness_tool_output("--service capped status", out, sizeof(out));
 	ck_assert_msg(strstr(out, "\nlimits       memory unlimited, "
 				  "regions 3.0 MiB, ") != NULL,
 		      "status: %.3000s", out);
-	tool_output("--service open status", out, sizeof(out));
+	harness_tool_output("--service open status", out, sizeof(out));
 	ck_assert_msg(strstr(out, "\nlimits       memory 64.0 MiB, "
 				  "regions unlimited, ") != NULL,
 		      "status: %.3000s", out);

@@ -351,8 +351,29 @@ START_TEST(quota_bounds_memory_released_behind_a_kernel)
 		ck_assert_int_eq(gpucmd_batch_release(b, h), 0);
 		gpucmd_response_free(run_ok(b));
 	}
-	/* The report counts what the pools hold: the pending 2 MiB. */
+	/*
+	 * The report counts what the pools hold, the pending 2 MiB, and says
+	 * how much of it is released but still used (library, text, JSON,
+	 * Prometheus).
+	 */
 	ck_assert_uint_eq(row_of(c, "p").bytes_in_use, 2 * MIB);
+	ck_assert_uint_eq(row_of(c, "p").bytes_released_pending, 2 * MIB);
+	{
+		static char out[1 << 16];
+
+		harness_tool_output("memory-report --bytes", out, sizeof(out));
+		ck_assert_msg(strstr(out, "released, still used by work "
+					  "queued") != NULL &&
+				      strstr(out, "  p: 2097152") != NULL,
+			      "%s", out);
+		harness_tool_output("memory-report --json", out, sizeof(out));
+		ck_assert_msg(strstr(out, "\"bytes_released_pending\":"
+					  "2097152") != NULL, "%s", out);
+		harness_tool_output("memory-report --prometheus", out, sizeof(out));
+		ck_assert_msg(strstr(out, "gpucmd_service_bytes_released_"
+					  "pending{service=\"p\"} 2097152") !=
+				      NULL, "%s", out);
+	}
 	expect_fail(alloc_batch(c, 0, 3, MIB), 0, GPUCMD_EQUOTA,
 		    "quota exceeded", "'p'", "over twice its memory_limit",
 		    "1048576", "2097152 released but still used",
@@ -366,6 +387,7 @@ START_TEST(quota_bounds_memory_released_behind_a_kernel)
 	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
 	gpucmd_response_free(run_ok(b));
 	alloc_ok(c, 5, MIB);
+	ck_assert_uint_eq(row_of(c, "p").bytes_released_pending, 0);
 	gpucmd_close(c);
 }
 END_TEST
