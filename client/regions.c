@@ -59,6 +59,9 @@ void regions_forget(struct regions *t, uint64_t id)
 		return;
 	entry_unmap(e);
 	*e = t->v[--t->n];
+	/* A region of the caller's gone: a larger scratch may fit again. */
+	if (id != REGIONS_SCRATCH_ID)
+		t->scratch_refused = 0;
 }
 
 void regions_clear(struct regions *t)
@@ -249,16 +252,21 @@ static int scratch_get(struct gpucmd_conn *conn, size_t want,
 	struct regions_entry *e = regions_find(conn_regions(conn),
 					       REGIONS_SCRATCH_ID);
 	uint64_t limit = gpucmd_info(conn)->region_limit;
+	size_t refused = conn_regions(conn)->scratch_refused;
 	size_t size = REGIONS_SCRATCH_MIN;
 	int r;
 
 	while (size < want && size < REGIONS_SCRATCH_MAX &&
-	       (limit == 0 || 2 * (uint64_t)size <= limit))
+	       (limit == 0 || 2 * (uint64_t)size <= limit) &&
+	       (refused == 0 || 2 * size < refused))
 		size *= 2;
 	if (e != NULL && e->size >= size) {
 		*out = e;
 		return 0;
 	}
+	/* Refused before at this size: the caller goes inline. */
+	if (e == NULL && refused != 0 && size >= refused)
+		return GPUCMD_EQUOTA;
 	/* Too small: a bigger one replaces it. */
 	if (e != NULL) {
 		r = regions_release(conn, REGIONS_SCRATCH_ID);
@@ -267,8 +275,10 @@ static int scratch_get(struct gpucmd_conn *conn, size_t want,
 	}
 	for (;;) {
 		r = regions_attach(conn, REGIONS_SCRATCH_ID, size, out);
-		if ((r != GPUCMD_EQUOTA && r != GPUCMD_ELIMIT) ||
-		    size <= REGIONS_SCRATCH_MIN)
+		if (r != GPUCMD_EQUOTA && r != GPUCMD_ELIMIT)
+			return r;
+		conn_regions(conn)->scratch_refused = size;
+		if (size <= REGIONS_SCRATCH_MIN)
 			return r;
 		size /= 2;
 	}

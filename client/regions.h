@@ -32,6 +32,13 @@ struct regions {
 	struct regions_entry *v;
 	size_t n;
 	size_t cap;
+	/*
+	 * The smallest scratch region size the daemon refused (quota or
+	 * count), 0 for none: that size and larger ones are not asked for
+	 * again until the caller releases a region of its own, so a transfer
+	 * does not cost a refused attach each time.
+	 */
+	size_t scratch_refused;
 };
 
 /** The live region id, or NULL. */

@@ -993,6 +993,15 @@ START_TEST(region_limit_convenience_transfers_fit_under_it)
 	memset(got, 0, N);
 	ck_assert_int_eq(gpucmd_read_buffer(lib, 0, 1, 0, N, got), 0);
 	ck_assert_int_eq(memcmp(got, want, N), 0);
+	/* Refused once, the scratch is not asked for at every transfer. */
+	{
+		uint64_t refused = row_of(lib, "capped", NULL).region_refusals;
+
+		ck_assert_uint_ge(refused, 1);
+		ck_assert_int_eq(gpucmd_write_buffer(lib, 0, 1, 0, want, N), 0);
+		ck_assert_uint_eq(row_of(lib, "capped", NULL).region_refusals,
+				  refused);
+	}
 	/* Without it, a scratch region of 2 MiB carries it in pieces. */
 	ck_assert_int_eq(gpucmd_region_release(lib, 5), 0);
 	for (size_t i = 0; i < N; i++)
