@@ -99,7 +99,10 @@ static void op_free(Gpucmd__Op *op)
 		free(o);
 }
 
-/* Spare op blocks a connection keeps, and the ops array a spare batch may keep. */
+/*
+ * Spare op blocks a connection keeps, and the ops array a spare batch may
+ * keep.
+ */
 #define BATCH_CACHE_OPS 64
 #define BATCH_CACHE_CAP 64
 

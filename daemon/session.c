@@ -1233,8 +1233,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
  * read the poll makes.  session_read_direct reads around libuv, so it takes
  * the descriptors from the control message itself, into the same queue:
  * both ways keep the byte stream's order.  libuv takes up to 64 with a
- * read; so do we.  A message that carried more lost the rest (MSG_CTRUNC): the client
- * cannot be answered sensibly, so the connection is refused.
+ * read; so do we.
  */
 static bool keep_cmsg_fds(struct session *s, struct msghdr *mh)
 {
