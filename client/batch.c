@@ -1109,21 +1109,30 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id)
 	return 0;
 }
 
-GPUCMD_EXTERN int gpucmd_wait(struct gpucmd_conn *conn, uint64_t id,
-			      struct gpucmd_response **out)
+GPUCMD_EXTERN int gpucmd_wait_timeout(struct gpucmd_conn *conn, uint64_t id,
+				      int timeout_ms,
+				      struct gpucmd_response **out)
 {
 	Gpucmd__Frame *f;
 	int r;
 
 	if (conn == NULL || out == NULL)
 		return GPUCMD_EINVAL;
-	r = conn_wait(conn, id, &f);
+	r = conn_wait(conn, id, timeout_ms, &f);
 	if (r < 0)
 		return r;
 	r = response_new(f, out);
 	if (r < 0)
 		frame_free(f);
 	return r;
+}
+
+GPUCMD_EXTERN int gpucmd_wait(struct gpucmd_conn *conn, uint64_t id,
+			      struct gpucmd_response **out)
+{
+	if (conn == NULL)
+		return GPUCMD_EINVAL;
+	return gpucmd_wait_timeout(conn, id, conn_timeout(conn), out);
 }
 
 GPUCMD_EXTERN int gpucmd_run(struct gpucmd_batch *b,
@@ -1141,5 +1150,9 @@ GPUCMD_EXTERN int gpucmd_run(struct gpucmd_batch *b,
 	r = gpucmd_submit(b, &id);
 	if (r < 0)
 		return r;
-	return gpucmd_wait(conn, id, out);
+	r = gpucmd_wait(conn, id, out);
+	/* The caller never saw id: nobody could collect it later. */
+	if (r == -ETIMEDOUT)
+		conn_abandon(conn, id);
+	return r;
 }

@@ -29,6 +29,7 @@
 struct tool_opts {
 	const char *socket;	/* --socket, NULL: $GPUCMD_SOCKET or default */
 	const char *service;	/* --service */
+	int timeout_ms;		/* --timeout: of connecting and each wait, -1 none */
 };
 
 /** gpucmd ping [-c COUNT]: round trips with a ping op. */

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -48,6 +49,7 @@ struct conn_release {
 struct conn_slot {
 	uint64_t id;
 	bool awaits_device;	/* the reply waits for device work (fenced) */
+	bool abandoned;		/* its wait timed out: drop the reply */
 	Gpucmd__Frame *frame;	/* NULL until the response is read */
 	struct conn_release *releases;	/* settled when collected */
 	size_t nreleases;
@@ -66,6 +68,9 @@ struct gpucmd_conn {
 	size_t nslots;
 	size_t slots_cap;
 	int dead;		/* 0, or the code the connection died with */
+	char dead_message[256];	/* why (gpucmd_conn_error) */
+	int timeout_ms;		/* of every wait, -1: none (gpucmd_set_timeout) */
+	uint64_t deadline_ns;	/* of the read in progress, 0: none */
 	struct regions regions;	/* shared regions attached by this process */
 	struct batch_cache batches;	/* spent batches kept for the next */
 	/*
@@ -95,16 +100,69 @@ struct gpucmd_conn {
 /* Buffers larger than this are freed after their frame. */
 #define CONN_KEEP_BYTES (16u << 20)
 
-static int conn_fail(struct gpucmd_conn *c, int code)
+/* The connection is over: code (the first one sticks) and why. */
+static int conn_fail_why(struct gpucmd_conn *c, int code, const char *why)
 {
-	if (c->dead == 0)
+	if (c->dead == 0) {
 		c->dead = code;
+		snprintf(c->dead_message, sizeof(c->dead_message), "%s",
+			 why != NULL && why[0] != '\0' ? why
+							: gpucmd_strerror(code));
+		/*
+		 * Given up on this side: the daemon sees the end now and
+		 * frees what the connection held, not at gpucmd_close.
+		 */
+		if (code == -ETIMEDOUT)
+			(void)shutdown(c->fd, SHUT_RDWR);
+	}
 	return c->dead;
 }
 
-/* One recv; 0 for EOF, or the code. */
-static ssize_t recv_some(int fd, void *buf, size_t len)
+static int conn_fail(struct gpucmd_conn *c, int code)
 {
+	return conn_fail_why(c, code, NULL);
+}
+
+/* CLOCK_MONOTONIC ns when a wait of timeout_ms ends; 0 when it never does. */
+static uint64_t deadline_after(int timeout_ms)
+{
+	if (timeout_ms < 0)
+		return 0;
+	return spin_now_ns() + (uint64_t)timeout_ms * 1000000u + 1;
+}
+
+/*
+ * Wait until fd is readable (or has an error or its end, which the next
+ * recv reports) or the deadline (0: none) passes: 1, or 0 when it passed.
+ */
+static int wait_readable(int fd, uint64_t deadline_ns)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	if (deadline_ns == 0)
+		return 1;
+	for (;;) {
+		uint64_t now = spin_now_ns();
+		int ms, n;
+
+		if (now >= deadline_ns)
+			return 0;
+		/* Rounded up: a wait never ends before its deadline. */
+		ms = (int)((deadline_ns - now + 999999u) / 1000000u);
+		n = poll(&p, 1, ms);
+		if (n > 0 || (n < 0 && errno != EINTR))
+			return 1;
+	}
+}
+
+/*
+ * One recv, waiting no later than deadline_ns (0: for ever); 0 for EOF,
+ * -ETIMEDOUT, or the code.
+ */
+static ssize_t recv_some(int fd, void *buf, size_t len, uint64_t deadline_ns)
+{
+	if (!wait_readable(fd, deadline_ns))
+		return -ETIMEDOUT;
 	for (;;) {
 		ssize_t n = recv(fd, buf, len, 0);
 
@@ -140,13 +198,14 @@ static int conn_read(struct gpucmd_conn *c, void *buf, size_t len)
 			continue;
 		}
 		if (len >= sizeof(c->rbuf)) {
-			n = recv_some(c->fd, p, len);
+			n = recv_some(c->fd, p, len, c->deadline_ns);
 			if (n > 0) {
 				p += n;
 				len -= (size_t)n;
 			}
 		} else {
-			n = recv_some(c->fd, c->rbuf, sizeof(c->rbuf));
+			n = recv_some(c->fd, c->rbuf, sizeof(c->rbuf),
+				      c->deadline_ns);
 			c->rhead = 0;
 			c->rtail = n > 0 ? (size_t)n : 0;
 		}
@@ -354,12 +413,26 @@ static struct conn_slot *slot_find(struct gpucmd_conn *c, uint64_t id)
 	return NULL;
 }
 
+/* Forget slot s: its frame, its releases, its place. */
+static void slot_drop(struct gpucmd_conn *c, struct conn_slot *s)
+{
+	frame_free(s->frame);
+	free(s->releases);
+	*s = c->slots[--c->nslots];
+}
+
+static void slot_settle(struct gpucmd_conn *c, struct conn_slot *s);
+
 /*
  * Read one frame after the handshake and file it: a response goes to its
- * slot, an Error frame (the daemon's last word before it closes) or anything
- * unexpected kills the connection.
+ * slot (or away, with its slot, when its wait was abandoned), an Error
+ * frame (the daemon's last word before it closes) or anything unexpected
+ * kills the connection.  -ETIMEDOUT when deadline_ns (0: none) passed
+ * before a frame began, which leaves the connection as it was; a deadline
+ * that passes in the middle of a frame kills it.
  */
-static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us)
+static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
+			 uint64_t deadline_ns)
 {
 	Gpucmd__Frame *f;
 	struct conn_slot *s;
@@ -377,11 +450,22 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us)
 		if (n < 0)
 			return conn_fail(c, n == -ECONNRESET ?
 					 GPUCMD_EDISCONNECTED : (int)n);
+		if (n == 0 && !wait_readable(c->fd, deadline_ns))
+			return -ETIMEDOUT;	/* nothing was read */
 		c->rhead = 0;
 		c->rtail = (size_t)n;
 	}
+	c->deadline_ns = deadline_ns;
 	r = read_frame(c, FRAME_MAX_BODY, &f, NULL, 0);
+	c->deadline_ns = 0;
 	trim_buffers(c);
+	if (r == -ETIMEDOUT)
+		return conn_fail_why(c, r, "the daemon stopped in the middle "
+				     "of a frame past the timeout; the "
+				     "connection is closed");
+	if (r == GPUCMD_EDISCONNECTED)
+		return conn_fail_why(c, r, "the daemon closed the connection "
+				     "without saying why");
 	if (r < 0)
 		return conn_fail(c, r);
 	switch (f->msg_case) {
@@ -390,11 +474,16 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us)
 		if (s == NULL || s->frame != NULL)
 			break;
 		s->frame = f;
+		if (s->abandoned) {
+			slot_settle(c, s);
+			slot_drop(c, s);
+		}
 		return 0;
 	case GPUCMD__FRAME__MSG_ERROR:
 		r = error_code(f->error);
+		conn_fail_why(c, r, f->error != NULL ? f->error->message : NULL);
 		frame_free(f);
-		return conn_fail(c, r);
+		return r;
 	default:
 		break;
 	}
@@ -506,12 +595,18 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 		 * collect what it sent before it went.
 		 */
 		while (c->dead == 0)
-			conn_recv_one(c, c->spin_us);
+			if (conn_recv_one(c, c->spin_us,
+					  deadline_after(c->timeout_ms)) ==
+			    -ETIMEDOUT)
+				conn_fail_why(c, GPUCMD_EDISCONNECTED,
+					      "the daemon closed the "
+					      "connection without saying why");
 		return c->dead;
 	}
 	if (r < 0)
 		return conn_fail(c, r);
 	c->slots[c->nslots].id = c->next_id;
+	c->slots[c->nslots].abandoned = false;
 	c->slots[c->nslots].awaits_device = awaits_device(req);
 	c->slots[c->nslots].frame = NULL;
 	c->slots[c->nslots].releases = rel;
@@ -522,24 +617,63 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 	return 0;
 }
 
-int conn_wait(struct gpucmd_conn *c, uint64_t id, Gpucmd__Frame **out)
+int conn_wait(struct gpucmd_conn *c, uint64_t id, int timeout_ms,
+	      Gpucmd__Frame **out)
 {
 	struct conn_slot *s = slot_find(c, id);
+	uint64_t deadline = deadline_after(timeout_ms);
 	unsigned spin_us;
 
-	if (s == NULL)
+	if (s == NULL || s->abandoned)
 		return GPUCMD_EINVAL;
 	spin_us = spin_budget(c->spin_us, s->awaits_device);
-	/* Slots never move while reading: only submit and this return do. */
+	/*
+	 * Slots move only when a submit adds one, this returns, or an
+	 * abandoned one is dropped: find s again after each frame.
+	 */
 	while (s->frame == NULL) {
 		if (c->dead)
 			return c->dead;
-		conn_recv_one(c, spin_us);
+		if (conn_recv_one(c, spin_us, deadline) == -ETIMEDOUT &&
+		    c->dead == 0)
+			return -ETIMEDOUT;
+		s = slot_find(c, id);
+		if (s == NULL)
+			return GPUCMD_EPROTO;	/* cannot happen */
 	}
 	slot_settle(c, s);
 	*out = s->frame;
 	*s = c->slots[--c->nslots];
 	return 0;
+}
+
+void conn_abandon(struct gpucmd_conn *c, uint64_t id)
+{
+	struct conn_slot *s = slot_find(c, id);
+
+	if (s == NULL)
+		return;
+	s->abandoned = true;
+	if (s->frame != NULL || c->dead) {
+		if (s->frame != NULL)
+			slot_settle(c, s);
+		slot_drop(c, s);
+	}
+}
+
+int conn_timeout(const struct gpucmd_conn *c)
+{
+	return c->timeout_ms;
+}
+
+int conn_fail_timeout(struct gpucmd_conn *c, int code)
+{
+	if (code == -ETIMEDOUT)
+		return conn_fail_why(c, code, "a transfer or region call timed "
+				     "out; the daemon may still use its "
+				     "shared memory, so the connection is "
+				     "closed");
+	return code;
 }
 
 /* $GPUCMD_SOCKET (when set and not empty), else the default path. */
@@ -557,21 +691,47 @@ static const char *socket_path(const char *path)
 
 /*
  * connect() interrupted by a signal goes on in the background; wait for it
- * to finish instead of retrying, which would fail with EALREADY.
+ * to finish instead of retrying, which would fail with EALREADY.  A
+ * listener whose backlog is full keeps a blocking connect waiting: with a
+ * timeout (>= 0 ms), SO_SNDTIMEO bounds that wait (Linux's Unix sockets
+ * honour it in connect, failing with EAGAIN), and is cleared after.
  */
-static int connect_unix(int fd, const struct sockaddr_un *sun)
+static int connect_unix(int fd, const struct sockaddr_un *sun,
+			int timeout_ms)
 {
 	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	struct timeval tv = { 0 };
 	socklen_t len = sizeof(int);
-	int err = 0;
+	int err = 0, r;
 
-	if (connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0)
+	if (timeout_ms >= 0) {
+		tv.tv_sec = timeout_ms / 1000;
+		tv.tv_usec = (timeout_ms % 1000) * 1000;
+		if (timeout_ms == 0)
+			tv.tv_usec = 1;	/* zero would mean for ever */
+		(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	}
+	r = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
+	err = r == 0 ? 0 : errno;
+	if (timeout_ms >= 0) {
+		struct timeval none = { 0 };
+
+		(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none,
+				 sizeof(none));
+	}
+	if (r == 0)
 		return 0;
-	if (errno != EINTR && errno != EINPROGRESS)
-		return -errno;
-	while (poll(&p, 1, -1) < 0)
+	if (err == EAGAIN && timeout_ms >= 0)
+		return -ETIMEDOUT;
+	if (err != EINTR && err != EINPROGRESS)
+		return -err;
+	err = 0;
+	while ((r = poll(&p, 1, timeout_ms)) <= 0) {
+		if (r == 0)
+			return -ETIMEDOUT;
 		if (errno != EINTR)
 			return -errno;
+	}
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
 		return -errno;
 	return -err;
@@ -633,12 +793,18 @@ static int handshake(struct gpucmd_conn *c, const char *service, char *msg,
 		return r;
 	}
 	msg[0] = '\0';
+	c->deadline_ns = deadline_after(c->timeout_ms);
 	r = read_frame(c, FRAME_DEFAULT_MAX_BODY, &answer, msg, msg_len);
+	c->deadline_ns = 0;
 	if (r < 0) {
 		/* A bad header already wrote its sentence into msg. */
 		if (r == GPUCMD_EDISCONNECTED)
 			snprintf(msg, msg_len, "the daemon closed the "
 				 "connection without answering Hello");
+		else if (r == -ETIMEDOUT)
+			snprintf(msg, msg_len, "the daemon accepted the "
+				 "connection but did not answer Hello within "
+				 "%d ms", c->timeout_ms);
 		else if (msg[0] == '\0')
 			snprintf(msg, msg_len, "reading Welcome: %s",
 				 gpucmd_strerror(r));
@@ -679,6 +845,14 @@ GPUCMD_EXTERN int gpucmd_connect(const char *path, const char *service,
 				 struct gpucmd_conn **out, char *msg,
 				 size_t msg_len)
 {
+	return gpucmd_connect_timeout(path, service, -1, out, msg, msg_len);
+}
+
+GPUCMD_EXTERN int gpucmd_connect_timeout(const char *path,
+					 const char *service, int timeout_ms,
+					 struct gpucmd_conn **out, char *msg,
+					 size_t msg_len)
+{
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	struct gpucmd_conn *c;
 	char dummy[1];
@@ -707,6 +881,7 @@ GPUCMD_EXTERN int gpucmd_connect(const char *path, const char *service,
 		return -ENOMEM;
 	c->next_id = 1;
 	c->spin_us = spin_setting();
+	c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
 	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (c->fd < 0) {
 		r = -errno;
@@ -714,8 +889,11 @@ GPUCMD_EXTERN int gpucmd_connect(const char *path, const char *service,
 		free(c);
 		return r;
 	}
-	r = connect_unix(c->fd, &sun);
-	if (r < 0) {
+	r = connect_unix(c->fd, &sun, c->timeout_ms);
+	if (r == -ETIMEDOUT) {
+		snprintf(msg, msg_len, "connect %s: the daemon did not accept "
+			 "the connection within %d ms", path, c->timeout_ms);
+	} else if (r < 0) {
 		snprintf(msg, msg_len, "connect %s: %s", path, strerror(-r));
 	} else {
 		r = handshake(c, service, msg, msg_len);
@@ -776,4 +954,23 @@ void conn_set_message(struct gpucmd_conn *c, const char *msg)
 GPUCMD_EXTERN const char *gpucmd_last_message(const struct gpucmd_conn *c)
 {
 	return c != NULL ? c->last_message : "";
+}
+
+GPUCMD_EXTERN void gpucmd_set_timeout(struct gpucmd_conn *c, int timeout_ms)
+{
+	if (c != NULL)
+		c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+}
+
+GPUCMD_EXTERN int gpucmd_conn_error(const struct gpucmd_conn *c,
+				    const char **why)
+{
+	if (c == NULL) {
+		if (why != NULL)
+			*why = "no connection";
+		return GPUCMD_EINVAL;
+	}
+	if (why != NULL)
+		*why = c->dead ? c->dead_message : "";
+	return c->dead;
 }

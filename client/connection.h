@@ -10,8 +10,9 @@
  * arrives while the caller waits for another is kept in its slot until its
  * own wait.  Once the daemon closes the socket or sends an Error frame the
  * connection is dead: waits for responses that never came and every later
- * submit return that code, while responses that did arrive can still be
- * collected.
+ * submit return that code (gpucmd_conn_error says it and why), while
+ * responses that did arrive can still be collected.  Waits may have a
+ * timeout (gpucmd_set_timeout, gpucmd_wait_timeout): -ETIMEDOUT.
  *
  * A request may carry descriptors (the memfds of its region_attach ops, in
  * op order): they go with SCM_RIGHTS in the sendmsg that starts the frame.
@@ -39,8 +40,26 @@ int conn_submit(struct gpucmd_conn *conn, Gpucmd__Request *req,
 /**
  * Block until the response to request id is in, then hand over its frame
  * (free it with frame_free).  GPUCMD_EINVAL when id is not outstanding.
+ * -ETIMEDOUT when timeout_ms (-1: none) passed first: id stays outstanding
+ * and the connection usable (unless the daemon stopped mid-frame, which
+ * kills it).
  */
-int conn_wait(struct gpucmd_conn *conn, uint64_t id, Gpucmd__Frame **out);
+int conn_wait(struct gpucmd_conn *conn, uint64_t id, int timeout_ms,
+	      Gpucmd__Frame **out);
+/**
+ * Nobody will wait for request id any more (its wait timed out where the
+ * caller cannot resume it): its response is dropped when it comes, its
+ * region releases settled, and its slot freed then.
+ */
+void conn_abandon(struct gpucmd_conn *conn, uint64_t id);
+/** The connection's timeout for waits (gpucmd_set_timeout), -1: none. */
+int conn_timeout(const struct gpucmd_conn *conn);
+/**
+ * code, after killing the connection when code is -ETIMEDOUT: for the
+ * region and transfer calls, whose requests use this process's shared
+ * memory and cannot be left running behind the caller's back.
+ */
+int conn_fail_timeout(struct gpucmd_conn *conn, int code);
 
 /** The connection's table of shared regions. */
 struct regions *conn_regions(struct gpucmd_conn *conn);

@@ -12,6 +12,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,34 +22,46 @@ struct tool_command {
 	const char *name;
 	int (*run)(const struct tool_opts *o, int argc, char **argv);
 	const char *summary;
+	bool waits_for_work;	/* runs the user's work: no default timeout */
 };
 
 static const struct tool_command commands[] = {
-	{ "ping", cmd_ping, "measure round trips to the daemon" },
-	{ "status", cmd_status, "show the daemon's status and this client's limits" },
-	{ "memory-report", cmd_memory_report, "show device memory per service, stream and pool" },
-	{ "services", cmd_services, "list the services and what they hold" },
-	{ "evict", cmd_evict, "end a service's connections (or one connection)" },
-	{ "cleanup", cmd_cleanup, "return a service's free memory to the device" },
-	{ "exec", cmd_exec, "run a script of operations (see gpucmd(1))" },
+	{ "ping", cmd_ping, "measure round trips to the daemon", false },
+	{ "status", cmd_status, "show the daemon's status and this client's limits", false },
+	{ "memory-report", cmd_memory_report, "show device memory per service, stream and pool", false },
+	{ "services", cmd_services, "list the services and what they hold", false },
+	{ "evict", cmd_evict, "end a service's connections (or one connection)", false },
+	{ "cleanup", cmd_cleanup, "return a service's free memory to the device", false },
+	{ "exec", cmd_exec, "run a script of operations (see gpucmd(1))", true },
 };
+
+/* The timeout of the commands that only ask the daemon (--timeout). */
+#define TOOL_DEFAULT_TIMEOUT_MS 30000
+
+/* The timeout in force, for tool_fail's sentence. */
+static int tool_timeout_ms = -1;
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 static void main_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: gpucmd [--socket PATH] [--service NAME] COMMAND [ARGS]\n"
+		"usage: gpucmd [--socket PATH] [--service NAME] [--timeout SECONDS]\n"
+		"              COMMAND [ARGS]\n"
 		"       gpucmd --help | --version\n"
 		"\n"
 		"options:\n"
 		"  --socket PATH   daemon socket (default: $GPUCMD_SOCKET, else %s)\n"
 		"  --service NAME  service to speak for (default: default)\n"
+		"  --timeout SECONDS\n"
+		"                  give up when the daemon does not answer in time\n"
+		"                  (exit 69); 0 waits for ever (default: %d for\n"
+		"                  every command but exec, which waits for ever)\n"
 		"  --help          show this help\n"
 		"  --version       show the version\n"
 		"\n"
 		"commands:\n",
-		GPUCMD_DEFAULT_SOCKET);
+		GPUCMD_DEFAULT_SOCKET, TOOL_DEFAULT_TIMEOUT_MS / 1000);
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-14s  %s\n", commands[i].name,
 			commands[i].summary);
@@ -61,13 +74,17 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "service", required_argument, NULL, 'S' },
+		{ "timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct tool_opts o = { .socket = NULL, .service = "default" };
+	struct tool_opts o = { .socket = NULL, .service = "default",
+			       .timeout_ms = -2 };
 	char prog[64];
 	const char *name;
+	double sec;
+	char *end;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {
@@ -77,6 +94,19 @@ int main(int argc, char **argv)
 			break;
 		case 'S':
 			o.service = optarg;
+			break;
+		case 'T':
+			errno = 0;
+			sec = strtod(optarg, &end);
+			if (errno != 0 || end == optarg || *end != '\0' ||
+			    !(sec >= 0 && sec <= 86400)) {
+				fprintf(stderr, "gpucmd: --timeout '%s' is not "
+					"a number of seconds from 0 to 86400\n",
+					optarg);
+				return TOOL_EXIT_USAGE;
+			}
+			/* 0 waits for ever; anything else at least 1 ms. */
+			o.timeout_ms = sec == 0 ? -1 : (int)(sec * 1000 + 0.999);
 			break;
 		case 'h':
 			main_usage(stdout);
@@ -103,6 +133,10 @@ int main(int argc, char **argv)
 		if (strcmp(name, commands[i].name) != 0)
 			continue;
 		snprintf(prog, sizeof(prog), "gpucmd %s", name);
+		if (o.timeout_ms == -2)
+			o.timeout_ms = commands[i].waits_for_work ?
+				-1 : TOOL_DEFAULT_TIMEOUT_MS;
+		tool_timeout_ms = o.timeout_ms;
 		argv[optind] = prog;
 		argc -= optind;
 		argv += optind;
@@ -165,7 +199,8 @@ int tool_connect(const struct tool_opts *o, const char *service,
 
 	if (service == NULL)
 		service = o->service;
-	r = gpucmd_connect(path, service, out, msg, sizeof(msg));
+	r = gpucmd_connect_timeout(path, service, o->timeout_ms, out, msg,
+				   sizeof(msg));
 	if (r == 0)
 		return 0;
 	if (tool_exit_status(r) == TOOL_EXIT_FAIL) {
@@ -191,6 +226,11 @@ int tool_fail(const char *what, int code)
 	if (code == GPUCMD_EDISCONNECTED)
 		fprintf(stderr, "gpucmd: %s: the daemon closed the connection\n",
 			what);
+	else if (code == -ETIMEDOUT && tool_timeout_ms >= 0)
+		fprintf(stderr, "gpucmd: %s: the daemon did not answer within "
+			"%.3g s; it may be wedged (see journalctl -u gpucmdd), "
+			"or give a longer --timeout\n", what,
+			tool_timeout_ms / 1000.0);
 	else
 		fprintf(stderr, "gpucmd: %s: %s (%s)\n", what,
 			gpucmd_strerror(code), gpucmd_errname(code));

@@ -118,15 +118,17 @@ static int memfd_map(size_t size, int *fd_out, uint8_t **base_out)
 	return 0;
 }
 
-/* Run b (consumed) and return the batch's outcome. */
-/* Wait for request id and return the batch's outcome (its message kept). */
+/*
+ * Wait for request id and return the batch's outcome (its message kept).
+ * A timeout closes the connection (conn_fail_timeout).
+ */
 static int wait_checked(struct gpucmd_conn *conn, uint64_t id)
 {
 	struct gpucmd_response *resp;
 	int r = gpucmd_wait(conn, id, &resp);
 
 	if (r < 0)
-		return r;
+		return conn_fail_timeout(conn, r);
 	r = gpucmd_response_error(resp);
 	conn_set_message(conn, r != 0 ? gpucmd_response_message(resp) : "");
 	gpucmd_response_free(resp);
@@ -449,7 +451,7 @@ static int read_inline(struct gpucmd_conn *conn, uint32_t stream,
 	}
 	r = gpucmd_run(b, &resp);
 	if (r < 0)
-		return r;
+		return conn_fail_timeout(conn, r);
 	r = gpucmd_response_error(resp);
 	if (r != 0)
 		conn_set_message(conn, gpucmd_response_message(resp));

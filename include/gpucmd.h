@@ -117,6 +117,32 @@ GPUCMD_EXTERN int gpucmd_connect(const char *socket_path, const char *service,
 				 struct gpucmd_conn **out, char *msg,
 				 size_t msg_len);
 /*
+ * gpucmd_connect, giving up after timeout_ms (-1: never) on a daemon that
+ * does not accept or answer Hello (-ETIMEDOUT); the timeout then stays the
+ * connection's, as gpucmd_set_timeout sets it.
+ */
+GPUCMD_EXTERN int gpucmd_connect_timeout(const char *socket_path,
+					 const char *service, int timeout_ms,
+					 struct gpucmd_conn **out, char *msg,
+					 size_t msg_len);
+/*
+ * How long each wait on conn may block (-1, the default: for ever): a
+ * gpucmd_wait or gpucmd_run, and the calls built on them, that gets no
+ * answer in time returns -ETIMEDOUT.  After gpucmd_wait the request stays
+ * outstanding; after gpucmd_run its answer is dropped when it comes; after
+ * a region or transfer call the connection is closed (the daemon may still
+ * be using the shared memory).  The daemon still runs what was sent.
+ */
+GPUCMD_EXTERN void gpucmd_set_timeout(struct gpucmd_conn *conn, int timeout_ms);
+/*
+ * 0 while conn can be used.  Once the daemon closed it, sent an Error
+ * frame, or a timeout closed it, the code it died with (every later submit
+ * and wait returns it), and *why (when why is not NULL) says what
+ * happened: the daemon's message when it sent one.
+ */
+GPUCMD_EXTERN int gpucmd_conn_error(const struct gpucmd_conn *conn,
+				    const char **why);
+/*
  * Close the connection; the daemon releases every handle it held, and
  * every shared region is unmapped here.
  */
@@ -451,6 +477,13 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id);
 /* Wait for the response to request id (any order of ids is fine). */
 GPUCMD_EXTERN int gpucmd_wait(struct gpucmd_conn *conn, uint64_t id,
 			      struct gpucmd_response **out);
+/*
+ * gpucmd_wait for at most timeout_ms (-1: for ever) instead of the
+ * connection's timeout; -ETIMEDOUT leaves id outstanding, to wait again.
+ */
+GPUCMD_EXTERN int gpucmd_wait_timeout(struct gpucmd_conn *conn, uint64_t id,
+				      int timeout_ms,
+				      struct gpucmd_response **out);
 /* gpucmd_submit then gpucmd_wait. */
 GPUCMD_EXTERN int gpucmd_run(struct gpucmd_batch *b,
 			     struct gpucmd_response **out);

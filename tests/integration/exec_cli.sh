@@ -107,7 +107,30 @@ g ping -c 2 >/dev/null || fail "ping exited $?"
 rc=$?
 [ $rc -eq 69 ] || fail "unreachable daemon gave exit $rc"
 
-# 8. SIGTERM: a clean exit 0
+# 8. a wedged daemon (stopped: the kernel still accepts connections, nobody
+# answers): --timeout gives up with exit 69 and says so; exec, which waits
+# for the user's work, still obeys an explicit --timeout
+echo "empty a 8" >"$dir/one.txt"
+kill -STOP "$pid"
+for cmd in status "ping -c 1" "--timeout=0.2 exec $dir/one.txt"; do
+	start=$(date +%s)
+	# shellcheck disable=SC2086
+	"$BUILD/gpucmd" --socket "$sock" --timeout 0.3 $cmd </dev/null \
+		>/dev/null 2>"$dir/err"
+	rc=$?
+	took=$(( $(date +%s) - start ))
+	[ $rc -eq 69 ] || { kill -CONT "$pid"; fail "$cmd on a stopped daemon: exit $rc"; }
+	[ $took -le 5 ] || { kill -CONT "$pid"; fail "$cmd took $took s to time out"; }
+	grep -q "did not answer Hello within" "$dir/err" ||
+		{ kill -CONT "$pid"; fail "$cmd said: $(cat "$dir/err")"; }
+done
+kill -CONT "$pid"
+g --timeout 5 status >/dev/null || fail "status after SIGCONT exited $?"
+"$BUILD/gpucmd" --socket "$sock" --timeout -1 status >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "--timeout -1 gave exit $rc, not 2"
+
+# 9. SIGTERM: a clean exit 0
 kill -TERM "$pid"
 wait "$pid"
 rc=$?

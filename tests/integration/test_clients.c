@@ -266,6 +266,173 @@ START_TEST(pipelined_large_and_small_keep_order)
 }
 END_TEST
 
+/* ---- timeouts ------------------------------------------------------------- */
+
+/* Submit {spin(usec); sync} on stream of c. */
+static uint64_t submit_spin(struct gpucmd_conn *c, uint32_t stream,
+			    uint32_t usec)
+{
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = usec };
+	struct gpucmd_batch *b;
+	uint64_t id;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, stream, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", GRID, BLOCK, &spin, 1),
+			 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	return id;
+}
+
+/*
+ * A wait that times out returns -ETIMEDOUT after about its timeout, leaves
+ * the connection usable and the request outstanding: a later wait gets
+ * its answer.
+ */
+START_TEST(wait_timeout_keeps_the_request)
+{
+	struct gpucmd_conn *c = connect_as("timeouts");
+	struct gpucmd_response *r = NULL;
+	const char *why = NULL;
+	uint64_t id, t0, took;
+
+	id = submit_spin(c, 0, 600000);
+	t0 = harness_now_us();
+	ck_assert_int_eq(gpucmd_wait_timeout(c, id, 100, &r), -ETIMEDOUT);
+	took = harness_now_us() - t0;
+	ck_assert_ptr_null(r);
+	ck_assert_uint_ge(took, 100000);
+	ck_assert_msg(took < 550000, "a 100 ms wait took %llu us",
+		      (unsigned long long)took);
+	ck_assert_int_eq(gpucmd_conn_error(c, &why), 0);
+	ck_assert_str_eq(why, "");
+	/* Zero means a look without blocking. */
+	ck_assert_int_eq(gpucmd_wait_timeout(c, id, 0, &r), -ETIMEDOUT);
+	ck_assert_int_eq(gpucmd_wait_timeout(c, id, -1, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	gpucmd_response_free(r);
+	/* Collected: the id is no longer outstanding. */
+	ck_assert_int_eq(gpucmd_wait_timeout(c, id, 10, &r), GPUCMD_EINVAL);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
+ * gpucmd_run under the connection's timeout: the caller never saw the id,
+ * so its late answer is dropped and its in-flight slot freed; every later
+ * request still gets its own answer, up to max_in_flight at once.
+ */
+START_TEST(run_timeout_drops_the_late_answer)
+{
+	struct gpucmd_conn *c = connect_as("timeouts");
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 300000 };
+	const struct gpucmd_info *info = gpucmd_info(c);
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_batch *b;
+	uint32_t n = info->max_in_flight;
+	uint64_t *ids;
+
+	ck_assert_uint_gt(n, 1);
+	gpucmd_set_timeout(c, 50);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_kernel(b, "spin", GRID, BLOCK, &spin, 1);
+	gpucmd_batch_sync(b);
+	ck_assert_int_eq(gpucmd_run(b, &r), -ETIMEDOUT);
+	ck_assert_int_eq(gpucmd_conn_error(c, NULL), 0);
+	gpucmd_set_timeout(c, -1);
+	/* Stream 0 is still spinning: this one comes after it. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_empty(b, 7, 64);
+	gpucmd_batch_sync(b);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_count(r), 2);
+	gpucmd_response_free(r);
+	/* The dropped answer gave its slot back: n fit in flight again. */
+	ids = calloc(n, sizeof(*ids));
+	ck_assert_ptr_nonnull(ids);
+	for (uint32_t k = 0; k < n; k++) {
+		ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
+		gpucmd_batch_ping(b);
+		ck_assert_int_eq(gpucmd_submit(b, &ids[k]), 0);
+	}
+	for (uint32_t k = 0; k < n; k++) {
+		ck_assert_int_eq(gpucmd_wait(c, ids[k], &r), 0);
+		ck_assert_int_eq(gpucmd_response_error(r), 0);
+		gpucmd_response_free(r);
+	}
+	free(ids);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
+ * A transfer call that times out closes the connection: its requests use
+ * the connection's scratch region, which the daemon may still read.
+ */
+START_TEST(transfer_timeout_closes_the_connection)
+{
+	struct gpucmd_conn *c = connect_as("timeouts");
+	struct gpucmd_batch *b;
+	const char *why = NULL;
+	size_t len = 1 << 20;
+	uint8_t *data = calloc(1, len);
+
+	ck_assert_ptr_nonnull(data);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_empty(b, 1, len);
+	gpucmd_response_free(run_ok(b));
+	(void)submit_spin(c, 0, 400000);
+	gpucmd_set_timeout(c, 50);
+	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 1, 0, data, len),
+			 -ETIMEDOUT);
+	ck_assert_int_eq(gpucmd_conn_error(c, &why), -ETIMEDOUT);
+	ck_assert_msg(strstr(why, "shared memory") != NULL, "why: %s", why);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_ping(b);
+	{
+		uint64_t id;
+
+		ck_assert_int_eq(gpucmd_submit(b, &id), -ETIMEDOUT);
+	}
+	gpucmd_close(c);
+	free(data);
+}
+END_TEST
+
+/*
+ * A socket that accepts but never answers Hello (a wedged daemon, or not
+ * a daemon at all): gpucmd_connect_timeout gives up and says so.
+ */
+START_TEST(connect_timeout_on_a_silent_listener)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct gpucmd_conn *c = NULL;
+	char msg[256] = "";
+	uint64_t t0, took;
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s.silent",
+		 the_daemon.sock);
+	unlink(sun.sun_path);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	ck_assert_int_eq(listen(fd, 4), 0);
+	t0 = harness_now_us();
+	ck_assert_int_eq(gpucmd_connect_timeout(sun.sun_path, "x", 150, &c,
+						msg, sizeof(msg)),
+			 -ETIMEDOUT);
+	took = harness_now_us() - t0;
+	ck_assert_ptr_null(c);
+	ck_assert_uint_ge(took, 150000);
+	ck_assert_msg(took < 2000000, "a 150 ms connect took %llu us",
+		      (unsigned long long)took);
+	ck_assert_msg(strstr(msg, "did not answer Hello within 150 ms") !=
+			      NULL, "msg: %s", msg);
+	close(fd);
+	unlink(sun.sun_path);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("clients");
@@ -278,6 +445,15 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, killed_at_random_points);
 	tcase_add_test(tc, slow_sync_does_not_block_others);
 	tcase_add_test(tc, pipelined_large_and_small_keep_order);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("timeouts");
+	tcase_add_checked_fixture(tc, harness_setup, harness_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, wait_timeout_keeps_the_request);
+	tcase_add_test(tc, run_timeout_drops_the_late_answer);
+	tcase_add_test(tc, transfer_timeout_closes_the_connection);
+	tcase_add_test(tc, connect_timeout_on_a_silent_listener);
 	suite_add_tcase(s, tc);
 	return s;
 }

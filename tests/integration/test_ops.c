@@ -1046,6 +1046,15 @@ START_TEST(evict_a_service)
 	b = batch(victim, 0);
 	gpucmd_batch_ping(b);
 	ck_assert_int_eq(gpucmd_run(b, &r), GPUCMD_EDISCONNECTED);
+	/* ... and can say why: the daemon's Error frame. */
+	{
+		const char *why = NULL;
+
+		ck_assert_int_eq(gpucmd_conn_error(victim, &why),
+				 GPUCMD_EDISCONNECTED);
+		ck_assert_msg(strstr(why, "evicted by connection") != NULL,
+			      "why: %s", why);
+	}
 	gpucmd_close(victim);
 	s = wait_service_empty(admin, "victim");
 	ck_assert_uint_eq(s.bytes_in_use, 0);
