@@ -43,6 +43,7 @@ void config_defaults(struct config *cfg)
 	cfg->host_stream_nice = CONFIG_HOST_STREAM_NICE;
 	cfg->unknown_services = CONFIG_UNKNOWN_ALLOW;
 	cfg->default_service.weight = 1;
+	cfg->default_service.max_modules = CONFIG_DEFAULT_MAX_MODULES;
 }
 
 int config_backend_parse(const char *s)
@@ -246,6 +247,11 @@ static int service_key(struct load_state *st, struct config_service *svc,
 		svc->set |= CONFIG_SET_MAX_STREAMS;
 		return set_u32(st, name, v, 1, 64, &svc->max_streams);
 	}
+	if (strcmp(name, "max_modules") == 0) {
+		svc->set |= CONFIG_SET_MAX_MODULES;
+		return set_u32(st, name, v, 0, CONFIG_MAX_MODULES_MAX,
+			       &svc->max_modules);
+	}
 	if (strcmp(name, "weight") == 0) {
 		svc->set |= CONFIG_SET_WEIGHT;
 		return set_u32(st, name, v, 1, 1000, &svc->weight);
@@ -259,7 +265,8 @@ static int service_key(struct load_state *st, struct config_service *svc,
 		return set_ids(st, name, v, true, svc->gids, &svc->ngids);
 	}
 	return bad(st, "unknown key '%s' in a service section (memory_limit, "
-		   "region_limit, max_streams, weight, uids, gids)", name);
+		   "region_limit, max_streams, max_modules, weight, uids, "
+		   "gids)", name);
 }
 
 /* The service a "[service #N]" header (see read_line) stands for. */
@@ -421,6 +428,8 @@ static void apply_service_defaults(struct config *cfg)
 			svc->region_limit = d->region_limit;
 		if (!(svc->set & CONFIG_SET_MAX_STREAMS))
 			svc->max_streams = d->max_streams;
+		if (!(svc->set & CONFIG_SET_MAX_MODULES))
+			svc->max_modules = d->max_modules;
 		if (!(svc->set & CONFIG_SET_WEIGHT))
 			svc->weight = d->weight;
 		if (!(svc->set & CONFIG_SET_UIDS)) {
@@ -545,7 +554,8 @@ static int handle_key(void *user, const char *section, const char *name,
 					   name + 8, v);
 		return bad(st, "unknown key '%s' in [services] (unknown, "
 			   "default_memory_limit, default_region_limit, "
-			   "default_max_streams, default_weight)", name);
+			   "default_max_streams, default_max_modules, "
+			   "default_weight)", name);
 	}
 	if (strncmp(section, "service #", 9) == 0) {
 		struct config_service *svc = section_service(st, section);

@@ -41,6 +41,7 @@ struct config_service {
 	uint64_t memory_limit;		/* bytes, 0 = none */
 	uint64_t region_limit;		/* bytes of shared regions, 0 = none */
 	uint32_t max_streams;		/* 0 = the daemon's limit */
+	uint32_t max_modules;		/* loaded at once, 0 = built-ins only */
 	uint32_t weight;		/* share of the device thread, 1..1000 */
 	uint32_t nuids;
 	uint32_t ngids;
@@ -55,6 +56,17 @@ struct config_service {
 #define CONFIG_SET_UIDS 8u
 #define CONFIG_SET_GIDS 16u
 #define CONFIG_SET_REGION_LIMIT 32u
+#define CONFIG_SET_MAX_MODULES 64u
+
+/*
+ * Default [services] default_max_modules: modules a service's connections
+ * may hold loaded at once.  The daemon-wide cache holds MODULE_CACHE_MAX
+ * (1024) and evicts only modules nobody holds, so sixteen services at
+ * this default cannot fill it.
+ */
+#define CONFIG_DEFAULT_MAX_MODULES 64
+/* The largest max_modules: the cache's size (MODULE_CACHE_MAX). */
+#define CONFIG_MAX_MODULES_MAX 1024
 
 /* What happens to a Hello naming a service the file does not list. */
 enum config_unknown {

@@ -579,6 +579,11 @@ static int op_kernel_module(struct command_ctx *ctx, struct batch *b,
 		params[a] = &vals[a];
 	}
 	rc = begin(ctx, b, bind, nbind, &cmd);
+	/* A recording keeps the module loaded for its replays. */
+	if (rc == 0 && b->stream->recording != NULL &&
+	    graph_hold_module(b->stream->recording, ctx->modules,
+			      m->entry) != 0)
+		rc = fail(b, GPUCMD_ENOMEM, "out of host memory");
 	if (rc == 0)
 		rc = command_failed(b, &cmd,
 				    command_kernel(&cmd, fn, grid, block,
@@ -1484,6 +1489,32 @@ static struct module_ref *find_module(struct stream_set *set, uint64_t id)
 	return NULL;
 }
 
+/*
+ * A service holds at most max_modules modules at once (0: none, the
+ * built-in kernels only), so that one service cannot fill the daemon's
+ * module cache for the others.
+ */
+static int module_quota(struct batch *b, uint64_t id)
+{
+	const struct service *svc = b->conn->service;
+	unsigned max = atomic_load(&svc->max_modules);
+	unsigned held = atomic_load(&svc->modules);
+
+	if (max == 0)
+		return fail(b, GPUCMD_EPERM,
+			    "cannot load module %llu: service '%s' runs the "
+			    "built-in kernels only (max_modules = 0 in "
+			    "gpucmdd.conf)", (unsigned long long)id,
+			    svc->name);
+	if (held >= max)
+		return fail(b, GPUCMD_ELIMIT,
+			    "cannot load module %llu: service '%s' holds %u "
+			    "modules, its max_modules; unload one first, or "
+			    "raise max_modules in gpucmdd.conf",
+			    (unsigned long long)id, svc->name, held);
+	return 0;
+}
+
 static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 			  const Gpucmd__OpLoadModule *op)
 {
@@ -1508,6 +1539,9 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	rc = payload(b, &op->data, op->region, &data, &len);
 	if (rc != 0)
 		return rc;
+	rc = module_quota(b, op->module);
+	if (rc != 0)
+		return rc;
 	m = calloc(1, sizeof(*m));
 	if (m == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
@@ -1527,6 +1561,7 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	m->id = op->module;
 	m->next = set->modules;
 	set->modules = m;
+	atomic_fetch_add(&b->conn->service->modules, 1);
 	result_done(&b->results[i]);
 	return 0;
 }
@@ -1542,13 +1577,13 @@ static int op_unload_module(struct command_ctx *ctx, struct batch *b,
 		if (m->id != op->module)
 			continue;
 		*pp = m->next;
+		atomic_fetch_sub(&b->conn->service->modules, 1);
 		/*
-		 * Launches already enqueued keep running: CUDA holds the
-		 * module until its work is done, and another connection may
-		 * share the cache entry anyway.
+		 * The id is gone at once; the cache reference stays until
+		 * the launches already enqueued have run (streams.c), so the
+		 * module cannot be evicted under them.
 		 */
-		module_cache_put(ctx->modules, m->entry);
-		free(m);
+		streams_drop_module(b->conn->set, b->stream, m);
 		result_done(&b->results[i]);
 		return 0;
 	}

@@ -9,6 +9,7 @@
 #include "driver/driver.h"
 #include "gpucmd.h"
 #include "memory/handle.h"
+#include "module.h"
 
 struct graph *graph_new(void)
 {
@@ -30,6 +31,28 @@ int graph_hold(struct graph *g, struct handle *h)
 	}
 	g->handles[g->nhandles++] = h;
 	h->graph_refs++;
+	return 0;
+}
+
+int graph_hold_module(struct graph *g, struct module_cache *c,
+		      struct module_entry *e)
+{
+	for (uint32_t i = 0; i < g->nmodules; i++)
+		if (g->modules[i] == e)
+			return 0;
+	if (g->nmodules == g->modules_cap) {
+		uint32_t cap = g->modules_cap ? g->modules_cap * 2 : 4;
+		struct module_entry **n = realloc(g->modules,
+						  cap * sizeof(*n));
+
+		if (n == NULL)
+			return GPUCMD_ENOMEM;
+		g->modules = n;
+		g->modules_cap = cap;
+	}
+	g->modules[g->nmodules++] = e;
+	g->module_cache = c;
+	module_cache_hold(c, e);
 	return 0;
 }
 
@@ -62,6 +85,10 @@ void graph_free(struct driver *d, struct graph *g)
 		g->handles[i]->graph_refs--;
 	if (g->dg != NULL)
 		d->ops->graph_destroy(d, g->dg);
+	/* After the driver graph: it is what refers to the functions. */
+	for (uint32_t i = 0; i < g->nmodules; i++)
+		module_cache_put(g->module_cache, g->modules[i]);
+	free(g->modules);
 	for (uint32_t i = 0; i < g->nblobs; i++)
 		free(g->blobs[i]);
 	free(g->blobs);

@@ -9,7 +9,9 @@
  *   - every handle it uses holds a reference (graph_refs), and a handle with
  *     references cannot be released: the graph would write freed memory;
  *   - the bytes of every write it recorded are copied and kept, because the
- *     request that carried them is freed when its batch completes.
+ *     request that carried them is freed when its batch completes;
+ *   - every module it launches holds a cache reference (graph_hold_module),
+ *     so the module is not evicted while a replay may run it.
  * Allocation, reads, syncs and profiles are refused while recording: their
  * results would belong to no replay.
  *
@@ -26,6 +28,8 @@
 struct driver;
 struct driver_graph;
 struct handle;
+struct module_cache;
+struct module_entry;
 
 
 struct graph {
@@ -37,6 +41,10 @@ struct graph {
 	void **blobs;			/* copies of recorded write data */
 	uint32_t nblobs;
 	uint32_t blobs_cap;
+	struct module_cache *module_cache;	/* of the modules held */
+	struct module_entry **modules;	/* modules its launches use */
+	uint32_t nmodules;
+	uint32_t modules_cap;
 	uint32_t nfences;		/* once destroyed: replays to wait for */
 	struct drop_fence fences[STREAMS_MAX];
 	struct graph *next;
@@ -46,6 +54,9 @@ struct graph {
 struct graph *graph_new(void);
 /** Reference h from g (once per graph). */
 int graph_hold(struct graph *g, struct handle *h);
+/** Hold a reference on module e of cache c for as long as g (once per graph). */
+int graph_hold_module(struct graph *g, struct module_cache *c,
+		      struct module_entry *e);
 /** Copy len bytes of data into g; the copy lives as long as g (NULL: no memory). */
 void *graph_keep(struct graph *g, const void *data, size_t len);
 /** Drop g's references, its copies, its driver graph, and g. */

@@ -24,6 +24,7 @@ struct module_entry {
 	size_t len;
 	struct driver_module *dm;
 	uint32_t refs;
+	uint64_t last_use;		/* the cache's tick at its last get */
 	struct module_fn *fns;
 	struct module_entry *next;
 };
@@ -39,6 +40,8 @@ struct module_cache {
 	struct module_entry *entries;
 	uint64_t loaded;
 	uint64_t hits;
+	uint64_t evicted;
+	uint64_t tick;			/* counts gets: the order of use */
 	uint32_t count;
 };
 
@@ -109,6 +112,35 @@ static struct module_entry *find(struct module_cache *c, uint64_t h,
 	return NULL;
 }
 
+/*
+ * Unload the entry nobody references that was used longest ago; false
+ * when every entry is referenced.  A linear walk: it runs only when a
+ * load finds MODULE_CACHE_MAX entries, and compiling costs far more.
+ */
+static bool evict_one(struct module_cache *c)
+{
+	struct module_entry **victim = NULL;
+
+	for (struct module_entry **pp = &c->entries; *pp != NULL;
+	     pp = &(*pp)->next)
+		if ((*pp)->refs == 0 &&
+		    (victim == NULL || (*pp)->last_use < (*victim)->last_use))
+			victim = pp;
+	if (victim == NULL)
+		return false;
+	{
+		struct module_entry *e = *victim;
+
+		pthread_mutex_lock(&c->lock);
+		*victim = e->next;
+		pthread_mutex_unlock(&c->lock);
+		entry_free(c, e);
+	}
+	c->count--;
+	c->evicted++;
+	return true;
+}
+
 int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 		     const void *data, size_t len,
 		     struct module_compiled *pre, struct module_entry **out,
@@ -123,14 +155,17 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 	if (e != NULL) {
 		/* Another connection may have filed it while pre compiled. */
 		e->refs++;
+		e->last_use = ++c->tick;
 		c->hits++;
 		*out = e;
 		return 0;
 	}
-	if (c->count >= MODULE_CACHE_MAX) {
+	if (c->count >= MODULE_CACHE_MAX && !evict_one(c)) {
 		snprintf(err, err_len, "the daemon's module cache holds %d "
-			 "modules, its limit; restart gpucmdd to clear it",
-			 MODULE_CACHE_MAX);
+			 "modules and every one is in use (loaded by a "
+			 "connection, launched by a graph, or by work not yet "
+			 "done); unload modules, or lower the max_modules of "
+			 "the services that hold them", MODULE_CACHE_MAX);
 		return GPUCMD_ELIMIT;
 	}
 	if (pre != NULL && pre->done && pre->rc != 0) {
@@ -165,6 +200,7 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 		}
 	}
 	e->refs = 1;
+	e->last_use = ++c->tick;
 	pthread_mutex_lock(&c->lock);
 	e->next = c->entries;
 	c->entries = e;
@@ -219,13 +255,18 @@ void module_compiled_release(struct module_cache *c,
 void module_cache_put(struct module_cache *c, struct module_entry *e)
 {
 	/*
-	 * An entry nobody names stays compiled: launches of it may still be
-	 * running (unloading under them is not safe), and the next service
-	 * that sends the same code finds it.  The cache is bounded instead
-	 * (MODULE_CACHE_MAX).
+	 * An entry nobody references stays compiled, for the next service
+	 * that sends the same code; evict_one unloads it when room is
+	 * needed (every launch of it has run by then: see module.h).
 	 */
 	(void)c;
 	e->refs--;
+}
+
+void module_cache_hold(struct module_cache *c, struct module_entry *e)
+{
+	(void)c;
+	e->refs++;
 }
 
 int module_function(struct module_cache *c, struct module_entry *e,
@@ -274,8 +315,14 @@ int module_format_parse(const char *s)
 }
 
 void module_cache_stats(const struct module_cache *c, uint64_t *loaded,
-			uint64_t *hits)
+			uint64_t *hits, uint64_t *evicted)
 {
 	*loaded = c->loaded;
 	*hits = c->hits;
+	*evicted = c->evicted;
+}
+
+uint32_t module_cache_count(const struct module_cache *c)
+{
+	return c->count;
 }

@@ -3,16 +3,23 @@
  * keyed by content, so the same PTX sent by ten services is compiled once.
  *
  * Each connection names its modules by ids it chooses (stream_set's
- * module list); an id holds a reference on a cache entry.  Entries stay
- * compiled until the daemon exits (launches may still run them), up to
- * MODULE_CACHE_MAX distinct modules.  Built-in kernels do not go
- * through here (the backend holds them).
+ * module list); an id holds a reference on a cache entry, and so does a
+ * captured graph that launches it.  An unloaded id gives its reference
+ * back only once the launches enqueued before the unload have run
+ * (streams.c, fenced like released memory), so an entry nobody references
+ * runs nowhere.  Such an entry stays compiled for the next service that
+ * sends the same code, until a load finds the cache full
+ * (MODULE_CACHE_MAX distinct modules): then the one unused longest is
+ * unloaded to make room.  Only a cache full of referenced modules refuses
+ * a load; each service may reference at most its max_modules
+ * (gpucmdd.conf(5)), so one service cannot fill it for the others.
+ * Built-in kernels do not go through here (the backend holds them).
  *
  * Safety: a user kernel runs in the daemon's one device context, so, like
  * every kernel under MPS, it could address memory it was not given; the
  * daemon cannot bounds-check user code as it does the built-ins.  Operators
- * who cannot trust a service's kernels should give it built-ins only
- * (documented in gpucmdd(8)).
+ * who cannot trust a service's kernels give it the built-ins only
+ * (max_modules = 0, gpucmdd.conf(5)).
  *
  * Threads: the cache belongs to the device thread.  Compilation (NVRTC,
  * the PTX JIT: milliseconds to seconds) runs off it where the backend can
@@ -82,13 +89,23 @@ void module_compile(struct module_cache *c, enum driver_module_format fmt,
 /** Any thread: unload what module_cache_get did not take from m. */
 void module_compiled_release(struct module_cache *c,
 			     struct module_compiled *m);
-/** Drop one reference; the module stays compiled in the cache. */
+/**
+ * Drop one reference, when no work enqueued under it may still run it:
+ * the module stays compiled, and may be evicted once nobody holds it.
+ */
 void module_cache_put(struct module_cache *c, struct module_entry *e);
+/** One more reference on e (a graph that launches it). */
+void module_cache_hold(struct module_cache *c, struct module_entry *e);
 /** The function name in e (looked up once, then remembered). */
 int module_function(struct module_cache *c, struct module_entry *e,
 		    const char *name, struct driver_function **out);
 /** Parse "ptx", "cubin", "fatbin", "cuda"; -1 when unknown. */
 int module_format_parse(const char *s);
-/** Modules loaded now, and loads the cache saved (for status). */
+/**
+ * Modules loaded (over the daemon's life), loads the cache saved, and
+ * modules evicted to make room (for status).
+ */
 void module_cache_stats(const struct module_cache *c, uint64_t *loaded,
-			uint64_t *hits);
+			uint64_t *hits, uint64_t *evicted);
+/** Distinct modules compiled in the cache now. */
+uint32_t module_cache_count(const struct module_cache *c);

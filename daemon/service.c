@@ -36,6 +36,7 @@ void service_apply(struct service *svc, const struct config_service *limits)
 	atomic_store(&svc->memory_limit, limits->memory_limit);
 	atomic_store(&svc->region_limit, limits->region_limit);
 	atomic_store(&svc->max_streams, limits->max_streams);
+	atomic_store(&svc->max_modules, limits->max_modules);
 	atomic_store(&svc->weight, limits->weight ? limits->weight : 1);
 }
 
@@ -74,6 +75,8 @@ struct service *service_get(const char *name,
 	atomic_init(&svc->memory_limit, 0);
 	atomic_init(&svc->region_limit, 0);
 	atomic_init(&svc->max_streams, 0);
+	atomic_init(&svc->max_modules, 0);
+	atomic_init(&svc->modules, 0);
 	atomic_init(&svc->weight, 1);
 	service_apply(svc, limits);
 	*registry_tail = svc;

@@ -30,8 +30,14 @@ struct service {
 	atomic_uint_fast64_t memory_limit;	/* bytes, 0 = none */
 	atomic_uint_fast64_t region_limit;	/* shared region bytes, 0 = none */
 	atomic_uint max_streams;		/* 0 = the daemon's limit */
+	atomic_uint max_modules;		/* loaded at once, 0 = none */
 	atomic_uint weight;			/* batches per scheduling round */
 	atomic_uint connections;
+	/*
+	 * Modules the service's connections hold loaded (device thread
+	 * writes; the loop reads it to skip compiling past max_modules).
+	 */
+	atomic_uint modules;
 	/* Device thread only. */
 	struct batch *queue_head;	/* batches waiting for their turn */
 	struct batch **queue_tail;

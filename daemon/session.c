@@ -863,7 +863,12 @@ static const Gpucmd__OpLoadModule *inline_module(const Gpucmd__Op *op)
 
 static bool needs_compile(struct session *s, const Gpucmd__Request *req)
 {
+	const struct service *svc = s->econn.service;
+
 	if (!module_cache_compiles_shared(executor_modules(s->server->ex)))
+		return false;
+	/* The device thread refuses it (max_modules): compile nothing. */
+	if (atomic_load(&svc->modules) >= atomic_load(&svc->max_modules))
 		return false;
 	for (size_t i = 0; i < req->n_ops; i++)
 		if (inline_module(req->ops[i]) != NULL)

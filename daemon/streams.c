@@ -110,6 +110,50 @@ static void release_at_teardown(struct handle *h, void *arg)
 	handle_free(h);
 }
 
+/*
+ * Give back the cache references of unloaded modules whose earlier
+ * launches have run (all of them when every stream is idle).
+ */
+static void module_drops_flush(struct stream_set *set, bool all)
+{
+	struct module_drop **pp = &set->dropped_modules;
+
+	while (*pp != NULL) {
+		struct module_drop *d = *pp;
+
+		if (!all && !streams_fences_passed(d->fences, d->nfences)) {
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		module_cache_put(set->module_cache, d->ref->entry);
+		free(d->ref);
+		free(d);
+	}
+}
+
+void streams_drop_module(struct stream_set *set, struct stream *current,
+			 struct module_ref *ref)
+{
+	struct module_drop *d = malloc(sizeof(*d));
+
+	if (d == NULL) {
+		/*
+		 * Keep the reference for good: the module then stays loaded
+		 * until the daemon exits, which is safe; evicting it under a
+		 * launch would not be.
+		 */
+		log_warn("out of memory: module %llu stays loaded",
+			(unsigned long long)ref->id);
+		free(ref);
+		return;
+	}
+	d->ref = ref;
+	d->nfences = streams_fence_all(set, current, d->fences);
+	d->next = set->dropped_modules;
+	set->dropped_modules = d;
+}
+
 void stream_set_destroy(struct stream_set *set)
 {
 	struct driver *d;
@@ -145,10 +189,13 @@ void stream_set_destroy(struct stream_set *set)
 		free(p);
 	}
 	region_teardown(set);
+	/* Every stream is idle: nothing runs the modules any more. */
+	module_drops_flush(set, true);
 	while (set->modules != NULL) {
 		struct module_ref *m = set->modules;
 		set->modules = m->next;
 		module_cache_put(set->module_cache, m->entry);
+		atomic_fetch_sub(&set->service->modules, 1);
 		free(m);
 	}
 	handle_table_drain(set->reservations, release_at_teardown, set);
@@ -393,6 +440,7 @@ void streams_flush_drops(struct stream_set *set)
 			drop_queue_flush(set->slots[i]->drops);
 	region_flush(set);
 	graph_flush(set);
+	module_drops_flush(set, false);
 }
 
 void streams_usage(const struct stream_set *set, struct memory_usage *out)

@@ -75,6 +75,14 @@ struct stream {
 	struct graph *recording;	/* what the capture holds on to */
 };
 
+/* A module a connection unloaded, waiting for the launches before it. */
+struct module_drop {
+	struct module_ref *ref;
+	uint32_t nfences;
+	struct drop_fence fences[STREAMS_MAX];
+	struct module_drop *next;
+};
+
 struct stream_set {
 	struct driver *driver;
 	struct service *service;
@@ -90,6 +98,7 @@ struct stream_set {
 	struct region *regions;			/* attached shared regions */
 	struct module_cache *module_cache;	/* the daemon's, for teardown */
 	struct module_ref *modules;		/* modules this connection loaded */
+	struct module_drop *dropped_modules;	/* unloaded, maybe still running */
 	struct region *released_regions;	/* waiting for their fences */
 	struct memory_configuration layout;
 	struct memory_device_properties props;
@@ -151,6 +160,13 @@ uint32_t streams_fence_all(const struct stream_set *set,
 bool streams_fences_passed(const struct drop_fence *f, uint32_t n);
 /** The last batch sequence whose completion arrived. */
 uint64_t stream_completed(const struct stream *s);
+/**
+ * ref's module was unloaded on current: its cache reference goes back once
+ * every stream of the set has run the work enqueued so far.  ref is
+ * freed then.
+ */
+void streams_drop_module(struct stream_set *set, struct stream *current,
+			 struct module_ref *ref);
 /** Free what the drop queues of every stream in the set allow. */
 void streams_flush_drops(struct stream_set *set);
 /** Sum of the memory usage of every stream of the set. */

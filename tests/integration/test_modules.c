@@ -197,6 +197,100 @@ START_TEST(loads_in_a_row_answer_in_order)
 }
 END_TEST
 
+/* ---- max_modules ---------------------------------------------------------- */
+
+static char quota_dir[160];
+static char quota_conf[192];
+
+/*
+ * The compile-delayed daemon with a service that may load no module
+ * (max_modules = 0) and one that may hold two.
+ */
+static void quota_setup(void)
+{
+	const char *base = getenv("GPUCMD_TEST_TMP");
+	FILE *f;
+
+	snprintf(quota_dir, sizeof(quota_dir), "%s/mods-XXXXXX",
+		 base != NULL && base[0] ? base : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(quota_dir));
+	snprintf(quota_conf, sizeof(quota_conf), "%s/gpucmdd.conf",
+		 quota_dir);
+	f = fopen(quota_conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[service builtins]\nmax_modules = 0\n"
+		   "[service two]\nmax_modules = 2\n");
+	ck_assert_int_eq(fclose(f), 0);
+	daemon_start_args(&the_daemon, "--config", quota_conf,
+			  "--test-compile-delay-ms", DELAY_ARG, NULL);
+}
+
+static void quota_teardown(void)
+{
+	harness_teardown();
+	unlink(quota_conf);
+	rmdir(quota_dir);
+}
+
+/*
+ * A service with max_modules = 0 runs the built-ins only: a load is
+ * refused with EPERM and the reason, at once (the daemon does not even
+ * compile it), and built-in kernels still run.  Another service's load
+ * goes on to the compiler as before.
+ */
+START_TEST(max_modules_zero_means_builtins_only)
+{
+	struct gpucmd_conn *a = connect_as("builtins");
+	struct gpucmd_conn *b = connect_as("two");
+	struct gpucmd_arg fill[3] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 1 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 7 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 4 },
+	};
+	static const uint32_t one[3] = { 1, 1, 1 }, block[3] = { 32, 1, 1 };
+	struct gpucmd_batch *batch;
+	struct gpucmd_response *r;
+	uint64_t t0, took;
+	char msg[512];
+	int rc;
+
+	t0 = harness_now_us();
+	rc = wait_code(a, submit_load(a, 3), msg, sizeof(msg));
+	took = harness_now_us() - t0;
+	ck_assert_int_eq(rc, GPUCMD_EPERM);
+	ck_assert_msg(strstr(msg, "module 3") != NULL &&
+			      strstr(msg, "'builtins'") != NULL &&
+			      strstr(msg, "built-in kernels only") != NULL &&
+			      strstr(msg, "max_modules = 0") != NULL,
+		      "%s", msg);
+	ck_assert_msg(took < DELAY_MS * 1000u / 2,
+		      "the refusal took %llu us: it waited for a compile",
+		      (unsigned long long)took);
+	ck_assert_int_eq(gpucmd_batch_new(a, 0, &batch), 0);
+	gpucmd_batch_empty(batch, 1, 16);
+	gpucmd_batch_kernel(batch, "fill_u32", one, block, fill, 3);
+	gpucmd_batch_read(batch, 1, 0, 16);
+	r = run_ok(batch);
+	{
+		const void *data;
+		size_t len;
+
+		ck_assert_int_eq(gpucmd_response_data(r, 2, &data, &len), 0);
+		ck_assert_uint_eq(len, 16);
+		ck_assert_uint_eq(((const uint32_t *)data)[3], 7);
+	}
+	gpucmd_response_free(r);
+	/* A service allowed modules reaches the backend's compiler. */
+	rc = wait_code(b, submit_load(b, 3), msg, sizeof(msg));
+	if (host_backend())
+		ck_assert_int_eq(rc, GPUCMD_EUNSUPPORTED);
+	else
+		ck_assert_int_ne(rc, GPUCMD_EPERM);
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("modules");
@@ -207,6 +301,12 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, compile_does_not_hold_other_connections);
 	tcase_add_test(tc, client_leaves_during_compile);
 	tcase_add_test(tc, loads_in_a_row_answer_in_order);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("quota");
+	tcase_add_checked_fixture(tc, quota_setup, quota_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, max_modules_zero_means_builtins_only);
 	suite_add_tcase(s, tc);
 	return s;
 }

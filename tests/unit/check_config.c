@@ -153,6 +153,7 @@ START_TEST(defaults_are_the_documented_ones)
 	ck_assert_uint_eq(cfg.default_service.set, 0);
 	ck_assert_uint_eq(cfg.default_service.max_streams, 0);
 	ck_assert_uint_eq(cfg.default_service.weight, 1);
+	ck_assert_uint_eq(cfg.default_service.max_modules, 64);
 	ck_assert_uint_eq(cfg.default_service.nuids, 0);
 	ck_assert_uint_eq(cfg.default_service.ngids, 0);
 	ck_assert_uint_eq(cfg.nservices, 0);
@@ -803,6 +804,38 @@ START_TEST(region_limit_sizes_and_inheritance)
 END_TEST
 
 /*
+ * max_modules: 0 (built-ins only) to 1024 (the daemon's module cache),
+ * default 64, [services] default_max_modules for the services that do
+ * not set it.
+ */
+START_TEST(max_modules_range_and_inheritance)
+{
+	struct config cfg;
+
+	load_ok(&cfg,
+		"[service early]\n"
+		"weight = 2\n"
+		"[services]\n"
+		"default_max_modules = 8\n"
+		"[service none]\n"
+		"max_modules = 0\n"
+		"[service all]\n"
+		"max_modules = 1024\n");
+	ck_assert_uint_eq(cfg.default_service.max_modules, 8);
+	ck_assert_uint_eq(config_find_service(&cfg, "early")->max_modules, 8);
+	ck_assert_uint_eq(config_find_service(&cfg, "none")->max_modules, 0);
+	ck_assert_uint_eq(config_find_service(&cfg, "all")->max_modules, 1024);
+	config_free(&cfg);
+	load_ok(&cfg, "[service plain]\nweight = 1\n");
+	ck_assert_uint_eq(config_find_service(&cfg, "plain")->max_modules, 64);
+	config_free(&cfg);
+	expect_bad("[service x]\nmax_modules = 1025\n", 2, "max_modules");
+	expect_bad("[services]\ndefault_max_modules = -1\n", 2,
+		   "max_modules");
+}
+END_TEST
+
+/*
  * "[service idle]" with no keys declares a service with the default limits:
  * under "unknown = refuse" it is the way to admit a service without
  * changing anything else.
@@ -1168,6 +1201,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, syntax_error_then_bad_key_names_the_syntax_error);
 	tcase_add_test(tc, socket_mode_empty_is_refused);
 	tcase_add_test(tc, ids_out_of_range_are_refused);
+	tcase_add_test(tc, max_modules_range_and_inheritance);
 	tcase_add_test(tc, missing_file_is_enoent);
 	tcase_add_test(tc, directory_is_not_a_config_file);
 	tcase_add_test(tc, failed_load_keeps_the_previous_config);

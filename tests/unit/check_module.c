@@ -1,0 +1,223 @@
+/*
+ * check_module.c - unit tests of the daemon's module cache (daemon/module.c)
+ * over a fake backend that counts loads and unloads: one compile per
+ * content, eviction of the module unused longest when the cache is full,
+ * never of one somebody holds (a connection's id, a graph, an unload whose
+ * launches have not run), and a clear refusal when every module is held.
+ *
+ * The host backend cannot load modules, so this is where the cache's
+ * policy is tested without a GPU.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/driver.h"
+#include "gpucmd.h"
+#include "module.h"
+#include "unit.h"
+
+/* A loaded fake module: which content it came from. */
+struct driver_module {
+	uint32_t tag;
+};
+
+static unsigned loads, unloads;
+static uint32_t unloaded_tags[16];
+
+static int fake_load(struct driver *d, enum driver_module_format fmt,
+		     const void *data, size_t len, struct driver_module **out,
+		     char *log, size_t log_len)
+{
+	struct driver_module *m = malloc(sizeof(*m));
+
+	(void)d;
+	(void)fmt;
+	(void)log;
+	(void)log_len;
+	if (m == NULL)
+		return GPUCMD_ENOMEM;
+	m->tag = 0;
+	memcpy(&m->tag, data, len < sizeof(m->tag) ? len : sizeof(m->tag));
+	loads++;
+	*out = m;
+	return 0;
+}
+
+static void fake_unload(struct driver *d, struct driver_module *m)
+{
+	(void)d;
+	if (unloads < 16)
+		unloaded_tags[unloads] = m->tag;
+	unloads++;
+	free(m);
+}
+
+static const struct driver_ops fake_ops = {
+	.module_load = fake_load,
+	.module_unload = fake_unload,
+};
+
+static struct driver fake = { .ops = &fake_ops };
+static struct module_cache *cache;
+
+static void setup(void)
+{
+	loads = unloads = 0;
+	memset(unloaded_tags, 0, sizeof(unloaded_tags));
+	ck_assert_int_eq(module_cache_create(&fake, &cache), 0);
+}
+
+static void teardown(void)
+{
+	module_cache_destroy(cache);
+	cache = NULL;
+}
+
+/* Get the module whose content is the 4 bytes of tag. */
+static int get(uint32_t tag, struct module_entry **out, char *err,
+	       size_t err_len)
+{
+	char log[64], mine[256];
+
+	if (err == NULL) {
+		err = mine;
+		err_len = sizeof(mine);
+	}
+	return module_cache_get(cache, DRIVER_MODULE_PTX, &tag, sizeof(tag),
+				NULL, out, err, err_len, log, sizeof(log));
+}
+
+static struct module_entry *get_ok(uint32_t tag)
+{
+	struct module_entry *e = NULL;
+	char err[256];
+
+	ck_assert_msg(get(tag, &e, err, sizeof(err)) == 0, "tag %u: %s", tag,
+		      err);
+	ck_assert_ptr_nonnull(e);
+	return e;
+}
+
+START_TEST(same_content_compiles_once)
+{
+	struct module_entry *a = get_ok(1), *b = get_ok(1), *c = get_ok(2);
+	uint64_t loaded, hits, evicted;
+
+	ck_assert_ptr_eq(a, b);
+	ck_assert_ptr_ne(a, c);
+	ck_assert_uint_eq(loads, 2);
+	module_cache_stats(cache, &loaded, &hits, &evicted);
+	ck_assert_uint_eq(loaded, 2);
+	ck_assert_uint_eq(hits, 1);
+	ck_assert_uint_eq(evicted, 0);
+	ck_assert_uint_eq(module_cache_count(cache), 2);
+	/* Unreferenced, it stays compiled for the next sender. */
+	module_cache_put(cache, a);
+	module_cache_put(cache, b);
+	ck_assert_ptr_eq(get_ok(1), a);
+	ck_assert_uint_eq(loads, 2);
+	ck_assert_uint_eq(unloads, 0);
+}
+END_TEST
+
+/*
+ * Full of held modules, a new one is refused with the reason; once one is
+ * put back, the next new module takes its place and the count stays at
+ * the limit.
+ */
+START_TEST(full_cache_evicts_only_what_nobody_holds)
+{
+	static struct module_entry *e[MODULE_CACHE_MAX];
+	struct module_entry *x = NULL;
+	uint64_t loaded, hits, evicted;
+	char err[256];
+
+	for (uint32_t i = 0; i < MODULE_CACHE_MAX; i++)
+		e[i] = get_ok(100 + i);
+	ck_assert_uint_eq(module_cache_count(cache), MODULE_CACHE_MAX);
+	ck_assert_int_eq(get(5, &x, err, sizeof(err)), GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(err, "every one is in use") != NULL, "%s", err);
+	ck_assert_msg(strstr(err, "max_modules") != NULL, "%s", err);
+	ck_assert_uint_eq(unloads, 0);
+	/* Content already cached is still found when full. */
+	ck_assert_ptr_eq(get_ok(100 + 7), e[7]);
+	module_cache_put(cache, e[7]);
+
+	module_cache_put(cache, e[300]);
+	x = get_ok(5);
+	ck_assert_uint_eq(unloads, 1);
+	ck_assert_uint_eq(unloaded_tags[0], 100 + 300);
+	ck_assert_uint_eq(module_cache_count(cache), MODULE_CACHE_MAX);
+	module_cache_stats(cache, &loaded, &hits, &evicted);
+	ck_assert_uint_eq(loaded, MODULE_CACHE_MAX + 1);
+	ck_assert_uint_eq(evicted, 1);
+	/* Evicted content compiles again when it comes back. */
+	module_cache_put(cache, x);
+	ck_assert_ptr_nonnull(get_ok(100 + 300));
+	ck_assert_uint_eq(unloads, 2);
+	ck_assert_uint_eq(unloaded_tags[1], 5);
+	ck_assert_uint_eq(loads, MODULE_CACHE_MAX + 2);
+}
+END_TEST
+
+/* Of the modules nobody holds, the one used longest ago goes first. */
+START_TEST(eviction_takes_the_least_recently_used)
+{
+	static struct module_entry *e[MODULE_CACHE_MAX];
+
+	for (uint32_t i = 0; i < MODULE_CACHE_MAX; i++)
+		e[i] = get_ok(100 + i);
+	/* 10 was loaded before 20 but used again after it... */
+	module_cache_put(cache, get_ok(100 + 10));
+	module_cache_put(cache, e[10]);
+	module_cache_put(cache, e[20]);
+	/* ...so 20 goes first, then 10. */
+	(void)get_ok(1);
+	ck_assert_uint_eq(unloads, 1);
+	ck_assert_uint_eq(unloaded_tags[0], 100 + 20);
+	(void)get_ok(2);
+	ck_assert_uint_eq(unloads, 2);
+	ck_assert_uint_eq(unloaded_tags[1], 100 + 10);
+}
+END_TEST
+
+/* A graph's hold (module_cache_hold) keeps a module no id names. */
+START_TEST(a_hold_keeps_a_module_loaded)
+{
+	static struct module_entry *e[MODULE_CACHE_MAX];
+	struct module_entry *x = NULL;
+
+	for (uint32_t i = 0; i < MODULE_CACHE_MAX; i++)
+		e[i] = get_ok(100 + i);
+	module_cache_hold(cache, e[0]);		/* the graph */
+	module_cache_put(cache, e[0]);		/* the id */
+	ck_assert_int_eq(get(5, &x, NULL, 0), GPUCMD_ELIMIT);
+	ck_assert_uint_eq(unloads, 0);
+	module_cache_put(cache, e[0]);		/* the graph is gone */
+	(void)get_ok(5);
+	ck_assert_uint_eq(unloads, 1);
+	ck_assert_uint_eq(unloaded_tags[0], 100);
+}
+END_TEST
+
+static Suite *module_suite(void)
+{
+	Suite *s = suite_create("module");
+	TCase *tc = tcase_create("cache");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, same_content_compiles_once);
+	tcase_add_test(tc, full_cache_evicts_only_what_nobody_holds);
+	tcase_add_test(tc, eviction_takes_the_least_recently_used);
+	tcase_add_test(tc, a_hold_keeps_a_module_loaded);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return unit_main(module_suite());
+}
