@@ -171,6 +171,7 @@ int tool_exit_status(int code)
 	switch (code) {
 	case GPUCMD_EDISCONNECTED:
 	case GPUCMD_EPROTO:
+	case GPUCMD_EVERSION:
 	case -ENOENT:
 	case -ENOTDIR:
 	case -ENAMETOOLONG:
@@ -214,6 +215,12 @@ int tool_connect(const struct tool_opts *o, const char *service,
 	if (r == -EACCES || r == -EPERM)
 		fprintf(stderr, "gpucmd: the socket is not open to this user; "
 			"members of the gpucmd group may connect\n");
+	else if (r == GPUCMD_EVERSION)
+		fprintf(stderr, "gpucmd: use a gpucmd of the same release as "
+			"the daemon (gpucmd --version, gpucmdd --version)\n");
+	else if (r == -ETIMEDOUT)
+		fprintf(stderr, "gpucmd: it may be stopped or wedged (see "
+			"journalctl -u gpucmdd), or give a longer --timeout\n");
 	else
 		fprintf(stderr, "gpucmd: is gpucmdd running? "
 			"start it with `make run`\n");

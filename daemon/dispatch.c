@@ -325,6 +325,7 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 	struct binding bind;
 	struct command cmd;
 	Gpucmd__OpResult *r = &b->results[i];
+	uint64_t dense;
 	int rc;
 
 	rc = not_while_capturing(b, "a read");
@@ -340,7 +341,7 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (op->into != NULL)
 		return read_into_region(ctx, b, i, op, &desc, &bind);
 	{
-		uint64_t span, dense;
+		uint64_t span;
 
 		rc = command_check_layout(&desc, bind.handle->alloc.size, &span,
 					  &dense, b->message,
@@ -360,7 +361,6 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 				    (unsigned long long)dense,
 				    (unsigned long long)(b->reply_bytes + dense),
 				    (unsigned long long)cap);
-		b->reply_bytes += dense;
 	}
 	/* Most batches read nothing: their per-op slots come with a read. */
 	if (b->reads == NULL) {
@@ -378,6 +378,7 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 						       &b->reads[i]));
 	if (rc != 0)
 		return rc;
+	b->reply_bytes += dense;	/* only a read that will answer counts */
 	r->result_case = GPUCMD__OP_RESULT__RESULT_DATA;
 	r->data.data = b->reads[i].data;
 	r->data.len = b->reads[i].len;
