@@ -362,6 +362,35 @@ int command_bind(struct command *cmd, const struct managed_memory *reserved,
 	return 0;
 }
 
+/*
+ * Heap bytes the driver pins for the time of the copy: whole pages of
+ * their own (a page registered twice is refused), registered here on the
+ * device thread.  Pinning costs time in proportion to the size, which is
+ * bounded; a copy to pageable memory would instead wait for everything
+ * queued on its stream.  out->data is NULL when either step failed (the
+ * caller then falls back to plain heap).
+ */
+static void heap_registered(struct driver *d, size_t size,
+			    struct host_bytes *out)
+{
+	size_t page = 4096, len = (size + page - 1) / page * page;
+	void *p = NULL;
+
+	out->data = NULL;
+	if (len == 0)
+		len = page;
+	if (posix_memalign(&p, page, len) != 0)
+		return;
+	if (d->ops->host_register(d, p, len) != 0) {
+		free(p);
+		return;
+	}
+	out->data = p;
+	out->len = size;
+	out->pinned = true;
+	out->registered = true;
+}
+
 void command_reserve_cpu(struct command *cmd, size_t size,
 			 struct stream *origin, struct host_bytes *out)
 {
@@ -371,6 +400,7 @@ void command_reserve_cpu(struct command *cmd, size_t size,
 	 */
 	(void)origin;
 	out->slice = NULL;
+	out->registered = false;
 	/* Host bytes serve replies: nothing larger than a frame is needed. */
 	if (size > FRAME_MAX_BODY) {
 		out->data = NULL;
@@ -385,6 +415,11 @@ void command_reserve_cpu(struct command *cmd, size_t size,
 		out->pinned = true;
 		return;
 	}
+	if (cmd->ctx->driver->props.pageable_copies_block) {
+		heap_registered(cmd->ctx->driver, size, out);
+		if (out->data != NULL)
+			return;
+	}
 	out->data = malloc(size ? size : 1);
 	out->len = out->data != NULL ? size : 0;
 	out->pinned = false;
@@ -392,13 +427,18 @@ void command_reserve_cpu(struct command *cmd, size_t size,
 
 void command_free_cpu(struct command_ctx *ctx, struct host_bytes *bytes)
 {
-	if (bytes->slice != NULL)
+	if (bytes->slice != NULL) {
 		pinned_pool_release(ctx->pinned, bytes->slice);
-	else
+	} else {
+		if (bytes->registered)
+			ctx->driver->ops->host_unregister(ctx->driver,
+							  bytes->data);
 		free(bytes->data);
+	}
 	bytes->data = NULL;
 	bytes->slice = NULL;
 	bytes->len = 0;
+	bytes->registered = false;
 }
 
 static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)

@@ -98,6 +98,7 @@ struct host_bytes {
 	void *data;
 	size_t len;
 	bool pinned;
+	bool registered;		/* heap pages pinned by host_register */
 	struct memory_slice *slice;	/* the pinned pool's, when pinned */
 };
 
@@ -167,12 +168,14 @@ int command_bind(struct command *cmd, const struct managed_memory *reserved,
 		 uint64_t new_handle);
 /**
  * reserve_cpu: size bytes of host memory, pinned when the pool can serve it,
- * else heap.  Answers with a buffer of the size asked for unless the host
- * itself is out of memory (then data is NULL).
+ * else heap (pinned by host_register where pageable copies would block:
+ * driver_properties.pageable_copies_block).  Answers with a buffer of the
+ * size asked for unless the host itself is out of memory (then data is
+ * NULL).
  */
 void command_reserve_cpu(struct command *cmd, size_t size,
 			 struct stream *origin, struct host_bytes *out);
-/** Give back what command_reserve_cpu returned. */
+/** Give back what command_reserve_cpu returned (any thread). */
 void command_free_cpu(struct command_ctx *ctx, struct host_bytes *bytes);
 /**
  * read_async: copy each descriptor's device memory into fresh host bytes;

@@ -497,6 +497,7 @@ static int cuda_properties(struct cuda_driver *cd, struct driver_properties *p)
 		return rc;
 	snprintf(p->backend, sizeof(p->backend), "cuda");
 	p->fault_is_fatal = true;
+	p->pageable_copies_block = true;
 	rc = CU_CHECK(cd, cuDeviceTotalMem, &total, cd->device);
 	if (rc)
 		return rc;
@@ -865,12 +866,17 @@ static int cuda_host_register(struct driver *d, void *ptr, size_t size)
 			CU_MEMHOSTREGISTER_PORTABLE);
 }
 
+/*
+ * Any thread: the loop frees read staging registered by the device thread
+ * (command_free_cpu).  It has no current context, and must not write the
+ * driver's error buffer, which the device thread owns.
+ */
 static void cuda_host_unregister(struct driver *d, void *ptr)
 {
 	struct cuda_driver *cd = cuda_of(d);
 
-	if (ptr)
-		CU_CHECK(cd, cuMemHostUnregister, ptr);
+	if (ptr && cd->cu.cuCtxSetCurrent(cd->ctx) == CUDA_SUCCESS)
+		cd->cu.cuMemHostUnregister(ptr);
 }
 
 /* ---- copies ------------------------------------------------------------ */

@@ -47,6 +47,14 @@ struct driver_properties {
 	bool fault_is_fatal;
 	/* mem_alloc hands out zeroed memory (the daemon need not zero it). */
 	bool mem_alloc_zeroes;
+	/*
+	 * A copy between the device and pageable host memory returns only
+	 * once it is done (CUDA's cuMemcpy*Async do): enqueued behind a
+	 * stream's kernels, it would hold the device thread, shared by every
+	 * service, until they finish.  The daemon registers (pins) such host
+	 * memory before it copies (command_reserve_cpu).
+	 */
+	bool pageable_copies_block;
 };
 
 /* Module formats accepted by module_load. */
@@ -124,6 +132,7 @@ struct driver_ops {
 	void (*host_free)(struct driver *d, void *ptr);
 	/* Pin existing host memory (a shared region) / undo it. */
 	int (*host_register)(struct driver *d, void *ptr, size_t size);
+	/* Any thread (the loop frees read staging after the reply). */
 	void (*host_unregister)(struct driver *d, void *ptr);
 
 	/* Asynchronous copies on s.  Host memory must stay valid until then. */
