@@ -1602,10 +1602,18 @@ static int build_requests(struct exec *x, struct group *g,
 	return 0;
 }
 
-static void wait_request(struct exec *x, struct request *rq)
+/*
+ * After a wait timed out (--timeout) the daemon is taken as gone: the
+ * requests after it are neither sent nor waited for, and fail the same.
+ */
+static void wait_request(struct exec *x, struct request *rq, int *timed_out)
 {
+	if (rq->err == 0 && *timed_out)
+		rq->err = -ETIMEDOUT;
 	if (rq->err == 0)
 		rq->err = gpucmd_wait(x->conn, rq->id, &rq->resp);
+	if (rq->err == -ETIMEDOUT)
+		*timed_out = 1;
 }
 
 /* Send the requests pipelined, at most max_in_flight outstanding. */
@@ -1613,15 +1621,23 @@ static void send_requests(struct exec *x, struct request *req, size_t nreq)
 {
 	uint32_t max = gpucmd_info(x->conn)->max_in_flight;
 	size_t waited = 0;
+	int timed_out = 0;
 
 	for (size_t k = 0; k < nreq; k++) {
 		while (max > 0 && k - waited >= max)
-			wait_request(x, &req[waited++]);
-		req[k].err = gpucmd_submit(req[k].batch, &req[k].id);
+			wait_request(x, &req[waited++], &timed_out);
+		if (timed_out) {
+			gpucmd_batch_free(req[k].batch);
+			req[k].err = -ETIMEDOUT;
+		} else {
+			req[k].err = gpucmd_submit(req[k].batch, &req[k].id);
+			if (req[k].err == -ETIMEDOUT)
+				timed_out = 1;
+		}
 		req[k].batch = NULL;
 	}
 	while (waited < nreq)
-		wait_request(x, &req[waited++]);
+		wait_request(x, &req[waited++], &timed_out);
 }
 
 static void json_head(const struct op *op)

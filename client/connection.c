@@ -67,10 +67,17 @@ struct gpucmd_conn {
 	struct conn_slot *slots;
 	size_t nslots;
 	size_t slots_cap;
+	size_t nabandoned;	/* slots whose answer nobody will collect */
 	int dead;		/* 0, or the code the connection died with */
 	char dead_message[256];	/* why (gpucmd_conn_error) */
 	int timeout_ms;		/* of every wait, -1: none (gpucmd_set_timeout) */
-	uint64_t deadline_ns;	/* of the read in progress, 0: none */
+	/*
+	 * Of the next recv of the frame being read, 0: none.  Each recv that
+	 * brings bytes moves it to CONN_STALL_MS (or the timeout, if longer)
+	 * from then: a frame that keeps coming is read whole, one that stops
+	 * kills the connection.
+	 */
+	uint64_t deadline_ns;
 	struct regions regions;	/* shared regions attached by this process */
 	struct batch_cache batches;	/* spent batches kept for the next */
 	/*
@@ -90,6 +97,9 @@ struct gpucmd_conn {
 	char last_message[512];		/* gpucmd_last_message */
 	unsigned spin_us;		/* $GPUCMD_SPIN_US: watch before blocking */
 };
+
+/* Least time a frame that has begun may pause before it counts as stopped. */
+#define CONN_STALL_MS 1000
 
 /* Microseconds a wait watches the socket before it blocks (spin.h). */
 #define CONN_SPIN_US SPIN_DEFAULT_US
@@ -131,41 +141,58 @@ static uint64_t deadline_after(int timeout_ms)
 	return spin_now_ns() + (uint64_t)timeout_ms * 1000000u + 1;
 }
 
-/*
- * Wait until fd is readable (or has an error or its end, which the next
- * recv reports) or the deadline (0: none) passes: 1, or 0 when it passed.
- */
-static int wait_readable(int fd, uint64_t deadline_ns)
+/* Milliseconds from now to deadline_ns, rounded up; 0 once it passed. */
+static int ms_left(uint64_t deadline_ns)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint64_t now = spin_now_ns();
+
+	if (now >= deadline_ns)
+		return 0;
+	return (int)((deadline_ns - now + 999999u) / 1000000u);
+}
+
+/*
+ * Wait until fd has events (or an error or its end, which the next call
+ * reports) or the deadline (0: none) passes: 1, or 0 when it passed.  A
+ * deadline already past still looks once: what has arrived is there.
+ */
+static int wait_fd(int fd, short events, uint64_t deadline_ns)
+{
+	struct pollfd p = { .fd = fd, .events = events };
 
 	if (deadline_ns == 0)
 		return 1;
 	for (;;) {
-		uint64_t now = spin_now_ns();
-		int ms, n;
+		int n = poll(&p, 1, ms_left(deadline_ns));
 
-		if (now >= deadline_ns)
-			return 0;
-		/* Rounded up: a wait never ends before its deadline. */
-		ms = (int)((deadline_ns - now + 999999u) / 1000000u);
-		n = poll(&p, 1, ms);
 		if (n > 0 || (n < 0 && errno != EINTR))
 			return 1;
+		if (n == 0)
+			return 0;
 	}
 }
 
-/*
- * One recv, waiting no later than deadline_ns (0: for ever); 0 for EOF,
- * -ETIMEDOUT, or the code.
- */
-static ssize_t recv_some(int fd, void *buf, size_t len, uint64_t deadline_ns)
+static int wait_readable(int fd, uint64_t deadline_ns)
 {
-	if (!wait_readable(fd, deadline_ns))
+	return wait_fd(fd, POLLIN, deadline_ns);
+}
+
+/*
+ * One recv for the frame being read, waiting no later than c->deadline_ns
+ * (0: for ever), which bytes push back; 0 for EOF, -ETIMEDOUT, or the
+ * code.
+ */
+static ssize_t recv_some(struct gpucmd_conn *c, void *buf, size_t len)
+{
+	if (!wait_readable(c->fd, c->deadline_ns))
 		return -ETIMEDOUT;
 	for (;;) {
-		ssize_t n = recv(fd, buf, len, 0);
+		ssize_t n = recv(c->fd, buf, len, 0);
 
+		if (n > 0 && c->deadline_ns != 0)
+			c->deadline_ns = deadline_after(
+				c->timeout_ms > CONN_STALL_MS ? c->timeout_ms
+							      : CONN_STALL_MS);
 		if (n >= 0)
 			return n;
 		if (errno != EINTR)
@@ -198,14 +225,13 @@ static int conn_read(struct gpucmd_conn *c, void *buf, size_t len)
 			continue;
 		}
 		if (len >= sizeof(c->rbuf)) {
-			n = recv_some(c->fd, p, len, c->deadline_ns);
+			n = recv_some(c, p, len);
 			if (n > 0) {
 				p += n;
 				len -= (size_t)n;
 			}
 		} else {
-			n = recv_some(c->fd, c->rbuf, sizeof(c->rbuf),
-				      c->deadline_ns);
+			n = recv_some(c, c->rbuf, sizeof(c->rbuf));
 			c->rhead = 0;
 			c->rtail = n > 0 ? (size_t)n : 0;
 		}
@@ -230,7 +256,7 @@ static int conn_read(struct gpucmd_conn *c, void *buf, size_t len)
  * frame that announced them.
  */
 static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
-			size_t nfds)
+			size_t nfds, uint64_t deadline_ns, bool *partial)
 {
 	size_t ctl_len = nfds > 0 ? CMSG_SPACE(nfds * sizeof(int)) : 0;
 	size_t piece = 0, skip = 0;	/* the first byte not sent yet */
@@ -266,9 +292,19 @@ static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
 			iov[k].iov_len = p->v[i].len - off;
 		}
 		mh.msg_iovlen = k;
-		n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+		/* With a deadline, a full socket is waited on with poll. */
+		n = sendmsg(fd, &mh, MSG_NOSIGNAL |
+				     (deadline_ns != 0 ? MSG_DONTWAIT : 0));
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+		    deadline_ns != 0) {
+			if (wait_fd(fd, POLLOUT, deadline_ns))
+				continue;
+			err = -ETIMEDOUT;
+			*partial = piece > 0 || skip > 0;
+			break;
+		}
 		if (n < 0) {
 			err = -errno;
 			break;
@@ -391,8 +427,17 @@ static int write_frame(struct gpucmd_conn *c, const Gpucmd__Frame *f,
 
 	if (r == 0 && c->out.total - FRAME_HEADER_SIZE > max_body)
 		r = GPUCMD_ELIMIT;
-	if (r == 0)
-		r = write_pieces(c->fd, &c->out, fds, nfds);
+	if (r == 0) {
+		bool partial = false;
+
+		r = write_pieces(c->fd, &c->out, fds, nfds,
+				 deadline_after(c->timeout_ms), &partial);
+		if (partial)
+			r = conn_fail_why(c, r, "the daemon stopped reading in "
+					  "the middle of a request for longer "
+					  "than the timeout; the connection "
+					  "is closed");
+	}
 	trim_buffers(c);
 	return r;
 }
@@ -428,8 +473,9 @@ static void slot_settle(struct gpucmd_conn *c, struct conn_slot *s);
  * slot (or away, with its slot, when its wait was abandoned), an Error
  * frame (the daemon's last word before it closes) or anything unexpected
  * kills the connection.  -ETIMEDOUT when deadline_ns (0: none) passed
- * before a frame began, which leaves the connection as it was; a deadline
- * that passes in the middle of a frame kills it.
+ * before a frame began, which leaves the connection as it was; a frame
+ * that began and then stops for CONN_STALL_MS (or the timeout, if longer)
+ * kills it.
  */
 static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 			 uint64_t deadline_ns)
@@ -455,14 +501,16 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 		c->rhead = 0;
 		c->rtail = (size_t)n;
 	}
-	c->deadline_ns = deadline_ns;
+	/* A frame has begun (or its bytes wait): it may only stall now. */
+	c->deadline_ns = deadline_ns == 0 ? 0 : deadline_after(
+		c->timeout_ms > CONN_STALL_MS ? c->timeout_ms : CONN_STALL_MS);
 	r = read_frame(c, FRAME_MAX_BODY, &f, NULL, 0);
 	c->deadline_ns = 0;
 	trim_buffers(c);
 	if (r == -ETIMEDOUT)
 		return conn_fail_why(c, r, "the daemon stopped in the middle "
-				     "of a frame past the timeout; the "
-				     "connection is closed");
+				     "of a frame for longer than the timeout; "
+				     "the connection is closed");
 	if (r == GPUCMD_EDISCONNECTED)
 		return conn_fail_why(c, r, "the daemon closed the connection "
 				     "without saying why");
@@ -477,6 +525,7 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 		if (s->abandoned) {
 			slot_settle(c, s);
 			slot_drop(c, s);
+			c->nabandoned--;
 		}
 		return 0;
 	case GPUCMD__FRAME__MSG_ERROR:
@@ -567,6 +616,19 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 
 	if (c->dead)
 		return c->dead;
+	/*
+	 * Abandoned requests hold places until their answers come, which
+	 * only reading collects: read them in before refusing, as long as
+	 * the timeout allows (the daemon owes them).
+	 */
+	while (c->info.max_in_flight > 0 &&
+	       c->nslots >= c->info.max_in_flight && c->nabandoned > 0 &&
+	       c->dead == 0)
+		if (conn_recv_one(c, c->spin_us,
+				  deadline_after(c->timeout_ms)) == -ETIMEDOUT)
+			break;
+	if (c->dead)
+		return c->dead;
 	if (c->info.max_in_flight > 0 && c->nslots >= c->info.max_in_flight)
 		return GPUCMD_ELIMIT;
 	if (c->nslots == c->slots_cap) {
@@ -586,7 +648,9 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 	r = write_frame(c, &f, c->info.max_frame_bytes, fds, nfds);
 	if (r < 0)
 		free(rel);
-	if (r == GPUCMD_ELIMIT || r == -ENOMEM)
+	if (c->dead)
+		return c->dead;	/* a request stopped half way */
+	if (r == GPUCMD_ELIMIT || r == -ENOMEM || r == -ETIMEDOUT)
 		return r;	/* nothing was sent; the connection is fine */
 	if (r == -EPIPE || r == -ECONNRESET) {
 		/*
@@ -653,12 +717,14 @@ void conn_abandon(struct gpucmd_conn *c, uint64_t id)
 
 	if (s == NULL)
 		return;
-	s->abandoned = true;
 	if (s->frame != NULL || c->dead) {
 		if (s->frame != NULL)
 			slot_settle(c, s);
 		slot_drop(c, s);
+		return;
 	}
+	s->abandoned = true;
+	c->nabandoned++;
 }
 
 int conn_timeout(const struct gpucmd_conn *c)
@@ -690,50 +756,43 @@ static const char *socket_path(const char *path)
 }
 
 /*
- * connect() interrupted by a signal goes on in the background; wait for it
- * to finish instead of retrying, which would fail with EALREADY.  A
- * listener whose backlog is full keeps a blocking connect waiting: with a
- * timeout (>= 0 ms), SO_SNDTIMEO bounds that wait (Linux's Unix sockets
- * honour it in connect, failing with EAGAIN), and is cleared after.
+ * Connect fd to sun.  A listener whose backlog is full keeps a blocking
+ * connect waiting: with a timeout (>= 0 ms), SO_SNDTIMEO bounds that wait
+ * (Linux's Unix sockets honour it in connect, failing with EAGAIN), and is
+ * cleared after.  A Unix-socket connect does not go on in the background
+ * when a signal interrupts it: it is simply made again, with the time
+ * left.
  */
 static int connect_unix(int fd, const struct sockaddr_un *sun,
 			int timeout_ms)
 {
-	struct pollfd p = { .fd = fd, .events = POLLOUT };
-	struct timeval tv = { 0 };
-	socklen_t len = sizeof(int);
-	int err = 0, r;
+	uint64_t deadline = deadline_after(timeout_ms);
+	struct timeval none = { 0 };
+	int err;
 
-	if (timeout_ms >= 0) {
-		tv.tv_sec = timeout_ms / 1000;
-		tv.tv_usec = (timeout_ms % 1000) * 1000;
-		if (timeout_ms == 0)
-			tv.tv_usec = 1;	/* zero would mean for ever */
-		(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	for (;;) {
+		if (timeout_ms >= 0) {
+			int ms = ms_left(deadline);
+			struct timeval tv = { .tv_sec = ms / 1000,
+					      .tv_usec = (ms % 1000) * 1000 };
+
+			if (ms == 0)
+				return -ETIMEDOUT;
+			(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv,
+					 sizeof(tv));
+		}
+		err = connect(fd, (const struct sockaddr *)sun,
+			      sizeof(*sun)) == 0 ? 0 : errno;
+		if (err != EINTR)
+			break;
 	}
-	r = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
-	err = r == 0 ? 0 : errno;
-	if (timeout_ms >= 0) {
-		struct timeval none = { 0 };
-
+	if (timeout_ms >= 0)
 		(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none,
 				 sizeof(none));
-	}
-	if (r == 0)
+	if (err == 0 || err == EISCONN)
 		return 0;
 	if (err == EAGAIN && timeout_ms >= 0)
 		return -ETIMEDOUT;
-	if (err != EINTR && err != EINPROGRESS)
-		return -err;
-	err = 0;
-	while ((r = poll(&p, 1, timeout_ms)) <= 0) {
-		if (r == 0)
-			return -ETIMEDOUT;
-		if (errno != EINTR)
-			return -errno;
-	}
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
-		return -errno;
 	return -err;
 }
 

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -106,7 +107,9 @@ int main(int argc, char **argv)
 				return TOOL_EXIT_USAGE;
 			}
 			/* 0 waits for ever; anything else at least 1 ms. */
-			o.timeout_ms = sec == 0 ? -1 : (int)(sec * 1000 + 0.999);
+			o.timeout_ms = sec == 0 ? -1 : (int)ceil(sec * 1000);
+			if (o.timeout_ms == 0)
+				o.timeout_ms = 1;
 			break;
 		case 'h':
 			main_usage(stdout);

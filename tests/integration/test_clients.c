@@ -400,6 +400,128 @@ START_TEST(transfer_timeout_closes_the_connection)
 END_TEST
 
 /*
+ * A timeout of 0 looks at what has arrived: a reply already in the socket
+ * is collected whole, even one larger than a read-ahead and with the
+ * watch before blocking off ($GPUCMD_SPIN_US=0).
+ */
+START_TEST(zero_timeout_collects_what_arrived)
+{
+	enum { N = 64 * 1024 };
+	struct gpucmd_conn *c;
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_batch *b;
+	static uint8_t data[N];
+	const void *got;
+	size_t len;
+	uint64_t id;
+	char msg[256];
+
+	for (size_t i = 0; i < N; i++)
+		data[i] = (uint8_t)(i * 7);
+	setenv("GPUCMD_SPIN_US", "0", 1);
+	ck_assert_int_eq(gpucmd_connect(the_daemon.sock, "timeouts", &c, msg,
+					sizeof(msg)), 0);
+	unsetenv("GPUCMD_SPIN_US");
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_create_with_data(b, 1, data, N);
+	gpucmd_batch_read(b, 1, 0, N);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	usleep(300000);		/* the answer is in the socket by now */
+	ck_assert_int_eq(gpucmd_wait_timeout(c, id, 0, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &got, &len), 0);
+	ck_assert_uint_eq(len, N);
+	ck_assert_int_eq(memcmp(got, data, N), 0);
+	gpucmd_response_free(r);
+	ck_assert_int_eq(gpucmd_conn_error(c, NULL), 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
+ * Timed-out runs leave answers nobody collects: they hold in-flight
+ * places until they come, and a later submit reads them in rather than
+ * refusing for good.
+ */
+START_TEST(abandoned_answers_give_their_places_back)
+{
+	struct gpucmd_conn *c = connect_as("timeouts");
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = 300000 };
+	uint32_t n = gpucmd_info(c)->max_in_flight;
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_batch *b;
+	uint32_t timed_out = 0;
+
+	ck_assert_uint_gt(n, 0);
+	gpucmd_set_timeout(c, 0);
+	/* The first spins 300 ms; the rest queue behind it on its stream. */
+	for (uint32_t k = 0; k < n; k++) {
+		int rc;
+
+		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		gpucmd_batch_kernel(b, "spin", GRID, BLOCK, &spin, 1);
+		gpucmd_batch_sync(b);
+		spin.v.u32 = 1;
+		rc = gpucmd_run(b, &r);
+		ck_assert_msg(rc == 0 || rc == -ETIMEDOUT, "run %u: %s", k,
+			      gpucmd_errname(rc));
+		if (rc == 0)
+			gpucmd_response_free(r);
+		else
+			timed_out++;
+	}
+	ck_assert_uint_gt(timed_out, n / 2);
+	ck_assert_int_eq(gpucmd_conn_error(c, NULL), 0);
+	gpucmd_set_timeout(c, -1);
+	ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
+	gpucmd_batch_ping(b);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
+ * A daemon that stops reading (SIGSTOP) in the middle of a large request:
+ * the send gives up too, and since half a request went, the connection is
+ * closed.
+ */
+START_TEST(send_timeout_on_a_stopped_daemon)
+{
+	enum { BIG = 8 << 20 };
+	struct gpucmd_conn *c = connect_as("timeouts");
+	struct gpucmd_batch *b;
+	const char *why = NULL;
+	uint8_t *data = calloc(1, BIG);
+	uint64_t id, t0, took;
+	int rc;
+
+	ck_assert_ptr_nonnull(data);
+	gpucmd_set_timeout(c, 200);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_create_with_data(b, 1, data, BIG);
+	kill(the_daemon.pid, SIGSTOP);
+	t0 = harness_now_us();
+	rc = gpucmd_submit(b, &id);
+	took = harness_now_us() - t0;
+	kill(the_daemon.pid, SIGCONT);
+	ck_assert_int_eq(rc, -ETIMEDOUT);
+	ck_assert_msg(took < 5000000, "the send took %llu us",
+		      (unsigned long long)took);
+	ck_assert_int_eq(gpucmd_conn_error(c, &why), -ETIMEDOUT);
+	ck_assert_msg(strstr(why, "middle of a request") != NULL, "why: %s",
+		      why);
+	gpucmd_close(c);
+	free(data);
+	/* The daemon itself goes on. */
+	c = connect_as("timeouts");
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_ping(b);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
  * A socket that accepts but never answers Hello (a wedged daemon, or not
  * a daemon at all): gpucmd_connect_timeout gives up and says so.
  */
@@ -454,6 +576,9 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, run_timeout_drops_the_late_answer);
 	tcase_add_test(tc, transfer_timeout_closes_the_connection);
 	tcase_add_test(tc, connect_timeout_on_a_silent_listener);
+	tcase_add_test(tc, zero_timeout_collects_what_arrived);
+	tcase_add_test(tc, abandoned_answers_give_their_places_back);
+	tcase_add_test(tc, send_timeout_on_a_stopped_daemon);
 	suite_add_tcase(s, tc);
 	return s;
 }
