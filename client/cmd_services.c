@@ -1,8 +1,9 @@
 /*
  * cmd_services.c - gpucmd services: the services the daemon knows (those
  * the caller may see), one line each, from the memory report: name, id,
- * connections, bytes in use and limit.  The short answer to "who is on
- * this GPU"; memory-report has the details.
+ * connections, bytes in use and limit, modules loaded and their limit.
+ * The short answer to "who is on this GPU"; memory-report has the
+ * details.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@ static const char services_usage[] =
 static int services_text(const struct gpucmd_report *rep, int exact)
 {
 	static const char *const headings[] = {
-		"SERVICE", "ID", "CONN", "IN USE", "LIMIT",
+		"SERVICE", "ID", "CONN", "IN USE", "LIMIT", "MODULES",
 	};
 	char sz[TOOL_SIZE_LEN];
 	struct table t;
@@ -39,6 +40,7 @@ static int services_text(const struct gpucmd_report *rep, int exact)
 							 sz, sizeof(sz)));
 		else
 			table_set(&t, 4, "-");
+		table_set(&t, 5, "%u/%u", s->modules, s->max_modules);
 	}
 	r = table_print(&t, stdout, 0);
 	table_free(&t);
@@ -58,8 +60,10 @@ static void services_json(const struct gpucmd_report *rep)
 		printf("%s{\"name\":", i > 0 ? "," : "");
 		tool_json_string(stdout, s->name);
 		printf(",\"id\":%u,\"connections\":%u,\"bytes_in_use\":%" PRIu64
-		       ",\"limit_bytes\":%" PRIu64 "}",
-		       s->id, s->connections, s->bytes_in_use, s->limit_bytes);
+		       ",\"limit_bytes\":%" PRIu64 ",\"modules\":%u"
+		       ",\"max_modules\":%u}",
+		       s->id, s->connections, s->bytes_in_use, s->limit_bytes,
+		       s->modules, s->max_modules);
 	}
 	printf("]\n");
 }

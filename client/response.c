@@ -326,6 +326,8 @@ static int service_from_wire(struct gpucmd_service_report *out,
 	out->region_limit = s->region_limit;
 	out->region_refusals = s->region_refusals;
 	out->bytes_released_pending = s->bytes_released_pending;
+	out->modules = s->modules;
+	out->max_modules = s->max_modules;
 	if (!streams || s->n_streams == 0)
 		return 0;
 	out->streams = calloc(s->n_streams, sizeof(*out->streams));
@@ -363,6 +365,7 @@ static void add_totals(struct gpucmd_report *rep)
 		t->regions += s->regions;
 		t->region_refusals += s->region_refusals;
 		t->bytes_released_pending += s->bytes_released_pending;
+		t->modules += s->modules;
 	}
 }
 

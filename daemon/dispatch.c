@@ -580,10 +580,13 @@ static int op_kernel_module(struct command_ctx *ctx, struct batch *b,
 		params[a] = &vals[a];
 	}
 	rc = begin(ctx, b, bind, nbind, &cmd);
-	/* A recording keeps the module loaded for its replays. */
+	/*
+	 * A recording keeps the module loaded for its replays (the service
+	 * holds it already, through the id: no new quota).
+	 */
 	if (rc == 0 && b->stream->recording != NULL &&
-	    graph_hold_module(b->stream->recording, ctx->modules,
-			      m->entry) != 0)
+	    graph_hold_module(b->stream->recording, ctx->modules, m->entry,
+			      b->conn->service) != 0)
 		rc = fail(b, GPUCMD_ENOMEM, "out of host memory");
 	if (rc == 0)
 		rc = command_failed(b, &cmd,
@@ -876,6 +879,8 @@ static void service_row(struct service *svc, void *arg)
 	sr->region_limit = atomic_load(&svc->region_limit);
 	sr->region_refusals = svc->region_refusals;
 	sr->bytes_released_pending = svc->release_pending_bytes;
+	sr->modules = atomic_load(&svc->modules);
+	sr->max_modules = atomic_load(&svc->max_modules);
 	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
 		if (set->service != svc)
 			continue;
@@ -900,6 +905,7 @@ static void service_row(struct service *svc, void *arg)
 	st->totals->regions += sr->regions;
 	st->totals->region_refusals += sr->region_refusals;
 	st->totals->bytes_released_pending += sr->bytes_released_pending;
+	st->totals->modules += sr->modules;	/* max_modules: no sum */
 	st->totals->usage->allocations += sr->usage->allocations;
 	st->totals->usage->bytes_in_use += sr->usage->bytes_in_use;
 	st->totals->usage->bytes_padding += sr->usage->bytes_padding;
@@ -1491,15 +1497,18 @@ static struct module_ref *find_module(struct stream_set *set, uint64_t id)
 }
 
 /*
- * A service holds at most max_modules modules at once (0: none, the
- * built-in kernels only), so that one service cannot fill the daemon's
- * module cache for the others.
+ * A service keeps at most max_modules distinct modules loaded (0: none,
+ * the built-in kernels only), so that one service cannot fill the daemon's
+ * module cache for the others.  Content the service already holds costs
+ * nothing more; the check comes before any compile.
  */
-static int module_quota(struct batch *b, uint64_t id)
+static int module_quota(struct command_ctx *ctx, struct batch *b,
+			uint64_t id, int fmt, const void *data, size_t len)
 {
 	const struct service *svc = b->conn->service;
 	unsigned max = atomic_load(&svc->max_modules);
 	unsigned held = atomic_load(&svc->modules);
+	const struct module_entry *known;
 
 	if (max == 0)
 		return fail(b, GPUCMD_EPERM,
@@ -1507,12 +1516,17 @@ static int module_quota(struct batch *b, uint64_t id)
 			    "built-in kernels only (max_modules = 0 in "
 			    "gpucmdd.conf)", (unsigned long long)id,
 			    svc->name);
-	if (held >= max)
+	known = module_cache_lookup(ctx->modules,
+				    (enum driver_module_format)fmt, data, len);
+	if (held >= max && !(known && service_module_held(svc, known)))
 		return fail(b, GPUCMD_ELIMIT,
 			    "cannot load module %llu: service '%s' holds %u "
-			    "modules, its max_modules; unload one first, or "
-			    "raise max_modules in gpucmdd.conf",
-			    (unsigned long long)id, svc->name, held);
+			    "modules (loaded, launched by its graphs, or "
+			    "unloaded with launches still to run), its "
+			    "max_modules; unload one or destroy a graph and let "
+			    "its stream finish, or raise max_modules in "
+			    "gpucmdd.conf", (unsigned long long)id, svc->name,
+			    held);
 	return 0;
 }
 
@@ -1540,7 +1554,7 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	rc = payload(b, &op->data, op->region, &data, &len);
 	if (rc != 0)
 		return rc;
-	rc = module_quota(b, op->module);
+	rc = module_quota(ctx, b, op->module, fmt, data, len);
 	if (rc != 0)
 		return rc;
 	m = calloc(1, sizeof(*m));
@@ -1559,10 +1573,14 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 			    err, log[0] && !same ? "; log: " : "",
 			    same ? "" : log);
 	}
+	if (service_module_ref(b->conn->service, m->entry) != 0) {
+		module_cache_put(ctx->modules, m->entry);
+		free(m);
+		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	}
 	m->id = op->module;
 	m->next = set->modules;
 	set->modules = m;
-	atomic_fetch_add(&b->conn->service->modules, 1);
 	result_done(&b->results[i]);
 	return 0;
 }
@@ -1578,11 +1596,12 @@ static int op_unload_module(struct command_ctx *ctx, struct batch *b,
 		if (m->id != op->module)
 			continue;
 		*pp = m->next;
-		atomic_fetch_sub(&b->conn->service->modules, 1);
 		/*
-		 * The id is gone at once; the cache reference stays until
-		 * the launches already enqueued have run (streams.c), so the
-		 * module cannot be evicted under them.
+		 * The id is gone at once; the cache reference, and the
+		 * service's count of it, stay until the launches already
+		 * enqueued have run (streams.c), so the module cannot be
+		 * evicted under them, and a service cannot hold more than
+		 * its max_modules by unloading what still runs.
 		 */
 		streams_drop_module(b->conn->set, b->stream, m);
 		result_done(&b->results[i]);
@@ -1638,6 +1657,8 @@ static int region_bytes(struct batch *b, const Gpucmd__RegionRef *ref,
 	if (region_check(r, ref->offset, ref->length, b->message,
 			 sizeof(b->message)) != 0)
 		return GPUCMD_EINVAL;
+	/* Its release waits for this batch (a copy may come of it). */
+	region_note_use(r, b->stream);
 	*out = r->base + ref->offset;
 	return 0;
 }

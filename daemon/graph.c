@@ -10,6 +10,7 @@
 #include "gpucmd.h"
 #include "memory/handle.h"
 #include "module.h"
+#include "service.h"
 
 struct graph *graph_new(void)
 {
@@ -35,7 +36,7 @@ int graph_hold(struct graph *g, struct handle *h)
 }
 
 int graph_hold_module(struct graph *g, struct module_cache *c,
-		      struct module_entry *e)
+		      struct module_entry *e, struct service *svc)
 {
 	for (uint32_t i = 0; i < g->nmodules; i++)
 		if (g->modules[i] == e)
@@ -50,8 +51,11 @@ int graph_hold_module(struct graph *g, struct module_cache *c,
 		g->modules = n;
 		g->modules_cap = cap;
 	}
+	if (service_module_ref(svc, e) != 0)
+		return GPUCMD_ENOMEM;
 	g->modules[g->nmodules++] = e;
 	g->module_cache = c;
+	g->service = svc;
 	module_cache_hold(c, e);
 	return 0;
 }
@@ -86,8 +90,10 @@ void graph_free(struct driver *d, struct graph *g)
 	if (g->dg != NULL)
 		d->ops->graph_destroy(d, g->dg);
 	/* After the driver graph: it is what refers to the functions. */
-	for (uint32_t i = 0; i < g->nmodules; i++)
+	for (uint32_t i = 0; i < g->nmodules; i++) {
 		module_cache_put(g->module_cache, g->modules[i]);
+		service_module_unref(g->service, g->modules[i]);
+	}
 	free(g->modules);
 	for (uint32_t i = 0; i < g->nblobs; i++)
 		free(g->blobs[i]);

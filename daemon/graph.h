@@ -30,6 +30,7 @@ struct driver_graph;
 struct handle;
 struct module_cache;
 struct module_entry;
+struct service;
 
 
 struct graph {
@@ -42,6 +43,7 @@ struct graph {
 	uint32_t nblobs;
 	uint32_t blobs_cap;
 	struct module_cache *module_cache;	/* of the modules held */
+	struct service *service;	/* charged for them (max_modules) */
 	struct module_entry **modules;	/* modules its launches use */
 	uint32_t nmodules;
 	uint32_t modules_cap;
@@ -54,9 +56,12 @@ struct graph {
 struct graph *graph_new(void);
 /** Reference h from g (once per graph). */
 int graph_hold(struct graph *g, struct handle *h);
-/** Hold a reference on module e of cache c for as long as g (once per graph). */
+/**
+ * Hold module e of cache c for as long as g (once per graph), held by svc
+ * too (service_module_ref).  0 or GPUCMD_ENOMEM.
+ */
 int graph_hold_module(struct graph *g, struct module_cache *c,
-		      struct module_entry *e);
+		      struct module_entry *e, struct service *svc);
 /** Copy len bytes of data into g; the copy lives as long as g (NULL: no memory). */
 void *graph_keep(struct graph *g, const void *data, size_t len);
 /** Drop g's references, its copies, its driver graph, and g. */

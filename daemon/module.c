@@ -32,9 +32,9 @@ struct module_entry {
 struct module_cache {
 	struct driver *driver;
 	/*
-	 * Only the device thread adds entries, under lock; other threads
-	 * look them up under lock (module_cache_has), the device thread
-	 * without.  Entries never leave before the cache is destroyed.
+	 * Only the device thread adds and evicts entries, under lock; other
+	 * threads look them up under lock (module_cache_has), the device
+	 * thread without.
 	 */
 	pthread_mutex_t lock;
 	struct module_entry *entries;
@@ -112,6 +112,15 @@ static struct module_entry *find(struct module_cache *c, uint64_t h,
 	return NULL;
 }
 
+/* Is there an entry nobody references? */
+static bool evictable(const struct module_cache *c)
+{
+	for (const struct module_entry *e = c->entries; e != NULL; e = e->next)
+		if (e->refs == 0)
+			return true;
+	return false;
+}
+
 /*
  * Unload the entry nobody references that was used longest ago; false
  * when every entry is referenced.  A linear walk: it runs only when a
@@ -160,7 +169,8 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 		*out = e;
 		return 0;
 	}
-	if (c->count >= MODULE_CACHE_MAX && !evict_one(c)) {
+	/* Room first (no compile for a cache that cannot take it)... */
+	if (c->count >= MODULE_CACHE_MAX && !evictable(c)) {
 		snprintf(err, err_len, "the daemon's module cache holds %d "
 			 "modules and every one is in use (loaded by a "
 			 "connection, launched by a graph, or by work not yet "
@@ -199,6 +209,9 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 			return rc;
 		}
 	}
+	/* ...made only for a module that loaded. */
+	if (c->count >= MODULE_CACHE_MAX)
+		(void)evict_one(c);
 	e->refs = 1;
 	e->last_use = ++c->tick;
 	pthread_mutex_lock(&c->lock);
@@ -209,6 +222,13 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 	c->count++;
 	*out = e;
 	return 0;
+}
+
+const struct module_entry *module_cache_lookup(struct module_cache *c,
+					       enum driver_module_format fmt,
+					       const void *data, size_t len)
+{
+	return find(c, content_hash(fmt, data, len), fmt, data, len);
 }
 
 bool module_cache_compiles_shared(const struct module_cache *c)

@@ -75,6 +75,10 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 		     const void *data, size_t len,
 		     struct module_compiled *pre, struct module_entry **out,
 		     char *err, size_t err_len, char *log, size_t log_len);
+/** The entry for this content when compiled already (no reference), else NULL. */
+const struct module_entry *module_cache_lookup(struct module_cache *c,
+					       enum driver_module_format fmt,
+					       const void *data, size_t len);
 /** Any thread: may modules be compiled off the device thread? */
 bool module_cache_compiles_shared(const struct module_cache *c);
 /** Any thread: does the cache hold this content compiled already? */

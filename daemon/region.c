@@ -203,11 +203,27 @@ int region_check(const struct region *r, uint64_t offset, uint64_t length,
 	return 0;
 }
 
+void region_note_use(struct region *r, const struct stream *s)
+{
+	uint64_t seq = stream_next_fence(s);
+
+	for (uint32_t i = 0; i < r->nfences; i++) {
+		if (r->fences[i].stream == s) {
+			r->fences[i].seq = seq;
+			return;
+		}
+	}
+	r->fences[r->nfences].stream = s;
+	r->fences[r->nfences].seq = seq;
+	r->nfences++;
+}
+
 int region_release(struct stream_set *set, struct stream *current,
 		   uint64_t id)
 {
 	struct region **pp, *r;
 
+	(void)current;
 	for (pp = &set->regions; *pp != NULL; pp = &(*pp)->next)
 		if ((*pp)->id == id)
 			break;
@@ -215,8 +231,11 @@ int region_release(struct stream_set *set, struct stream *current,
 	if (r == NULL)
 		return GPUCMD_ENOTFOUND;
 	*pp = r->next;
-	/* Any stream may have a copy from or into it in flight. */
-	r->nfences = streams_fence_all(set, current, r->fences);
+	/* Nothing still to run uses it: the room comes back now. */
+	if (streams_fences_passed(r->fences, r->nfences)) {
+		unmap_attached(set, r);
+		return 0;
+	}
 	r->next = set->released_regions;
 	set->released_regions = r;
 	return 0;

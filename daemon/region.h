@@ -9,9 +9,11 @@
  * Every access is bounds-checked against the announced size.  On CUDA the
  * mapping is registered as pinned memory, so a copy is one DMA.
  *
- * Lifetime: release (or the end of the connection) unmaps a region only
- * once every stream of the connection has completed the work enqueued
- * before the release, like released device memory (drop_queue.h).
+ * Lifetime: each op that copies from or into a region notes its stream
+ * and batch (region_note_use); release unmaps the region once those
+ * batches have completed, like released device memory (drop_queue.h), and
+ * at once when none is still to run.  The end of the connection unmaps
+ * everything (its streams are idle by then).
  *
  * Accounting: a region's bytes count against its service's region_limit
  * (gpucmdd.conf(5)) from the attach until it is really unmapped, released
@@ -37,7 +39,11 @@ struct region {
 	uint8_t *base;
 	uint64_t size;
 	bool registered;		/* pinned with the driver */
-	uint32_t nfences;		/* after release: wait for these */
+	/*
+	 * The last batch on each stream with a copy from or into it: what a
+	 * release waits for.
+	 */
+	uint32_t nfences;
 	struct drop_fence fences[STREAMS_MAX];
 	struct region *next;
 };
@@ -59,9 +65,12 @@ struct region *region_find(struct stream_set *set, uint64_t id);
  */
 int region_check(const struct region *r, uint64_t offset, uint64_t length,
 		 char *msg, size_t msg_len);
+/** An op of the batch being dispatched on stream s copies from or into r. */
+void region_note_use(struct region *r, const struct stream *s);
 /**
  * Release region id: it leaves the table at once and is unmapped once the
- * connection's streams passed their current work.  GPUCMD_ENOTFOUND.
+ * batches that copy from or into it have completed (at once when they
+ * have).  GPUCMD_ENOTFOUND.
  */
 int region_release(struct stream_set *set, struct stream *current,
 		   uint64_t id);

@@ -143,11 +143,64 @@ void service_region_uncharge(struct service *svc, uint64_t size)
 	svc->regions--;
 }
 
+static struct service_module *module_ref_find(const struct service *svc,
+					       const void *entry)
+{
+	uint32_t n = atomic_load(&svc->modules);
+
+	for (uint32_t i = 0; i < n; i++)
+		if (svc->module_refs[i].entry == entry)
+			return &svc->module_refs[i];
+	return NULL;
+}
+
+bool service_module_held(const struct service *svc, const void *entry)
+{
+	return module_ref_find(svc, entry) != NULL;
+}
+
+int service_module_ref(struct service *svc, const void *entry)
+{
+	struct service_module *m = module_ref_find(svc, entry);
+	uint32_t n = atomic_load(&svc->modules);
+
+	if (m != NULL) {
+		m->holders++;
+		return 0;
+	}
+	if (n == svc->module_refs_cap) {
+		uint32_t cap = n ? 2 * n : 8;
+		struct service_module *v =
+			realloc(svc->module_refs, cap * sizeof(*v));
+
+		if (v == NULL)
+			return GPUCMD_ENOMEM;
+		svc->module_refs = v;
+		svc->module_refs_cap = cap;
+	}
+	svc->module_refs[n].entry = entry;
+	svc->module_refs[n].holders = 1;
+	atomic_store(&svc->modules, n + 1);
+	return 0;
+}
+
+void service_module_unref(struct service *svc, const void *entry)
+{
+	struct service_module *m = module_ref_find(svc, entry);
+	uint32_t n = atomic_load(&svc->modules);
+
+	if (m == NULL || --m->holders > 0)
+		return;
+	*m = svc->module_refs[n - 1];
+	atomic_store(&svc->modules, n - 1);
+}
+
 void service_registry_free(void)
 {
 	pthread_mutex_lock(&registry_lock);
 	while (registry_head != NULL) {
 		struct service *next = registry_head->next;
+		free(registry_head->module_refs);
 		free(registry_head);
 		registry_head = next;
 	}

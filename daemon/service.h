@@ -34,8 +34,10 @@ struct service {
 	atomic_uint weight;			/* batches per scheduling round */
 	atomic_uint connections;
 	/*
-	 * Modules the service's connections hold loaded (device thread
-	 * writes; the loop reads it to skip compiling past max_modules).
+	 * Distinct modules of the daemon's cache the service keeps loaded:
+	 * named by its connections' ids, launched by its graphs, or unloaded
+	 * with launches still to run (module_refs, device thread); modules
+	 * is their number, for the report and max_modules.
 	 */
 	atomic_uint modules;
 	/* Device thread only. */
@@ -61,7 +63,15 @@ struct service {
 	uint64_t region_bytes;
 	uint32_t regions;
 	uint64_t region_refusals;	/* attaches refused over region_limit */
+	struct service_module *module_refs;	/* modules of them */
+	uint32_t module_refs_cap;
 	struct service *next;
+};
+
+/* A module the service keeps loaded, and how many of its holders there are. */
+struct service_module {
+	const void *entry;		/* a struct module_entry of the cache */
+	uint32_t holders;
 };
 
 /**
@@ -100,5 +110,15 @@ int service_region_check(const struct service *svc, uint64_t size);
 void service_region_charge(struct service *svc, uint64_t size);
 /** Account a shared region of size bytes unmapped (device thread). */
 void service_region_uncharge(struct service *svc, uint64_t size);
+/** Does svc keep the cache's module entry loaded (device thread)? */
+bool service_module_held(const struct service *svc, const void *entry);
+/**
+ * One more holder of entry in svc (an id, a graph, a pending unload): a new
+ * entry counts toward modules.  The caller checked max_modules.  0, or
+ * GPUCMD_ENOMEM (nothing changed).  Device thread.
+ */
+int service_module_ref(struct service *svc, const void *entry);
+/** One holder of entry fewer; at none, it leaves modules.  Device thread. */
+void service_module_unref(struct service *svc, const void *entry);
 /** Free every service (at exit, after the threads stopped). */
 void service_registry_free(void);

@@ -867,8 +867,14 @@ static bool needs_compile(struct session *s, const Gpucmd__Request *req)
 
 	if (!module_cache_compiles_shared(executor_modules(s->server->ex)))
 		return false;
-	/* The device thread refuses it (max_modules): compile nothing. */
-	if (atomic_load(&svc->modules) >= atomic_load(&svc->max_modules))
+	/*
+	 * The device thread refuses every load of a service that may hold
+	 * none: compile nothing.  (A service at its max_modules is not
+	 * refused here: the same request may unload first, and the device
+	 * thread would then compile what the loop skipped, holding every
+	 * service meanwhile.)
+	 */
+	if (atomic_load(&svc->max_modules) == 0)
 		return false;
 	for (size_t i = 0; i < req->n_ops; i++)
 		if (inline_module(req->ops[i]) != NULL)

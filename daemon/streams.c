@@ -127,6 +127,7 @@ static void module_drops_flush(struct stream_set *set, bool all)
 		}
 		*pp = d->next;
 		module_cache_put(set->module_cache, d->ref->entry);
+		service_module_unref(set->service, d->ref->entry);
 		free(d->ref);
 		free(d);
 	}
@@ -145,6 +146,7 @@ void streams_drop_module(struct stream_set *set, struct stream *current,
 		 */
 		log_warn("out of memory: module %llu stays loaded",
 			(unsigned long long)ref->id);
+		service_module_unref(set->service, ref->entry);
 		free(ref);
 		return;
 	}
@@ -195,7 +197,7 @@ void stream_set_destroy(struct stream_set *set)
 		struct module_ref *m = set->modules;
 		set->modules = m->next;
 		module_cache_put(set->module_cache, m->entry);
-		atomic_fetch_sub(&set->service->modules, 1);
+		service_module_unref(set->service, m->entry);
 		free(m);
 	}
 	handle_table_drain(set->reservations, release_at_teardown, set);
@@ -373,7 +375,7 @@ static void add_fence(struct drop_fence *f, uint32_t *n, const struct stream *s,
 		if (f[i].stream == s)
 			return;
 	f[*n].stream = s;
-	f[*n].seq = s == current ? s->submitted + 1 : s->submitted;
+	f[*n].seq = s == current ? stream_next_fence(s) : s->submitted;
 	(*n)++;
 }
 
@@ -426,6 +428,16 @@ bool streams_fences_passed(const struct drop_fence *f, uint32_t n)
 		if (stream_completed(f[i].stream) < f[i].seq)
 			return false;
 	return true;
+}
+
+uint64_t stream_next_fence(const struct stream *s)
+{
+	/*
+	 * A held stream (executor.c: its completion could not be enqueued)
+	 * has submitted at UINT64_MAX and never completes: its fences must
+	 * never pass, not wrap to 0 and pass at once.
+	 */
+	return s->submitted == UINT64_MAX ? UINT64_MAX : s->submitted + 1;
 }
 
 uint64_t stream_completed(const struct stream *s)

@@ -156,14 +156,19 @@ int streams_release(struct stream_set *set, struct stream *current,
 uint32_t streams_fence_all(const struct stream_set *set,
 			   const struct stream *current,
 			   struct drop_fence *out);
+/**
+ * The fence of the batch being dispatched on s (its sequence once
+ * submitted); a held stream's (executor.c) never passes.
+ */
+uint64_t stream_next_fence(const struct stream *s);
 /** True when every fence has passed. */
 bool streams_fences_passed(const struct drop_fence *f, uint32_t n);
 /** The last batch sequence whose completion arrived. */
 uint64_t stream_completed(const struct stream *s);
 /**
- * ref's module was unloaded on current: its cache reference goes back once
- * every stream of the set has run the work enqueued so far.  ref is
- * freed then.
+ * ref's module was unloaded on current: its cache reference goes back, and
+ * the service's count of modules (max_modules) goes down, once every
+ * stream of the set has run the work enqueued so far.  ref is freed then.
  */
 void streams_drop_module(struct stream_set *set, struct stream *current,
 			 struct module_ref *ref);

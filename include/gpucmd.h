@@ -604,6 +604,13 @@ struct gpucmd_service_report {
 	 * reach twice limit_bytes.
 	 */
 	uint64_t bytes_released_pending;
+	/*
+	 * Device-code modules the service's connections hold loaded, and the
+	 * most they may (max_modules, gpucmdd.conf(5); 0 = built-in kernels
+	 * only, and always 0 in totals).
+	 */
+	uint32_t modules;
+	uint32_t max_modules;
 };
 struct gpucmd_report {
 	char device_name[128];

@@ -27,6 +27,7 @@ socket_mode = 0666
 
 [service held]
 memory_limit = 64M
+max_modules = 3
 CONF
 "$BUILD/gpucmdd" --config "$dir/gpucmdd.conf" --socket "$sock" \
 	--backend "${GPUCMD_TEST_BACKEND:-host}" 2>"$dir/log" &
@@ -302,16 +303,16 @@ g memory-report --watch 0 >/dev/null 2>&1
 
 # 6. services: one line per service.
 s=$(g services --bytes) || fail "services exited $?"
-printf '%s\n' "$s" | grep -Eq '^held +[0-9]+ +1 +5246880 +67108864$' ||
+printf '%s\n' "$s" | grep -Eq '^held +[0-9]+ +1 +5246880 +67108864 +0/3$' ||
 	fail "services: $s"
-printf '%s\n' "$s" | grep -Eq '^other +[0-9]+ +1 +777 +-$' || fail "services: $s"
+printf '%s\n' "$s" | grep -Eq '^other +[0-9]+ +1 +777 +- +0/64$' || fail "services: $s"
 sj=$(g services --json)
 case "$sj" in
 "[{"*"}]") ;;
 *) fail "services --json is not an array: $sj" ;;
 esac
 printf '%s\n' "$sj" | grep -qF '"name":"held","id":' || fail "services --json: $sj"
-printf '%s\n' "$sj" | grep -qF '"connections":1,"bytes_in_use":5246880,"limit_bytes":67108864}' ||
+printf '%s\n' "$sj" | grep -qF '"connections":1,"bytes_in_use":5246880,"limit_bytes":67108864,"modules":0,"max_modules":3}' ||
 	fail "services --json: $sj"
 
 # 7. Not an admin: nobody sees only the service it speaks for, and may

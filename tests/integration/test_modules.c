@@ -280,6 +280,30 @@ START_TEST(max_modules_zero_means_builtins_only)
 		ck_assert_uint_eq(((const uint32_t *)data)[3], 7);
 	}
 	gpucmd_response_free(r);
+	/* The report shows each service's modules and their limit. */
+	{
+		struct gpucmd_report *rep = NULL;
+		int seen = 0;
+
+		ck_assert_int_eq(gpucmd_memory_report(b, &rep), 0);
+		for (size_t k = 0; k < rep->nservices; k++) {
+			const struct gpucmd_service_report *sr =
+				&rep->services[k];
+
+			if (strcmp(sr->name, "builtins") == 0) {
+				ck_assert_uint_eq(sr->max_modules, 0);
+				seen |= 1;
+			} else if (strcmp(sr->name, "two") == 0) {
+				ck_assert_uint_eq(sr->max_modules, 2);
+				seen |= 2;
+			} else {
+				continue;
+			}
+			ck_assert_uint_eq(sr->modules, 0);
+		}
+		ck_assert_int_eq(seen, 3);
+		gpucmd_report_free(rep);
+	}
 	/* A service allowed modules reaches the backend's compiler. */
 	rc = wait_code(b, submit_load(b, 3), msg, sizeof(msg));
 	if (host_backend())

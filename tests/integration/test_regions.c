@@ -630,6 +630,30 @@ static void release_on(struct raw *c, uint32_t stream, uint64_t id)
 }
 
 /*
+ * On stream: copy the first 4 KiB of region id into a new buffer handle,
+ * then release the region, in one request: the release waits for the copy.
+ */
+static void use_then_release(struct raw *c, uint32_t stream, uint64_t id,
+			     uint64_t handle)
+{
+	Gpucmd__OpRegionRelease rel = GPUCMD__OP_REGION_RELEASE__INIT;
+	Gpucmd__Op o = GPUCMD__OP__INIT;
+	struct empty_write ew;
+	Gpucmd__Op *ops[3] = { &ew.o_empty, &ew.o_write, &o };
+	Gpucmd__Frame *r;
+
+	empty_write(&ew, handle, 4096, 0, id, 0, 4096);
+	rel.region = id;
+	o.op_case = GPUCMD__OP__OP_REGION_RELEASE;
+	o.region_release = &rel;
+	r = run_ops_on(c, stream, ops, 3, NULL, 0);
+	ck_assert_msg(r->response->error == NULL, "copy and release of region "
+		      "%llu: %s", (unsigned long long)id,
+		      r->response->error ? r->response->error->message : "");
+	frame_free(r);
+}
+
+/*
  * A sync on stream: its answer comes once the stream's work completed, and
  * the daemon unmaps released regions whose fences passed before it reads
  * the next request, so after this a release on stream (with nothing in
@@ -732,12 +756,12 @@ START_TEST(descriptors_follow_their_attaches_both_ways)
 END_TEST
 
 /*
- * A released region stays mapped until the work queued before its release
- * is done, so it counts toward the 64 a connection may hold: behind one
- * long kernel, attach-and-release in a loop must stop at 64 with
- * GPUCMD_ELIMIT, not grow the daemon's mappings without bound.  The daemon
- * keeps no descriptor of a mapped region.  Once the kernel is done, attaches
- * work again.
+ * A released region stays mapped until the copies queued with it are done,
+ * so it counts toward the 64 a connection may hold: behind one long kernel,
+ * attach, copy and release in a loop must stop at 64 with GPUCMD_ELIMIT,
+ * not grow the daemon's mappings without bound.  The daemon keeps no
+ * descriptor of a mapped region.  Once the kernel is done, attaches work
+ * again.  A region no queued copy uses goes at its release.
  */
 START_TEST(released_regions_count_until_unmapped)
 {
@@ -748,9 +772,12 @@ START_TEST(released_regions_count_until_unmapped)
 	Gpucmd__Frame *r;
 
 	spin_on(&c, 0, spin_us);
+	/* Unused, it is unmapped at its release even behind the spin. */
+	attach_ok(&c, 999, 4096);
+	release_on(&c, 0, 999);
 	for (int i = 0; i < 64; i++) {
 		attach_ok(&c, 1000 + (uint64_t)i, 4096);
-		release_on(&c, 0, 1000 + (uint64_t)i);
+		use_then_release(&c, 0, 1000 + (uint64_t)i, 1 + (uint64_t)i);
 	}
 	ck_assert_int_le(daemon_fds(the_daemon.pid), before + 2);
 	r = try_attach(&c, 2000, 4096);
@@ -1071,9 +1098,9 @@ START_TEST(region_limit_in_the_welcome_and_status)
 END_TEST
 
 /*
- * A release with work in flight on another stream of the connection: the
- * region stays mapped, and counted, until that work is done (the refusal
- * says so), then its bytes come back.  The spin is long enough that the
+ * A release while a copy from it waits on another stream of the
+ * connection: the region stays mapped, and counted, until that work is
+ * done (the refusal says so), then its bytes come back.  The spin is long enough that the
  * checks run while it spins; a machine too slow for that skips only the
  * checks that need it.
  */
@@ -1088,7 +1115,7 @@ START_TEST(region_limit_counts_a_release_until_its_fences_pass)
 	attach_ok(&c, 1, 2097152);
 	t0 = harness_now_us();
 	spin_on(&c, 1, SPIN_US);
-	release_on(&c, 0, 1);
+	use_then_release(&c, 1, 1, 1);
 	sync_on(&c, 0);
 	{
 		struct gpucmd_service_report row = row_of(obs, "capped", NULL);
