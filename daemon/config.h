@@ -59,10 +59,11 @@ struct config_service {
 #define CONFIG_SET_MAX_MODULES 64u
 
 /*
- * Default [services] default_max_modules: modules a service's connections
- * may hold loaded at once.  The daemon-wide cache holds MODULE_CACHE_MAX
- * (1024) and evicts only modules nobody holds, so sixteen services at
- * this default cannot fill it.
+ * Default [services] default_max_modules: distinct modules a service keeps
+ * loaded at once.  The daemon-wide cache holds MODULE_CACHE_MAX (1024) and
+ * evicts only modules nobody holds, so fewer than sixteen services at this
+ * default cannot fill it (under unknown = allow a client may invent more:
+ * gpucmdd.conf(5) says to refuse unknown services where that matters).
  */
 #define CONFIG_DEFAULT_MAX_MODULES 64
 /* The largest max_modules: the cache's size (MODULE_CACHE_MAX). */
