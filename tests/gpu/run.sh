@@ -69,8 +69,21 @@ tool() {
 }
 
 # ---- the daemon ------------------------------------------------------------
+# The pinned pool is off, so every read's staging comes from the heap and is
+# pinned for its copy (command_reserve_cpu): the built-in checks below run
+# through that path, and "reads behind a kernel" checks that it does not
+# hold the device thread.  Two services test max_modules.
 
-"$GPUCMDD" --socket "$SOCK" --backend cuda --log-level debug >"$LOG" 2>&1 &
+cat >"$TMP/gpucmdd.conf" <<'CONF'
+[daemon]
+pinned_memory = 0
+[service builtins]
+max_modules = 0
+[service capped]
+max_modules = 1
+CONF
+"$GPUCMDD" --config "$TMP/gpucmdd.conf" --socket "$SOCK" --backend cuda \
+	--log-level debug >"$LOG" 2>&1 &
 daemon_pid=$!
 i=0
 until tool ping >/dev/null 2>&1; do
@@ -217,6 +230,32 @@ else
 	pass
 fi
 
+# A read queued behind a 1 s kernel, with its staging from the heap: another
+# connection's device work must still be answered at once.  Before the heap
+# staging was pinned, cuMemcpyDtoHAsync into pageable memory held the
+# device thread until the kernel ended.
+printf '%-40s ' "read behind a kernel holds nobody"
+printf 'empty buf 4096\nkernel spin grid=1 block=32 u32:1000000\nread buf 0 16\n' |
+	tool exec - >/dev/null 2>"$ERR" &
+slow=$!
+sleep 0.2
+t0=$(now_ms)
+printf 'empty x 16\nread x\n' | tool exec --service other - >"$OUT" 2>>"$ERR"
+rc=$?
+t1=$(now_ms)
+wait "$slow"
+slow_rc=$?
+if [ "$rc" -ne 0 ] || [ "$slow_rc" -ne 0 ]; then
+	fail "gpucmd exec exited $rc (the slow one $slow_rc)"
+elif [ -z "$t0" ] || [ -z "$t1" ]; then
+	echo "skipped (date has no %N)"
+	skipped=$((skipped + 1))
+elif [ $((t1 - t0)) -gt 400 ]; then
+	fail "another connection's read took $((t1 - t0)) ms behind the kernel"
+else
+	pass
+fi
+
 # ---- the integration suite on the CUDA backend -------------------------------
 
 for bin in "$BUILD"/tests/test_*; do
@@ -306,6 +345,36 @@ create b hex:0000000001000000
 kernel m.add_one grid=1 block=32 b u32:2
 read b
 EOF
+
+# max_modules: 0 refuses every load (EPERM); 1 refuses a second module on
+# the connection, and a module goes with its connection.
+sed 's/^\.address_size 64$/.address_size 64\n\/\/ another module/' \
+	"$TMP/add_one.ptx" >"$TMP/add_two.ptx"
+printf '%-40s ' "module: max_modules = 0 refuses (EPERM)"
+printf 'module m ptx:file:%s\n' "$TMP/add_one.ptx" |
+	tool --service builtins exec - >"$OUT" 2>"$ERR"
+rc=$?
+if [ "$rc" -ne 1 ] || ! grep -q 'GPUCMD_EPERM' "$ERR"; then
+	fail "exit $rc"
+else
+	pass
+fi
+printf '%-40s ' "module: max_modules = 1"
+printf 'module a ptx:file:%s\nmodule b ptx:file:%s\n' "$TMP/add_one.ptx" \
+	"$TMP/add_two.ptx" | tool --service capped exec - >"$OUT" 2>"$ERR"
+rc=$?
+if [ "$rc" -ne 1 ] || ! grep -q 'GPUCMD_ELIMIT' "$ERR"; then
+	fail "two modules under max_modules = 1: exit $rc"
+elif ! printf 'module b ptx:file:%s\n' "$TMP/add_two.ptx" |
+	tool --service capped exec - >"$OUT" 2>"$ERR"; then
+	fail "the first connection's module was not given back"
+elif ! tool --service capped services --json >"$OUT" 2>"$ERR" ||
+	! grep -q '"name":"capped"[^}]*"modules":0,"max_modules":1' "$OUT"; then
+	cat "$OUT" >>"$ERR"
+	fail "services does not show capped at 0/1"
+else
+	pass
+fi
 
 # ---- last: a fault --------------------------------------------------------
 # On CUDA a device fault is sticky for the whole context: the daemon answers
