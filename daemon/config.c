@@ -432,11 +432,14 @@ static void apply_service_defaults(struct config *cfg)
 			svc->max_modules = d->max_modules;
 		if (!(svc->set & CONFIG_SET_WEIGHT))
 			svc->weight = d->weight;
-		if (!(svc->set & CONFIG_SET_UIDS)) {
+		/*
+		 * Who may connect is one rule: a section that names its
+		 * users or its groups replaces both defaults, or a section
+		 * with gids alone would also admit default_uids.
+		 */
+		if (!(svc->set & (CONFIG_SET_UIDS | CONFIG_SET_GIDS))) {
 			svc->nuids = d->nuids;
 			memcpy(svc->uids, d->uids, sizeof(svc->uids));
-		}
-		if (!(svc->set & CONFIG_SET_GIDS)) {
 			svc->ngids = d->ngids;
 			memcpy(svc->gids, d->gids, sizeof(svc->gids));
 		}

@@ -668,7 +668,9 @@ START_TEST(default_uids_apply_or_are_refused)
 			  "[service a]\n"
 			  "weight = 2\n"
 			  "[service b]\n"
-			  "uids = 2000\n");
+			  "uids = 2000\n"
+			  "[service c]\n"
+			  "gids = 4242\n");
 	config_defaults(&cfg);
 	rc = config_load(&cfg, path, err, sizeof(err));
 	if (rc != 0) {
@@ -690,9 +692,23 @@ START_TEST(default_uids_apply_or_are_refused)
 	ck_assert_msg(a->ngids == 1 && a->gids[0] == 100,
 		      "default_gids = 100 was accepted, yet [service a] has "
 		      "%u gids", a->ngids);
-	/* A service's own list replaces the default one. */
+	/*
+	 * A service's own list replaces both defaults: [service b] names
+	 * users only and admits no default group, [service c] names a group
+	 * only and admits no default user.
+	 */
 	ck_assert_uint_eq(b->nuids, 1);
 	ck_assert_uint_eq(b->uids[0], 2000);
+	ck_assert_uint_eq(b->ngids, 0);
+	{
+		const struct config_service *c = config_find_service(&cfg, "c");
+
+		ck_assert_ptr_nonnull(c);
+		ck_assert_msg(c->nuids == 0, "[service c] gids = 4242 also "
+			      "admits %u default uid(s)", c->nuids);
+		ck_assert_uint_eq(c->ngids, 1);
+		ck_assert_uint_eq(c->gids[0], 4242);
+	}
 	config_free(&cfg);
 }
 END_TEST
