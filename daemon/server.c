@@ -51,6 +51,15 @@ struct outbox_msg {
 /* Large frame buffers unused this long are freed at the tick (frame.h). */
 #define SERVER_BUF_IDLE_NS (2000000000ull)
 
+/*
+ * The loop's tick (watchdog, STATUS=, the Hello deadline): a connection
+ * that never says Hello goes within SESSION_HELLO_TIMEOUT_MS plus this.
+ */
+#define SERVER_TICK_MS 2000
+
+/* Connections past max_connections that admins may still open. */
+#define SERVER_ADMIN_SPARE 4
+
 /* Append m to the outbox; srv->lock held. */
 static void post_locked(struct server *srv, struct outbox_msg *m)
 {
@@ -355,7 +364,14 @@ static void on_connection(uv_stream_t *listener, int status)
 			       "has restarted");
 		return;
 	}
-	if (srv->nsessions > srv->cfg.limits.max_connections) {
+	session_identify(s);
+	/*
+	 * Admins get a few places past the limit, so that an operator can
+	 * still look and evict when clients took every one.
+	 */
+	if (srv->nsessions > srv->cfg.limits.max_connections +
+				     (session_is_admin(s) ? SERVER_ADMIN_SPARE
+							  : 0)) {
 		session_refuse(s, GPUCMD_ELIMIT,
 			       "too many connections: %u are open, the limit "
 			       "is %u (max_connections)",
@@ -673,10 +689,26 @@ static void status_line(struct server *srv, char *buf, size_t len)
 		 (unsigned long long)executor_batches(srv->ex));
 }
 
+/* Refuse the connections that have not said Hello in time. */
+static void expire_hellos(struct server *srv)
+{
+	uint64_t now = uv_now(srv->loop);
+	struct session *s, *next;
+
+	for (s = srv->sessions; s != NULL; s = next) {
+		next = s->next;
+		if (s->state == SESSION_HELLO &&
+		    now - s->accepted_ms >= SESSION_HELLO_TIMEOUT_MS)
+			session_refuse(s, GPUCMD_EPROTO,
+				       "no Hello within %d s of connecting",
+				       SESSION_HELLO_TIMEOUT_MS / 1000);
+	}
+}
+
 /*
  * The watchdog ping comes from the loop itself: if the loop wedges, the
  * pings stop and systemd restarts the daemon.  The same tick refreshes
- * STATUS=.
+ * STATUS= and ends connections that never said Hello.
  */
 static void on_tick(uv_timer_t *t)
 {
@@ -689,6 +721,7 @@ static void on_tick(uv_timer_t *t)
 	sd_status("%s", buf);
 	if (sd_watchdog_usec() != 0)
 		sd_watchdog_ping();
+	expire_hellos(srv);
 	/* Frame buffers kept for large transfers go back when unused. */
 	frame_buf_trim(SERVER_BUF_IDLE_NS);
 }
@@ -696,7 +729,7 @@ static void on_tick(uv_timer_t *t)
 int server_run(struct server *srv)
 {
 	uint64_t wd = sd_watchdog_usec();
-	uint64_t period_ms = 5000;
+	uint64_t period_ms = SERVER_TICK_MS;
 	char buf[256];
 
 	if (wd != 0 && wd / 2000 < period_ms)

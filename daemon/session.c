@@ -1157,7 +1157,10 @@ static void parse_frames(struct session *s)
 
 		frame_header_unpack(s->rbuf + off, &hdr);
 		rc = frame_header_check(&hdr,
-					s->server->cfg.limits.max_frame_bytes,
+					s->state == SESSION_HELLO
+						? SESSION_HELLO_MAX_BYTES
+						: s->server->cfg.limits
+							  .max_frame_bytes,
 					msg, sizeof(msg));
 		if (rc != 0) {
 			session_refuse(s, rc, "%s", msg);
@@ -1370,7 +1373,7 @@ bool session_is_admin(const struct session *s)
 	return false;
 }
 
-int session_start(struct session *s)
+void session_identify(struct session *s)
 {
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
@@ -1391,7 +1394,12 @@ int session_start(struct session *s)
 	read_groups(s);
 	snprintf(s->peer, sizeof(s->peer), "pid %d uid %d", (int)s->pid,
 		 (int)s->uid);
+}
+
+int session_start(struct session *s)
+{
 	s->state = SESSION_HELLO;
+	s->accepted_ms = uv_now(s->server->loop);
 	resume_reading(s);
 	if (!s->reading) {
 		session_close(s, "cannot read from the socket");

@@ -121,11 +121,26 @@ struct session {
 	int fds[REGION_MAX_PER_CONNECTION];
 	unsigned nfds;
 	char peer[64];			/* "pid 123 uid 1000" for logs */
+	uint64_t accepted_ms;		/* uv_now at accept: the Hello deadline */
 	struct session *next;
 	struct session *prev;
 };
 
-/** Start serving an accepted client connection (already in s->pipe). */
+/*
+ * A connection that has not sent its Hello this long after it was accepted
+ * is refused (server.c's tick): an idle socket must not hold a place under
+ * max_connections for ever.
+ */
+#define SESSION_HELLO_TIMEOUT_MS 10000
+/*
+ * The largest frame before the Hello is accepted: a Hello is a few hundred
+ * bytes, and nobody known may make the daemon hold max_frame_bytes.
+ */
+#define SESSION_HELLO_MAX_BYTES 4096
+
+/** Who is at the other end of s (SO_PEERCRED, groups): before session_start. */
+void session_identify(struct session *s);
+/** Start serving an accepted, identified client connection. */
 int session_start(struct session *s);
 /**
  * End the session: stop reading, tell the executor, close the socket once

@@ -132,6 +132,27 @@ START_TEST(oversized_length)
 }
 END_TEST
 
+/*
+ * Before its Hello a client is nobody: it may not make the daemon hold a
+ * large frame (a Hello is a few hundred bytes).
+ */
+START_TEST(large_frame_before_hello)
+{
+	struct gpucmd_conn *good = connect_as("good");
+	char msg[512] = "";
+	uint8_t hdr[FRAME_HEADER_SIZE];
+	int fd = raw_connect();
+
+	header(hdr, FRAME_MAGIC, GPUCMD_PROTOCOL_VERSION, 8192);
+	send_all(fd, hdr, sizeof(hdr));
+	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)), GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(msg, "8192") != NULL && strstr(msg, "4096") != NULL,
+		      "message: %s", msg);
+	others_still_served(good);
+	gpucmd_close(good);
+}
+END_TEST
+
 START_TEST(wrong_version)
 {
 	struct gpucmd_conn *good = connect_as("good");
@@ -215,6 +236,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, garbage_bytes);
 	tcase_add_test(tc, garbage_then_hangup_logs_the_refusal);
 	tcase_add_test(tc, oversized_length);
+	tcase_add_test(tc, large_frame_before_hello);
 	tcase_add_test(tc, wrong_version);
 	tcase_add_test(tc, body_not_protobuf);
 	tcase_add_test(tc, request_before_hello);

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <sys/prctl.h>
 
+#include "frame.h"
 #include "harness.h"
 
 #define KIB (UINT64_C(1) << 10)
@@ -741,6 +742,77 @@ static int nobody_with_group(const struct child_ctx *cx, void *arg)
 		return rc;
 	return 0;
 }
+
+static int nobody_over_the_limit(const struct child_ctx *cx, void *arg)
+{
+	(void)arg;
+	return refused(cx, "anyone", GPUCMD_ELIMIT, "too many connections",
+		       "max_connections");
+}
+
+static int nobody_admitted(const struct child_ctx *cx, void *arg)
+{
+	(void)arg;
+	return admitted(cx, "anyone", NULL);
+}
+
+/* A Unix socket connected to the daemon that says nothing. */
+static int idle_connect(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", the_daemon.sock);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/*
+ * Sockets that connect and never say Hello hold places under
+ * max_connections only until the Hello deadline, and meanwhile an admin
+ * still gets in (a few places are kept for admins) while everybody else
+ * is refused with the numbers.
+ */
+START_TEST(silent_connections_do_not_lock_everyone_out)
+{
+	struct as_user nobody;
+	struct gpucmd_conn *c;
+	char msg[512];
+	int idle[3];
+	uint64_t t0;
+
+	SKIP_UNLESS_ROOT(&nobody);
+	start_with("[daemon]\nsocket_mode = 0666\n"
+		   "[limits]\nmax_connections = 3\n");
+	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
+	t0 = harness_now_us();
+	for (int i = 0; i < 3; i++)
+		idle[i] = idle_connect();
+	child_run(&nobody, nobody_over_the_limit, NULL);
+	/* Root is an admin: it may still look. */
+	ck_assert_msg(try_connect("admin", &c, msg, sizeof(msg)) == 0, "%s",
+		      msg);
+	gpucmd_close(c);
+	/* The silent ones are told why and closed, within the deadline. */
+	for (int i = 0; i < 3; i++) {
+		struct pollfd p = { .fd = idle[i], .events = POLLIN };
+		uint8_t buf[512];
+		ssize_t n;
+
+		ck_assert_int_eq(poll(&p, 1, 30000), 1);
+		n = recv(idle[i], buf, sizeof(buf), 0);
+		ck_assert_int_gt(n, FRAME_HEADER_SIZE);
+		ck_assert_msg(memmem(buf, (size_t)n, "no Hello within",
+				     strlen("no Hello within")) != NULL,
+			      "connection %d was told something else", i);
+		close(idle[i]);
+	}
+	/* SESSION_HELLO_TIMEOUT_MS: 10 s. */
+	ck_assert_uint_ge(harness_now_us() - t0, 9500000);
+	child_run(&nobody, nobody_admitted, NULL);
+}
+END_TEST
 
 START_TEST(uids_and_gids_decide_who_joins)
 {
@@ -1710,6 +1782,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, status_shows_a_tenant_only_its_own_memory);
 	tcase_add_test(tc, admin_group_members_are_admins);
 	tcase_add_test(tc, default_uids_guard_unlisted_services);
+	tcase_add_test(tc, silent_connections_do_not_lock_everyone_out);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("config");
