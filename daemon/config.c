@@ -79,7 +79,11 @@ int config_parse_size(const char *s, uint64_t *out)
 	if (s == NULL || !isdigit((unsigned char)*s))
 		return -1;
 	errno = 0;
-	v = strtoull(s, &end, 0);
+	/* Decimal, or hex after 0x: "010G" is ten GiB, not octal eight. */
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+		v = strtoull(s, &end, 16);
+	else
+		v = strtoull(s, &end, 10);
 	if (errno != 0)
 		return -1;
 	switch (toupper((unsigned char)*end)) {

@@ -511,15 +511,32 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 /* ---- signals and lifetime ------------------------------------------------ */
 
 /* Services the file lists get their (new) limits. */
+/*
+ * Services the daemon knows that the file does not list take the defaults
+ * ([services] default_*), as they did when they were created; one whose
+ * section was removed keeps its last limits (gpucmdd.conf(5)).
+ */
+static void apply_defaults(struct service *svc, void *arg)
+{
+	const struct config *cfg = arg;
+
+	if (!atomic_load(&svc->listed) &&
+	    config_find_service(cfg, svc->name) == NULL)
+		service_apply(svc, &cfg->default_service);
+}
+
 static void apply_services(struct server *srv)
 {
 	for (uint32_t i = 0; i < srv->cfg.nservices; i++) {
 		const struct config_service *cs = &srv->cfg.services[i];
 		struct service *svc = service_get(cs->name, cs);
 
-		if (svc != NULL)
+		if (svc != NULL) {
 			service_apply(svc, cs);
+			atomic_store(&svc->listed, true);
+		}
 	}
+	service_foreach(apply_defaults, &srv->cfg);
 }
 
 static int64_t resolve_admin_gid(const struct config *cfg)

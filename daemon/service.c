@@ -77,6 +77,7 @@ struct service *service_get(const char *name,
 	atomic_init(&svc->max_streams, 0);
 	atomic_init(&svc->max_modules, 0);
 	atomic_init(&svc->modules, 0);
+	atomic_init(&svc->listed, false);
 	atomic_init(&svc->weight, 1);
 	service_apply(svc, limits);
 	*registry_tail = svc;

@@ -32,6 +32,7 @@ struct service {
 	atomic_uint max_streams;		/* 0 = the daemon's limit */
 	atomic_uint max_modules;		/* loaded at once, 0 = none */
 	atomic_uint weight;			/* batches per scheduling round */
+	atomic_bool listed;			/* a section of the file named it */
 	atomic_uint connections;
 	/*
 	 * Distinct modules of the daemon's cache the service keeps loaded:

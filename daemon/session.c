@@ -461,6 +461,8 @@ void session_drain(struct session *s)
 	}
 }
 
+static void parse_frames(struct session *s);
+
 void session_reply(struct session *s, uint8_t *buf, size_t len,
 		   struct reply_pieces *pieces, bool completed)
 {
@@ -479,8 +481,13 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
 			session_close(s, "the daemon is shutting down");
 		return;
 	}
-	if (s->in_flight < s->server->cfg.limits.max_in_flight)
-		resume_reading(s);
+	if (s->in_flight < s->server->cfg.limits.max_in_flight) {
+		/* Whole frames read ahead wait in rbuf for their turn. */
+		parse_frames(s);
+		if (s->state != SESSION_CLOSING &&
+		    s->in_flight < s->server->cfg.limits.max_in_flight)
+			resume_reading(s);
+	}
 }
 
 static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
@@ -1143,12 +1150,17 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 			   (unsigned int)(s->rcap - s->rlen));
 }
 
-/* Parse every whole frame in rbuf; start a body for a large one. */
+/*
+ * Parse every whole frame in rbuf, up to max_in_flight requests in flight
+ * (the rest wait there until answers come: session_reply); start a body
+ * for a large one.
+ */
 static void parse_frames(struct session *s)
 {
 	size_t off = 0;
 
 	while (s->state != SESSION_CLOSING && s->compiling == NULL &&
+	       s->in_flight < s->server->cfg.limits.max_in_flight &&
 	       s->rlen - off >= FRAME_HEADER_SIZE) {
 		struct frame_header hdr;
 		char msg[256];

@@ -2102,6 +2102,89 @@ START_TEST(reads_beyond_one_frame)
 }
 END_TEST
 
+static void setup_one_in_flight(void)
+{
+	setup_config("[limits]\nmax_in_flight = 1\n");
+}
+
+/* Encode a request of ops on stream and append its frame to *buf. */
+static void append_request(uint8_t **buf, size_t *len, uint64_t id,
+			   uint32_t stream, Gpucmd__Op **ops, size_t n)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	uint8_t *one, *all;
+	size_t one_len;
+
+	req.id = id;
+	req.stream = stream;
+	req.n_ops = n;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	ck_assert_int_eq(frame_encode(&f, &one, &one_len), 0);
+	all = realloc(*buf, *len + one_len);
+	ck_assert_ptr_nonnull(all);
+	memcpy(all + *len, one, one_len);
+	free(one);
+	*buf = all;
+	*len += one_len;
+}
+
+/*
+ * max_in_flight holds for a client that writes many requests at once: with
+ * a limit of 1, a sync on an idle stream sent right behind a long kernel
+ * (in the same write) waits for the kernel's answer.  The daemon used to
+ * submit every whole frame it had read, whatever the limit.
+ */
+START_TEST(pipelined_requests_keep_to_max_in_flight)
+{
+	Gpucmd__KernelArg arg = GPUCMD__KERNEL_ARG__INIT;
+	Gpucmd__KernelArg *args[1] = { &arg };
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__OpSync sy = GPUCMD__OP_SYNC__INIT;
+	Gpucmd__Op ok = GPUCMD__OP__INIT, os = GPUCMD__OP__INIT;
+	Gpucmd__Op *spin_ops[2] = { &ok, &os }, *sync_ops[1] = { &os };
+	uint32_t one[3] = { 1, 1, 1 };
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int fd = raw_connect();
+
+	raw_hello(fd, "inflight");
+	arg.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
+	arg.u32 = 300000;
+	k.name = "spin";
+	k.n_grid = 3;
+	k.grid = one;
+	k.n_block = 3;
+	k.block = one;
+	k.n_args = 1;
+	k.args = args;
+	ok.op_case = GPUCMD__OP__OP_KERNEL;
+	ok.kernel = &k;
+	os.op_case = GPUCMD__OP__OP_SYNC;
+	os.sync = &sy;
+	append_request(&buf, &len, 1, 0, spin_ops, 2);
+	append_request(&buf, &len, 2, 1, sync_ops, 1);
+	send_all(fd, buf, len);
+	free(buf);
+	for (uint64_t want = 1; want <= 2; want++) {
+		Gpucmd__Frame *r = recv_frame(fd);
+
+		ck_assert_ptr_nonnull(r);
+		ck_assert_int_eq(r->msg_case, GPUCMD__FRAME__MSG_RESPONSE);
+		ck_assert_msg(r->response->id == want,
+			      "answer %llu came before answer %llu: two "
+			      "requests were in flight under max_in_flight = 1",
+			      (unsigned long long)r->response->id,
+			      (unsigned long long)want);
+		ck_assert_ptr_null(r->response->error);
+		frame_free(r);
+	}
+	close(fd);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("hostile2");
@@ -2154,6 +2237,15 @@ static Suite *make_suite(void)
 	tcase_set_timeout(p, 120);
 	tcase_add_test(p, client_never_reads_large_replies);
 	suite_add_tcase(s, p);
+
+	{
+		TCase *f = tcase_create("inflight");
+
+		tcase_add_checked_fixture(f, setup_one_in_flight, teardown);
+		tcase_set_timeout(f, 60);
+		tcase_add_test(f, pipelined_requests_keep_to_max_in_flight);
+		suite_add_tcase(s, f);
+	}
 
 	tcase_add_checked_fixture(pin, setup_pinned, teardown);
 	tcase_set_timeout(pin, 120);

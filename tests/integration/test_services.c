@@ -1232,6 +1232,31 @@ START_TEST(sighup_reloads_limits)
 END_TEST
 
 /*
+ * The [services] defaults apply to the services the file does not list,
+ * the ones already connected too; a service whose section was removed
+ * keeps its last limits.
+ */
+START_TEST(sighup_applies_new_defaults_to_unlisted_services)
+{
+	struct gpucmd_conn *c, *d;
+
+	start_with("[services]\ndefault_memory_limit = 1M\n"
+		   "[service listed]\nmemory_limit = 3M\n");
+	c = connect_as("unlisted");
+	d = connect_as("listed");
+	ck_assert_uint_eq(row_of(c, "unlisted").limit_bytes, MIB);
+	conf_write("[services]\ndefault_memory_limit = 2M\n");
+	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
+	wait_limit(c, "unlisted", 2 * MIB);
+	alloc_ok(c, 1, MIB + KIB);
+	/* Removed from the file: its last limit stays. */
+	ck_assert_uint_eq(row_of(c, "listed").limit_bytes, 3 * MIB);
+	gpucmd_close(c);
+	gpucmd_close(d);
+}
+END_TEST
+
+/*
  * gpucmdd.conf(5): "The settings are rebuilt as at start ... A key taken
  * out of the file returns to its default."
  */
@@ -1790,6 +1815,7 @@ static Suite *make_suite(void)
 	tcase_add_checked_fixture(tc, conf_setup, conf_teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, sighup_reloads_limits);
+	tcase_add_test(tc, sighup_applies_new_defaults_to_unlisted_services);
 	tcase_add_test(tc, sighup_removed_key_returns_to_its_default);
 	tcase_add_test(tc, sighup_keeps_command_line_flags);
 	tcase_add_test(tc, check_config_good_and_bad);

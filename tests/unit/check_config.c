@@ -188,6 +188,9 @@ START_TEST(parse_size_numbers_and_suffixes)
 		{ "3GB", 3 * GIB },
 		{ "1T", TIB },
 		{ "0x10", 16 },
+		{ "0X1f", 31 },
+		{ "010G", 10 * GIB },	/* decimal, not octal */
+		{ "0755", 755 },
 		{ "0M", 0 },
 		{ "18446744073709551615", UINT64_MAX },
 		{ "16777215T", UINT64_C(16777215) << 40 },
