@@ -97,6 +97,7 @@ static int begin(struct command_ctx *ctx, struct batch *b,
 	struct resolved r;
 	int rc;
 
+	ctx->driver->error[0] = '\0';
 	rc = streams_resolve(b->conn->set, b->stream, bind, n, &r);
 	if (rc != 0)
 		return fail(b, rc, "cannot order stream %u behind the streams "

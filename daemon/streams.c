@@ -286,6 +286,31 @@ static int wait_for(struct stream_set *set, struct stream *current,
 
 	if (slot == current->slot || current->synced[slot] >= upto)
 		return 0;
+	/* Everything enqueued on other has completed: nothing to wait for. */
+	if (!other->capturing && other->completed == other->submitted) {
+		current->synced[slot] = other->cursor;
+		return 0;
+	}
+	/*
+	 * A recording stream's work has not run, and waiting across a
+	 * capture would pull the other stream into it (CUDA: its work is
+	 * recorded instead of run, or the capture is invalidated).
+	 */
+	if (other->capturing) {
+		snprintf(d->error, sizeof(d->error),
+			 "this buffer was last used on stream %u, which "
+			 "records a graph: use it on stream %u only after "
+			 "capture_end", other->number, current->number);
+		return GPUCMD_EINVAL;
+	}
+	if (current->capturing) {
+		snprintf(d->error, sizeof(d->error),
+			 "stream %u records a graph, and this buffer's last "
+			 "use on stream %u has not finished: sync stream %u "
+			 "before capture_begin", current->number,
+			 other->number, other->number);
+		return GPUCMD_EINVAL;
+	}
 	rc = d->ops->event_record(d, other->event, other->ds);
 	if (rc == 0)
 		rc = d->ops->event_wait(d, current->ds, other->event);

@@ -912,6 +912,80 @@ START_TEST(graph_holds_its_handles)
 }
 END_TEST
 
+/*
+ * A recording stream cannot be ordered with work still running on another
+ * stream (on CUDA the wait would pull that stream into the capture): a
+ * buffer last used by unfinished work elsewhere is refused in a capture,
+ * and one used in a capture is refused on other streams until it ends.
+ * Work that has finished needs no ordering at all.
+ */
+START_TEST(capture_and_other_streams)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_arg spin[1] = { u32_arg(400000) };
+	struct gpucmd_arg fill1[3] = { buf_arg(1), u32_arg(5), u32_arg(4) };
+	struct gpucmd_arg fill2[3] = { buf_arg(2), u32_arg(6), u32_arg(4) };
+	struct gpucmd_batch *b;
+	int idx;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 16);
+	gpucmd_batch_empty(b, 2, 16);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	/* Buffer 1 written on stream 1 behind a spin: still running. */
+	b = batch(c, 1);
+	gpucmd_batch_kernel(b, "spin", ONE, B64, spin, 1);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill1, 3);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill1, 3);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	ck_assert_int_eq(idx, 1);
+	ck_assert_msg(strstr(last_message, "sync stream 1 before "
+					   "capture_begin") != NULL,
+		      "%s", last_message);
+	/* Synced, stream 1's work is done: no ordering is needed. */
+	b = batch(c, 1);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill1, 3);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill2, 3);
+	gpucmd_batch_capture_end(b, 9);
+	run_done(b);
+	/* Recording on stream 0 again: buffer 2 is its, not stream 1's. */
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill2, 3);
+	run_done(b);
+	b = batch(c, 1);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill2, 3);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	ck_assert_msg(strstr(last_message, "records a graph") != NULL &&
+			      strstr(last_message, "after capture_end") != NULL,
+		      "%s", last_message);
+	b = batch(c, 0);
+	gpucmd_batch_capture_end(b, 10);
+	gpucmd_batch_graph_launch(b, 9);
+	gpucmd_batch_read(b, 1, 0, 16);
+	gpucmd_batch_read(b, 2, 0, 16);
+	{
+		struct gpucmd_response *r = run_ok(b);
+		const void *d;
+		size_t len;
+
+		ck_assert_int_eq(gpucmd_response_data(r, 2, &d, &len), 0);
+		ck_assert_uint_eq(((const uint32_t *)d)[3], 5);
+		ck_assert_int_eq(gpucmd_response_data(r, 3, &d, &len), 0);
+		ck_assert_uint_eq(((const uint32_t *)d)[3], 6);
+		gpucmd_response_free(r);
+	}
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(capture_refuses_reads_syncs_allocations)
 {
 	struct gpucmd_conn *c = connect_as("ops");
@@ -1357,6 +1431,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, graph_replay_equals_eager);
 	tcase_add_test(tc, graph_holds_its_handles);
 	tcase_add_test(tc, capture_refuses_reads_syncs_allocations);
+	tcase_add_test(tc, capture_and_other_streams);
 	tcase_add_test(tc, graph_destroy_then_launch);
 	tcase_add_test(tc, evict_a_service);
 	tcase_add_test(tc, evict_one_connection);
