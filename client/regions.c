@@ -277,7 +277,9 @@ static int scratch_get(struct gpucmd_conn *conn, size_t want,
 	}
 	for (;;) {
 		r = regions_attach(conn, REGIONS_SCRATCH_ID, size, out);
-		if (r != GPUCMD_EQUOTA && r != GPUCMD_ELIMIT)
+		/* Refused by the daemon: a quota, a count, or no memory. */
+		if (r != GPUCMD_EQUOTA && r != GPUCMD_ELIMIT &&
+		    r != GPUCMD_ENOMEM)
 			return r;
 		conn_regions(conn)->scratch_refused = size;
 		if (size <= REGIONS_SCRATCH_MIN)
@@ -379,7 +381,8 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
 	if (len <= inline_limit(conn))
 		return write_inline(conn, stream, handle, offset, data, len);
 	r = scratch_get(conn, len, &e);
-	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT) &&
+	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT ||
+	     r == GPUCMD_ENOMEM) &&
 	    inline_limit(conn) > 0) {
 		/* No region to be had: inline, a frame's worth at a time. */
 		chunk = inline_limit(conn);
@@ -479,7 +482,8 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
 	if (len <= inline_limit(conn))
 		return read_inline(conn, stream, handle, offset, len, out);
 	r = scratch_get(conn, len, &e);
-	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT) &&
+	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT ||
+	     r == GPUCMD_ENOMEM) &&
 	    inline_limit(conn) > 0) {
 		/* No region to be had: inline, a frame's worth at a time. */
 		chunk = inline_limit(conn);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "frame.h"
 #include "gpucmd.h"
@@ -373,7 +374,9 @@ int command_bind(struct command *cmd, const struct managed_memory *reserved,
 static void heap_registered(struct driver *d, size_t size,
 			    struct host_bytes *out)
 {
-	size_t page = 4096, len = (size + page - 1) / page * page;
+	long sys_page = sysconf(_SC_PAGESIZE);	/* 64 KiB on some aarch64 */
+	size_t page = sys_page > 0 ? (size_t)sys_page : 4096;
+	size_t len = (size + page - 1) / page * page;
 	void *p = NULL;
 
 	out->data = NULL;

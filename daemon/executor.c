@@ -440,24 +440,35 @@ static bool light(const struct batch *b)
 	return true;
 }
 
+/*
+ * A fault on a backend where it is sticky (CUDA): the context is gone for
+ * every client, and the daemon must restart (the fatal callback).
+ */
+static void device_lost(struct executor *ex, const struct batch *b,
+			const struct stream *s)
+{
+	char why[256];
+
+	if (!ex->driver->props.fault_is_fatal || ex->lost)
+		return;
+	ex->lost = true;
+	snprintf(why, sizeof(why),
+		 "a kernel of connection %llu (service %s) faulted on "
+		 "stream %u and the %s device is lost for every client",
+		 (unsigned long long)b->conn->id, b->conn->service->name,
+		 s->number, ex->driver->props.backend);
+	ex->cb.fatal(why, ex->cb.arg);
+}
+
 static void complete_fence(struct executor *ex, struct fence *f)
 {
 	struct batch *b = f->batch;
 	struct stream *s = f->stream;
 
 	s->completed = f->seq;
-	if (f->status != 0)
+	if (f->status != 0) {
 		s->fault_pending = true;
-	if (f->status != 0 && ex->driver->props.fault_is_fatal && !ex->lost) {
-		char why[256];
-
-		ex->lost = true;
-		snprintf(why, sizeof(why),
-			 "a kernel of connection %llu (service %s) faulted on "
-			 "stream %u and the %s device is lost for every client",
-			 (unsigned long long)b->conn->id, b->conn->service->name,
-			 s->number, ex->driver->props.backend);
-		ex->cb.fatal(why, ex->cb.arg);
+		device_lost(ex, b, s);
 	}
 	free(f);
 	/*
@@ -522,6 +533,13 @@ static void run_batch(struct executor *ex, struct batch *b)
 	atomic_fetch_add(&ex->batches, 1);
 	atomic_store_explicit(&conn->quiet, false, memory_order_relaxed);
 	dispatch_batch(&ex->cmd, b);
+	/*
+	 * A driver call that found the context faulted (a sticky error,
+	 * GPUCMD_ESTREAM at dispatch): no completion may ever come to say
+	 * so (cuLaunchHostFunc's callbacks do not run after one).
+	 */
+	if (b->error == GPUCMD_ESTREAM && b->stream != NULL)
+		device_lost(ex, b, b->stream);
 	if (b->stream == NULL) {
 		/* The stream itself could not be had: nothing was enqueued. */
 		send_reply(ex, b, true, false);

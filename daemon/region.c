@@ -169,8 +169,22 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 	/* The mapping holds the memfd: the descriptor is not needed. */
 	close(r->fd);
 	r->fd = -1;
-	/* Pinning is an optimisation: a region that cannot be pinned still works. */
+	/*
+	 * Pinned, a copy is one DMA.  Where a copy into memory that is not
+	 * pinned holds the device thread until the stream's queued work is
+	 * done (driver_properties.pageable_copies_block: CUDA), a region
+	 * that cannot be pinned is refused rather than used.
+	 */
+	d->error[0] = '\0';
 	r->registered = d->ops->host_register(d, r->base, size) == 0;
+	if (!r->registered && d->props.pageable_copies_block) {
+		snprintf(msg, msg_len, "region %llu: the driver cannot pin "
+			 "its %llu bytes (%s): attach a smaller region",
+			 (unsigned long long)id, (unsigned long long)size,
+			 d->error[0] ? d->error : "no reason given");
+		unmap(d, r);
+		return GPUCMD_ENOMEM;
+	}
 	r->next = set->regions;
 	set->regions = r;
 	service_region_charge(set->service, size);

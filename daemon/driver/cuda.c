@@ -200,8 +200,8 @@ struct cuda_driver {
 	void *libnvrtc;
 	struct nvrtc_api nvrtc;
 	/*
-	 * Module loads (and NVRTC's opening) one at a time: they may come
-	 * from the device thread and from compile threads at once.
+	 * NVRTC's opening, which the device thread and compile threads may
+	 * attempt at once (compiles and loads themselves run in parallel).
 	 */
 	pthread_mutex_t module_lock;
 };
@@ -272,6 +272,17 @@ static bool cuda_is_sticky(CUresult r)
 	case CUDA_ERROR_LAUNCH_FAILED:
 	case CUDA_ERROR_ASSERT:
 	case CUDA_ERROR_ECC_UNCORRECTABLE:
+		return true;
+	/*
+	 * Numbers, not names: newer than some toolkits the daemon builds
+	 * with.  cuda.h of each: "any further CUDA work will return the same
+	 * error" (CONTAINED 226, TENSOR_MEMORY_LEAK 721, EXTERNAL_DEVICE
+	 * 911), and MPS_CLIENT_TERMINATED (810) needs a new process.
+	 */
+	case 226:
+	case 721:
+	case 810:
+	case 911:
 		return true;
 	default:
 		return false;
@@ -573,6 +584,11 @@ static void cuda_close(struct driver *d)
 
 	if (cd->ctx) {
 		/*
+		 * The executor is stopped from the loop's thread (or main's,
+		 * after a failed start), which has no current context.
+		 */
+		cd->cu.cuCtxSetCurrent(cd->ctx);
+		/*
 		 * Wait for the device so that no completion callback is
 		 * still running when the caller frees what it points at.
 		 * After a fault this returns the fault at once; nothing more
@@ -846,11 +862,12 @@ static int cuda_host_alloc(struct driver *d, size_t size, void **ptr)
 	return 0;
 }
 
+/* Also at teardown, from the thread that stops the executor. */
 static void cuda_host_free(struct driver *d, void *ptr)
 {
 	struct cuda_driver *cd = cuda_of(d);
 
-	if (ptr)
+	if (ptr && cd->cu.cuCtxSetCurrent(cd->ctx) == CUDA_SUCCESS)
 		CU_CHECK(cd, cuMemFreeHost, ptr);
 }
 
@@ -1096,7 +1113,14 @@ static int cuda_nvrtc_compile(struct cuda_driver *cd, const char *src,
 	int r;
 	int rc;
 
+	/*
+	 * Only loading NVRTC needs the lock (compile threads and the device
+	 * thread may come here at once); compiling and the driver's module
+	 * load are thread-safe, so one compile never holds another up.
+	 */
+	pthread_mutex_lock(&cd->module_lock);
 	rc = cuda_nvrtc_open(cd);
+	pthread_mutex_unlock(&cd->module_lock);
 	if (rc)
 		return rc;
 	cubin = nv->nvrtcGetCUBIN && nv->nvrtcGetCUBINSize;
@@ -1169,7 +1193,7 @@ out:
 	return rc;
 }
 
-static int cuda_module_load_locked(struct cuda_driver *cd,
+static int cuda_module_load_image(struct cuda_driver *cd,
 				   enum driver_module_format fmt,
 				   const void *data, size_t len,
 				   struct driver_module **out, char *log,
@@ -1233,13 +1257,8 @@ static int cuda_module_load(struct driver *d, enum driver_module_format fmt,
 			    struct driver_module **out, char *log,
 			    size_t log_len)
 {
-	struct cuda_driver *cd = cuda_of(d);
-	int rc;
-
-	pthread_mutex_lock(&cd->module_lock);
-	rc = cuda_module_load_locked(cd, fmt, data, len, out, log, log_len);
-	pthread_mutex_unlock(&cd->module_lock);
-	return rc;
+	return cuda_module_load_image(cuda_of(d), fmt, data, len, out, log,
+				      log_len);
 }
 
 /*
@@ -1263,10 +1282,8 @@ static int cuda_module_load_shared(struct driver *d,
 	if (r != CUDA_SUCCESS) {
 		rc = cuda_fail(cd, "cuCtxSetCurrent", r);
 	} else {
-		pthread_mutex_lock(&cd->module_lock);
-		rc = cuda_module_load_locked(cd, fmt, data, len, out, log,
-					     log_len);
-		pthread_mutex_unlock(&cd->module_lock);
+		rc = cuda_module_load_image(cd, fmt, data, len, out, log,
+					    log_len);
 	}
 	cuda_err_buf = NULL;
 	cuda_err_len = 0;
