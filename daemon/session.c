@@ -24,6 +24,10 @@
 
 /* Small frames are read many at a time into this buffer. */
 #define SESSION_RBUF 65536
+/* Requests this large are counted before they are decoded. */
+#define SESSION_COUNT_FIRST (256u << 10)
+/* Past this many arguments a kernel op is refused undecoded (32 run). */
+#define SESSION_MAX_KERNEL_ARGS 64
 
 /* A write libuv finishes later, and the replies whose bytes it holds. */
 struct write_req {
@@ -1117,8 +1121,42 @@ static void handle_frame(struct session *s, Gpucmd__Frame *frame, size_t len)
 }
 
 /* A frame in the read buffer: decoded into memory of its own. */
+/*
+ * A large request is counted before it is decoded: protobuf-c turns each
+ * small op into tens of times its bytes (a 64 MiB frame of empty ops took
+ * 3 GiB and stalled the loop for seconds), so one over max_ops_per_batch,
+ * or with a kernel of more arguments than any kernel takes, is refused
+ * unread, and the connection closed (its descriptors cannot be matched
+ * to attaches that were never decoded).  Smaller frames are decoded and
+ * refused with the usual per-batch answer.
+ */
+static bool too_large_to_decode(struct session *s, const uint8_t *body,
+				size_t len)
+{
+	uint32_t max_ops = s->server->cfg.limits.max_ops_per_batch;
+	size_t nops, max_args;
+
+	if (len < SESSION_COUNT_FIRST || s->state != SESSION_READY ||
+	    !frame_request_counts(body, len, &nops, &max_args))
+		return false;
+	if (nops > max_ops) {
+		session_refuse(s, GPUCMD_ELIMIT, "a request of %zu ops is over "
+			       "the limit of %u (max_ops_per_batch): split it",
+			       nops, max_ops);
+		return true;
+	}
+	if (max_args > SESSION_MAX_KERNEL_ARGS) {
+		session_refuse(s, GPUCMD_EINVAL, "a kernel op with %zu "
+			       "arguments: kernels take at most 32", max_args);
+		return true;
+	}
+	return false;
+}
+
 static void handle_body(struct session *s, const uint8_t *body, size_t len)
 {
+	if (too_large_to_decode(s, body, len))
+		return;
 	handle_frame(s, frame_decode(body, len), len);
 }
 
@@ -1128,6 +1166,10 @@ static void handle_body(struct session *s, const uint8_t *body, size_t len)
  */
 static void handle_owned_body(struct session *s, uint8_t *body, size_t len)
 {
+	if (too_large_to_decode(s, body, len)) {
+		frame_buf_free(body);
+		return;
+	}
 	handle_frame(s, frame_decode_owned(body, len), len);
 }
 

@@ -1679,6 +1679,96 @@ decline:
 }
 
 /* Either kind of frame a busy connection carries, or NULL. */
+/* Skip a field of wire type wt: false when it runs past end. */
+static bool wire_skip(const uint8_t **pp, const uint8_t *end, unsigned wt)
+{
+	const uint8_t *data;
+	uint64_t x;
+	size_t n;
+
+	switch (wt) {
+	case 0:
+		return fast_varint(pp, end, &x);
+	case 1:
+		if (end - *pp < 8)
+			return false;
+		*pp += 8;
+		return true;
+	case 2:
+		return fast_len(pp, end, &data, &n);
+	case 5:
+		if (end - *pp < 4)
+			return false;
+		*pp += 4;
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* The args of the kernel op in [p, end) (an Op's bytes), 0 for another op. */
+static size_t op_kernel_args(const uint8_t *p, const uint8_t *end)
+{
+	const uint8_t *k = NULL, *kend;
+	size_t n = 0, klen = 0;
+	uint64_t tag;
+
+	while (p < end) {
+		if (!fast_tag(&p, end, &tag))
+			return 0;
+		if (tag == ((6 << 3) | 2)) {
+			if (!fast_len(&p, end, &k, &klen))
+				return 0;
+		} else if (!wire_skip(&p, end, (unsigned)(tag & 7))) {
+			return 0;
+		}
+	}
+	if (k == NULL)
+		return 0;
+	for (kend = k + klen; k < kend;) {
+		if (!fast_tag(&k, kend, &tag))
+			break;
+		if (tag == ((4 << 3) | 2))
+			n++;
+		if (!wire_skip(&k, kend, (unsigned)(tag & 7)))
+			break;
+	}
+	return n;
+}
+
+bool frame_request_counts(const uint8_t *body, size_t len, size_t *nops,
+			  size_t *max_args)
+{
+	const uint8_t *p = body, *end = body + len, *req, *reqend, *op;
+	size_t rlen, olen;
+	uint64_t tag;
+
+	*nops = 0;
+	*max_args = 0;
+	if (!fast_tag(&p, end, &tag) || tag != ((4 << 3) | 2) ||
+	    !fast_len(&p, end, &req, &rlen))
+		return false;
+	for (p = req, reqend = req + rlen; p < reqend;) {
+		if (!fast_tag(&p, reqend, &tag))
+			return false;
+		if (tag != ((3 << 3) | 2)) {
+			if (!wire_skip(&p, reqend, (unsigned)(tag & 7)))
+				return false;
+			continue;
+		}
+		if (!fast_len(&p, reqend, &op, &olen))
+			return false;
+		(*nops)++;
+		{
+			size_t a = op_kernel_args(op, op + olen);
+
+			if (a > *max_args)
+				*max_args = a;
+		}
+	}
+	return true;
+}
+
 static Gpucmd__Frame *fast_frame(const uint8_t *body, size_t len,
 				 uint8_t *owned)
 {

@@ -290,7 +290,7 @@ printf '%s\n' "$prom" | grep -q '^gpucmd_pool_bytes_in_use{service="held",connec
 	fail "prometheus pool of held stream 1"
 
 # 5. --watch: several frames, no terminal codes into a pipe, exit 0 on SIGINT.
-timeout -k 20 --preserve-status -s INT 1.5 "$dir/gpucmd" --socket "$sock" memory-report --watch 0.2 --json >"$dir/watch"
+timeout -k 20 --preserve-status -s INT 3 "$dir/gpucmd" --socket "$sock" memory-report --watch 0.2 --json >"$dir/watch"
 rc=$?
 [ $rc -eq 0 ] || fail "--watch exited $rc after SIGINT"
 frames=$(grep -c '^{"device"' "$dir/watch")

@@ -2102,6 +2102,91 @@ START_TEST(reads_beyond_one_frame)
 }
 END_TEST
 
+/* Append v as a varint at *p. */
+static void put_varint(uint8_t **p, uint64_t v)
+{
+	while (v >= 0x80) {
+		*(*p)++ = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	*(*p)++ = (uint8_t)v;
+}
+
+/*
+ * A whole frame (header and body) of one Request of id 1 whose ops field
+ * is inner (already encoded); *len gets its size.
+ */
+static uint8_t *request_frame(const uint8_t *inner, size_t inner_len,
+			      size_t *len)
+{
+	uint8_t *buf = malloc(FRAME_HEADER_SIZE + inner_len + 32), *p, *body;
+	size_t rlen = 2 + inner_len;
+
+	ck_assert_ptr_nonnull(buf);
+	p = body = buf + FRAME_HEADER_SIZE;
+	*p++ = (4 << 3) | 2;		/* Frame.request */
+	put_varint(&p, rlen);
+	*p++ = (1 << 3) | 0;		/* Request.id = 1 */
+	*p++ = 1;
+	memcpy(p, inner, inner_len);
+	p += inner_len;
+	header(buf, (uint32_t)(p - body));
+	*len = (size_t)(p - buf);
+	return buf;
+}
+
+/*
+ * Large requests are counted before protobuf-c decodes them: 8 M empty ops
+ * in 16 MiB (which decoded take gigabytes and seconds of the loop) or one
+ * kernel of a million empty arguments are refused unread, the connection
+ * closed, and the daemon's peak memory hardly moves.
+ */
+START_TEST(huge_op_counts_are_refused_undecoded)
+{
+	enum { NOPS = 8 << 20, NARGS = 1 << 20 };
+	uint8_t *inner = malloc(2 * (size_t)NOPS + 16), *frame, *p;
+	long before = daemon_status_kb(the_daemon.pid, "VmHWM"), after;
+	size_t len;
+	int fd;
+
+	ck_assert_ptr_nonnull(inner);
+	for (size_t i = 0; i < NOPS; i++) {
+		inner[2 * i] = (3 << 3) | 2;	/* Request.ops, empty Op */
+		inner[2 * i + 1] = 0;
+	}
+	frame = request_frame(inner, 2 * (size_t)NOPS, &len);
+	fd = raw_connect();
+	raw_hello(fd, "hostile");
+	send_all(fd, frame, len);
+	expect_refusal(fd, GPUCMD_ELIMIT, "8388608 ops");
+	free(frame);
+
+	/* One op: kernel (Op field 6) with NARGS empty args (field 4). */
+	p = inner;
+	*p++ = (3 << 3) | 2;
+	put_varint(&p, 1 + 4 + 2 * (uint64_t)NARGS);
+	*p++ = (6 << 3) | 2;
+	put_varint(&p, 2 * (uint64_t)NARGS);
+	for (size_t i = 0; i < NARGS; i++) {
+		*p++ = (4 << 3) | 2;
+		*p++ = 0;
+	}
+	frame = request_frame(inner, (size_t)(p - inner), &len);
+	fd = raw_connect();
+	raw_hello(fd, "hostile");
+	send_all(fd, frame, len);
+	expect_refusal(fd, GPUCMD_EINVAL, "1048576 arguments");
+	free(frame);
+	free(inner);
+	after = daemon_status_kb(the_daemon.pid, "VmHWM");
+	ck_assert_msg(after - before < 96 * 1024,
+		      "the daemon's peak grew from %ld to %ld KiB", before,
+		      after);
+	still_served(good);
+	back_to_baseline();
+}
+END_TEST
+
 static void setup_one_in_flight(void)
 {
 	setup_config("[limits]\nmax_in_flight = 1\n");
@@ -2219,6 +2304,7 @@ static Suite *make_suite(void)
 	tcase_add_test(d, small_host_memory);
 	tcase_add_test(d, fail_every_allocation_site);
 	tcase_add_test(d, reads_beyond_one_frame);
+	tcase_add_test(d, huge_op_counts_are_refused_undecoded);
 	suite_add_tcase(s, d);
 
 	tcase_add_checked_fixture(l, setup_limits, teardown);
