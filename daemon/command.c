@@ -394,14 +394,26 @@ static void heap_registered(struct driver *d, size_t size,
 	out->registered = true;
 }
 
+static void reserve_cpu(struct command *cmd, size_t size, bool for_copy,
+			struct host_bytes *out);
+
 void command_reserve_cpu(struct command *cmd, size_t size,
 			 struct stream *origin, struct host_bytes *out)
 {
-	/*
-	 * One pinned pool serves the daemon (origin is accepted for the
-	 * seed's shape); an exhausted pool falls back to the heap.
-	 */
-	(void)origin;
+	(void)origin;	/* one pinned pool serves the daemon */
+	reserve_cpu(cmd, size, true, out);
+}
+
+void command_reserve_cpu_unpinned(struct command *cmd, size_t size,
+				  struct host_bytes *out)
+{
+	reserve_cpu(cmd, size, false, out);
+}
+
+static void reserve_cpu(struct command *cmd, size_t size, bool for_copy,
+			struct host_bytes *out)
+{
+	/* An exhausted pool falls back to the heap. */
 	out->slice = NULL;
 	out->registered = false;
 	/* Host bytes serve replies: nothing larger than a frame is needed. */
@@ -418,7 +430,7 @@ void command_reserve_cpu(struct command *cmd, size_t size,
 		out->pinned = true;
 		return;
 	}
-	if (cmd->ctx->driver->props.pageable_copies_block) {
+	if (for_copy && cmd->ctx->driver->props.pageable_copies_block) {
 		heap_registered(cmd->ctx->driver, size, out);
 		if (out->data != NULL)
 			return;

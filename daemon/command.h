@@ -175,6 +175,12 @@ int command_bind(struct command *cmd, const struct managed_memory *reserved,
  */
 void command_reserve_cpu(struct command *cmd, size_t size,
 			 struct stream *origin, struct host_bytes *out);
+/**
+ * command_reserve_cpu for bytes no copy will use: the pool when it can
+ * serve, else plain heap (never pinned by host_register).
+ */
+void command_reserve_cpu_unpinned(struct command *cmd, size_t size,
+				  struct host_bytes *out);
 /** Give back what command_reserve_cpu returned (any thread). */
 void command_free_cpu(struct command_ctx *ctx, struct host_bytes *bytes);
 /**

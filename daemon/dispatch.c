@@ -264,7 +264,20 @@ static int op_write(struct command_ctx *ctx, struct batch *b, size_t i,
 		 * Replays read these bytes long after the request (or the
 		 * region) is gone: the graph keeps its own copy.
 		 */
+		struct stream_set *set = b->conn->set;
+
 		data = graph_keep(b->stream->recording, src, len);
+		if (data == NULL && set->graph_bytes + len >
+					    STREAMS_GRAPH_BYTES_MAX)
+			return fail(b, GPUCMD_ELIMIT,
+				    "recording this write would make this "
+				    "connection's graphs keep %llu bytes of "
+				    "write data, over the %llu a connection "
+				    "may: destroy graphs, or write from "
+				    "before the capture",
+				    (unsigned long long)(set->graph_bytes +
+							 len),
+				    (unsigned long long)STREAMS_GRAPH_BYTES_MAX);
 		if (data == NULL)
 			return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	}
@@ -1217,7 +1230,12 @@ static int op_reserve_cpu(struct command_ctx *ctx, struct batch *b, size_t i,
 	rc = begin(ctx, b, NULL, 0, &cmd);
 	if (rc != 0)
 		return rc;
-	command_reserve_cpu(&cmd, op->size, NULL, &bytes);
+	/*
+	 * It answers what a reservation of that size gets and gives it back
+	 * at once: no copy comes of it, so heap bytes are not pinned (a batch
+	 * of them would pin and unpin gigabytes on the device thread).
+	 */
+	command_reserve_cpu_unpinned(&cmd, op->size, &bytes);
 	if (bytes.data == NULL)
 		return fail(b, GPUCMD_ENOMEM,
 			    "the daemon's host has no %llu bytes to spare",
@@ -1248,6 +1266,10 @@ static int op_profile_begin(struct command_ctx *ctx, struct batch *b,
 			return fail(b, GPUCMD_EEXIST,
 				    "profile %llu is already open",
 				    (unsigned long long)op->profile);
+	if (set->nprofiles >= STREAMS_MAX_PROFILES)
+		return fail(b, GPUCMD_ELIMIT,
+			    "this connection has %u profiles open, the most it "
+			    "may: end some first", set->nprofiles);
 	p = calloc(1, sizeof(*p));
 	if (p == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
@@ -1265,6 +1287,7 @@ static int op_profile_begin(struct command_ctx *ctx, struct batch *b,
 	p->valid = true;
 	p->next = set->profiles;
 	set->profiles = p;
+	set->nprofiles++;
 	result_done(&b->results[i]);
 	return 0;
 }
@@ -1309,6 +1332,7 @@ static int op_profile_end(struct command_ctx *ctx, struct batch *b, size_t i,
 		return fail(b, rc, "cannot end profile: %s", d->error);
 	}
 	*pp = p->next;
+	set->nprofiles--;
 	res->op = i;
 	res->start = p->start;
 	res->valid = p->valid;
@@ -1333,7 +1357,12 @@ static int op_capture_begin(struct command_ctx *ctx, struct batch *b,
 
 	if (rc != 0)
 		return rc;
-	s->recording = graph_new();
+	if (b->conn->set->ngraphs >= STREAMS_MAX_GRAPHS)
+		return fail(b, GPUCMD_ELIMIT,
+			    "this connection has %u graphs (kept, or destroyed "
+			    "with replays still to run), the most it may: "
+			    "destroy some first", b->conn->set->ngraphs);
+	s->recording = graph_new(b->conn->set);
 	if (s->recording == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	/* What ran before the capture completes on its own fence. */

@@ -12,9 +12,15 @@
 #include "module.h"
 #include "service.h"
 
-struct graph *graph_new(void)
+struct graph *graph_new(struct stream_set *set)
 {
-	return calloc(1, sizeof(struct graph));
+	struct graph *g = calloc(1, sizeof(struct graph));
+
+	if (g != NULL) {
+		g->set = set;
+		set->ngraphs++;
+	}
+	return g;
 }
 
 int graph_hold(struct graph *g, struct handle *h)
@@ -64,6 +70,8 @@ void *graph_keep(struct graph *g, const void *data, size_t len)
 {
 	void *copy;
 
+	if (g->set->graph_bytes + len > STREAMS_GRAPH_BYTES_MAX)
+		return NULL;
 	if (g->nblobs == g->blobs_cap) {
 		uint32_t cap = g->blobs_cap ? g->blobs_cap * 2 : 4;
 		void **n = realloc(g->blobs, cap * sizeof(*n));
@@ -78,6 +86,8 @@ void *graph_keep(struct graph *g, const void *data, size_t len)
 	if (len > 0)
 		memcpy(copy, data, len);
 	g->blobs[g->nblobs++] = copy;
+	g->kept += len;
+	g->set->graph_bytes += len;
 	return copy;
 }
 
@@ -99,6 +109,8 @@ void graph_free(struct driver *d, struct graph *g)
 		free(g->blobs[i]);
 	free(g->blobs);
 	free(g->handles);
+	g->set->graph_bytes -= g->kept;
+	g->set->ngraphs--;
 	free(g);
 }
 

@@ -42,6 +42,8 @@ struct graph {
 	void **blobs;			/* copies of recorded write data */
 	uint32_t nblobs;
 	uint32_t blobs_cap;
+	struct stream_set *set;		/* counts it (ngraphs, graph_bytes) */
+	uint64_t kept;			/* bytes of blobs */
 	struct module_cache *module_cache;	/* of the modules held */
 	struct service *service;	/* charged for them (max_modules) */
 	struct module_entry **modules;	/* modules its launches use */
@@ -52,8 +54,8 @@ struct graph {
 	struct graph *next;
 };
 
-/** A new, empty recording. */
-struct graph *graph_new(void);
+/** A new, empty recording of set (counted in set->ngraphs until freed). */
+struct graph *graph_new(struct stream_set *set);
 /** Reference h from g (once per graph). */
 int graph_hold(struct graph *g, struct handle *h);
 /**
@@ -62,7 +64,10 @@ int graph_hold(struct graph *g, struct handle *h);
  */
 int graph_hold_module(struct graph *g, struct module_cache *c,
 		      struct module_entry *e, struct service *svc);
-/** Copy len bytes of data into g; the copy lives as long as g (NULL: no memory). */
+/**
+ * Copy len bytes of data into g; the copy lives as long as g (NULL: no
+ * memory, or the set's graphs would keep over STREAMS_GRAPH_BYTES_MAX).
+ */
 void *graph_keep(struct graph *g, const void *data, size_t len);
 /** Drop g's references, its copies, its driver graph, and g. */
 void graph_free(struct driver *d, struct graph *g);

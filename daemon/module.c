@@ -199,8 +199,13 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 		e->dm = pre->dm;
 		pre->dm = NULL;
 	} else {
+		/*
+		 * From the copy, not from data: bytes in a client's region
+		 * may change under the daemon, and the cache must hold the
+		 * code of the content it files it under.
+		 */
 		c->driver->error[0] = '\0';
-		rc = c->driver->ops->module_load(c->driver, fmt, data, len,
+		rc = c->driver->ops->module_load(c->driver, fmt, e->data, len,
 						 &e->dm, log, log_len);
 		if (rc != 0) {
 			snprintf(err, err_len, "%s", c->driver->error);

@@ -40,6 +40,16 @@
 
 #define STREAMS_MAX 64
 
+/*
+ * Per connection: open profiles (each holds a device event), graphs (kept
+ * or retired with replays still to run), and the bytes of write data its
+ * graphs keep (host memory no quota counts otherwise).  Past them:
+ * GPUCMD_ELIMIT with the numbers.
+ */
+#define STREAMS_MAX_PROFILES 1024
+#define STREAMS_MAX_GRAPHS 1024
+#define STREAMS_GRAPH_BYTES_MAX (256ull << 20)
+
 struct drop_queue;
 struct graph;
 struct module_cache;
@@ -93,8 +103,11 @@ struct stream_set {
 	struct handle_table *handles;
 	struct handle_table *reservations;	/* reserve without bind yet */
 	struct profile *profiles;		/* open profiles */
+	uint32_t nprofiles;
 	struct graph *graphs;			/* captured graphs */
 	struct graph *dead_graphs;		/* destroyed, replays may still run */
+	uint32_t ngraphs;			/* both lists, and the recordings */
+	uint64_t graph_bytes;			/* write data the graphs keep */
 	struct region *regions;			/* attached shared regions */
 	struct module_cache *module_cache;	/* the daemon's, for teardown */
 	struct module_ref *modules;		/* modules this connection loaded */

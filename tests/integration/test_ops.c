@@ -986,6 +986,78 @@ START_TEST(capture_and_other_streams)
 }
 END_TEST
 
+/*
+ * What a connection may hold that no memory quota counts is bounded:
+ * open profiles (1024), graphs (1024) and the write data its graphs keep
+ * (256 MiB), each refused past that with ELIMIT and the numbers.
+ */
+START_TEST(profiles_and_graphs_are_bounded)
+{
+	enum { MAX = 1024, BIG = 64 << 20 };
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b;
+	void *region;
+	int idx;
+
+	b = batch(c, 0);
+	for (uint64_t k = 1; k <= MAX; k++)
+		gpucmd_batch_profile_begin(b, k);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_profile_begin(b, MAX + 1);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(last_message, "1024 profiles open") != NULL, "%s",
+		      last_message);
+	b = batch(c, 0);
+	gpucmd_batch_profile_end(b, 7);
+	gpucmd_batch_profile_begin(b, MAX + 1);
+	run_done(b);
+
+	b = batch(c, 0);
+	for (uint64_t k = 1; k <= MAX; k++) {
+		gpucmd_batch_capture_begin(b);
+		gpucmd_batch_capture_end(b, k);
+	}
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(last_message, "1024 graphs") != NULL, "%s",
+		      last_message);
+	b = batch(c, 0);
+	for (uint64_t k = 1; k <= MAX; k++)
+		gpucmd_batch_graph_destroy(b, k);
+	gpucmd_batch_sync(b);
+	run_done(b);
+
+	/* Four 64 MiB writes fit in a capture; a fifth does not. */
+	ck_assert_int_eq(gpucmd_region_create(c, 1, BIG, &region), 0);
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, BIG);
+	gpucmd_batch_capture_begin(b);
+	for (int k = 0; k < 4; k++)
+		gpucmd_batch_write_region(b, 1, 0, 1, 0, BIG);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_write_region(b, 1, 0, 1, 0, BIG);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(last_message, "335544320 bytes") != NULL, "%s",
+		      last_message);
+	/* Destroyed, a graph gives its bytes back. */
+	b = batch(c, 0);
+	gpucmd_batch_capture_end(b, 1);
+	gpucmd_batch_graph_destroy(b, 1);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_write_region(b, 1, 0, 1, 0, BIG);
+	gpucmd_batch_capture_end(b, 2);
+	run_done(b);
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(capture_refuses_reads_syncs_allocations)
 {
 	struct gpucmd_conn *c = connect_as("ops");
@@ -1432,6 +1504,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, graph_holds_its_handles);
 	tcase_add_test(tc, capture_refuses_reads_syncs_allocations);
 	tcase_add_test(tc, capture_and_other_streams);
+	tcase_add_test(tc, profiles_and_graphs_are_bounded);
 	tcase_add_test(tc, graph_destroy_then_launch);
 	tcase_add_test(tc, evict_a_service);
 	tcase_add_test(tc, evict_one_connection);

@@ -112,6 +112,23 @@ START_TEST(non_blocking_backend_registers_nothing)
 }
 END_TEST
 
+/* The reserve_cpu op's bytes, given back at once, are never pinned. */
+START_TEST(unpinned_reservation_registers_nothing)
+{
+	struct host_bytes b;
+
+	fake.props.pageable_copies_block = true;
+	command_reserve_cpu_unpinned(&cmd, 1 << 20, &b);
+	ck_assert_ptr_nonnull(b.data);
+	ck_assert_uint_eq(b.len, 1 << 20);
+	ck_assert(!b.registered);
+	ck_assert(!b.pinned);
+	command_free_cpu(&ctx, &b);
+	ck_assert_uint_eq(registers, 0);
+	ck_assert_uint_eq(unregisters, 0);
+}
+END_TEST
+
 static Suite *command_suite(void)
 {
 	Suite *s = suite_create("command");
@@ -121,6 +138,7 @@ static Suite *command_suite(void)
 	tcase_add_test(tc, blocking_backend_gets_registered_pages);
 	tcase_add_test(tc, refused_registration_falls_back_to_the_heap);
 	tcase_add_test(tc, non_blocking_backend_registers_nothing);
+	tcase_add_test(tc, unpinned_reservation_registers_nothing);
 	suite_add_tcase(s, tc);
 	return s;
 }
