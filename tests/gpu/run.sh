@@ -236,49 +236,37 @@ fi
 # device thread until the kernel ended.  The same for an inline write of
 # 64 KiB (from the request's pageable bytes), which CUDA's documentation
 # leaves open ("might be synchronous").
-printf '%-40s ' "read behind a kernel holds nobody"
-printf 'empty buf 4096\nkernel spin grid=1 block=32 u32:1000000\nread buf 0 16\n' |
-	tool exec - >/dev/null 2>"$ERR" &
-slow=$!
-sleep 0.2
-t0=$(now_ms)
-printf 'empty x 16\nread x\n' | tool exec --service other - >"$OUT" 2>>"$ERR"
-rc=$?
-t1=$(now_ms)
-wait "$slow"
-slow_rc=$?
-if [ "$rc" -ne 0 ] || [ "$slow_rc" -ne 0 ]; then
-	fail "gpucmd exec exited $rc (the slow one $slow_rc)"
-elif [ -z "$t0" ] || [ -z "$t1" ]; then
-	echo "skipped (date has no %N)"
-	skipped=$((skipped + 1))
-elif [ $((t1 - t0)) -gt 400 ]; then
-	fail "another connection's read took $((t1 - t0)) ms behind the kernel"
-else
-	pass
-fi
-printf '%-40s ' "write behind a kernel holds nobody"
-head -c 65536 /dev/zero | od -An -v -tx1 | tr -d ' \n' >"$TMP/w.hex"
-printf 'empty buf 65536\nkernel spin grid=1 block=32 u32:1000000\nwrite buf 0 hex:%s\nsync\n' \
-	"$(cat "$TMP/w.hex")" | tool exec - >/dev/null 2>"$ERR" &
-slow=$!
-sleep 0.2
-t0=$(now_ms)
-printf 'empty x 16\nread x\n' | tool exec --service other - >"$OUT" 2>>"$ERR"
-rc=$?
-t1=$(now_ms)
-wait "$slow"
-slow_rc=$?
-if [ "$rc" -ne 0 ] || [ "$slow_rc" -ne 0 ]; then
-	fail "gpucmd exec exited $rc (the slow one $slow_rc)"
-elif [ -z "$t0" ] || [ -z "$t1" ]; then
-	echo "skipped (date has no %N)"
-	skipped=$((skipped + 1))
-elif [ $((t1 - t0)) -gt 400 ]; then
-	fail "another connection's read took $((t1 - t0)) ms behind an inline write"
-else
-	pass
-fi
+# behind NAME SCRIPT: run SCRIPT (which queues its last op behind a 1 s
+# kernel) in the background; another connection's read must be answered
+# within 400 ms meanwhile.
+behind() {
+	printf '%-40s ' "$1"
+	printf '%s' "$2" | tool exec - >/dev/null 2>"$ERR" &
+	slow=$!
+	sleep 0.2
+	t0=$(now_ms)
+	printf 'empty x 16\nread x\n' | tool exec --service other - >"$OUT" 2>>"$ERR"
+	rc=$?
+	t1=$(now_ms)
+	wait "$slow"
+	slow_rc=$?
+	if [ "$rc" -ne 0 ] || [ "$slow_rc" -ne 0 ]; then
+		fail "gpucmd exec exited $rc (the slow one $slow_rc)"
+	elif [ -z "$t0" ] || [ -z "$t1" ]; then
+		echo "skipped (date has no %N)"
+		skipped=$((skipped + 1))
+	elif [ $((t1 - t0)) -gt 400 ]; then
+		fail "another connection's read took $((t1 - t0)) ms meanwhile"
+	else
+		pass
+	fi
+}
+spin='kernel spin grid=1 block=32 u32:1000000'
+behind "read behind a kernel holds nobody" \
+	"$(printf 'empty buf 4096\n%s\nread buf 0 16\n' "$spin")"
+hex=$(head -c 65536 /dev/zero | od -An -v -tx1 | tr -d ' \n')
+behind "write behind a kernel holds nobody" \
+	"$(printf 'empty buf 65536\n%s\nwrite buf 0 hex:%s\nsync\n' "$spin" "$hex")"
 
 # ---- the integration suite on the CUDA backend -------------------------------
 
