@@ -141,6 +141,13 @@ static uint64_t deadline_after(int timeout_ms)
 	return spin_now_ns() + (uint64_t)timeout_ms * 1000000u + 1;
 }
 
+/* How long a frame that has begun may pause from now before it is given up. */
+static uint64_t stall_deadline(const struct gpucmd_conn *c)
+{
+	return deadline_after(c->timeout_ms > CONN_STALL_MS ? c->timeout_ms
+							    : CONN_STALL_MS);
+}
+
 /* Milliseconds from now to deadline_ns, rounded up; 0 once it passed. */
 static int ms_left(uint64_t deadline_ns)
 {
@@ -190,9 +197,7 @@ static ssize_t recv_some(struct gpucmd_conn *c, void *buf, size_t len)
 		ssize_t n = recv(c->fd, buf, len, 0);
 
 		if (n > 0 && c->deadline_ns != 0)
-			c->deadline_ns = deadline_after(
-				c->timeout_ms > CONN_STALL_MS ? c->timeout_ms
-							      : CONN_STALL_MS);
+			c->deadline_ns = stall_deadline(c);
 		if (n >= 0)
 			return n;
 		if (errno != EINTR)
@@ -502,8 +507,7 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 		c->rtail = (size_t)n;
 	}
 	/* A frame has begun (or its bytes wait): it may only stall now. */
-	c->deadline_ns = deadline_ns == 0 ? 0 : deadline_after(
-		c->timeout_ms > CONN_STALL_MS ? c->timeout_ms : CONN_STALL_MS);
+	c->deadline_ns = deadline_ns == 0 ? 0 : stall_deadline(c);
 	r = read_frame(c, FRAME_MAX_BODY, &f, NULL, 0);
 	c->deadline_ns = 0;
 	trim_buffers(c);

@@ -264,22 +264,22 @@ static int op_write(struct command_ctx *ctx, struct batch *b, size_t i,
 		 * Replays read these bytes long after the request (or the
 		 * region) is gone: the graph keeps its own copy.
 		 */
-		struct stream_set *set = b->conn->set;
+		uint64_t kept = b->conn->set->graph_bytes;
+		void *copy;
 
-		data = graph_keep(b->stream->recording, src, len);
-		if (data == NULL && set->graph_bytes + len >
-					    STREAMS_GRAPH_BYTES_MAX)
-			return fail(b, GPUCMD_ELIMIT,
+		rc = graph_keep(b->stream->recording, src, len, &copy);
+		if (rc == GPUCMD_ELIMIT)
+			return fail(b, rc,
 				    "recording this write would make this "
 				    "connection's graphs keep %llu bytes of "
 				    "write data, over the %llu a connection "
 				    "may: destroy graphs, or write from "
 				    "before the capture",
-				    (unsigned long long)(set->graph_bytes +
-							 len),
+				    (unsigned long long)(kept + len),
 				    (unsigned long long)STREAMS_GRAPH_BYTES_MAX);
-		if (data == NULL)
-			return fail(b, GPUCMD_ENOMEM, "out of host memory");
+		if (rc != 0)
+			return fail(b, rc, "out of host memory");
+		data = copy;
 	}
 	rc = begin(ctx, b, &bind, 1, &cmd);
 	if (rc == 0)

@@ -66,29 +66,30 @@ int graph_hold_module(struct graph *g, struct module_cache *c,
 	return 0;
 }
 
-void *graph_keep(struct graph *g, const void *data, size_t len)
+int graph_keep(struct graph *g, const void *data, size_t len, void **out)
 {
 	void *copy;
 
 	if (g->set->graph_bytes + len > STREAMS_GRAPH_BYTES_MAX)
-		return NULL;
+		return GPUCMD_ELIMIT;
 	if (g->nblobs == g->blobs_cap) {
 		uint32_t cap = g->blobs_cap ? g->blobs_cap * 2 : 4;
 		void **n = realloc(g->blobs, cap * sizeof(*n));
 		if (n == NULL)
-			return NULL;
+			return GPUCMD_ENOMEM;
 		g->blobs = n;
 		g->blobs_cap = cap;
 	}
 	copy = malloc(len ? len : 1);
 	if (copy == NULL)
-		return NULL;
+		return GPUCMD_ENOMEM;
 	if (len > 0)
 		memcpy(copy, data, len);
 	g->blobs[g->nblobs++] = copy;
 	g->kept += len;
 	g->set->graph_bytes += len;
-	return copy;
+	*out = copy;
+	return 0;
 }
 
 void graph_free(struct driver *d, struct graph *g)

@@ -65,10 +65,11 @@ int graph_hold(struct graph *g, struct handle *h);
 int graph_hold_module(struct graph *g, struct module_cache *c,
 		      struct module_entry *e, struct service *svc);
 /**
- * Copy len bytes of data into g; the copy lives as long as g (NULL: no
- * memory, or the set's graphs would keep over STREAMS_GRAPH_BYTES_MAX).
+ * Copy len bytes of data into g, the copy (*out) living as long as g.  0,
+ * GPUCMD_ELIMIT when the set's graphs would keep over
+ * STREAMS_GRAPH_BYTES_MAX, or GPUCMD_ENOMEM.
  */
-void *graph_keep(struct graph *g, const void *data, size_t len);
+int graph_keep(struct graph *g, const void *data, size_t len, void **out);
 /** Drop g's references, its copies, its driver graph, and g. */
 void graph_free(struct driver *d, struct graph *g);
 /**

@@ -17,6 +17,7 @@
 #include "driver/driver.h"
 #include "gpucmd.h"
 #include "module.h"
+#include "service.h"
 #include "unit.h"
 
 /* A loaded fake module: which content it came from. */
@@ -203,6 +204,49 @@ START_TEST(a_hold_keeps_a_module_loaded)
 }
 END_TEST
 
+/*
+ * A service's max_modules counts distinct modules: a module held by an id,
+ * a graph and a pending unload at once counts once, until its last holder
+ * lets go; the others keep their places when one leaves.
+ */
+START_TEST(service_counts_distinct_modules)
+{
+	struct service *svc = calloc(1, sizeof(*svc));
+	static char many[20];
+	int a, b, c;
+
+	ck_assert_ptr_nonnull(svc);
+	ck_assert_int_eq(service_module_ref(svc, &a), 0);	/* an id */
+	ck_assert_int_eq(service_module_ref(svc, &a), 0);	/* a graph */
+	ck_assert_int_eq(service_module_ref(svc, &b), 0);
+	ck_assert_int_eq(service_module_ref(svc, &c), 0);
+	ck_assert_uint_eq(atomic_load(&svc->modules), 3);
+	ck_assert(service_module_held(svc, &a));
+	service_module_unref(svc, &a);
+	ck_assert_uint_eq(atomic_load(&svc->modules), 3);
+	ck_assert(service_module_held(svc, &a));
+	service_module_unref(svc, &a);
+	ck_assert_uint_eq(atomic_load(&svc->modules), 2);
+	ck_assert(!service_module_held(svc, &a));
+	ck_assert(service_module_held(svc, &b));
+	ck_assert(service_module_held(svc, &c));
+	/* Past the first growth of the table, and back down to none. */
+	for (int i = 0; i < 20; i++)
+		ck_assert_int_eq(service_module_ref(svc, many + i), 0);
+	ck_assert_uint_eq(atomic_load(&svc->modules), 22);
+	for (int i = 0; i < 20; i++)
+		service_module_unref(svc, many + i);
+	service_module_unref(svc, &b);
+	service_module_unref(svc, &c);
+	ck_assert_uint_eq(atomic_load(&svc->modules), 0);
+	/* An entry it does not hold changes nothing. */
+	service_module_unref(svc, &c);
+	ck_assert_uint_eq(atomic_load(&svc->modules), 0);
+	free(svc->module_refs);
+	free(svc);
+}
+END_TEST
+
 static Suite *module_suite(void)
 {
 	Suite *s = suite_create("module");
@@ -213,6 +257,7 @@ static Suite *module_suite(void)
 	tcase_add_test(tc, full_cache_evicts_only_what_nobody_holds);
 	tcase_add_test(tc, eviction_takes_the_least_recently_used);
 	tcase_add_test(tc, a_hold_keeps_a_module_loaded);
+	tcase_add_test(tc, service_counts_distinct_modules);
 	suite_add_tcase(s, tc);
 	return s;
 }
