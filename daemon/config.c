@@ -38,6 +38,7 @@ void config_defaults(struct config *cfg)
 	cfg->limits.max_handles = 1u << 20;
 	cfg->limits.max_streams = 16;
 	cfg->limits.max_pending_bytes = 256ull << 20;
+	cfg->limits.max_bytes_in_flight = 256ull << 20;
 	snprintf(cfg->layout, sizeof(cfg->layout), "subslices");
 	cfg->spin_us = SPIN_DEFAULT_US;
 	cfg->host_stream_nice = CONFIG_HOST_STREAM_NICE;
@@ -543,6 +544,9 @@ static int handle_key(void *user, const char *section, const char *name,
 		if (strcmp(name, "max_pending_bytes") == 0)
 			return set_size(st, name, v, 65536,
 					&lim->max_pending_bytes);
+		if (strcmp(name, "max_bytes_in_flight") == 0)
+			return set_size(st, name, v, 65536,
+					&lim->max_bytes_in_flight);
 		return bad(st, "unknown key '%s' in [limits]", name);
 	}
 	if (strcmp(section, "services") == 0) {

@@ -28,6 +28,11 @@ struct config_limits {
 	uint32_t max_handles;		/* live handles per connection */
 	uint32_t max_streams;		/* streams per connection */
 	uint64_t max_pending_bytes;	/* replies queued to one slow reader */
+	/*
+	 * Request and inline read bytes of one connection's batches not yet
+	 * completed (session.c); one request alone always goes.
+	 */
+	uint64_t max_bytes_in_flight;
 };
 
 #define CONFIG_MAX_IDS 32

@@ -47,6 +47,7 @@ struct batch {
 	const struct builtin_kernel *last_kernel; /* lookup cache of a batch */
 	struct driver_function *last_fn;
 	uint64_t reply_bytes;		/* inline read data so far */
+	uint64_t cost;			/* executor_submit's, until completed */
 	int *fds;			/* region descriptors sent with the frame */
 	size_t nfds;
 	size_t fds_used;

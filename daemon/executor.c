@@ -210,6 +210,22 @@ static struct reply_pieces *encode_pieces(struct executor *ex,
 }
 
 /*
+ * Hand the loop a response for b (buf or pieces, or neither) and/or b's
+ * completion, which gives the batch's bytes back to its connection's
+ * budget first: the outbox's lock publishes the count with the message.
+ */
+static void post_reply(struct executor *ex, struct batch *b, uint8_t *buf,
+		       size_t len, struct reply_pieces *pieces, bool completed)
+{
+	if (completed) {
+		atomic_fetch_add_explicit(&b->conn->bytes_done, b->cost,
+					  memory_order_relaxed);
+		b->cost = 0;
+	}
+	ex->cb.reply(b->conn->conn, buf, len, pieces, completed, ex->cb.arg);
+}
+
+/*
  * Answer b.  With device_done (every fence of the batch has passed) a reply
  * with large read data goes in pieces, taking the staging along; before
  * that, or when the batch's completion is unknown, the device may still
@@ -240,8 +256,7 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed,
 	pieces = device_done ? encode_pieces(ex, b, &frame) : NULL;
 	if (pieces != NULL) {
 		b->replied = true;
-		ex->cb.reply(b->conn->conn, NULL, 0, pieces, completed,
-			     ex->cb.arg);
+		post_reply(ex, b, NULL, 0, pieces, completed);
 		return;
 	}
 	rc = frame_encode_buf(&frame, &buf, &len);
@@ -264,7 +279,7 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed,
 		len = 0;
 	}
 	b->replied = true;
-	ex->cb.reply(b->conn->conn, buf, len, NULL, completed, ex->cb.arg);
+	post_reply(ex, b, buf, len, NULL, completed);
 }
 
 /* What the batch's load_module ops did not file in the cache. */
@@ -384,7 +399,7 @@ static void finish_batch(struct executor *ex, struct batch *b)
 		finish_profiles(ex, b);
 		send_reply(ex, b, true, true);
 	} else {
-		ex->cb.reply(b->conn->conn, NULL, 0, NULL, true, ex->cb.arg);
+		post_reply(ex, b, NULL, 0, NULL, true);
 	}
 	streams_flush_drops(b->conn->set);
 	free_batch(ex, b);
@@ -862,7 +877,7 @@ static int enqueue(struct executor *ex, struct batch *b)
 
 int executor_submit(struct executor *ex, struct executor_conn *conn,
 		    Gpucmd__Frame *frame, int *fds, size_t nfds,
-		    struct module_compiled *compiled)
+		    struct module_compiled *compiled, uint64_t cost)
 {
 	struct batch *b = calloc(1, sizeof(*b));
 
@@ -881,6 +896,7 @@ int executor_submit(struct executor *ex, struct executor_conn *conn,
 	b->frame = frame;
 	b->req = frame->request;
 	b->fence_index = -1;
+	b->cost = cost;
 	return enqueue(ex, b);
 }
 

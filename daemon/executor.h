@@ -83,6 +83,13 @@ struct executor_conn {
 	 * through the device thread (session.c).
 	 */
 	atomic_bool quiet;
+	/*
+	 * The costs (executor_submit) of the connection's batches completed
+	 * so far, added by the device thread before it posts each completion:
+	 * the loop's byte budget (max_bytes_in_flight) is what it submitted
+	 * less this.
+	 */
+	_Atomic uint64_t bytes_done;
 };
 
 /*
@@ -100,11 +107,12 @@ const struct driver_properties *executor_properties(const struct executor *ex);
  * Queue a decoded Request frame from conn with the descriptors that came
  * with it, and its load_module ops compiled already (one per op, or NULL;
  * module.h).  Ownership of frame, fds and compiled passes, also on
- * failure.
+ * failure.  cost (the bytes the batch holds in the daemon) goes to
+ * conn->bytes_done when the batch completes.
  */
 int executor_submit(struct executor *ex, struct executor_conn *conn,
 		    Gpucmd__Frame *frame, int *fds, size_t nfds,
-		    struct module_compiled *compiled);
+		    struct module_compiled *compiled, uint64_t cost);
 /** Any thread: free modules compiled for a request that was not submitted. */
 void executor_release_compiled(struct executor *ex,
 			       struct module_compiled *compiled, size_t n);

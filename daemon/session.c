@@ -42,6 +42,14 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void parse_frames(struct session *s);
 
+static void stop_reading(struct session *s)
+{
+	if (s->reading) {
+		uv_read_stop((uv_stream_t *)&s->pipe);
+		s->reading = false;
+	}
+}
+
 /* ---- writing ------------------------------------------------------------- */
 
 static void drop_replies(const struct reply_owner *o, unsigned n)
@@ -396,10 +404,7 @@ void session_close(struct session *s, const char *why)
 			 (unsigned long long)s->id, s->peer, why);
 	}
 	s->state = SESSION_CLOSING;
-	if (s->reading) {
-		uv_read_stop((uv_stream_t *)&s->pipe);
-		s->reading = false;
-	}
+	stop_reading(s);
 	if (s->device_open &&
 	    executor_close(s->server->ex, &s->econn) != 0) {
 		/* Cannot tell the executor: keep the session rather than free
@@ -444,9 +449,41 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 
 /* ---- reading ------------------------------------------------------------- */
 
+/* Bytes of requests submitted and not yet completed (request_cost). */
+static uint64_t bytes_in_flight(const struct session *s)
+{
+	return s->bytes_submitted -
+	       atomic_load_explicit(&s->econn.bytes_done,
+				    memory_order_relaxed);
+}
+
+/*
+ * Whether a frame of len body bytes must wait in the socket for earlier
+ * batches to complete: they hold max_bytes_in_flight, or would with it.
+ * A request alone always goes, whatever its size.
+ */
+static bool over_byte_budget(const struct session *s, uint32_t len)
+{
+	uint64_t held;
+
+	if (s->state != SESSION_READY || s->in_flight == 0)
+		return false;
+	held = bytes_in_flight(s);
+	return held > 0 && held + FRAME_HEADER_SIZE + len >
+				   s->server->cfg.limits.max_bytes_in_flight;
+}
+
+/* Whether the session may take more requests now. */
+static bool may_take_more(const struct session *s)
+{
+	return s->in_flight < s->server->cfg.limits.max_in_flight &&
+	       !s->budget_wait;
+}
+
 static void resume_reading(struct session *s)
 {
-	if (s->reading || s->state == SESSION_CLOSING || s->compiling != NULL)
+	if (s->reading || s->state == SESSION_CLOSING || s->compiling != NULL ||
+	    s->budget_wait)
 		return;
 	if (uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read) == 0)
 		s->reading = true;
@@ -459,10 +496,7 @@ void session_drain(struct session *s)
 		return;
 	}
 	s->draining = true;
-	if (s->reading) {
-		uv_read_stop((uv_stream_t *)&s->pipe);
-		s->reading = false;
-	}
+	stop_reading(s);
 }
 
 static void parse_frames(struct session *s);
@@ -486,10 +520,12 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
 		return;
 	}
 	if (s->in_flight < s->server->cfg.limits.max_in_flight) {
-		/* Whole frames read ahead wait in rbuf for their turn. */
+		/*
+		 * Whole frames read ahead wait in rbuf for their turn, and a
+		 * frame over the byte budget in the socket.
+		 */
 		parse_frames(s);
-		if (s->state != SESSION_CLOSING &&
-		    s->in_flight < s->server->cfg.limits.max_in_flight)
+		if (s->state != SESSION_CLOSING && may_take_more(s))
 			resume_reading(s);
 	}
 }
@@ -853,6 +889,7 @@ struct compile_job {
 	uv_work_t work;
 	struct session *s;
 	Gpucmd__Frame *frame;
+	uint64_t cost;			/* request_cost */
 	int *fds;
 	size_t nfds;
 	struct module_cache *cache;
@@ -930,7 +967,8 @@ static void compile_job_free(struct compile_job *job)
 }
 
 static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
-		   size_t nfds, struct module_compiled *compiled);
+		   size_t nfds, struct module_compiled *compiled,
+		   uint64_t cost);
 
 /* Back on the loop: the request goes on, then the frames behind it. */
 static void compile_done(uv_work_t *w, int status)
@@ -948,14 +986,13 @@ static void compile_done(uv_work_t *w, int status)
 		return;
 	}
 	s->in_flight--;
-	submit(s, job->frame, job->fds, job->nfds, job->compiled);
+	submit(s, job->frame, job->fds, job->nfds, job->compiled, job->cost);
 	free(job);
 	if (s->state == SESSION_CLOSING)
 		return;
-	if (!s->draining &&
-	    s->in_flight < s->server->cfg.limits.max_in_flight)
-		resume_reading(s);
 	parse_frames(s);
+	if (s->state != SESSION_CLOSING && !s->draining && may_take_more(s))
+		resume_reading(s);
 }
 
 /*
@@ -964,7 +1001,7 @@ static void compile_done(uv_work_t *w, int status)
  * compiles).
  */
 static bool start_compile(struct session *s, Gpucmd__Frame *frame, int *fds,
-			  size_t nfds)
+			  size_t nfds, uint64_t cost)
 {
 	struct compile_job *job = calloc(1, sizeof(*job));
 
@@ -979,6 +1016,7 @@ static bool start_compile(struct session *s, Gpucmd__Frame *frame, int *fds,
 	job->frame = frame;
 	job->fds = fds;
 	job->nfds = nfds;
+	job->cost = cost;
 	job->cache = executor_modules(s->server->ex);
 	job->work.data = job;
 	if (uv_queue_work(s->server->loop, &job->work, compile_work,
@@ -989,15 +1027,13 @@ static bool start_compile(struct session *s, Gpucmd__Frame *frame, int *fds,
 	}
 	s->compiling = job;
 	s->in_flight++;
-	if (s->reading) {
-		uv_read_stop((uv_stream_t *)&s->pipe);
-		s->reading = false;
-	}
+	stop_reading(s);
 	return true;
 }
 
 static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
-		   size_t nfds, struct module_compiled *compiled)
+		   size_t nfds, struct module_compiled *compiled,
+		   uint64_t cost)
 {
 	const struct config_limits *lim = &s->server->cfg.limits;
 	uint64_t id = frame->request->id;
@@ -1018,7 +1054,7 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 	}
 	nops = frame->request->n_ops;
 	rc = executor_submit(s->server->ex, &s->econn, frame, fds, nfds,
-			     compiled);
+			     compiled, cost);
 	if (rc != 0) {
 		reply_error(s, id, rc,
 			    "the daemon is out of memory for this batch");
@@ -1026,22 +1062,48 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 		return;
 	}
 	s->in_flight++;
+	s->bytes_submitted += cost;
 	/* Watch for the reply only when it can come within the spin. */
 	if (nops <= SPIN_REPLY_MAX_OPS)
 		server_spin(s->server);
-	if (s->in_flight >= lim->max_in_flight && s->reading) {
+	if (s->in_flight >= lim->max_in_flight) {
 		/* Backpressure: the client's writes block until we catch up. */
-		uv_read_stop((uv_stream_t *)&s->pipe);
-		s->reading = false;
+		stop_reading(s);
 	}
 }
 
-static void handle_request(struct session *s, Gpucmd__Frame *frame)
+/*
+ * What a request holds in the daemon until it completes, against
+ * max_bytes_in_flight: its frame, and the staging of its inline reads
+ * (which cannot pass a frame together: the reply must fit one).
+ */
+static uint64_t request_cost(const struct session *s,
+			     const Gpucmd__Request *req, size_t len)
+{
+	uint64_t reads = 0;
+
+	for (size_t i = 0; i < req->n_ops; i++) {
+		const Gpucmd__Op *op = req->ops[i];
+
+		if (op != NULL && op->op_case == GPUCMD__OP__OP_READ &&
+		    op->read != NULL && op->read->into == NULL)
+			reads += op->read->length < UINT32_MAX
+					 ? op->read->length
+					 : UINT32_MAX;
+	}
+	if (reads > s->server->cfg.limits.max_frame_bytes)
+		reads = s->server->cfg.limits.max_frame_bytes;
+	return FRAME_HEADER_SIZE + len + reads;
+}
+
+static void handle_request(struct session *s, Gpucmd__Frame *frame,
+			   size_t len)
 {
 	const struct config_limits *lim = &s->server->cfg.limits;
 	Gpucmd__Request *req = frame->request;
 	int *fds = NULL;
 	size_t nfds = 0;
+	uint64_t cost;
 	int rc;
 
 	if (req->n_ops == 1 && req->ops[0] != NULL &&
@@ -1084,9 +1146,10 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame)
 		return;
 	}
 	note_stream(s, req->stream);
-	if (needs_compile(s, req) && start_compile(s, frame, fds, nfds))
+	cost = request_cost(s, req, len);
+	if (needs_compile(s, req) && start_compile(s, frame, fds, nfds, cost))
 		return;
-	submit(s, frame, fds, nfds, NULL);
+	submit(s, frame, fds, nfds, NULL, cost);
 }
 
 static void handle_frame(struct session *s, Gpucmd__Frame *frame, size_t len)
@@ -1117,7 +1180,7 @@ static void handle_frame(struct session *s, Gpucmd__Frame *frame, size_t len)
 		frame_free(frame);
 		return;
 	}
-	handle_request(s, frame);
+	handle_request(s, frame, len);
 }
 
 /* A frame in the read buffer: decoded into memory of its own. */
@@ -1201,6 +1264,7 @@ static void parse_frames(struct session *s)
 {
 	size_t off = 0;
 
+	s->budget_wait = false;
 	while (s->state != SESSION_CLOSING && s->compiling == NULL &&
 	       s->in_flight < s->server->cfg.limits.max_in_flight &&
 	       s->rlen - off >= FRAME_HEADER_SIZE) {
@@ -1219,6 +1283,17 @@ static void parse_frames(struct session *s)
 		if (rc != 0) {
 			session_refuse(s, rc, "%s", msg);
 			return;
+		}
+		if (over_byte_budget(s, hdr.length)) {
+			/*
+			 * It waits, unread, until earlier batches complete
+			 * (session_reply): behind a long kernel a client could
+			 * otherwise make the daemon hold max_in_flight frames
+			 * of max_frame_bytes.
+			 */
+			s->budget_wait = true;
+			stop_reading(s);
+			break;
 		}
 		have = s->rlen - off - FRAME_HEADER_SIZE;
 		if (have >= hdr.length) {

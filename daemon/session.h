@@ -100,6 +100,12 @@ struct session {
 	uint32_t max_streams;		/* 0 until the first request */
 	uint32_t in_flight;
 	/*
+	 * request_cost of the batches submitted, ever; less the executor's
+	 * econn.bytes_done, what is in flight against max_bytes_in_flight.
+	 */
+	uint64_t bytes_submitted;
+	bool budget_wait;		/* the next frame waits for that */
+	/*
 	 * A request whose modules compile on libuv's pool (module.h): the
 	 * connection's later frames wait in rbuf until it is submitted.
 	 */

@@ -61,6 +61,7 @@ static void check_limits(const struct config *c)
 	expect(l->max_handles >= 1 && l->max_handles <= (1u << 30));
 	expect(l->max_streams >= 1 && l->max_streams <= 64);
 	expect(l->max_pending_bytes >= 65536);
+	expect(l->max_bytes_in_flight >= 65536);
 	expect(c->host_memory >= (1u << 20));
 	expect(c->socket_mode <= 0777);
 	expect(c->device >= 0 && c->device <= 1024);

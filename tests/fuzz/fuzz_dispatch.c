@@ -1797,7 +1797,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (uint32_t k = 0; k < pl[b].nfds; k++)
 			fds[k] = make_fd(&pl[b].fds[k]);
 		expect(executor_submit(ex, &fc->econn, decode(&pl[b]), fds,
-				       pl[b].nfds, NULL) == 0);
+				       pl[b].nfds, NULL, 0) == 0);
 		if (pl[b].wait)
 			wait_for(fc, all_replied, "a reply");
 	}

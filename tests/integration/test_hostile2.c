@@ -2270,6 +2270,158 @@ START_TEST(pipelined_requests_keep_to_max_in_flight)
 }
 END_TEST
 
+static void setup_small_byte_budget(void)
+{
+	setup_config("[limits]\nmax_bytes_in_flight = 1M\n");
+}
+
+/* A ping on a raw connection is answered. */
+static void raw_ping(int fd, uint64_t id)
+{
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__Op op = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[1] = { &op };
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	Gpucmd__Frame *r;
+
+	op.op_case = GPUCMD__OP__OP_PING;
+	op.ping = &p;
+	append_request(&buf, &len, id, 0, ops, 1);
+	send_all(fd, buf, len);
+	free(buf);
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->response->id, id);
+	ck_assert_ptr_null(r->response->error);
+	frame_free(r);
+}
+
+/* One op's request, appended to *buf (append_request's shapes). */
+static void append_op(uint8_t **buf, size_t *len, uint64_t id,
+		      uint32_t stream, Gpucmd__Op *op)
+{
+	Gpucmd__Op *ops[1] = { op };
+
+	append_request(buf, len, id, stream, ops, 1);
+}
+
+/*
+ * Bytes a client sends behind a long kernel wait in the socket, not in
+ * the daemon: with max_bytes_in_flight = 1M, 32 inline writes of 1 MiB
+ * queued behind a 1.5 s kernel do not go into the daemon's memory while
+ * it runs (the socket stops taking them after a few hundred KiB), and all
+ * of them land, in order, once it has run.  A request over the budget
+ * alone still goes: each of these is.  The daemon used to read them all
+ * at once, max_in_flight x max_frame_bytes (64 GiB) at worst.
+ */
+START_TEST(bytes_behind_a_kernel_wait_in_the_socket)
+{
+	enum { N = 32, MIB = 1 << 20 };
+	Gpucmd__KernelArg arg = GPUCMD__KERNEL_ARG__INIT;
+	Gpucmd__KernelArg *args[1] = { &arg };
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+	Gpucmd__Op oe = GPUCMD__OP__INIT, ok = GPUCMD__OP__INIT;
+	Gpucmd__Op ow = GPUCMD__OP__INIT, orr = GPUCMD__OP__INIT;
+	uint32_t one[3] = { 1, 1, 1 };
+	uint8_t *head = NULL, *writes = NULL, *data = malloc(MIB);
+	size_t head_len = 0, writes_len = 0, sent = 0;
+	int fd = raw_connect(), other = raw_connect(), fl;
+	Gpucmd__Frame *r;
+	ssize_t n;
+
+	ck_assert_ptr_nonnull(data);
+	raw_hello(fd, "budget");
+	raw_hello(other, "bystander");
+	e.handle = 1;
+	e.size = MIB;
+	oe.op_case = GPUCMD__OP__OP_EMPTY;
+	oe.empty = &e;
+	arg.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
+	arg.u32 = 1500000;
+	k.name = "spin";
+	k.n_grid = 3;
+	k.grid = one;
+	k.n_block = 3;
+	k.block = one;
+	k.n_args = 1;
+	k.args = args;
+	ok.op_case = GPUCMD__OP__OP_KERNEL;
+	ok.kernel = &k;
+	append_op(&head, &head_len, 1, 0, &oe);
+	append_op(&head, &head_len, 2, 0, &ok);
+	w.handle = 1;
+	w.data.len = MIB;
+	w.data.data = data;
+	ow.op_case = GPUCMD__OP__OP_WRITE;
+	ow.write = &w;
+	for (int i = 0; i < N; i++) {
+		memset(data, 'a' + i % 26, MIB);
+		append_op(&writes, &writes_len, 10 + (uint64_t)i, 0, &ow);
+	}
+	rd.handle = 1;
+	rd.length = 16;
+	orr.op_case = GPUCMD__OP__OP_READ;
+	orr.read = &rd;
+	append_op(&writes, &writes_len, 100, 0, &orr);
+
+	send_all(fd, head, head_len);
+	/* Both answered at once; the kernel runs for 1.5 s. */
+	for (uint64_t want = 1; want <= 2; want++) {
+		r = recv_frame(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_uint_eq(r->response->id, want);
+		ck_assert_ptr_null(r->response->error);
+		frame_free(r);
+	}
+	/* Offer the writes for 300 ms of the kernel's run, never blocking. */
+	fl = fcntl(fd, F_GETFL);
+	ck_assert_int_eq(fcntl(fd, F_SETFL, fl | O_NONBLOCK), 0);
+	for (int tries = 0; tries < 300 && sent < writes_len; tries++) {
+		n = send(fd, writes + sent, writes_len - sent, MSG_NOSIGNAL);
+		if (n > 0)
+			sent += (size_t)n;
+		else
+			usleep(1000);
+	}
+	ck_assert_msg(sent < 4u * MIB,
+		      "the daemon took %zu bytes behind a running kernel "
+		      "under max_bytes_in_flight = 1M", sent);
+	ck_assert_uint_gt(sent, 0);
+	/* The connection is not stuck for others meanwhile. */
+	raw_ping(other, 7);
+	ck_assert_int_eq(fcntl(fd, F_SETFL, fl), 0);
+	send_all(fd, writes + sent, writes_len - sent);
+	for (uint64_t want = 10; want < 10 + N; want++) {
+		r = recv_frame(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_uint_eq(r->response->id, want);
+		ck_assert_ptr_null(r->response->error);
+		frame_free(r);
+	}
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->response->id, 100);
+	ck_assert_ptr_null(r->response->error);
+	ck_assert_uint_eq(r->response->n_results, 1);
+	/* The last write won: 'a' + 31 % 26. */
+	ck_assert_uint_eq(r->response->results[0]->data.len, 16);
+	ck_assert_int_eq(r->response->results[0]->data.data[0],
+			 'a' + (N - 1) % 26);
+	ck_assert_int_eq(r->response->results[0]->data.data[15],
+			 'a' + (N - 1) % 26);
+	frame_free(r);
+	free(head);
+	free(writes);
+	free(data);
+	close(fd);
+	close(other);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("hostile2");
@@ -2331,6 +2483,15 @@ static Suite *make_suite(void)
 		tcase_set_timeout(f, 60);
 		tcase_add_test(f, pipelined_requests_keep_to_max_in_flight);
 		suite_add_tcase(s, f);
+	}
+	{
+		TCase *bb = tcase_create("budget");
+
+		tcase_add_checked_fixture(bb, setup_small_byte_budget,
+					  teardown);
+		tcase_set_timeout(bb, 60);
+		tcase_add_test(bb, bytes_behind_a_kernel_wait_in_the_socket);
+		suite_add_tcase(s, bb);
 	}
 
 	tcase_add_checked_fixture(pin, setup_pinned, teardown);

@@ -146,6 +146,7 @@ START_TEST(defaults_are_the_documented_ones)
 	ck_assert_uint_eq(cfg.limits.max_handles, 1u << 20);
 	ck_assert_uint_eq(cfg.limits.max_streams, 16);
 	ck_assert_uint_eq(cfg.limits.max_pending_bytes, 256 * MIB);
+	ck_assert_uint_eq(cfg.limits.max_bytes_in_flight, 256 * MIB);
 	ck_assert_int_eq(cfg.unknown_services, CONFIG_UNKNOWN_ALLOW);
 	ck_assert_str_eq(cfg.default_service.name, "");
 	ck_assert_uint_eq(cfg.default_service.memory_limit, 0);
@@ -288,6 +289,7 @@ START_TEST(every_key)
 		"max_handles = 100000\n"
 		"max_streams = 8\n"
 		"max_pending_bytes = 64M\n"
+		"max_bytes_in_flight = 32M\n"
 		"\n"
 		"[services]\n"
 		"unknown = refuse\n"
@@ -325,6 +327,7 @@ START_TEST(every_key)
 	ck_assert_uint_eq(cfg.limits.max_handles, 100000);
 	ck_assert_uint_eq(cfg.limits.max_streams, 8);
 	ck_assert_uint_eq(cfg.limits.max_pending_bytes, 64 * MIB);
+	ck_assert_uint_eq(cfg.limits.max_bytes_in_flight, 32 * MIB);
 	ck_assert_int_eq(cfg.unknown_services, CONFIG_UNKNOWN_REFUSE);
 	ck_assert_uint_eq(cfg.default_service.memory_limit, GIB);
 	ck_assert_uint_eq(cfg.default_service.region_limit, 256 * MIB);
@@ -983,6 +986,8 @@ START_TEST(bad_values)
 		   "at least 1048576 bytes");
 	expect_bad("[limits]\nmax_pending_bytes = 1K\n", 2,
 		   "max_pending_bytes = 1K");
+	expect_bad("[limits]\nmax_bytes_in_flight = 4K\n", 2,
+		   "max_bytes_in_flight = 4K");
 	/* Numbers out of range name the range. */
 	expect_bad("[limits]\nmax_connections = 0\n", 2,
 		   "max_connections = 0: expected a number from 1 to 1048576");
