@@ -30,6 +30,12 @@ struct tool_opts {
 	const char *socket;	/* --socket, NULL: $GPUCMD_SOCKET or default */
 	const char *service;	/* --service */
 	int timeout_ms;		/* --timeout: of connecting and each wait, -1 none */
+	/*
+	 * Of connecting alone, when it differs: exec without --timeout waits
+	 * for ever for the user's work, but not for a daemon that never says
+	 * Welcome.
+	 */
+	int connect_timeout_ms;
 };
 
 /** gpucmd ping [-c COUNT]: round trips with a ping op. */
@@ -61,6 +67,8 @@ int tool_connect(const struct tool_opts *o, const char *service,
  * TOOL_EXIT_FAIL when it answered with an error.
  */
 int tool_fail(const char *what, int code);
+/** tool_fail with the daemon's sentence (gpucmd_last_message) when there is one. */
+int tool_fail_why(const char *what, int code, const char *why);
 /** The exit status for a library error code, as tool_fail decides it. */
 int tool_exit_status(int code);
 /**

@@ -39,9 +39,12 @@ int cmd_cleanup(const struct tool_opts *o, int argc, char **argv)
 	if (r != 0)
 		return r;
 	r = gpucmd_cleanup(conn, service, &bytes);
+	if (r < 0) {
+		r = tool_fail_why("cleanup", r, gpucmd_last_message(conn));
+		gpucmd_close(conn);
+		return r;
+	}
 	gpucmd_close(conn);
-	if (r < 0)
-		return tool_fail("cleanup", r);
 	printf("cleanup: returned %" PRIu64 " bytes to the device\n", bytes);
 	return TOOL_EXIT_OK;
 }

@@ -58,9 +58,12 @@ int cmd_evict(const struct tool_opts *o, int argc, char **argv)
 	if (r != 0)
 		return r;
 	r = gpucmd_evict(conn, service, id, &count);
+	if (r < 0) {
+		r = tool_fail_why("evict", r, gpucmd_last_message(conn));
+		gpucmd_close(conn);
+		return r;
+	}
 	gpucmd_close(conn);
-	if (r < 0)
-		return tool_fail("evict", r);
 	printf("evicted %" PRIu64 " connection%s\n", count,
 	       count == 1 ? "" : "s");
 	return TOOL_EXIT_OK;

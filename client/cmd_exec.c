@@ -311,13 +311,22 @@ parse_error(struct script *s, size_t w, const char *fmt, ...)
 
 /*
  * Read the next line and cut it into words: 0, 1 at the end of the script,
- * -ENOMEM, or -1 after a parse error.
+ * -ENOMEM, or -1 after a parse error or a read error (said on stderr).
  */
 static int next_line(struct script *s)
 {
-	ssize_t n = getline(&s->buf, &s->buf_cap, s->in);
+	ssize_t n;
 	char *p;
 
+	errno = 0;
+	n = getline(&s->buf, &s->buf_cap, s->in);
+	if (n < 0 && ferror(s->in)) {
+		/* Not the end: the rest of the script must not be dropped. */
+		fprintf(stderr, "gpucmd: cannot read script '%s' after line "
+			"%u: %s\n", s->label, s->line,
+			strerror(errno != 0 ? errno : EIO));
+		return -1;
+	}
 	if (n < 0)
 		return 1;
 	s->line++;
@@ -1675,6 +1684,8 @@ static int write_file(const char *path, const void *data, size_t len)
 	return err;
 }
 
+static void json_error(const struct op *op, int code, const char *message);
+
 static int print_read(struct exec *x, const struct op *op, const void *data,
 		      size_t len)
 {
@@ -1693,6 +1704,13 @@ static int print_read(struct exec *x, const struct op *op, const void *data,
 	}
 	r = write_file(op->path, data, len);
 	if (r < 0) {
+		if (x->json) {
+			char msg[4096 + 128];
+
+			snprintf(msg, sizeof(msg), "cannot write '%s': %s",
+				 op->path, strerror(-r));
+			json_error(op, r, msg);
+		}
 		fflush(stdout);
 		fprintf(stderr, "gpucmd: %s:%u: cannot write '%s': %s\n",
 			x->s.label, op->line, op->path, strerror(-r));

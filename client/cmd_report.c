@@ -448,7 +448,7 @@ static int report_text(const struct report_view *v,
 	printf("device: %s, %s backend, %s total, ", rep->device_name,
 	       rep->backend,
 	       tool_size(rep->device_total_memory, o->exact, a, sizeof(a)));
-	if (rep->device_free_memory != 0)
+	if (rep->has_device_free_memory)
 		printf("%s free\n", tool_size(rep->device_free_memory,
 					      o->exact, b, sizeof(b)));
 	else
@@ -543,7 +543,7 @@ static void report_json(const struct report_view *v)
 	tool_json_string(stdout, rep->backend);
 	printf(",\"total_memory\":%" PRIu64 ",\"free_memory\":",
 	       rep->device_total_memory);
-	if (rep->device_free_memory != 0)
+	if (rep->has_device_free_memory)
 		printf("%" PRIu64, rep->device_free_memory);
 	else
 		printf("null");
@@ -917,7 +917,7 @@ static void report_prometheus(const struct report_view *v)
 	prom_label("device", rep->device_name, 1);
 	prom_label("backend", rep->backend, 0);
 	printf("} %" PRIu64 "\n", rep->device_total_memory);
-	if (rep->device_free_memory != 0) {
+	if (rep->has_device_free_memory) {
 		prom_family("gpucmd_device_free_memory_bytes", "gauge",
 			    "Free memory of the device.");
 		printf("gpucmd_device_free_memory_bytes{");
@@ -991,7 +991,8 @@ static int report_once(struct gpucmd_conn *conn, const struct report_opts *o)
 
 	r = gpucmd_memory_report(conn, &rep);
 	if (r < 0)
-		return tool_fail("memory-report", r);
+		return tool_fail_why("memory-report", r,
+				     gpucmd_last_message(conn));
 	if (view_build(rep, o, &v) < 0) {
 		gpucmd_report_free(rep);
 		fprintf(stderr, "gpucmd: memory-report: out of memory\n");
@@ -1119,6 +1120,9 @@ int cmd_memory_report(const struct tool_opts *opts, int argc, char **argv)
 		r = report_once(conn, &o);
 		if (r != TOOL_EXIT_OK)
 			break;
+		/* A reader that went away (a closed pipe, a full disk). */
+		if (fflush(stdout) != 0 || ferror(stdout))
+			break;	/* main says so and exits 1 */
 		watch_sleep(o.watch);
 	}
 	gpucmd_close(conn);

@@ -82,9 +82,12 @@ int cmd_services(const struct tool_opts *o, int argc, char **argv)
 	if (r != 0)
 		return r;
 	r = gpucmd_memory_report(conn, &rep);
+	if (r < 0) {
+		r = tool_fail_why("services", r, gpucmd_last_message(conn));
+		gpucmd_close(conn);
+		return r;
+	}
 	gpucmd_close(conn);
-	if (r < 0)
-		return tool_fail("services", r);
 	if (json) {
 		services_json(rep);
 		r = TOOL_EXIT_OK;

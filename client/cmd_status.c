@@ -101,9 +101,12 @@ int cmd_status(const struct tool_opts *o, int argc, char **argv)
 		return r;
 	info = *gpucmd_info(conn);
 	r = gpucmd_status(conn, &st);
+	if (r < 0) {
+		r = tool_fail_why("status", r, gpucmd_last_message(conn));
+		gpucmd_close(conn);
+		return r;
+	}
 	gpucmd_close(conn);
-	if (r < 0)
-		return tool_fail("status", r);
 	if (json)
 		status_json(&st, &info);
 	else

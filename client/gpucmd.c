@@ -44,6 +44,28 @@ static int tool_timeout_ms = -1;
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
+/*
+ * Whatever the command printed must have reached stdout: a full disk or a
+ * closed stdout is a failure (1), or the metrics file renamed into place
+ * after `> tmp && mv` would be cut short with nobody told.
+ */
+static int finish_output(int status)
+{
+	if (fflush(stdout) == 0 && !ferror(stdout) && fclose(stdout) == 0)
+		return status;
+	fprintf(stderr, "gpucmd: cannot write the output: %s\n",
+		strerror(errno != 0 ? errno : EIO));
+	return status == TOOL_EXIT_OK ? TOOL_EXIT_FAIL : status;
+}
+
+static const struct tool_command *find_command(const char *name)
+{
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (strcmp(name, commands[i].name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
 static void main_usage(FILE *f)
 {
 	fprintf(f,
@@ -82,6 +104,8 @@ int main(int argc, char **argv)
 	};
 	struct tool_opts o = { .socket = NULL, .service = "default",
 			       .timeout_ms = -2 };
+	const struct tool_command *cmd;
+	char *help_argv[3];
 	char prog[64];
 	const char *name;
 	double sec;
@@ -113,10 +137,10 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			main_usage(stdout);
-			return TOOL_EXIT_OK;
+			return finish_output(TOOL_EXIT_OK);
 		case 'V':
 			printf("gpucmd %s\n", GPUCMD_VERSION_STRING);
-			return TOOL_EXIT_OK;
+			return finish_output(TOOL_EXIT_OK);
 		default:
 			main_usage(stderr);
 			return TOOL_EXIT_USAGE;
@@ -129,26 +153,45 @@ int main(int argc, char **argv)
 	}
 	name = argv[optind];
 	if (strcmp(name, "help") == 0) {
-		main_usage(stdout);
-		return TOOL_EXIT_OK;
+		if (optind + 1 >= argc) {
+			main_usage(stdout);
+			return finish_output(TOOL_EXIT_OK);
+		}
+		/* gpucmd help COMMAND: that command's --help. */
+		name = argv[optind + 1];
+		if (find_command(name) == NULL) {
+			fprintf(stderr, "gpucmd: no command '%s' to describe\n\n",
+				name);
+			main_usage(stderr);
+			return TOOL_EXIT_USAGE;
+		}
+		help_argv[0] = argv[optind + 1];
+		help_argv[1] = "--help";
+		help_argv[2] = NULL;
+		argv = help_argv;
+		argc = 2;
+		optind = 0;
 	}
-	for (size_t i = 0; i < NCOMMANDS; i++) {
-		if (strcmp(name, commands[i].name) != 0)
-			continue;
-		snprintf(prog, sizeof(prog), "gpucmd %s", name);
-		if (o.timeout_ms == -2)
-			o.timeout_ms = commands[i].waits_for_work ?
-				-1 : TOOL_DEFAULT_TIMEOUT_MS;
-		tool_timeout_ms = o.timeout_ms;
-		argv[optind] = prog;
-		argc -= optind;
-		argv += optind;
-		optind = 0;	/* GNU getopt: start over for the subcommand */
-		return commands[i].run(&o, argc, argv);
+	cmd = find_command(name);
+	if (cmd == NULL) {
+		fprintf(stderr, "gpucmd: unknown command '%s'\n\n", name);
+		main_usage(stderr);
+		return TOOL_EXIT_USAGE;
 	}
-	fprintf(stderr, "gpucmd: unknown command '%s'\n\n", name);
-	main_usage(stderr);
-	return TOOL_EXIT_USAGE;
+	snprintf(prog, sizeof(prog), "gpucmd %s", name);
+	o.connect_timeout_ms = o.timeout_ms;
+	if (o.timeout_ms == -2) {
+		o.timeout_ms = cmd->waits_for_work ? -1
+						   : TOOL_DEFAULT_TIMEOUT_MS;
+		/* Saying Hello is not the user's work: it may not hang. */
+		o.connect_timeout_ms = TOOL_DEFAULT_TIMEOUT_MS;
+	}
+	tool_timeout_ms = o.timeout_ms;
+	argv[optind] = prog;
+	argc -= optind;
+	argv += optind;
+	optind = 0;	/* GNU getopt: start over for the subcommand */
+	return finish_output(cmd->run(&o, argc, argv));
 }
 
 const char *tool_socket_path(const struct tool_opts *o)
@@ -203,10 +246,13 @@ int tool_connect(const struct tool_opts *o, const char *service,
 
 	if (service == NULL)
 		service = o->service;
-	r = gpucmd_connect_timeout(path, service, o->timeout_ms, out, msg,
-				   sizeof(msg));
-	if (r == 0)
+	r = gpucmd_connect_timeout(path, service, o->connect_timeout_ms, out,
+				   msg, sizeof(msg));
+	if (r == 0) {
+		if (o->connect_timeout_ms != o->timeout_ms)
+			gpucmd_set_timeout(*out, o->timeout_ms);
 		return 0;
+	}
 	if (tool_exit_status(r) == TOOL_EXIT_FAIL) {
 		fprintf(stderr, "gpucmd: gpucmdd at %s refused service '%s' "
 			"(%s): %s\n", path, service, gpucmd_errname(r),
@@ -215,9 +261,17 @@ int tool_connect(const struct tool_opts *o, const char *service,
 	}
 	fprintf(stderr, "gpucmd: cannot reach gpucmdd at %s: %s\n", path,
 		msg[0] != '\0' ? msg : gpucmd_strerror(r));
+	if (r == -ENAMETOOLONG) {
+		/* The caller's mistake, not a missing daemon. */
+		fprintf(stderr, "gpucmd: give a shorter --socket path\n");
+		return TOOL_EXIT_USAGE;
+	}
 	if (r == -EACCES || r == -EPERM)
 		fprintf(stderr, "gpucmd: the socket is not open to this user; "
 			"members of the gpucmd group may connect\n");
+	else if (r == GPUCMD_EPROTO)
+		fprintf(stderr, "gpucmd: something else listens there: check "
+			"--socket and $GPUCMD_SOCKET\n");
 	else if (r == GPUCMD_EVERSION)
 		fprintf(stderr, "gpucmd: use a gpucmd of the same release as "
 			"the daemon (gpucmd --version, gpucmdd --version)\n");
@@ -225,15 +279,24 @@ int tool_connect(const struct tool_opts *o, const char *service,
 		fprintf(stderr, "gpucmd: it may be stopped or wedged (see "
 			"journalctl -u gpucmdd), or give a longer --timeout\n");
 	else
-		fprintf(stderr, "gpucmd: is gpucmdd running? "
-			"start it with `make run`\n");
+		fprintf(stderr, "gpucmd: is gpucmdd running? (systemctl start "
+			"gpucmdd.socket, or gpucmdd --socket PATH; in a "
+			"source tree: make run)\n");
 	return TOOL_EXIT_UNAVAILABLE;
 }
 
 int tool_fail(const char *what, int code)
 {
+	return tool_fail_why(what, code, NULL);
+}
+
+int tool_fail_why(const char *what, int code, const char *why)
+{
 	fflush(stdout);
-	if (code == GPUCMD_EDISCONNECTED)
+	if (why != NULL && why[0] != '\0' && code != GPUCMD_EDISCONNECTED)
+		fprintf(stderr, "gpucmd: %s: %s (%s)\n", what, why,
+			gpucmd_errname(code));
+	else if (code == GPUCMD_EDISCONNECTED)
 		fprintf(stderr, "gpucmd: %s: the daemon closed the connection\n",
 			what);
 	else if (code == -ETIMEDOUT && tool_timeout_ms >= 0)
@@ -280,6 +343,10 @@ int tool_flags(int argc, char **argv, const char *usage, int *json,
 			*json = 1;
 		else if (c == 'b' && bytes != NULL)
 			*bytes = 1;
+		else if (c == 'b')
+			return tool_usage(argv[0], usage, TOOL_EXIT_USAGE,
+					  "--bytes is not an option of this "
+					  "command");
 		else if (c == 'h')
 			return tool_usage(argv[0], usage, TOOL_EXIT_OK, NULL);
 		else

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "connection.h"
 #include "frame.h"
 
 struct gpucmd_response {
@@ -255,20 +256,25 @@ GPUCMD_EXTERN void gpucmd_stream_report_free(struct gpucmd_stream_report *sr)
 }
 
 /*
- * Run b, a batch of one op, and hand back the response with its result,
- * which must be of kind want.  The caller frees *resp.
+ * Run b, a batch of one op on conn, and hand back the response with its
+ * result, which must be of kind want.  The caller frees *resp.  The
+ * daemon's reason for a refusal stays for gpucmd_last_message.
  */
-static int query_run(struct gpucmd_batch *b, Gpucmd__OpResult__ResultCase want,
+static int query_run(struct gpucmd_conn *conn, struct gpucmd_batch *b,
+		     Gpucmd__OpResult__ResultCase want,
 		     struct gpucmd_response **resp,
 		     const Gpucmd__OpResult **res)
 {
 	struct gpucmd_response *got;
 	int r;
 
+	conn_set_message(conn, "");
 	r = gpucmd_run(b, &got);
 	if (r < 0)
 		return r;
 	r = gpucmd_response_error(got);
+	if (r < 0)
+		conn_set_message(conn, gpucmd_response_message(got));
 	if (r == 0) {
 		*res = result_at(got, 0, want);
 		if (*res == NULL)
@@ -298,7 +304,7 @@ static int query(struct gpucmd_conn *conn, Gpucmd__Op__OpCase kind,
 		gpucmd_batch_free(b);
 		return r;
 	}
-	return query_run(b, want, resp, res);
+	return query_run(conn, b, want, resp, res);
 }
 
 /* Fill out from s; with streams, also its streams (the totals have none). */
@@ -404,6 +410,7 @@ GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,
 			 m->device->backend);
 		rep->device_total_memory = m->device->total_memory;
 		rep->device_free_memory = m->device->free_memory;
+		rep->has_device_free_memory = m->device->free_memory_known;
 	}
 	if (m->pinned_host != NULL) {
 		rep->has_pinned_host = 1;
@@ -487,7 +494,8 @@ GPUCMD_EXTERN int gpucmd_status(struct gpucmd_conn *conn,
  * Run b, whose one op (queued with the result added, a negative code when
  * that failed) answers with a value, and store the value in *out.
  */
-static int run_value(struct gpucmd_batch *b, int added, uint64_t *out)
+static int run_value(struct gpucmd_conn *conn, struct gpucmd_batch *b,
+		     int added, uint64_t *out)
 {
 	struct gpucmd_response *resp;
 	const Gpucmd__OpResult *res;
@@ -497,7 +505,7 @@ static int run_value(struct gpucmd_batch *b, int added, uint64_t *out)
 		gpucmd_batch_free(b);
 		return added;
 	}
-	r = query_run(b, GPUCMD__OP_RESULT__RESULT_VALUE, &resp, &res);
+	r = query_run(conn, b, GPUCMD__OP_RESULT__RESULT_VALUE, &resp, &res);
 	if (r < 0)
 		return r;
 	*out = res->value;
@@ -517,7 +525,8 @@ GPUCMD_EXTERN int gpucmd_evict(struct gpucmd_conn *conn, const char *service,
 	r = gpucmd_batch_new(conn, 0, &b);
 	if (r < 0)
 		return r;
-	return run_value(b, batch_add_evict(b, service, connection_id), count);
+	return run_value(conn, b, batch_add_evict(b, service, connection_id),
+			 count);
 }
 
 GPUCMD_EXTERN int gpucmd_cleanup(struct gpucmd_conn *conn, const char *service,
@@ -531,5 +540,5 @@ GPUCMD_EXTERN int gpucmd_cleanup(struct gpucmd_conn *conn, const char *service,
 	r = gpucmd_batch_new(conn, 0, &b);
 	if (r < 0)
 		return r;
-	return run_value(b, batch_add_cleanup(b, service), bytes);
+	return run_value(conn, b, batch_add_cleanup(b, service), bytes);
 }

@@ -101,12 +101,19 @@ int command_install_memory_pools(struct command *cmd,
 	command_flush_drops(cmd);
 	rc = memory_manager_install_pools(cmd->current->memory, config, props,
 					  &in_use);
-	if (rc == GPUCMD_EPOOLSINUSE)
+	if (rc == GPUCMD_EPOOLSINUSE) {
+		struct memory_usage u;
+
+		memory_manager_usage(cmd->current->memory, &u);
 		snprintf(cmd->msg, sizeof(cmd->msg),
-			 "pools in use: %llu bytes are still allocated in "
-			 "stream %u's pools, so the old layout stays; release "
-			 "every buffer of the stream first",
+			 "pools in use: %llu allocations (%llu bytes) are "
+			 "still in stream %u's pools, live buffers or released "
+			 "ones that work queued on the device still uses, so "
+			 "the old layout stays; release every buffer of the "
+			 "stream and sync it first",
+			 (unsigned long long)u.allocations,
 			 (unsigned long long)in_use, cmd->current->number);
+	}
 	else if (rc != 0)
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "cannot install the pool layout: %s",
@@ -114,11 +121,16 @@ int command_install_memory_pools(struct command *cmd,
 	return rc;
 }
 
-/* Clean every stream of the connection: the retry's best chance. */
-static void reclaim(struct command *cmd)
+/*
+ * Clean every stream of set: pages with nothing live in them and released
+ * buffers the device is done with go back to the device.  Returns the
+ * bytes it gave back.
+ */
+static uint64_t reclaim_set(struct stream_set *set)
 {
-	struct stream_set *set = cmd->set;
+	struct memory_usage before, after;
 
+	streams_usage(set, &before);
 	for (uint32_t i = 0; i < set->nstreams; i++) {
 		struct stream *s = set->slots[i];
 
@@ -127,6 +139,26 @@ static void reclaim(struct command *cmd)
 		drop_queue_flush(s->drops);
 		memory_manager_cleanup(s->memory, true);
 	}
+	streams_usage(set, &after);
+	return before.bytes_reserved - after.bytes_reserved;
+}
+
+/*
+ * The device is shared: what other connections keep reserved with nothing
+ * live in it (a service that allocated much once and went quiet) is taken
+ * back before an allocation is refused.  Their live buffers stay.
+ */
+static uint64_t reclaim_others(struct command *cmd)
+{
+	uint64_t got = 0;
+
+	if (cmd->ctx->sets == NULL)
+		return 0;
+	for (struct stream_set *set = *cmd->ctx->sets; set != NULL;
+	     set = set->next)
+		if (set != cmd->set)
+			got += reclaim_set(set);
+	return got;
 }
 
 /*
@@ -244,15 +276,20 @@ int command_reserve(struct command *cmd, uint64_t size,
 		struct memory_usage u;
 
 		streams_usage(cmd->set, &u);
+		uint64_t after;
+
+		if (__builtin_add_overflow(svc->bytes_in_use, size, &after))
+			after = UINT64_MAX;
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "quota exceeded: allocating %llu bytes would take "
-			 "service '%s' to %llu bytes, over its limit of %llu "
-			 "bytes (in use %llu; this connection reserves %llu, "
-			 "largest free block of stream %u %llu, fragmentation "
-			 "%.2f); release buffers or raise the service's "
-			 "memory_limit",
+			 "service '%s' to %llu%s bytes, over its limit of %llu "
+			 "bytes (live buffers %llu; this connection reserves "
+			 "%llu, largest free block of stream %u %llu, "
+			 "fragmentation %.2f); release buffers or raise the "
+			 "service's memory_limit",
 			 (unsigned long long)size, svc->name,
-			 (unsigned long long)(svc->bytes_in_use + size),
+			 (unsigned long long)after,
+			 after == UINT64_MAX ? " or more" : "",
 			 (unsigned long long)limit,
 			 (unsigned long long)svc->bytes_in_use,
 			 (unsigned long long)u.bytes_reserved,
@@ -264,7 +301,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 	cmd->ctx->driver->error[0] = '\0';
 	out->origin = cmd->current;
 	rc = memory_manager_reserve(mm, size, &out->alloc);
-	if (rc == GPUCMD_ETOOBIG) {
+	if (rc == GPUCMD_ETOOBIG && size > memory_manager_max_alloc(mm)) {
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "buffer too big: %llu bytes is more than any pool of "
 			 "this stream accepts (largest %llu bytes); split the "
@@ -273,11 +310,24 @@ int command_reserve(struct command *cmd, uint64_t size,
 			 (unsigned long long)memory_manager_max_alloc(mm));
 		return rc;
 	}
+	if (rc == GPUCMD_ETOOBIG) {
+		/* A custom layout whose pools leave sizes between them. */
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "no pool of stream %u's layout takes %llu bytes: its "
+			 "pools take sizes up to %llu bytes with gaps between "
+			 "them (or the size cannot be aligned); change the "
+			 "layout (pools) or the buffer's size",
+			 cmd->current->number, (unsigned long long)size,
+			 (unsigned long long)memory_manager_max_alloc(mm));
+		return rc;
+	}
 	if (rc != 0) {
 		/* Pages with nothing live and queued drops may free enough. */
-		reclaim(cmd);
+		reclaim_set(cmd->set);
 		rc = memory_manager_reserve(mm, size, &out->alloc);
 	}
+	if (rc == GPUCMD_ENOMEM && reclaim_others(cmd) > 0)
+		rc = memory_manager_reserve(mm, size, &out->alloc);
 	if (rc != 0) {
 		svc->oom_count++;
 		describe_oom(cmd, rc, size);

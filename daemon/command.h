@@ -64,6 +64,12 @@ struct command_ctx {
 	struct memory_device_properties props;
 	struct pinned_pool *pinned;	/* reserve_cpu's pool */
 	struct module_cache *modules;	/* loaded device code, shared */
+	/*
+	 * The executor's live connections (their stream sets, linked by
+	 * next): an allocation the device cannot satisfy takes back the
+	 * memory other connections keep reserved with nothing live in it.
+	 */
+	struct stream_set *const *sets;
 };
 
 /* The seed's BufferBinding resolved to device memory. */

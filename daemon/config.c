@@ -460,9 +460,14 @@ static int handle_key(void *user, const char *section, const char *name,
 	int x;
 
 	if (strcmp(section, "daemon") == 0) {
-		if (strcmp(name, "socket") == 0)
+		if (strcmp(name, "socket") == 0) {
+			if (*v == '\0')
+				return bad(st, "socket = : give the socket's "
+					   "path, or leave the key out for "
+					   "the default");
 			return set_str(st, name, v, cfg->socket_path,
 				       sizeof(cfg->socket_path));
+		}
 		if (strcmp(name, "socket_mode") == 0) {
 			char *end;
 			unsigned long m = strtoul(v, &end, 8);

@@ -787,8 +787,10 @@ static Gpucmd__DeviceInfo *device_info(struct batch *b, struct driver *d)
 		return NULL;
 	gpucmd__device_info__init(dev);
 	/* A report is cheap: this is a counter on the host, one call on CUDA. */
-	if (d->ops->mem_info(d, &free_bytes, &total) == 0)
+	if (d->ops->mem_info(d, &free_bytes, &total) == 0) {
 		dev->free_memory = free_bytes;
+		dev->free_memory_known = true;
+	}
 	dev->name = (char *)p->name;
 	dev->backend = (char *)p->backend;
 	dev->total_memory = p->total_memory;
@@ -912,9 +914,8 @@ static void service_row(struct service *svc, void *arg)
 	st->rep->services[st->rep->n_services++] = sr;
 	st->totals->connections += sr->connections;
 	st->totals->peak_bytes_in_use += sr->peak_bytes_in_use;
-	st->totals->limit_bytes += sr->limit_bytes;
 	st->totals->oom_count += sr->oom_count;
-	/* No region_limit: a sum of quotas limits nothing. */
+	/* No limit_bytes, no region_limit: a sum of quotas limits nothing. */
 	st->totals->region_bytes += sr->region_bytes;
 	st->totals->regions += sr->regions;
 	st->totals->region_refusals += sr->region_refusals;
@@ -1230,6 +1231,12 @@ static int op_reserve_cpu(struct command_ctx *ctx, struct batch *b, size_t i,
 	rc = begin(ctx, b, NULL, 0, &cmd);
 	if (rc != 0)
 		return rc;
+	if (op->size > FRAME_MAX_BODY)
+		return fail(b, GPUCMD_EINVAL,
+			    "reserve_cpu of %llu bytes: host buffers are at "
+			    "most %u bytes (1 GiB), the most one frame can "
+			    "carry; ask for less",
+			    (unsigned long long)op->size, FRAME_MAX_BODY);
 	/*
 	 * It answers what a reservation of that size gets and gives it back
 	 * at once: no copy comes of it, so heap bytes are not pinned (a batch

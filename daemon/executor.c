@@ -309,6 +309,7 @@ struct fence {
 	struct batch *batch;
 	struct stream *stream;
 	uint64_t seq;
+	uint64_t cursor;	/* the stream's cursor when it was enqueued */
 	int status;
 	struct fence *next;
 };
@@ -340,6 +341,7 @@ int executor_fence(struct executor *ex, struct batch *b)
 	f->batch = b;
 	f->stream = b->stream;
 	f->seq = b->stream->submitted + 1;
+	f->cursor = b->stream->cursor;
 	rc = d->ops->host_callback(d, b->stream->ds, on_fence, f);
 	if (rc != 0) {
 		free(f);
@@ -481,6 +483,8 @@ static void complete_fence(struct executor *ex, struct fence *f)
 	struct stream *s = f->stream;
 
 	s->completed = f->seq;
+	if (f->cursor > s->completed_cursor)
+		s->completed_cursor = f->cursor;
 	if (f->status != 0) {
 		s->fault_pending = true;
 		device_lost(ex, b, s);
@@ -570,6 +574,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 	    b->stream->completed == b->stream->submitted) {
 		/* Nothing in flight and nothing enqueued: done already. */
 		b->stream->completed = ++b->stream->submitted;
+		b->stream->completed_cursor = b->stream->cursor;
 		report_fault(b, b->stream);
 		finish_batch(ex, b);
 		return;
@@ -723,6 +728,7 @@ static void *device_main(void *arg)
 		char msg[256];
 
 		ex->cmd.driver = ex->driver;
+		ex->cmd.sets = &ex->sets;
 		ex->cmd.props.max_page_size = ex->driver->props.max_page_size;
 		ex->cmd.props.alignment = ex->driver->props.alignment;
 		memset(&ex->layout, 0, sizeof(ex->layout));

@@ -6,11 +6,13 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "config.h"
@@ -134,6 +136,11 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 		case OPT_PROBE:
 			break;	/* handled by early_args */
 		case 's':
+			if (optarg[0] == '\0') {
+				fprintf(stderr, "gpucmdd: --socket needs a "
+					"path\n");
+				return 2;
+			}
 			if (strlen(optarg) >= sizeof(cfg->socket_path)) {
 				fprintf(stderr, "gpucmdd: socket path is longer "
 					"than %zu bytes\n",
@@ -213,7 +220,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 			exit(0);
 		case 'V':
 			printf("gpucmdd %s (protocol %d)\n", GPUCMD_VERSION_STRING,
-			       1);
+			       GPUCMD_PROTOCOL_VERSION);
 			exit(0);
 		default:
 			usage(stderr);
@@ -323,6 +330,41 @@ static int probe(const struct config *cfg)
 	return 0;
 }
 
+/*
+ * What the file cannot say by itself: groups that do not exist here and
+ * more host memory than the machine has.  An error only where the daemon
+ * would then fail to start (1); the rest are warnings on stderr.
+ */
+static int check_host(const struct config *cfg)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	int rc = 0;
+
+	if (cfg->socket_group[0] != '\0' &&
+	    getgrnam(cfg->socket_group) == NULL) {
+		fprintf(stderr, "gpucmdd: socket_group '%s' does not exist: "
+			"create it (the package's sysusers.d does) or change "
+			"the setting; the daemon would not start (under "
+			"socket activation the socket unit's SocketGroup= "
+			"applies instead)\n", cfg->socket_group);
+		rc = 1;
+	}
+	if (cfg->admin_group[0] != '\0' && getgrnam(cfg->admin_group) == NULL)
+		fprintf(stderr, "gpucmdd: warning: admin_group '%s' does not "
+			"exist: only root and the daemon's user will be "
+			"admins\n", cfg->admin_group);
+	if (pages > 0 && page > 0 &&
+	    cfg->host_memory / (uint64_t)page > (uint64_t)pages)
+		fprintf(stderr, "gpucmdd: warning: host_memory %llu MiB is "
+			"more than this machine's %llu MiB of memory: the host "
+			"backend's allocations would fail with the host out of "
+			"memory before the limit\n",
+			(unsigned long long)(cfg->host_memory >> 20),
+			(unsigned long long)(((uint64_t)pages *
+					      (uint64_t)page) >> 20));
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct early_args early = { 0 };
@@ -338,6 +380,8 @@ int main(int argc, char **argv)
 	if (rc == 0)
 		rc = parse_args(argc, argv, &cfg);
 	if (early.check_only) {
+		if (rc == 0)
+			rc = check_host(&cfg);
 		if (rc == 0)
 			printf("%s: ok (%u services, backend %s, socket %s)\n",
 			       early.config, cfg.nservices,

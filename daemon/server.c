@@ -411,6 +411,36 @@ void server_session_gone(struct server *srv, struct session *s)
 /* ---- the socket ---------------------------------------------------------- */
 
 /*
+ * Why the socket could not be bound, in words an operator can act on:
+ * libuv reports a missing directory as EACCES, which sends root chasing
+ * permissions.
+ */
+static void listen_failed(const char *path, int rc, char *why,
+			  size_t why_len)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+
+	if (slash != NULL && (size_t)(slash - path) < sizeof(dir)) {
+		size_t n = slash == path ? 1 : (size_t)(slash - path);
+
+		memcpy(dir, path, n);
+		dir[n] = '\0';
+		if (stat(dir, &st) != 0 && errno == ENOENT) {
+			snprintf(why, why_len,
+				 "cannot listen on %s: the directory %s does "
+				 "not exist: create it (the package's "
+				 "tmpfiles.d does) or choose another --socket",
+				 path, dir);
+			return;
+		}
+	}
+	snprintf(why, why_len, "cannot listen on %s: %s", path,
+		 uv_strerror(rc));
+}
+
+/*
  * A socket file left by a daemon that died is removed; one a live daemon
  * still answers on is not, and we refuse to start.
  */
@@ -499,8 +529,7 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 		rc = uv_listen((uv_stream_t *)&srv->listener, 128,
 			       on_connection);
 	if (rc != 0) {
-		snprintf(why, why_len, "cannot listen on %s: %s", path,
-			 uv_strerror(rc));
+		listen_failed(path, rc, why, why_len);
 		uv_close((uv_handle_t *)&srv->listener, NULL);
 		return rc;
 	}

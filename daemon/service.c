@@ -107,10 +107,18 @@ uint32_t service_count(void)
 
 void service_charge(struct service *svc, uint64_t size)
 {
+	uint64_t held;
+
 	svc->bytes_in_use += size;
 	svc->allocations++;
-	if (svc->bytes_in_use > svc->peak_bytes_in_use)
-		svc->peak_bytes_in_use = svc->bytes_in_use;
+	/*
+	 * The peak of what the report calls in use: live buffers and the
+	 * released ones the device may still use.  A release moves bytes
+	 * from one to the other, so only a charge can raise it.
+	 */
+	held = svc->bytes_in_use + svc->release_pending_bytes;
+	if (held > svc->peak_bytes_in_use)
+		svc->peak_bytes_in_use = held;
 }
 
 void service_uncharge(struct service *svc, uint64_t size)

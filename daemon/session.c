@@ -754,6 +754,44 @@ static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
 }
 
 /*
+ * An evict of one connection that cannot end it is refused with the
+ * reason, rather than answered "0 connections": false after the answer.
+ */
+static bool may_evict_connection(struct session *s, uint64_t id,
+				 const Gpucmd__OpEvict *op)
+{
+	struct session *t;
+	char why[200];
+
+	for (t = s->server->sessions; t != NULL; t = t->next)
+		if (t->id == op->connection_id && t->state == SESSION_READY)
+			break;
+	if (t == NULL) {
+		snprintf(why, sizeof(why),
+			 "no connection %llu is open (gpucmd memory-report "
+			 "lists them)",
+			 (unsigned long long)op->connection_id);
+		reply_error(s, id, GPUCMD_ENOTFOUND, why);
+		return false;
+	}
+	if (t == s) {
+		reply_error(s, id, GPUCMD_EINVAL,
+			    "a connection cannot evict itself: close it");
+		return false;
+	}
+	if (!s->econn.admin && t->econn.service != s->econn.service) {
+		snprintf(why, sizeof(why),
+			 "connection %llu speaks for service '%s': only an "
+			 "admin may evict it (you speak for '%s')",
+			 (unsigned long long)op->connection_id,
+			 t->econn.service->name, s->econn.service->name);
+		reply_error(s, id, GPUCMD_EPERM, why);
+		return false;
+	}
+	return true;
+}
+
+/*
  * Evict runs on the loop thread, which owns the connections: every session
  * of the named service (or the one connection id) is closed, which frees
  * its memory like a client exit would.  Admins may evict anyone; others only
@@ -775,6 +813,14 @@ static void handle_evict(struct session *s, uint64_t id,
 			    "evict needs a service name or a connection id");
 		return;
 	}
+	if (op->service[0] != '\0' && service_name_check(op->service) != 0) {
+		reply_error(s, id, GPUCMD_EINVAL,
+			    "evict: a service name is 1 to 63 letters, digits, "
+			    "'.', '_' or '-'");
+		return;
+	}
+	if (op->connection_id != 0 && !may_evict_connection(s, id, op))
+		return;
 	if (!s->econn.admin && op->service[0] != '\0' &&
 	    strcmp(op->service, s->econn.service->name) != 0) {
 		snprintf(why, sizeof(why),

@@ -286,6 +286,14 @@ static int wait_for(struct stream_set *set, struct stream *current,
 
 	if (slot == current->slot || current->synced[slot] >= upto)
 		return 0;
+	/*
+	 * The use has completed (a fence after it passed): nothing to wait
+	 * for, even while other records a graph or runs later work.
+	 */
+	if (upto <= other->completed_cursor) {
+		current->synced[slot] = other->completed_cursor;
+		return 0;
+	}
 	/* Everything enqueued on other has completed: nothing to wait for. */
 	if (!other->capturing && other->completed == other->submitted) {
 		current->synced[slot] = other->cursor;

@@ -79,6 +79,7 @@ struct stream {
 	uint64_t cursor;		/* commands resolved on this stream */
 	uint64_t submitted;		/* sequence of the last batch enqueued */
 	uint64_t completed;		/* sequence of the last batch completed */
+	uint64_t completed_cursor;	/* cursor covered by that completion */
 	uint64_t synced[STREAMS_MAX];
 	bool fault_pending;		/* a fault not yet reported to a sync/read */
 	bool capturing;			/* recording a graph */

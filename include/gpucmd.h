@@ -495,9 +495,10 @@ GPUCMD_EXTERN const char *gpucmd_response_message(const struct gpucmd_response *
 /*
  * The daemon's message for the last failure of a call that returns only a
  * code (gpucmd_region_create, gpucmd_region_release, gpucmd_write_buffer,
- * gpucmd_read_buffer): what happened, with the numbers.  "" when that call
- * succeeded or the failure came from this side.  Valid until the next such
- * call on conn.
+ * gpucmd_read_buffer, gpucmd_evict, gpucmd_cleanup, gpucmd_status,
+ * gpucmd_memory_report and the other reports): what happened, with the
+ * numbers.  "" when that call succeeded or the failure came from this
+ * side.  Valid until the next such call on conn.
  */
 GPUCMD_EXTERN const char *gpucmd_last_message(const struct gpucmd_conn *conn);
 /* Index of the failing operation, or -1 when the batch succeeded. */
@@ -619,10 +620,12 @@ struct gpucmd_report {
 	size_t nservices;
 	struct gpucmd_service_report *services;
 	struct gpucmd_service_report totals;
-	uint64_t device_free_memory;	/* 0 = the daemon did not say */
+	uint64_t device_free_memory;	/* valid when has_device_free_memory */
 	/* The daemon's own pinned host pool (its overhead beside the services). */
 	int has_pinned_host;
 	struct gpucmd_memory_usage pinned_host;
+	/* 0: the backend could not say how much is free (not a full device). */
+	int has_device_free_memory;
 };
 /* Ask for the memory report (a round trip of its own). */
 GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,

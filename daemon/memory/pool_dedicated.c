@@ -80,8 +80,13 @@ struct dedicated_slice *pool_dedicated_take(struct dedicated_pool *d, size_t i,
 
 	free_remove(d, i);
 	node->free = false;
-	pool_slice_lend(&d->base, &node->slice, size,
-			pool_effective(&d->base, size));
+	/*
+	 * The whole node is lent, larger than the request's effective size
+	 * when a pool reuses a bigger free one: the rest counts as padding,
+	 * or it would look free (reserved = in use + padding + free) and a
+	 * full pool would report all of it fragmented.
+	 */
+	pool_slice_lend(&d->base, &node->slice, size, node->length);
 	*out = &node->slice;
 	return node;
 }

@@ -130,7 +130,36 @@ g --timeout 5 status >/dev/null || fail "status after SIGCONT exited $?"
 rc=$?
 [ $rc -eq 2 ] || fail "--timeout -1 gave exit $rc, not 2"
 
-# 9. SIGTERM: a clean exit 0
+# 9. output that cannot be written is a failure (1), not a success; a
+# script that cannot be read is not an empty one; help COMMAND; odd flags
+if [ -w /dev/full ]; then
+	g status --json >/dev/full 2>"$dir/err"
+	rc=$?
+	[ $rc -eq 1 ] || fail "status into /dev/full: exit $rc"
+	grep -q "cannot write the output" "$dir/err" || fail "/dev/full: $(cat "$dir/err")"
+fi
+g exec "$dir" >/dev/null 2>"$dir/err"
+rc=$?
+[ $rc -eq 2 ] || fail "exec of a directory: exit $rc"
+grep -q "cannot read script" "$dir/err" || fail "exec of a directory: $(cat "$dir/err")"
+g help exec | head -1 | grep -q "^usage: gpucmd exec" || fail "help exec: $(g help exec | head -1)"
+g help nope >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "help nope: exit $rc"
+g status --bytes >/dev/null 2>"$dir/err"
+rc=$?
+[ $rc -eq 2 ] || fail "status --bytes: exit $rc"
+grep -q "not an option of this command" "$dir/err" || fail "status --bytes: $(cat "$dir/err")"
+out=$(printf 'empty a 16\nread a file:%s/no/such/x\nping\n' "$dir" | g exec --json 2>/dev/null)
+rc=$?
+[ $rc -eq 1 ] || fail "read into an impossible file: exit $rc"
+printf '%s\n' "$out" | grep -q '^{"line":2,"op":"read","error":"ENOENT",' ||
+	fail "exec --json printed no error record: $out"
+"$BUILD/gpucmd" --socket "$dir/$(printf 'x%.0s' $(seq 120))" status >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "an overlong --socket path: exit $rc, not 2"
+
+# 10. SIGTERM: a clean exit 0
 kill -TERM "$pid"
 wait "$pid"
 rc=$?

@@ -328,9 +328,18 @@ ns=$(gn --service lowly services) || fail "services as nobody: exit $?"
 gn --service lowly cleanup held >/dev/null 2>"$dir/err"
 [ $? -eq 1 ] || fail "nobody cleaned up held"
 grep -q GPUCMD_EPERM "$dir/err" || fail "cleanup as nobody: $(cat "$dir/err")"
+grep -q "only an admin may clean up" "$dir/err" ||
+	fail "cleanup as nobody does not say why: $(cat "$dir/err")"
 gn --service lowly evict held >/dev/null 2>"$dir/err"
 [ $? -eq 1 ] || fail "nobody evicted held"
 grep -q GPUCMD_EPERM "$dir/err" || fail "evict as nobody: $(cat "$dir/err")"
+# The daemon's own sentence reaches the user, not just the code.
+grep -q "only an admin may evict service 'held'" "$dir/err" ||
+	fail "evict as nobody does not say why: $(cat "$dir/err")"
+gn --service lowly evict --connection 999999 >/dev/null 2>"$dir/err"
+[ $? -eq 1 ] || fail "evict of a connection nobody has exited 0"
+grep -q "no connection 999999 is open" "$dir/err" ||
+	fail "evict --connection 999999: $(cat "$dir/err")"
 out=$(gn --service lowly cleanup) || fail "nobody's own cleanup: exit $?"
 [ "$out" = "cleanup: returned 0 bytes to the device" ] || fail "cleanup: $out"
 

@@ -987,6 +987,78 @@ START_TEST(capture_and_other_streams)
 END_TEST
 
 /*
+ * Uses that completed need no ordering, whatever their stream does now:
+ * while stream 0 records a graph that never touches buffer 1, stream 1
+ * reads and writes buffer 1 (filled and synced on stream 0 before); and a
+ * capture may read buffer 3, whose write on stream 1 was synced, while
+ * stream 1 runs later, unrelated work.  Both were refused with EINVAL and
+ * a message that was not true.
+ */
+START_TEST(capture_ignores_uses_that_completed)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_arg spin[1] = { u32_arg(400000) };
+	struct gpucmd_arg fill1[3] = { buf_arg(1), u32_arg(42), u32_arg(4) };
+	struct gpucmd_arg fill1b[3] = { buf_arg(1), u32_arg(43), u32_arg(4) };
+	struct gpucmd_arg fill2[3] = { buf_arg(2), u32_arg(7), u32_arg(4) };
+	struct gpucmd_arg fill3[3] = { buf_arg(3), u32_arg(9), u32_arg(4) };
+	struct gpucmd_arg copy[3] = { buf_arg(2), buf_arg(3), u64_arg(16) };
+	struct gpucmd_response *r;
+	struct gpucmd_batch *b;
+	const void *d;
+	size_t len;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 16);
+	gpucmd_batch_empty(b, 2, 16);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill1, 3);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill2, 3);
+	run_done(b);
+	b = batch(c, 1);
+	gpucmd_batch_read(b, 1, 0, 16);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &d, &len), 0);
+	ck_assert_uint_eq(((const uint32_t *)d)[3], 42);
+	gpucmd_response_free(r);
+	b = batch(c, 1);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill1b, 3);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_capture_end(b, 20);
+	run_done(b);
+
+	/* Buffer 3 written on stream 1 and synced; then stream 1 is busy. */
+	b = batch(c, 1);
+	gpucmd_batch_empty(b, 3, 16);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill3, 3);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 1);
+	gpucmd_batch_kernel(b, "spin", ONE, B64, spin, 1);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_kernel(b, "copy", ONE, B64, copy, 3);
+	gpucmd_batch_capture_end(b, 21);
+	gpucmd_batch_graph_launch(b, 21);
+	gpucmd_batch_read(b, 2, 0, 16);
+	gpucmd_batch_read(b, 1, 0, 16);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 4, &d, &len), 0);
+	ck_assert_uint_eq(((const uint32_t *)d)[3], 9);
+	ck_assert_int_eq(gpucmd_response_data(r, 5, &d, &len), 0);
+	ck_assert_uint_eq(((const uint32_t *)d)[3], 43);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
  * What a connection may hold that no memory quota counts is bounded:
  * open profiles (1024), graphs (1024) and the write data its graphs keep
  * (256 MiB), each refused past that with ELIMIT and the numbers.
@@ -1266,6 +1338,50 @@ START_TEST(evict_one_connection)
 }
 END_TEST
 
+/*
+ * The report's in use counts released buffers the device may still use,
+ * and its peak counts the same way (it counted live buffers only, so in
+ * use could read above the peak); the device's free memory is reported
+ * as such, and the totals carry no limit.
+ */
+START_TEST(report_peak_counts_pending_releases)
+{
+	struct gpucmd_conn *c = connect_as("peaky");
+	struct gpucmd_arg spin = u32_arg(400000);
+	struct gpucmd_service_report s;
+	struct gpucmd_report *rep = NULL;
+	struct gpucmd_batch *b;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 1 << 20);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+	gpucmd_batch_release(b, 1);
+	gpucmd_batch_empty(b, 2, 1 << 20);
+	run_done(b);
+	ck_assert_int_eq(service_usage(c, "peaky", &s), 0);
+	/* Unless the 0.4 s spin is already over. */
+	if (s.bytes_released_pending != 0) {
+		ck_assert_uint_eq(s.bytes_released_pending, 1 << 20);
+		ck_assert_uint_eq(s.bytes_in_use, 2 << 20);
+	}
+	ck_assert_uint_ge(s.peak_bytes_in_use, 2 << 20);
+	ck_assert_uint_ge(s.peak_bytes_in_use, s.bytes_in_use);
+
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	ck_assert_int_eq(rep->has_device_free_memory, 1);
+	ck_assert_uint_le(rep->device_free_memory, rep->device_total_memory);
+	ck_assert_uint_eq(rep->totals.limit_bytes, 0);
+	gpucmd_report_free(rep);
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 2);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(evict_arguments)
 {
 	struct gpucmd_conn *c = connect_as("ops");
@@ -1275,9 +1391,26 @@ START_TEST(evict_arguments)
 	ck_assert_int_eq(gpucmd_evict(c, "", 0, &n), GPUCMD_EINVAL);
 	ck_assert_int_eq(gpucmd_evict(c, "ops", 0, NULL), GPUCMD_EINVAL);
 	ck_assert_uint_eq(n, 5);
-	/* An id nobody has ends nothing. */
-	ck_assert_int_eq(gpucmd_evict(c, NULL, 999999, &n), 0);
+	/* An id nobody has, or the caller's own, is refused with why. */
+	ck_assert_int_eq(gpucmd_evict(c, NULL, 999999, &n), GPUCMD_ENOTFOUND);
+	ck_assert_msg(strstr(gpucmd_last_message(c), "no connection 999999 "
+			     "is open") != NULL,
+		      "message: %s", gpucmd_last_message(c));
+	ck_assert_int_eq(gpucmd_evict(c, NULL, gpucmd_info(c)->connection_id,
+				      &n),
+			 GPUCMD_EINVAL);
+	ck_assert_msg(strstr(gpucmd_last_message(c), "cannot evict itself") !=
+			      NULL,
+		      "message: %s", gpucmd_last_message(c));
+	/* A name no service can have. */
+	ck_assert_int_eq(gpucmd_evict(c, "bad name!", 0, &n), GPUCMD_EINVAL);
+	ck_assert_msg(strstr(gpucmd_last_message(c), "service name") != NULL,
+		      "message: %s", gpucmd_last_message(c));
+	ck_assert_uint_eq(n, 5);
+	/* A success clears the message. */
+	ck_assert_int_eq(gpucmd_evict(c, "nobody-here", 0, &n), 0);
 	ck_assert_uint_eq(n, 0);
+	ck_assert_str_eq(gpucmd_last_message(c), "");
 	gpucmd_close(c);
 }
 END_TEST
@@ -1504,11 +1637,13 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, graph_holds_its_handles);
 	tcase_add_test(tc, capture_refuses_reads_syncs_allocations);
 	tcase_add_test(tc, capture_and_other_streams);
+	tcase_add_test(tc, capture_ignores_uses_that_completed);
 	tcase_add_test(tc, profiles_and_graphs_are_bounded);
 	tcase_add_test(tc, graph_destroy_then_launch);
 	tcase_add_test(tc, evict_a_service);
 	tcase_add_test(tc, evict_one_connection);
 	tcase_add_test(tc, evict_arguments);
+	tcase_add_test(tc, report_peak_counts_pending_releases);
 	tcase_add_test(tc, cross_stream_ordering_random);
 	tcase_add_test(tc, report_streams_add_up_to_service);
 	tcase_add_test(tc, accessors_check_the_kind);

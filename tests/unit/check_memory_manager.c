@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "memory/memory_manager.h"
+#include "memory/pool.h"
 #include "memory_fake_storage.h"
 #include "unit.h"
 
@@ -1085,6 +1086,13 @@ static void model_reserve(struct model *m)
 	s->ptr = a.ptr;
 	s->size = size;
 	s->effective = size == 0 ? ALIGN : (size + ALIGN - 1) / ALIGN * ALIGN;
+	/*
+	 * A dedicated pool may lend a larger free allocation (exclusive:
+	 * under 1.25 times the size): all of it is the slice's, as padding.
+	 */
+	expect(a.slice->effective >= s->effective);
+	expect(a.slice->effective - s->effective <= s->effective / 4 + ALIGN);
+	s->effective = a.slice->effective;
 	s->persistent = persistent;
 	s->cursor = 0;
 	if (rnd_below(m, 2)) {
