@@ -253,6 +253,13 @@ int tool_connect(const struct tool_opts *o, const char *service,
 			gpucmd_set_timeout(*out, o->timeout_ms);
 		return 0;
 	}
+	if (r == GPUCMD_ELIMIT) {
+		/* At capacity: a retry later may get in, as with no daemon. */
+		fprintf(stderr, "gpucmd: gpucmdd at %s takes no more "
+			"connections now: %s\n", path,
+			msg[0] != '\0' ? msg : gpucmd_strerror(r));
+		return TOOL_EXIT_UNAVAILABLE;
+	}
 	if (tool_exit_status(r) == TOOL_EXIT_FAIL) {
 		fprintf(stderr, "gpucmd: gpucmdd at %s refused service '%s' "
 			"(%s): %s\n", path, service, gpucmd_errname(r),

@@ -33,7 +33,8 @@ static void usage(FILE *out)
 		"                          a missing default file means built-in defaults)\n"
 		"      --check-config      validate the config file, print the result, exit\n"
 		"      --probe             open the device, print what it is, exit (0: usable)\n"
-		"  -s, --socket PATH       listen on PATH (default $GPUCMD_SOCKET, else %s)\n"
+		"  -s, --socket PATH       listen on PATH (default $GPUCMD_SOCKET, else the\n"
+		"                          config file's socket, else %s)\n"
 		"  -b, --backend NAME      auto, cuda or host (default auto: cuda when a\n"
 		"                          device answers, else host)\n"
 		"  -d, --device N          GPU index (default 0)\n"
@@ -77,6 +78,15 @@ static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
+}
+
+/* A count or an index: plain decimal digits, no size suffix. */
+static int parse_count(const char *s, uint32_t min, uint32_t max,
+		       uint32_t *out)
+{
+	if (s[0] < '0' || s[0] > '9' || s[strspn(s, "0123456789")] != '\0')
+		return -1;
+	return parse_u32(s, min, max, out);
 }
 
 static const struct option opts[] = {
@@ -160,7 +170,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 			cfg->backend = (enum config_backend)v;
 			break;
 		case 'd':
-			if (parse_u32(optarg, 0, 1024, &u) != 0) {
+			if (parse_count(optarg, 0, 1024, &u) != 0) {
 				fprintf(stderr, "gpucmdd: bad device index '%s'\n",
 					optarg);
 				return 2;
@@ -176,8 +186,8 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 			}
 			break;
 		case OPT_MAX_CONNECTIONS:
-			if (parse_u32(optarg, 1, 1u << 20,
-				      &cfg->limits.max_connections) != 0) {
+			if (parse_count(optarg, 1, 1u << 20,
+					&cfg->limits.max_connections) != 0) {
 				fprintf(stderr, "gpucmdd: bad --max-connections '%s'\n",
 					optarg);
 				return 2;
@@ -192,19 +202,27 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 			}
 			break;
 		case OPT_MAX_STREAMS:
-			if (parse_u32(optarg, 1, 64, &cfg->limits.max_streams) != 0) {
+			if (parse_count(optarg, 1, 64,
+					&cfg->limits.max_streams) != 0) {
 				fprintf(stderr, "gpucmdd: bad --max-streams '%s' "
 					"(1 to 64)\n", optarg);
 				return 2;
 			}
 			break;
 		case OPT_FAIL_ALLOC:
-			if (config_parse_size(optarg, &cfg->host_fail_alloc_at) != 0)
+			if (config_parse_size(optarg, &cfg->host_fail_alloc_at) != 0) {
+				fprintf(stderr, "gpucmdd: bad --test-fail-alloc-at "
+					"'%s' (a number)\n", optarg);
 				return 2;
+			}
 			break;
 		case OPT_COMPILE_DELAY:
-			cfg->test_compile_delay_ms =
-				(unsigned)strtoul(optarg, NULL, 10);
+			if (parse_count(optarg, 0, 600000, &u) != 0) {
+				fprintf(stderr, "gpucmdd: bad "
+					"--test-compile-delay-ms '%s'\n", optarg);
+				return 2;
+			}
+			cfg->test_compile_delay_ms = u;
 			break;
 		case 'l':
 			v = log_level_parse(optarg);
