@@ -963,11 +963,30 @@ static void report_prometheus(const struct report_view *v)
 /* ---- the command ----------------------------------------------------------- */
 
 static volatile sig_atomic_t watch_stop;
+static struct timespec watch_stop_at;
 
+/*
+ * The first SIGINT or SIGTERM asks the loop to stop after this report; one
+ * that comes half a second later or more ends the tool even while a daemon
+ * that stopped answering keeps it waiting inside the library.  One sent
+ * twice at once (timeout(1) signals the command and its process group)
+ * still stops it cleanly.
+ */
 static void on_interrupt(int sig)
 {
-	(void)sig;
-	watch_stop = 1;
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (!watch_stop) {
+		watch_stop_at = now;
+		watch_stop = 1;
+		return;
+	}
+	if ((now.tv_sec - watch_stop_at.tv_sec) * 1000000000L +
+		    (now.tv_nsec - watch_stop_at.tv_nsec) >= 500000000L) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+	}
 }
 
 /* Sleep for seconds, or until SIGINT or SIGTERM. */
@@ -1100,13 +1119,8 @@ int cmd_memory_report(const struct tool_opts *opts, int argc, char **argv)
 		gpucmd_close(conn);
 		return r;
 	}
-	/*
-	 * No SA_RESTART: the signal must cut the sleep short.  SA_RESETHAND:
-	 * the first signal asks the loop to stop after this report; a second
-	 * one ends the tool even while a daemon that stopped answering keeps
-	 * it waiting inside the library.
-	 */
-	sa.sa_flags = SA_RESETHAND;
+	/* No SA_RESTART: the signal must cut the sleep short. */
+	sa.sa_flags = 0;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

@@ -9,6 +9,7 @@
  * getopt's complaints say which command they are about.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -16,6 +17,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd.h"
 
@@ -51,11 +53,34 @@ static int tool_timeout_ms = -1;
  */
 static int finish_output(int status)
 {
+	errno = 0;
 	if (fflush(stdout) == 0 && !ferror(stdout) && fclose(stdout) == 0)
 		return status;
 	fprintf(stderr, "gpucmd: cannot write the output: %s\n",
-		strerror(errno != 0 ? errno : EIO));
+		errno != 0 ? strerror(errno)
+			   : "a write failed (standard output closed, or its "
+			     "disk full)");
 	return status == TOOL_EXIT_OK ? TOOL_EXIT_FAIL : status;
+}
+
+/*
+ * A descriptor 0 to 2 the tool was started without would be taken by the
+ * daemon's socket, and the report printed into the protocol: /dev/null,
+ * read-only, takes its place, so that writes to it fail (exit 1).
+ */
+static void keep_std_fds(void)
+{
+	for (int fd = 0; fd <= 2; fd++) {
+		int n;
+
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		n = open("/dev/null", O_RDONLY);
+		if (n >= 0 && n != fd) {
+			dup2(n, fd);
+			close(n);
+		}
+	}
 }
 
 static const struct tool_command *find_command(const char *name)
@@ -112,6 +137,7 @@ int main(int argc, char **argv)
 	char *end;
 	int c;
 
+	keep_std_fds();
 	while ((c = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
@@ -159,6 +185,10 @@ int main(int argc, char **argv)
 		}
 		/* gpucmd help COMMAND: that command's --help. */
 		name = argv[optind + 1];
+		if (strcmp(name, "help") == 0) {
+			main_usage(stdout);
+			return finish_output(TOOL_EXIT_OK);
+		}
 		if (find_command(name) == NULL) {
 			fprintf(stderr, "gpucmd: no command '%s' to describe\n\n",
 				name);

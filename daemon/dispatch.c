@@ -1775,10 +1775,16 @@ static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
 			    "evict must be the only op of its request");
 	case GPUCMD__OP__OP__NOT_SET:
 	default:
+		/* protobuf-c keeps a member it does not know as unknown. */
+		if (op->base.n_unknown_fields > 0)
+			return fail(b, GPUCMD_EPROTO,
+				    "op %zu is of a kind this daemon does not "
+				    "know (Op field %u): upgrade gpucmdd or "
+				    "leave it out",
+				    i, (unsigned)op->base.unknown_fields[0].tag);
 		return fail(b, GPUCMD_EPROTO,
-			    "op %zu is of a kind this daemon does not know "
-			    "(field %d): upgrade gpucmdd or leave it out",
-			    i, (int)op->op_case);
+			    "op %zu names no operation (no field of Op is "
+			    "set)", i);
 	}
 }
 

@@ -661,7 +661,7 @@ static void free_handle(uv_handle_t *h)
  * REGION_MAX_PER_CONNECTION the extra ones are closed and the connection
  * is refused.  Returns false when it was.
  */
-static bool keep_fd(struct session *s, int fd)
+static bool keep_fd(struct session *s, int fd, size_t nread)
 {
 	if (s->nfds >= REGION_MAX_PER_CONNECTION) {
 		close(fd);
@@ -671,6 +671,8 @@ static bool keep_fd(struct session *s, int fd)
 			       REGION_MAX_PER_CONNECTION);
 		return false;
 	}
+	s->fd_from[s->nfds] = s->rx_bytes;
+	s->fd_to[s->nfds] = s->rx_bytes + nread;
 	s->fds[s->nfds++] = fd;
 	return true;
 }
@@ -681,7 +683,7 @@ static bool keep_fd(struct session *s, int fd)
  * descriptor, which we duplicate (close-on-exec) before the scratch handle
  * closes.
  */
-static bool keep_pending_fds(struct session *s)
+static bool keep_pending_fds(struct session *s, size_t nread)
 {
 	while (uv_pipe_pending_count(&s->pipe) > 0) {
 		uv_pipe_t *tmp = malloc(sizeof(*tmp));
@@ -706,7 +708,7 @@ static bool keep_pending_fds(struct session *s)
 				       strerror(errno));
 			return false;
 		}
-		if (!keep_fd(s, dup))
+		if (!keep_fd(s, dup, nread))
 			return false;
 	}
 	return true;
@@ -722,22 +724,37 @@ static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
 		    size_t *n)
 {
 	size_t want = 0;
+	unsigned stale = 0, mine = 0;
 	int *fds;
 
 	*out = NULL;
 	*n = 0;
+	/* Oldest first: ones whose read ended before this frame began. */
+	while (stale < s->nfds && s->fd_to[stale] <= s->frame_at)
+		stale++;
+	if (stale > 0) {
+		session_refuse(s, GPUCMD_EPROTO,
+			       "%u descriptors came with frames before request "
+			       "%llu that attached no regions with them: send "
+			       "each memfd with the request whose region_attach "
+			       "takes it",
+			       stale, (unsigned long long)req->id);
+		return GPUCMD_EPROTO;
+	}
+	while (mine < s->nfds && s->fd_from[mine] <= s->frame_at)
+		mine++;
 	for (size_t i = 0; i < req->n_ops; i++)
 		if (req->ops[i] != NULL &&
 		    req->ops[i]->op_case == GPUCMD__OP__OP_REGION_ATTACH)
 			want++;
 	if (want == 0)
 		return 0;
-	if (want > s->nfds) {
+	if (want > mine) {
 		session_refuse(s, GPUCMD_EPROTO,
 			       "request %llu has %zu region_attach ops but "
 			       "only %u descriptors came with it: send each "
 			       "memfd with SCM_RIGHTS in the frame's sendmsg",
-			       (unsigned long long)req->id, want, s->nfds);
+			       (unsigned long long)req->id, want, mine);
 		return GPUCMD_EPROTO;
 	}
 	fds = calloc(want, sizeof(*fds));
@@ -748,6 +765,8 @@ static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
 	memcpy(fds, s->fds, want * sizeof(*fds));
 	s->nfds -= (unsigned)want;
 	memmove(s->fds, s->fds + want, s->nfds * sizeof(*fds));
+	memmove(s->fd_from, s->fd_from + want, s->nfds * sizeof(s->fd_from[0]));
+	memmove(s->fd_to, s->fd_to + want, s->nfds * sizeof(s->fd_to[0]));
 	*out = fds;
 	*n = want;
 	return 0;
@@ -766,26 +785,33 @@ static bool may_evict_connection(struct session *s, uint64_t id,
 	for (t = s->server->sessions; t != NULL; t = t->next)
 		if (t->id == op->connection_id && t->state == SESSION_READY)
 			break;
+	/*
+	 * Another service's connection looks to a non-admin like one that is
+	 * not open: the ids, like the reports, must not tell a tenant who
+	 * else is connected.
+	 */
+	if (t != NULL && !s->econn.admin &&
+	    t->econn.service != s->econn.service)
+		t = NULL;
 	if (t == NULL) {
-		snprintf(why, sizeof(why),
-			 "no connection %llu is open (gpucmd memory-report "
-			 "lists them)",
-			 (unsigned long long)op->connection_id);
+		if (s->econn.admin)
+			snprintf(why, sizeof(why),
+				 "no connection %llu is open (gpucmd "
+				 "memory-report --streams lists them)",
+				 (unsigned long long)op->connection_id);
+		else
+			snprintf(why, sizeof(why),
+				 "no connection %llu of service '%s' is open "
+				 "(gpucmd memory-report --streams lists them; "
+				 "an admin may evict any service's)",
+				 (unsigned long long)op->connection_id,
+				 s->econn.service->name);
 		reply_error(s, id, GPUCMD_ENOTFOUND, why);
 		return false;
 	}
 	if (t == s) {
 		reply_error(s, id, GPUCMD_EINVAL,
 			    "a connection cannot evict itself: close it");
-		return false;
-	}
-	if (!s->econn.admin && t->econn.service != s->econn.service) {
-		snprintf(why, sizeof(why),
-			 "connection %llu speaks for service '%s': only an "
-			 "admin may evict it (you speak for '%s')",
-			 (unsigned long long)op->connection_id,
-			 t->econn.service->name, s->econn.service->name);
-		reply_error(s, id, GPUCMD_EPERM, why);
 		return false;
 	}
 	return true;
@@ -815,8 +841,8 @@ static void handle_evict(struct session *s, uint64_t id,
 	}
 	if (op->service[0] != '\0' && service_name_check(op->service) != 0) {
 		reply_error(s, id, GPUCMD_EINVAL,
-			    "evict: a service name is 1 to 63 letters, digits, "
-			    "'.', '_' or '-'");
+			    "a service name is 1 to 63 letters, digits, '.', "
+			    "'_' or '-'");
 		return;
 	}
 	if (op->connection_id != 0 && !may_evict_connection(s, id, op))
@@ -1326,6 +1352,12 @@ static void parse_frames(struct session *s)
 						: s->server->cfg.limits
 							  .max_frame_bytes,
 					msg, sizeof(msg));
+		if (rc == GPUCMD_ELIMIT && s->state == SESSION_HELLO)
+			snprintf(msg, sizeof(msg),
+				 "a first frame of %u bytes is over the limit "
+				 "of %d bytes before a Hello (a Hello is a few "
+				 "hundred)",
+				 hdr.length, SESSION_HELLO_MAX_BYTES);
 		if (rc != 0) {
 			session_refuse(s, rc, "%s", msg);
 			return;
@@ -1342,6 +1374,8 @@ static void parse_frames(struct session *s)
 			break;
 		}
 		have = s->rlen - off - FRAME_HEADER_SIZE;
+		/* rbuf holds the last rlen bytes read. */
+		s->frame_at = s->rx_bytes - s->rlen + off;
 		if (have >= hdr.length) {
 			off += FRAME_HEADER_SIZE;
 			handle_body(s, s->rbuf + off, hdr.length);
@@ -1361,6 +1395,7 @@ static void parse_frames(struct session *s)
 		}
 		s->body_len = hdr.length;
 		s->body_have = (uint32_t)have;
+		s->body_at = s->frame_at;
 		memcpy(s->body, s->rbuf + off + FRAME_HEADER_SIZE, have);
 		off = s->rlen;
 		break;
@@ -1386,6 +1421,7 @@ static void got_bytes(struct session *s, ssize_t nread)
 	}
 	if (nread == 0)
 		return;
+	s->rx_bytes += (uint64_t)nread;
 	/* A client that sent one batch tends to send the next soon. */
 	server_spin(s->server);
 	server_note_read(s->server, s);
@@ -1395,6 +1431,7 @@ static void got_bytes(struct session *s, ssize_t nread)
 			return;
 		body = s->body;
 		s->body = NULL;
+		s->frame_at = s->body_at;
 		handle_owned_body(s, body, s->body_len);
 		return;
 	}
@@ -1411,7 +1448,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	struct session *s = stream->data;
 
 	(void)buf;
-	if (nread > 0 && !keep_pending_fds(s))
+	if (nread > 0 && !keep_pending_fds(s, (size_t)nread))
 		return;
 	got_bytes(s, nread);
 }
@@ -1424,7 +1461,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
  * both ways keep the byte stream's order.  libuv takes up to 64 with a
  * read; so do we.
  */
-static bool keep_cmsg_fds(struct session *s, struct msghdr *mh)
+static bool keep_cmsg_fds(struct session *s, struct msghdr *mh,
+			  size_t nread)
 {
 	bool ok = true;
 
@@ -1442,7 +1480,7 @@ static bool keep_cmsg_fds(struct session *s, struct msghdr *mh)
 			if (!ok)
 				close(fd);
 			else
-				ok = keep_fd(s, fd);
+				ok = keep_fd(s, fd, nread);
 		}
 	}
 	/*
@@ -1497,7 +1535,7 @@ int session_read_direct(struct session *s)
 		got_bytes(s, UV_EOF);
 		return 1;
 	}
-	if (keep_cmsg_fds(s, &mh))
+	if (keep_cmsg_fds(s, &mh, (size_t)n))
 		got_bytes(s, n);
 	return 1;
 }

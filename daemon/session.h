@@ -125,7 +125,19 @@ struct session {
 	 * moved here as they arrive, so region_attach ops take them in order.
 	 */
 	int fds[REGION_MAX_PER_CONNECTION];
+	/*
+	 * Where each came: the stream offsets [from, to) of the read that
+	 * brought it.  The kernel ends a read with the message that carried
+	 * descriptors, so they belong to a frame that starts in that range:
+	 * a request takes only those, and ones left behind by earlier frames
+	 * are a protocol error rather than another request's region.
+	 */
+	uint64_t fd_from[REGION_MAX_PER_CONNECTION];
+	uint64_t fd_to[REGION_MAX_PER_CONNECTION];
 	unsigned nfds;
+	uint64_t rx_bytes;		/* read from the socket so far */
+	uint64_t frame_at;		/* stream offset of the frame handled */
+	uint64_t body_at;		/* ... of the frame s->body collects */
 	char peer[64];			/* "pid 123 uid 1000" for logs */
 	uint64_t accepted_ms;		/* uv_now at accept: the Hello deadline */
 	struct session *next;

@@ -138,6 +138,11 @@ if [ -w /dev/full ]; then
 	[ $rc -eq 1 ] || fail "status into /dev/full: exit $rc"
 	grep -q "cannot write the output" "$dir/err" || fail "/dev/full: $(cat "$dir/err")"
 fi
+# a closed stdout: the output must not go into the daemon's socket
+g memory-report >&- 2>"$dir/err"
+rc=$?
+[ $rc -eq 1 ] || fail "memory-report with stdout closed: exit $rc"
+grep -q "bad frame magic" "$dir/log" && fail "the report went into the socket"
 g exec "$dir" >/dev/null 2>"$dir/err"
 rc=$?
 [ $rc -eq 2 ] || fail "exec of a directory: exit $rc"

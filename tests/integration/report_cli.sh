@@ -338,7 +338,7 @@ grep -q "only an admin may evict service 'held'" "$dir/err" ||
 	fail "evict as nobody does not say why: $(cat "$dir/err")"
 gn --service lowly evict --connection 999999 >/dev/null 2>"$dir/err"
 [ $? -eq 1 ] || fail "evict of a connection nobody has exited 0"
-grep -q "no connection 999999 is open" "$dir/err" ||
+grep -q "no connection 999999 of service 'lowly' is open" "$dir/err" ||
 	fail "evict --connection 999999: $(cat "$dir/err")"
 out=$(gn --service lowly cleanup) || fail "nobody's own cleanup: exit $?"
 [ "$out" = "cleanup: returned 0 bytes to the device" ] || fail "cleanup: $out"

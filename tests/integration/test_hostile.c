@@ -148,6 +148,10 @@ START_TEST(large_frame_before_hello)
 	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)), GPUCMD_ELIMIT);
 	ck_assert_msg(strstr(msg, "8192") != NULL && strstr(msg, "4096") != NULL,
 		      "message: %s", msg);
+	/* It names the limit before a Hello, not max_frame_bytes. */
+	ck_assert_msg(strstr(msg, "before a Hello") != NULL &&
+			      strstr(msg, "max_frame_bytes") == NULL,
+		      "message: %s", msg);
 	others_still_served(good);
 	gpucmd_close(good);
 }

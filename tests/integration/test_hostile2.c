@@ -589,7 +589,7 @@ START_TEST(unknown_op_field)
 	ck_assert_ptr_nonnull(r->response->error);
 	ck_assert_int_eq(r->response->error->code, GPUCMD_EPROTO);
 	ck_assert_uint_eq(r->response->failed_index, 0);
-	ck_assert_msg(strstr(r->response->error->message, "does not know"),
+	ck_assert_msg(strstr(r->response->error->message, "does not know (Op field 99)"),
 		      "%s", r->response->error->message);
 	frame_free(r);
 	/* The connection is still good for known ops. */
@@ -2490,6 +2490,65 @@ START_TEST(bytes_behind_a_kernel_wait_in_the_socket)
 }
 END_TEST
 
+/*
+ * Descriptors belong to the frame whose sendmsg carried them.  A memfd
+ * sent with a ping used to wait in the connection's queue and be taken by
+ * the next request's region_attach, which then mapped the wrong file
+ * without a word; now that request is refused (the connection closes).
+ * Sent together in one sendmsg, a ping and an attach share the memfd
+ * rightly: the attach takes it.
+ */
+START_TEST(descriptors_go_with_their_frame)
+{
+	int fd = raw_connect(), a = page_memfd('a'), b2 = page_memfd('b');
+	Gpucmd__OpRegionAttach att = GPUCMD__OP_REGION_ATTACH__INIT;
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__Op o_att = GPUCMD__OP__INIT, o_ping = GPUCMD__OP__INIT;
+	Gpucmd__Op *ping_ops[1] = { &o_ping }, *att_ops[1] = { &o_att };
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	Gpucmd__Frame *r;
+
+	raw_hello(fd, "hostile");
+	o_ping.op_case = GPUCMD__OP__OP_PING;
+	o_ping.ping = &p;
+	att.region = 5;
+	att.size = 4096;
+	o_att.op_case = GPUCMD__OP__OP_REGION_ATTACH;
+	o_att.region_attach = &att;
+
+	/* One sendmsg: a ping, then the attach; the memfd is the attach's. */
+	append_request(&buf, &len, 1, 0, ping_ops, 1);
+	append_request(&buf, &len, 2, 0, att_ops, 1);
+	ck_assert_int_eq(harness_send_fds(fd, buf, len, &b2, 1), (ssize_t)len);
+	free(buf);
+	for (uint64_t want = 1; want <= 2; want++) {
+		r = recv_frame(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_int_eq(r->msg_case, GPUCMD__FRAME__MSG_RESPONSE);
+		ck_assert_uint_eq(r->response->id, want);
+		ck_assert_msg(r->response->error == NULL, "request %llu: %s",
+			      (unsigned long long)want,
+			      r->response->error ? r->response->error->message
+						 : "");
+		frame_free(r);
+	}
+
+	/* The memfd rides with a ping; the attach comes in its own sendmsg. */
+	send_request_fds(fd, 3, ping_ops, 1, &a, 1);
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->response->id, 3);
+	frame_free(r);
+	att.region = 6;
+	send_request_fds(fd, 4, att_ops, 1, &b2, 1);
+	expect_refusal(fd, GPUCMD_EPROTO, "attached no regions");
+	close(a);
+	close(b2);
+	back_to_baseline();
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("hostile2");
@@ -2516,6 +2575,7 @@ static Suite *make_suite(void)
 	tcase_add_test(d, slowloris);
 	tcase_add_test(d, flood_of_connections);
 	tcase_add_test(d, descriptors_nobody_asked_for);
+	tcase_add_test(d, descriptors_go_with_their_frame);
 	tcase_add_test(d, kill_9_client_holding_memory);
 	tcase_add_test(d, kill_storm);
 	tcase_add_test(d, hangup_with_batches_in_flight);
