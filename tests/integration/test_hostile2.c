@@ -1914,6 +1914,23 @@ END_TEST
 
 /* ---- out of memory --------------------------------------------------------------- */
 
+/*
+ * A daemon of 64 MiB (host backend only) replaces the fixture's for the
+ * test; false on other backends, where the test has nothing to do.
+ */
+static bool restart_with_64m(void)
+{
+	if (!host_backend_only())
+		return false;
+	gpucmd_close(good);
+	good = NULL;
+	ck_assert_int_eq(daemon_stop(&the_daemon), 0);
+	daemon_cleanup_dir(&the_daemon);
+	daemon_start_args(&the_daemon, "--host-memory", "64M", NULL);
+	take_baseline();
+	return true;
+}
+
 START_TEST(small_host_memory)
 {
 	struct gpucmd_conn *c;
@@ -1921,15 +1938,8 @@ START_TEST(small_host_memory)
 	struct gpucmd_response *r = NULL;
 	int failed = -1;
 
-	if (!host_backend_only())
+	if (!restart_with_64m())
 		return;
-	/* This daemon replaces the fixture's for the test. */
-	gpucmd_close(good);
-	good = NULL;
-	ck_assert_int_eq(daemon_stop(&the_daemon), 0);
-	daemon_cleanup_dir(&the_daemon);
-	daemon_start_args(&the_daemon, "--host-memory", "64M", NULL);
-	take_baseline();
 
 	c = connect_as("hungry");
 	/* One buffer over the whole device. */
@@ -1990,14 +2000,8 @@ START_TEST(idle_reserve_of_another_service_is_reclaimed)
 	struct gpucmd_batch *b;
 	struct gpucmd_service_report t;
 
-	if (!host_backend_only())
+	if (!restart_with_64m())
 		return;
-	gpucmd_close(good);
-	good = NULL;
-	ck_assert_int_eq(daemon_stop(&the_daemon), 0);
-	daemon_cleanup_dir(&the_daemon);
-	daemon_start_args(&the_daemon, "--host-memory", "64M", NULL);
-	take_baseline();
 
 	holder = connect_as("holder");
 	victim = connect_as("victim");
@@ -2284,6 +2288,36 @@ static void append_request(uint8_t **buf, size_t *len, uint64_t id,
 	*len += one_len;
 }
 
+/* A spin kernel op of us microseconds, on a 1x1x1 launch. */
+struct raw_spin {
+	Gpucmd__KernelArg arg;
+	Gpucmd__KernelArg *args[1];
+	Gpucmd__OpKernel k;
+	uint32_t one[3];
+	Gpucmd__Op op;
+};
+
+static Gpucmd__Op *raw_spin_op(struct raw_spin *s, uint32_t us)
+{
+	gpucmd__kernel_arg__init(&s->arg);
+	s->arg.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
+	s->arg.u32 = us;
+	s->args[0] = &s->arg;
+	gpucmd__op_kernel__init(&s->k);
+	s->one[0] = s->one[1] = s->one[2] = 1;
+	s->k.name = "spin";
+	s->k.n_grid = 3;
+	s->k.grid = s->one;
+	s->k.n_block = 3;
+	s->k.block = s->one;
+	s->k.n_args = 1;
+	s->k.args = s->args;
+	gpucmd__op__init(&s->op);
+	s->op.op_case = GPUCMD__OP__OP_KERNEL;
+	s->op.kernel = &s->k;
+	return &s->op;
+}
+
 /*
  * max_in_flight holds for a client that writes many requests at once: with
  * a limit of 1, a sync on an idle stream sent right behind a long kernel
@@ -2292,29 +2326,16 @@ static void append_request(uint8_t **buf, size_t *len, uint64_t id,
  */
 START_TEST(pipelined_requests_keep_to_max_in_flight)
 {
-	Gpucmd__KernelArg arg = GPUCMD__KERNEL_ARG__INIT;
-	Gpucmd__KernelArg *args[1] = { &arg };
-	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	struct raw_spin spin;
 	Gpucmd__OpSync sy = GPUCMD__OP_SYNC__INIT;
-	Gpucmd__Op ok = GPUCMD__OP__INIT, os = GPUCMD__OP__INIT;
-	Gpucmd__Op *spin_ops[2] = { &ok, &os }, *sync_ops[1] = { &os };
-	uint32_t one[3] = { 1, 1, 1 };
+	Gpucmd__Op os = GPUCMD__OP__INIT;
+	Gpucmd__Op *spin_ops[2] = { raw_spin_op(&spin, 300000), &os };
+	Gpucmd__Op *sync_ops[1] = { &os };
 	uint8_t *buf = NULL;
 	size_t len = 0;
 	int fd = raw_connect();
 
 	raw_hello(fd, "inflight");
-	arg.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
-	arg.u32 = 300000;
-	k.name = "spin";
-	k.n_grid = 3;
-	k.grid = one;
-	k.n_block = 3;
-	k.block = one;
-	k.n_args = 1;
-	k.args = args;
-	ok.op_case = GPUCMD__OP__OP_KERNEL;
-	ok.kernel = &k;
 	os.op_case = GPUCMD__OP__OP_SYNC;
 	os.sync = &sy;
 	append_request(&buf, &len, 1, 0, spin_ops, 2);
@@ -2386,15 +2407,12 @@ static void append_op(uint8_t **buf, size_t *len, uint64_t id,
 START_TEST(bytes_behind_a_kernel_wait_in_the_socket)
 {
 	enum { N = 32, MIB = 1 << 20 };
-	Gpucmd__KernelArg arg = GPUCMD__KERNEL_ARG__INIT;
-	Gpucmd__KernelArg *args[1] = { &arg };
-	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	struct raw_spin spin;
 	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
 	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
 	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
-	Gpucmd__Op oe = GPUCMD__OP__INIT, ok = GPUCMD__OP__INIT;
+	Gpucmd__Op oe = GPUCMD__OP__INIT;
 	Gpucmd__Op ow = GPUCMD__OP__INIT, orr = GPUCMD__OP__INIT;
-	uint32_t one[3] = { 1, 1, 1 };
 	uint8_t *head = NULL, *writes = NULL, *data = malloc(MIB);
 	size_t head_len = 0, writes_len = 0, sent = 0;
 	int fd = raw_connect(), other = raw_connect(), fl;
@@ -2408,19 +2426,8 @@ START_TEST(bytes_behind_a_kernel_wait_in_the_socket)
 	e.size = MIB;
 	oe.op_case = GPUCMD__OP__OP_EMPTY;
 	oe.empty = &e;
-	arg.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
-	arg.u32 = 1500000;
-	k.name = "spin";
-	k.n_grid = 3;
-	k.grid = one;
-	k.n_block = 3;
-	k.block = one;
-	k.n_args = 1;
-	k.args = args;
-	ok.op_case = GPUCMD__OP__OP_KERNEL;
-	ok.kernel = &k;
 	append_op(&head, &head_len, 1, 0, &oe);
-	append_op(&head, &head_len, 2, 0, &ok);
+	append_op(&head, &head_len, 2, 0, raw_spin_op(&spin, 1500000));
 	w.handle = 1;
 	w.data.len = MIB;
 	w.data.data = data;
