@@ -583,10 +583,15 @@ static int releases_of(const Gpucmd__Request *req,
 static void slot_settle(struct gpucmd_conn *c, struct conn_slot *s)
 {
 	const Gpucmd__Response *resp = s->frame->response;
+	/*
+	 * A stream fault is reported at the batch's first read or sync once
+	 * every op has run: failed_index is not where the batch stopped.
+	 */
+	bool all_ran = resp->error == NULL ||
+		       resp->error->code == GPUCMD_ESTREAM;
 
 	for (size_t k = 0; k < s->nreleases; k++)
-		if (resp->error == NULL ||
-		    s->releases[k].index < resp->failed_index)
+		if (all_ran || s->releases[k].index < resp->failed_index)
 			regions_forget(&c->regions, s->releases[k].region);
 	free(s->releases);
 	s->releases = NULL;
@@ -996,6 +1001,12 @@ GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *c)
 GPUCMD_EXTERN const struct gpucmd_info *gpucmd_info(const struct gpucmd_conn *c)
 {
 	return &c->info;
+}
+
+bool conn_has_room(const struct gpucmd_conn *c, size_t n)
+{
+	return c->info.max_in_flight == 0 ||
+	       c->nslots + n <= c->info.max_in_flight;
 }
 
 struct regions *conn_regions(struct gpucmd_conn *c)

@@ -22,6 +22,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,5 +66,7 @@ int conn_fail_timeout(struct gpucmd_conn *conn, int code);
 struct regions *conn_regions(struct gpucmd_conn *conn);
 /** The connection's spare batches and op blocks (batch.h). */
 struct batch_cache *conn_batch_cache(struct gpucmd_conn *conn);
+/** Whether n more requests may be submitted now (max_in_flight). */
+bool conn_has_room(const struct gpucmd_conn *c, size_t n);
 /** Remember the daemon's message of a failure (gpucmd_last_message). */
 void conn_set_message(struct gpucmd_conn *conn, const char *msg);

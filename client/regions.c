@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -200,7 +201,14 @@ static int regions_release(struct gpucmd_conn *conn, uint64_t id)
 		gpucmd_batch_free(b);
 		return r;
 	}
-	return run_checked(conn, b);
+	r = run_checked(conn, b);
+	/*
+	 * The daemon has no such region: a release it ran without this side
+	 * knowing (a batch that failed after it).  Nothing can use the entry.
+	 */
+	if (r == GPUCMD_ENOTFOUND)
+		regions_forget(conn_regions(conn), id);
+	return r;
 }
 
 GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
@@ -215,6 +223,16 @@ GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
 		return GPUCMD_EINVAL;
 	conn_set_message(conn, "");
 	r = regions_attach(conn, id, size, &e);
+	/*
+	 * The library's scratch region (idle between calls) may hold the
+	 * service's region_limit or a place: the caller's region comes first.
+	 */
+	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT) &&
+	    regions_find(conn_regions(conn), REGIONS_SCRATCH_ID) != NULL &&
+	    regions_release(conn, REGIONS_SCRATCH_ID) == 0) {
+		conn_set_message(conn, "");
+		r = regions_attach(conn, id, size, &e);
+	}
 	if (r < 0)
 		return r;
 	*ptr = e->base;
@@ -258,16 +276,21 @@ static int scratch_get(struct gpucmd_conn *conn, size_t want,
 	size_t size = REGIONS_SCRATCH_MIN;
 	int r;
 
+	/* A quarter of region_limit at most: the service's own come first. */
 	while (size < want && size < REGIONS_SCRATCH_MAX &&
-	       (limit == 0 || 2 * (uint64_t)size <= limit) &&
+	       (limit == 0 || 4 * 2 * (uint64_t)size <= limit) &&
 	       (refused == 0 || 2 * size < refused))
 		size *= 2;
 	if (e != NULL && e->size >= size) {
 		*out = e;
 		return 0;
 	}
-	/* Refused before at this size: the caller goes inline. */
-	if (e == NULL && refused != 0 && size >= refused)
+	/*
+	 * Refused before at this size: the caller goes inline, where it can
+	 * (else the attach is tried again: the quota may have room now).
+	 */
+	if (e == NULL && refused != 0 && size >= refused &&
+	    inline_limit(conn) > 0)
 		return GPUCMD_EQUOTA;
 	/* Too small: a bigger one replaces it. */
 	if (e != NULL) {
@@ -282,8 +305,16 @@ static int scratch_get(struct gpucmd_conn *conn, size_t want,
 		    r != GPUCMD_ENOMEM)
 			return r;
 		conn_regions(conn)->scratch_refused = size;
-		if (size <= REGIONS_SCRATCH_MIN)
+		if (size <= REGIONS_SCRATCH_MIN) {
+			char msg[600];
+
+			/* The daemon named it by its id, 2^63. */
+			snprintf(msg, sizeof(msg), "libgpucmd's scratch region "
+				 "for large transfers was refused: %s",
+				 gpucmd_last_message(conn));
+			conn_set_message(conn, msg);
 			return r;
+		}
 		size /= 2;
 	}
 }
@@ -328,18 +359,27 @@ static int write_piece(struct gpucmd_conn *conn, uint32_t stream,
 	return r;
 }
 
-/* Collect the answers still due after a failure (or at the end). */
+/*
+ * Collect the answers still due after a failure (or at the end); the
+ * sentence of the first failure stays for gpucmd_last_message.
+ */
 static int drain(struct gpucmd_conn *conn, struct piece *pieces, int err)
 {
 	for (int k = 0; k < 2; k++) {
+		struct gpucmd_response *resp;
 		int r;
 
 		if (!pieces[k].busy)
 			continue;
 		pieces[k].busy = 0;
-		r = wait_checked(conn, pieces[k].id);
-		if (err == 0)
-			err = r;
+		if (err == 0) {
+			err = wait_checked(conn, pieces[k].id);
+			continue;
+		}
+		r = gpucmd_wait(conn, pieces[k].id, &resp);
+		if (r < 0)
+			return conn_fail_timeout(conn, r);
+		gpucmd_response_free(resp);
 	}
 	return err;
 }
@@ -403,6 +443,13 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
 		if (p->busy) {
 			p->busy = 0;
 			r = wait_checked(conn, p->id);
+			if (r < 0)
+				break;
+		}
+		/* No place for two in flight (max_in_flight): one at a time. */
+		if (pieces[k ^ 1].busy && !conn_has_room(conn, 1)) {
+			pieces[k ^ 1].busy = 0;
+			r = wait_checked(conn, pieces[k ^ 1].id);
 			if (r < 0)
 				break;
 		}
@@ -503,6 +550,15 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
 	for (next = 0, k = 0; r == 0; k ^= 1) {
 		struct piece *p = &pieces[k], *prev = &pieces[k ^ 1];
 
+		/* No place for two in flight (max_in_flight): one at a time. */
+		if (next < len && prev->busy && !conn_has_room(conn, 1)) {
+			prev->busy = 0;
+			r = wait_checked(conn, prev->id);
+			if (r < 0)
+				break;
+			memcpy((uint8_t *)out + prev->at, e->base + prev->roff,
+			       prev->len);
+		}
 		if (next < len) {
 			p->at = next;
 			p->len = len - next < chunk ? len - next : chunk;

@@ -159,12 +159,18 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 	r->size = size;
 	r->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (r->base == MAP_FAILED) {
-		snprintf(msg, msg_len, "region %llu: cannot map %llu bytes: %s",
-			 (unsigned long long)id, (unsigned long long)size,
-			 strerror(errno));
+		/* A write-sealed or read-only memfd is the client's doing. */
+		int err = errno;
+		bool refused = err == EPERM || err == EACCES;
+
+		snprintf(msg, msg_len, "region %llu: cannot map %llu bytes: "
+			 "%s%s", (unsigned long long)id,
+			 (unsigned long long)size, strerror(err),
+			 refused ? " (send a memfd open for writing, not "
+				   "sealed against writes)" : "");
 		r->base = NULL;
 		unmap(d, r);
-		return GPUCMD_ENOMEM;
+		return refused ? GPUCMD_EINVAL : GPUCMD_ENOMEM;
 	}
 	/* The mapping holds the memfd: the descriptor is not needed. */
 	close(r->fd);

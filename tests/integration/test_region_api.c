@@ -10,6 +10,7 @@
  * checks the library (descriptor passing, the region table, settling a
  * release when its response is collected) against a real daemon.
  */
+#include <dirent.h>
 #include <sys/mman.h>
 
 #include "harness.h"
@@ -554,6 +555,136 @@ START_TEST(convenience_uses_a_region_when_frames_are_small)
 }
 END_TEST
 
+/* Descriptors this process has open. */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while (readdir(d) != NULL)
+		n++;
+	closedir(d);
+	return n;
+}
+
+/*
+ * A stream fault is reported at the batch's first read once every op of
+ * it has run, the region_release after that read included: the library
+ * forgets the region (its memfd and mapping go), and the id can be made
+ * again.  It used to keep the entry for good (EEXIST), and a release of it
+ * that the daemon no longer knows now forgets it too.
+ */
+START_TEST(release_after_a_fault_is_settled)
+{
+	struct gpucmd_conn *c = connect_as("regions");
+	struct gpucmd_batch *b;
+	int fds0 = open_fds();
+	void *p;
+
+	ck_assert_int_eq(gpucmd_region_create(c, 5, 4096, &p), 0);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, 4096), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "fault", ONE, ONE, NULL, 0), 0);
+	ck_assert_int_eq(gpucmd_batch_read_region(b, 1, 0, 4096, 5, 0), 0);
+	ck_assert_int_eq(gpucmd_batch_release_region(b, 5), 0);
+	ck_assert_int_eq(run_code(b, NULL, 0), GPUCMD_ESTREAM);
+	ck_assert_int_eq(open_fds(), fds0);
+	ck_assert_int_eq(gpucmd_region_create(c, 5, 4096, &p), 0);
+	ck_assert_int_eq(gpucmd_region_release(c, 5), 0);
+	ck_assert_int_eq(open_fds(), fds0);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
+ * A piece of a convenience write that fails keeps its sentence, though a
+ * piece after it succeeded (70 MiB into 69: pieces of 32, 32 and 6 MiB).
+ */
+START_TEST(convenience_failure_keeps_its_message)
+{
+	const size_t n = 70 * MIB;
+	struct gpucmd_conn *c = connect_as("regions");
+	struct gpucmd_batch *b;
+	uint8_t *data = calloc(1, n);
+
+	ck_assert_ptr_nonnull(data);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, 69 * MIB), 0);
+	gpucmd_response_free(run_ok(b));
+	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 1, 0, data, n),
+			 GPUCMD_EINVAL);
+	ck_assert_msg(strstr(gpucmd_last_message(c), "out of bounds") != NULL,
+		      "message: '%s'", gpucmd_last_message(c));
+	free(data);
+	gpucmd_close(c);
+}
+END_TEST
+
+static char tight_conf[64];
+
+/* One request in flight, and 8 MiB of regions for the service. */
+static void tight_setup(void)
+{
+	int fd;
+	FILE *f;
+
+	snprintf(tight_conf, sizeof(tight_conf), "/tmp/gpucmd-rapi-XXXXXX");
+	fd = mkstemp(tight_conf);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[limits]\nmax_in_flight = 1\n"
+	      "[service regions]\nregion_limit = 8M\n", f);
+	fclose(f);
+	daemon_start_args(&the_daemon, "--config", tight_conf,
+			  "--max-frame-bytes", "64K", NULL);
+}
+
+static void tight_teardown(void)
+{
+	harness_teardown();
+	unlink(tight_conf);
+}
+
+/*
+ * With max_in_flight = 1 the convenience calls move one piece at a time
+ * (they kept two in flight and failed with ELIMIT); their scratch region
+ * takes a quarter of region_limit at most, and gives way to the caller's
+ * own region when that would not fit beside it.
+ */
+START_TEST(convenience_within_tight_limits)
+{
+	const size_t n = 6 * MIB + 123;
+	struct gpucmd_conn *c = connect_as("regions");
+	uint8_t *want = malloc(n), *got = malloc(n);
+	struct gpucmd_batch *b;
+	void *p;
+
+	ck_assert_ptr_nonnull(want);
+	ck_assert_ptr_nonnull(got);
+	ck_assert_uint_eq(gpucmd_info(c)->max_in_flight, 1);
+	ck_assert_uint_eq(gpucmd_info(c)->region_limit, 8 * MIB);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, n), 0);
+	gpucmd_response_free(run_ok(b));
+	fill(want, n, 21);
+	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 1, 0, want, n), 0);
+	memset(got, 0, n);
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, n, got), 0);
+	ck_assert_int_eq(memcmp(got, want, n), 0);
+	/* 7 MiB fit only if the scratch region makes way. */
+	ck_assert_int_eq(gpucmd_region_create(c, 3, 7 * MIB, &p), 0);
+	memset(got, 0, n);
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, n, got), 0);
+	ck_assert_int_eq(memcmp(got, want, n), 0);
+	ck_assert_int_eq(gpucmd_region_release(c, 3), 0);
+	free(want);
+	free(got);
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("region_api");
@@ -570,7 +701,17 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, region_count_limit);
 	tcase_add_test(tc, client_killed_with_regions_and_copies_in_flight);
 	tcase_add_test(tc, convenience_round_trips);
+	tcase_add_test(tc, release_after_a_fault_is_settled);
+	tcase_add_test(tc, convenience_failure_keeps_its_message);
 	suite_add_tcase(s, tc);
+	{
+		TCase *tight = tcase_create("tight");
+
+		tcase_add_checked_fixture(tight, tight_setup, tight_teardown);
+		tcase_set_timeout(tight, 120);
+		tcase_add_test(tight, convenience_within_tight_limits);
+		suite_add_tcase(s, tight);
+	}
 	tcase_add_checked_fixture(small, small_frames_setup, harness_teardown);
 	tcase_set_timeout(small, 120);
 	tcase_add_test(small, convenience_uses_a_region_when_frames_are_small);
