@@ -61,16 +61,15 @@ ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
 ALL_LDFLAGS += -fsanitize=$(SANITIZER)
 endif
 
-# CUDA backend: auto builds it when cuda.h is found.
-ifeq ($(CUDA),auto)
-HAVE_CUDA := $(if $(wildcard $(CUDA_HOME)/include/cuda.h),1,)
-else ifeq ($(CUDA),yes)
-HAVE_CUDA := 1
-ifeq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
-$(error CUDA=yes but $(CUDA_HOME)/include/cuda.h is missing; install the CUDA toolkit or set CUDA_HOME)
-endif
-else
+# CUDA backend: always built (daemon/driver/cuda_api.h declares what it
+# uses of the driver API, which it opens at run time), unless CUDA=no.  The
+# toolkit, when found, only compiles the built-in kernels afresh (nvcc) and
+# checks cuda_api.h against NVIDIA's cuda.h (check_cuda_api).
+CUDA_H := $(wildcard $(CUDA_HOME)/include/cuda.h)
+ifeq ($(CUDA),no)
 HAVE_CUDA :=
+else
+HAVE_CUDA := 1
 endif
 
 # ---- sources -------------------------------------------------------------
@@ -86,7 +85,6 @@ DAEMON_SRC := $(filter-out $(DAEMON_MAIN),$(wildcard daemon/*.c)) \
 
 ifeq ($(HAVE_CUDA),1)
 ALL_CFLAGS += -DGPUCMD_HAVE_CUDA=1
-$(BUILD)/obj/daemon/driver/cuda.o: ALL_CFLAGS += -I$(CUDA_HOME)/include
 -include daemon/driver/cuda.mk
 endif
 
@@ -97,7 +95,9 @@ TOOL_OBJ := $(call obj,$(TOOL_SRC))
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC)) $(CUDA_EXTRA_OBJ)
 DAEMON_MAIN_OBJ := $(call obj,$(DAEMON_MAIN))
 
-UNIT_SRC := $(wildcard tests/unit/check_*.c)
+# check_cuda_api compares daemon/driver/cuda_api.h with NVIDIA's cuda.h.
+UNIT_SRC := $(filter-out $(if $(CUDA_H),,tests/unit/check_cuda_api.c),\
+	$(wildcard tests/unit/check_*.c))
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 INTEG_SRC := $(wildcard tests/integration/*.c)
 INTEG_BIN := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(filter-out tests/integration/harness.c,$(INTEG_SRC)))
@@ -158,6 +158,8 @@ $(BUILD)/gpucmd: $(TOOL_OBJ) $(BUILD)/libgpucmd.a
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(shell pkg-config --libs libprotobuf-c) $(LIBS)
 
 # ---- tests ----------------------------------------------------------------
+
+$(BUILD)/tests/check_cuda_api: CHECK_CFLAGS += -I$(CUDA_HOME)/include
 
 $(BUILD)/tests/check_%: tests/unit/check_%.c $(BUILD)/libgpucmdd.a $(BUILD)/libgpucmd.a
 	$(call msg,CC,$<)

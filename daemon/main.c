@@ -395,6 +395,14 @@ int main(int argc, char **argv)
 	config_defaults(&cfg);
 	early_args(argc, argv, &early);
 	rc = load_file(&early, &cfg);
+	/*
+	 * A file that does not load stops the daemon as a usage error (2):
+	 * the units do not restart it (RestartPreventExitStatus=2), since
+	 * only an edit can fix it.  --check-config says 1 for it, as for
+	 * anything it finds.
+	 */
+	if (rc != 0 && !early.check_only)
+		rc = 2;
 	if (rc == 0)
 		rc = parse_args(argc, argv, &cfg);
 	if (early.check_only) {

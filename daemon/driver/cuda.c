@@ -3,8 +3,8 @@
  *
  * Loading.  libcuda.so.1 is opened with dlopen and every entry point is
  * looked up with dlsym, so one gpucmdd binary runs on machines with and
- * without a GPU (it never links libcuda).  Types and prototypes come from the
- * toolkit's cuda.h; each entry point is looked up under the versioned name
+ * without a GPU (it never links libcuda).  Types and prototypes come from
+ * cuda_api.h (below); each entry point is looked up under the versioned name
  * that cuda.h maps it to (cuMemAlloc -> cuMemAlloc_v2), so calling through
  * the pointer means exactly what calling the function would.  NVRTC
  * (CUDA C modules) is opened the same way, on first use.
@@ -28,7 +28,10 @@
  * time and embedded (cuda.mk, kernels/builtin_ptx.h); the first
  * builtin_function loads it as a module, which JIT compiles it for this GPU.
  *
- * Without GPUCMD_HAVE_CUDA (no cuda.h at build time) this file only provides
+ * The driver API comes from cuda_api.h, the daemon's own declarations of
+ * the calls it makes (checked against NVIDIA's cuda.h by check_cuda_api
+ * wherever the toolkit is installed), so the backend builds without the
+ * toolkit.  Without GPUCMD_HAVE_CUDA (make CUDA=no) this file only provides
  * a driver_cuda_create that says so.
  */
 #include "driver.h"
@@ -45,13 +48,13 @@ int driver_cuda_create(const struct driver_options *opt, struct driver **out,
 	if (why && why_len)
 		snprintf(why, why_len, "%s",
 			 "this gpucmdd was built without the CUDA backend "
-			 "(CUDA=no or no cuda.h at build time)");
+			 "(make CUDA=no)");
 	return GPUCMD_EUNSUPPORTED;
 }
 
 #else /* GPUCMD_HAVE_CUDA */
 
-#include <cuda.h>
+#include "cuda_api.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -128,7 +131,7 @@ _Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t),
 	X(cuFuncSetAttribute, NULL, true)				\
 	X(cuLaunchKernel, NULL, true)
 
-/* One pointer per entry point, typed by cuda.h's own prototype. */
+/* One pointer per entry point, typed by its prototype (cuda_api.h). */
 #define CUDA_API_FIELD(fn, alt, required) __typeof__(fn) *fn;
 struct cuda_api {
 	CUDA_FUNCTIONS(CUDA_API_FIELD)
@@ -161,9 +164,6 @@ struct nvrtc_api {
 
 #define NVRTC_SUCCESS 0
 #define NVRTC_ERROR_COMPILATION 6
-
-/* CUDA_ERROR_STUB_LIBRARY, by number: older cuda.h files lack the name. */
-#define CUDA_ERROR_STUB_LIBRARY_CODE 34
 
 /* Dynamic shared memory a launch may use without raising the function's
  * CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first (48 KiB). */
@@ -274,15 +274,14 @@ static bool cuda_is_sticky(CUresult r)
 	case CUDA_ERROR_ECC_UNCORRECTABLE:
 		return true;
 	/*
-	 * Numbers, not names: newer than some toolkits the daemon builds
-	 * with.  cuda.h of each: "any further CUDA work will return the same
-	 * error" (CONTAINED 226, TENSOR_MEMORY_LEAK 721, EXTERNAL_DEVICE
-	 * 911), and MPS_CLIENT_TERMINATED (810) needs a new process.
+	 * cuda.h of each: "any further CUDA work will return the same error"
+	 * (CONTAINED, TENSOR_MEMORY_LEAK, EXTERNAL_DEVICE), and
+	 * MPS_CLIENT_TERMINATED needs a new process.
 	 */
-	case 226:
-	case 721:
-	case 810:
-	case 911:
+	case CUDA_ERROR_CONTAINED:
+	case CUDA_ERROR_TENSOR_MEMORY_LEAK:
+	case CUDA_ERROR_MPS_CLIENT_TERMINATED:
+	case CUDA_ERROR_EXTERNAL_DEVICE:
 		return true;
 	default:
 		return false;
@@ -361,7 +360,7 @@ static void cuda_describe(const struct cuda_api *cu, CUresult r, char *buf,
 		text = NULL;
 	if (name)
 		snprintf(buf, len, "%s: %s", name, text ? text : "no description");
-	else if (r == CUDA_ERROR_STUB_LIBRARY_CODE)
+	else if (r == CUDA_ERROR_STUB_LIBRARY)
 		/* The toolkit's stub cannot even name its own error. */
 		snprintf(buf, len, "CUDA_ERROR_STUB_LIBRARY: the libcuda.so.1 "
 			 "found is the CUDA toolkit's link stub, not the NVIDIA "

@@ -290,7 +290,25 @@ printf '%s\n' "$prom" | grep -q '^gpucmd_pool_bytes_in_use{service="held",connec
 	fail "prometheus pool of held stream 1"
 
 # 5. --watch: several frames, no terminal codes into a pipe, exit 0 on SIGINT.
-timeout -k 20 --preserve-status -s INT 3 "$dir/gpucmd" --socket "$sock" memory-report --watch 0.2 --json >"$dir/watch"
+# SIGINT once three frames are out: the handler is in place by then (a
+# shell without job control starts background commands with SIGINT
+# ignored, and a signal before the handler would be lost).
+"$dir/gpucmd" --socket "$sock" memory-report --watch 0.2 --json >"$dir/watch" &
+wpid=$!
+i=0
+while [ "$(grep -c '^{"device"' "$dir/watch")" -lt 3 ]; do
+	i=$((i + 1))
+	[ $i -gt 600 ] && { kill -KILL "$wpid"; fail "--watch printed no frames in 30 s"; }
+	sleep 0.05
+done
+kill -INT "$wpid"
+i=0
+while kill -0 "$wpid" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -gt 400 ] && { kill -KILL "$wpid"; fail "--watch still runs 20 s after SIGINT"; }
+	sleep 0.05
+done
+wait "$wpid"
 rc=$?
 [ $rc -eq 0 ] || fail "--watch exited $rc after SIGINT"
 frames=$(grep -c '^{"device"' "$dir/watch")

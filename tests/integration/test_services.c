@@ -1497,7 +1497,7 @@ START_TEST(invalid_config_at_start_is_an_error)
 	snprintf(missing, sizeof(missing), "%s/missing.conf", conf_dir);
 	rc = run_gpucmdd(out, sizeof(out), err, sizeof(err), "--socket", sock,
 			 "--backend", "host", "--config", bad, NULL);
-	ck_assert_msg(rc == 1, "gpucmdd on a bad file exited %d (%s%s)", rc,
+	ck_assert_msg(rc == 2, "gpucmdd on a bad file exited %d (%s%s)", rc,
 		      out, err);
 	snprintf(want, sizeof(want), "%s:6:", bad);
 	ck_assert_msg(strstr(err, want) != NULL, "stderr '%s' lacks '%s'", err,
@@ -1507,7 +1507,7 @@ START_TEST(invalid_config_at_start_is_an_error)
 
 	rc = run_gpucmdd(out, sizeof(out), err, sizeof(err), "--socket", sock,
 			 "--backend", "host", "--config", missing, NULL);
-	ck_assert_msg(rc == 1, "gpucmdd on a missing --config exited %d", rc);
+	ck_assert_msg(rc == 2, "gpucmdd on a missing --config exited %d", rc);
 	ck_assert_msg(strstr(err, missing) != NULL, "stderr: %s", err);
 	ck_assert_msg(stat(sock, &st) != 0, "it listened on %s anyway", sock);
 }
