@@ -248,6 +248,14 @@ install: all $(INSTALL_EXTRA)
 		install -d $(DESTDIR)$(MANDIR)/man$$s; \
 		install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; \
 	done
+ifeq ($(DESTDIR),)
+	@# Onto this system: the loader's cache, and what the units need.
+	-@[ "$$(id -u)" != 0 ] || ldconfig
+	@echo "installed. For the daemon's units (as root):"
+	@echo "  systemd-sysusers $(SYSUSERSDIR)/gpucmd.conf"
+	@echo "  systemd-tmpfiles --create $(TMPFILESDIR)/gpucmd.conf"
+	@echo "  systemctl daemon-reload && systemctl enable --now gpucmdd.socket"
+endif
 
 uninstall: $(UNINSTALL_EXTRA)
 	rm -f $(DESTDIR)$(SBINDIR)/gpucmdd $(DESTDIR)$(BINDIR)/gpucmd \

@@ -9,7 +9,8 @@ set -u
 
 # package:probe  (probe is a file the package provides)
 need="
-build-essential:/usr/bin/make
+build-essential:/usr/bin/cc
+make:/usr/bin/make
 pkg-config:/usr/bin/pkg-config
 libuv1-dev:/usr/include/uv.h
 libprotobuf-c-dev:/usr/include/protobuf-c/protobuf-c.h

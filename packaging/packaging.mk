@@ -20,6 +20,8 @@
 #   SYSTEMDUNITDIR  $(PREFIX)/lib/systemd/system  (Debian 12: /lib/systemd/system)
 #   SYSUSERSDIR     $(PREFIX)/lib/sysusers.d
 #   TMPFILESDIR     $(PREFIX)/lib/tmpfiles.d
+#                   (under a PREFIX other than /usr and /usr/local, which
+#                   systemd does not search: /usr/local/lib/...)
 #   PKGCONFIGDIR    $(LIBDIR)/pkgconfig
 #   SYSCONFDIR      /etc  (the daemon reads /etc/gpucmd/gpucmdd.conf)
 #   EXAMPLEDIR      $(SYSCONFDIR)/gpucmd, for gpucmdd.conf.example
@@ -28,9 +30,10 @@
 # The units run $(SBINDIR)/gpucmdd: their ExecStart= is rewritten from
 # /usr/sbin when installed under another PREFIX.
 
-SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
-SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
-TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+SYSTEMD_PREFIX = $(if $(filter /usr /usr/local,$(PREFIX)),$(PREFIX),/usr/local)
+SYSTEMDUNITDIR ?= $(SYSTEMD_PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(SYSTEMD_PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(SYSTEMD_PREFIX)/lib/tmpfiles.d
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 SYSCONFDIR ?= /etc
 EXAMPLEDIR ?= $(SYSCONFDIR)/gpucmd

@@ -13,10 +13,15 @@ fail() {
 	exit 1
 }
 
-# The daemon was built with its CUDA backend (no toolkit needed for it).
-out=$("$BUILD/gpucmdd" --backend cuda --probe -c /dev/null 2>&1)
+# The daemon was built with its CUDA backend (no toolkit needed for it):
+# it tries the driver, and says what it found.
+conf=$(mktemp)
+trap 'rm -f "$conf"' EXIT
+out=$("$BUILD/gpucmdd" --backend cuda --probe -c "$conf" 2>&1)
 case "$out" in
 *"built without the CUDA backend"*) fail "gpucmdd has no CUDA backend: $out" ;;
+*libcuda* | *"cuda backend"* | *CUDA*) ;;
+*) fail "gpucmdd --backend cuda --probe said: $out" ;;
 esac
 
 # name and parameter count of each entry of a PTX file
