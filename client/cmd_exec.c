@@ -735,11 +735,11 @@ static int parse_list(struct script *s, size_t w, const char *v,
  * copy the strides is for it to say (GPUCMD_ESTRIDES).
  */
 static int split_layout(struct script *s, struct op *op, size_t *pos,
-			size_t *npos)
+			size_t *npos, size_t *shape_at)
 {
 	struct gpucmd_layout *l = &op->layout;
 	uint32_t nstrides = 0;
-	size_t shape_w = 0, strides_w = 0;
+	size_t shape_w = 0, strides_w = 0, elem_w = 0;
 
 	*npos = 0;
 	for (size_t w = 2; w < s->nwords; w++) {
@@ -755,6 +755,7 @@ static int split_layout(struct script *s, struct op *op, size_t *pos,
 			if (parse_list(s, w, v + 8, l->strides, &nstrides) < 0)
 				return -1;
 		} else if (strncmp(v, "elem=", 5) == 0) {
+			elem_w = w;
 			if (tool_parse_u64(v + 5, 0, &elem) < 0 || elem == 0 ||
 			    elem > UINT32_MAX)
 				return parse_error(s, w, "bad element size "
@@ -765,8 +766,9 @@ static int split_layout(struct script *s, struct op *op, size_t *pos,
 		}
 	}
 	if (shape_w == 0 && (strides_w != 0 || l->elem_size != 0))
-		return parse_error(s, strides_w ? strides_w : 2,
+		return parse_error(s, strides_w ? strides_w : elem_w,
 				   "a layout needs shape=");
+	*shape_at = shape_w;
 	if (shape_w == 0)
 		return 0;
 	if (l->elem_size == 0)
@@ -797,11 +799,11 @@ static int layout_bytes(const struct gpucmd_layout *l, uint64_t *out)
 
 static int parse_write(struct script *s, struct op *op)
 {
-	size_t pos[EXEC_MAX_WORDS], npos;
+	size_t pos[EXEC_MAX_WORDS], npos, shape_at = 0;
 	uint64_t want;
 
 	if (word_target(s, 1, op, NULL) < 0 ||
-	    split_layout(s, op, pos, &npos) < 0)
+	    split_layout(s, op, pos, &npos, &shape_at) < 0)
 		return -1;
 	if (npos == 0)
 		return parse_error(s, s->nwords, "missing operand: usage: "
@@ -816,7 +818,7 @@ static int parse_write(struct script *s, struct op *op)
 		return -1;
 	want = 0;
 	if (op->layout.rank != 0 && layout_bytes(&op->layout, &want) < 0)
-		return parse_error(s, pos[0], "the layout holds more than "
+		return parse_error(s, shape_at, "the layout holds more than "
 				   "2^64 bytes");
 	if (word_source(s, pos[npos - 1], op, want) < 0)
 		return -1;
@@ -836,11 +838,11 @@ static int parse_write(struct script *s, struct op *op)
 
 static int parse_read(struct script *s, struct op *op)
 {
-	size_t pos[EXEC_MAX_WORDS], n, dest = 0;
+	size_t pos[EXEC_MAX_WORDS], n, dest = 0, shape_at = 0;
 	struct binding *b;
 
 	if (word_target(s, 1, op, &b) < 0 ||
-	    split_layout(s, op, pos, &n) < 0)
+	    split_layout(s, op, pos, &n, &shape_at) < 0)
 		return -1;
 	if (n > 0 && strncmp(s->word[pos[n - 1]], "file:", 5) == 0) {
 		if (s->word[pos[n - 1]][5] == '\0')
@@ -866,8 +868,8 @@ static int parse_read(struct script *s, struct op *op)
 		    word_number(s, pos[0], 1, &op->offset, "offset") < 0)
 			return -1;
 		if (layout_bytes(&op->layout, &op->rlen) < 0)
-			return parse_error(s, pos[0], "the layout holds more "
-					   "than 2^64 bytes");
+			return parse_error(s, shape_at, "the layout holds "
+					   "more than 2^64 bytes");
 	} else if (n == 0) {
 		op->len = b->size;
 		op->rlen = op->len;

@@ -32,7 +32,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
 FUZZ_FLAGS ?=
 FUZZ_DIR := $(BUILD)/fuzz
-FUZZ_HARNESSES := fuzz_frame fuzz_dispatch fuzz_config
+FUZZ_HARNESSES := fuzz_frame fuzz_dispatch fuzz_config fuzz_exec
 FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_HARNESSES))
 
 FUZZ_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined \
@@ -80,6 +80,31 @@ $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB)
 	$(call msg,FUZZLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -o $@ $< $(FUZZ_LIB) \
 		$(FUZZ_LDFLAGS) $(PKG_LIBS) $(LIBS)
+
+# fuzz_exec is the tool's exec script parser: the harness #includes
+# client/cmd_exec.c (its parser is static) and links, instead of the daemon,
+# the client library and the tool's other files, gpucmd.c with its main
+# renamed so that libFuzzer's runs.  cmd_exec.c is not in the archive: the
+# harness holds it.
+FUZZ_TOOL_SRC := $(LIB_SRC) $(PROTO_SRC) \
+	$(filter-out client/gpucmd.c client/cmd_exec.c,$(TOOL_SRC))
+FUZZ_TOOL_OBJ := $(call fuzz_obj,$(FUZZ_TOOL_SRC)) \
+	$(FUZZ_DIR)/obj/gpucmd.pb-c.o $(FUZZ_DIR)/obj/client/gpucmd-nomain.o
+FUZZ_TOOL_LIB := $(FUZZ_DIR)/libgpucmd-tool-fuzz.a
+
+$(FUZZ_DIR)/obj/client/gpucmd-nomain.o: client/gpucmd.c | $(FUZZ_DIR)/proto/gpucmd.pb-c.h
+	$(call msg,FUZZCC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Dmain=gpucmd_tool_main -MMD -MP -c $< -o $@
+
+$(FUZZ_TOOL_LIB): $(FUZZ_TOOL_OBJ)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_exec: tests/fuzz/fuzz_exec.c $(FUZZ_TOOL_LIB)
+	$(call msg,FUZZLD,$@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -o $@ $< $(FUZZ_TOOL_LIB) \
+		$(FUZZ_LDFLAGS) $(shell pkg-config --libs libprotobuf-c) $(LIBS)
 
 # One run: replay the regressions, then fuzz from a copy of the seeds for
 # $(1) seconds each, and say how many inputs every harness executed.

@@ -164,6 +164,15 @@ printf '%s\n' "$out" | grep -q '^{"line":2,"op":"read","error":"ENOENT",' ||
 rc=$?
 [ $rc -eq 2 ] || fail "an overlong --socket path: exit $rc, not 2"
 
+# the caret of a layout error points at the word it is about (the fuzz
+# harness found an index read uninitialised there)
+err=$(printf 'empty a 8\nread a shape=0x100000000,0x100000000,2\n' | g exec 2>&1 >/dev/null)
+case "$err" in *"<stdin>:2:8: the layout holds more than 2^64 bytes"*) ;;
+*) fail "layout overflow: $err" ;; esac
+err=$(printf 'empty a 8\nread a 0 8 elem=4\n' | g exec 2>&1 >/dev/null)
+case "$err" in *"<stdin>:2:12: a layout needs shape="*) ;;
+*) fail "elem= without shape=: $err" ;; esac
+
 # 10. SIGTERM: a clean exit 0
 kill -TERM "$pid"
 wait "$pid"
