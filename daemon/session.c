@@ -720,10 +720,9 @@ static bool keep_pending_fds(struct session *s, size_t nread)
  * error; so is a pile of descriptors no request asked for (a client cannot
  * make the daemon hold descriptors without bound).
  */
-static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
-		    size_t *n)
+static int take_fds_n(struct session *s, uint64_t id, size_t want,
+		      int **out, size_t *n)
 {
-	size_t want = 0;
 	unsigned stale = 0, mine = 0;
 	int *fds;
 
@@ -738,15 +737,11 @@ static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
 			       "%llu that attached no regions with them: send "
 			       "each memfd with the request whose region_attach "
 			       "takes it",
-			       stale, (unsigned long long)req->id);
+			       stale, (unsigned long long)id);
 		return GPUCMD_EPROTO;
 	}
 	while (mine < s->nfds && s->fd_from[mine] <= s->frame_at)
 		mine++;
-	for (size_t i = 0; i < req->n_ops; i++)
-		if (req->ops[i] != NULL &&
-		    req->ops[i]->op_case == GPUCMD__OP__OP_REGION_ATTACH)
-			want++;
 	if (want == 0)
 		return 0;
 	if (want > mine) {
@@ -754,7 +749,7 @@ static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
 			       "request %llu has %zu region_attach ops but "
 			       "only %u descriptors came with it: send each "
 			       "memfd with SCM_RIGHTS in the frame's sendmsg",
-			       (unsigned long long)req->id, want, mine);
+			       (unsigned long long)id, want, mine);
 		return GPUCMD_EPROTO;
 	}
 	fds = calloc(want, sizeof(*fds));
@@ -770,6 +765,19 @@ static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
 	*out = fds;
 	*n = want;
 	return 0;
+}
+
+/* take_fds_n for the region_attach ops of a decoded request. */
+static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
+		    size_t *n)
+{
+	size_t want = 0;
+
+	for (size_t i = 0; i < req->n_ops; i++)
+		if (req->ops[i] != NULL &&
+		    req->ops[i]->op_case == GPUCMD__OP__OP_REGION_ATTACH)
+			want++;
+	return take_fds_n(s, req->id, want, out, n);
 }
 
 /*
@@ -1255,38 +1263,50 @@ static void handle_frame(struct session *s, Gpucmd__Frame *frame, size_t len)
 	handle_request(s, frame, len);
 }
 
-/* A frame in the read buffer: decoded into memory of its own. */
 /*
  * A large request is counted before it is decoded: protobuf-c turns each
  * small op into tens of times its bytes (a 64 MiB frame of empty ops took
  * 3 GiB and stalled the loop for seconds), so one over max_ops_per_batch,
  * or with a kernel of more arguments than any kernel takes, is refused
- * unread, and the connection closed (its descriptors cannot be matched
- * to attaches that were never decoded).  Smaller frames are decoded and
- * refused with the usual per-batch answer.
+ * unread, with the same per-batch answer a smaller frame gets after its
+ * decoding.  The count gives its id and its attaches, whose descriptors
+ * go with it.  True when the frame was answered (or the connection
+ * refused).
  */
 static bool too_large_to_decode(struct session *s, const uint8_t *body,
 				size_t len)
 {
 	uint32_t max_ops = s->server->cfg.limits.max_ops_per_batch;
-	size_t nops, max_args;
+	struct frame_request_counts c;
+	char msg[200];
+	int *fds = NULL, code;
+	size_t nfds = 0;
 
 	if (len < SESSION_COUNT_FIRST || s->state != SESSION_READY ||
-	    !frame_request_counts(body, len, &nops, &max_args))
+	    !frame_request_counts(body, len, &c))
 		return false;
-	if (nops > max_ops) {
-		session_refuse(s, GPUCMD_ELIMIT, "a request of %zu ops is over "
-			       "the limit of %u (max_ops_per_batch): split it",
-			       nops, max_ops);
-		return true;
+	if (c.nops > max_ops) {
+		code = GPUCMD_ELIMIT;
+		snprintf(msg, sizeof(msg), "batch of %zu ops is over the "
+			 "limit of %u (max_ops_per_batch): split it", c.nops,
+			 max_ops);
+	} else if (c.max_args > SESSION_MAX_KERNEL_ARGS) {
+		code = GPUCMD_EINVAL;
+		snprintf(msg, sizeof(msg), "a kernel op with %zu arguments: "
+			 "kernels take at most 32", c.max_args);
+	} else {
+		return false;
 	}
-	if (max_args > SESSION_MAX_KERNEL_ARGS) {
-		session_refuse(s, GPUCMD_EINVAL, "a kernel op with %zu "
-			       "arguments: kernels take at most 32", max_args);
-		return true;
-	}
-	return false;
+	if (take_fds_n(s, c.id, c.attaches, &fds, &nfds) != 0)
+		return true;	/* refused: the descriptors did not match */
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]);
+	free(fds);
+	reply_error(s, c.id, code, msg);
+	return true;
 }
+
+/* A frame in the read buffer: decoded into memory of its own. */
 
 static void handle_body(struct session *s, const uint8_t *body, size_t len)
 {

@@ -1707,15 +1707,23 @@ static bool wire_skip(const uint8_t **pp, const uint8_t *end, unsigned wt)
 }
 
 /* The args of the kernel op in [p, end) (an Op's bytes), 0 for another op. */
-static size_t op_kernel_args(const uint8_t *p, const uint8_t *end)
+/*
+ * An Op's kernel arguments (when it is a kernel), and whether it is a
+ * region_attach: every field of Op is a member of its oneof, so the last
+ * one on the wire is the op, as protobuf-c decodes it.
+ */
+static size_t op_kernel_args(const uint8_t *p, const uint8_t *end,
+			     bool *attach)
 {
 	const uint8_t *k = NULL, *kend;
 	size_t n = 0, klen = 0;
-	uint64_t tag;
+	uint64_t tag, last = 0;
 
+	*attach = false;
 	while (p < end) {
 		if (!fast_tag(&p, end, &tag))
 			return 0;
+		last = tag >> 3;
 		if (tag == ((6 << 3) | 2)) {
 			if (!fast_len(&p, end, &k, &klen))
 				return 0;
@@ -1723,7 +1731,8 @@ static size_t op_kernel_args(const uint8_t *p, const uint8_t *end)
 			return 0;
 		}
 	}
-	if (k == NULL)
+	*attach = last == GPUCMD__OP__OP_REGION_ATTACH;
+	if (k == NULL || last != GPUCMD__OP__OP_KERNEL)
 		return 0;
 	for (kend = k + klen; k < kend;) {
 		if (!fast_tag(&k, kend, &tag))
@@ -1736,21 +1745,28 @@ static size_t op_kernel_args(const uint8_t *p, const uint8_t *end)
 	return n;
 }
 
-bool frame_request_counts(const uint8_t *body, size_t len, size_t *nops,
-			  size_t *max_args)
+bool frame_request_counts(const uint8_t *body, size_t len,
+			  struct frame_request_counts *out)
 {
 	const uint8_t *p = body, *end = body + len, *req, *reqend, *op;
 	size_t rlen, olen;
 	uint64_t tag;
 
-	*nops = 0;
-	*max_args = 0;
+	memset(out, 0, sizeof(*out));
 	if (!fast_tag(&p, end, &tag) || tag != ((4 << 3) | 2) ||
 	    !fast_len(&p, end, &req, &rlen))
 		return false;
 	for (p = req, reqend = req + rlen; p < reqend;) {
+		size_t a;
+		bool attach;
+
 		if (!fast_tag(&p, reqend, &tag))
 			return false;
+		if (tag == ((1 << 3) | 0)) {
+			if (!fast_varint(&p, reqend, &out->id))
+				return false;
+			continue;
+		}
 		if (tag != ((3 << 3) | 2)) {
 			if (!wire_skip(&p, reqend, (unsigned)(tag & 7)))
 				return false;
@@ -1758,13 +1774,11 @@ bool frame_request_counts(const uint8_t *body, size_t len, size_t *nops,
 		}
 		if (!fast_len(&p, reqend, &op, &olen))
 			return false;
-		(*nops)++;
-		{
-			size_t a = op_kernel_args(op, op + olen);
-
-			if (a > *max_args)
-				*max_args = a;
-		}
+		out->nops++;
+		a = op_kernel_args(op, op + olen, &attach);
+		if (a > out->max_args)
+			out->max_args = a;
+		out->attaches += attach;
 	}
 	return true;
 }

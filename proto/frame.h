@@ -119,14 +119,21 @@ Gpucmd__Frame *frame_decode(const uint8_t *body, size_t len);
  */
 Gpucmd__Frame *frame_decode_fast(const uint8_t *body, size_t len);
 /*
- * Without decoding anything: the ops of a Request frame and the most
- * arguments any of its kernel ops has.  False when body is not a Request
- * this scan can read (decode it to find out).  Decoding turns each small
- * op into tens of times its bytes in structs, so a large frame is counted
- * first and refused over the limits instead (session.c).
+ * Without decoding anything: a Request frame's id, its ops, the most
+ * arguments any of its kernel ops has, and its region_attach ops (which
+ * took descriptors).  False when body is not a Request this scan can read
+ * (decode it to find out).  Decoding turns each small op into tens of
+ * times its bytes in structs, so a large frame is counted first and
+ * refused over the limits instead (session.c).
  */
-bool frame_request_counts(const uint8_t *body, size_t len, size_t *nops,
-			  size_t *max_args);
+struct frame_request_counts {
+	uint64_t id;
+	size_t nops;
+	size_t max_args;
+	size_t attaches;
+};
+bool frame_request_counts(const uint8_t *body, size_t len,
+			  struct frame_request_counts *out);
 /*
  * Like frame_decode, taking over body (from frame_buf_alloc): bytes of the
  * ops the fast path reads point into it, and frame_free (or this call, on

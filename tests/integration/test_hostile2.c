@@ -2207,63 +2207,6 @@ static uint8_t *request_frame(const uint8_t *inner, size_t inner_len,
 	return buf;
 }
 
-/*
- * Large requests are counted before protobuf-c decodes them: 8 M empty ops
- * in 16 MiB (which decoded take gigabytes and seconds of the loop) or one
- * kernel of a million empty arguments are refused unread, the connection
- * closed, and the daemon's peak memory hardly moves.
- */
-START_TEST(huge_op_counts_are_refused_undecoded)
-{
-	enum { NOPS = 8 << 20, NARGS = 1 << 20 };
-	uint8_t *inner = malloc(2 * (size_t)NOPS + 16), *frame, *p;
-	long before = daemon_status_kb(the_daemon.pid, "VmHWM"), after;
-	size_t len;
-	int fd;
-
-	ck_assert_ptr_nonnull(inner);
-	for (size_t i = 0; i < NOPS; i++) {
-		inner[2 * i] = (3 << 3) | 2;	/* Request.ops, empty Op */
-		inner[2 * i + 1] = 0;
-	}
-	frame = request_frame(inner, 2 * (size_t)NOPS, &len);
-	fd = raw_connect();
-	raw_hello(fd, "hostile");
-	send_all(fd, frame, len);
-	expect_refusal(fd, GPUCMD_ELIMIT, "8388608 ops");
-	free(frame);
-
-	/* One op: kernel (Op field 6) with NARGS empty args (field 4). */
-	p = inner;
-	*p++ = (3 << 3) | 2;
-	put_varint(&p, 1 + 4 + 2 * (uint64_t)NARGS);
-	*p++ = (6 << 3) | 2;
-	put_varint(&p, 2 * (uint64_t)NARGS);
-	for (size_t i = 0; i < NARGS; i++) {
-		*p++ = (4 << 3) | 2;
-		*p++ = 0;
-	}
-	frame = request_frame(inner, (size_t)(p - inner), &len);
-	fd = raw_connect();
-	raw_hello(fd, "hostile");
-	send_all(fd, frame, len);
-	expect_refusal(fd, GPUCMD_EINVAL, "1048576 arguments");
-	free(frame);
-	free(inner);
-	after = daemon_status_kb(the_daemon.pid, "VmHWM");
-	ck_assert_msg(after - before < 96 * 1024,
-		      "the daemon's peak grew from %ld to %ld KiB", before,
-		      after);
-	still_served(good);
-	back_to_baseline();
-}
-END_TEST
-
-static void setup_one_in_flight(void)
-{
-	setup_config("[limits]\nmax_in_flight = 1\n");
-}
-
 /* Encode a request of ops on stream and append its frame to *buf. */
 static void append_request(uint8_t **buf, size_t *len, uint64_t id,
 			   uint32_t stream, Gpucmd__Op **ops, size_t n)
@@ -2287,6 +2230,155 @@ static void append_request(uint8_t **buf, size_t *len, uint64_t id,
 	*buf = all;
 	*len += one_len;
 }
+
+/* A ping on a raw connection is answered. */
+static void raw_ping(int fd, uint64_t id)
+{
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__Op op = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[1] = { &op };
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	Gpucmd__Frame *r;
+
+	op.op_case = GPUCMD__OP__OP_PING;
+	op.ping = &p;
+	append_request(&buf, &len, id, 0, ops, 1);
+	send_all(fd, buf, len);
+	free(buf);
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->response->id, id);
+	ck_assert_ptr_null(r->response->error);
+	frame_free(r);
+}
+
+/* The Response to request 1 is a refusal of code naming what. */
+static void expect_batch_refusal(int fd, int code, const char *what)
+{
+	Gpucmd__Frame *r = recv_frame(fd);
+
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(r->msg_case, GPUCMD__FRAME__MSG_RESPONSE);
+	ck_assert_uint_eq(r->response->id, 1);
+	ck_assert_ptr_nonnull(r->response->error);
+	ck_assert_int_eq(r->response->error->code, code);
+	ck_assert_uint_eq(r->response->n_results, 0);
+	ck_assert_msg(strstr(r->response->error->message, what) != NULL,
+		      "message '%s' does not name '%s'",
+		      r->response->error->message, what);
+	frame_free(r);
+}
+
+/*
+ * Large requests are counted before protobuf-c decodes them: 8 M empty ops
+ * in 16 MiB (which decoded take gigabytes and seconds of the loop) or one
+ * kernel of a million empty arguments are refused unread, with the answer
+ * a small batch over the limits gets (they closed the connection), and the
+ * daemon's peak memory hardly moves.  A refused one's attach takes its
+ * descriptor along: the next attach gets its own.
+ */
+START_TEST(huge_op_counts_are_refused_undecoded)
+{
+	enum { NOPS = 8 << 20, NARGS = 1 << 20 };
+	uint8_t *inner = malloc(2 * (size_t)NOPS + 16), *frame, *p;
+	long before = daemon_status_kb(the_daemon.pid, "VmHWM"), after;
+	size_t len;
+	int fd;
+
+	ck_assert_ptr_nonnull(inner);
+	for (size_t i = 0; i < NOPS; i++) {
+		inner[2 * i] = (3 << 3) | 2;	/* Request.ops, empty Op */
+		inner[2 * i + 1] = 0;
+	}
+	frame = request_frame(inner, 2 * (size_t)NOPS, &len);
+	fd = raw_connect();
+	raw_hello(fd, "hostile");
+	send_all(fd, frame, len);
+	expect_batch_refusal(fd, GPUCMD_ELIMIT, "8388608 ops");
+	raw_ping(fd, 2);
+	free(frame);
+
+	/* The same with a region_attach first, its memfd in the sendmsg. */
+	{
+		int x = page_memfd('x'), y = page_memfd('y');
+		Gpucmd__OpRegionAttach att = GPUCMD__OP_REGION_ATTACH__INIT;
+		Gpucmd__Op o_att = GPUCMD__OP__INIT;
+		Gpucmd__Op *ops[1] = { &o_att };
+
+		/*
+		 * Request.ops: Op{region_attach (field 29, a two-byte tag)
+		 * {region 7, size 4096}}, in the place of the first five
+		 * empty ops.
+		 */
+		static const uint8_t attach[10] = {
+			(3 << 3) | 2, 8, 0xea, 0x01, 5,
+			(1 << 3) | 0, 7, (2 << 3) | 0, 0x80, 0x20,
+		};
+
+		memcpy(inner, attach, sizeof(attach));
+		frame = request_frame(inner, 2 * (size_t)NOPS, &len);
+		ck_assert_int_eq(harness_send_fds(fd, frame, len, &x, 1),
+				 (ssize_t)len);
+		expect_batch_refusal(fd, GPUCMD_ELIMIT, "8388604 ops");
+		free(frame);
+		att.region = 8;
+		att.size = 4096;
+		o_att.op_case = GPUCMD__OP__OP_REGION_ATTACH;
+		o_att.region_attach = &att;
+		send_request_fds(fd, 3, ops, 1, &y, 1);
+		{
+			Gpucmd__Frame *r = recv_frame(fd);
+
+			ck_assert_ptr_nonnull(r);
+			ck_assert_int_eq(r->msg_case,
+					 GPUCMD__FRAME__MSG_RESPONSE);
+			ck_assert_uint_eq(r->response->id, 3);
+			ck_assert_ptr_null(r->response->error);
+			frame_free(r);
+		}
+		close(x);
+		close(y);
+		close(fd);
+		for (size_t i = 0; i < NOPS; i++) {
+			inner[2 * i] = (3 << 3) | 2;
+			inner[2 * i + 1] = 0;
+		}
+	}
+
+	/* One op: kernel (Op field 6) with NARGS empty args (field 4). */
+	p = inner;
+	*p++ = (3 << 3) | 2;
+	put_varint(&p, 1 + 4 + 2 * (uint64_t)NARGS);
+	*p++ = (6 << 3) | 2;
+	put_varint(&p, 2 * (uint64_t)NARGS);
+	for (size_t i = 0; i < NARGS; i++) {
+		*p++ = (4 << 3) | 2;
+		*p++ = 0;
+	}
+	frame = request_frame(inner, (size_t)(p - inner), &len);
+	fd = raw_connect();
+	raw_hello(fd, "hostile");
+	send_all(fd, frame, len);
+	expect_batch_refusal(fd, GPUCMD_EINVAL, "1048576 arguments");
+	raw_ping(fd, 2);
+	close(fd);
+	free(frame);
+	free(inner);
+	after = daemon_status_kb(the_daemon.pid, "VmHWM");
+	ck_assert_msg(after - before < 96 * 1024,
+		      "the daemon's peak grew from %ld to %ld KiB", before,
+		      after);
+	still_served(good);
+	back_to_baseline();
+}
+END_TEST
+
+static void setup_one_in_flight(void)
+{
+	setup_config("[limits]\nmax_in_flight = 1\n");
+}
+
 
 /* A spin kernel op of us microseconds, on a 1x1x1 launch. */
 struct raw_spin {
@@ -2364,27 +2456,6 @@ static void setup_small_byte_budget(void)
 	setup_config("[limits]\nmax_bytes_in_flight = 1M\n");
 }
 
-/* A ping on a raw connection is answered. */
-static void raw_ping(int fd, uint64_t id)
-{
-	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
-	Gpucmd__Op op = GPUCMD__OP__INIT;
-	Gpucmd__Op *ops[1] = { &op };
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	Gpucmd__Frame *r;
-
-	op.op_case = GPUCMD__OP__OP_PING;
-	op.ping = &p;
-	append_request(&buf, &len, id, 0, ops, 1);
-	send_all(fd, buf, len);
-	free(buf);
-	r = recv_frame(fd);
-	ck_assert_ptr_nonnull(r);
-	ck_assert_uint_eq(r->response->id, id);
-	ck_assert_ptr_null(r->response->error);
-	frame_free(r);
-}
 
 /* One op's request, appended to *buf (append_request's shapes). */
 static void append_op(uint8_t **buf, size_t *len, uint64_t id,

@@ -936,6 +936,73 @@ START_TEST(large_response_references_what_may_ref_allows)
 }
 END_TEST
 
+/*
+ * The count a large request gets before it is decoded: its id, its ops,
+ * the most arguments of a kernel, its region_attach ops (an Op is the
+ * last member of its oneof on the wire, as protobuf-c decodes it).
+ */
+START_TEST(request_counts_without_decoding)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	Gpucmd__KernelArg a = GPUCMD__KERNEL_ARG__INIT;
+	Gpucmd__KernelArg *args[3] = { &a, &a, &a };
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__OpRegionAttach att = GPUCMD__OP_REGION_ATTACH__INIT;
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__Op ok = GPUCMD__OP__INIT, oa = GPUCMD__OP__INIT;
+	Gpucmd__Op op = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[5] = { &ok, &oa, &op, &oa, &op };
+	struct frame_request_counts c;
+	/* Op{kernel{...}, region_attach{}}: an attach, no kernel arguments. */
+	static const uint8_t both[] = {
+		(4 << 3) | 2, 11,		/* Frame.request */
+		(1 << 3) | 0, 5,		/* id 5 */
+		(3 << 3) | 2, 7,		/* ops */
+		(6 << 3) | 2, 2, (4 << 3) | 2, 0,	/* kernel, one arg */
+		0xea, 0x01, 0,			/* region_attach{} */
+	};
+	uint8_t *buf;
+	size_t len;
+
+	a.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
+	a.u32 = 1;
+	k.name = "fill_u32";
+	k.n_args = 3;
+	k.args = args;
+	ok.op_case = GPUCMD__OP__OP_KERNEL;
+	ok.kernel = &k;
+	att.region = 3;
+	att.size = 4096;
+	oa.op_case = GPUCMD__OP__OP_REGION_ATTACH;
+	oa.region_attach = &att;
+	op.op_case = GPUCMD__OP__OP_PING;
+	op.ping = &p;
+	req.id = 1234567890123ull;
+	req.n_ops = 5;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+	ck_assert(frame_request_counts(buf + FRAME_HEADER_SIZE,
+				       len - FRAME_HEADER_SIZE, &c));
+	ck_assert_uint_eq(c.id, 1234567890123ull);
+	ck_assert_uint_eq(c.nops, 5);
+	ck_assert_uint_eq(c.max_args, 3);
+	ck_assert_uint_eq(c.attaches, 2);
+	free(buf);
+
+	ck_assert(frame_request_counts(both, sizeof(both), &c));
+	ck_assert_uint_eq(c.id, 5);
+	ck_assert_uint_eq(c.nops, 1);
+	ck_assert_uint_eq(c.max_args, 0);
+	ck_assert_uint_eq(c.attaches, 1);
+	/* Not a request, or cut short: declined. */
+	ck_assert(!frame_request_counts(both + 2, sizeof(both) - 2, &c));
+	ck_assert(!frame_request_counts(both, sizeof(both) - 1, &c));
+}
+END_TEST
+
 static Suite *frame_suite(void)
 {
 	Suite *s = suite_create("frame");
@@ -949,6 +1016,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(tc, large_batch_values);
 	tcase_add_test(tc, owned_write_is_not_copied);
 	tcase_add_test(tc, owned_body_given_back_when_unused);
+	tcase_add_test(tc, request_counts_without_decoding);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("fast_encode");
