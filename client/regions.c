@@ -482,6 +482,20 @@ static int read_piece(struct gpucmd_conn *conn, uint32_t stream,
 	return r;
 }
 
+/* Wait for piece p's read and copy its bytes out of the region. */
+static int collect_read(struct gpucmd_conn *conn,
+			const struct regions_entry *e, struct piece *p,
+			void *out)
+{
+	int r;
+
+	p->busy = 0;
+	r = wait_checked(conn, p->id);
+	if (r == 0)
+		memcpy((uint8_t *)out + p->at, e->base + p->roff, p->len);
+	return r;
+}
+
 /* A read small enough to come back in the reply. */
 static int read_inline(struct gpucmd_conn *conn, uint32_t stream,
 		       uint64_t handle, uint64_t offset, size_t len, void *out)
@@ -552,12 +566,9 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
 
 		/* No place for two in flight (max_in_flight): one at a time. */
 		if (next < len && prev->busy && !conn_has_room(conn, 1)) {
-			prev->busy = 0;
-			r = wait_checked(conn, prev->id);
+			r = collect_read(conn, e, prev, out);
 			if (r < 0)
 				break;
-			memcpy((uint8_t *)out + prev->at, e->base + prev->roff,
-			       prev->len);
 		}
 		if (next < len) {
 			p->at = next;
@@ -569,12 +580,9 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
 				break;
 		}
 		if (prev->busy) {
-			prev->busy = 0;
-			r = wait_checked(conn, prev->id);
+			r = collect_read(conn, e, prev, out);
 			if (r < 0)
 				break;
-			memcpy((uint8_t *)out + prev->at, e->base + prev->roff,
-			       prev->len);
 		}
 		if (!p->busy && !prev->busy && next >= len)
 			break;

@@ -171,12 +171,14 @@ static uint64_t raw_hello(int fd, const char *service)
 	return id;
 }
 
-/* Send a Request of n ops and return its Response (the caller frees it). */
-static Gpucmd__Frame *raw_run(int fd, uint64_t id, uint32_t stream,
-			      Gpucmd__Op **ops, size_t n)
+/* Encode a request of ops on stream and append its frame to *buf. */
+static void append_request(uint8_t **buf, size_t *len, uint64_t id,
+			   uint32_t stream, Gpucmd__Op **ops, size_t n)
 {
-	Gpucmd__Frame f = GPUCMD__FRAME__INIT, *r;
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	uint8_t *one, *all;
+	size_t one_len;
 
 	req.id = id;
 	req.stream = stream;
@@ -184,7 +186,26 @@ static Gpucmd__Frame *raw_run(int fd, uint64_t id, uint32_t stream,
 	req.ops = ops;
 	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
 	f.request = &req;
-	send_frame(fd, &f);
+	ck_assert_int_eq(frame_encode(&f, &one, &one_len), 0);
+	all = realloc(*buf, *len + one_len);
+	ck_assert_ptr_nonnull(all);
+	memcpy(all + *len, one, one_len);
+	free(one);
+	*buf = all;
+	*len += one_len;
+}
+
+/* Send a Request of n ops and return its Response (the caller frees it). */
+static Gpucmd__Frame *raw_run(int fd, uint64_t id, uint32_t stream,
+			      Gpucmd__Op **ops, size_t n)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	Gpucmd__Frame *r;
+
+	append_request(&buf, &len, id, stream, ops, n);
+	send_all(fd, buf, len);
+	free(buf);
 	r = recv_frame(fd);
 	ck_assert_msg(r != NULL, "no response to request %llu",
 		      (unsigned long long)id);
@@ -2207,29 +2228,6 @@ static uint8_t *request_frame(const uint8_t *inner, size_t inner_len,
 	return buf;
 }
 
-/* Encode a request of ops on stream and append its frame to *buf. */
-static void append_request(uint8_t **buf, size_t *len, uint64_t id,
-			   uint32_t stream, Gpucmd__Op **ops, size_t n)
-{
-	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
-	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
-	uint8_t *one, *all;
-	size_t one_len;
-
-	req.id = id;
-	req.stream = stream;
-	req.n_ops = n;
-	req.ops = ops;
-	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
-	f.request = &req;
-	ck_assert_int_eq(frame_encode(&f, &one, &one_len), 0);
-	all = realloc(*buf, *len + one_len);
-	ck_assert_ptr_nonnull(all);
-	memcpy(all + *len, one, one_len);
-	free(one);
-	*buf = all;
-	*len += one_len;
-}
 
 /* A ping on a raw connection is answered. */
 static void raw_ping(int fd, uint64_t id)
@@ -2237,18 +2235,11 @@ static void raw_ping(int fd, uint64_t id)
 	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
 	Gpucmd__Op op = GPUCMD__OP__INIT;
 	Gpucmd__Op *ops[1] = { &op };
-	uint8_t *buf = NULL;
-	size_t len = 0;
 	Gpucmd__Frame *r;
 
 	op.op_case = GPUCMD__OP__OP_PING;
 	op.ping = &p;
-	append_request(&buf, &len, id, 0, ops, 1);
-	send_all(fd, buf, len);
-	free(buf);
-	r = recv_frame(fd);
-	ck_assert_ptr_nonnull(r);
-	ck_assert_uint_eq(r->response->id, id);
+	r = raw_run(fd, id, 0, ops, 1);
 	ck_assert_ptr_null(r->response->error);
 	frame_free(r);
 }
