@@ -1707,34 +1707,13 @@ static bool wire_skip(const uint8_t **pp, const uint8_t *end, unsigned wt)
 }
 
 /* The args of the kernel op in [p, end) (an Op's bytes), 0 for another op. */
-/*
- * An Op's kernel arguments (when it is a kernel), and whether it is a
- * region_attach: every field of Op is a member of its oneof, so the last
- * one on the wire is the op, as protobuf-c decodes it.
- */
-static size_t op_kernel_args(const uint8_t *p, const uint8_t *end,
-			     bool *attach)
+/* Arguments (OpKernel field 4) in the kernel message [k, kend). */
+static size_t kernel_args(const uint8_t *k, const uint8_t *kend)
 {
-	const uint8_t *k = NULL, *kend;
-	size_t n = 0, klen = 0;
-	uint64_t tag, last = 0;
+	size_t n = 0;
+	uint64_t tag;
 
-	*attach = false;
-	while (p < end) {
-		if (!fast_tag(&p, end, &tag))
-			return 0;
-		last = tag >> 3;
-		if (tag == ((6 << 3) | 2)) {
-			if (!fast_len(&p, end, &k, &klen))
-				return 0;
-		} else if (!wire_skip(&p, end, (unsigned)(tag & 7))) {
-			return 0;
-		}
-	}
-	*attach = last == GPUCMD__OP__OP_REGION_ATTACH;
-	if (k == NULL || last != GPUCMD__OP__OP_KERNEL)
-		return 0;
-	for (kend = k + klen; k < kend;) {
+	while (k < kend) {
 		if (!fast_tag(&k, kend, &tag))
 			break;
 		if (tag == ((4 << 3) | 2))
@@ -1745,42 +1724,93 @@ static size_t op_kernel_args(const uint8_t *p, const uint8_t *end,
 	return n;
 }
 
+/*
+ * The most arguments of any kernel message in an Op, and whether the Op is
+ * a region_attach.  protobuf-c decodes every member of Op's oneof it meets,
+ * the kernels included, before the last one on the wire wins: each one's
+ * arguments cost memory, so the largest counts.
+ */
+static size_t op_kernel_args(const uint8_t *p, const uint8_t *end,
+			     bool *attach)
+{
+	const uint8_t *k;
+	size_t n = 0, klen, a;
+	uint64_t tag, last = 0;
+
+	*attach = false;
+	while (p < end) {
+		if (!fast_tag(&p, end, &tag))
+			return n;
+		last = tag >> 3;
+		if (tag == ((6 << 3) | 2)) {
+			if (!fast_len(&p, end, &k, &klen))
+				return n;
+			a = kernel_args(k, k + klen);
+			if (a > n)
+				n = a;
+		} else if (!wire_skip(&p, end, (unsigned)(tag & 7))) {
+			return n;
+		}
+	}
+	*attach = last == GPUCMD__OP__OP_REGION_ATTACH;
+	return n;
+}
+
 bool frame_request_counts(const uint8_t *body, size_t len,
 			  struct frame_request_counts *out)
 {
-	const uint8_t *p = body, *end = body + len, *req, *reqend, *op;
+	const uint8_t *p = body, *end = body + len, *req, *op;
 	size_t rlen, olen;
 	uint64_t tag;
+	bool seen = false;
 
 	memset(out, 0, sizeof(*out));
-	if (!fast_tag(&p, end, &tag) || tag != ((4 << 3) | 2) ||
-	    !fast_len(&p, end, &req, &rlen))
-		return false;
-	for (p = req, reqend = req + rlen; p < reqend;) {
-		size_t a;
-		bool attach;
+	/*
+	 * Every Request of the Frame: protobuf-c decodes each one before a
+	 * later one replaces it (the decoding arena keeps them all), so the
+	 * ops of all count against the limit; the id and the attaches are
+	 * the last one's, the request the daemon would run.
+	 */
+	while (p < end) {
+		if (!fast_tag(&p, end, &tag))
+			return false;
+		if (tag != ((4 << 3) | 2)) {
+			if (!wire_skip(&p, end, (unsigned)(tag & 7)))
+				return false;
+			continue;
+		}
+		if (!fast_len(&p, end, &req, &rlen))
+			return false;
+		seen = true;
+		out->id = 0;
+		out->attaches = 0;
+		for (const uint8_t *q = req, *reqend = req + rlen; q < reqend;) {
+			size_t a;
+			bool attach;
 
-		if (!fast_tag(&p, reqend, &tag))
-			return false;
-		if (tag == ((1 << 3) | 0)) {
-			if (!fast_varint(&p, reqend, &out->id))
+			if (!fast_tag(&q, reqend, &tag))
 				return false;
-			continue;
-		}
-		if (tag != ((3 << 3) | 2)) {
-			if (!wire_skip(&p, reqend, (unsigned)(tag & 7)))
+			if (tag == ((1 << 3) | 0)) {
+				if (!fast_varint(&q, reqend, &out->id))
+					return false;
+				continue;
+			}
+			if (tag != ((3 << 3) | 2)) {
+				if (!wire_skip(&q, reqend,
+					       (unsigned)(tag & 7)))
+					return false;
+				continue;
+			}
+			if (!fast_len(&q, reqend, &op, &olen))
 				return false;
-			continue;
+			out->nops++;
+			a = op_kernel_args(op, op + olen, &attach);
+			if (a > out->max_args)
+				out->max_args = a;
+			out->attaches += attach;
 		}
-		if (!fast_len(&p, reqend, &op, &olen))
-			return false;
-		out->nops++;
-		a = op_kernel_args(op, op + olen, &attach);
-		if (a > out->max_args)
-			out->max_args = a;
-		out->attaches += attach;
 	}
-	return true;
+	return seen;
 }
 
 static Gpucmd__Frame *fast_frame(const uint8_t *body, size_t len,

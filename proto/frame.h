@@ -127,10 +127,10 @@ Gpucmd__Frame *frame_decode_fast(const uint8_t *body, size_t len);
  * refused over the limits instead (session.c).
  */
 struct frame_request_counts {
-	uint64_t id;
-	size_t nops;
-	size_t max_args;
-	size_t attaches;
+	uint64_t id;		/* of the request decoding would keep */
+	size_t nops;		/* decoding would make, every request's */
+	size_t max_args;	/* of any kernel message decoding meets */
+	size_t attaches;	/* region_attach ops of the request kept */
 };
 bool frame_request_counts(const uint8_t *body, size_t len,
 			  struct frame_request_counts *out);

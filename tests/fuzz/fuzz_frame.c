@@ -321,6 +321,32 @@ static void pieces_agree(const Gpucmd__Frame *f, const uint8_t *enc, size_t len)
 }
 
 /* Decode, walk, encode, decode again: the second encoding is the first. */
+/*
+ * The count the daemon makes of a large request before decoding it
+ * (session.c) agrees with the decoding: the same id and attaches, and at
+ * least as many ops (the count also has those of requests a later one
+ * replaced).
+ */
+static void counts_agree(const uint8_t *buf, size_t len,
+			 const Gpucmd__Frame *f)
+{
+	struct frame_request_counts c;
+	size_t attaches = 0;
+
+	if (f->msg_case != GPUCMD__FRAME__MSG_REQUEST ||
+	    !frame_request_counts(buf, len, &c))
+		return;
+	for (size_t i = 0; i < f->request->n_ops; i++)
+		attaches += f->request->ops[i]->op_case ==
+			    GPUCMD__OP__OP_REGION_ATTACH;
+	expect(c.id == f->request->id);
+	expect(c.attaches == attaches);
+	expect(c.nops >= f->request->n_ops);
+	for (size_t i = 0; i < f->request->n_ops; i++)
+		if (f->request->ops[i]->op_case == GPUCMD__OP__OP_KERNEL)
+			expect(c.max_args >= f->request->ops[i]->kernel->n_args);
+}
+
 static void body(const uint8_t *buf, size_t len)
 {
 	Gpucmd__Frame *f = frame_decode(buf, len), *g;
@@ -331,6 +357,7 @@ static void body(const uint8_t *buf, size_t len)
 	fast_agrees(buf, len);
 	if (f == NULL)
 		return;
+	counts_agree(buf, len, f);
 	walk_frame(f);
 	expect(frame_encode(f, &enc1, &len1) == 0);
 	expect(len1 >= FRAME_HEADER_SIZE);

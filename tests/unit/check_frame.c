@@ -954,7 +954,7 @@ START_TEST(request_counts_without_decoding)
 	Gpucmd__Op op = GPUCMD__OP__INIT;
 	Gpucmd__Op *ops[5] = { &ok, &oa, &op, &oa, &op };
 	struct frame_request_counts c;
-	/* Op{kernel{...}, region_attach{}}: an attach, no kernel arguments. */
+	/* Op{kernel{one arg}, region_attach{}}: an attach. */
 	static const uint8_t both[] = {
 		(4 << 3) | 2, 11,		/* Frame.request */
 		(1 << 3) | 0, 5,		/* id 5 */
@@ -995,11 +995,74 @@ START_TEST(request_counts_without_decoding)
 	ck_assert(frame_request_counts(both, sizeof(both), &c));
 	ck_assert_uint_eq(c.id, 5);
 	ck_assert_uint_eq(c.nops, 1);
-	ck_assert_uint_eq(c.max_args, 0);
+	ck_assert_uint_eq(c.max_args, 1);	/* decoded, then replaced */
 	ck_assert_uint_eq(c.attaches, 1);
 	/* Not a request, or cut short: declined. */
 	ck_assert(!frame_request_counts(both + 2, sizeof(both) - 2, &c));
 	ck_assert(!frame_request_counts(both, sizeof(both) - 1, &c));
+}
+END_TEST
+
+/*
+ * What protobuf-c decodes, the count counts: a kernel followed by another
+ * member of Op's oneof was decoded, arguments and all, before the later
+ * member won (the count looked at the last member only), and a Frame with
+ * two requests decodes both, keeping the second (the count read only the
+ * first).
+ */
+START_TEST(request_counts_follow_protobuf_c)
+{
+	/* Op{kernel{3 empty args}, ping{}} */
+	static const uint8_t kernel_then_ping[] = {
+		(4 << 3) | 2, 14,
+		(1 << 3) | 0, 9,
+		(3 << 3) | 2, 10,
+		(6 << 3) | 2, 6, (4 << 3) | 2, 0, (4 << 3) | 2, 0,
+		(4 << 3) | 2, 0,
+		(9 << 3) | 2, 0,
+	};
+	/* Frame{request{id 1, one ping}, request{id 2, two pings,
+	 * region_attach{}}} */
+	static const uint8_t two_requests[] = {
+		(4 << 3) | 2, 6,
+		(1 << 3) | 0, 1,
+		(3 << 3) | 2, 2, (9 << 3) | 2, 0,
+		(4 << 3) | 2, 15,
+		(1 << 3) | 0, 2,
+		(3 << 3) | 2, 2, (9 << 3) | 2, 0,
+		(3 << 3) | 2, 2, (9 << 3) | 2, 0,
+		(3 << 3) | 2, 3, 0xea, 0x01, 0,
+	};
+	struct frame_request_counts c;
+	Gpucmd__Frame *f;
+	size_t attaches = 0;
+
+	ck_assert(frame_request_counts(kernel_then_ping,
+				       sizeof(kernel_then_ping), &c));
+	ck_assert_uint_eq(c.id, 9);
+	ck_assert_uint_eq(c.nops, 1);
+	ck_assert_uint_eq(c.max_args, 3);
+	ck_assert_uint_eq(c.attaches, 0);
+	f = frame_decode(kernel_then_ping, sizeof(kernel_then_ping));
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(f->request->ops[0]->op_case, GPUCMD__OP__OP_PING);
+	frame_free(f);
+
+	ck_assert(frame_request_counts(two_requests, sizeof(two_requests),
+				       &c));
+	f = frame_decode(two_requests, sizeof(two_requests));
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(f->msg_case, GPUCMD__FRAME__MSG_REQUEST);
+	for (size_t i = 0; i < f->request->n_ops; i++)
+		attaches += f->request->ops[i]->op_case ==
+			    GPUCMD__OP__OP_REGION_ATTACH;
+	ck_assert_uint_eq(f->request->n_ops, 3);
+	ck_assert_uint_eq(c.id, f->request->id);
+	ck_assert_uint_eq(c.attaches, attaches);
+	ck_assert_uint_eq(c.nops, 4);	/* both requests were decoded */
+	ck_assert_uint_eq(c.id, 2);
+	ck_assert_uint_eq(c.attaches, 1);
+	frame_free(f);
 }
 END_TEST
 
@@ -1017,6 +1080,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(tc, owned_write_is_not_copied);
 	tcase_add_test(tc, owned_body_given_back_when_unused);
 	tcase_add_test(tc, request_counts_without_decoding);
+	tcase_add_test(tc, request_counts_follow_protobuf_c);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("fast_encode");
