@@ -767,9 +767,8 @@ static int take_fds_n(struct session *s, uint64_t id, size_t want,
 	return 0;
 }
 
-/* take_fds_n for the region_attach ops of a decoded request. */
-static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
-		    size_t *n)
+/* The region_attach ops of a decoded request. */
+static size_t attach_count(const Gpucmd__Request *req)
 {
 	size_t want = 0;
 
@@ -777,7 +776,40 @@ static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
 		if (req->ops[i] != NULL &&
 		    req->ops[i]->op_case == GPUCMD__OP__OP_REGION_ATTACH)
 			want++;
-	return take_fds_n(s, req->id, want, out, n);
+	return want;
+}
+
+/* take_fds_n for the region_attach ops of a decoded request. */
+static int take_fds(struct session *s, const Gpucmd__Request *req, int **out,
+		    size_t *n)
+{
+	return take_fds_n(s, req->id, attach_count(req), out, n);
+}
+
+/*
+ * Answer request id with code and msg without running it.  The
+ * descriptors its attaches brought go with it: left queued, they would
+ * reach the next request's attaches.
+ */
+static void refuse_unrun(struct session *s, uint64_t id, size_t attaches,
+			 int code, const char *msg)
+{
+	int *fds = NULL;
+	size_t nfds = 0;
+
+	if (take_fds_n(s, id, attaches, &fds, &nfds) != 0)
+		return;		/* refused: the descriptors did not match */
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]);
+	free(fds);
+	reply_error(s, id, code, msg);
+}
+
+/* The sentence of a batch over max_ops_per_batch. */
+static void ops_over_limit(char *msg, size_t len, size_t nops, uint32_t max)
+{
+	snprintf(msg, len, "batch of %zu ops is over the limit of %u "
+		 "(max_ops_per_batch): split it", nops, max);
 }
 
 /*
@@ -1196,22 +1228,10 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame,
 	if (req->n_ops > lim->max_ops_per_batch) {
 		char msg[200];
 
-		/*
-		 * The descriptors its attaches brought go with it: left
-		 * queued, they would reach the next request's attaches.
-		 */
-		if (take_fds(s, req, &fds, &nfds) != 0) {
-			frame_free(frame);
-			return;
-		}
-		for (size_t i = 0; i < nfds; i++)
-			close(fds[i]);
-		free(fds);
-		snprintf(msg, sizeof(msg),
-			 "batch of %zu ops is over the limit of %u "
-			 "(max_ops_per_batch): split it",
-			 req->n_ops, lim->max_ops_per_batch);
-		reply_error(s, req->id, GPUCMD_ELIMIT, msg);
+		ops_over_limit(msg, sizeof(msg), req->n_ops,
+			       lim->max_ops_per_batch);
+		refuse_unrun(s, req->id, attach_count(req), GPUCMD_ELIMIT,
+			     msg);
 		frame_free(frame);
 		return;
 	}
@@ -1279,17 +1299,14 @@ static bool too_large_to_decode(struct session *s, const uint8_t *body,
 	uint32_t max_ops = s->server->cfg.limits.max_ops_per_batch;
 	struct frame_request_counts c;
 	char msg[200];
-	int *fds = NULL, code;
-	size_t nfds = 0;
+	int code;
 
 	if (len < SESSION_COUNT_FIRST || s->state != SESSION_READY ||
 	    !frame_request_counts(body, len, &c))
 		return false;
 	if (c.nops > max_ops) {
 		code = GPUCMD_ELIMIT;
-		snprintf(msg, sizeof(msg), "batch of %zu ops is over the "
-			 "limit of %u (max_ops_per_batch): split it", c.nops,
-			 max_ops);
+		ops_over_limit(msg, sizeof(msg), c.nops, max_ops);
 	} else if (c.max_args > SESSION_MAX_KERNEL_ARGS) {
 		code = GPUCMD_EINVAL;
 		snprintf(msg, sizeof(msg), "a kernel op with %zu arguments: "
@@ -1297,12 +1314,7 @@ static bool too_large_to_decode(struct session *s, const uint8_t *body,
 	} else {
 		return false;
 	}
-	if (take_fds_n(s, c.id, c.attaches, &fds, &nfds) != 0)
-		return true;	/* refused: the descriptors did not match */
-	for (size_t i = 0; i < nfds; i++)
-		close(fds[i]);
-	free(fds);
-	reply_error(s, c.id, code, msg);
+	refuse_unrun(s, c.id, c.attaches, code, msg);
 	return true;
 }
 
