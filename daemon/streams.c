@@ -231,10 +231,12 @@ static int stream_create(struct stream_set *set, uint32_t number,
 	if (rc == 0)
 		rc = memory_manager_create(&set->layout, &set->props, &storage,
 					   &s->memory);
-	if (rc == 0)
+	if (rc == 0) {
+		memory_manager_set_completed(s->memory, &s->completed);
 		rc = drop_queue_create(s->memory,
 				       &set->service->release_pending_bytes,
 				       &s->drops);
+	}
 	if (rc != 0) {
 		stream_destroy(s);
 		return rc;
@@ -434,10 +436,23 @@ int streams_release(struct stream_set *set, struct stream *current,
 		add_fence(fences, &n, set->slots[h->writer_slot], current);
 	for (uint32_t i = 0; i < h->nreaders; i++)
 		add_fence(fences, &n, set->slots[h->readers[i].slot], current);
-	rc = drop_queue_push(h->owner->drops, h->alloc.slice, h->alloc.size,
-			     fences, n);
-	if (rc != 0)
-		return rc;
+	/*
+	 * Only the owner used it, and the release comes on the owner: the
+	 * owner's later work runs after its earlier work, so the slice is
+	 * free for the owner's next reservation at once (stream-ordered
+	 * reuse); only its device allocation waits for the fence.  Not while
+	 * the owner records a graph: the graph may run the earlier work
+	 * again, any time later.
+	 */
+	if (n == 1 && h->owner == current && !current->capturing) {
+		memory_manager_release_after(h->owner->memory, h->alloc.slice,
+					     fences[0].seq);
+	} else {
+		rc = drop_queue_push(h->owner->drops, h->alloc.slice,
+				     h->alloc.size, fences, n);
+		if (rc != 0)
+			return rc;
+	}
 	handle_table_remove(set->handles, h->id);
 	service_uncharge(set->service, h->alloc.size);
 	handle_free(h);

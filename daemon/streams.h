@@ -21,7 +21,10 @@
  * Completion: every batch gets a sequence number on its stream (`submitted`)
  * and a driver callback after its work; `completed` follows the callbacks.
  * Released memory waits in the owner's drop queue until every stream that
- * used it has completed the batch in which it was released.
+ * used it has completed the batch in which it was released; memory that
+ * only its owner used, released on the owner, is free for the owner's next
+ * reservation at once (stream order keeps the new work after the old), and
+ * only its device allocation waits for that batch to complete.
  *
  * Thread: the device thread only (stream_completed may be read by anyone
  * on that thread; callbacks hand completions over through the executor).
@@ -157,8 +160,9 @@ int streams_resolve(struct stream_set *set, struct stream *current,
 		    const struct binding *b, size_t n, struct resolved *out);
 /**
  * Drop h: it leaves the handle table and its memory goes to the owner's
- * drop queue, fenced on every stream that used it; h is freed.  On failure
- * nothing changed.
+ * drop queue, fenced on every stream that used it, or straight back to the
+ * owner's pools when only the owner used it and current is the owner (not
+ * recording a graph); h is freed.  On failure nothing changed.
  */
 int streams_release(struct stream_set *set, struct stream *current,
 		    struct handle *h);

@@ -182,7 +182,12 @@ GPUCMD_EXTERN int gpucmd_batch_write_borrowed(struct gpucmd_batch *b,
 /* Read len bytes of handle at offset; the bytes come back in the result. */
 GPUCMD_EXTERN int gpucmd_batch_read(struct gpucmd_batch *b, uint64_t handle,
 				    uint64_t offset, uint64_t len);
-/* Drop handle; its memory is reused once the device is done with it. */
+/*
+ * Drop handle.  When only the handle's own stream used it and the release
+ * comes on that stream, later allocations on the stream reuse its memory at
+ * once (the stream runs their work after the work queued before); otherwise
+ * its memory is reused once the device is done with it.
+ */
 GPUCMD_EXTERN int gpucmd_batch_release(struct gpucmd_batch *b, uint64_t handle);
 /* Wait for everything already enqueued on the batch's stream. */
 GPUCMD_EXTERN int gpucmd_batch_sync(struct gpucmd_batch *b);

@@ -112,6 +112,7 @@ struct memory_manager {
 	uint64_t regret_cap;
 	struct manager_trim trims[MEMORY_MAX_POOLS];
 	uint64_t windows;	/* persistent windows open */
+	uint64_t busy_until;	/* the largest fence of release_after */
 	bool capture;
 };
 
@@ -650,6 +651,29 @@ void memory_manager_release(struct memory_manager *mm,
 		pool_release(slice);
 }
 
+void memory_manager_release_after(struct memory_manager *mm,
+				  struct memory_slice *slice, uint64_t fence)
+{
+	if (slice == NULL)
+		return;
+	slice->busy_until = fence;
+	if (fence > mm->busy_until)
+		mm->busy_until = fence;
+	pool_release(slice);
+}
+
+void memory_manager_set_completed(struct memory_manager *mm,
+				  const uint64_t *completed)
+{
+	mm->host.completed = completed;
+}
+
+bool memory_manager_busy(const struct memory_manager *mm)
+{
+	return mm->busy_until != 0 && mm->host.completed != NULL &&
+	       *mm->host.completed < mm->busy_until;
+}
+
 void memory_manager_cleanup(struct memory_manager *mm, bool explicit_call)
 {
 	size_t i;
@@ -762,9 +786,10 @@ int memory_manager_install_pools(struct memory_manager *mm,
 	/*
 	 * Live slices point into the old pools, so those must stay.  Count
 	 * slices rather than bytes: a zero-byte slice is live too.  An open
-	 * capture may name memory the pools think free; keep them then too.
+	 * capture may name memory the pools think free, and work queued
+	 * before a release_after may still use it; keep them then too.
 	 */
-	if (dyn.allocations > 0 || mm->capture) {
+	if (dyn.allocations > 0 || mm->capture || memory_manager_busy(mm)) {
 		if (bytes_in_use)
 			*bytes_in_use = dyn.bytes_in_use;
 		return GPUCMD_EPOOLSINUSE;

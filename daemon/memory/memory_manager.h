@@ -7,7 +7,13 @@
  * Owner: the stream that created it (daemon/streams.c).  Thread: the device
  * thread only.  The manager never waits on the device: a slice handed to
  * memory_manager_release must already be unused by the device (the stream's
- * drop queue, memory/drop_queue.c, decides when that is).
+ * drop queue, memory/drop_queue.c, decides when that is).  A slice that only
+ * the owner stream has used may instead be released at once with
+ * memory_manager_release_after: later reservations reuse it, since the
+ * stream runs their work after the work before the release, but no device
+ * allocation holding it goes back to the storage before the owner stream's
+ * completed count (memory_manager_set_completed) reaches the fence.  This is
+ * the stream-ordered reuse of PyTorch's caching allocator and of CubeCL.
  *
  * Pool kinds (memory/pool_*.c):
  *   sliced     pages of page_size carved first-fit into slices (split on
@@ -139,6 +145,22 @@ int memory_manager_reserve(struct memory_manager *mm, uint64_t size,
 /** Give a slice back to its pool; the device must be done with it. */
 void memory_manager_release(struct memory_manager *mm,
 			    struct memory_slice *slice);
+/**
+ * Give back a slice that the owner stream's work up to fence may still use:
+ * it is free for this manager's later reservations now, and its device
+ * allocation is not freed (cleanup, trim) before the fence has completed.
+ */
+void memory_manager_release_after(struct memory_manager *mm,
+				  struct memory_slice *slice, uint64_t fence);
+/**
+ * Where the owner stream counts its completed fences (read, on the device
+ * thread, whenever the manager is about to free a device allocation).
+ * Without it, release_after is the same as release.
+ */
+void memory_manager_set_completed(struct memory_manager *mm,
+				  const uint64_t *completed);
+/** Whether a release_after fence has not yet completed. */
+bool memory_manager_busy(const struct memory_manager *mm);
 /**
  * Free what nothing uses.  explicit: every pool returns its free pages and
  * slices; otherwise only periodic (exclusive) deallocation runs.  Does

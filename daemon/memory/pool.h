@@ -46,6 +46,13 @@ struct memory_slice {
 	uint64_t size;		/* bytes requested */
 	uint64_t effective;	/* size rounded up, at least one unit */
 	uint64_t cursor;	/* set at bind time, 0 when handed out */
+	/*
+	 * Set by memory_manager_release_after just before the release: the
+	 * owner stream's fence after which the device is done with the
+	 * memory (0: it is done already).  The pool keeps the largest such
+	 * fence of each device allocation and frees none before it passed.
+	 */
+	uint64_t busy_until;
 };
 
 /* The functions a pool kind provides. */
@@ -85,6 +92,11 @@ struct pool_host {
 	uint64_t reserved;	/* bytes the pools hold from the storage */
 	uint64_t in_use;	/* effective bytes of the live slices */
 	uint64_t in_use_peak;	/* the most in_use has been */
+	/*
+	 * The owner stream's count of completed fences (NULL: every release
+	 * comes after the device is done, and nothing is ever busy).
+	 */
+	const uint64_t *completed;
 	void (*before_alloc)(struct pool_host *host, struct pool *pool,
 			     uint64_t size);
 };
@@ -189,6 +201,7 @@ static inline void pool_slice_lend(struct pool *pool,
 	slice->size = size;
 	slice->effective = effective;
 	slice->cursor = 0;
+	slice->busy_until = 0;
 	st->usage.allocations++;
 	st->usage.bytes_in_use += size;
 	st->usage.bytes_padding += effective - size;
@@ -212,6 +225,20 @@ static inline void pool_slice_return(struct pool *pool,
 	u->bytes_padding -= slice->effective - slice->size;
 	if (pool->host)
 		pool->host->in_use -= slice->effective;
+}
+
+/*
+ * Whether a device allocation whose largest release fence is busy_until may
+ * still be in use by the device: it can be handed out again (the owner
+ * stream runs later work after earlier work), but not returned to the
+ * storage.  Every path that frees a free allocation, except destroy (which
+ * comes after the stream is idle), skips busy ones.
+ */
+static inline bool pool_busy(const struct pool *pool, uint64_t busy_until)
+{
+	return busy_until != 0 && pool->host != NULL &&
+	       pool->host->completed != NULL &&
+	       *pool->host->completed < busy_until;
 }
 
 /** Whether pool serves size (dispatch helper). */

@@ -160,7 +160,8 @@ uint64_t pool_dedicated_sweep(struct dedicated_pool *d,
 
 	/* One compacting pass keeps the order of the survivors. */
 	for (i = 0; i < d->nfree; i++) {
-		if (!doomed || doomed(d->free[i], arg)) {
+		if (!pool_busy(&d->base, d->free[i]->busy_until) &&
+		    (!doomed || doomed(d->free[i], arg))) {
 			freed += d->free[i]->length;
 			dedicated_free_node(d, d->free[i]);
 		} else {
@@ -185,7 +186,8 @@ uint64_t pool_dedicated_trim(struct pool *pool, uint64_t idle_since,
 
 	/* Largest first: the fewest driver frees return what is wanted. */
 	while (i-- > 0 && freed < want) {
-		if (d->free[i]->idle_since > idle_since)
+		if (d->free[i]->idle_since > idle_since ||
+		    pool_busy(&d->base, d->free[i]->busy_until))
 			continue;
 		freed += d->free[i]->length;
 		pool_dedicated_drop(d, i);
@@ -208,11 +210,15 @@ int pool_dedicated_reserve_exact(struct dedicated_pool *d, uint64_t size,
 		pool_dedicated_take(d, i, size, out);
 		return 0;
 	}
-	/* Largest first: the fewest driver frees bring the total under. */
-	while (reclaim_at != 0 && d->nfree > 0 &&
-	       (u->bytes_reserved > reclaim_at ||
-		effective > reclaim_at - u->bytes_reserved))
-		pool_dedicated_drop(d, d->nfree - 1);
+	/*
+	 * Largest first: the fewest driver frees bring the total under.
+	 * Allocations the device may still use stay.
+	 */
+	for (i = d->nfree; reclaim_at != 0 && i-- > 0 &&
+	     (u->bytes_reserved > reclaim_at ||
+	      effective > reclaim_at - u->bytes_reserved);)
+		if (!pool_busy(&d->base, d->free[i]->busy_until))
+			pool_dedicated_drop(d, i);
 	return pool_dedicated_alloc(d, size, effective, NULL, out);
 }
 
@@ -235,6 +241,8 @@ void pool_dedicated_release(struct pool *pool, struct memory_slice *slice)
 	pool_slice_return(pool, slice);
 	node->free = true;
 	node->idle_since = pool_now(pool);
+	if (slice->busy_until > node->busy_until)
+		node->busy_until = slice->busy_until;
 	/* After its equals: among equal lengths the oldest is reused first. */
 	i = free_upper(d, node->length);
 	memmove(&d->free[i + 1], &d->free[i],

@@ -21,6 +21,7 @@ struct dedicated_slice {
 	struct memory_slice slice;
 	uint64_t length;	/* bytes held from the storage */
 	uint64_t idle_since;	/* the clock when it last became free */
+	uint64_t busy_until;	/* the largest release fence (pool_busy) */
 	uint32_t free_count;	/* exclusive pool: grace before freeing */
 	bool free;
 	struct dedicated_slice *prev, *next;	/* every allocation */
@@ -70,7 +71,7 @@ int pool_dedicated_alloc(struct dedicated_pool *d, uint64_t size,
 			 uint64_t length, struct dedicated_slice **node,
 			 struct memory_slice **out);
 
-/** Return the free allocation at index i to the storage. */
+/** Return the free allocation at index i, not busy, to the storage. */
 void pool_dedicated_drop(struct dedicated_pool *d, size_t i);
 
 /** Return every free allocation to the storage. */
@@ -79,7 +80,8 @@ void pool_dedicated_drop_free(struct dedicated_pool *d);
 /**
  * Visit the free allocations in order and return to the storage those for
  * which doomed(node, arg) says true (NULL: all); doomed may update the node
- * it gets.  Answers the bytes returned.
+ * it gets.  Allocations the device may still use (pool_busy) are kept and
+ * not shown to doomed.  Answers the bytes returned.
  */
 uint64_t pool_dedicated_sweep(struct dedicated_pool *d,
 			      bool (*doomed)(struct dedicated_slice *node,

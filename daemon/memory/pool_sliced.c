@@ -25,7 +25,8 @@
  *
  * Pages go back to the storage on an explicit cleanup (a dealloc period
  * means nothing to this pool, as in the reference), or when the manager
- * trims pages that have held nothing for a while (pool_trim).
+ * trims pages that have held nothing for a while (pool_trim); a page with
+ * a release the device may still be reading (pool_busy) waits for it.
  */
 #include "memory/pool_sliced.h"
 
@@ -52,6 +53,7 @@ struct sliced_page {
 	uint64_t free_bound;	/* no free block here is larger */
 	uint64_t live;		/* live slices in this page */
 	uint64_t idle_since;	/* the clock when live last became 0 */
+	uint64_t busy_until;	/* the largest release fence (pool_busy) */
 };
 
 struct sliced_pool {
@@ -331,6 +333,8 @@ static void sliced_release(struct pool *pool, struct memory_slice *slice)
 	pool_slice_return(pool, slice);
 	if (--page->live == 0)
 		page->idle_since = pool_now(pool);
+	if (slice->busy_until > page->busy_until)
+		page->busy_until = slice->busy_until;
 	b->free = true;
 	if (b->prev && b->prev->free) {
 		/* b is not on the free list; its predecessor absorbs it. */
@@ -376,7 +380,7 @@ static void sliced_free_spares(struct sliced_pool *sp)
 
 /*
  * Return the pages with nothing live that have been so since idle_since or
- * earlier, until want bytes are returned, keeping the others in their
+ * earlier and that the device is done with, until want bytes are returned, keeping the others in their
  * order; answers the bytes returned.
  */
 static uint64_t sliced_free_idle(struct sliced_pool *sp, uint64_t idle_since,
@@ -390,7 +394,8 @@ static uint64_t sliced_free_idle(struct sliced_pool *sp, uint64_t idle_since,
 	for (i = 0; i < sp->npages; i++) {
 		page = sp->pages[i];
 		if (freed < want && page->live == 0 &&
-		    page->idle_since <= idle_since) {
+		    page->idle_since <= idle_since &&
+		    !pool_busy(&sp->base, page->busy_until)) {
 			sliced_free_page(sp, page);
 			freed += sp->page_size;
 		} else {

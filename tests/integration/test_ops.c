@@ -444,13 +444,18 @@ START_TEST(flush_drops_deferred_during_capture)
 	gpucmd_batch_sync(b);
 	run_done(b);
 	/*
-	 * The sync answers once the fence before the capture has landed, so
-	 * the release is past the device; only the capture keeps it queued.
+	 * Released on stream 1 while stream 0 records, buffer 1 waits in
+	 * stream 0's drop queue for both streams.  The sync answers once
+	 * stream 1's fence has landed, so the release is past the device;
+	 * only the capture keeps it queued.
 	 */
 	b = batch(c, 0);
-	gpucmd_batch_release(b, 1);
 	gpucmd_batch_sync(b);
 	gpucmd_batch_capture_begin(b);
+	run_done(b);
+	b = batch(c, 1);
+	gpucmd_batch_release(b, 1);
+	gpucmd_batch_sync(b);
 	run_done(b);
 	b = batch(c, 0);
 	gpucmd_batch_memory_usage(b);
@@ -1346,7 +1351,9 @@ END_TEST
  * The report's in use counts released buffers the device may still use,
  * and its peak counts the same way (it counted live buffers only, so in
  * use could read above the peak); the device's free memory is reported
- * as such, and the totals carry no limit.
+ * as such, and the totals carry no limit.  The release comes on stream 1,
+ * behind a kernel there: on its own stream 0 the memory would be reused
+ * at once.
  */
 START_TEST(report_peak_counts_pending_releases)
 {
@@ -1359,9 +1366,11 @@ START_TEST(report_peak_counts_pending_releases)
 	b = batch(c, 0);
 	gpucmd_batch_empty(b, 1, 1 << 20);
 	run_done(b);
-	b = batch(c, 0);
+	b = batch(c, 1);
 	gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
 	gpucmd_batch_release(b, 1);
+	run_done(b);
+	b = batch(c, 0);
 	gpucmd_batch_empty(b, 2, 1 << 20);
 	run_done(b);
 	ck_assert_int_eq(service_usage(c, "peaky", &s), 0);

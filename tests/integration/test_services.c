@@ -283,10 +283,11 @@ START_TEST(quota_exact_at_the_boundary)
 	ck_assert_uint_eq(row.limit_bytes, MIB);
 	ck_assert_uint_eq(row.oom_count, 7);
 	/*
-	 * The peak counts as in use counts: buffer 10, released in the batch
-	 * that made buffer 12, was held until that batch's work was done.
+	 * The peak counts as in use counts.  Buffer 10, released in the
+	 * batch that made buffer 12 on the same stream, gave buffer 12 its
+	 * memory at once (stream order), so the peak is one buffer, not two.
 	 */
-	ck_assert_uint_eq(row.peak_bytes_in_use, 2 * MIB);
+	ck_assert_uint_eq(row.peak_bytes_in_use, MIB);
 	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
 	ck_assert_uint_eq(rep->nservices, 1);
 	/* A sum of quotas limits nothing: the totals have no limit. */
@@ -330,10 +331,11 @@ static int big_holding_memory(void *arg)
 
 /* Two services with their own limits, and one killed under the other. */
 /*
- * Memory released behind a long kernel is held until the kernel is done.
- * The quota bounds it: live buffers up to memory_limit, and live plus
- * released-but-pending up to twice that.  Allocating and releasing in a
- * loop behind a kernel must stop there with GPUCMD_EQUOTA and the numbers,
+ * Memory released behind a long kernel on another stream is held until
+ * that kernel is done.  The quota bounds it: live buffers up to
+ * memory_limit, and live plus released-but-pending up to twice that.
+ * Allocating on stream 0 and releasing on stream 1 in a loop behind a
+ * kernel on stream 1 must stop there with GPUCMD_EQUOTA and the numbers,
  * not take the device from the other services; once the kernel is done,
  * the service allocates again.
  */
@@ -347,13 +349,13 @@ START_TEST(quota_bounds_memory_released_behind_a_kernel)
 
 	start_with("[service p]\nmemory_limit = 1M\n");
 	c = connect_as("p");
-	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg, 1), 0);
 	gpucmd_response_free(run_ok(b));
 	/* Two rounds fit: 1 MiB live and 1 MiB pending, then 2 pending. */
 	for (uint64_t h = 1; h <= 2; h++) {
 		alloc_ok(c, h, MIB);
-		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, h), 0);
 		gpucmd_response_free(run_ok(b));
 	}
@@ -389,11 +391,101 @@ START_TEST(quota_bounds_memory_released_behind_a_kernel)
 		    "2097152 released");
 	ck_assert_uint_eq(row_of(c, "p").oom_count, 2);
 	/* Once the kernel is done, the released memory is free again. */
-	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
 	gpucmd_response_free(run_ok(b));
 	alloc_ok(c, 5, MIB);
 	ck_assert_uint_eq(row_of(c, "p").bytes_released_pending, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
+ * On the stream that owns them, released buffers are reused at once, as
+ * PyTorch's caching allocator and CubeCL do: the stream runs the new
+ * buffer's work after the kernel that still reads the old one.  A loop of
+ * allocate and release behind a long kernel on the same stream never
+ * reaches the quota, holds one buffer's memory and leaves nothing pending;
+ * and the kernel queued before the release still sees the old contents.
+ */
+START_TEST(same_stream_release_is_reused_at_once)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	uint32_t spin = getenv("GPUCMD_TEST_VALGRIND") ? 20000000 : 3000000;
+	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
+	const struct gpucmd_arg copy[3] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 101 },
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 100 },
+		{ .kind = GPUCMD_ARG_U64, .v.u64 = 4096 },
+	};
+	struct gpucmd_service_report row;
+	struct gpucmd_memory_usage u;
+	struct gpucmd_response *r;
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b;
+	uint8_t old[4096], fresh[4096];
+	const void *data;
+	size_t len;
+
+	memset(old, 0xa5, sizeof(old));
+	memset(fresh, 0x5a, sizeof(fresh));
+	start_with("[service p]\nmemory_limit = 64M\n");
+	c = connect_as("p");
+	/* Buffer 100 holds the old bytes; its copy to 101 waits behind spin. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 100, old,
+						       sizeof(old)), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 101, sizeof(old)), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg, 1), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "copy", one, one, copy, 3), 0);
+	ck_assert_int_eq(gpucmd_batch_release(b, 100), 0);
+	/* The same size again: the slice buffer 100 had, written anew. */
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 102, fresh,
+						       sizeof(fresh)), 0);
+	gpucmd_response_free(run_ok(b));
+	for (uint64_t h = 1; h <= 16; h++) {
+		alloc_ok(c, h, 48 * MIB);
+		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_release(b, h), 0);
+		gpucmd_response_free(run_ok(b));
+	}
+	/*
+	 * A cleanup while the spin runs leaves the released memory's device
+	 * allocation alone: the device may still read it (under ASan a host
+	 * backend that freed it would be caught by the copy).
+	 */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_memory_cleanup(b), 0);
+	ck_assert_int_eq(gpucmd_batch_memory_usage(b), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 1, &u), 0);
+	ck_assert_uint_ge(u.bytes_reserved, 48 * MIB + 2 * sizeof(old));
+	gpucmd_response_free(r);
+	row = row_of(c, "p");
+	ck_assert_uint_eq(row.bytes_released_pending, 0);
+	ck_assert_uint_eq(row.bytes_in_use, 2 * sizeof(old));
+	ck_assert_uint_eq(row.peak_bytes_in_use, 48 * MIB + 2 * sizeof(old));
+	ck_assert_uint_eq(row.oom_count, 0);
+	/* The copy ran after the spin, before the write that followed. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 101, 0, sizeof(old)), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 102, 0, sizeof(fresh)), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
+	ck_assert_uint_eq(len, sizeof(old));
+	ck_assert_int_eq(memcmp(data, old, len), 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+	ck_assert_int_eq(memcmp(data, fresh, len), 0);
+	gpucmd_response_free(r);
+	/* The stream is done with it now: a cleanup returns it. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_memory_cleanup(b), 0);
+	ck_assert_int_eq(gpucmd_batch_memory_usage(b), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 1, &u), 0);
+	ck_assert_uint_lt(u.bytes_reserved, 48 * MIB);
+	ck_assert_uint_gt(u.bytes_reserved, 0);
+	gpucmd_response_free(r);
 	gpucmd_close(c);
 }
 END_TEST
@@ -1841,6 +1933,7 @@ static Suite *make_suite(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, quota_exact_at_the_boundary);
 	tcase_add_test(tc, quota_bounds_memory_released_behind_a_kernel);
+	tcase_add_test(tc, same_stream_release_is_reused_at_once);
 	tcase_add_test(tc, two_services_share_the_daemon);
 	tcase_add_test(tc, max_streams_per_service);
 	tcase_add_test(tc, max_handles_per_connection);

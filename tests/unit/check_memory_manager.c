@@ -884,6 +884,15 @@ struct model {
 		n_busy;
 	struct fake_alloc *sorted;		/* scratch for checks */
 	struct model_slice *by_ptr;		/* scratch for checks */
+	/*
+	 * Stream order: fences submitted and completed, and the slices
+	 * released with release_after whose fence has not completed (their
+	 * device allocations must stay).
+	 */
+	uint64_t submitted, completed, busy_until;
+	struct model_slice *busy;
+	size_t nbusy;
+	uint64_t n_after;
 };
 
 static uint64_t rnd(struct model *m)
@@ -1034,6 +1043,25 @@ static void model_check(struct model *m)
 		expect(s->ptr + s->effective <= h->ptr + h->size);
 		expect(memory_slice_cursor(s->slice) == s->cursor);
 	}
+	for (i = 0; i < m->nbusy; i++) {
+		const struct model_slice *s = &m->busy[i];
+
+		h = holder(m->sorted, fs.nlive, s->ptr);
+		expect(h != NULL && s->ptr + s->effective <= h->ptr + h->size);
+	}
+	expect(memory_manager_busy(m->mm) == (m->busy_until > m->completed));
+}
+
+/* Fences complete: forget the busy slices they covered. */
+static void model_complete(struct model *m, uint64_t upto)
+{
+	size_t i, kept = 0;
+
+	m->completed = upto;
+	for (i = 0; i < m->nbusy; i++)
+		if (m->busy[i].cursor > upto)
+			m->busy[kept++] = m->busy[i];
+	m->nbusy = kept;
 }
 
 /* With nothing live, every sliced page is one free block again. */
@@ -1108,7 +1136,23 @@ static void model_release(struct model *m)
 	if (m->nlive == 0)
 		return;
 	i = (size_t)rnd_below(m, m->nlive);
-	memory_manager_release(m->mm, m->live[i].slice);
+	if (rnd_below(m, 2)) {
+		/* Work up to the next fence may still use it. */
+		struct model_slice *b = &m->busy[m->nbusy++];
+
+		*b = m->live[i];
+		b->cursor = m->submitted + 1;	/* the fence */
+		if (b->cursor > m->busy_until)
+			m->busy_until = b->cursor;
+		memory_manager_release_after(m->mm, m->live[i].slice,
+					     b->cursor);
+		/* A fence completed already leaves nothing busy. */
+		if (b->cursor <= m->completed)
+			m->nbusy--;
+		m->n_after++;
+	} else {
+		memory_manager_release(m->mm, m->live[i].slice);
+	}
 	m->live[i] = m->live[--m->nlive];
 }
 
@@ -1126,7 +1170,7 @@ static void model_install(struct model *m,
 		}
 	}
 	rc = memory_manager_install_pools(m->mm, next, &dev80, &bytes);
-	if (dyn > 0 || m->capture) {
+	if (dyn > 0 || m->capture || m->busy_until > m->completed) {
 		expect(rc == GPUCMD_EPOOLSINUSE);
 		expect(bytes == dyn_bytes);
 		m->n_busy++;
@@ -1149,8 +1193,16 @@ static void model_step(struct model *m, const struct memory_configuration *a,
 	/* Keep a few hundred slices live: reserve more when few. */
 	if (r < 500 && (m->nlive < 400 || r < 200)) {
 		model_reserve(m);
-	} else if (r < 955) {
+	} else if (r < 950) {
 		model_release(m);
+	} else if (r < 958) {
+		/* The stream ends a batch, or work completes up to one. */
+		if (rnd_below(m, 2))
+			m->submitted++;
+		else if (m->completed < m->submitted)
+			model_complete(m, m->completed + 1 +
+				       rnd_below(m, m->submitted -
+						 m->completed));
 	} else if (r < 965) {
 		memory_manager_cleanup(m->mm, false);
 	} else if (r < 971) {
@@ -1172,6 +1224,8 @@ static void model_step(struct model *m, const struct memory_configuration *a,
 		/* Release nearly everything so that installs can succeed. */
 		while (m->nlive && rnd_below(m, 16))
 			model_release(m);
+		if (rnd_below(m, 2))
+			model_complete(m, m->submitted + 1);
 		if (m->nlive == 0)
 			model_check_merged(m);
 		model_install(m, m->installs++ % 2 ? a : b);
@@ -1193,7 +1247,9 @@ static void model_run(const struct memory_configuration *first,
 	m.live = calloc((size_t)steps + 1, sizeof(*m.live));
 	m.by_ptr = calloc((size_t)steps + 1, sizeof(*m.by_ptr));
 	m.sorted = calloc((size_t)steps + 64, sizeof(*m.sorted));
-	ck_assert(m.live && m.by_ptr && m.sorted);
+	m.busy = calloc((size_t)steps + 1, sizeof(*m.busy));
+	ck_assert(m.live && m.by_ptr && m.sorted && m.busy);
+	memory_manager_set_completed(m.mm, &m.completed);
 	model_layout_changed(&m);
 	for (step = 0; step < steps; step++) {
 		model_step(&m, first, second, &fail_left);
@@ -1208,6 +1264,7 @@ static void model_run(const struct memory_configuration *first,
 	model_check_merged(&m);
 	m.capture = false;
 	memory_manager_set_capture(m.mm, false);
+	model_complete(&m, m.submitted + 1);
 	memory_manager_cleanup(m.mm, true);
 	model_check(&m);
 	before = usage(m.mm);
@@ -1224,6 +1281,8 @@ static void model_run(const struct memory_configuration *first,
 	ck_assert_uint_gt(m.n_refused, 5);
 	ck_assert_uint_gt(m.n_installed, 5);
 	ck_assert_uint_gt(m.n_busy, 5);
+	ck_assert_uint_gt(m.n_after, 1000);
+	free(m.busy);
 	free(m.live);
 	free(m.by_ptr);
 	free(m.sorted);
@@ -1257,6 +1316,171 @@ START_TEST(model_custom)
 	struct memory_configuration b = preset(MEMORY_PRESET_EXCLUSIVE_PAGES);
 
 	model_run(&a, &b, 0xfeed, 20000);
+}
+END_TEST
+
+/*
+ * Stream-ordered reuse: a slice released with a fence the owner stream has
+ * not completed is free for the next reservation at once, but no device
+ * allocation holding it goes back to the storage (cleanup, trim, periodic
+ * or watermark frees, a new layout) until the fence has completed.  Every
+ * pool kind: sliced, exclusive, direct and persistent.
+ */
+START_TEST(release_after_reuses_at_once)
+{
+	struct memory_pool_options p[3] = {
+		sliced(1 * MIB, 256 * KIB, 0),
+		exclusive(4 * MIB, 5),
+		direct(0),
+	};
+	static const uint64_t sizes[4] = { 100 * KIB, 2 * MIB, 32 * MIB,
+					   3 * MIB };
+	struct memory_configuration c = custom(3, p);
+	struct memory_manager *mm = make(&c, &dev80);
+	struct memory_slice *a, *b;
+	uint64_t completed = 0, fence = 0, reserved, in_use = 7;
+
+	memory_manager_set_completed(mm, &completed);
+	for (int k = 0; k < 4; k++) {
+		/* The last size goes to the persistent pool. */
+		if (k == 3)
+			memory_manager_mode(mm, MEMORY_MODE_PERSISTENT);
+		a = take(mm, sizes[k]);
+		memory_manager_release_after(mm, a, ++fence);
+		ck_assert_uint_eq(usage(mm).allocations, 0);
+		b = take(mm, sizes[k]);
+		ck_assert_ptr_eq(b, a);
+		memory_manager_release_after(mm, b, ++fence);
+	}
+	memory_manager_mode(mm, MEMORY_MODE_AUTO);
+	reserved = usage(mm).bytes_reserved;
+	ck_assert_uint_eq(reserved, 1 * MIB + 2 * MIB + 32 * MIB + 3 * MIB);
+	ck_assert_uint_eq(fs.nlive, 4);
+	ck_assert(memory_manager_busy(mm));
+	/* Nothing goes back while the device may still be reading it ... */
+	memory_manager_cleanup(mm, true);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, reserved);
+	ck_assert_int_eq(memory_manager_install_pools(mm, &c, &dev80, &in_use),
+			 GPUCMD_EPOOLSINUSE);
+	ck_assert_uint_eq(in_use, 0);
+	/* Each allocation goes once its own last fence passed. */
+	completed = fence - 1;
+	memory_manager_cleanup(mm, true);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 3 * MIB);
+	ck_assert(memory_manager_busy(mm));
+	completed = fence;
+	ck_assert(!memory_manager_busy(mm));
+	memory_manager_cleanup(mm, true);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 0);
+	ck_assert_uint_eq(fs.nlive, 0);
+	ck_assert_int_eq(memory_manager_install_pools(mm, &c, &dev80, NULL),
+			 0);
+	finish(mm);
+}
+END_TEST
+
+/* A slice used again and released plainly keeps its page busy. */
+START_TEST(release_after_then_plain_release)
+{
+	struct memory_pool_options p[2] = {
+		sliced(1 * MIB, 256 * KIB, 0),
+		exclusive(4 * MIB, 0),
+	};
+	struct memory_configuration c = custom(2, p);
+	struct memory_manager *mm = make(&c, &dev80);
+	struct memory_slice *a;
+	uint64_t completed = 0;
+
+	memory_manager_set_completed(mm, &completed);
+	memory_manager_release_after(mm, take(mm, 64 * KIB), 1);
+	memory_manager_release_after(mm, take(mm, 2 * MIB), 1);
+	/* A reservation that fails to bind is released at once. */
+	a = take(mm, 64 * KIB);
+	memory_manager_release(mm, a);
+	memory_manager_release(mm, take(mm, 2 * MIB));
+	memory_manager_cleanup(mm, true);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 1 * MIB + 2 * MIB);
+	completed = 1;
+	memory_manager_cleanup(mm, true);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 0);
+	finish(mm);
+}
+END_TEST
+
+/* Without a completed count, release_after is a plain release. */
+START_TEST(release_after_without_completed)
+{
+	struct memory_manager *mm = make(&(struct memory_configuration){
+		.preset = MEMORY_PRESET_SUBSLICES }, &dev80);
+
+	memory_manager_release_after(mm, take(mm, 4 * KIB), 99);
+	ck_assert(!memory_manager_busy(mm));
+	memory_manager_cleanup(mm, true);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 0);
+	finish(mm);
+}
+END_TEST
+
+/* Reclaim before growth leaves busy pages alone, and takes them after. */
+START_TEST(reclaim_skips_busy)
+{
+	struct memory_pool_options p[2] = {
+		sliced(1 * MIB, 256 * KIB, 0),
+		exclusive(64 * MIB, 0),
+	};
+	struct memory_configuration c = custom(2, p);
+	struct memory_manager *mm = make(&c, &dev80);
+	struct memory_slice *s[8], *y;
+	uint64_t completed = 0;
+	int i;
+
+	memory_manager_set_completed(mm, &completed);
+	memory_manager_release(mm, take(mm, 4 * MIB));
+	for (i = 0; i < 8; i++)
+		s[i] = take(mm, 256 * KIB);
+	for (i = 0; i < 8; i++)
+		memory_manager_release_after(mm, s[i], 1);
+	reclaim_filler(mm, 4 * MIB, 80);
+	/* reclaim_idle_pages would trim both pages here. */
+	y = take(mm, 3 * MIB);
+	ck_assert_uint_eq(pool_pages(mm, 0), 2);
+	memory_manager_release(mm, y);
+	completed = 1;
+	reclaim_filler(mm, 4 * MIB, 80);
+	y = take(mm, 5 * MIB);
+	ck_assert_uint_eq(pool_pages(mm, 0), 0);
+	memory_manager_release(mm, y);
+	finish(mm);
+}
+END_TEST
+
+/* The exclusive pool's periodic frees and the direct watermark wait too. */
+START_TEST(periodic_and_watermark_skip_busy)
+{
+	struct memory_pool_options p[2] = {
+		exclusive(1 * MIB, 5),
+		direct(3 * MIB),
+	};
+	struct memory_configuration c = custom(2, p);
+	struct memory_manager *mm = make(&c, &dev80);
+	uint64_t completed = 0;
+
+	memory_manager_set_completed(mm, &completed);
+	/* A period of 5 checks on every reservation. */
+	memory_manager_release_after(mm, take(mm, 4096), 1);
+	take(mm, 100 * KIB);
+	ck_assert_uint_eq(usage(mm).bytes_reserved, 4096 + 100 * KIB);
+	/* Direct: 2 + 1.5 MiB is over the 3 MiB mark, but 2 MiB is busy. */
+	memory_manager_release_after(mm, take(mm, 2 * MIB), 1);
+	take(mm, 3 * MIB / 2);
+	ck_assert_uint_eq(usage(mm).bytes_reserved,
+			  4096 + 100 * KIB + 2 * MIB + 3 * MIB / 2);
+	completed = 1;
+	take(mm, 200 * KIB);
+	take(mm, 1 * MIB + 512);
+	ck_assert_uint_eq(usage(mm).bytes_reserved,
+			  100 * KIB + 200 * KIB + 3 * MIB / 2 + 1 * MIB + 512);
+	finish(mm);
 }
 END_TEST
 
@@ -1300,6 +1524,16 @@ static Suite *memory_manager_suite(void)
 	tcase_add_test(tc, reclaim_not_while_capturing);
 	tcase_add_test(tc, reclaim_regret);
 	tcase_add_test(tc, cursor_and_report);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("ordered");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 10);
+	tcase_add_test(tc, release_after_reuses_at_once);
+	tcase_add_test(tc, release_after_then_plain_release);
+	tcase_add_test(tc, release_after_without_completed);
+	tcase_add_test(tc, reclaim_skips_busy);
+	tcase_add_test(tc, periodic_and_watermark_skip_busy);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("model");
