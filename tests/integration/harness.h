@@ -163,6 +163,40 @@ static inline void daemon_cleanup_dir(struct daemon_proc *d)
 	rmdir(d->dir);
 }
 
+/*
+ * Write text to the config file path atomically: a daemon that reloads
+ * meanwhile reads the old file or the new one, never half of one.
+ */
+static inline void harness_config_write(const char *path, const char *text)
+{
+	char tmp[256];
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	f = fopen(tmp, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_ge(fputs(text, f), 0);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(rename(tmp, path), 0);
+}
+
+/*
+ * A fresh config file (gpucmdd.conf in a directory of its own) with text in
+ * it, for daemon_start_args(..., "--config", path, ...); path gets its name.
+ * It lives under the runner's directory, which removes it.
+ */
+static inline void harness_config(const char *text, char *path, size_t len)
+{
+	const char *base = getenv("GPUCMD_TEST_TMP");
+	char dir[160];
+
+	snprintf(dir, sizeof(dir), "%s/conf-XXXXXX",
+		 base != NULL && base[0] ? base : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_lt(snprintf(path, len, "%s/gpucmdd.conf", dir), (int)len);
+	harness_config_write(path, text);
+}
+
 /* Checked fixtures: one daemon per test. */
 static inline void harness_setup(void)
 {

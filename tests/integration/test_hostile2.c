@@ -34,7 +34,6 @@
 
 static struct gpucmd_conn *good;
 static struct gpucmd_service_report baseline;
-static char config_path[64];
 
 /* ---- raw protocol ---------------------------------------------------------- */
 
@@ -335,17 +334,10 @@ static void setup_default(void)
 /* Start the daemon with text as its config file. */
 static void setup_config(const char *text)
 {
-	int fd;
-	FILE *f;
+	char path[192];
 
-	snprintf(config_path, sizeof(config_path), "/tmp/gpucmd-h2-XXXXXX");
-	fd = mkstemp(config_path);
-	ck_assert_int_ge(fd, 0);
-	f = fdopen(fd, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(text, f);
-	fclose(f);
-	daemon_start_args(&the_daemon, "--config", config_path, NULL);
+	harness_config(text, path, sizeof(path));
+	daemon_start_args(&the_daemon, "--config", path, NULL);
 	take_baseline();
 }
 
@@ -395,9 +387,6 @@ static void teardown(void)
 		gpucmd_close(good);
 	good = NULL;
 	harness_teardown();
-	if (config_path[0] != '\0')
-		unlink(config_path);
-	config_path[0] = '\0';
 }
 
 /* ---- frames in the wrong shape or place ---------------------------------------- */

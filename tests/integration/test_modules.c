@@ -215,37 +215,19 @@ END_TEST
 
 /* ---- max_modules ---------------------------------------------------------- */
 
-static char quota_dir[160];
-static char quota_conf[192];
-
 /*
  * The compile-delayed daemon with a service that may load no module
  * (max_modules = 0) and one that may hold two.
  */
 static void quota_setup(void)
 {
-	const char *base = getenv("GPUCMD_TEST_TMP");
-	FILE *f;
+	char conf[192];
 
-	snprintf(quota_dir, sizeof(quota_dir), "%s/mods-XXXXXX",
-		 base != NULL && base[0] ? base : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(quota_dir));
-	snprintf(quota_conf, sizeof(quota_conf), "%s/gpucmdd.conf",
-		 quota_dir);
-	f = fopen(quota_conf, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, "[service builtins]\nmax_modules = 0\n"
-		   "[service two]\nmax_modules = 2\n");
-	ck_assert_int_eq(fclose(f), 0);
-	daemon_start_args(&the_daemon, "--config", quota_conf,
+	harness_config("[service builtins]\nmax_modules = 0\n"
+		       "[service two]\nmax_modules = 2\n",
+		       conf, sizeof(conf));
+	daemon_start_args(&the_daemon, "--config", conf,
 			  "--test-compile-delay-ms", delay_arg(), NULL);
-}
-
-static void quota_teardown(void)
-{
-	harness_teardown();
-	unlink(quota_conf);
-	rmdir(quota_dir);
 }
 
 /*
@@ -344,7 +326,7 @@ static Suite *make_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("quota");
-	tcase_add_checked_fixture(tc, quota_setup, quota_teardown);
+	tcase_add_checked_fixture(tc, quota_setup, harness_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, max_modules_zero_means_builtins_only);
 	suite_add_tcase(s, tc);

@@ -621,30 +621,16 @@ START_TEST(convenience_failure_keeps_its_message)
 }
 END_TEST
 
-static char tight_conf[64];
-
 /* One request in flight, and 8 MiB of regions for the service. */
 static void tight_setup(void)
 {
-	int fd;
-	FILE *f;
+	char conf[192];
 
-	snprintf(tight_conf, sizeof(tight_conf), "/tmp/gpucmd-rapi-XXXXXX");
-	fd = mkstemp(tight_conf);
-	ck_assert_int_ge(fd, 0);
-	f = fdopen(fd, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("[limits]\nmax_in_flight = 1\n"
-	      "[service regions]\nregion_limit = 8M\n", f);
-	fclose(f);
-	daemon_start_args(&the_daemon, "--config", tight_conf,
-			  "--max-frame-bytes", "64K", NULL);
-}
-
-static void tight_teardown(void)
-{
-	harness_teardown();
-	unlink(tight_conf);
+	harness_config("[limits]\nmax_in_flight = 1\n"
+		       "[service regions]\nregion_limit = 8M\n",
+		       conf, sizeof(conf));
+	daemon_start_args(&the_daemon, "--config", conf, "--max-frame-bytes",
+			  "64K", NULL);
 }
 
 /*
@@ -707,7 +693,7 @@ static Suite *make_suite(void)
 	{
 		TCase *tight = tcase_create("tight");
 
-		tcase_add_checked_fixture(tight, tight_setup, tight_teardown);
+		tcase_add_checked_fixture(tight, tight_setup, harness_teardown);
 		tcase_set_timeout(tight, 120);
 		tcase_add_test(tight, convenience_within_tight_limits);
 		suite_add_tcase(s, tight);

@@ -546,29 +546,17 @@ static char cap_conf[192];
 
 static void cap_write(uint64_t limit)
 {
-	char tmp[256];
-	FILE *f;
+	char text[128];
 
-	snprintf(tmp, sizeof(tmp), "%s.tmp", cap_conf);
-	f = fopen(tmp, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, "[service capped]\nregion_limit = %llu\n"
-		   "[service open]\nmemory_limit = 64M\n",
-		(unsigned long long)limit);
-	ck_assert_int_eq(fclose(f), 0);
-	/* Whole or not at all, for a daemon that reloads meanwhile. */
-	ck_assert_int_eq(rename(tmp, cap_conf), 0);
+	snprintf(text, sizeof(text), "[service capped]\nregion_limit = %llu\n"
+				     "[service open]\nmemory_limit = 64M\n",
+		 (unsigned long long)limit);
+	harness_config_write(cap_conf, text);
 }
 
 static void capped_setup(void)
 {
-	const char *base = getenv("GPUCMD_TEST_TMP");
-	char dir[160];
-
-	snprintf(dir, sizeof(dir), "%s/conf-XXXXXX",
-		 base != NULL && base[0] ? base : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	snprintf(cap_conf, sizeof(cap_conf), "%s/gpucmdd.conf", dir);
+	harness_config("", cap_conf, sizeof(cap_conf));
 	cap_write(CAP_LIMIT);
 	daemon_start_args(&the_daemon, "--config", cap_conf, NULL);
 }

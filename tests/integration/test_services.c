@@ -64,23 +64,12 @@ static void conf_teardown(void)
 		harness_teardown();
 }
 
-/*
- * Write text to conf_dir/name, atomically (a daemon reloading at that moment
- * sees the old file or the new one, never half of one); path gets the name.
- */
+/* Write text to conf_dir/name, atomically; path gets the name. */
 static void conf_write_as(const char *name, const char *text, char *path,
 			  size_t path_len)
 {
-	char tmp[256];
-	FILE *f;
-
 	snprintf(path, path_len, "%s/%s", conf_dir, name);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_ge(fputs(text, f), 0);
-	ck_assert_int_eq(fclose(f), 0);
-	ck_assert_int_eq(rename(tmp, path), 0);
+	harness_config_write(path, text);
 }
 
 static void conf_write(const char *text)
