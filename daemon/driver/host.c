@@ -19,8 +19,11 @@
  * that a long batch starts early.  The worker takes everything queued at
  * once, runs it without the lock, and gives the spent op blocks back in one
  * step the next time it takes the lock; the device thread reuses them, so an
- * op costs no malloc once a stream has warmed up.  The worker alone runs ops
- * and owns the stream's fault flag.
+ * op costs no malloc once a stream has warmed up.  The worker runs the ops
+ * and owns the stream's fault flag, with one exception: a copy or memset of
+ * at most HOST_INLINE_MAX bytes, or a host callback, that comes to a quiet
+ * stream (nothing pending, queued or running) runs at once on the device
+ * thread, which saves the two hand-offs a {copy; sync} batch would cost.
  *
  * Events: a record creates a marker, a small reference-counted object that
  * the worker marks done (with a CLOCK_MONOTONIC timestamp) when it reaches
@@ -76,6 +79,18 @@
  * held only by a stream that once had that many ops in flight.
  */
 #define HOST_SPARE_MAX 8192u
+/*
+ * A copy or memset of at most this many bytes, and a host callback, that
+ * come to a stream with nothing pending, queued or running run at once on
+ * the device thread (host_submit): handing them to the worker and their
+ * completion back costs two thread hand-offs, and on a small machine the
+ * worker (niced, see host_stream_nice) waits for a CPU behind the threads
+ * that spin for its result (write region 1 MiB: ~130 us a batch for a
+ * 40 us memcpy on the 2-core VM, BENCHMARKS.md).  1 MiB is ~40 us of
+ * memcpy, about what the device thread spends on a batch of a few hundred
+ * ops.
+ */
+#define HOST_INLINE_MAX (UINT64_C(1) << 20)
 
 /*
  * The header of a block, in the HOST_ALIGNMENT bytes in front of the address
@@ -178,15 +193,18 @@ struct host_driver {
 struct driver_stream {
 	struct host_driver *hd;
 	pthread_t thread;
-	pthread_mutex_t lock;		/* guards queue, returned, idle */
+	pthread_mutex_t lock;		/* guards queue, returned, idle, busy */
 	pthread_cond_t wake;		/* work queued, or stop set */
 	struct host_op_list queue;	/* handed to the worker, not yet taken */
 	struct host_op_list returned;	/* spent blocks the worker gave back */
 	size_t nreturned;
 	bool idle;			/* the worker waits on wake */
+	bool busy;			/* the worker runs ops it took */
 	atomic_uint kick;		/* queue filled or stop set (spin.h) */
 	atomic_bool stop;		/* worker: leave, drop the queue */
-	bool faulted;			/* worker only: since last callback */
+	/* Since the last callback; the worker's, or the device thread's
+	 * while the stream is quiet (host_stream_quiet). */
+	bool faulted;
 	/* Device thread only: */
 	struct host_op_list pending;	/* enqueued, not yet handed over */
 	size_t npending;
@@ -550,6 +568,7 @@ static bool host_stream_take(struct driver_stream *s, struct host_op_list *work,
 	bool spun = false;
 
 	pthread_mutex_lock(&s->lock);
+	s->busy = false;
 	host_op_list_splice(&s->returned, done);
 	s->nreturned += *ndone;
 	*ndone = 0;
@@ -567,8 +586,10 @@ static bool host_stream_take(struct driver_stream *s, struct host_op_list *work,
 		s->idle = false;
 	}
 	atomic_store(&s->kick, 0);
-	if (!stop)
+	if (!stop) {
 		host_op_list_splice(work, &s->queue);
+		s->busy = work->head != NULL;
+	}
 	pthread_mutex_unlock(&s->lock);
 	return !stop;
 }
@@ -669,6 +690,40 @@ static void host_stream_add(struct driver_stream *s, struct host_op_list *l,
 }
 
 /*
+ * Nothing of s is pending, queued or running (device thread): an op run
+ * now keeps the stream's order.  The lock orders what the worker did
+ * before it went quiet (its copies, faulted) before what follows.
+ */
+static bool host_stream_quiet(struct driver_stream *s)
+{
+	bool quiet;
+
+	if (s->capture != NULL || s->pending.head != NULL)
+		return false;
+	pthread_mutex_lock(&s->lock);
+	quiet = s->queue.head == NULL && !s->busy && !atomic_load(&s->stop);
+	pthread_mutex_unlock(&s->lock);
+	return quiet;
+}
+
+/* Whether tmpl is cheap enough to run on the device thread (see above). */
+static bool host_op_inline(const struct host_op *tmpl)
+{
+	switch (tmpl->kind) {
+	case HOST_OP_COPY:
+		return tmpl->u.copy.shape.height != 0 &&
+		       tmpl->u.copy.shape.width <=
+			       HOST_INLINE_MAX / tmpl->u.copy.shape.height;
+	case HOST_OP_MEMSET:
+		return tmpl->u.memset.n <= HOST_INLINE_MAX;
+	case HOST_OP_CALLBACK:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
  * Queue a copy of tmpl on s, or append it to the graph s is capturing.  Only
  * the work itself is captured: markers and callbacks belong to one moment,
  * not to a graph that can be replayed.  A record or a callback starts
@@ -679,6 +734,14 @@ static int host_submit(struct host_driver *hd, struct driver_stream *s,
 		       const struct host_op *tmpl)
 {
 	struct host_op *op;
+
+	/* A quiet stream: nothing to hand over, nothing to wait behind. */
+	if (host_op_inline(tmpl) && host_stream_quiet(s)) {
+		struct host_op now = *tmpl;
+
+		host_op_run(s, &now);
+		return 0;
+	}
 
 	if (s->capture != NULL && tmpl->kind > HOST_OP_LAUNCH)
 		return host_fail(hd, GPUCMD_EINVAL,

@@ -514,7 +514,9 @@ END_TEST
 /*
  * Ops wait on the stream's pending list until the batch is flushed: a copy
  * from host memory reads what the host memory holds at the flush, not at the
- * enqueue.  Each of flush, event_record and host_callback starts them.
+ * enqueue.  Each of flush, event_record and host_callback starts them.  (A
+ * kernel comes first each time: on a quiet stream a small copy runs at
+ * once, test_quiet_inline.)
  */
 START_TEST(test_pending_until_flush)
 {
@@ -526,6 +528,7 @@ START_TEST(test_pending_until_flush)
 	ck_assert_int_eq(d->ops->event_create(d, &e), 0);
 
 	/* host_callback. */
+	ck_assert_int_eq(spin(s1, 0), 0);
 	ck_assert_int_eq(d->ops->copy_htod(d, s1, buf, &src, 4), 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
 	sleep_ms(20);
@@ -534,6 +537,7 @@ START_TEST(test_pending_until_flush)
 	ck_assert_uint_eq(out, 2);
 
 	/* event_record, waited for with event_query only. */
+	ck_assert_int_eq(spin(s1, 0), 0);
 	ck_assert_int_eq(d->ops->copy_htod(d, s1, buf, &src, 4), 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
 	sleep_ms(20);
@@ -561,6 +565,41 @@ START_TEST(test_pending_until_flush)
 	d->ops->flush(d, s2);
 	ck_assert_int_eq(finish(s1), 0);
 	d->ops->event_destroy(d, e);
+	d->ops->mem_free(d, buf);
+}
+END_TEST
+
+/*
+ * On a stream with nothing pending, queued or running, a small copy, a
+ * memset and a host callback run at once on the calling thread (host.c's
+ * host_submit, HOST_INLINE_MAX); behind other work they keep the stream's
+ * order.
+ */
+START_TEST(test_quiet_inline)
+{
+	uint32_t src = 5, out = 0;
+	uint64_t buf = dalloc(4);
+	struct done x;
+
+	ck_assert_int_eq(finish(s1), 0);
+	ck_assert_int_eq(d->ops->copy_htod(d, s1, buf, &src, 4), 0);
+	ck_assert_int_eq(d->ops->memset_d8(d, s1, buf, 9, 1), 0);
+	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
+	ck_assert_uint_eq(out, 9);	/* no flush, no finish */
+	sem_init(&x.sem, 0, 0);
+	ck_assert_int_eq(d->ops->host_callback(d, s1, on_done, &x), 0);
+	ck_assert_int_eq(sem_trywait(&x.sem), 0);	/* already called */
+	ck_assert_int_eq(x.status, 0);
+
+	/* Behind a running kernel the copy waits its turn. */
+	ck_assert_int_eq(spin(s1, 50000), 0);
+	d->ops->flush(d, s1);
+	src = 6;
+	ck_assert_int_eq(d->ops->copy_htod(d, s1, buf, &src, 4), 0);
+	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
+	ck_assert_uint_eq(out, 9);
+	ck_assert_double_ge(finish_ms(s1), 20.0);
+	ck_assert_uint_eq(out, 6);
 	d->ops->mem_free(d, buf);
 }
 END_TEST
@@ -795,12 +834,21 @@ static int worker_nice(unsigned stream_nice)
 	struct driver_properties props;
 	struct driver_stream *s;
 	struct nice_seen seen;
+	struct driver_function *f;
+	uint32_t zero = 0;
+	void *params[1] = { &zero };
+	size_t sizes[1] = { 4 };
 	struct driver *dr;
 
 	ck_assert_int_eq(driver_host_create(&opt, &dr), 0);
 	ck_assert_int_eq(dr->ops->open(dr, 0, &props), 0);
 	ck_assert_int_eq(dr->ops->stream_create(dr, &s), 0);
 	sem_init(&seen.done.sem, 0, 0);
+	/* Pending work first: on a quiet stream the callback would run on
+	 * this thread (test_quiet_inline). */
+	ck_assert_int_eq(dr->ops->builtin_function(dr, "spin", &f), 0);
+	ck_assert_int_eq(dr->ops->launch(dr, s, f, grid1, block1, 0, params,
+					 sizes, 1), 0);
 	ck_assert_int_eq(dr->ops->host_callback(dr, s, on_nice, &seen), 0);
 	done_wait(&seen.done);
 	dr->ops->stream_destroy(dr, s);
@@ -1072,6 +1120,7 @@ static Suite *host_suite(void)
 
 	tc = tcase("batching", 20);
 	tcase_add_test(tc, test_pending_until_flush);
+	tcase_add_test(tc, test_quiet_inline);
 	tcase_add_test(tc, test_pending_cross_stream);
 	tcase_add_test(tc, test_long_batch_starts);
 	tcase_add_test(tc, test_many_batches);
