@@ -210,6 +210,18 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 }
 
 /*
+ * What the service released that work queued on the device may still use:
+ * waiting in drop queues, and back in its own stream's pools but not yet
+ * returnable to the device (stream-ordered reuse).
+ */
+static uint64_t released_in_use(const struct service *svc)
+{
+	uint64_t a = svc->release_pending_bytes, b = svc->ordered_pending_bytes;
+
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/*
  * Whether size more bytes, with what the service holds live and released
  * but still used by the device, would go past twice its limit (the live
  * part alone is checked apart).
@@ -221,7 +233,7 @@ static bool pending_over(const struct service *svc, uint64_t limit,
 
 	if (limit == 0 || size > limit || svc->bytes_in_use > limit - size)
 		return false;
-	return svc->release_pending_bytes > cap - svc->bytes_in_use - size;
+	return released_in_use(svc) > cap - svc->bytes_in_use - size;
 }
 
 int command_reserve(struct command *cmd, uint64_t size,
@@ -248,7 +260,10 @@ int command_reserve(struct command *cmd, uint64_t size,
 	 * followed by an allocation still fits at once (a batch that frees
 	 * and allocates, a pipelining client), but a client cannot keep
 	 * allocating and releasing behind a long kernel until the device is
-	 * full.  Drops whose work completed are freed before refusing.
+	 * full.  Memory released on its own stream counts too: that stream
+	 * may reuse it at once, but its device memory cannot be given back
+	 * before the work is done, and new sizes need new memory.  Drops
+	 * whose work completed are freed before refusing.
 	 */
 	if (pending_over(svc, limit, size))
 		streams_flush_drops(cmd->set);
@@ -259,15 +274,17 @@ int command_reserve(struct command *cmd, uint64_t size,
 			 "service '%s' hold %llu bytes of device memory, over "
 			 "twice its memory_limit of %llu bytes: %llu in use "
 			 "and %llu released but still used by work queued on "
-			 "the device; sync the streams (or let that work "
-			 "finish) before allocating more, or raise the "
-			 "service's memory_limit",
+			 "the device (%llu of them released on their own "
+			 "stream, which may reuse them meanwhile); sync the "
+			 "streams (or let that work finish) before allocating "
+			 "more, or raise the service's memory_limit",
 			 (unsigned long long)size, svc->name,
 			 (unsigned long long)(svc->bytes_in_use + size +
-					      svc->release_pending_bytes),
+					      released_in_use(svc)),
 			 (unsigned long long)limit,
 			 (unsigned long long)svc->bytes_in_use,
-			 (unsigned long long)svc->release_pending_bytes);
+			 (unsigned long long)released_in_use(svc),
+			 (unsigned long long)svc->ordered_pending_bytes);
 		return GPUCMD_EQUOTA;
 	}
 	if (limit != 0 &&

@@ -57,6 +57,15 @@ struct service {
 	 */
 	uint64_t release_pending_bytes;
 	/*
+	 * Bytes released on the stream that owns them and that alone used
+	 * them (stream-ordered reuse, streams.c): back in that stream's pools
+	 * at once, but work queued before the release may still use them, so
+	 * their device memory cannot go back to the device yet.  Not in the
+	 * report's in use (the stream may have reused them); the quota's
+	 * bound counts them with release_pending_bytes.
+	 */
+	uint64_t ordered_pending_bytes;
+	/*
 	 * Shared regions mapped for the service's connections (region.h):
 	 * charged at attach, uncharged when a region is really unmapped
 	 * (after a release's fences, or at the connection's teardown).

@@ -235,6 +235,7 @@ static int stream_create(struct stream_set *set, uint32_t number,
 		memory_manager_set_completed(s->memory, &s->completed);
 		rc = drop_queue_create(s->memory,
 				       &set->service->release_pending_bytes,
+				       &set->service->ordered_pending_bytes,
 				       &s->drops);
 	}
 	if (rc != 0) {
@@ -445,6 +446,16 @@ int streams_release(struct stream_set *set, struct stream *current,
 	 * again, any time later.
 	 */
 	if (n == 1 && h->owner == current && !current->capturing) {
+		/*
+		 * Its bytes stay counted against the quota until the fence:
+		 * its device memory cannot be given back before then, and a
+		 * loop of new sizes behind a long kernel would otherwise grow
+		 * without a bound (the stream reuses only what fits).
+		 */
+		rc = drop_queue_push_ordered(h->owner->drops, h->alloc.size,
+					     &fences[0]);
+		if (rc != 0)
+			return rc;
 		memory_manager_release_after(h->owner->memory, h->alloc.slice,
 					     fences[0].seq);
 	} else {

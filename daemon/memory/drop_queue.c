@@ -12,7 +12,8 @@
 #include "streams.h"
 
 struct drop_entry {
-	struct memory_slice *slice;
+	struct memory_slice *slice;	/* NULL: counted only (push_ordered) */
+	uint64_t *counter;		/* where charged is counted, or NULL */
 	uint64_t charged;
 	uint32_t nfences;
 	struct drop_fence *fences;
@@ -21,13 +22,14 @@ struct drop_entry {
 struct drop_queue {
 	struct memory_manager *mm;
 	uint64_t *pending;		/* the owner's count, or NULL */
+	uint64_t *ordered;		/* the same for push_ordered */
 	struct drop_entry *entries;
 	uint32_t count;
 	uint32_t cap;
 };
 
 int drop_queue_create(struct memory_manager *mm, uint64_t *pending,
-		      struct drop_queue **out)
+		      uint64_t *ordered, struct drop_queue **out)
 {
 	struct drop_queue *q = calloc(1, sizeof(*q));
 
@@ -35,6 +37,7 @@ int drop_queue_create(struct memory_manager *mm, uint64_t *pending,
 		return GPUCMD_ENOMEM;
 	q->mm = mm;
 	q->pending = pending;
+	q->ordered = ordered;
 	*out = q;
 	return 0;
 }
@@ -45,17 +48,18 @@ void drop_queue_destroy(struct drop_queue *q)
 		return;
 	for (uint32_t i = 0; i < q->count; i++) {
 		memory_manager_release(q->mm, q->entries[i].slice);
-		if (q->pending != NULL)
-			*q->pending -= q->entries[i].charged;
+		if (q->entries[i].counter != NULL)
+			*q->entries[i].counter -= q->entries[i].charged;
 		free(q->entries[i].fences);
 	}
 	free(q->entries);
 	free(q);
 }
 
-int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
-		    uint64_t charged, const struct drop_fence *fences,
-		    uint32_t nfences)
+/* Queue an entry whose bytes are counted in counter (may be NULL). */
+static int push(struct drop_queue *q, struct memory_slice *slice,
+		uint64_t *counter, uint64_t charged,
+		const struct drop_fence *fences, uint32_t nfences)
 {
 	struct drop_entry *e;
 	struct drop_fence *copy;
@@ -74,12 +78,26 @@ int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
 	memcpy(copy, fences, nfences * sizeof(*copy));
 	e = &q->entries[q->count++];
 	e->slice = slice;
+	e->counter = counter;
 	e->charged = charged;
-	if (q->pending != NULL)
-		*q->pending += charged;
+	if (counter != NULL)
+		*counter += charged;
 	e->nfences = nfences;
 	e->fences = copy;
 	return 0;
+}
+
+int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
+		    uint64_t charged, const struct drop_fence *fences,
+		    uint32_t nfences)
+{
+	return push(q, slice, q->pending, charged, fences, nfences);
+}
+
+int drop_queue_push_ordered(struct drop_queue *q, uint64_t charged,
+			    const struct drop_fence *fence)
+{
+	return push(q, NULL, q->ordered, charged, fence, 1);
 }
 
 
@@ -92,8 +110,8 @@ uint32_t drop_queue_flush(struct drop_queue *q)
 		struct drop_entry *e = &q->entries[i];
 		if (streams_fences_passed(e->fences, e->nfences)) {
 			memory_manager_release(q->mm, e->slice);
-			if (q->pending != NULL)
-				*q->pending -= e->charged;
+			if (e->counter != NULL)
+				*e->counter -= e->charged;
 			free(e->fences);
 			freed++;
 		} else {

@@ -8,6 +8,11 @@
  * time.  A stream's `completed` sequence moves forward as its batches'
  * completion callbacks arrive; an entry is freed once every fence passed.
  *
+ * A slice that only its owner stream used, released on that stream, goes
+ * back to the pools at once instead (stream-ordered reuse, streams.c); an
+ * entry without a slice then keeps only its bytes counted, against the
+ * quota, until the fence has passed (drop_queue_push_ordered).
+ *
  * One queue per stream (the owner of the memory).  Thread: device thread.
  */
 #pragma once
@@ -31,10 +36,11 @@ struct drop_queue;
  * An empty queue for slices of mm.  pending (may be NULL) is a counter the
  * queue keeps the bytes of its entries in (the `charged` of each push),
  * from push until the entry is freed: a service's released memory that
- * the device may still use.
+ * the device may still use.  ordered (may be NULL) is the counter of
+ * drop_queue_push_ordered's entries.
  */
 int drop_queue_create(struct memory_manager *mm, uint64_t *pending,
-		      struct drop_queue **out);
+		      uint64_t *ordered, struct drop_queue **out);
 /** Free the queue; entries still held are released to the manager. */
 void drop_queue_destroy(struct drop_queue *q);
 /**
@@ -44,6 +50,13 @@ void drop_queue_destroy(struct drop_queue *q);
 int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
 		    uint64_t charged, const struct drop_fence *fences,
 		    uint32_t nfences);
+/**
+ * Count charged bytes in the ordered counter until fence has passed: a
+ * slice already back in the pools (memory_manager_release_after) that work
+ * before the fence may still use.
+ */
+int drop_queue_push_ordered(struct drop_queue *q, uint64_t charged,
+			    const struct drop_fence *fence);
 /** Release every entry whose fences passed; returns how many. */
 uint32_t drop_queue_flush(struct drop_queue *q);
 /** Entries waiting. */

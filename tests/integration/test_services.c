@@ -393,9 +393,11 @@ END_TEST
  * On the stream that owns them, released buffers are reused at once, as
  * PyTorch's caching allocator and CubeCL do: the stream runs the new
  * buffer's work after the kernel that still reads the old one.  A loop of
- * allocate and release behind a long kernel on the same stream never
- * reaches the quota, holds one buffer's memory and leaves nothing pending;
- * and the kernel queued before the release still sees the old contents.
+ * allocate and release behind a long kernel on the same stream holds one
+ * buffer's memory and shows nothing pending in the report; and the kernel
+ * queued before the release still sees the old contents.  (The service has
+ * no quota: with one, such releases count against its twice-the-limit
+ * bound until the kernel is done, quota_bounds_releases_on_their_own_streams.)
  */
 START_TEST(same_stream_release_is_reused_at_once)
 {
@@ -418,7 +420,7 @@ START_TEST(same_stream_release_is_reused_at_once)
 
 	memset(old, 0xa5, sizeof(old));
 	memset(fresh, 0x5a, sizeof(fresh));
-	start_with("[service p]\nmemory_limit = 64M\n");
+	start_with("[service p]\nmemory_limit = 0\n");
 	c = connect_as("p");
 	/* Buffer 100 holds the old bytes; its copy to 101 waits behind spin. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
@@ -476,6 +478,125 @@ START_TEST(same_stream_release_is_reused_at_once)
 	ck_assert_uint_gt(u.bytes_reserved, 0);
 	gpucmd_response_free(r);
 	gpucmd_close(c);
+}
+END_TEST
+
+
+/*
+ * A buffer released on the stream that owns it goes back to that stream's
+ * pools at once, but its device memory cannot be given back while the
+ * kernel queued before the release runs, so the quota counts it like any
+ * release still in use.  One 64M buffer per stream, each released behind
+ * that stream's kernel, stops at twice the 64M limit, and another service
+ * still finds its memory.  (Found by a review: without the count, six
+ * streams held 6 x 64M that no cleanup could free.)
+ */
+START_TEST(quota_bounds_releases_on_their_own_streams)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	uint32_t spin = getenv("GPUCMD_TEST_VALGRIND") ? 20000000 : 3000000;
+	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
+	struct gpucmd_service_report row;
+	struct gpucmd_conn *p, *q;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	int refused = 0, ok;
+
+	start_with("[daemon]\nhost_memory = 512M\n"
+		   "[service p]\nmemory_limit = 64M\n"
+		   "[service q]\nmemory_limit = 512M\n");
+	p = connect_as("p");
+	q = connect_as("q");
+	for (uint32_t s = 0; s < 6; s++) {
+		ck_assert_int_eq(gpucmd_batch_new(p, s, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_empty(b, 1 + s, 64 * MIB), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg,
+						     1), 0);
+		ck_assert_int_eq(gpucmd_batch_release(b, 1 + s), 0);
+		ck_assert_int_eq(gpucmd_run(b, &r), 0);
+		if (gpucmd_response_error(r) == GPUCMD_EQUOTA)
+			refused++;
+		else
+			ck_assert_msg(gpucmd_response_error(r) == 0, "%s",
+				      gpucmd_response_message(r));
+		gpucmd_response_free(r);
+	}
+	row = row_of(p, "p");
+	/* q, 384M of a 512M device, must still fit beside p's 2 x 64M. */
+	ck_assert_int_eq(gpucmd_batch_new(q, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, 96 * MIB), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 2, 96 * MIB), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 3, 96 * MIB), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 4, 96 * MIB), 0);
+	ck_assert_int_eq(gpucmd_run(b, &r), 0);
+	ok = gpucmd_response_error(r) == 0;
+	ck_assert_msg(ok, "p holds %d x 64M released behind its kernels "
+		      "(refused %d, pending %llu, in use %llu); q: %s",
+		      6 - refused, refused,
+		      (unsigned long long)row.bytes_released_pending,
+		      (unsigned long long)row.bytes_in_use,
+		      gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	gpucmd_close(q);
+	gpucmd_close(p);
+}
+END_TEST
+
+/*
+ * One stream, one kernel, every allocation within the quota: sizes that an
+ * exclusive pool cannot reuse for each other (a waste of 20% or more) each
+ * take a new device allocation, which stays until the kernel ends.  The
+ * chain stops at twice the limit, with a message that says why.
+ */
+START_TEST(quota_bounds_a_chain_of_sizes_on_one_stream)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	static const uint64_t sizes[] = { 64 * MIB, 51 * MIB, 40 * MIB,
+					  32 * MIB, 25 * MIB, 20 * MIB };
+	uint32_t spin = getenv("GPUCMD_TEST_VALGRIND") ? 20000000 : 3000000;
+	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
+	struct gpucmd_memory_usage u;
+	struct gpucmd_conn *p;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	int refused = 0;
+
+	start_with("[daemon]\nhost_memory = 512M\n"
+		   "[service p]\nmemory_limit = 64M\n");
+	p = connect_as("p");
+	ck_assert_int_eq(gpucmd_batch_new(p, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg, 1), 0);
+	gpucmd_response_free(run_ok(b));
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		ck_assert_int_eq(gpucmd_batch_new(p, 0, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_empty(b, 1 + i, sizes[i]), 0);
+		ck_assert_int_eq(gpucmd_batch_release(b, 1 + i), 0);
+		ck_assert_int_eq(gpucmd_run(b, &r), 0);
+		if (gpucmd_response_error(r) == GPUCMD_EQUOTA) {
+			refused++;
+			ck_assert_msg(strstr(gpucmd_response_message(r),
+					     "released on their own stream") !=
+					      NULL,
+				      "%s", gpucmd_response_message(r));
+		} else {
+			ck_assert_msg(gpucmd_response_error(r) == 0, "%s",
+				      gpucmd_response_message(r));
+		}
+		gpucmd_response_free(r);
+	}
+	ck_assert_int_eq(gpucmd_batch_new(p, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_memory_cleanup(b), 0);
+	ck_assert_int_eq(gpucmd_batch_memory_usage(b), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 1, &u), 0);
+	gpucmd_response_free(r);
+	ck_assert_msg(u.bytes_reserved <= 2 * 64 * MIB,
+		      "a 64M service holds %llu bytes that no cleanup can "
+		      "free, with %llu pending",
+		      (unsigned long long)u.bytes_reserved,
+		      (unsigned long long)row_of(p, "p").bytes_released_pending);
+	ck_assert_int_gt(refused, 0);
+	gpucmd_close(p);
 }
 END_TEST
 
@@ -1923,6 +2044,8 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, quota_exact_at_the_boundary);
 	tcase_add_test(tc, quota_bounds_memory_released_behind_a_kernel);
 	tcase_add_test(tc, same_stream_release_is_reused_at_once);
+	tcase_add_test(tc, quota_bounds_releases_on_their_own_streams);
+	tcase_add_test(tc, quota_bounds_a_chain_of_sizes_on_one_stream);
 	tcase_add_test(tc, two_services_share_the_daemon);
 	tcase_add_test(tc, max_streams_per_service);
 	tcase_add_test(tc, max_handles_per_connection);
