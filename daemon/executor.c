@@ -333,9 +333,24 @@ static void on_fence(void *arg, int status)
 int executor_fence(struct executor *ex, struct batch *b)
 {
 	struct driver *d = ex->driver;
-	struct fence *f = calloc(1, sizeof(*f));
+	struct fence *f;
 	int rc;
 
+	/*
+	 * A held stream (run_batch: a completion could not be enqueued) has
+	 * submitted at UINT64_MAX: a fence after it would wrap to 0 and move
+	 * completed backwards, and every later fence would pass at once, so
+	 * memory could be freed or reused under running work.  It tracks
+	 * nothing more; its batches are held too.
+	 */
+	if (b->stream->submitted == UINT64_MAX) {
+		snprintf(d->error, sizeof(d->error),
+			 "stream %u is held: an earlier completion could not "
+			 "be enqueued; reconnect to use a new stream",
+			 b->stream->number);
+		return GPUCMD_EDRIVER;
+	}
+	f = calloc(1, sizeof(*f));
 	if (f == NULL)
 		return GPUCMD_ENOMEM;
 	f->batch = b;
