@@ -1186,12 +1186,16 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 
 /*
  * What a request holds in the daemon until it completes, against
- * max_bytes_in_flight: its frame, and the staging of its inline reads
- * (which cannot pass a frame together: the reply must fit one).
+ * max_bytes_in_flight: its frame, the structs decoding made of it (tens of
+ * times the frame for many small nested messages: a kernel of 100000 empty
+ * arguments is 200 KB on the wire and 5.6 MB decoded), and the staging of
+ * its inline reads (which cannot pass a frame together: the reply must fit
+ * one).
  */
 static uint64_t request_cost(const struct session *s,
-			     const Gpucmd__Request *req, size_t len)
+			     const Gpucmd__Frame *frame, size_t len)
 {
+	const Gpucmd__Request *req = frame->request;
 	uint64_t reads = 0;
 
 	for (size_t i = 0; i < req->n_ops; i++) {
@@ -1205,7 +1209,7 @@ static uint64_t request_cost(const struct session *s,
 	}
 	if (reads > s->server->cfg.limits.max_frame_bytes)
 		reads = s->server->cfg.limits.max_frame_bytes;
-	return FRAME_HEADER_SIZE + len + reads;
+	return FRAME_HEADER_SIZE + len + frame_held_bytes(frame) + reads;
 }
 
 static void handle_request(struct session *s, Gpucmd__Frame *frame,
@@ -1246,7 +1250,7 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame,
 		return;
 	}
 	note_stream(s, req->stream);
-	cost = request_cost(s, req, len);
+	cost = request_cost(s, frame, len);
 	if (needs_compile(s, req) && start_compile(s, frame, fds, nfds, cost))
 		return;
 	submit(s, frame, fds, nfds, NULL, cost);

@@ -1901,6 +1901,24 @@ Gpucmd__Frame *frame_decode_owned(uint8_t *body, size_t len)
 	return f;
 }
 
+size_t frame_held_bytes(const Gpucmd__Frame *f)
+{
+	const struct arena *a;
+	const struct arena_chunk *c;
+	size_t n;
+
+	if (f == NULL || atomic_load(&arena_mode) < 0)
+		return 0;
+	a = (const struct arena *)((const char *)f -
+				   offsetof(struct arena, data));
+	if (a->magic != ARENA_MAGIC)
+		return 0;
+	n = a->cap;
+	for (c = a->more; c != NULL; c = c->next)
+		n += c->cap;
+	return n;
+}
+
 void frame_free(Gpucmd__Frame *f)
 {
 	struct arena *a;

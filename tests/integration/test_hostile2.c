@@ -2548,6 +2548,84 @@ START_TEST(bytes_behind_a_kernel_wait_in_the_socket)
 }
 END_TEST
 
+static void setup_byte_budget_16m(void)
+{
+	setup_config("[limits]\nmax_bytes_in_flight = 16M\n");
+}
+
+/*
+ * What a request costs against max_bytes_in_flight is what it holds once
+ * decoded, not only its bytes on the wire: a kernel op of 100000 empty
+ * arguments is 200 KB on the wire (under the 256 KiB below which frames
+ * are decoded without counting first) and ~5.6 MB of structs.  Forty of
+ * them behind a 1.5 s kernel, each refused only when the device thread
+ * reaches it, used to pass the 16M budget at their wire size and hold
+ * ~220 MB of the daemon; now the loop stops reading after a few.
+ */
+START_TEST(decoded_size_counts_against_the_byte_budget)
+{
+	enum { N = 40, NARGS = 100000 };
+	struct raw_spin spin, wide;
+	Gpucmd__KernelArg empty = GPUCMD__KERNEL_ARG__INIT;
+	Gpucmd__KernelArg **args = malloc(NARGS * sizeof(*args));
+	uint8_t *head = NULL, *frames = NULL;
+	size_t head_len = 0, frames_len = 0, sent = 0;
+	int fd = raw_connect(), fl;
+	long rss0, rss1;
+	Gpucmd__Frame *r;
+	ssize_t n;
+
+	ck_assert_ptr_nonnull(args);
+	for (size_t i = 0; i < NARGS; i++)
+		args[i] = &empty;
+	raw_hello(fd, "budget");
+	append_op(&head, &head_len, 1, 0, raw_spin_op(&spin, 1500000));
+	raw_spin_op(&wide, 0);
+	wide.k.n_args = NARGS;
+	wide.k.args = args;
+	for (int i = 0; i < N; i++)
+		append_op(&frames, &frames_len, 10 + (uint64_t)i, 0, &wide.op);
+	ck_assert_uint_lt(frames_len / N, 256 * 1024);
+	send_all(fd, head, head_len);
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->response->id, 1);
+	frame_free(r);
+	rss0 = daemon_status_kb(the_daemon.pid, "VmRSS");
+	/* Offer the frames for 300 ms of the kernel's run. */
+	fl = fcntl(fd, F_GETFL);
+	ck_assert_int_eq(fcntl(fd, F_SETFL, fl | O_NONBLOCK), 0);
+	for (int tries = 0; tries < 300 && sent < frames_len; tries++) {
+		n = send(fd, frames + sent, frames_len - sent, MSG_NOSIGNAL);
+		if (n > 0)
+			sent += (size_t)n;
+		else
+			usleep(1000);
+	}
+	rss1 = daemon_status_kb(the_daemon.pid, "VmRSS");
+	ck_assert_msg(rss1 - rss0 < 64 * 1024,
+		      "the daemon grew by %ld KiB holding %zu bytes of "
+		      "requests behind a kernel, under max_bytes_in_flight = "
+		      "16M", rss1 - rss0, sent);
+	ck_assert_uint_lt(sent, frames_len);
+	/* Every one is answered, refused for its arguments, in order. */
+	ck_assert_int_eq(fcntl(fd, F_SETFL, fl), 0);
+	send_all(fd, frames + sent, frames_len - sent);
+	for (uint64_t want = 10; want < 10 + N; want++) {
+		r = recv_frame(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_uint_eq(r->response->id, want);
+		ck_assert_ptr_nonnull(r->response->error);
+		ck_assert_int_eq(r->response->error->code, GPUCMD_EINVAL);
+		frame_free(r);
+	}
+	free(head);
+	free(frames);
+	free(args);
+	close(fd);
+}
+END_TEST
+
 /*
  * Descriptors belong to the frame whose sendmsg carried them.  A memfd
  * sent with a ping used to wait in the connection's queue and be taken by
@@ -2679,6 +2757,14 @@ static Suite *make_suite(void)
 		tcase_set_timeout(bb, 60);
 		tcase_add_test(bb, bytes_behind_a_kernel_wait_in_the_socket);
 		suite_add_tcase(s, bb);
+	}
+	{
+		TCase *bd = tcase_create("budget_decoded");
+
+		tcase_add_checked_fixture(bd, setup_byte_budget_16m, teardown);
+		tcase_set_timeout(bd, 60);
+		tcase_add_test(bd, decoded_size_counts_against_the_byte_budget);
+		suite_add_tcase(s, bd);
 	}
 
 	tcase_add_checked_fixture(pin, setup_pinned, teardown);

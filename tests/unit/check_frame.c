@@ -937,6 +937,63 @@ START_TEST(large_response_references_what_may_ref_allows)
 END_TEST
 
 /*
+ * frame_held_bytes: what a decoded frame holds, which the daemon charges
+ * against max_bytes_in_flight.  A kernel of 10000 empty arguments is ~20 KB
+ * on the wire and over 400 KB decoded, through either decoder; a ping holds
+ * little.
+ */
+START_TEST(held_bytes_count_the_decoded_structs)
+{
+	enum { NARGS = 10000 };
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	Gpucmd__KernelArg a = GPUCMD__KERNEL_ARG__INIT;
+	Gpucmd__KernelArg **args = malloc(NARGS * sizeof(*args));
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__Op ok = GPUCMD__OP__INIT, op = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[1] = { &ok };
+	Gpucmd__Frame *d;
+	uint8_t *buf;
+	size_t len, held;
+
+	ck_assert_ptr_nonnull(args);
+	for (size_t i = 0; i < NARGS; i++)
+		args[i] = &a;
+	k.name = "spin";
+	k.n_args = NARGS;
+	k.args = args;
+	ok.op_case = GPUCMD__OP__OP_KERNEL;
+	ok.kernel = &k;
+	req.n_ops = 1;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+	ck_assert_uint_lt(len, 30000);
+	d = frame_decode(buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_uint_eq(d->request->ops[0]->kernel->n_args, NARGS);
+	held = frame_held_bytes(d);
+	ck_assert_uint_ge(held, NARGS * (sizeof(a) + sizeof(args[0])));
+	frame_free(d);
+	free(buf);
+
+	ops[0] = &op;
+	op.op_case = GPUCMD__OP__OP_PING;
+	op.ping = &p;
+	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+	d = frame_decode(buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_uint_gt(frame_held_bytes(d), 0);
+	frame_free(d);
+	free(buf);
+	ck_assert_uint_eq(frame_held_bytes(NULL), 0);
+	free(args);
+}
+END_TEST
+
+/*
  * The count a large request gets before it is decoded: its id, its ops,
  * the most arguments of a kernel, its region_attach ops (an Op is the
  * last member of its oneof on the wire, as protobuf-c decodes it).
@@ -1081,6 +1138,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(tc, owned_body_given_back_when_unused);
 	tcase_add_test(tc, request_counts_without_decoding);
 	tcase_add_test(tc, request_counts_follow_protobuf_c);
+	tcase_add_test(tc, held_bytes_count_the_decoded_structs);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("fast_encode");
