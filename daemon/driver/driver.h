@@ -7,9 +7,11 @@
  * thread) and cuda (driver/cuda.c, the CUDA driver API through dlopen).
  *
  * Threads: every function here is called from the device thread only.
- * Completion callbacks registered with host_callback run on a backend thread (a host stream worker, or CUDA's callback thread);
- * they must not call back into the driver, only hand work to the device
- * thread.
+ * Completion callbacks registered with host_callback run on a backend
+ * thread (a host stream worker, or CUDA's callback thread), or, on the host
+ * backend when the stream is quiet, at once on the device thread inside
+ * host_callback itself; either way they must not call back into the
+ * driver or block, only hand work to the device thread.
  *
  * Device addresses are uint64_t (CUdeviceptr on CUDA, a host pointer cast on
  * the host backend).  Every function returns 0 or a negative GPUCMD_E* code;

@@ -20,10 +20,11 @@
  * once, runs it without the lock, and gives the spent op blocks back in one
  * step the next time it takes the lock; the device thread reuses them, so an
  * op costs no malloc once a stream has warmed up.  The worker runs the ops
- * and owns the stream's fault flag, with one exception: a copy or memset of
- * at most HOST_INLINE_MAX bytes, or a host callback, that comes to a quiet
- * stream (nothing pending, queued or running) runs at once on the device
- * thread, which saves the two hand-offs a {copy; sync} batch would cost.
+ * and owns the stream's fault flag, with one exception: a copy or memset
+ * (at most HOST_INLINE_MAX bytes a batch), or a host callback, that comes to
+ * a quiet stream (nothing pending, queued or running) runs at once on the
+ * device thread, which saves the two hand-offs a {copy; sync} batch would
+ * cost.
  *
  * Events: a record creates a marker, a small reference-counted object that
  * the worker marks done (with a CLOCK_MONOTONIC timestamp) when it reaches
@@ -88,7 +89,10 @@
  * that spin for its result (write region 1 MiB: ~130 us a batch for a
  * 40 us memcpy on the 2-core VM, BENCHMARKS.md).  1 MiB is ~40 us of
  * memcpy, about what the device thread spends on a batch of a few hundred
- * ops.
+ * ops.  It bounds a batch, not an op: the bytes run inline between two
+ * flushes (one batch) are at most this, or a batch of many small copies
+ * would hold the device thread, and every other client, for as long as it
+ * liked (test_clients many_small_copies_do_not_block_others).
  */
 #define HOST_INLINE_MAX (UINT64_C(1) << 20)
 
@@ -211,6 +215,7 @@ struct driver_stream {
 	struct host_op_list spare;	/* blocks to reuse */
 	size_t nspare;
 	struct driver_graph *capture;	/* the graph being captured, or NULL */
+	uint64_t inline_left;		/* inline bytes left to this batch */
 };
 
 struct driver_event {
@@ -706,17 +711,27 @@ static bool host_stream_quiet(struct driver_stream *s)
 	return quiet;
 }
 
-/* Whether tmpl is cheap enough to run on the device thread (see above). */
-static bool host_op_inline(const struct host_op *tmpl)
+/*
+ * Whether tmpl is cheap enough to run on the device thread (see above):
+ * its bytes (*bytes) fit what the stream's batch may still run inline.
+ */
+static bool host_op_inline(const struct driver_stream *s,
+			   const struct host_op *tmpl, uint64_t *bytes)
 {
 	switch (tmpl->kind) {
 	case HOST_OP_COPY:
-		return tmpl->u.copy.shape.height != 0 &&
-		       tmpl->u.copy.shape.width <=
-			       HOST_INLINE_MAX / tmpl->u.copy.shape.height;
+		if (tmpl->u.copy.shape.height == 0 ||
+		    tmpl->u.copy.shape.width >
+			    s->inline_left / tmpl->u.copy.shape.height)
+			return false;
+		*bytes = (uint64_t)tmpl->u.copy.shape.width *
+			 tmpl->u.copy.shape.height;
+		return true;
 	case HOST_OP_MEMSET:
-		return tmpl->u.memset.n <= HOST_INLINE_MAX;
+		*bytes = tmpl->u.memset.n;
+		return tmpl->u.memset.n <= s->inline_left;
 	case HOST_OP_CALLBACK:
+		*bytes = 0;
 		return true;
 	default:
 		return false;
@@ -734,11 +749,13 @@ static int host_submit(struct host_driver *hd, struct driver_stream *s,
 		       const struct host_op *tmpl)
 {
 	struct host_op *op;
+	uint64_t bytes;
 
 	/* A quiet stream: nothing to hand over, nothing to wait behind. */
-	if (host_op_inline(tmpl) && host_stream_quiet(s)) {
+	if (host_op_inline(s, tmpl, &bytes) && host_stream_quiet(s)) {
 		struct host_op now = *tmpl;
 
+		s->inline_left -= bytes;
 		host_op_run(s, &now);
 		return 0;
 	}
@@ -836,6 +853,7 @@ static int host_memset_d8(struct driver *d, struct driver_stream *s,
 
 static void host_flush(struct driver *d, struct driver_stream *s)
 {
+	s->inline_left = HOST_INLINE_MAX;
 	host_stream_start(s);
 }
 
@@ -863,6 +881,7 @@ static int host_stream_create(struct driver *d, struct driver_stream **out)
 		return host_fail(hd, -ENOMEM,
 				 "the host is out of memory for a stream");
 	s->hd = hd;
+	s->inline_left = HOST_INLINE_MAX;
 	host_op_list_init(&s->queue);
 	host_op_list_init(&s->returned);
 	host_op_list_init(&s->pending);

@@ -218,6 +218,75 @@ START_TEST(slow_sync_does_not_block_others)
 END_TEST
 
 /*
+ * The same for copies: one client's batch of many region writes of 1 MiB
+ * (each small enough for the host backend to run at once on a quiet
+ * stream, host.c HOST_INLINE_MAX) must not hold the device thread, and so
+ * another client, for the whole batch: the host backend runs at most
+ * HOST_INLINE_MAX bytes of a batch inline.  (Found by a review: the first
+ * round trip of the other client came only with the end of the batch.)
+ */
+START_TEST(many_small_copies_do_not_block_others)
+{
+	const int N = getenv("GPUCMD_TEST_VALGRIND") ? 512 : 8192;
+	const uint64_t MIB = UINT64_C(1) << 20;
+	struct gpucmd_conn *a = connect_as("copier");
+	struct gpucmd_conn *b = connect_as("fast");
+	struct gpucmd_batch *batch;
+	struct gpucmd_response *r;
+	uint64_t id, t0, first, fast_done, a_done;
+	void *p;
+
+	ck_assert_int_eq(gpucmd_region_create(a, 3, MIB, &p), 0);
+	memset(p, 7, MIB);
+	gpucmd_batch_new(a, 0, &batch);
+	gpucmd_batch_empty(batch, 1, MIB);
+	gpucmd_batch_sync(batch);
+	gpucmd_response_free(run_ok(batch));
+	/* B's stream exists and is warm. */
+	gpucmd_batch_new(b, 0, &batch);
+	gpucmd_batch_empty(batch, 1, 64);
+	gpucmd_batch_sync(batch);
+	gpucmd_batch_release(batch, 1);
+	gpucmd_response_free(run_ok(batch));
+
+	gpucmd_batch_new(a, 0, &batch);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(gpucmd_batch_write_region(batch, 1, 0, 3, 0,
+							   MIB), 0);
+	gpucmd_batch_sync(batch);
+	t0 = harness_now_us();
+	ck_assert_int_eq(gpucmd_submit(batch, &id), 0);
+	usleep(20000);	/* A's batch reaches the device thread first */
+	first = 0;
+	for (int i = 0; i < 20; i++) {
+		struct gpucmd_batch *q;
+		gpucmd_batch_new(b, 0, &q);
+		gpucmd_batch_empty(q, 1, 64);
+		gpucmd_batch_sync(q);
+		gpucmd_batch_release(q, 1);
+		gpucmd_response_free(run_ok(q));
+		if (i == 0)
+			first = harness_now_us() - t0;
+	}
+	fast_done = harness_now_us() - t0;
+	ck_assert_int_eq(gpucmd_wait(a, id, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	gpucmd_response_free(r);
+	a_done = harness_now_us() - t0;
+	fprintf(stderr, "copier batch %llu us; other client's first round "
+		"trip done at %llu us, 20 at %llu us\n",
+		(unsigned long long)a_done, (unsigned long long)first,
+		(unsigned long long)fast_done);
+	ck_assert_msg(first * 3 < a_done,
+		      "another client's first round trip took %llu us, the "
+		      "copier's batch %llu us: the device thread was held",
+		      (unsigned long long)first, (unsigned long long)a_done);
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
+/*
  * Large frames wait for the loop's decoding turns while small ones are
  * decoded as they arrive; one connection's requests must still run in the
  * order it sent them.  Pipelined writes of 64 KiB (deferred) each followed
@@ -584,6 +653,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, killed_mid_batch_leaves_nothing);
 	tcase_add_test(tc, killed_at_random_points);
 	tcase_add_test(tc, slow_sync_does_not_block_others);
+	tcase_add_test(tc, many_small_copies_do_not_block_others);
 	tcase_add_test(tc, pipelined_large_and_small_keep_order);
 	suite_add_tcase(s, tc);
 

@@ -605,6 +605,35 @@ START_TEST(test_quiet_inline)
 END_TEST
 
 /*
+ * Copies that may run inline racing the worker's last op, and a callback:
+ * each round's copy must see that round's kernel (quiet is exact).
+ */
+START_TEST(test_quiet_race_stress)
+{
+	enum { N = 256, ROUNDS = 3000 };
+	static uint32_t out[N];
+	uint64_t buf = dalloc(N * 4);
+
+	for (uint32_t k = 1; k <= ROUNDS; k++) {
+		struct done x;
+
+		ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = buf },
+					{ .u32 = k }, { .u32 = N }), 0);
+		d->ops->flush(d, s1);
+		for (volatile unsigned j = 0; j < (k * 37u) % 2000u; j++)
+			;
+		ck_assert_int_eq(d->ops->copy_dtoh(d, s1, out, buf, N * 4), 0);
+		sem_init(&x.sem, 0, 0);
+		ck_assert_int_eq(d->ops->host_callback(d, s1, on_done, &x), 0);
+		done_wait(&x);
+		for (int i = 0; i < N; i++)
+			ck_assert_uint_eq(out[i], k);
+	}
+	d->ops->mem_free(d, buf);
+}
+END_TEST
+
+/*
  * Stream 2 waits on an event of stream 1 whose work is still pending and is
  * never flushed: the record starts it, so stream 2 cannot deadlock, and work
  * pending on stream 1 after the record is not needed.
@@ -1121,6 +1150,7 @@ static Suite *host_suite(void)
 	tc = tcase("batching", 20);
 	tcase_add_test(tc, test_pending_until_flush);
 	tcase_add_test(tc, test_quiet_inline);
+	tcase_add_test(tc, test_quiet_race_stress);
 	tcase_add_test(tc, test_pending_cross_stream);
 	tcase_add_test(tc, test_long_batch_starts);
 	tcase_add_test(tc, test_many_batches);
