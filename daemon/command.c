@@ -209,16 +209,27 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 		 d->error[0] ? "; driver: " : "", d->error);
 }
 
-/*
- * What the service released that work queued on the device may still use:
- * waiting in drop queues, and back in its own stream's pools but not yet
- * returnable to the device (stream-ordered reuse).
- */
-static uint64_t released_in_use(const struct service *svc)
+static uint64_t sat_sum(uint64_t a, uint64_t b)
 {
-	uint64_t a = svc->release_pending_bytes, b = svc->ordered_pending_bytes;
-
 	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/*
+ * What the service's streams released to their own pools that work queued
+ * before may still use and that they have not reused (stream_ordered_held),
+ * over every connection of the service.
+ */
+static uint64_t service_ordered_held(const struct command *cmd)
+{
+	uint64_t sum = 0;
+
+	if (cmd->ctx->sets == NULL)
+		return streams_ordered_held(cmd->set);
+	for (struct stream_set *set = *cmd->ctx->sets; set != NULL;
+	     set = set->next)
+		if (set->service == cmd->service)
+			sum = sat_sum(sum, streams_ordered_held(set));
+	return sum;
 }
 
 /*
@@ -227,13 +238,13 @@ static uint64_t released_in_use(const struct service *svc)
  * part alone is checked apart).
  */
 static bool pending_over(const struct service *svc, uint64_t limit,
-			 uint64_t size)
+			 uint64_t size, uint64_t released)
 {
 	uint64_t cap = limit > UINT64_MAX / 2 ? UINT64_MAX : 2 * limit;
 
 	if (limit == 0 || size > limit || svc->bytes_in_use > limit - size)
 		return false;
-	return released_in_use(svc) > cap - svc->bytes_in_use - size;
+	return released > cap - svc->bytes_in_use - size;
 }
 
 int command_reserve(struct command *cmd, uint64_t size,
@@ -241,6 +252,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 {
 	struct service *svc = cmd->service;
 	struct memory_manager *mm = cmd->current->memory;
+	uint64_t released, ordered = 0;
 	int rc;
 
 	uint64_t limit = atomic_load(&svc->memory_limit);
@@ -260,14 +272,21 @@ int command_reserve(struct command *cmd, uint64_t size,
 	 * followed by an allocation still fits at once (a batch that frees
 	 * and allocates, a pipelining client), but a client cannot keep
 	 * allocating and releasing behind a long kernel until the device is
-	 * full.  Memory released on its own stream counts too: that stream
-	 * may reuse it at once, but its device memory cannot be given back
-	 * before the work is done, and new sizes need new memory.  Drops
-	 * whose work completed are freed before refusing.
+	 * full.  Memory released on its own stream counts too, while that
+	 * stream has not reused it: its device memory cannot be given back
+	 * before the work is done, and new sizes need new memory.  The cheap
+	 * count (every such release) comes first; over it, drops whose work
+	 * completed are freed and what the streams have not reused is
+	 * counted before refusing.
 	 */
-	if (pending_over(svc, limit, size))
+	released = sat_sum(svc->release_pending_bytes,
+			   svc->ordered_pending_bytes);
+	if (pending_over(svc, limit, size, released)) {
 		streams_flush_drops(cmd->set);
-	if (pending_over(svc, limit, size)) {
+		ordered = service_ordered_held(cmd);
+		released = sat_sum(svc->release_pending_bytes, ordered);
+	}
+	if (pending_over(svc, limit, size, released)) {
 		svc->oom_count++;
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "quota exceeded: allocating %llu bytes would make "
@@ -275,16 +294,16 @@ int command_reserve(struct command *cmd, uint64_t size,
 			 "twice its memory_limit of %llu bytes: %llu in use "
 			 "and %llu released but still used by work queued on "
 			 "the device (%llu of them released on their own "
-			 "stream, which may reuse them meanwhile); sync the "
+			 "stream, back in its pools and not reused); sync the "
 			 "streams (or let that work finish) before allocating "
 			 "more, or raise the service's memory_limit",
 			 (unsigned long long)size, svc->name,
-			 (unsigned long long)(svc->bytes_in_use + size +
-					      released_in_use(svc)),
+			 (unsigned long long)sat_sum(svc->bytes_in_use + size,
+						     released),
 			 (unsigned long long)limit,
 			 (unsigned long long)svc->bytes_in_use,
-			 (unsigned long long)released_in_use(svc),
-			 (unsigned long long)svc->ordered_pending_bytes);
+			 (unsigned long long)released,
+			 (unsigned long long)ordered);
 		return GPUCMD_EQUOTA;
 	}
 	if (limit != 0 &&

@@ -453,7 +453,8 @@ int streams_release(struct stream_set *set, struct stream *current,
 		 * without a bound (the stream reuses only what fits).
 		 */
 		rc = drop_queue_push_ordered(h->owner->drops, h->alloc.size,
-					     &fences[0]);
+					     &fences[0],
+					     &h->owner->ordered_pending);
 		if (rc != 0)
 			return rc;
 		memory_manager_release_after(h->owner->memory, h->alloc.slice,
@@ -468,6 +469,28 @@ int streams_release(struct stream_set *set, struct stream *current,
 	service_uncharge(set->service, h->alloc.size);
 	handle_free(h);
 	return 0;
+}
+
+uint64_t stream_ordered_held(const struct stream *s)
+{
+	struct memory_usage u;
+	uint64_t free_bytes;
+
+	if (s->ordered_pending == 0)
+		return 0;
+	memory_manager_usage(s->memory, &u);
+	free_bytes = u.bytes_reserved - u.bytes_in_use - u.bytes_padding;
+	return s->ordered_pending < free_bytes ? s->ordered_pending
+					       : free_bytes;
+}
+
+uint64_t streams_ordered_held(const struct stream_set *set)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < set->nstreams; i++)
+		sum += stream_ordered_held(set->slots[i]);
+	return sum;
 }
 
 uint32_t streams_fence_all(const struct stream_set *set,

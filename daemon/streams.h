@@ -84,6 +84,11 @@ struct stream {
 	uint64_t completed;		/* sequence of the last batch completed */
 	uint64_t completed_cursor;	/* cursor covered by that completion */
 	uint64_t synced[STREAMS_MAX];
+	/*
+	 * Bytes released on this stream by its own buffers (stream-ordered
+	 * reuse) whose work is not yet done: free in its pools, or reused.
+	 */
+	uint64_t ordered_pending;
 	bool fault_pending;		/* a fault not yet reported to a sync/read */
 	bool capturing;			/* recording a graph */
 	struct graph *recording;	/* what the capture holds on to */
@@ -166,6 +171,14 @@ int streams_resolve(struct stream_set *set, struct stream *current,
  */
 int streams_release(struct stream_set *set, struct stream *current,
 		    struct handle *h);
+/**
+ * What s released to its own pools (stream-ordered reuse) that work queued
+ * before may still use and that the stream has not reused: at most its
+ * ordered_pending, at most the free bytes of its pools.
+ */
+uint64_t stream_ordered_held(const struct stream *s);
+/** stream_ordered_held summed over the set's streams. */
+uint64_t streams_ordered_held(const struct stream_set *set);
 /**
  * A fence on every stream of the set covering the work enqueued so far
  * (current's is its next fence): writes up to STREAMS_MAX, returns how

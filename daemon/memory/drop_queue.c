@@ -14,6 +14,7 @@
 struct drop_entry {
 	struct memory_slice *slice;	/* NULL: counted only (push_ordered) */
 	uint64_t *counter;		/* where charged is counted, or NULL */
+	uint64_t *local;		/* and a second place, or NULL */
 	uint64_t charged;
 	uint32_t nfences;
 	struct drop_fence *fences;
@@ -42,14 +43,22 @@ int drop_queue_create(struct memory_manager *mm, uint64_t *pending,
 	return 0;
 }
 
+/* The entry's bytes leave its counters. */
+static void uncount(const struct drop_entry *e)
+{
+	if (e->counter != NULL)
+		*e->counter -= e->charged;
+	if (e->local != NULL)
+		*e->local -= e->charged;
+}
+
 void drop_queue_destroy(struct drop_queue *q)
 {
 	if (q == NULL)
 		return;
 	for (uint32_t i = 0; i < q->count; i++) {
+		uncount(&q->entries[i]);
 		memory_manager_release(q->mm, q->entries[i].slice);
-		if (q->entries[i].counter != NULL)
-			*q->entries[i].counter -= q->entries[i].charged;
 		free(q->entries[i].fences);
 	}
 	free(q->entries);
@@ -58,7 +67,7 @@ void drop_queue_destroy(struct drop_queue *q)
 
 /* Queue an entry whose bytes are counted in counter (may be NULL). */
 static int push(struct drop_queue *q, struct memory_slice *slice,
-		uint64_t *counter, uint64_t charged,
+		uint64_t *counter, uint64_t *local, uint64_t charged,
 		const struct drop_fence *fences, uint32_t nfences)
 {
 	struct drop_entry *e;
@@ -79,9 +88,12 @@ static int push(struct drop_queue *q, struct memory_slice *slice,
 	e = &q->entries[q->count++];
 	e->slice = slice;
 	e->counter = counter;
+	e->local = local;
 	e->charged = charged;
 	if (counter != NULL)
 		*counter += charged;
+	if (local != NULL)
+		*local += charged;
 	e->nfences = nfences;
 	e->fences = copy;
 	return 0;
@@ -91,13 +103,13 @@ int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
 		    uint64_t charged, const struct drop_fence *fences,
 		    uint32_t nfences)
 {
-	return push(q, slice, q->pending, charged, fences, nfences);
+	return push(q, slice, q->pending, NULL, charged, fences, nfences);
 }
 
 int drop_queue_push_ordered(struct drop_queue *q, uint64_t charged,
-			    const struct drop_fence *fence)
+			    const struct drop_fence *fence, uint64_t *local)
 {
-	return push(q, NULL, q->ordered, charged, fence, 1);
+	return push(q, NULL, q->ordered, local, charged, fence, 1);
 }
 
 
@@ -110,8 +122,7 @@ uint32_t drop_queue_flush(struct drop_queue *q)
 		struct drop_entry *e = &q->entries[i];
 		if (streams_fences_passed(e->fences, e->nfences)) {
 			memory_manager_release(q->mm, e->slice);
-			if (e->counter != NULL)
-				*e->counter -= e->charged;
+			uncount(e);
 			free(e->fences);
 			freed++;
 		} else {

@@ -51,12 +51,12 @@ int drop_queue_push(struct drop_queue *q, struct memory_slice *slice,
 		    uint64_t charged, const struct drop_fence *fences,
 		    uint32_t nfences);
 /**
- * Count charged bytes in the ordered counter until fence has passed: a
- * slice already back in the pools (memory_manager_release_after) that work
- * before the fence may still use.
+ * Count charged bytes in the ordered counter, and in local (may be NULL),
+ * until fence has passed: a slice already back in the pools
+ * (memory_manager_release_after) that work before the fence may still use.
  */
 int drop_queue_push_ordered(struct drop_queue *q, uint64_t charged,
-			    const struct drop_fence *fence);
+			    const struct drop_fence *fence, uint64_t *local);
 /** Release every entry whose fences passed; returns how many. */
 uint32_t drop_queue_flush(struct drop_queue *q);
 /** Entries waiting. */

@@ -543,6 +543,41 @@ START_TEST(quota_bounds_releases_on_their_own_streams)
 END_TEST
 
 /*
+ * A loop that allocates, launches and releases on one stream, far ahead of
+ * the device, reuses one buffer's memory; the quota counts what the stream
+ * has not reused, not every release: 200 rounds of 1 MiB behind 20 ms
+ * kernels, beside 124 MiB live under a 128M limit, all fit.  (Found by a
+ * client written from the manuals: every release counted until its kernel
+ * ran, and round 132 was refused while the stream held one 1 MiB buffer.)
+ */
+START_TEST(quota_counts_what_a_stream_has_not_reused)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = 20000 };
+	const int rounds = getenv("GPUCMD_TEST_VALGRIND") ? 150 : 200;
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b;
+
+	start_with("[service p]\nmemory_limit = 128M\n");
+	c = connect_as("p");
+	alloc_ok(c, 1, 124 * MIB);
+	for (int i = 0; i < rounds; i++) {
+		ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_empty(b, 100, MIB), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg,
+						     1), 0);
+		ck_assert_int_eq(gpucmd_batch_release(b, 100), 0);
+		gpucmd_response_free(run_ok(b));
+	}
+	ck_assert_uint_eq(row_of(c, "p").oom_count, 0);
+	ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
  * One stream, one kernel, every allocation within the quota: sizes that an
  * exclusive pool cannot reuse for each other (a waste of 20% or more) each
  * take a new device allocation, which stays until the kernel ends.  The
@@ -2046,6 +2081,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, same_stream_release_is_reused_at_once);
 	tcase_add_test(tc, quota_bounds_releases_on_their_own_streams);
 	tcase_add_test(tc, quota_bounds_a_chain_of_sizes_on_one_stream);
+	tcase_add_test(tc, quota_counts_what_a_stream_has_not_reused);
 	tcase_add_test(tc, two_services_share_the_daemon);
 	tcase_add_test(tc, max_streams_per_service);
 	tcase_add_test(tc, max_handles_per_connection);
