@@ -233,6 +233,27 @@ static uint64_t service_ordered_held(const struct command *cmd)
 }
 
 /*
+ * Live bytes of the service held by connections that are gone, whose
+ * queued work has still to run before their memory goes back.
+ */
+static uint64_t service_closing_live(const struct command *cmd)
+{
+	struct memory_usage u;
+	uint64_t sum = 0;
+
+	if (cmd->ctx->sets == NULL)
+		return 0;
+	for (struct stream_set *set = *cmd->ctx->sets; set != NULL;
+	     set = set->next) {
+		if (set->service != cmd->service || !set->closing)
+			continue;
+		streams_usage(set, &u);
+		sum = sat_sum(sum, u.bytes_in_use);
+	}
+	return sum;
+}
+
+/*
  * Whether size more bytes, with what the service holds live and released
  * but still used by the device, would go past twice its limit (the live
  * part alone is checked apart).
@@ -310,18 +331,24 @@ int command_reserve(struct command *cmd, uint64_t size,
 	    (size > limit || svc->bytes_in_use > limit - size)) {
 		svc->oom_count++;
 		struct memory_usage u;
+		uint64_t after, closing = service_closing_live(cmd);
+		char gone[160] = "";
 
 		streams_usage(cmd->set, &u);
-		uint64_t after;
-
 		if (__builtin_add_overflow(svc->bytes_in_use, size, &after))
 			after = UINT64_MAX;
+		if (closing > 0)
+			snprintf(gone, sizeof(gone),
+				 "; %llu of the live bytes belong to closed "
+				 "connections and come back once the work "
+				 "they queued has run",
+				 (unsigned long long)closing);
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "quota exceeded: allocating %llu bytes would take "
 			 "service '%s' to %llu%s bytes, over its limit of %llu "
 			 "bytes (live buffers %llu; this connection reserves "
-			 "%llu, largest free block of stream %u %llu, "
-			 "fragmentation %.2f); release buffers or raise the "
+			 "%llu, stream %u's largest free block %llu, "
+			 "fragmentation %.2f%s); release buffers or raise the "
 			 "service's memory_limit",
 			 (unsigned long long)size, svc->name,
 			 (unsigned long long)after,
@@ -331,7 +358,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 			 (unsigned long long)u.bytes_reserved,
 			 cmd->current->number,
 			 (unsigned long long)memory_manager_largest_free(mm),
-			 fragmentation(mm));
+			 fragmentation(mm), gone);
 		return GPUCMD_EQUOTA;
 	}
 	cmd->ctx->driver->error[0] = '\0';

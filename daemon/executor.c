@@ -637,6 +637,8 @@ static void run_batch(struct executor *ex, struct batch *b)
 
 static void begin_close(struct executor *ex, struct executor_conn *conn)
 {
+	if (conn->set != NULL)
+		conn->set->closing = true;
 	conn->next_closing = ex->closing;
 	ex->closing = conn;
 }
@@ -654,6 +656,21 @@ static void finish_closing(struct executor *ex)
 		}
 		*pp = conn->next_closing;
 		if (conn->set != NULL) {
+			struct memory_usage u;
+
+			/*
+			 * Its memory stayed the service's until its queued work
+			 * was done: say when it goes back.
+			 */
+			streams_usage(conn->set, &u);
+			if (u.bytes_reserved > 0)
+				log_info("connection %llu (service %s) is gone "
+					 "and its queued work done: %llu bytes of "
+					 "device memory (%llu in use) go back",
+					 (unsigned long long)conn->id,
+					 conn->service->name,
+					 (unsigned long long)u.bytes_reserved,
+					 (unsigned long long)u.bytes_in_use);
 			unlink_set(ex, conn->set);
 			stream_set_destroy(conn->set);
 			conn->set = NULL;

@@ -124,6 +124,7 @@ struct stream_set {
 	struct region *released_regions;	/* waiting for their fences */
 	struct memory_configuration layout;
 	struct memory_device_properties props;
+	bool closing;			/* its connection is gone: work drains */
 	struct stream_set *next;	/* executor's list of live sets */
 	struct stream_set *prev;
 };

@@ -90,7 +90,7 @@ struct gpucmd_info {
 	char device_name[128];
 	char backend[16];		/* "host" or "cuda" */
 	uint64_t device_total_memory;
-	uint64_t max_allocation;	/* largest single reservation */
+	uint64_t max_allocation;	/* the device's largest reservation */
 	uint64_t memory_limit;		/* service quota, 0 = none */
 	uint32_t max_streams;
 	uint32_t max_ops_per_batch;
@@ -101,8 +101,8 @@ struct gpucmd_info {
 
 /* Device memory usage of a stream (or a service, or the daemon). */
 struct gpucmd_memory_usage {
-	uint64_t allocations;	/* live allocations */
-	uint64_t bytes_in_use;	/* requested bytes of live allocations */
+	uint64_t allocations;	/* live, and released ones still in use */
+	uint64_t bytes_in_use;	/* requested bytes of those */
 	uint64_t bytes_padding;	/* alignment padding of live allocations */
 	uint64_t bytes_reserved; /* held from the device, free or live */
 };

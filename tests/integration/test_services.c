@@ -578,6 +578,41 @@ START_TEST(quota_counts_what_a_stream_has_not_reused)
 END_TEST
 
 /*
+ * A connection that closes with work still queued keeps its memory until
+ * that work has run (the device may still use it).  Meanwhile the quota
+ * refusal of a new connection says so, instead of telling it to release
+ * buffers it does not hold; once the work is done the memory comes back.
+ */
+START_TEST(quota_names_memory_of_closed_connections)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	uint32_t spin = getenv("GPUCMD_TEST_VALGRIND") ? 8000000 : 1500000;
+	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
+	struct gpucmd_conn *a, *b;
+	struct gpucmd_batch *batch;
+	int i;
+
+	start_with("[service p]\nmemory_limit = 128M\n");
+	a = connect_as("p");
+	alloc_ok(a, 1, 100 * MIB);
+	ck_assert_int_eq(gpucmd_batch_new(a, 0, &batch), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(batch, "spin", one, one, &arg, 1),
+			 0);
+	gpucmd_response_free(run_ok(batch));
+	gpucmd_close(a);
+	b = connect_as("p");
+	expect_fail(alloc_batch(b, 0, 1, 64 * MIB), 0, GPUCMD_EQUOTA,
+		    "quota exceeded", "104857600 of the live bytes belong to "
+		    "closed connections");
+	for (i = 0; i < 1000 && row_of(b, "p").bytes_in_use != 0; i++)
+		usleep(10000);
+	ck_assert_uint_eq(row_of(b, "p").bytes_in_use, 0);
+	alloc_ok(b, 1, 64 * MIB);
+	gpucmd_close(b);
+}
+END_TEST
+
+/*
  * One stream, one kernel, every allocation within the quota: sizes that an
  * exclusive pool cannot reuse for each other (a waste of 20% or more) each
  * take a new device allocation, which stays until the kernel ends.  The
@@ -2082,6 +2117,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, quota_bounds_releases_on_their_own_streams);
 	tcase_add_test(tc, quota_bounds_a_chain_of_sizes_on_one_stream);
 	tcase_add_test(tc, quota_counts_what_a_stream_has_not_reused);
+	tcase_add_test(tc, quota_names_memory_of_closed_connections);
 	tcase_add_test(tc, two_services_share_the_daemon);
 	tcase_add_test(tc, max_streams_per_service);
 	tcase_add_test(tc, max_handles_per_connection);
