@@ -164,6 +164,7 @@ struct service_view {
 	const struct gpucmd_service_report *s;
 	struct gpucmd_memory_usage usage;
 	uint64_t largest_free;	/* over every pool of every stream */
+	uint64_t stream_largest_sum;	/* each stream's largest, summed */
 	double fragmentation;
 };
 
@@ -177,6 +178,7 @@ struct report_view {
 		uint64_t peak_bytes_in_use;
 		uint64_t oom_count;
 		uint64_t largest_free;
+		uint64_t stream_largest_sum;
 		double fragmentation;
 		uint64_t region_bytes;
 		uint32_t regions;
@@ -226,9 +228,14 @@ static int view_build(const struct gpucmd_report *rep,
 
 			if (lf > sv->largest_free)
 				sv->largest_free = lf;
+			sv->stream_largest_sum += lf;
 		}
-		sv->fragmentation =
-			tool_fragmentation(&sv->usage, sv->largest_free);
+		/*
+		 * Each stream allocates from its own pools: free memory split
+		 * between streams is not fragmentation (gpucmd(1)).
+		 */
+		sv->fragmentation = tool_fragmentation(&sv->usage,
+						       sv->stream_largest_sum);
 		v->n++;
 
 		v->total.connections += s->connections;
@@ -244,9 +251,10 @@ static int view_build(const struct gpucmd_report *rep,
 		v->total.released_pending += s->bytes_released_pending;
 		if (sv->largest_free > v->total.largest_free)
 			v->total.largest_free = sv->largest_free;
+		v->total.stream_largest_sum += sv->stream_largest_sum;
 	}
-	v->total.fragmentation =
-		tool_fragmentation(&v->total.usage, v->total.largest_free);
+	v->total.fragmentation = tool_fragmentation(
+		&v->total.usage, v->total.stream_largest_sum);
 	return 0;
 }
 
