@@ -101,7 +101,14 @@ int command_install_memory_pools(struct command *cmd,
 	command_flush_drops(cmd);
 	rc = memory_manager_install_pools(cmd->current->memory, config, props,
 					  &in_use);
-	if (rc == GPUCMD_EPOOLSINUSE) {
+	if (rc == GPUCMD_EPOOLSINUSE && in_use == 0 &&
+	    memory_manager_busy(cmd->current->memory)) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "pools in use: stream %u released buffers that work "
+			 "queued before the release still uses, so the old "
+			 "layout stays until that work is done; sync the "
+			 "stream first", cmd->current->number);
+	} else if (rc == GPUCMD_EPOOLSINUSE) {
 		struct memory_usage u;
 
 		memory_manager_usage(cmd->current->memory, &u);

@@ -545,7 +545,25 @@ START_TEST(install_pools_refused_while_in_use)
 	/* The old layout stayed: the buffer is still readable. */
 	b = batch(c, 0);
 	gpucmd_batch_read(b, 1, 0, 1234);
-	gpucmd_batch_release(b, 1);
+	run_done(b);
+	/*
+	 * Released behind a kernel on its own stream, the buffer is free in
+	 * the pools at once, but the kernel may still use their memory: the
+	 * layout waits for a sync, and says so.
+	 */
+	{
+		struct gpucmd_arg spin = u32_arg(300000);
+
+		b = batch(c, 0);
+		gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+		gpucmd_batch_release(b, 1);
+		gpucmd_batch_install_pools(b, "custom", pools, 3);
+		ck_assert_int_eq(run_code(b, &idx), GPUCMD_EPOOLSINUSE);
+		ck_assert_int_eq(idx, 2);
+		ck_assert_msg(strstr(last_message, "sync the stream") != NULL,
+			      "%s", last_message);
+	}
+	b = batch(c, 0);
 	gpucmd_batch_sync(b);
 	run_done(b);
 	b = batch(c, 0);
