@@ -2447,6 +2447,28 @@ static void append_op(uint8_t **buf, size_t *len, uint64_t id,
 }
 
 /*
+ * Send what fd takes of buf for about ms milliseconds without blocking,
+ * then make fd blocking again; answers the bytes sent.
+ */
+static size_t offer(int fd, const uint8_t *buf, size_t len, int ms)
+{
+	int fl = fcntl(fd, F_GETFL);
+	size_t sent = 0;
+	ssize_t n;
+
+	ck_assert_int_eq(fcntl(fd, F_SETFL, fl | O_NONBLOCK), 0);
+	for (int tries = 0; tries < ms && sent < len; tries++) {
+		n = send(fd, buf + sent, len - sent, MSG_NOSIGNAL);
+		if (n > 0)
+			sent += (size_t)n;
+		else
+			usleep(1000);
+	}
+	ck_assert_int_eq(fcntl(fd, F_SETFL, fl), 0);
+	return sent;
+}
+
+/*
  * Bytes a client sends behind a long kernel wait in the socket, not in
  * the daemon: with max_bytes_in_flight = 1M, 32 inline writes of 1 MiB
  * queued behind a 1.5 s kernel do not go into the daemon's memory while
@@ -2466,9 +2488,8 @@ START_TEST(bytes_behind_a_kernel_wait_in_the_socket)
 	Gpucmd__Op ow = GPUCMD__OP__INIT, orr = GPUCMD__OP__INIT;
 	uint8_t *head = NULL, *writes = NULL, *data = malloc(MIB);
 	size_t head_len = 0, writes_len = 0, sent = 0;
-	int fd = raw_connect(), other = raw_connect(), fl;
+	int fd = raw_connect(), other = raw_connect();
 	Gpucmd__Frame *r;
-	ssize_t n;
 
 	ck_assert_ptr_nonnull(data);
 	raw_hello(fd, "budget");
@@ -2504,22 +2525,13 @@ START_TEST(bytes_behind_a_kernel_wait_in_the_socket)
 		frame_free(r);
 	}
 	/* Offer the writes for 300 ms of the kernel's run, never blocking. */
-	fl = fcntl(fd, F_GETFL);
-	ck_assert_int_eq(fcntl(fd, F_SETFL, fl | O_NONBLOCK), 0);
-	for (int tries = 0; tries < 300 && sent < writes_len; tries++) {
-		n = send(fd, writes + sent, writes_len - sent, MSG_NOSIGNAL);
-		if (n > 0)
-			sent += (size_t)n;
-		else
-			usleep(1000);
-	}
+	sent = offer(fd, writes, writes_len, 300);
 	ck_assert_msg(sent < 4u * MIB,
 		      "the daemon took %zu bytes behind a running kernel "
 		      "under max_bytes_in_flight = 1M", sent);
 	ck_assert_uint_gt(sent, 0);
 	/* The connection is not stuck for others meanwhile. */
 	raw_ping(other, 7);
-	ck_assert_int_eq(fcntl(fd, F_SETFL, fl), 0);
 	send_all(fd, writes + sent, writes_len - sent);
 	for (uint64_t want = 10; want < 10 + N; want++) {
 		r = recv_frame(fd);
@@ -2570,10 +2582,9 @@ START_TEST(decoded_size_counts_against_the_byte_budget)
 	Gpucmd__KernelArg **args = malloc(NARGS * sizeof(*args));
 	uint8_t *head = NULL, *frames = NULL;
 	size_t head_len = 0, frames_len = 0, sent = 0;
-	int fd = raw_connect(), fl;
+	int fd = raw_connect();
 	long rss0, rss1;
 	Gpucmd__Frame *r;
-	ssize_t n;
 
 	ck_assert_ptr_nonnull(args);
 	for (size_t i = 0; i < NARGS; i++)
@@ -2593,15 +2604,7 @@ START_TEST(decoded_size_counts_against_the_byte_budget)
 	frame_free(r);
 	rss0 = daemon_status_kb(the_daemon.pid, "VmRSS");
 	/* Offer the frames for 300 ms of the kernel's run. */
-	fl = fcntl(fd, F_GETFL);
-	ck_assert_int_eq(fcntl(fd, F_SETFL, fl | O_NONBLOCK), 0);
-	for (int tries = 0; tries < 300 && sent < frames_len; tries++) {
-		n = send(fd, frames + sent, frames_len - sent, MSG_NOSIGNAL);
-		if (n > 0)
-			sent += (size_t)n;
-		else
-			usleep(1000);
-	}
+	sent = offer(fd, frames, frames_len, 300);
 	rss1 = daemon_status_kb(the_daemon.pid, "VmRSS");
 	ck_assert_msg(rss1 - rss0 < 64 * 1024,
 		      "the daemon grew by %ld KiB holding %zu bytes of "
@@ -2609,7 +2612,6 @@ START_TEST(decoded_size_counts_against_the_byte_budget)
 		      "16M", rss1 - rss0, sent);
 	ck_assert_uint_lt(sent, frames_len);
 	/* Every one is answered, refused for its arguments, in order. */
-	ck_assert_int_eq(fcntl(fd, F_SETFL, fl), 0);
 	send_all(fd, frames + sent, frames_len - sent);
 	for (uint64_t want = 10; want < 10 + N; want++) {
 		r = recv_frame(fd);

@@ -25,6 +25,14 @@
 
 static const uint32_t ONE[3] = { 1, 1, 1 };
 
+/* A spin(us) argument for a kernel that outlasts what a test does behind it. */
+static struct gpucmd_arg long_spin(void)
+{
+	uint32_t us = getenv("GPUCMD_TEST_VALGRIND") ? 20000000 : 3000000;
+
+	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_U32, .v.u32 = us };
+}
+
 /* ---- fixture: a config directory beside the daemon's own ----------------- */
 
 static char conf_dir[64];
@@ -330,16 +338,14 @@ static int big_holding_memory(void *arg)
  */
 START_TEST(quota_bounds_memory_released_behind_a_kernel)
 {
-	static const uint32_t one[3] = { 1, 1, 1 };
-	uint32_t spin = getenv("GPUCMD_TEST_VALGRIND") ? 20000000 : 3000000;
-	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
+	struct gpucmd_arg arg = long_spin();
 	struct gpucmd_conn *c;
 	struct gpucmd_batch *b;
 
 	start_with("[service p]\nmemory_limit = 1M\n");
 	c = connect_as("p");
 	ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg, 1), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg, 1), 0);
 	gpucmd_response_free(run_ok(b));
 	/* Two rounds fit: 1 MiB live and 1 MiB pending, then 2 pending. */
 	for (uint64_t h = 1; h <= 2; h++) {
@@ -401,9 +407,7 @@ END_TEST
  */
 START_TEST(same_stream_release_is_reused_at_once)
 {
-	static const uint32_t one[3] = { 1, 1, 1 };
-	uint32_t spin = getenv("GPUCMD_TEST_VALGRIND") ? 20000000 : 3000000;
-	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
+	struct gpucmd_arg arg = long_spin();
 	const struct gpucmd_arg copy[3] = {
 		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 101 },
 		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 100 },
@@ -427,8 +431,8 @@ START_TEST(same_stream_release_is_reused_at_once)
 	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 100, old,
 						       sizeof(old)), 0);
 	ck_assert_int_eq(gpucmd_batch_empty(b, 101, sizeof(old)), 0);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg, 1), 0);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "copy", one, one, copy, 3), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg, 1), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "copy", ONE, ONE, copy, 3), 0);
 	ck_assert_int_eq(gpucmd_batch_release(b, 100), 0);
 	/* The same size again: the slice buffer 100 had, written anew. */
 	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 102, fresh,
@@ -493,9 +497,7 @@ END_TEST
  */
 START_TEST(quota_bounds_releases_on_their_own_streams)
 {
-	static const uint32_t one[3] = { 1, 1, 1 };
-	uint32_t spin = getenv("GPUCMD_TEST_VALGRIND") ? 20000000 : 3000000;
-	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
+	struct gpucmd_arg arg = long_spin();
 	struct gpucmd_service_report row;
 	struct gpucmd_conn *p, *q;
 	struct gpucmd_batch *b;
@@ -510,7 +512,7 @@ START_TEST(quota_bounds_releases_on_their_own_streams)
 	for (uint32_t s = 0; s < 6; s++) {
 		ck_assert_int_eq(gpucmd_batch_new(p, s, &b), 0);
 		ck_assert_int_eq(gpucmd_batch_empty(b, 1 + s, 64 * MIB), 0);
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg,
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
 						     1), 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 1 + s), 0);
 		ck_assert_int_eq(gpucmd_run(b, &r), 0);
@@ -552,7 +554,6 @@ END_TEST
  */
 START_TEST(quota_counts_what_a_stream_has_not_reused)
 {
-	static const uint32_t one[3] = { 1, 1, 1 };
 	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = 20000 };
 	const int rounds = getenv("GPUCMD_TEST_VALGRIND") ? 150 : 200;
 	struct gpucmd_conn *c;
@@ -564,7 +565,7 @@ START_TEST(quota_counts_what_a_stream_has_not_reused)
 	for (int i = 0; i < rounds; i++) {
 		ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
 		ck_assert_int_eq(gpucmd_batch_empty(b, 100, MIB), 0);
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg,
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
 						     1), 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 100), 0);
 		gpucmd_response_free(run_ok(b));
@@ -585,7 +586,6 @@ END_TEST
  */
 START_TEST(quota_names_memory_of_closed_connections)
 {
-	static const uint32_t one[3] = { 1, 1, 1 };
 	uint32_t spin = getenv("GPUCMD_TEST_VALGRIND") ? 8000000 : 1500000;
 	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
 	struct gpucmd_conn *a, *b;
@@ -596,7 +596,7 @@ START_TEST(quota_names_memory_of_closed_connections)
 	a = connect_as("p");
 	alloc_ok(a, 1, 100 * MIB);
 	ck_assert_int_eq(gpucmd_batch_new(a, 0, &batch), 0);
-	ck_assert_int_eq(gpucmd_batch_kernel(batch, "spin", one, one, &arg, 1),
+	ck_assert_int_eq(gpucmd_batch_kernel(batch, "spin", ONE, ONE, &arg, 1),
 			 0);
 	gpucmd_response_free(run_ok(batch));
 	gpucmd_close(a);
@@ -620,11 +620,9 @@ END_TEST
  */
 START_TEST(quota_bounds_a_chain_of_sizes_on_one_stream)
 {
-	static const uint32_t one[3] = { 1, 1, 1 };
 	static const uint64_t sizes[] = { 64 * MIB, 51 * MIB, 40 * MIB,
 					  32 * MIB, 25 * MIB, 20 * MIB };
-	uint32_t spin = getenv("GPUCMD_TEST_VALGRIND") ? 20000000 : 3000000;
-	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
+	struct gpucmd_arg arg = long_spin();
 	struct gpucmd_memory_usage u;
 	struct gpucmd_conn *p;
 	struct gpucmd_batch *b;
@@ -635,7 +633,7 @@ START_TEST(quota_bounds_a_chain_of_sizes_on_one_stream)
 		   "[service p]\nmemory_limit = 64M\n");
 	p = connect_as("p");
 	ck_assert_int_eq(gpucmd_batch_new(p, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &arg, 1), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg, 1), 0);
 	gpucmd_response_free(run_ok(b));
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		ck_assert_int_eq(gpucmd_batch_new(p, 0, &b), 0);
