@@ -227,7 +227,7 @@ END_TEST
  */
 START_TEST(many_small_copies_do_not_block_others)
 {
-	const int N = getenv("GPUCMD_TEST_VALGRIND") ? 512 : 8192;
+	enum { N = 8192 };
 	const uint64_t MIB = UINT64_C(1) << 20;
 	struct gpucmd_conn *a = connect_as("copier");
 	struct gpucmd_conn *b = connect_as("fast");
@@ -236,6 +236,17 @@ START_TEST(many_small_copies_do_not_block_others)
 	uint64_t id, t0, first, fast_done, a_done;
 	void *p;
 
+	/*
+	 * Valgrind runs one thread at a time: the worker's copies hold the
+	 * device thread there whatever the daemon does.
+	 */
+	if (getenv("GPUCMD_TEST_VALGRIND") != NULL) {
+		printf("many_small_copies_do_not_block_others: skipped: "
+		       "valgrind serialises the daemon's threads\n");
+		gpucmd_close(a);
+		gpucmd_close(b);
+		return;
+	}
 	ck_assert_int_eq(gpucmd_region_create(a, 3, MIB, &p), 0);
 	memset(p, 7, MIB);
 	gpucmd_batch_new(a, 0, &batch);
