@@ -255,6 +255,9 @@ static uint64_t service_closing_live(const struct command *cmd)
 		if (set->service != cmd->service || !set->closing)
 			continue;
 		streams_usage(set, &u);
+		/* Live: what the pools hold in use, less the drop queues. */
+		for (uint32_t i = 0; i < set->nstreams; i++)
+			u.bytes_in_use -= drop_queue_bytes(set->slots[i]->drops);
 		sum = sat_sum(sum, u.bytes_in_use);
 	}
 	return sum;
@@ -405,6 +408,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 	}
 	/* Reserved memory is the service's until it is released. */
 	service_charge(svc, size);
+	stream_note_reserved(cmd->current);
 	return 0;
 }
 

@@ -866,6 +866,7 @@ static void service_row(struct service *svc, void *arg)
 	struct executor_conn *me = b->conn;
 	Gpucmd__ServiceReport *sr;
 	size_t nstreams = 0;
+	uint64_t ordered;
 
 	if (st->rc != 0 || (!me->admin && svc != me->service))
 		return;
@@ -910,6 +911,15 @@ static void service_row(struct service *svc, void *arg)
 			add_usage(sr->usage, &u);
 			sr->streams[sr->n_streams++] = str;
 		}
+		/*
+		 * Released to their own stream's pools, not reused, and with
+		 * work queued before the release still to run: released but
+		 * still used, like the drop queues' (which the pools count as
+		 * in use), so in use and pending count them too.
+		 */
+		ordered = streams_ordered_held(set);
+		sr->bytes_released_pending += ordered;
+		sr->usage->bytes_in_use += ordered;
 	}
 	st->rep->services[st->rep->n_services++] = sr;
 	st->totals->connections += sr->connections;

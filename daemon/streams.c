@@ -457,6 +457,9 @@ int streams_release(struct stream_set *set, struct stream *current,
 					     &h->owner->ordered_pending);
 		if (rc != 0)
 			return rc;
+		if (!memory_manager_busy(h->owner->memory))
+			h->owner->ordered_free = 0;
+		h->owner->ordered_free += h->alloc.size;
 		memory_manager_release_after(h->owner->memory, h->alloc.slice,
 					     fences[0].seq);
 	} else {
@@ -471,17 +474,24 @@ int streams_release(struct stream_set *set, struct stream *current,
 	return 0;
 }
 
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
 uint64_t stream_ordered_held(const struct stream *s)
 {
-	struct memory_usage u;
-	uint64_t free_bytes;
-
-	if (s->ordered_pending == 0)
+	if (s->ordered_pending == 0 || !memory_manager_busy(s->memory))
 		return 0;
-	memory_manager_usage(s->memory, &u);
-	free_bytes = u.bytes_reserved - u.bytes_in_use - u.bytes_padding;
-	return s->ordered_pending < free_bytes ? s->ordered_pending
-					       : free_bytes;
+	return min_u64(min_u64(s->ordered_pending, s->ordered_free),
+		       memory_manager_busy_idle(s->memory));
+}
+
+void stream_note_reserved(struct stream *s)
+{
+	uint64_t reused = memory_manager_take_reused(s->memory);
+
+	s->ordered_free -= min_u64(s->ordered_free, reused);
 }
 
 uint64_t streams_ordered_held(const struct stream_set *set)

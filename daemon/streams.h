@@ -89,6 +89,11 @@ struct stream {
 	 * reuse) whose work is not yet done: free in its pools, or reused.
 	 */
 	uint64_t ordered_pending;
+	/*
+	 * Of those, about what is free, not reused: released minus what
+	 * reservations took from busy memory since; 0 whenever none is busy.
+	 */
+	uint64_t ordered_free;
 	bool fault_pending;		/* a fault not yet reported to a sync/read */
 	bool capturing;			/* recording a graph */
 	struct graph *recording;	/* what the capture holds on to */
@@ -175,9 +180,17 @@ int streams_release(struct stream_set *set, struct stream *current,
 /**
  * What s released to its own pools (stream-ordered reuse) that work queued
  * before may still use and that the stream has not reused: at most its
- * ordered_pending, at most the free bytes of its pools.
+ * ordered_pending, at most its ordered_free, at most the bytes of its
+ * device allocations that hold nothing live and are still busy
+ * (memory_manager_busy_idle).  Memory a cleanup could free (cached, its
+ * work done) does not count.
  */
 uint64_t stream_ordered_held(const struct stream *s);
+/**
+ * After a reservation on s: what it took from busy memory is no longer
+ * free (ordered_free).
+ */
+void stream_note_reserved(struct stream *s);
 /** stream_ordered_held summed over the set's streams. */
 uint64_t streams_ordered_held(const struct stream_set *set);
 /**

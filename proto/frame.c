@@ -1913,9 +1913,15 @@ size_t frame_held_bytes(const Gpucmd__Frame *f)
 				   offsetof(struct arena, data));
 	if (a->magic != ARENA_MAGIC)
 		return 0;
-	n = a->cap;
+	/*
+	 * What decoding used, not the capacity: the first block may be the
+	 * spare of an earlier large frame (up to ARENA_SPARE_MAX), which would
+	 * charge a ping megabytes.  Chunks grow by doubling, so their unused
+	 * tails are at most what is used.
+	 */
+	n = a->used;
 	for (c = a->more; c != NULL; c = c->next)
-		n += c->cap;
+		n += c->used;
 	return n;
 }
 

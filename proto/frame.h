@@ -157,9 +157,9 @@ int frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out, size_t *len);
 /** Free a decoded frame. */
 void frame_free(Gpucmd__Frame *f);
 /*
- * Bytes of host memory a decoded frame holds besides its body: the arena
- * its structs (and, decoded by protobuf-c, copies of its bytes fields) were
- * built in, which can be tens of times the body (many small nested
- * messages).  0 for a frame protobuf-c built with malloc.
+ * Bytes of host memory a decoded frame holds besides its body: what its
+ * structs (and, decoded by protobuf-c, copies of its bytes fields) took of
+ * the arena they were built in, which can be tens of times the body (many
+ * small nested messages).  0 for a frame protobuf-c built with malloc.
  */
 size_t frame_held_bytes(const Gpucmd__Frame *f);

@@ -24,6 +24,7 @@ struct drop_queue {
 	struct memory_manager *mm;
 	uint64_t *pending;		/* the owner's count, or NULL */
 	uint64_t *ordered;		/* the same for push_ordered */
+	uint64_t slice_bytes;		/* charged of the entries with a slice */
 	struct drop_entry *entries;
 	uint32_t count;
 	uint32_t cap;
@@ -44,8 +45,10 @@ int drop_queue_create(struct memory_manager *mm, uint64_t *pending,
 }
 
 /* The entry's bytes leave its counters. */
-static void uncount(const struct drop_entry *e)
+static void uncount(struct drop_queue *q, const struct drop_entry *e)
 {
+	if (e->slice != NULL)
+		q->slice_bytes -= e->charged;
 	if (e->counter != NULL)
 		*e->counter -= e->charged;
 	if (e->local != NULL)
@@ -57,7 +60,7 @@ void drop_queue_destroy(struct drop_queue *q)
 	if (q == NULL)
 		return;
 	for (uint32_t i = 0; i < q->count; i++) {
-		uncount(&q->entries[i]);
+		uncount(q, &q->entries[i]);
 		memory_manager_release(q->mm, q->entries[i].slice);
 		free(q->entries[i].fences);
 	}
@@ -90,6 +93,8 @@ static int push(struct drop_queue *q, struct memory_slice *slice,
 	e->counter = counter;
 	e->local = local;
 	e->charged = charged;
+	if (slice != NULL)
+		q->slice_bytes += charged;
 	if (counter != NULL)
 		*counter += charged;
 	if (local != NULL)
@@ -122,7 +127,7 @@ uint32_t drop_queue_flush(struct drop_queue *q)
 		struct drop_entry *e = &q->entries[i];
 		if (streams_fences_passed(e->fences, e->nfences)) {
 			memory_manager_release(q->mm, e->slice);
-			uncount(e);
+			uncount(q, e);
 			free(e->fences);
 			freed++;
 		} else {
@@ -136,4 +141,9 @@ uint32_t drop_queue_flush(struct drop_queue *q)
 uint32_t drop_queue_length(const struct drop_queue *q)
 {
 	return q->count;
+}
+
+uint64_t drop_queue_bytes(const struct drop_queue *q)
+{
+	return q->slice_bytes;
 }

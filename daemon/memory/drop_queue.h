@@ -61,3 +61,8 @@ int drop_queue_push_ordered(struct drop_queue *q, uint64_t charged,
 uint32_t drop_queue_flush(struct drop_queue *q);
 /** Entries waiting. */
 uint32_t drop_queue_length(const struct drop_queue *q);
+/**
+ * Bytes of the slices waiting (push's charged): the pools still count them
+ * in use, though no handle holds them.
+ */
+uint64_t drop_queue_bytes(const struct drop_queue *q);

@@ -674,6 +674,26 @@ bool memory_manager_busy(const struct memory_manager *mm)
 	       *mm->host.completed < mm->busy_until;
 }
 
+uint64_t memory_manager_take_reused(struct memory_manager *mm)
+{
+	uint64_t n = mm->host.reused_busy;
+
+	mm->host.reused_busy = 0;
+	return n;
+}
+
+uint64_t memory_manager_busy_idle(const struct memory_manager *mm)
+{
+	uint64_t sum;
+
+	if (!memory_manager_busy(mm))
+		return 0;
+	sum = pool_busy_idle(mm->persistent);
+	for (size_t i = 0; i < mm->npools; i++)
+		sum += pool_busy_idle(mm->pools[i]);
+	return sum;
+}
+
 void memory_manager_cleanup(struct memory_manager *mm, bool explicit_call)
 {
 	size_t i;

@@ -162,6 +162,16 @@ void memory_manager_set_completed(struct memory_manager *mm,
 /** Whether a release_after fence has not yet completed. */
 bool memory_manager_busy(const struct memory_manager *mm);
 /**
+ * Bytes the reservations since the last call took from allocations still
+ * busy (what the stream reused of its own releases); resets the count.
+ */
+uint64_t memory_manager_take_reused(struct memory_manager *mm);
+/**
+ * Bytes of device allocations that hold nothing live and that work before
+ * a release_after fence may still use: no cleanup can free them yet.
+ */
+uint64_t memory_manager_busy_idle(const struct memory_manager *mm);
+/**
  * Free what nothing uses.  explicit: every pool returns its free pages and
  * slices; otherwise only periodic (exclusive) deallocation runs.  Does
  * nothing while a capture is active.

@@ -158,6 +158,11 @@ uint64_t pool_largest_free(const struct pool *pool)
 	return pool->ops->largest_free(pool);
 }
 
+uint64_t pool_busy_idle(const struct pool *pool)
+{
+	return pool->ops->busy_idle(pool);
+}
+
 void pool_report(const struct pool *pool, struct memory_pool_report *out)
 {
 	*out = pool->stats;

@@ -77,6 +77,11 @@ struct pool_ops {
 	uint64_t (*trim)(struct pool *pool, uint64_t idle_since, uint64_t want);
 	/* Largest contiguous free block held (0 when none). */
 	uint64_t (*largest_free)(const struct pool *pool);
+	/*
+	 * Bytes of device allocations that hold nothing live but that the
+	 * device may still use (pool_busy): no cleanup can free them yet.
+	 */
+	uint64_t (*busy_idle)(const struct pool *pool);
 	/* Free every device allocation, live ones too, and the pool. */
 	void (*destroy)(struct pool *pool);
 };
@@ -97,6 +102,11 @@ struct pool_host {
 	 * comes after the device is done, and nothing is ever busy).
 	 */
 	const uint64_t *completed;
+	/*
+	 * Effective bytes handed out from allocations still busy: the stream
+	 * reusing what it released (memory_manager_take_reused reads it).
+	 */
+	uint64_t reused_busy;
 	void (*before_alloc)(struct pool_host *host, struct pool *pool,
 			     uint64_t size);
 };
@@ -241,6 +251,14 @@ static inline bool pool_busy(const struct pool *pool, uint64_t busy_until)
 	       *pool->host->completed < busy_until;
 }
 
+/* Note a slice of effective bytes handed out of an allocation busy_until. */
+static inline void pool_note_reuse(struct pool *pool, uint64_t busy_until,
+				   uint64_t effective)
+{
+	if (pool_busy(pool, busy_until))
+		pool->host->reused_busy += effective;
+}
+
 /** Whether pool serves size (dispatch helper). */
 static inline bool pool_accept(const struct pool *pool, uint64_t size)
 {
@@ -272,6 +290,9 @@ uint64_t pool_trim(struct pool *pool, uint64_t idle_since, uint64_t want);
 
 /** Largest free block the pool holds. */
 uint64_t pool_largest_free(const struct pool *pool);
+
+/** Bytes of its allocations the pool holds idle but busy. */
+uint64_t pool_busy_idle(const struct pool *pool);
 
 /** The pool's report, largest_free included. */
 void pool_report(const struct pool *pool, struct memory_pool_report *out);

@@ -79,6 +79,7 @@ struct dedicated_slice *pool_dedicated_take(struct dedicated_pool *d, size_t i,
 	struct dedicated_slice *node = d->free[i];
 
 	free_remove(d, i);
+	pool_note_reuse(&d->base, node->busy_until, node->length);
 	node->free = false;
 	/*
 	 * The whole node is lent, larger than the request's effective size
@@ -249,6 +250,17 @@ void pool_dedicated_release(struct pool *pool, struct memory_slice *slice)
 		(d->nfree - i) * sizeof(d->free[0]));
 	d->free[i] = node;
 	d->nfree++;
+}
+
+uint64_t pool_dedicated_busy_idle(const struct pool *pool)
+{
+	const struct dedicated_pool *d = dedicated_const(pool);
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < d->nfree; i++)
+		if (pool_busy(pool, d->free[i]->busy_until))
+			sum += d->free[i]->length;
+	return sum;
 }
 
 uint64_t pool_dedicated_largest_free(const struct pool *pool)

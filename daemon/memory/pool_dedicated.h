@@ -99,6 +99,9 @@ void pool_dedicated_release(struct pool *pool, struct memory_slice *slice);
 uint64_t pool_dedicated_trim(struct pool *pool, uint64_t idle_since,
 			     uint64_t want);
 
+/** Busy-idle op shared by the dedicated kinds. */
+uint64_t pool_dedicated_busy_idle(const struct pool *pool);
+
 /** Largest free op shared by the dedicated kinds. */
 uint64_t pool_dedicated_largest_free(const struct pool *pool);
 

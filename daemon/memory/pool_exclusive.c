@@ -127,6 +127,7 @@ static const struct pool_ops exclusive_ops = {
 	.cleanup = exclusive_cleanup,
 	.trim = pool_dedicated_trim,
 	.largest_free = pool_dedicated_largest_free,
+	.busy_idle = pool_dedicated_busy_idle,
 	.destroy = pool_dedicated_destroy,
 };
 

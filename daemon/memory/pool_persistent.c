@@ -26,6 +26,7 @@ static const struct pool_ops persistent_ops = {
 	.cleanup = pool_dedicated_cleanup_explicit,
 	.trim = pool_dedicated_trim,
 	.largest_free = pool_dedicated_largest_free,
+	.busy_idle = pool_dedicated_busy_idle,
 	.destroy = pool_dedicated_destroy,
 };
 

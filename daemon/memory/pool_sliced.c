@@ -310,8 +310,10 @@ static int sliced_reserve(struct pool *pool, uint64_t size,
 		if (page->free_bound < effective)
 			continue;
 		b = page_first_fit(page, effective);
-		if (b)
+		if (b) {
+			pool_note_reuse(pool, page->busy_until, effective);
 			return sliced_carve(sp, b, size, effective, out);
+		}
 	}
 	if (sp->max_pages != 0 && sp->npages >= sp->max_pages)
 		return GPUCMD_ECAPACITY;
@@ -437,6 +439,18 @@ static uint64_t sliced_largest_free(const struct pool *pool)
 	return largest;
 }
 
+static uint64_t sliced_busy_idle(const struct pool *pool)
+{
+	const struct sliced_pool *sp = to_sliced_const(pool);
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < sp->npages; i++)
+		if (sp->pages[i]->live == 0 &&
+		    pool_busy(pool, sp->pages[i]->busy_until))
+			sum += sp->page_size;
+	return sum;
+}
+
 static void sliced_destroy(struct pool *pool)
 {
 	struct sliced_pool *sp = to_sliced(pool);
@@ -456,6 +470,7 @@ static const struct pool_ops sliced_ops = {
 	.cleanup = sliced_cleanup,
 	.trim = sliced_trim,
 	.largest_free = sliced_largest_free,
+	.busy_idle = sliced_busy_idle,
 	.destroy = sliced_destroy,
 };
 
