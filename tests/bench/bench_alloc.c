@@ -25,6 +25,12 @@
  *
  * The backend is the one --backend names (host by default); cuda makes the
  * raw side cuMemAlloc/cuMemFree on the real device.
+ *
+ * One row goes through the daemon: 64 rounds of {empty 16 MiB; release} on
+ * one stream behind a kernel that outlasts them, as an inference loop that
+ * runs ahead of the device does.  The stream reuses what it released
+ * (stream-ordered reuse), so the pools should hold one buffer's memory,
+ * not 64: the row is reserved bytes against 16 MiB (watched, no target).
  */
 #include "bench.h"
 
@@ -497,6 +503,45 @@ static void trace_memory(struct driver *d)
 		  TARGET_RATIO_LE, 1.3);
 }
 
+/* Reserved bytes of stream 0 after 64 x {empty; release} behind a kernel. */
+static void reuse_behind_kernel(void)
+{
+	enum { ROUNDS = 64 };
+	const uint64_t size = UINT64_C(16) << 20;
+	const uint32_t one[3] = { 1, 1, 1 };
+	const struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
+					 .v.u32 = 500000 };
+	struct gpucmd_conn *c = bench_connect("bench-alloc");
+	struct gpucmd_memory_usage u;
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_batch *b;
+	int ok = c != NULL;
+
+	if (ok && (gpucmd_batch_new(c, 0, &b) != 0 ||
+		   gpucmd_batch_kernel(b, "spin", one, one, &spin, 1) != 0 ||
+		   bench_run_ok(b, "alloc behind a kernel: spin") != 0))
+		ok = 0;
+	for (int i = 0; ok && i < ROUNDS; i++)
+		ok = gpucmd_batch_new(c, 0, &b) == 0 &&
+		     gpucmd_batch_empty(b, 1, size) == 0 &&
+		     gpucmd_batch_release(b, 1) == 0 &&
+		     bench_run_ok(b, "alloc behind a kernel: round") == 0;
+	if (ok && (gpucmd_batch_new(c, 0, &b) != 0 ||
+		   gpucmd_batch_memory_usage(b) != 0 ||
+		   gpucmd_run(b, &r) != 0 || gpucmd_response_usage(r, 0, &u) != 0))
+		ok = 0;
+	if (ok)
+		bench_add("alloc behind a kernel: reserved (64 x 16 MiB)",
+			  (double)u.bytes_reserved / (1 << 20), "MiB", 16,
+			  (double)u.bytes_reserved / (double)size, TARGET_NONE,
+			  0);
+	else
+		bench_error("alloc behind a kernel: could not measure");
+	gpucmd_response_free(r);
+	if (c != NULL)
+		gpucmd_close(c);
+}
+
 void bench_allocator(void)
 {
 	struct driver *d = open_driver();
@@ -512,4 +557,6 @@ void bench_allocator(void)
 	bench_progress("allocator: transformer trace");
 	trace_memory(d);
 	d->ops->close(d);
+	bench_progress("allocator: releases behind a kernel");
+	reuse_behind_kernel();
 }
