@@ -216,6 +216,11 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 		 d->error[0] ? "; driver: " : "", d->error);
 }
 
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
 static uint64_t sat_sum(uint64_t a, uint64_t b)
 {
 	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
@@ -223,19 +228,20 @@ static uint64_t sat_sum(uint64_t a, uint64_t b)
 
 /*
  * What the service's streams released to their own pools that work queued
- * before may still use and that they have not reused (stream_ordered_held),
- * over every connection of the service.
+ * before may still use and that they have not reused, over every
+ * connection of the service: stream_ordered_held (exact: walks the pools)
+ * or stream_ordered_bound (O(1) a stream, never less).
  */
-static uint64_t service_ordered_held(const struct command *cmd)
+static uint64_t service_ordered_held(const struct command *cmd, bool exact)
 {
 	uint64_t sum = 0;
 
 	if (cmd->ctx->sets == NULL)
-		return streams_ordered_held(cmd->set);
+		return streams_ordered_held(cmd->set, exact);
 	for (struct stream_set *set = *cmd->ctx->sets; set != NULL;
 	     set = set->next)
 		if (set->service == cmd->service)
-			sum = sat_sum(sum, streams_ordered_held(set));
+			sum = sat_sum(sum, streams_ordered_held(set, exact));
 	return sum;
 }
 
@@ -278,12 +284,40 @@ static bool pending_over(const struct service *svc, uint64_t limit,
 	return released > cap - svc->bytes_in_use - size;
 }
 
+/*
+ * Whether the service is over twice its limit with size more bytes, counting
+ * what it released that work queued before still uses: the cheap count
+ * first (every such release), then, over it, with the drops whose work is
+ * done freed and what the streams took back left out (first the O(1)
+ * bound, then the exact count).  *released and *ordered get the counts
+ * last used, for the message.
+ */
+static bool released_over(struct command *cmd, uint64_t limit, uint64_t size,
+			  uint64_t *released, uint64_t *ordered)
+{
+	const struct service *svc = cmd->service;
+
+	*ordered = svc->ordered_pending_bytes;
+	*released = sat_sum(svc->release_pending_bytes, *ordered);
+	if (!pending_over(svc, limit, size, *released))
+		return false;
+	streams_flush_drops(cmd->set);
+	for (int exact = 0; exact <= 1; exact++) {
+		*ordered = service_ordered_held(cmd, exact);
+		*released = sat_sum(svc->release_pending_bytes, *ordered);
+		if (!pending_over(svc, limit, size, *released))
+			return false;
+	}
+	return true;
+}
+
 int command_reserve(struct command *cmd, uint64_t size,
 		    struct managed_memory *out)
 {
 	struct service *svc = cmd->service;
 	struct memory_manager *mm = cmd->current->memory;
-	uint64_t released, ordered = 0;
+	uint64_t released, ordered;
+	bool over;
 	int rc;
 
 	uint64_t limit = atomic_load(&svc->memory_limit);
@@ -305,19 +339,26 @@ int command_reserve(struct command *cmd, uint64_t size,
 	 * allocating and releasing behind a long kernel until the device is
 	 * full.  Memory released on its own stream counts too, while that
 	 * stream has not reused it: its device memory cannot be given back
-	 * before the work is done, and new sizes need new memory.  The cheap
-	 * count (every such release) comes first; over it, drops whose work
-	 * completed are freed and what the streams have not reused is
-	 * counted before refusing.
+	 * before the work is done, and new sizes need new memory
+	 * (released_over).  An allocation the stream serves wholly out of
+	 * such memory holds nothing more, so over the bound the reservation
+	 * is tried first and kept when it took only busy memory.
 	 */
-	released = sat_sum(svc->release_pending_bytes,
-			   svc->ordered_pending_bytes);
-	if (pending_over(svc, limit, size, released)) {
-		streams_flush_drops(cmd->set);
-		ordered = service_ordered_held(cmd);
-		released = sat_sum(svc->release_pending_bytes, ordered);
+	over = released_over(cmd, limit, size, &released, &ordered);
+	if (over && memory_manager_reserve(mm, size, &out->alloc) == 0) {
+		uint64_t reused = memory_manager_take_reused(mm);
+
+		if (reused >= memory_slice_effective(out->alloc.slice)) {
+			out->origin = cmd->current;
+			service_charge(svc, size);
+			out->reused = min_u64(cmd->current->ordered_free,
+					      reused);
+			cmd->current->ordered_free -= out->reused;
+			return 0;
+		}
+		memory_manager_release(mm, out->alloc.slice);
 	}
-	if (pending_over(svc, limit, size, released)) {
+	if (over) {
 		svc->oom_count++;
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "quota exceeded: allocating %llu bytes would make "
@@ -408,7 +449,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 	}
 	/* Reserved memory is the service's until it is released. */
 	service_charge(svc, size);
-	stream_note_reserved(cmd->current);
+	out->reused = stream_note_reserved(cmd->current);
 	return 0;
 }
 
@@ -430,11 +471,21 @@ int command_empty(struct command *cmd, uint64_t size, uint64_t handle)
 	if (rc != 0)
 		return rc;
 	rc = command_bind(cmd, &a, handle);
-	if (rc != 0) {
-		memory_manager_release(a.origin->memory, a.alloc.slice);
-		service_uncharge(cmd->service, a.alloc.size);
-	}
+	if (rc != 0)
+		command_unreserve(cmd, &a);
 	return rc;
+}
+
+void command_unreserve(struct command *cmd, const struct managed_memory *m)
+{
+	/*
+	 * Busy memory it took goes back free and busy as it was: count it
+	 * as the stream's released memory again, or a client could empty
+	 * the count with reservations that fail to bind.
+	 */
+	m->origin->ordered_free += m->reused;
+	memory_manager_release(m->origin->memory, m->alloc.slice);
+	service_uncharge(cmd->service, m->alloc.size);
 }
 
 int command_bind(struct command *cmd, const struct managed_memory *reserved,

@@ -97,6 +97,7 @@ struct copy_descriptor {
 struct managed_memory {
 	struct memory_alloc alloc;
 	struct stream *origin;
+	uint64_t reused;	/* taken off origin->ordered_free */
 };
 
 /* Host memory from reserve_cpu: pinned when the pool served it. */
@@ -159,6 +160,11 @@ int command_install_memory_pools(struct command *cmd,
  * could ever fit it; GPUCMD_EQUOTA over the service's limit; any other
  * failure is retried once after a cleanup.
  */
+/**
+ * Give back a reservation that nothing was bound to (its memory goes back
+ * to the pools at once, and its charge and reuse count are undone).
+ */
+void command_unreserve(struct command *cmd, const struct managed_memory *m);
 int command_reserve(struct command *cmd, uint64_t size,
 		    struct managed_memory *out);
 /** cursor: the current stream's cursor. */

@@ -917,7 +917,7 @@ static void service_row(struct service *svc, void *arg)
 		 * still used, like the drop queues' (which the pools count as
 		 * in use), so in use and pending count them too.
 		 */
-		ordered = streams_ordered_held(set);
+		ordered = streams_ordered_held(set, true);
 		sr->bytes_released_pending += ordered;
 		sr->usage->bytes_in_use += ordered;
 	}
@@ -1048,8 +1048,7 @@ static int op_reserve(struct command_ctx *ctx, struct batch *b, size_t i,
 		       : GPUCMD_ENOMEM;
 	if (rc != 0) {
 		handle_free(h);
-		memory_manager_release(m.origin->memory, m.alloc.slice);
-		service_uncharge(b->conn->service, m.alloc.size);
+		command_unreserve(&cmd, &m);
 		return fail(b, rc, "cannot hold reservation %llu: %s",
 			    (unsigned long long)op->reservation,
 			    gpucmd_strerror(rc));

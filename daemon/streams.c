@@ -479,27 +479,38 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-uint64_t stream_ordered_held(const struct stream *s)
+uint64_t stream_ordered_bound(const struct stream *s)
 {
 	if (s->ordered_pending == 0 || !memory_manager_busy(s->memory))
 		return 0;
-	return min_u64(min_u64(s->ordered_pending, s->ordered_free),
-		       memory_manager_busy_idle(s->memory));
+	return min_u64(s->ordered_pending, s->ordered_free);
 }
 
-void stream_note_reserved(struct stream *s)
+uint64_t stream_ordered_held(const struct stream *s)
 {
-	uint64_t reused = memory_manager_take_reused(s->memory);
+	uint64_t bound = stream_ordered_bound(s);
 
-	s->ordered_free -= min_u64(s->ordered_free, reused);
+	if (bound == 0)
+		return 0;
+	return min_u64(bound, memory_manager_busy_idle(s->memory));
 }
 
-uint64_t streams_ordered_held(const struct stream_set *set)
+uint64_t stream_note_reserved(struct stream *s)
+{
+	uint64_t taken = min_u64(s->ordered_free,
+				 memory_manager_take_reused(s->memory));
+
+	s->ordered_free -= taken;
+	return taken;
+}
+
+uint64_t streams_ordered_held(const struct stream_set *set, bool exact)
 {
 	uint64_t sum = 0;
 
 	for (uint32_t i = 0; i < set->nstreams; i++)
-		sum += stream_ordered_held(set->slots[i]);
+		sum += exact ? stream_ordered_held(set->slots[i])
+			     : stream_ordered_bound(set->slots[i]);
 	return sum;
 }
 

@@ -187,12 +187,20 @@ int streams_release(struct stream_set *set, struct stream *current,
  */
 uint64_t stream_ordered_held(const struct stream *s);
 /**
- * After a reservation on s: what it took from busy memory is no longer
- * free (ordered_free).
+ * The same without the walk of the pools: at most ordered_pending, at most
+ * ordered_free (an upper bound of stream_ordered_held, in O(1)).
  */
-void stream_note_reserved(struct stream *s);
-/** stream_ordered_held summed over the set's streams. */
-uint64_t streams_ordered_held(const struct stream_set *set);
+uint64_t stream_ordered_bound(const struct stream *s);
+/**
+ * After a reservation on s: what it took from busy memory is no longer
+ * free (ordered_free); answers how much that was, for a give-back.
+ */
+uint64_t stream_note_reserved(struct stream *s);
+/**
+ * stream_ordered_held (exact) or stream_ordered_bound summed over the set's
+ * streams.
+ */
+uint64_t streams_ordered_held(const struct stream_set *set, bool exact);
 /**
  * A fence on every stream of the set covering the work enqueued so far
  * (current's is its next fence): writes up to STREAMS_MAX, returns how

@@ -630,6 +630,8 @@ int memory_manager_reserve(struct memory_manager *mm, uint64_t size,
 	int rc;
 
 	mm->host.clock++;
+	/* A reservation that failed after noting a reuse leaves no count. */
+	mm->host.reused_busy = 0;
 	if (mm->host.clock >= mm->cleanup_due)
 		manager_periodic(mm);
 	if (mm->windows > 0)
@@ -832,6 +834,11 @@ int memory_manager_install_pools(struct memory_manager *mm,
 void memory_manager_set_capture(struct memory_manager *mm, bool active)
 {
 	mm->capture = active;
+}
+
+uint64_t memory_slice_effective(const struct memory_slice *slice)
+{
+	return slice->effective;
 }
 
 uint64_t memory_slice_cursor(const struct memory_slice *slice)

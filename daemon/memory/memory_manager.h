@@ -162,8 +162,8 @@ void memory_manager_set_completed(struct memory_manager *mm,
 /** Whether a release_after fence has not yet completed. */
 bool memory_manager_busy(const struct memory_manager *mm);
 /**
- * Bytes the reservations since the last call took from allocations still
- * busy (what the stream reused of its own releases); resets the count.
+ * Bytes the last reservation took from allocations still busy (what the
+ * stream reused of its own releases); resets the count.
  */
 uint64_t memory_manager_take_reused(struct memory_manager *mm);
 /**
@@ -210,6 +210,8 @@ int memory_manager_install_pools(struct memory_manager *mm,
 /** Mark a graph capture open or closed (no cleanup while open). */
 void memory_manager_set_capture(struct memory_manager *mm, bool active);
 
+/** The bytes a slice covers (its size rounded up, at least one unit). */
+uint64_t memory_slice_effective(const struct memory_slice *slice);
 /** The cursor recorded on a slice at bind time (0 before). */
 uint64_t memory_slice_cursor(const struct memory_slice *slice);
 /** Record the cursor of the command that bound the slice. */
