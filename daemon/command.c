@@ -216,11 +216,6 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 		 d->error[0] ? "; driver: " : "", d->error);
 }
 
-static uint64_t min_u64(uint64_t a, uint64_t b)
-{
-	return a < b ? a : b;
-}
-
 static uint64_t sat_sum(uint64_t a, uint64_t b)
 {
 	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
@@ -311,6 +306,19 @@ static bool released_over(struct command *cmd, uint64_t limit, uint64_t size,
 	return true;
 }
 
+/*
+ * out holds a reservation on the current stream that took reused bytes of
+ * the stream's busy memory: it is the service's until it is released, and
+ * what it took is no longer the stream's released memory.
+ */
+static void reserved(struct command *cmd, struct managed_memory *out,
+		     uint64_t reused)
+{
+	out->origin = cmd->current;
+	service_charge(cmd->service, out->alloc.size);
+	out->reused = stream_take_released(cmd->current, reused);
+}
+
 int command_reserve(struct command *cmd, uint64_t size,
 		    struct managed_memory *out)
 {
@@ -349,11 +357,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 		uint64_t reused = memory_manager_take_reused(mm);
 
 		if (reused >= memory_slice_effective(out->alloc.slice)) {
-			out->origin = cmd->current;
-			service_charge(svc, size);
-			out->reused = min_u64(cmd->current->ordered_free,
-					      reused);
-			cmd->current->ordered_free -= out->reused;
+			reserved(cmd, out, reused);
 			return 0;
 		}
 		memory_manager_release(mm, out->alloc.slice);
@@ -413,7 +417,6 @@ int command_reserve(struct command *cmd, uint64_t size,
 		return GPUCMD_EQUOTA;
 	}
 	cmd->ctx->driver->error[0] = '\0';
-	out->origin = cmd->current;
 	rc = memory_manager_reserve(mm, size, &out->alloc);
 	if (rc == GPUCMD_ETOOBIG && size > memory_manager_max_alloc(mm)) {
 		snprintf(cmd->msg, sizeof(cmd->msg),
@@ -447,9 +450,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 		describe_oom(cmd, rc, size);
 		return rc;
 	}
-	/* Reserved memory is the service's until it is released. */
-	service_charge(svc, size);
-	out->reused = stream_note_reserved(cmd->current);
+	reserved(cmd, out, memory_manager_take_reused(mm));
 	return 0;
 }
 

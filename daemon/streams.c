@@ -495,10 +495,9 @@ uint64_t stream_ordered_held(const struct stream *s)
 	return min_u64(bound, memory_manager_busy_idle(s->memory));
 }
 
-uint64_t stream_note_reserved(struct stream *s)
+uint64_t stream_take_released(struct stream *s, uint64_t reused)
 {
-	uint64_t taken = min_u64(s->ordered_free,
-				 memory_manager_take_reused(s->memory));
+	uint64_t taken = min_u64(s->ordered_free, reused);
 
 	s->ordered_free -= taken;
 	return taken;

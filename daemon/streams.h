@@ -192,10 +192,11 @@ uint64_t stream_ordered_held(const struct stream *s);
  */
 uint64_t stream_ordered_bound(const struct stream *s);
 /**
- * After a reservation on s: what it took from busy memory is no longer
- * free (ordered_free); answers how much that was, for a give-back.
+ * After a reservation on s that took reused bytes of its busy memory
+ * (memory_manager_take_reused): they are no longer free (ordered_free);
+ * answers how much came off, for a give-back.
  */
-uint64_t stream_note_reserved(struct stream *s);
+uint64_t stream_take_released(struct stream *s, uint64_t reused);
 /**
  * stream_ordered_held (exact) or stream_ordered_bound summed over the set's
  * streams.
