@@ -92,14 +92,15 @@ void command_allocation_mode(struct command *cmd,
 }
 
 int command_install_memory_pools(struct command *cmd,
-				 const struct memory_configuration *config,
-				 const struct memory_device_properties *props)
+				 const struct memory_configuration *config)
 {
+	struct memory_device_properties props;
 	uint64_t in_use = 0;
 	int rc;
 
+	streams_layout_props(cmd->set, &props);
 	command_flush_drops(cmd);
-	rc = memory_manager_install_pools(cmd->current->memory, config, props,
+	rc = memory_manager_install_pools(cmd->current->memory, config, &props,
 					  &in_use);
 	if (rc == GPUCMD_EPOOLSINUSE && in_use == 0 &&
 	    memory_manager_busy(cmd->current->memory)) {
@@ -153,9 +154,11 @@ static uint64_t reclaim_set(struct stream_set *set)
 /*
  * The device is shared: what other connections keep reserved with nothing
  * live in it (a service that allocated much once and went quiet) is taken
- * back before an allocation is refused.  Their live buffers stay.
+ * back before an allocation is refused.  Their live buffers stay.  With
+ * only set, the connections of that service alone (its reserve quota).
  */
-static uint64_t reclaim_others(struct command *cmd)
+static uint64_t reclaim_others(struct command *cmd,
+			       const struct service *only)
 {
 	uint64_t got = 0;
 
@@ -163,7 +166,7 @@ static uint64_t reclaim_others(struct command *cmd)
 		return 0;
 	for (struct stream_set *set = *cmd->ctx->sets; set != NULL;
 	     set = set->next)
-		if (set != cmd->set)
+		if (set != cmd->set && (only == NULL || set->service == only))
 			got += reclaim_set(set);
 	return got;
 }
@@ -219,6 +222,33 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 static uint64_t sat_sum(uint64_t a, uint64_t b)
 {
 	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/*
+ * The reserve quota refused new device memory (storage_alloc): name what
+ * the service's streams hold, and what keeps it.
+ */
+static void describe_reserve_quota(struct command *cmd, uint64_t size,
+				   uint64_t limit)
+{
+	const struct service *svc = cmd->service;
+	uint64_t need = cmd->set->quota_refused;
+
+	snprintf(cmd->msg, sizeof(cmd->msg),
+		 "quota exceeded: allocating %llu bytes on stream %u needs "
+		 "%llu bytes of new device memory, and service '%s' already "
+		 "holds %llu bytes of device memory, over %llu (the most its "
+		 "memory_limit of %llu allows) with it; %llu are live buffers, the "
+		 "rest released buffers queued work still uses and pages a "
+		 "small live buffer keeps whole (one per pool per stream at "
+		 "worst); release or sync, use fewer streams, or raise the "
+		 "memory_limit",
+		 (unsigned long long)size, cmd->current->number,
+		 (unsigned long long)need, svc->name,
+		 (unsigned long long)svc->bytes_reserved,
+		 (unsigned long long)service_reserve_cap(limit),
+		 (unsigned long long)limit,
+		 (unsigned long long)svc->bytes_in_use);
 }
 
 /*
@@ -417,6 +447,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 		return GPUCMD_EQUOTA;
 	}
 	cmd->ctx->driver->error[0] = '\0';
+	cmd->set->quota_refused = 0;
 	rc = memory_manager_reserve(mm, size, &out->alloc);
 	if (rc == GPUCMD_ETOOBIG && size > memory_manager_max_alloc(mm)) {
 		snprintf(cmd->msg, sizeof(cmd->msg),
@@ -441,10 +472,23 @@ int command_reserve(struct command *cmd, uint64_t size,
 	if (rc != 0) {
 		/* Pages with nothing live and queued drops may free enough. */
 		reclaim_set(cmd->set);
+		cmd->set->quota_refused = 0;
 		rc = memory_manager_reserve(mm, size, &out->alloc);
 	}
-	if (rc == GPUCMD_ENOMEM && reclaim_others(cmd) > 0)
+	/*
+	 * Over the reserve quota (storage_alloc), only the service's own
+	 * idle memory may help; out of device memory, anyone's.
+	 */
+	if (rc == GPUCMD_ENOMEM &&
+	    reclaim_others(cmd, cmd->set->quota_refused ? svc : NULL) > 0) {
+		cmd->set->quota_refused = 0;
 		rc = memory_manager_reserve(mm, size, &out->alloc);
+	}
+	if (rc == GPUCMD_ENOMEM && cmd->set->quota_refused != 0) {
+		svc->oom_count++;
+		describe_reserve_quota(cmd, size, limit);
+		return GPUCMD_EQUOTA;
+	}
 	if (rc != 0) {
 		svc->oom_count++;
 		describe_oom(cmd, rc, size);

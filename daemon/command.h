@@ -151,10 +151,11 @@ void command_allocation_mode(struct command *cmd,
 /**
  * install_memory_pools: rebuild the current stream's pools with config,
  * keeping the old layout when something lives in them (GPUCMD_EPOOLSINUSE).
+ * Presets are sized from the device, with pages scaled to the service's
+ * quota (streams_layout_props).
  */
 int command_install_memory_pools(struct command *cmd,
-				 const struct memory_configuration *config,
-				 const struct memory_device_properties *props);
+				 const struct memory_configuration *config);
 /**
  * reserve: size bytes on the current stream.  GPUCMD_ETOOBIG when no pool
  * could ever fit it; GPUCMD_EQUOTA over the service's limit; any other

@@ -1220,8 +1220,7 @@ static int op_install_pools(struct command_ctx *ctx, struct batch *b,
 	rc = begin(ctx, b, NULL, 0, &cmd);
 	if (rc == 0)
 		rc = command_failed(b, &cmd,
-				    command_install_memory_pools(&cmd, &cfg,
-								 &ctx->props));
+				    command_install_memory_pools(&cmd, &cfg));
 	if (rc == 0)
 		result_done(&b->results[i]);
 	return rc;

@@ -127,6 +127,23 @@ void service_uncharge(struct service *svc, uint64_t size)
 	svc->allocations--;
 }
 
+uint64_t service_reserve_cap(uint64_t limit)
+{
+	if (limit == 0)
+		return 0;
+	if (limit < SERVICE_MIN_RESERVE / 4)
+		return SERVICE_MIN_RESERVE;
+	return limit > UINT64_MAX / 4 ? UINT64_MAX : 4 * limit;
+}
+
+bool service_reserve_over(const struct service *svc, uint64_t limit,
+			  uint64_t size)
+{
+	uint64_t cap = service_reserve_cap(limit);
+
+	return cap != 0 && (size > cap || svc->bytes_reserved > cap - size);
+}
+
 int service_region_check(const struct service *svc, uint64_t size)
 {
 	uint64_t limit = atomic_load(&svc->region_limit);

@@ -22,6 +22,12 @@ struct batch;
 
 #define SERVICE_NAME_MAX 63
 #define SERVICE_MAX 1024
+/* Sliced pages of a service with a quota are at most max(limit, this). */
+#define SERVICE_MIN_PAGE_UNIT (32ull << 20)
+/* The least device memory a service with a quota may hold. */
+#define SERVICE_MIN_RESERVE (256ull << 20)
+/* The smallest page of a service with a quota (streams_layout_props). */
+#define SERVICE_MIN_PAGE (2ull << 20)
 
 struct service {
 	char name[SERVICE_NAME_MAX + 1];
@@ -65,6 +71,12 @@ struct service {
 	 * bound counts them with release_pending_bytes.
 	 */
 	uint64_t ordered_pending_bytes;
+	/*
+	 * Device memory the pools of the service's streams hold: pages and
+	 * allocations, live, cached or busy (streams.c, storage_alloc).  The
+	 * quota bounds it at twice memory_limit (service_reserve_over).
+	 */
+	uint64_t bytes_reserved;
 	/*
 	 * Shared regions mapped for the service's connections (region.h):
 	 * charged at attach, uncharged when a region is really unmapped
@@ -111,6 +123,27 @@ uint32_t service_count(void);
 void service_charge(struct service *svc, uint64_t size);
 /** Account the release of size bytes (device thread). */
 void service_uncharge(struct service *svc, uint64_t size);
+/**
+ * The most device memory a service with memory_limit limit may hold in its
+ * streams' pools (0: no bound): four times the limit, or
+ * SERVICE_MIN_RESERVE when that is more (each stream that holds a buffer
+ * keeps a page of each size it uses, and at small limits those pages are
+ * a fair part of the limit: three connections of three streams each, with
+ * a few small buffers under 32M, hold 174M).  The quota bounds
+ * live bytes at the limit and live plus released-but-still-used at twice
+ * it; the rest is room for the pages that hold them, each stream's own,
+ * partly used (a preset's pages are at most the limit,
+ * streams_layout_props).  A pipeline of two streams releasing behind its
+ * kernels under a quota of 1.2 x its working set peaks at 3.5 x
+ * (test_services, pipelines).
+ */
+uint64_t service_reserve_cap(uint64_t limit);
+/**
+ * Would size more bytes of device memory take svc's bytes_reserved past
+ * service_reserve_cap(limit) (device thread)?
+ */
+bool service_reserve_over(const struct service *svc, uint64_t limit,
+			  uint64_t size);
 /**
  * May svc map one more shared region of size bytes?  0, or GPUCMD_EQUOTA
  * when it would take region_bytes over region_limit (device thread).

@@ -20,36 +20,50 @@
  * The storage behind a stream's memory manager.  Fresh device memory is
  * zeroed on the owning stream before anything can use it, so a service never
  * sees bytes another service left in memory the device handed back out.
+ *
+ * It also keeps the service's quota on device memory itself: what all its
+ * streams' pools hold (pages and allocations, live, cached or busy) stays
+ * within twice its memory_limit.  The quota on live bytes alone would let
+ * small buffers, each keeping a whole page, hold many times the limit over
+ * many streams, memory no other service could reclaim.  A refusal is noted
+ * on the set (quota_refused) for command_reserve, which gives back what the
+ * service holds idle and tries again before it answers GPUCMD_EQUOTA.
  */
 static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
 {
 	struct stream *s = ctx;
 	struct driver *d = s->set->driver;
+	struct service *svc = s->set->service;
+	uint64_t limit = atomic_load(&svc->memory_limit);
 	uint64_t p;
 	int rc;
 
+	if (limit != 0 && service_reserve_over(svc, limit, size)) {
+		s->set->quota_refused = size;
+		return GPUCMD_EQUOTA;
+	}
 	rc = d->ops->mem_alloc(d, size, &p);
 	if (rc != 0)
 		return rc;
-	if (d->props.mem_alloc_zeroes) {
-		*ptr = p;
-		return 0;
+	if (!d->props.mem_alloc_zeroes) {
+		rc = d->ops->memset_d8(d, s->ds, p, 0, size);
+		if (rc != 0) {
+			d->ops->mem_free(d, p);
+			return rc;
+		}
 	}
-	rc = d->ops->memset_d8(d, s->ds, p, 0, size);
-	if (rc != 0) {
-		d->ops->mem_free(d, p);
-		return rc;
-	}
+	svc->bytes_reserved += size;
 	*ptr = p;
 	return 0;
 }
 
-static void storage_free(void *ctx, uint64_t ptr)
+static void storage_free(void *ctx, uint64_t ptr, uint64_t size)
 {
 	struct stream *s = ctx;
 	struct driver *d = s->set->driver;
 
 	d->ops->mem_free(d, ptr);
+	s->set->service->bytes_reserved -= size;
 }
 
 int stream_set_create(struct driver *d, struct service *svc,
@@ -209,6 +223,40 @@ void stream_set_destroy(struct stream_set *set)
 	free(set);
 }
 
+/*
+ * The device properties a preset layout of set is sized from: the
+ * device's, with max_page_size at most four times the service's
+ * memory_limit (or SERVICE_MIN_PAGE_UNIT, if larger), so that the
+ * largest sliced page (a quarter of it) is no larger than that.  One
+ * small live buffer (or a release the device still uses) keeps its whole
+ * page, and the service may hold four times its limit in all
+ * (service_reserve_cap): on a large device, pages sized to the device
+ * (an H200's largest are 8.8 GB) would let one small buffer take a
+ * 1 GB service past it.  Read at each stream's creation and layout, so
+ * a reloaded limit applies to the streams made after it.
+ */
+void streams_layout_props(const struct stream_set *set,
+			  struct memory_device_properties *out)
+{
+	uint64_t limit = atomic_load(&set->service->memory_limit);
+	uint64_t align = set->props.alignment;
+	uint64_t cap;
+
+	*out = set->props;
+	if (limit == 0 || align == 0)
+		return;
+	if (limit < SERVICE_MIN_PAGE_UNIT)
+		limit = SERVICE_MIN_PAGE_UNIT;
+	if (limit > out->max_page_size / 4)
+		return;
+	cap = (4 * limit) & ~(align - 1);
+	if (cap >= align && cap < out->max_page_size) {
+		out->max_page_size = cap;
+		/* Small buffers on many streams: small pages for them. */
+		out->min_page_size = SERVICE_MIN_PAGE;
+	}
+}
+
 static int stream_create(struct stream_set *set, uint32_t number,
 			 struct stream **out)
 {
@@ -228,9 +276,13 @@ static int stream_create(struct stream_set *set, uint32_t number,
 	rc = d->ops->stream_create(d, &s->ds);
 	if (rc == 0)
 		rc = d->ops->event_create(d, &s->event);
-	if (rc == 0)
-		rc = memory_manager_create(&set->layout, &set->props, &storage,
+	if (rc == 0) {
+		struct memory_device_properties props;
+
+		streams_layout_props(set, &props);
+		rc = memory_manager_create(&set->layout, &props, &storage,
 					   &s->memory);
+	}
 	if (rc == 0) {
 		memory_manager_set_completed(s->memory, &s->completed);
 		rc = drop_queue_create(s->memory,

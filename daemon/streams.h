@@ -128,8 +128,10 @@ struct stream_set {
 	struct module_drop *dropped_modules;	/* unloaded, maybe still running */
 	struct region *released_regions;	/* waiting for their fences */
 	struct memory_configuration layout;
-	struct memory_device_properties props;
+	struct memory_device_properties props;	/* the device's */
 	bool closing;			/* its connection is gone: work drains */
+	/* storage_alloc refused this many bytes for the reserve quota. */
+	uint64_t quota_refused;
 	struct stream_set *next;	/* executor's list of live sets */
 	struct stream_set *prev;
 };
@@ -197,6 +199,14 @@ uint64_t stream_ordered_bound(const struct stream *s);
  * answers how much came off, for a give-back.
  */
 uint64_t stream_take_released(struct stream *s, uint64_t reused);
+/**
+ * The device properties set's preset layouts are sized from: the
+ * device's, with max_page_size cut to four times the service's
+ * memory_limit (at least SERVICE_MIN_PAGE_UNIT), so that no sliced page
+ * is larger than the quota.
+ */
+void streams_layout_props(const struct stream_set *set,
+			  struct memory_device_properties *out);
 /**
  * stream_ordered_held (exact) or stream_ordered_bound summed over the set's
  * streams.

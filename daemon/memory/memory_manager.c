@@ -66,8 +66,8 @@
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
 
-/* SubSlices: rungs are made while the page is at least this large. */
-#define SUBSLICES_MIN_PAGE (32 * MIB)
+/* SubSlices: the smallest page of the ladder is at least this large. */
+#define SUBSLICES_MIN_PAGE (8 * MIB)
 /* ExclusivePages: this many buckets, log-spaced from the smallest. */
 #define EXCLUSIVE_PAGES_BUCKETS 24
 #define EXCLUSIVE_PAGES_SMALLEST (32 * KIB)
@@ -297,6 +297,8 @@ static void preset_subslices(const struct memory_device_properties *props,
 	uint64_t align = props->alignment;
 	uint64_t pages[MEMORY_MAX_POOLS] = { 0 };
 	uint64_t cur = props->max_page_size, page, slice, tail;
+	uint64_t floor = props->min_page_size ? props->min_page_size
+					      : SUBSLICES_MIN_PAGE;
 	size_t n = 0, k;
 
 	/*
@@ -305,7 +307,7 @@ static void preset_subslices(const struct memory_device_properties *props,
 	 */
 	layout_add(layout, (struct memory_pool_options){
 		.kind = MEMORY_POOL_EXCLUSIVE, .max_alloc = 0 });
-	while (cur >= SUBSLICES_MIN_PAGE && n < MEMORY_MAX_POOLS - 2) {
+	while (cur / 4 >= floor && n < MEMORY_MAX_POOLS - 2) {
 		cur /= 4;
 		pages[n++] = align_near(cur, align);
 	}

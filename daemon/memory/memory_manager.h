@@ -39,7 +39,7 @@
 /* How a manager gets and returns device memory. */
 struct memory_storage {
 	int (*alloc)(void *ctx, uint64_t size, uint64_t *ptr);
-	void (*free)(void *ctx, uint64_t ptr);
+	void (*free)(void *ctx, uint64_t ptr, uint64_t size);	/* size: alloc's */
 	void *ctx;
 };
 
@@ -47,6 +47,11 @@ struct memory_storage {
 struct memory_device_properties {
 	uint64_t max_page_size;
 	uint64_t alignment;
+	/*
+	 * The smallest page the SubSlices ladder goes down to (0: 8 MiB):
+	 * each stream that holds a small buffer keeps one such page.
+	 */
+	uint64_t min_page_size;
 };
 
 enum memory_pool_kind {

@@ -50,8 +50,9 @@ static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
 	return 0;
 }
 
-static void storage_free(void *ctx, uint64_t ptr)
+static void storage_free(void *ctx, uint64_t ptr, uint64_t size)
 {
+	(void)size;	/* the header has it */
 	struct pinned_pool *p = ctx;
 	struct pinned_header *h = (struct pinned_header *)(uintptr_t)ptr - 1;
 

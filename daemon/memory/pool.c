@@ -116,7 +116,7 @@ int pool_device_alloc(struct pool *pool, uint64_t size, uint64_t *ptr)
 		return GPUCMD_ENOMEM;
 	if ((addr & pool->align_mask) != 0) {
 		/* Slices would break the alignment promise; refuse the page. */
-		pool->storage.free(pool->storage.ctx, addr);
+		pool->storage.free(pool->storage.ctx, addr, size);
 		return GPUCMD_EDRIVER;
 	}
 	st->usage.bytes_reserved += size;
@@ -131,7 +131,7 @@ int pool_device_alloc(struct pool *pool, uint64_t size, uint64_t *ptr)
 
 void pool_device_free(struct pool *pool, uint64_t ptr, uint64_t size)
 {
-	pool->storage.free(pool->storage.ctx, ptr);
+	pool->storage.free(pool->storage.ctx, ptr, size);
 	pool->stats.usage.bytes_reserved -= size;
 	pool->stats.pages--;
 	if (pool->host)

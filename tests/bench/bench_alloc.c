@@ -56,8 +56,9 @@ static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
 	return d->ops->mem_alloc(d, size, ptr);
 }
 
-static void storage_free(void *ctx, uint64_t ptr)
+static void storage_free(void *ctx, uint64_t ptr, uint64_t size)
 {
+	(void)size;
 	struct driver *d = ctx;
 
 	d->ops->mem_free(d, ptr);

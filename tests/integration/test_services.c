@@ -784,39 +784,85 @@ START_TEST(counters_return_to_zero_after_closing_mid_kernel)
 }
 END_TEST
 
+/* What stream 0 of c holds from the device. */
+static uint64_t stream0_reserved(struct gpucmd_conn *c)
+{
+	struct gpucmd_memory_usage u;
+	struct gpucmd_response *r;
+	struct gpucmd_batch *b;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_memory_usage(b), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 0, &u), 0);
+	gpucmd_response_free(r);
+	return u.bytes_reserved;
+}
+
 /*
- * Pages pinned by a busy release: on each stream, fill two 32M pages of
+ * A service with a quota gets pages scaled to it (streams_layout_props):
+ * on a 2G device, whose pages are 8M, 32M and 128M, a 12M and a 200K
+ * buffer take a 128M and an 8M page; under a 32M quota, a 32M and a 2M
+ * page.
+ */
+START_TEST(pages_scale_to_the_quota)
+{
+	struct gpucmd_conn *u, *p;
+
+	start_with("[daemon]\nhost_memory = 2048M\n"
+		   "[service p]\nmemory_limit = 32M\n");
+	u = connect_as("u");
+	p = connect_as("p");
+	alloc_ok(u, 1, 12 * MIB);
+	alloc_ok(u, 2, 200 * KIB);
+	alloc_ok(p, 1, 12 * MIB);
+	alloc_ok(p, 2, 200 * KIB);
+	ck_assert_uint_eq(stream0_reserved(u), 136 * MIB);
+	ck_assert_uint_eq(stream0_reserved(p), 34 * MIB);
+	ck_assert_uint_eq(row_of(u, "p").bytes_reserved, 34 * MIB);
+	gpucmd_close(p);
+	gpucmd_close(u);
+}
+END_TEST
+
+/*
+ * Pages pinned by busy releases: on each stream, fill two 32M pages of
  * the largest sliced rung (16M + 13M + 2.06M each), release the big
  * slices while the stream is idle (their fences pass at once), then
  * launch a long kernel and release the two 2.06M slices behind it.  The
  * pages are then free but busy until the kernel ends, and the report
- * counts the 2 x 2.06M of each stream as released but still used (it
- * showed nothing once same-stream releases skipped the drop queue).
+ * counts the 2 x 2.06M of each stream as released but still used.
  *
- * Known limit, as before stream-ordered reuse (a review measured the
- * daemon of 510adce alike): the quota counts bytes released, not the pages
- * they pin, as it counts live bytes and not pages; over six streams this
- * 64M service pins 6 x 64M until the kernels end.
+ * The quota counts bytes, and 4.12M a stream is far under it, but each
+ * stream keeps 64M of pages (the layout of a 512M device): over two
+ * connections of six streams each, this 64M service held 12 x 64M, more
+ * than the device, before its device memory was bounded.  Now its streams
+ * stop at 4 x the limit (service_reserve_cap), with an EQUOTA that names
+ * the pages, and another service can allocate the rest of the device while
+ * the kernels run.
  */
-START_TEST(report_counts_releases_that_pin_pages)
+START_TEST(pinned_pages_stay_within_the_reserve_bound)
 {
 	struct gpucmd_arg arg = long_spin();
 	const uint64_t small = 2 * MIB + 64 * KIB;
-	uint64_t held = 0;
-	struct gpucmd_memory_usage u;
-	struct gpucmd_response *r;
-	struct gpucmd_conn *p, *q;
+	struct gpucmd_service_report row;
+	struct gpucmd_conn *p[2], *q;
 	struct gpucmd_batch *b;
-	char msg[1024];
+	uint32_t done = 0, refused = 0;
+	char msg[1024], first[1024] = "";
 	int e;
 
 	start_with("[daemon]\nhost_memory = 512M\n"
 		   "[service p]\nmemory_limit = 64M\n"
 		   "[service q]\nmemory_limit = 512M\n");
-	p = connect_as("p");
+	p[0] = connect_as("p");
+	p[1] = connect_as("p");
 	q = connect_as("q");
-	for (uint32_t s = 0; s < 6; s++) {
-		ck_assert_int_eq(gpucmd_batch_new(p, s, &b), 0);
+	for (uint32_t k = 0; k < 12; k++) {
+		struct gpucmd_conn *c = p[k % 2];
+		uint32_t s = k / 2;
+
+		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
 		for (uint64_t pg = 0; pg < 2; pg++) {
 			ck_assert_int_eq(gpucmd_batch_empty(b, 10 * pg + 1,
 							    16 * MIB), 0);
@@ -826,38 +872,47 @@ START_TEST(report_counts_releases_that_pin_pages)
 							    small), 0);
 		}
 		e = run_code(b, msg, sizeof(msg));
-		ck_assert_msg(e == 0, "stream %u: %s", s, msg);
-		ck_assert_int_eq(gpucmd_batch_new(p, s, &b), 0);
+		if (e != 0) {
+			ck_assert_msg(e == GPUCMD_EQUOTA, "stream %u: %s", s,
+				      msg);
+			if (refused++ == 0)
+				snprintf(first, sizeof(first), "%s", msg);
+			continue;
+		}
+		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
 		for (uint64_t pg = 0; pg < 2; pg++) {
 			ck_assert_int_eq(gpucmd_batch_release(b, 10 * pg + 1), 0);
 			ck_assert_int_eq(gpucmd_batch_release(b, 10 * pg + 2), 0);
 		}
 		gpucmd_response_free(run_ok(b));
-		ck_assert_int_eq(gpucmd_batch_new(p, s, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
 		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
 						     1), 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 3), 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 13), 0);
-		e = run_code(b, msg, sizeof(msg));
-		ck_assert_msg(e == 0, "stream %u: %s", s, msg);
+		gpucmd_response_free(run_ok(b));
+		done++;
 	}
-	/* What every stream of p keeps after an explicit cleanup. */
-	for (uint32_t s = 0; s < 6; s++) {
-		ck_assert_int_eq(gpucmd_batch_new(p, s, &b), 0);
-		ck_assert_int_eq(gpucmd_batch_memory_cleanup(b), 0);
-		ck_assert_int_eq(gpucmd_batch_memory_usage(b), 0);
-		r = run_ok(b);
-		ck_assert_int_eq(gpucmd_response_usage(r, 1, &u), 0);
-		held += u.bytes_reserved;
-		gpucmd_response_free(r);
-	}
-	ck_assert_uint_eq(row_of(p, "p").bytes_released_pending, 12 * small);
-	ck_assert_uint_eq(row_of(p, "p").bytes_in_use, 12 * small);
-	fprintf(stderr, "six streams pin %llu bytes (%.1f x the limit) behind "
-		"their kernels\n", (unsigned long long)held,
-		(double)held / (64.0 * MIB));
+	row = row_of(q, "p");
+	/* 64M of pages a stream: four streams fit in 4 x 64M, no more. */
+	ck_assert_uint_eq(done, 4);
+	ck_assert_uint_eq(refused, 8);
+	ck_assert_uint_le(row.bytes_reserved, 256 * MIB);
+	ck_assert_uint_eq(row.bytes_released_pending, 2 * done * small);
+	ck_assert_uint_eq(row.bytes_in_use, 2 * done * small);
+	ck_assert_uint_eq(row.oom_count, refused);
+	ck_assert_msg(strstr(first, "quota exceeded") != NULL &&
+			      strstr(first, "268435456 bytes of device memory") &&
+			      strstr(first, "memory_limit of 67108864") &&
+			      strstr(first, "0 are live buffers") &&
+			      strstr(first, "use fewer streams"),
+		      "%s", first);
+	/* What p could not take, q can, while p's kernels run. */
+	alloc_ok(q, 1, 120 * MIB);
+	alloc_ok(q, 2, 120 * MIB);
 	gpucmd_close(q);
-	gpucmd_close(p);
+	gpucmd_close(p[1]);
+	gpucmd_close(p[0]);
 }
 END_TEST
 
@@ -996,7 +1051,7 @@ static void pipeline_under_quota(uint32_t nstreams, int lag, int depth, int step
 	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin_us };
 	static const uint64_t base[NB] = { 8 * MIB, 3 * MIB, 1536 * KIB,
 					   512 * KIB, 12 * MIB, 96 * KIB };
-	uint64_t sz[LAGMAX + 1][NB], ids[8], peak_ws = 0, limit;
+	uint64_t sz[LAGMAX + 1][NB], ids[8], peak_ws = 0, limit, peak_res = 0;
 	struct gpucmd_conn *c, *c2;
 	struct gpucmd_batch *b;
 	struct gpucmd_response *r;
@@ -1065,6 +1120,13 @@ static void pipeline_under_quota(uint32_t nstreams, int lag, int depth, int step
 				      (unsigned long long)row.bytes_padding,
 				      (unsigned long long)row.bytes_reserved,
 				      (unsigned long long)row.bytes_released_pending);
+			/* The device memory it holds stays within 4 x. */
+			ck_assert_msg(row.bytes_reserved <= 4 * limit,
+				      "step %d: reserved %llu, limit %llu", step,
+				      (unsigned long long)row.bytes_reserved,
+				      (unsigned long long)limit);
+			if (row.bytes_reserved > peak_res)
+				peak_res = row.bytes_reserved;
 			checks++;
 		}
 		if (refused > 0)
@@ -1097,6 +1159,9 @@ static void pipeline_under_quota(uint32_t nstreams, int lag, int depth, int step
 		ck_assert_uint_eq(row.bytes_released_pending, 0);
 	}
 	gpucmd_close(c2);
+	fprintf(stderr, "pipeline streams=%u lag=%d depth=%d: peak reserved "
+		"%.2f x the limit\n", nstreams, lag, depth,
+		(double)peak_res / (double)limit);
 	ck_assert_msg(refused == 0, "pipeline streams=%u lag=%d depth=%d "
 		      "refused at step %d: %s", nstreams, lag, depth, first,
 		      firstmsg);
@@ -2687,7 +2752,8 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, quota_names_memory_of_closed_connections);
 	tcase_add_test(tc, two_services_share_the_daemon);
 	tcase_add_test(tc, counters_return_to_zero_after_closing_mid_kernel);
-	tcase_add_test(tc, report_counts_releases_that_pin_pages);
+	tcase_add_test(tc, pinned_pages_stay_within_the_reserve_bound);
+	tcase_add_test(tc, pages_scale_to_the_quota);
 	tcase_add_test(tc, quota_ignores_cached_memory);
 	tcase_add_test(tc, small_frames_are_not_charged_the_spare_arena);
 	tcase_add_test(tc, max_streams_per_service);

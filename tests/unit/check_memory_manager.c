@@ -251,7 +251,7 @@ END_TEST
 START_TEST(subslices_layout_24g)
 {
 	struct memory_configuration c = preset(MEMORY_PRESET_SUBSLICES);
-	struct memory_device_properties d24 = { 6 * GIB, ALIGN };
+	struct memory_device_properties d24 = { 6 * GIB, ALIGN, 0 };
 	struct memory_manager *mm = make(&c, &d24);
 	struct memory_pool_report r[16];
 
@@ -263,6 +263,38 @@ START_TEST(subslices_layout_24g)
 	ck_assert_uint_eq(r[4].max_slice, 768 * MIB);
 	ck_assert_uint_eq(r[1].max_slice, 24 * MIB / 16);
 	ck_assert_uint_eq(r[5].page_size, 6 * GIB);
+	finish(mm);
+}
+END_TEST
+
+/*
+ * A service's quota caps the layout (streams_layout_props): 4 x a 32M
+ * limit is a max_page_size of 128M, and min_page_size takes the ladder
+ * down to 2M pages, so small buffers on many streams keep small pages.
+ */
+START_TEST(subslices_layout_min_page)
+{
+	struct memory_configuration c = preset(MEMORY_PRESET_SUBSLICES);
+	struct memory_device_properties capped = { 128 * MIB, ALIGN, 2 * MIB };
+	struct memory_device_properties plain = { 128 * MIB, ALIGN, 0 };
+	struct memory_manager *mm = make(&c, &capped);
+	struct memory_pool_report r[16];
+
+	ck_assert_uint_eq(memory_manager_report(mm, r, 16), 6);
+	ck_assert_uint_eq(r[1].page_size, 2 * MIB);
+	ck_assert_uint_eq(r[1].max_slice, 2 * MIB / 8);
+	ck_assert_uint_eq(r[2].page_size, 8 * MIB);
+	ck_assert_uint_eq(r[2].max_slice, 8 * MIB / 4);
+	ck_assert_uint_eq(r[3].page_size, 32 * MIB);
+	ck_assert_uint_eq(r[3].max_slice, 16 * MIB);
+	ck_assert_int_eq(r[4].kind, MEMORY_POOL_EXCLUSIVE);
+	ck_assert_uint_eq(r[4].page_size, 128 * MIB);
+	finish(mm);
+	/* Without it, the ladder stops at 8M, as before. */
+	mm = make(&c, &plain);
+	ck_assert_uint_eq(memory_manager_report(mm, r, 16), 5);
+	ck_assert_uint_eq(r[1].page_size, 8 * MIB);
+	ck_assert_uint_eq(r[2].page_size, 32 * MIB);
 	finish(mm);
 }
 END_TEST
@@ -1496,6 +1528,7 @@ static Suite *memory_manager_suite(void)
 	tcase_add_test(tc, resolve_normalises);
 	tcase_add_test(tc, subslices_layout_80g);
 	tcase_add_test(tc, subslices_layout_24g);
+	tcase_add_test(tc, subslices_layout_min_page);
 	tcase_add_test(tc, exclusive_pages_layout);
 	suite_add_tcase(s, tc);
 

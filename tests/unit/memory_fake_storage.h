@@ -79,7 +79,7 @@ static inline int fake_storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
 	return 0;
 }
 
-static inline void fake_storage_free(void *ctx, uint64_t ptr)
+static inline void fake_storage_free(void *ctx, uint64_t ptr, uint64_t size)
 {
 	struct fake_storage *fs = ctx;
 	size_t i;
@@ -90,6 +90,10 @@ static inline void fake_storage_free(void *ctx, uint64_t ptr)
 	if (i == fs->nlive)
 		ck_abort_msg("free of unknown device address %#llx",
 			     (unsigned long long)ptr);
+	ck_assert_msg(fs->live[i].size == size,
+		      "free of %#llx with size %llu, allocated with %llu",
+		      (unsigned long long)ptr, (unsigned long long)size,
+		      (unsigned long long)fs->live[i].size);
 	fs->bytes -= fs->live[i].size;
 	if (fs->real)
 		free((void *)(uintptr_t)(fs->misalign ? ptr - 8 : ptr));
