@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,9 @@ struct gpucmd_conn {
 
 /* Microseconds a wait watches the socket before it blocks (spin.h). */
 #define CONN_SPIN_US SPIN_DEFAULT_US
+
+/* Connections of the process not yet closed (conn_none_open). */
+static atomic_int conns_open;
 
 /* Pooled frame buffers unused this long are freed (frame_buf_trim). */
 #define CONN_BUF_IDLE_NS (1000000000ull)
@@ -312,6 +316,8 @@ static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
 		}
 		if (n < 0) {
 			err = -errno;
+			/* Part of the frame is out: the stream is out of step. */
+			*partial = piece > 0 || skip > 0;
 			break;
 		}
 		/* Sent once: the rest of the bytes go without them. */
@@ -347,6 +353,15 @@ static unsigned spin_setting(void)
 	return *end == '\0' && v <= 10000 ? (unsigned)v : CONN_SPIN_US;
 }
 
+/* A frame body that does not decode: GPUCMD_EPROTO, and why in msg. */
+static int bad_body(uint32_t len, char *msg, size_t msg_len)
+{
+	if (msg != NULL)
+		snprintf(msg, msg_len, "the daemon sent a frame body of %u "
+			 "bytes that is not a gpucmd message", len);
+	return GPUCMD_EPROTO;
+}
+
 /*
  * Read one whole frame, its body into *body (grown as needed and kept for
  * the next frame).  Any failure leaves the byte stream at an unknown
@@ -365,6 +380,19 @@ static int read_frame(struct gpucmd_conn *c, uint32_t max_body,
 		return r;
 	frame_header_unpack(head, &hdr);
 	r = frame_header_check(&hdr, max_body, msg, msg_len);
+	if (r == GPUCMD_ELIMIT) {
+		/*
+		 * Not a limit of this side's to respect: a daemon announces no
+		 * more than the protocol allows, so the bytes are not the
+		 * protocol (a runaway length, a stream out of step).
+		 */
+		if (msg != NULL)
+			snprintf(msg, msg_len, "the daemon announced a frame "
+				 "body of %u bytes, over the %u this side "
+				 "accepts: it does not speak the gpucmd protocol",
+				 hdr.length, max_body);
+		r = GPUCMD_EPROTO;
+	}
 	if (r < 0)
 		return r;
 	if (hdr.length >= CONN_OWNED_MIN) {
@@ -385,7 +413,7 @@ static int read_frame(struct gpucmd_conn *c, uint32_t max_body,
 		}
 		f = frame_decode_owned(own, hdr.length);
 		if (f == NULL)
-			return GPUCMD_EPROTO;
+			return bad_body(hdr.length, msg, msg_len);
 		*out = f;
 		return 0;
 	}
@@ -403,7 +431,7 @@ static int read_frame(struct gpucmd_conn *c, uint32_t max_body,
 		return r;
 	f = frame_decode(c->body, hdr.length);
 	if (f == NULL)
-		return GPUCMD_EPROTO;
+		return bad_body(hdr.length, msg, msg_len);
 	*out = f;
 	return 0;
 }
@@ -437,10 +465,14 @@ static int write_frame(struct gpucmd_conn *c, const Gpucmd__Frame *f,
 
 		r = write_pieces(c->fd, &c->out, fds, nfds,
 				 deadline_after(c->timeout_ms), &partial);
-		if (partial)
+		if (partial && r == -ETIMEDOUT)
 			r = conn_fail_why(c, r, "the daemon stopped reading in "
 					  "the middle of a request for longer "
 					  "than the timeout; the connection "
+					  "is closed");
+		else if (partial)
+			r = conn_fail_why(c, r, "sending a request failed after "
+					  "part of it went out; the connection "
 					  "is closed");
 	}
 	trim_buffers(c);
@@ -487,7 +519,10 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 {
 	Gpucmd__Frame *f;
 	struct conn_slot *s;
+	char why[256];
 	int r;
+
+	why[0] = '\0';
 
 	/*
 	 * The receive side accepts up to the protocol's hard ceiling, not the
@@ -508,7 +543,7 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 	}
 	/* A frame has begun (or its bytes wait): it may only stall now. */
 	c->deadline_ns = deadline_ns == 0 ? 0 : stall_deadline(c);
-	r = read_frame(c, FRAME_MAX_BODY, &f, NULL, 0);
+	r = read_frame(c, FRAME_MAX_BODY, &f, why, sizeof(why));
 	c->deadline_ns = 0;
 	trim_buffers(c);
 	if (r == -ETIMEDOUT)
@@ -519,12 +554,16 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 		return conn_fail_why(c, r, "the daemon closed the connection "
 				     "without saying why");
 	if (r < 0)
-		return conn_fail(c, r);
+		return conn_fail_why(c, r, why);
 	switch (f->msg_case) {
 	case GPUCMD__FRAME__MSG_RESPONSE:
 		s = slot_find(c, f->response->id);
-		if (s == NULL || s->frame != NULL)
+		if (s == NULL || s->frame != NULL) {
+			snprintf(why, sizeof(why), "the daemon answered request "
+				 "%llu, which is not outstanding",
+				 (unsigned long long)f->response->id);
 			break;
+		}
 		s->frame = f;
 		if (s->abandoned) {
 			slot_settle(c, s);
@@ -538,11 +577,13 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 		frame_free(f);
 		return r;
 	default:
+		snprintf(why, sizeof(why), "the daemon sent a frame of type %d, "
+			 "which a client never gets", (int)f->msg_case);
 		break;
 	}
 	/* A response nobody asked for, or a frame a client never gets. */
 	frame_free(f);
-	return conn_fail(c, GPUCMD_EPROTO);
+	return conn_fail_why(c, GPUCMD_EPROTO, why);
 }
 
 /*
@@ -957,6 +998,7 @@ GPUCMD_EXTERN int gpucmd_connect_timeout(const char *path,
 		free(c);
 		return r;
 	}
+	atomic_fetch_add(&conns_open, 1);
 	r = connect_unix(c->fd, &sun, c->timeout_ms);
 	if (r == -ETIMEDOUT) {
 		snprintf(msg, msg_len, "connect %s: the daemon did not accept "
@@ -993,9 +1035,16 @@ GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *c)
 	/*
 	 * The process-wide pool of large buffers (frame.c) keeps up to two
 	 * spares, trimmed only when a later frame comes: give them back now,
-	 * or a closed connection leaves up to 128 MiB behind.
+	 * or a closed connection leaves up to 128 MiB behind (and responses
+	 * freed later give theirs back, conn_none_open).
 	 */
+	atomic_fetch_sub(&conns_open, 1);
 	frame_buf_trim(0);
+}
+
+bool conn_none_open(void)
+{
+	return atomic_load_explicit(&conns_open, memory_order_relaxed) == 0;
 }
 
 GPUCMD_EXTERN const struct gpucmd_info *gpucmd_info(const struct gpucmd_conn *c)

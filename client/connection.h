@@ -68,5 +68,10 @@ struct regions *conn_regions(struct gpucmd_conn *conn);
 struct batch_cache *conn_batch_cache(struct gpucmd_conn *conn);
 /** Whether n more requests may be submitted now (max_in_flight). */
 bool conn_has_room(const struct gpucmd_conn *c, size_t n);
+/*
+ * Whether every connection of the process is closed: a response freed then
+ * gives the large-buffer pool back at once (gpucmd_response_free).
+ */
+bool conn_none_open(void);
 /** Remember the daemon's message of a failure (gpucmd_last_message). */
 void conn_set_message(struct gpucmd_conn *conn, const char *msg);

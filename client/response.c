@@ -44,6 +44,9 @@ GPUCMD_EXTERN void gpucmd_response_free(struct gpucmd_response *resp)
 		return;
 	frame_free(resp->frame);
 	free(resp);
+	/* Its buffer went to the pool, which no connection will trim now. */
+	if (conn_none_open())
+		frame_buf_trim(0);
 }
 
 GPUCMD_EXTERN int gpucmd_response_error(const struct gpucmd_response *resp)

@@ -836,6 +836,15 @@ void frame_buf_free(uint8_t *p)
 		free(b);
 }
 
+size_t frame_buf_spares(void)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < FRAME_BUF_SPARES; i++)
+		n += atomic_load(&buf_spare[i]) != NULL;
+	return n;
+}
+
 void frame_buf_trim(uint64_t idle_ns)
 {
 	uint64_t last = atomic_load_explicit(&buf_used_ns, memory_order_relaxed);

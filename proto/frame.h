@@ -151,6 +151,8 @@ Gpucmd__Frame *frame_decode_owned(uint8_t *body, size_t len);
 uint8_t *frame_buf_alloc(size_t len);
 void frame_buf_free(uint8_t *buf);
 void frame_buf_trim(uint64_t idle_ns);
+/** How many spare buffers the pool keeps now (for tests). */
+size_t frame_buf_spares(void);
 /** Like frame_encode, into a frame_buf_alloc buffer. */
 int frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out, size_t *len);
 

@@ -5,6 +5,8 @@
  */
 #include "harness.h"
 
+#include "frame.h"
+
 static const uint32_t GRID[3] = { 8, 1, 1 };
 static const uint32_t BLOCK[3] = { 128, 1, 1 };
 
@@ -480,6 +482,34 @@ START_TEST(transfer_timeout_closes_the_connection)
 END_TEST
 
 /*
+ * A large response freed after its connection closed gives its buffer
+ * back: the pool of large buffers (frame.c) is trimmed only when a frame
+ * is read, and with no connection left none ever is (a review found the
+ * 1 MiB buffer still held at exit).
+ */
+START_TEST(responses_freed_after_close_keep_no_buffers)
+{
+	enum { N = 1 << 20 };
+	struct gpucmd_response *r;
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b;
+	const void *got;
+	size_t len;
+
+	c = connect_as("timeouts");
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, N), 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, N), 0);
+	ck_assert_int_eq(gpucmd_run(b, &r), 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &got, &len), 0);
+	ck_assert_uint_eq(len, N);
+	gpucmd_close(c);
+	gpucmd_response_free(r);
+	ck_assert_uint_eq(frame_buf_spares(), 0);
+}
+END_TEST
+
+/*
  * A timeout of 0 looks at what has arrived: a reply already in the socket
  * is collected whole, even one larger than a read-ahead and with the
  * watch before blocking off ($GPUCMD_SPIN_US=0).
@@ -676,6 +706,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, transfer_timeout_closes_the_connection);
 	tcase_add_test(tc, connect_timeout_on_a_silent_listener);
 	tcase_add_test(tc, zero_timeout_collects_what_arrived);
+	tcase_add_test(tc, responses_freed_after_close_keep_no_buffers);
 	tcase_add_test(tc, abandoned_answers_give_their_places_back);
 	tcase_add_test(tc, send_timeout_on_a_stopped_daemon);
 	suite_add_tcase(s, tc);
