@@ -1960,15 +1960,28 @@ static int print_request(struct exec *x, const struct group *g,
  */
 static int unanswered(struct exec *x, const struct op *op, int err)
 {
-	char what[32];
+	char what[32], msg[320];
+	const char *why = NULL;
 	int status;
 
+	/* What the daemon said when it closed the connection, if it did. */
+	if (x->conn != NULL && gpucmd_conn_error(x->conn, &why) == 0)
+		why = NULL;
+	if (err == GPUCMD_EDISCONNECTED && why != NULL && why[0] != '\0' &&
+	    strncmp(why, "the daemon closed", 17) != 0 &&
+	    strcmp(why, gpucmd_strerror(err)) != 0)
+		snprintf(msg, sizeof(msg), "the daemon closed the connection: %s",
+			 why);
+	else
+		snprintf(msg, sizeof(msg), "%s",
+			 err == GPUCMD_EDISCONNECTED ?
+			 "the daemon closed the connection" :
+			 gpucmd_strerror(err));
 	if (x->json)
-		json_error(op, err, err == GPUCMD_EDISCONNECTED ?
-			   "the daemon closed the connection" :
-			   gpucmd_strerror(err));
+		json_error(op, err, msg);
 	snprintf(what, sizeof(what), "script line %u", op->line);
-	status = tool_fail(what, err);
+	status = tool_fail_why(what, err, err == GPUCMD_EDISCONNECTED ? why
+								    : NULL);
 	if (err == GPUCMD_ELIMIT)
 		fprintf(stderr, "gpucmd: the request is over max_frame_bytes; "
 			"split the group with submit\n");

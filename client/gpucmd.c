@@ -333,6 +333,13 @@ int tool_fail_why(const char *what, int code, const char *why)
 	if (why != NULL && why[0] != '\0' && code != GPUCMD_EDISCONNECTED)
 		fprintf(stderr, "gpucmd: %s: %s (%s)\n", what, why,
 			gpucmd_errname(code));
+	else if (code == GPUCMD_EDISCONNECTED && why != NULL &&
+		 why[0] != '\0' &&
+		 strncmp(why, "the daemon closed", 17) != 0 &&
+		 strcmp(why, gpucmd_strerror(code)) != 0)
+		/* The daemon's reason: evicted by whom, shutting down... */
+		fprintf(stderr, "gpucmd: %s: the daemon closed the connection: "
+			"%s\n", what, why);
 	else if (code == GPUCMD_EDISCONNECTED)
 		fprintf(stderr, "gpucmd: %s: the daemon closed the connection\n",
 			what);

@@ -237,38 +237,48 @@ static int set_ids(struct load_state *st, const char *name, const char *v,
 	return 1;
 }
 
+/*
+ * A key of a [service NAME] section, or of [services] with its default_
+ * prefix (key is then the whole key as written, name without the prefix):
+ * messages name the key the file has.
+ */
 static int service_key(struct load_state *st, struct config_service *svc,
-		       const char *name, const char *v)
+		       const char *key, const char *name, const char *v)
 {
 	if (strcmp(name, "memory_limit") == 0) {
 		svc->set |= CONFIG_SET_MEMORY_LIMIT;
-		return set_size(st, name, v, 0, &svc->memory_limit);
+		return set_size(st, key, v, 0, &svc->memory_limit);
 	}
 	if (strcmp(name, "region_limit") == 0) {
 		svc->set |= CONFIG_SET_REGION_LIMIT;
-		return set_size(st, name, v, 0, &svc->region_limit);
+		return set_size(st, key, v, 0, &svc->region_limit);
 	}
 	if (strcmp(name, "max_streams") == 0) {
 		svc->set |= CONFIG_SET_MAX_STREAMS;
-		return set_u32(st, name, v, 1, 64, &svc->max_streams);
+		return set_u32(st, key, v, 1, 64, &svc->max_streams);
 	}
 	if (strcmp(name, "max_modules") == 0) {
 		svc->set |= CONFIG_SET_MAX_MODULES;
-		return set_u32(st, name, v, 0, CONFIG_MAX_MODULES_MAX,
+		return set_u32(st, key, v, 0, CONFIG_MAX_MODULES_MAX,
 			       &svc->max_modules);
 	}
 	if (strcmp(name, "weight") == 0) {
 		svc->set |= CONFIG_SET_WEIGHT;
-		return set_u32(st, name, v, 1, 1000, &svc->weight);
+		return set_u32(st, key, v, 1, 1000, &svc->weight);
 	}
 	if (strcmp(name, "uids") == 0) {
 		svc->set |= CONFIG_SET_UIDS;
-		return set_ids(st, name, v, false, svc->uids, &svc->nuids);
+		return set_ids(st, key, v, false, svc->uids, &svc->nuids);
 	}
 	if (strcmp(name, "gids") == 0) {
 		svc->set |= CONFIG_SET_GIDS;
-		return set_ids(st, name, v, true, svc->gids, &svc->ngids);
+		return set_ids(st, key, v, true, svc->gids, &svc->ngids);
 	}
+	if (key != name)
+		return bad(st, "unknown key '%s' in [services] (unknown, "
+			   "default_memory_limit, default_region_limit, "
+			   "default_max_streams, default_max_modules, "
+			   "default_weight, default_uids, default_gids)", key);
 	return bad(st, "unknown key '%s' in a service section (memory_limit, "
 		   "region_limit, max_streams, max_modules, weight, uids, "
 		   "gids)", name);
@@ -566,12 +576,12 @@ static int handle_key(void *user, const char *section, const char *name,
 			return 1;
 		}
 		if (strncmp(name, "default_", 8) == 0)
-			return service_key(st, &cfg->default_service,
+			return service_key(st, &cfg->default_service, name,
 					   name + 8, v);
 		return bad(st, "unknown key '%s' in [services] (unknown, "
 			   "default_memory_limit, default_region_limit, "
 			   "default_max_streams, default_max_modules, "
-			   "default_weight)", name);
+			   "default_weight, default_uids, default_gids)", name);
 	}
 	if (strncmp(section, "service #", 9) == 0) {
 		struct config_service *svc = section_service(st, section);
@@ -582,7 +592,7 @@ static int handle_key(void *user, const char *section, const char *name,
 				   "service name (1 to 63 letters, digits, '.', "
 				   "'_', '-')", st->invalid, st->invalid);
 		}
-		return service_key(st, svc, name, v);
+		return service_key(st, svc, name, name, v);
 	}
 	return bad(st, "unknown section [%s] (daemon, limits, services, "
 		   "service NAME)", section);

@@ -584,6 +584,48 @@ static int64_t resolve_admin_gid(const struct config *cfg)
 	return g->gr_gid;
 }
 
+/*
+ * Keys of the file that a reload cannot take (gpucmdd.conf(5), RELOADING):
+ * say which ones changed, so that an operator who edited one and reloaded
+ * is not left thinking it applies.
+ */
+static void warn_restart_keys(const struct config *run,
+			      const struct config *next)
+{
+	char keys[256] = "";
+	size_t n = 0;
+	const struct {
+		bool changed;
+		const char *name;
+	} k[] = {
+		{ strcmp(run->socket_path, next->socket_path) != 0, "socket" },
+		{ run->socket_mode != next->socket_mode, "socket_mode" },
+		{ strcmp(run->socket_group, next->socket_group) != 0,
+		  "socket_group" },
+		{ run->backend != next->backend, "backend" },
+		{ run->device != next->device, "device" },
+		{ run->host_memory != next->host_memory, "host_memory" },
+		{ run->pinned_memory != next->pinned_memory, "pinned_memory" },
+		{ run->log_level != next->log_level, "log_level" },
+		{ strcmp(run->layout, next->layout) != 0, "layout" },
+		{ run->spin_us != next->spin_us, "spin_us" },
+		{ run->host_stream_nice != next->host_stream_nice,
+		  "host_stream_nice" },
+	};
+
+	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
+		if (k[i].changed && n < sizeof(keys))
+			n += (size_t)snprintf(keys + n, sizeof(keys) - n,
+					      "%s%s", n ? ", " : "",
+					      k[i].name);
+	if (n != 0)
+		log_warn("reload: [daemon] %s changed in %s, but only a restart "
+			 "applies %s; the daemon keeps running with the old "
+			 "value%s", keys, run->path,
+			 strchr(keys, ',') ? "them" : "it",
+			 strchr(keys, ',') ? "s" : "");
+}
+
 int server_reload(struct server *srv)
 {
 	struct config next;
@@ -604,6 +646,7 @@ int server_reload(struct server *srv)
 	 * Only what can change under live connections is taken; the socket,
 	 * backend and device need a restart.
 	 */
+	warn_restart_keys(&srv->cfg, &next);
 	srv->cfg.limits = next.limits;
 	srv->cfg.unknown_services = next.unknown_services;
 	srv->cfg.default_service = next.default_service;

@@ -618,6 +618,13 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	if (atomic_load(&svc->max_streams) != 0 &&
 	    atomic_load(&svc->max_streams) < lim.max_streams)
 		lim.max_streams = atomic_load(&svc->max_streams);
+	/*
+	 * The connection keeps the stream limit it is welcomed with: a
+	 * reload's max_streams is for connections opened after it
+	 * (gpucmdd.conf(5), RELOADING), however long this one waits before
+	 * its first request.
+	 */
+	s->econn.limits.max_streams = lim.max_streams;
 	lim.max_ops_per_batch = srv->cfg.limits.max_ops_per_batch;
 	lim.max_frame_bytes = srv->cfg.limits.max_frame_bytes;
 	lim.max_in_flight = srv->cfg.limits.max_in_flight;
@@ -943,11 +950,8 @@ static bool stream_known(const struct session *s, uint32_t number)
 static void note_stream(struct session *s, uint32_t number)
 {
 	if (s->max_streams == 0) {
-		uint32_t svc_max = atomic_load(&s->econn.service->max_streams);
-
+		/* The service's limit is in it since the Welcome. */
 		s->max_streams = s->econn.limits.max_streams;
-		if (svc_max != 0 && svc_max < s->max_streams)
-			s->max_streams = svc_max;
 		if (s->max_streams > 64)
 			s->max_streams = 64;
 	}

@@ -87,12 +87,12 @@ int stream_set_create(struct driver *d, struct service *svc,
 	set->driver = d;
 	set->service = svc;
 	set->connection_id = connection_id;
+	/*
+	 * lim is the connection's, service limit included, as its Welcome
+	 * said: a reload since then does not change it.
+	 */
 	set->max_streams = lim->max_streams < STREAMS_MAX ? lim->max_streams
 							  : STREAMS_MAX;
-	/* A service may have a tighter stream limit than the daemon. */
-	if (atomic_load(&svc->max_streams) != 0 &&
-	    atomic_load(&svc->max_streams) < set->max_streams)
-		set->max_streams = atomic_load(&svc->max_streams);
 	set->layout = *layout;
 	set->props.max_page_size = d->props.max_page_size;
 	set->props.alignment = d->props.alignment;

@@ -173,6 +173,35 @@ err=$(printf 'empty a 8\nread a 0 8 elem=4\n' | g exec 2>&1 >/dev/null)
 case "$err" in *"<stdin>:2:12: a layout needs shape="*) ;;
 *) fail "elem= without shape=: $err" ;; esac
 
+# 9b. a connection the daemon ends says why: an evicted exec names the
+# eviction (gpucmd(1), evict: "their next request fails with
+# GPUCMD_EDISCONNECTED"), in text and in --json, and exits 69
+for json in "" --json; do
+	(printf 'empty a 16\nkernel spin u32:3000000\nsync\n' |
+		g --service victim exec $json >"$dir/ev.out" 2>"$dir/ev.err"
+	echo $? >"$dir/ev.rc") &
+	victim=$!
+	i=0
+	until g memory-report --service victim >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ $i -gt 500 ] && fail "the victim never connected"
+		sleep 0.02
+	done
+	out=$(g evict victim) || fail "evict exited $?"
+	[ "$out" = "evicted 1 connection" ] || fail "evict printed '$out'"
+	wait "$victim"
+	[ "$(cat "$dir/ev.rc")" -eq 69 ] ||
+		fail "evicted exec$json exited $(cat "$dir/ev.rc"), not 69"
+	grep -q "the daemon closed the connection: evicted by connection" \
+		"$dir/ev.err" ||
+		fail "evicted exec$json does not say it was evicted: $(cat "$dir/ev.err")"
+	if [ -n "$json" ]; then
+		grep -q '"error":"GPUCMD_EDISCONNECTED".*evicted by connection' \
+			"$dir/ev.out" ||
+			fail "exec --json record of an eviction: $(cat "$dir/ev.out")"
+	fi
+done
+
 # 10. SIGTERM: a clean exit 0
 kill -TERM "$pid"
 wait "$pid"

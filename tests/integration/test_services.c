@@ -2252,6 +2252,83 @@ START_TEST(sighup_keeps_command_line_flags)
 }
 END_TEST
 
+/*
+ * gpucmdd.conf(5), RELOADING: "a service's max_streams, like [limits]
+ * max_streams, applies to its connections opened after the reload".  A
+ * connection welcomed with 4 streams that sends its first request only
+ * after a reload to 1 keeps its 4, and the next connection gets 1.
+ */
+START_TEST(sighup_max_streams_spares_open_connections)
+{
+	struct gpucmd_conn *c, *fresh;
+	struct gpucmd_batch *b;
+	int reloads;
+
+	start_with("[service s]\nmax_streams = 4\n");
+	c = connect_as("s");	/* Welcome only: no request yet */
+	ck_assert_uint_eq(gpucmd_info(c)->max_streams, 4);
+
+	reloads = harness_log_count("reloaded");
+	conf_write("[service s]\nmax_streams = 1\n");
+	kill(the_daemon.pid, SIGHUP);
+	harness_wait_log("reloaded", reloads);
+
+	for (uint32_t s = 0; s < 4; s++) {
+		struct gpucmd_response *r = NULL;
+
+		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
+		gpucmd_batch_ping(b);
+		ck_assert_int_eq(gpucmd_run(b, &r), 0);
+		ck_assert_msg(gpucmd_response_error(r) == 0,
+			      "stream %u of a connection welcomed with "
+			      "max_streams 4, opened before the reload to 1: "
+			      "%s (%s)", s,
+			      gpucmd_errname(gpucmd_response_error(r)),
+			      gpucmd_response_message(r));
+		gpucmd_response_free(r);
+	}
+	fresh = connect_as("s");
+	ck_assert_uint_eq(gpucmd_info(fresh)->max_streams, 1);
+	ping_ok(fresh);
+	ck_assert_int_eq(gpucmd_batch_new(fresh, 1, &b), 0);
+	gpucmd_batch_ping(b);
+	expect_fail(b, 0, GPUCMD_ELIMIT, "limit of 1");
+	gpucmd_close(fresh);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
+ * gpucmdd.conf(5), RELOADING: the other [daemon] keys need a restart.  A
+ * reload that finds one of them changed says so in the log, naming them,
+ * rather than reporting "reloaded" alone as if the edit had been applied;
+ * a reload that changes none of them says nothing about a restart.
+ */
+START_TEST(sighup_names_keys_that_need_a_restart)
+{
+	int reloads, warned;
+
+	start_with("[daemon]\nspin_us = 50\n[service x]\nweight = 1\n");
+	warned = harness_log_count("only a restart");
+
+	reloads = harness_log_count("reloaded");
+	conf_write("[daemon]\nspin_us = 50\n[service x]\nweight = 2\n");
+	kill(the_daemon.pid, SIGHUP);
+	harness_wait_log("reloaded", reloads);
+	ck_assert_int_eq(harness_log_count("only a restart"), warned);
+
+	reloads = harness_log_count("reloaded");
+	conf_write("[daemon]\nspin_us = 10\nlayout = exclusive\n"
+		   "[service x]\nweight = 2\n");
+	kill(the_daemon.pid, SIGHUP);
+	harness_wait_log("reloaded", reloads);
+	ck_assert_msg(harness_log_count("only a restart") == warned + 1,
+		      "a reload that changed spin_us and layout did not say "
+		      "that they need a restart (%s)", the_daemon.log);
+	ck_assert_int_eq(harness_log_count("layout, spin_us changed"), 1);
+}
+END_TEST
+
 /* ---- --check-config and a bad file at start ------------------------------- */
 
 /*
@@ -2790,6 +2867,8 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, sighup_applies_new_defaults_to_unlisted_services);
 	tcase_add_test(tc, sighup_removed_key_returns_to_its_default);
 	tcase_add_test(tc, sighup_keeps_command_line_flags);
+	tcase_add_test(tc, sighup_max_streams_spares_open_connections);
+	tcase_add_test(tc, sighup_names_keys_that_need_a_restart);
 	tcase_add_test(tc, check_config_good_and_bad);
 	tcase_add_test(tc, invalid_config_at_start_is_an_error);
 	suite_add_tcase(s, tc);

@@ -942,6 +942,13 @@ START_TEST(unknown_sections_and_keys)
 		   "unknown key 'max_conections' in [limits]");
 	expect_bad("[services]\nunknown = allow\ndefault_colour = red\n", 3,
 		   "unknown key");
+	/* [services] keys are named as the file has them, default_ and all. */
+	expect_bad("[services]\ndefault_memory_limt = 1M\n", 2,
+		   "unknown key 'default_memory_limt' in [services]");
+	expect_bad("[services]\ndefault_memory_limit = lots\n", 2,
+		   "default_memory_limit = lots");
+	expect_bad("[services]\ndefault_uids = nosuchuser-gpucmd\n", 2,
+		   "default_uids: no user named");
 	expect_bad("[services]\nmemory_limit = 1M\n", 2,
 		   "unknown key 'memory_limit' in [services]");
 	expect_bad("[services]\nregion_limit = 1M\n", 2,
