@@ -46,8 +46,8 @@ static void status_text(const struct gpucmd_status *st,
 	       tool_size(st->bytes_reserved, 0, b, sizeof(b)));
 	printf("this client  service %s (id %u), connection %" PRIu64 "\n",
 	       in->service, in->service_id, in->connection_id);
-	printf("limits       memory %s, regions %s, %u streams, "
-	       "%u ops per batch, %s per frame, %u in flight\n",
+	printf("limits       memory %s, regions %s, streams %u, "
+	       "ops per batch %u, frame %s, in flight %u\n",
 	       in->memory_limit != 0 ?
 		       tool_size(in->memory_limit, 0, a, sizeof(a)) :
 		       "unlimited",

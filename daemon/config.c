@@ -594,6 +594,10 @@ static int handle_key(void *user, const char *section, const char *name,
 		}
 		return service_key(st, svc, name, name, v);
 	}
+	if (section[0] == '\0')
+		return bad(st, "'%s' comes before any section: put it under "
+			   "[daemon], [limits], [services] or [service NAME]",
+			   name);
 	return bad(st, "unknown section [%s] (daemon, limits, services, "
 		   "service NAME)", section);
 }

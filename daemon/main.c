@@ -68,6 +68,7 @@ struct early_args {
 	bool config_given;
 	bool check_only;
 	bool probe;
+	bool bad;	/* an option getopt refused: a usage error first */
 };
 
 static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -125,6 +126,8 @@ static void early_args(int argc, char **argv, struct early_args *e)
 			e->check_only = true;
 		} else if (c == OPT_PROBE) {
 			e->probe = true;
+		} else if (c == '?' || c == ':') {
+			e->bad = true;
 		}
 	}
 	opterr = 1;
@@ -394,7 +397,8 @@ int main(int argc, char **argv)
 
 	config_defaults(&cfg);
 	early_args(argc, argv, &early);
-	rc = load_file(&early, &cfg);
+	/* A bad command line is reported as such, before any file. */
+	rc = early.bad ? parse_args(argc, argv, &cfg) : load_file(&early, &cfg);
 	/*
 	 * A file that does not load stops the daemon as a usage error (2):
 	 * the units do not restart it (RestartPreventExitStatus=2), since
@@ -403,7 +407,7 @@ int main(int argc, char **argv)
 	 */
 	if (rc != 0 && !early.check_only)
 		rc = 2;
-	if (rc == 0)
+	if (rc == 0 && !early.bad)
 		rc = parse_args(argc, argv, &cfg);
 	if (early.check_only) {
 		if (rc == 0)

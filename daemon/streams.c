@@ -312,10 +312,10 @@ int streams_get(struct stream_set *set, uint32_t number, struct stream **out,
 	}
 	if (set->nstreams >= set->max_streams) {
 		snprintf(msg, msg_len,
-			 "stream %u would be this connection's stream number "
-			 "%u, over the limit of %u streams per connection "
-			 "(max_streams): reuse a stream number",
-			 number, set->nstreams + 1, set->max_streams);
+			 "stream %u would be a new stream, and this connection "
+			 "has streams up to its limit of %u (max_streams): "
+			 "reuse one of its stream numbers",
+			 number, set->max_streams);
 		return GPUCMD_ELIMIT;
 	}
 	rc = stream_create(set, number, &s);

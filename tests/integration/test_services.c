@@ -2491,6 +2491,17 @@ START_TEST(invalid_config_at_start_is_an_error)
 	ck_assert_msg(rc == 2, "gpucmdd on a missing --config exited %d", rc);
 	ck_assert_msg(strstr(err, missing) != NULL, "stderr: %s", err);
 	ck_assert_msg(stat(sock, &st) != 0, "it listened on %s anyway", sock);
+
+	/*
+	 * A bad flag is a usage error (2) even when the file is missing: it
+	 * was reported as the missing file (1) under --check-config.
+	 */
+	rc = run_gpucmdd(out, sizeof(out), err, sizeof(err), "--check-config",
+			 "--config", missing, "--bogus", NULL);
+	ck_assert_msg(rc == 2, "--check-config --bogus exited %d (%s)", rc,
+		      err);
+	ck_assert_msg(strstr(err, "--bogus") != NULL &&
+			      strstr(err, missing) == NULL, "stderr: %s", err);
 }
 END_TEST
 

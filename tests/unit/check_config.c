@@ -933,7 +933,7 @@ START_TEST(unknown_sections_and_keys)
 {
 	expect_bad2("[daemon]\nsocket_mode = 0660\n\n[bogus]\nx = 1\n", 4, 5,
 		    "unknown section [bogus]");
-	expect_bad("key_before_any_section = 1\n", 1, "unknown section");
+	expect_bad("key_before_any_section = 1\n", 1, "'key_before_any_section' comes before any section: put it under [daemon]");
 	expect_bad2("[servicex]\nweight = 1\n", 1, 2, "unknown section [servicex]");
 	expect_bad2("[service]\nweight = 1\n", 1, 2, "unknown section [service]");
 	expect_bad("[daemon]\nbackend = host\nsockett = /x\n", 3,
