@@ -45,6 +45,8 @@ void config_defaults(struct config *cfg)
 	cfg->unknown_services = CONFIG_UNKNOWN_ALLOW;
 	cfg->default_service.weight = 1;
 	cfg->default_service.max_modules = CONFIG_DEFAULT_MAX_MODULES;
+	cfg->default_service.max_bytes_in_flight =
+		CONFIG_DEFAULT_SERVICE_BYTES_IN_FLIGHT;
 }
 
 int config_backend_parse(const char *s)
@@ -266,6 +268,10 @@ static int service_key(struct load_state *st, struct config_service *svc,
 		svc->set |= CONFIG_SET_WEIGHT;
 		return set_u32(st, key, v, 1, 1000, &svc->weight);
 	}
+	if (strcmp(name, "max_bytes_in_flight") == 0) {
+		svc->set |= CONFIG_SET_BYTES_IN_FLIGHT;
+		return set_size(st, key, v, 0, &svc->max_bytes_in_flight);
+	}
 	if (strcmp(name, "uids") == 0) {
 		svc->set |= CONFIG_SET_UIDS;
 		return set_ids(st, key, v, false, svc->uids, &svc->nuids);
@@ -278,10 +284,11 @@ static int service_key(struct load_state *st, struct config_service *svc,
 		return bad(st, "unknown key '%s' in [services] (unknown, "
 			   "default_memory_limit, default_region_limit, "
 			   "default_max_streams, default_max_modules, "
-			   "default_weight, default_uids, default_gids)", key);
+			   "default_weight, default_max_bytes_in_flight, "
+			   "default_uids, default_gids)", key);
 	return bad(st, "unknown key '%s' in a service section (memory_limit, "
-		   "region_limit, max_streams, max_modules, weight, uids, "
-		   "gids)", name);
+		   "region_limit, max_streams, max_modules, weight, "
+		   "max_bytes_in_flight, uids, gids)", name);
 }
 
 /* The service a "[service #N]" header (see read_line) stands for. */
@@ -447,6 +454,8 @@ static void apply_service_defaults(struct config *cfg)
 			svc->max_modules = d->max_modules;
 		if (!(svc->set & CONFIG_SET_WEIGHT))
 			svc->weight = d->weight;
+		if (!(svc->set & CONFIG_SET_BYTES_IN_FLIGHT))
+			svc->max_bytes_in_flight = d->max_bytes_in_flight;
 		/*
 		 * Who may connect is one rule: a section that names its
 		 * users or its groups replaces both defaults, or a section
@@ -581,7 +590,8 @@ static int handle_key(void *user, const char *section, const char *name,
 		return bad(st, "unknown key '%s' in [services] (unknown, "
 			   "default_memory_limit, default_region_limit, "
 			   "default_max_streams, default_max_modules, "
-			   "default_weight, default_uids, default_gids)", name);
+			   "default_weight, default_max_bytes_in_flight, "
+			   "default_uids, default_gids)", name);
 	}
 	if (strncmp(section, "service #", 9) == 0) {
 		struct config_service *svc = section_service(st, section);

@@ -48,6 +48,7 @@ struct config_service {
 	uint32_t max_streams;		/* 0 = the daemon's limit */
 	uint32_t max_modules;		/* loaded at once, 0 = built-ins only */
 	uint32_t weight;		/* share of the device thread, 1..1000 */
+	uint64_t max_bytes_in_flight;	/* all its connections, 0 = none */
 	uint32_t nuids;
 	uint32_t ngids;
 	uint32_t uids[CONFIG_MAX_IDS];	/* who may connect as it (empty: anyone) */
@@ -62,6 +63,15 @@ struct config_service {
 #define CONFIG_SET_GIDS 16u
 #define CONFIG_SET_REGION_LIMIT 32u
 #define CONFIG_SET_MAX_MODULES 64u
+#define CONFIG_SET_BYTES_IN_FLIGHT 128u
+
+/*
+ * Default [services] default_max_bytes_in_flight: what all the connections
+ * of one service may hold in the daemon at once (each also keeps to
+ * [limits] max_bytes_in_flight).  Without it, a client opening many
+ * connections could make the daemon hold max_connections x 256M.
+ */
+#define CONFIG_DEFAULT_SERVICE_BYTES_IN_FLIGHT (1ull << 30)
 
 /*
  * Default [services] default_max_modules: distinct modules a service keeps

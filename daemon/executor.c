@@ -220,6 +220,8 @@ static void post_reply(struct executor *ex, struct batch *b, uint8_t *buf,
 	if (completed) {
 		atomic_fetch_add_explicit(&b->conn->bytes_done, b->cost,
 					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&b->conn->service->bytes_done,
+					  b->cost, memory_order_relaxed);
 		b->cost = 0;
 	}
 	ex->cb.reply(b->conn->conn, buf, len, pieces, completed, ex->cb.arg);

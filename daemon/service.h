@@ -19,6 +19,7 @@
 #include "config.h"
 
 struct batch;
+struct session;
 
 #define SERVICE_NAME_MAX 63
 #define SERVICE_MAX 1024
@@ -38,6 +39,7 @@ struct service {
 	atomic_uint max_streams;		/* 0 = the daemon's limit */
 	atomic_uint max_modules;		/* loaded at once, 0 = none */
 	atomic_uint weight;			/* batches per scheduling round */
+	atomic_uint_fast64_t max_bytes_in_flight; /* all its connections */
 	atomic_bool listed;			/* a section of the file named it */
 	atomic_uint connections;
 	/*
@@ -47,6 +49,16 @@ struct service {
 	 * is their number, for the report and max_modules.
 	 */
 	atomic_uint modules;
+	/*
+	 * Its connections' requests held in the daemon, against
+	 * max_bytes_in_flight: the loop adds each request's cost at submit,
+	 * the device thread the costs of completed batches to bytes_done.
+	 * Sessions whose next frame waits for the service's budget are on
+	 * budget_waiters (loop thread; session.c).
+	 */
+	uint64_t bytes_submitted;		/* loop thread */
+	atomic_uint_fast64_t bytes_done;
+	struct session *budget_waiters;		/* loop thread */
 	/* Device thread only. */
 	struct batch *queue_head;	/* batches waiting for their turn */
 	struct batch **queue_tail;

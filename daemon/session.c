@@ -351,6 +351,18 @@ static void on_closed(uv_handle_t *h)
 	free(s);
 }
 
+/* Take s off its service's budget_waiters, if it is there. */
+static void budget_unwait(struct session *s)
+{
+	if (s->budget_pprev == NULL)
+		return;
+	*s->budget_pprev = s->budget_next;
+	if (s->budget_next != NULL)
+		s->budget_next->budget_pprev = s->budget_pprev;
+	s->budget_next = NULL;
+	s->budget_pprev = NULL;
+}
+
 /* Close the socket once the executor no longer refers to the session. */
 static void maybe_free(struct session *s)
 {
@@ -404,6 +416,7 @@ void session_close(struct session *s, const char *why)
 			 (unsigned long long)s->id, s->peer, why);
 	}
 	s->state = SESSION_CLOSING;
+	budget_unwait(s);
 	stop_reading(s);
 	if (s->device_open &&
 	    executor_close(s->server->ex, &s->econn) != 0) {
@@ -458,20 +471,57 @@ static uint64_t bytes_in_flight(const struct session *s)
 }
 
 /*
- * Whether a frame of len body bytes must wait in the socket for earlier
- * batches to complete: they hold max_bytes_in_flight, or would with it.
- * A request alone always goes, whatever its size.
+ * Whether a frame of len body bytes would take what the connection's
+ * service holds in the daemon past the service's max_bytes_in_flight
+ * (all its connections together).  The service's first request always
+ * goes, whatever its size.
  */
-static bool over_byte_budget(const struct session *s, uint32_t len)
+static bool over_service_budget(const struct session *s, uint32_t len)
 {
+	struct service *svc = s->econn.service;
+	uint64_t limit = atomic_load_explicit(&svc->max_bytes_in_flight,
+					      memory_order_relaxed);
 	uint64_t held;
 
-	if (s->state != SESSION_READY || s->in_flight == 0)
+	if (limit == 0)
+		return false;
+	held = svc->bytes_submitted -
+	       atomic_load_explicit(&svc->bytes_done, memory_order_relaxed);
+	return held > 0 && held + FRAME_HEADER_SIZE + len > limit;
+}
+
+/*
+ * Whether a frame of len body bytes must wait in the socket for earlier
+ * batches to complete: the connection's hold max_bytes_in_flight, or would
+ * with it (a request alone always goes, whatever its size), or its
+ * service's do (over_service_budget: the session then waits on the
+ * service's budget_waiters, for any of its connections' batches).
+ */
+static bool over_byte_budget(struct session *s, uint32_t len)
+{
+	struct service *svc;
+	uint64_t held;
+
+	if (s->state != SESSION_READY)
 		return false;
 	held = bytes_in_flight(s);
-	return held > 0 && held + FRAME_HEADER_SIZE + len >
-				   s->server->cfg.limits.max_bytes_in_flight;
+	if (s->in_flight > 0 && held > 0 &&
+	    held + FRAME_HEADER_SIZE + len >
+		    s->server->cfg.limits.max_bytes_in_flight)
+		return true;
+	if (!over_service_budget(s, len))
+		return false;
+	svc = s->econn.service;
+	if (s->budget_pprev == NULL) {
+		s->budget_next = svc->budget_waiters;
+		if (s->budget_next != NULL)
+			s->budget_next->budget_pprev = &s->budget_next;
+		svc->budget_waiters = s;
+		s->budget_pprev = &svc->budget_waiters;
+	}
+	return true;
 }
+
 
 /* Whether the session may take more requests now. */
 static bool may_take_more(const struct session *s)
@@ -501,6 +551,42 @@ void session_drain(struct session *s)
 
 static void parse_frames(struct session *s);
 
+/*
+ * A batch of svc completed: the sessions waiting for its budget look at
+ * their next frame again (and wait again if it is still over).  Each gets
+ * one look; a session that waits again goes on a fresh list.
+ */
+static void wake_budget_waiters(struct service *svc)
+{
+	struct session *w = svc->budget_waiters;
+
+	if (w == NULL)
+		return;
+	svc->budget_waiters = NULL;
+	/*
+	 * The list is detached, but a session on it may still be closed in
+	 * the loop (an evict in another's frame): budget_unwait then takes
+	 * it out through its pprev, which for the head points at w, the
+	 * head, and for the next one at next.
+	 */
+	w->budget_pprev = &w;
+	while (w != NULL) {
+		struct session *next = w->budget_next;
+
+		w->budget_next = NULL;
+		w->budget_pprev = NULL;
+		if (next != NULL)
+			next->budget_pprev = &next;
+		if (w->state != SESSION_CLOSING && !w->draining &&
+		    w->in_flight < w->server->cfg.limits.max_in_flight) {
+			parse_frames(w);
+			if (w->state != SESSION_CLOSING && may_take_more(w))
+				resume_reading(w);
+		}
+		w = next;
+	}
+}
+
 void session_reply(struct session *s, uint8_t *buf, size_t len,
 		   struct reply_pieces *pieces, bool completed)
 {
@@ -517,9 +603,7 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
 	if (s->draining) {
 		if (s->in_flight == 0)
 			session_close(s, "the daemon is shutting down");
-		return;
-	}
-	if (s->in_flight < s->server->cfg.limits.max_in_flight) {
+	} else if (s->in_flight < s->server->cfg.limits.max_in_flight) {
 		/*
 		 * Whole frames read ahead wait in rbuf for their turn, and a
 		 * frame over the byte budget in the socket.
@@ -528,6 +612,9 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
 		if (s->state != SESSION_CLOSING && may_take_more(s))
 			resume_reading(s);
 	}
+	/* The service's budget has room again for its other connections. */
+	if (s->econn.service != NULL)
+		wake_budget_waiters(s->econn.service);
 }
 
 static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
@@ -1179,6 +1266,7 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 	}
 	s->in_flight++;
 	s->bytes_submitted += cost;
+	s->econn.service->bytes_submitted += cost;
 	/* Watch for the reply only when it can come within the spin. */
 	if (nops <= SPIN_REPLY_MAX_OPS)
 		server_spin(s->server);

@@ -105,6 +105,9 @@ struct session {
 	 */
 	uint64_t bytes_submitted;
 	bool budget_wait;		/* the next frame waits for that */
+	/* On its service's budget_waiters (the service's budget is full). */
+	struct session *budget_next;
+	struct session **budget_pprev;	/* NULL: not on the list */
 	/*
 	 * A request whose modules compile on libuv's pool (module.h): the
 	 * connection's later frames wait in rbuf until it is submitted.

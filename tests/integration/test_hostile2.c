@@ -2628,6 +2628,89 @@ START_TEST(decoded_size_counts_against_the_byte_budget)
 }
 END_TEST
 
+static void setup_service_budget_4m(void)
+{
+	setup_config("[service many]\nmax_bytes_in_flight = 4M\n");
+}
+
+/*
+ * A service's connections together keep to its max_bytes_in_flight: eight
+ * connections of one service, each behind its own 1.5 s kernel, offer four
+ * inline writes of 1 MiB each.  Each connection alone is far under the
+ * daemon's per-connection budget (256M), so the daemon used to take all
+ * 32 MiB; under the service's 4M it takes the first few and leaves the
+ * rest in the sockets (what the sockets themselves hold counts in sent),
+ * while another service is answered.  Once the kernels have run, every
+ * write lands, in order.
+ */
+START_TEST(connections_of_a_service_share_its_byte_budget)
+{
+	enum { NC = 8, NW = 4, MIB = 1 << 20 };
+	struct raw_spin spin;
+	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+	Gpucmd__Op oe = GPUCMD__OP__INIT, ow = GPUCMD__OP__INIT;
+	uint8_t *head = NULL, *writes = NULL, *data = malloc(MIB);
+	size_t head_len = 0, writes_len = 0, sent[NC], total = 0;
+	int fd[NC], other = raw_connect();
+	Gpucmd__Frame *r;
+
+	ck_assert_ptr_nonnull(data);
+	memset(data, 'w', MIB);
+	raw_hello(other, "bystander");
+	e.handle = 1;
+	e.size = MIB;
+	oe.op_case = GPUCMD__OP__OP_EMPTY;
+	oe.empty = &e;
+	append_op(&head, &head_len, 1, 0, &oe);
+	append_op(&head, &head_len, 2, 0, raw_spin_op(&spin, 1500000));
+	w.handle = 1;
+	w.data.len = MIB;
+	w.data.data = data;
+	ow.op_case = GPUCMD__OP__OP_WRITE;
+	ow.write = &w;
+	for (int i = 0; i < NW; i++)
+		append_op(&writes, &writes_len, 10 + (uint64_t)i, 0, &ow);
+	for (int k = 0; k < NC; k++) {
+		fd[k] = raw_connect();
+		raw_hello(fd[k], "many");
+		send_all(fd[k], head, head_len);
+		for (uint64_t want = 1; want <= 2; want++) {
+			r = recv_frame(fd[k]);
+			ck_assert_ptr_nonnull(r);
+			ck_assert_uint_eq(r->response->id, want);
+			ck_assert_ptr_null(r->response->error);
+			frame_free(r);
+		}
+	}
+	/* Offer every connection's writes for 100 ms, never blocking. */
+	for (int k = 0; k < NC; k++) {
+		sent[k] = offer(fd[k], writes, writes_len, 100);
+		total += sent[k];
+	}
+	ck_assert_msg(total < 12u * MIB,
+		      "the daemon took %zu bytes from %d connections of a "
+		      "service whose max_bytes_in_flight is 4M", total, NC);
+	raw_ping(other, 7);
+	for (int k = 0; k < NC; k++)
+		send_all(fd[k], writes + sent[k], writes_len - sent[k]);
+	for (int k = 0; k < NC; k++) {
+		for (uint64_t want = 10; want < 10 + NW; want++) {
+			r = recv_frame(fd[k]);
+			ck_assert_ptr_nonnull(r);
+			ck_assert_uint_eq(r->response->id, want);
+			ck_assert_ptr_null(r->response->error);
+			frame_free(r);
+		}
+		close(fd[k]);
+	}
+	free(head);
+	free(writes);
+	free(data);
+	close(other);
+}
+END_TEST
+
 /*
  * Descriptors belong to the frame whose sendmsg carried them.  A memfd
  * sent with a ping used to wait in the connection's queue and be taken by
@@ -2767,6 +2850,15 @@ static Suite *make_suite(void)
 		tcase_set_timeout(bd, 60);
 		tcase_add_test(bd, decoded_size_counts_against_the_byte_budget);
 		suite_add_tcase(s, bd);
+	}
+	{
+		TCase *bs = tcase_create("budget_service");
+
+		tcase_add_checked_fixture(bs, setup_service_budget_4m,
+					  teardown);
+		tcase_set_timeout(bs, 60);
+		tcase_add_test(bs, connections_of_a_service_share_its_byte_budget);
+		suite_add_tcase(s, bs);
 	}
 
 	tcase_add_checked_fixture(pin, setup_pinned, teardown);

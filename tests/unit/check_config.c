@@ -858,6 +858,44 @@ START_TEST(max_modules_range_and_inheritance)
 END_TEST
 
 /*
+ * max_bytes_in_flight of a service (all its connections): default 1G,
+ * [services] default_max_bytes_in_flight for the services that do not set
+ * it, 0 for no bound.
+ */
+START_TEST(service_bytes_in_flight_and_inheritance)
+{
+	struct config cfg;
+
+	load_ok(&cfg,
+		"[service early]\n"
+		"weight = 2\n"
+		"[services]\n"
+		"default_max_bytes_in_flight = 2G\n"
+		"[service none]\n"
+		"max_bytes_in_flight = 0\n"
+		"[service small]\n"
+		"max_bytes_in_flight = 64M\n");
+	ck_assert_uint_eq(cfg.default_service.max_bytes_in_flight, 2ull << 30);
+	ck_assert_uint_eq(
+		config_find_service(&cfg, "early")->max_bytes_in_flight,
+		2ull << 30);
+	ck_assert_uint_eq(
+		config_find_service(&cfg, "none")->max_bytes_in_flight, 0);
+	ck_assert_uint_eq(
+		config_find_service(&cfg, "small")->max_bytes_in_flight,
+		64ull << 20);
+	config_free(&cfg);
+	load_ok(&cfg, "[service plain]\nweight = 1\n");
+	ck_assert_uint_eq(
+		config_find_service(&cfg, "plain")->max_bytes_in_flight,
+		1ull << 30);
+	config_free(&cfg);
+	expect_bad("[service x]\nmax_bytes_in_flight = lots\n", 2,
+		   "max_bytes_in_flight");
+}
+END_TEST
+
+/*
  * "[service idle]" with no keys declares a service with the default limits:
  * under "unknown = refuse" it is the way to admit a service without
  * changing anything else.
@@ -1233,6 +1271,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, socket_mode_empty_is_refused);
 	tcase_add_test(tc, ids_out_of_range_are_refused);
 	tcase_add_test(tc, max_modules_range_and_inheritance);
+	tcase_add_test(tc, service_bytes_in_flight_and_inheritance);
 	tcase_add_test(tc, missing_file_is_enoent);
 	tcase_add_test(tc, directory_is_not_a_config_file);
 	tcase_add_test(tc, failed_load_keeps_the_previous_config);
