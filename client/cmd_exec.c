@@ -36,9 +36,12 @@
 #include <stddef.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cmd.h"
 
@@ -1613,22 +1616,73 @@ static int build_requests(struct exec *x, struct group *g,
 	return 0;
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/*
+ * Wait for rq's answer.  On a terminal (and without --json), a wait of
+ * more than a second shows on stderr what it waits for and for how long,
+ * redrawn each second and erased when the answer comes: a long kernel or
+ * a large transfer does not look like a hung command.  The wait keeps to
+ * --timeout all the same.
+ */
+static int wait_shown(struct exec *x, const struct op *op,
+		      struct request *rq)
+{
+	int limit = x->opts->timeout_ms;
+	uint64_t start = now_ms();
+	bool shown = false;
+	int r;
+
+	if (x->json || !isatty(STDERR_FILENO))
+		return gpucmd_wait(x->conn, rq->id, &rq->resp);
+	for (;;) {
+		uint64_t spent = now_ms() - start;
+		int slice = 1000;
+
+		if (limit >= 0 && spent >= (uint64_t)limit) {
+			r = -ETIMEDOUT;
+			break;
+		}
+		if (limit >= 0 && (uint64_t)limit - spent < 1000u)
+			slice = (int)((uint64_t)limit - spent);
+		r = gpucmd_wait_timeout(x->conn, rq->id, slice, &rq->resp);
+		/* A look that found nothing leaves the connection as it was. */
+		if (r != -ETIMEDOUT || gpucmd_conn_error(x->conn, NULL) != 0)
+			break;
+		fprintf(stderr, "\rgpucmd: waiting for script line %u (%s): "
+			"%" PRIu64 " s ", op->line, op_names[op->kind],
+			(now_ms() - start) / 1000u);
+		shown = true;
+	}
+	if (shown)
+		fprintf(stderr, "\r\033[K");
+	return r;
+}
+
 /*
  * After a wait timed out (--timeout) the daemon is taken as gone: the
  * requests after it are neither sent nor waited for, and fail the same.
  */
-static void wait_request(struct exec *x, struct request *rq, int *timed_out)
+static void wait_request(struct exec *x, const struct group *g,
+			 struct request *rq, int *timed_out)
 {
 	if (rq->err == 0 && *timed_out)
 		rq->err = -ETIMEDOUT;
 	if (rq->err == 0)
-		rq->err = gpucmd_wait(x->conn, rq->id, &rq->resp);
+		rq->err = wait_shown(x, &g->ops[rq->first + rq->n - 1], rq);
 	if (rq->err == -ETIMEDOUT)
 		*timed_out = 1;
 }
 
 /* Send the requests pipelined, at most max_in_flight outstanding. */
-static void send_requests(struct exec *x, struct request *req, size_t nreq)
+static void send_requests(struct exec *x, const struct group *g,
+			  struct request *req, size_t nreq)
 {
 	uint32_t max = gpucmd_info(x->conn)->max_in_flight;
 	size_t waited = 0;
@@ -1636,7 +1690,7 @@ static void send_requests(struct exec *x, struct request *req, size_t nreq)
 
 	for (size_t k = 0; k < nreq; k++) {
 		while (max > 0 && k - waited >= max)
-			wait_request(x, &req[waited++], &timed_out);
+			wait_request(x, g, &req[waited++], &timed_out);
 		if (timed_out) {
 			gpucmd_batch_free(req[k].batch);
 			req[k].err = -ETIMEDOUT;
@@ -1648,7 +1702,7 @@ static void send_requests(struct exec *x, struct request *req, size_t nreq)
 		req[k].batch = NULL;
 	}
 	while (waited < nreq)
-		wait_request(x, &req[waited++], &timed_out);
+		wait_request(x, g, &req[waited++], &timed_out);
 }
 
 static void json_head(const struct op *op)
@@ -2145,7 +2199,7 @@ static int run_group(struct exec *x, struct group *g)
 	if (status == 0)
 		status = build_requests(x, g, req, nreq);
 	if (status == 0) {
-		send_requests(x, req, nreq);
+		send_requests(x, g, req, nreq);
 		for (size_t k = 0; k < nreq; k++) {
 			int r = req[k].err != 0 ?
 					unanswered(x, &g->ops[req[k].first],

@@ -202,6 +202,21 @@ for json in "" --json; do
 	fi
 done
 
+# 9c. a long wait shows on a terminal what it waits for, and is erased
+# (gpucmd(1), exec); with stderr not a terminal nothing is added
+printf 'kernel spin grid=1 block=1 u32:2200000\nsync\n' >"$dir/long.gs"
+if command -v script >/dev/null 2>&1; then
+	script -qec "\"$BUILD/gpucmd\" --socket \"$sock\" exec \"$dir/long.gs\"" \
+		"$dir/long.tty" >/dev/null 2>&1 </dev/null ||
+		fail "exec on a terminal exited $?"
+	grep -q "waiting for script line 2 (sync): 1 s" "$dir/long.tty" ||
+		fail "no progress on a terminal: $(cat -v "$dir/long.tty")"
+	grep -q "$(printf '\033')\[K" "$dir/long.tty" ||
+		fail "the progress line is not erased: $(cat -v "$dir/long.tty")"
+fi
+g exec "$dir/long.gs" >/dev/null 2>"$dir/long.err" || fail "exec exited $?"
+[ ! -s "$dir/long.err" ] || fail "progress without a terminal: $(cat "$dir/long.err")"
+
 # 10. SIGTERM: a clean exit 0
 kill -TERM "$pid"
 wait "$pid"
