@@ -617,33 +617,23 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
 		wake_budget_waiters(s->econn.service);
 }
 
-static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
+/*
+ * The service hello asks to join, when the peer may: created if new.  NULL
+ * after refusing the connection with the reason.
+ */
+static struct service *join(struct session *s, const Gpucmd__Hello *hello,
+			    bool admin)
 {
-	struct server *srv = s->server;
-	const struct driver_properties *p = executor_properties(srv->ex);
-	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
-	Gpucmd__Welcome w = GPUCMD__WELCOME__INIT;
-	Gpucmd__DeviceInfo dev = GPUCMD__DEVICE_INFO__INIT;
-	Gpucmd__Limits lim = GPUCMD__LIMITS__INIT;
-	const struct config *cfg = &srv->cfg;
+	const struct config *cfg = &s->server->cfg;
 	const struct config_service *cs;
 	struct service *svc;
-	bool admin = session_is_admin(s);
 
-	if (hello->protocol_version != GPUCMD_PROTOCOL_VERSION) {
-		session_refuse(s, GPUCMD_EVERSION,
-			       "protocol version %u is not supported; this "
-			       "gpucmdd speaks %u: use a matching libgpucmd",
-			       hello->protocol_version,
-			       GPUCMD_PROTOCOL_VERSION);
-		return;
-	}
 	if (service_name_check(hello->service) != 0) {
 		session_refuse(s, GPUCMD_EINVAL,
 			       "service name '%.80s' is not valid: use 1 to %d "
 			       "letters, digits, '.', '_' or '-'",
 			       hello->service, SERVICE_NAME_MAX);
-		return;
+		return NULL;
 	}
 	cs = config_find_service(cfg, hello->service);
 	if (cs == NULL) {
@@ -655,7 +645,7 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 				       hello->service, hello->service,
 				       cfg->path[0] ? cfg->path
 						    : CONFIG_DEFAULT_PATH);
-			return;
+			return NULL;
 		}
 		cs = &cfg->default_service;
 	}
@@ -668,27 +658,51 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 			       (unsigned)s->uid, (unsigned)s->gid,
 			       hello->service,
 			       cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH);
-		return;
+		return NULL;
 	}
 	svc = service_get(hello->service, cs);
-	if (svc == NULL) {
+	if (svc == NULL)
 		session_refuse(s, GPUCMD_ELIMIT,
 			       "too many services: the daemon knows %d already",
 			       SERVICE_MAX);
+	return svc;
+}
+
+static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
+{
+	struct server *srv = s->server;
+	const struct driver_properties *p = executor_properties(srv->ex);
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Welcome w = GPUCMD__WELCOME__INIT;
+	Gpucmd__DeviceInfo dev = GPUCMD__DEVICE_INFO__INIT;
+	Gpucmd__Limits lim = GPUCMD__LIMITS__INIT;
+	const char *client = hello->client_name[0] ? hello->client_name
+						   : "unnamed client";
+	struct service *svc;
+	bool admin = session_is_admin(s);
+
+	if (hello->protocol_version != GPUCMD_PROTOCOL_VERSION) {
+		session_refuse(s, GPUCMD_EVERSION,
+			       "protocol version %u is not supported; this "
+			       "gpucmdd speaks %u: use a matching libgpucmd",
+			       hello->protocol_version,
+			       GPUCMD_PROTOCOL_VERSION);
 		return;
 	}
+	svc = join(s, hello, admin);
+	if (svc == NULL)
+		return;
 	atomic_fetch_add(&svc->connections, 1);
 	s->econn.conn = s;
 	s->econn.service = svc;
 	s->econn.id = s->id;
 	s->econn.admin = admin;
-	s->econn.limits = cfg->limits;
+	s->econn.limits = srv->cfg.limits;
 	s->state = SESSION_READY;
 	s->device_open = true;
 	log_info("connection %llu (%s, %s) joined service %s (id %u)",
-		 (unsigned long long)s->id, s->peer,
-		 hello->client_name[0] ? hello->client_name : "unnamed client",
-		 svc->name, svc->id);
+		 (unsigned long long)s->id, s->peer, client, svc->name,
+		 svc->id);
 
 	dev.name = (char *)p->name;
 	dev.backend = (char *)p->backend;
