@@ -995,11 +995,16 @@ static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 	st->usage = arena_alloc(b, sizeof(*st->usage));
 	if (st->device == NULL || st->usage == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
-	/* A tenant sees its own service; admins see the daemon. */
+	/*
+	 * A tenant sees its own service; admins see the daemon's services,
+	 * not the observers that look at them (service.h).
+	 */
 	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
 		struct memory_usage u;
 
 		if (!b->conn->admin && set->service != b->conn->service)
+			continue;
+		if (set->service->observer)
 			continue;
 		streams_usage(set, &u);
 		total.allocations += u.allocations;

@@ -15,6 +15,17 @@ static struct service *registry_head;
 static struct service **registry_tail = &registry_head;
 static uint32_t registry_count;
 
+/*
+ * Limits of none: no quota, no modules (loads are refused to observers
+ * anyway), the daemon's stream limit; weight 1 like any service, or the
+ * executor's rounds would never serve its batches.
+ */
+static struct service observers = {
+	.name = "(observer)",
+	.observer = true,
+	.weight = 1,
+};
+
 int service_name_check(const char *name)
 {
 	size_t n = strlen(name);
@@ -54,6 +65,11 @@ bool service_allows(const struct config_service *cs, uint32_t uid,
 			if (cs->gids[i] == gids[j])
 				return true;
 	return false;
+}
+
+struct service *service_observers(void)
+{
+	return &observers;
 }
 
 struct service *service_get(const char *name,

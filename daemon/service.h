@@ -6,6 +6,13 @@
  * report are per service.  Services live until the daemon exits (so the
  * report can show a service's peak and OOM count after its clients left).
  *
+ * An admin's observer connection (Hello.observe) joins none of them: it
+ * speaks for service_observers(), one object outside the registry, so that
+ * nothing that walks the services (reports, status, SIGHUP) sees it, and
+ * nothing that follows a connection's service finds NULL.  Observers may
+ * only read reports and run admin ops (session.c refuses the rest), so it
+ * is never charged.
+ *
  * Threads: services are created on the loop thread (at Hello) and read on
  * the device thread; the registry list is guarded by a mutex.  `connections`
  * is atomic; the memory counters are written by the device thread only.
@@ -41,6 +48,7 @@ struct service {
 	atomic_uint weight;			/* batches per scheduling round */
 	atomic_uint_fast64_t max_bytes_in_flight; /* all its connections */
 	atomic_bool listed;			/* a section of the file named it */
+	bool observer;			/* service_observers(), fixed */
 	atomic_uint connections;
 	/*
 	 * Distinct modules of the daemon's cache the service keeps loaded:
@@ -119,6 +127,12 @@ int service_name_check(const char *name);
  */
 struct service *service_get(const char *name,
 			    const struct config_service *limits);
+/**
+ * The service of admins' observer connections: not in the registry (no id,
+ * no row in any report, not counted), named "(observer)" for the logs,
+ * which no real service can be called; it lives as long as the process.
+ */
+struct service *service_observers(void);
 /** Set svc's limits (at start and on SIGHUP). */
 void service_apply(struct service *svc, const struct config_service *limits);
 /**

@@ -689,8 +689,17 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 			       GPUCMD_PROTOCOL_VERSION);
 		return;
 	}
-	svc = join(s, hello, admin);
-	if (svc == NULL)
+	/*
+	 * An admin who only reads reports and runs admin ops (observe: the
+	 * gpucmd reports, evict and cleanup ask for it) joins no service.
+	 * Joining the one its Hello names would create it, and the admin
+	 * would then read it, with one connection nobody configured, in the
+	 * very report it came for.  Anyone else joins as always: observing
+	 * is only for those who may see every service.
+	 */
+	if (hello->observe && admin)
+		svc = service_observers();
+	else if ((svc = join(s, hello, admin)) == NULL)
 		return;
 	atomic_fetch_add(&svc->connections, 1);
 	s->econn.conn = s;
@@ -700,9 +709,13 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	s->econn.limits = srv->cfg.limits;
 	s->state = SESSION_READY;
 	s->device_open = true;
-	log_info("connection %llu (%s, %s) joined service %s (id %u)",
-		 (unsigned long long)s->id, s->peer, client, svc->name,
-		 svc->id);
+	if (svc->observer)
+		log_info("connection %llu (%s, %s) observes: an admin in no "
+			 "service", (unsigned long long)s->id, s->peer, client);
+	else
+		log_info("connection %llu (%s, %s) joined service %s (id %u)",
+			 (unsigned long long)s->id, s->peer, client, svc->name,
+			 svc->id);
 
 	dev.name = (char *)p->name;
 	dev.backend = (char *)p->backend;
@@ -731,8 +744,9 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	lim.max_in_flight = srv->cfg.limits.max_in_flight;
 	lim.max_handles = srv->cfg.limits.max_handles;
 	w.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	/* An observer's: id 0 and no name, which no real service has. */
 	w.service_id = svc->id;
-	w.service = svc->name;
+	w.service = svc->observer ? "" : svc->name;
 	w.connection_id = s->id;
 	w.device = &dev;
 	w.limits = &lim;
@@ -1318,6 +1332,70 @@ static uint64_t request_cost(const struct session *s,
 	return FRAME_HEADER_SIZE + len + frame_held_bytes(frame) + reads;
 }
 
+/*
+ * May an observer run op?  Reads (ping, sync, status, the reports) and the
+ * admin ops that act on a service by name; nothing that allocates,
+ * launches, maps or loads, whose memory would belong to no service.
+ */
+static bool observer_may(const Gpucmd__Op *op)
+{
+	switch (op->op_case) {
+	case GPUCMD__OP__OP_PING:
+	case GPUCMD__OP__OP_SYNC:
+	case GPUCMD__OP__OP_STATUS:
+	case GPUCMD__OP__OP_MEMORY_REPORT:
+	case GPUCMD__OP__OP_MEMORY_USAGE:
+	case GPUCMD__OP__OP_STREAM_REPORT:
+	case GPUCMD__OP__OP_EVICT:
+		return true;
+	case GPUCMD__OP__OP_CLEANUP:
+		/* "" is the caller's own service, and an observer has none. */
+		return op->cleanup != NULL && op->cleanup->service[0] != '\0';
+	default:
+		return false;
+	}
+}
+
+/*
+ * Refuse, unrun, a request of an observer connection with an op it may not
+ * run: true when it was.  Before anything reaches the device thread, so
+ * the observer's device state never holds memory.
+ */
+static bool observer_refuses(struct session *s, const Gpucmd__Request *req)
+{
+	const ProtobufCFieldDescriptor *fd;
+	const Gpucmd__Op *op = NULL;
+	char msg[400];
+	size_t i;
+
+	for (i = 0; i < req->n_ops; i++) {
+		op = req->ops[i];
+		if (op != NULL && !observer_may(op))
+			break;
+	}
+	if (i == req->n_ops)
+		return false;
+	fd = protobuf_c_message_descriptor_get_field(&gpucmd__op__descriptor,
+						     op->op_case);
+	if (op->op_case == GPUCMD__OP__OP_CLEANUP)
+		snprintf(msg, sizeof(msg),
+			 "op %zu (cleanup) names no service, and an observer "
+			 "connection speaks for none: name the service to "
+			 "clean up",
+			 i);
+	else
+		snprintf(msg, sizeof(msg),
+			 "op %zu (%s) is refused: an observer connection may "
+			 "only read reports and status (ping, sync, status, "
+			 "memory_report, memory_usage, stream_report) and run "
+			 "admin ops (evict, cleanup of a named service); "
+			 "connect as a service (a Hello without observe) to "
+			 "allocate, copy, launch, map regions or load modules",
+			 i, fd != NULL ? fd->name : "unknown");
+	refuse_unrun(s, req->id, attach_count(req), GPUCMD_EPERM, msg);
+	return true;
+}
+
 static void handle_request(struct session *s, Gpucmd__Frame *frame,
 			   size_t len)
 {
@@ -1328,6 +1406,10 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame,
 	uint64_t cost;
 	int rc;
 
+	if (s->econn.service->observer && observer_refuses(s, req)) {
+		frame_free(frame);
+		return;
+	}
 	if (req->n_ops == 1 && req->ops[0] != NULL &&
 	    req->ops[0]->op_case == GPUCMD__OP__OP_EVICT) {
 		handle_evict(s, req->id, req->ops[0]->evict);

@@ -3,8 +3,9 @@
  *
  * A session reads frames off its socket (header first, length checked
  * against max_frame_bytes before a byte of body is allocated), runs the
- * Hello/Welcome handshake, and hands each Request to the executor.  It writes
- * the responses the executor sends back, in whatever order they come
+ * Hello/Welcome handshake (which joins a service, or for an admin who asks
+ * to observe, none: service.h), and hands each Request to the executor.  It
+ * writes the responses the executor sends back, in whatever order they come
  * (clients match them by id).
  *
  * Limits: a session stops reading while max_in_flight of its batches are
