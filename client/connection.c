@@ -40,6 +40,8 @@
 
 /* The service a connection speaks for when the caller names none. */
 #define CONN_DEFAULT_SERVICE "default"
+/* The GPUCMD_CONNECT_* flags this library knows. */
+#define CONN_FLAGS ((unsigned)GPUCMD_CONNECT_OBSERVE)
 
 /* A region_release op of a request: its index and the region. */
 struct conn_release {
@@ -879,8 +881,8 @@ static void info_from_welcome(struct gpucmd_info *info,
 }
 
 /* Send Hello and read the answer: Welcome, or an Error that says why not. */
-static int handshake(struct gpucmd_conn *c, const char *service, char *msg,
-		     size_t msg_len)
+static int handshake(struct gpucmd_conn *c, const char *service,
+		     unsigned flags, char *msg, size_t msg_len)
 {
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
@@ -893,6 +895,7 @@ static int handshake(struct gpucmd_conn *c, const char *service, char *msg,
 	hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
 	hello.service = (char *)service;
 	hello.client_name = name;
+	hello.observe = (flags & GPUCMD_CONNECT_OBSERVE) != 0;
 	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
 	f.hello = &hello;
 	r = write_frame(c, &f, FRAME_DEFAULT_MAX_BODY, NULL, 0);
@@ -962,6 +965,23 @@ GPUCMD_EXTERN int gpucmd_connect_timeout(const char *path,
 					 struct gpucmd_conn **out, char *msg,
 					 size_t msg_len)
 {
+	return gpucmd_connect_flags(path, service, timeout_ms, 0, out, msg,
+				    msg_len);
+}
+
+/*
+ * The API has no options struct, so the ways to connect grow by flags on
+ * one entry point: gpucmd_connect and gpucmd_connect_timeout keep their
+ * signatures, and a program states what it wants in the call, not through
+ * the environment (which its children would inherit).  Observing is public
+ * because any admin tool (an exporter polling memory reports) has the
+ * gpucmd tool's reason to join no service.
+ */
+GPUCMD_EXTERN int gpucmd_connect_flags(const char *path, const char *service,
+				       int timeout_ms, unsigned flags,
+				       struct gpucmd_conn **out, char *msg,
+				       size_t msg_len)
+{
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	struct gpucmd_conn *c;
 	char dummy[1];
@@ -976,6 +996,11 @@ GPUCMD_EXTERN int gpucmd_connect_timeout(const char *path,
 		service = CONN_DEFAULT_SERVICE;
 	if (out == NULL) {
 		snprintf(msg, msg_len, "no place for the connection");
+		return GPUCMD_EINVAL;
+	}
+	if ((flags & ~CONN_FLAGS) != 0) {
+		snprintf(msg, msg_len, "connect flags 0x%x are not known to "
+			 "this libgpucmd", flags & ~CONN_FLAGS);
 		return GPUCMD_EINVAL;
 	}
 	if (strlen(path) >= sizeof(sun.sun_path)) {
@@ -1006,7 +1031,7 @@ GPUCMD_EXTERN int gpucmd_connect_timeout(const char *path,
 	} else if (r < 0) {
 		snprintf(msg, msg_len, "connect %s: %s", path, strerror(-r));
 	} else {
-		r = handshake(c, service, msg, msg_len);
+		r = handshake(c, service, flags, msg, msg_len);
 	}
 	if (r < 0) {
 		gpucmd_close(c);

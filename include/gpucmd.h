@@ -125,6 +125,26 @@ GPUCMD_EXTERN int gpucmd_connect_timeout(const char *socket_path,
 					 const char *service, int timeout_ms,
 					 struct gpucmd_conn **out, char *msg,
 					 size_t msg_len);
+/* Flags of gpucmd_connect_flags. */
+enum gpucmd_connect_flag {
+	/*
+	 * Only read reports and status and run admin calls (gpucmd_evict,
+	 * gpucmd_cleanup naming a service).  An admin then joins no service:
+	 * none is created, none lists it, and gpucmd_info says service_id 0
+	 * and service "".  Its batches may hold only those ops; others fail
+	 * with GPUCMD_EPERM.  Anyone else joins service as without the flag.
+	 */
+	GPUCMD_CONNECT_OBSERVE = 1 << 0,
+};
+
+/*
+ * gpucmd_connect_timeout with flags, GPUCMD_CONNECT_* or'ed (0: the same
+ * as gpucmd_connect_timeout).  Unknown flags are GPUCMD_EINVAL.
+ */
+GPUCMD_EXTERN int gpucmd_connect_flags(const char *socket_path,
+				       const char *service, int timeout_ms,
+				       unsigned flags, struct gpucmd_conn **out,
+				       char *msg, size_t msg_len);
 /*
  * How long each wait on conn may block (-1, the default: for ever): a
  * gpucmd_wait or gpucmd_run, and the calls built on them, that gets no
@@ -648,8 +668,9 @@ GPUCMD_EXTERN void gpucmd_report_free(struct gpucmd_report *r);
 GPUCMD_EXTERN int gpucmd_evict(struct gpucmd_conn *conn, const char *service,
 			       uint64_t connection_id, uint64_t *count);
 /*
- * Return the free memory of service (NULL or "": the caller's own; another
- * needs an admin) to the device; *bytes gets how much went back.
+ * Return the free memory of service (NULL or "": the caller's own, which
+ * an observer has not: GPUCMD_EPERM; another needs an admin) to the
+ * device; *bytes gets how much went back.
  */
 GPUCMD_EXTERN int gpucmd_cleanup(struct gpucmd_conn *conn, const char *service,
 				 uint64_t *bytes);

@@ -1991,6 +1991,217 @@ START_TEST(admin_group_members_are_admins)
 }
 END_TEST
 
+/* ---- observers ----------------------------------------------------------- */
+
+/* Connect with Hello.observe, naming service (which an admin does not join). */
+static int try_observe(const char *service, struct gpucmd_conn **c, char *msg,
+		       size_t msg_len)
+{
+	*c = NULL;
+	msg[0] = '\0';
+	return gpucmd_connect_flags(the_daemon.sock, service, -1,
+				    GPUCMD_CONNECT_OBSERVE, c, msg, msg_len);
+}
+
+static struct gpucmd_conn *observe_as(const char *service)
+{
+	struct gpucmd_conn *c;
+	char msg[512];
+
+	ck_assert_msg(try_observe(service, &c, msg, sizeof(msg)) == 0,
+		      "observe naming %s: %s", service, msg);
+	return c;
+}
+
+/*
+ * An admin who only looks (gpucmd memory-report, services, status) joins
+ * no service: the service its Hello names is neither created nor joined,
+ * so the report it reads, and its totals, hold exactly what the tenants
+ * hold.  A plain Hello, which is what every older client sends, still
+ * joins the service it names.
+ */
+START_TEST(admin_observer_joins_no_service)
+{
+	struct gpucmd_conn *held, *obs, *obs_held, *plain;
+	struct gpucmd_report *rep = NULL;
+	const struct gpucmd_service_report *row;
+	struct gpucmd_status st;
+
+	start_with("[service held]\n");
+	held = connect_as("held");
+	alloc_ok(held, 1, 1000);
+	obs = observe_as("default");
+	ck_assert_uint_eq(gpucmd_info(obs)->service_id, 0);
+	ck_assert_str_eq(gpucmd_info(obs)->service, "");
+	/* Naming a service that exists does not join it either. */
+	obs_held = observe_as("held");
+	ck_assert_uint_eq(gpucmd_info(obs_held)->service_id, 0);
+	ping_ok(obs_held);
+
+	ck_assert_int_eq(gpucmd_memory_report(obs, &rep), 0);
+	ck_assert_msg(find_service(rep, "default") == NULL,
+		      "the observer's report lists service 'default'");
+	ck_assert_uint_eq(rep->nservices, 1);
+	row = find_service(rep, "held");
+	ck_assert_ptr_nonnull(row);
+	ck_assert_uint_eq(row->connections, 1);
+	ck_assert_uint_eq(row->bytes_in_use, 1000);
+	ck_assert_uint_eq(rep->totals.connections, 1);
+	ck_assert_uint_eq(rep->totals.bytes_in_use, 1000);
+	ck_assert_uint_eq(rep->totals.allocations, 1);
+	gpucmd_report_free(rep);
+	/*
+	 * Status counts the connections with device state: held's, not the
+	 * two observers' (both have sent batches).
+	 */
+	ck_assert_int_eq(gpucmd_status(obs, &st), 0);
+	ck_assert_uint_eq(st.services, 1);
+	ck_assert_uint_eq(st.connections, 1);
+	ck_assert_uint_eq(st.bytes_in_use, 1000);
+
+	plain = connect_as("default");
+	ck_assert_str_eq(gpucmd_info(plain)->service, "default");
+	ck_assert_uint_ne(gpucmd_info(plain)->service_id, 0);
+	ping_ok(plain);
+	ck_assert_int_eq(gpucmd_memory_report(obs, &rep), 0);
+	ck_assert_uint_eq(rep->nservices, 2);
+	row = find_service(rep, "default");
+	ck_assert_ptr_nonnull(row);
+	ck_assert_uint_eq(row->connections, 1);
+	row = find_service(rep, "held");
+	ck_assert_ptr_nonnull(row);
+	ck_assert_uint_eq(row->connections, 1);
+	ck_assert_uint_eq(rep->totals.connections, 2);
+	gpucmd_report_free(rep);
+	ck_assert_int_eq(gpucmd_status(obs, &st), 0);
+	ck_assert_uint_eq(st.connections, 2);
+	ck_assert_int_eq(harness_log_count("observes: an admin in no service"),
+			 2);
+	gpucmd_close(plain);
+	gpucmd_close(obs_held);
+	gpucmd_close(obs);
+	gpucmd_close(held);
+}
+END_TEST
+
+/*
+ * An observer reads reports and runs admin ops; a batch with anything
+ * else is refused whole with GPUCMD_EPERM and a sentence that says what
+ * to do, nothing of it runs, and the connection goes on.
+ */
+START_TEST(observer_may_only_read_and_administer)
+{
+	struct gpucmd_conn *held, *obs;
+	struct gpucmd_report *rep = NULL;
+	struct gpucmd_batch *b = NULL;
+	struct gpucmd_arg spin = long_spin();
+	uint64_t n;
+
+	start_with("[service held]\n");
+	held = connect_as("held");
+	alloc_ok(held, 1, 1000);
+	obs = observe_as("default");
+
+	ck_assert_int_eq(gpucmd_batch_new(obs, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 7, 100), 0);
+	expect_fail(b, 0, GPUCMD_EPERM, "op 1 (empty)",
+		    "an observer connection may only read reports",
+		    "connect as a service");
+	ck_assert_int_eq(gpucmd_batch_new(obs, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 8, "abcd", 4), 0);
+	expect_fail(b, 0, GPUCMD_EPERM, "op 0 (create_with_data)",
+		    "an observer connection may only read reports");
+	ck_assert_int_eq(gpucmd_batch_new(obs, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1), 0);
+	expect_fail(b, 0, GPUCMD_EPERM, "op 0 (kernel)");
+	/* Cleanup of "its own service" has none to clean. */
+	ck_assert_int_eq(gpucmd_cleanup(obs, NULL, &n), GPUCMD_EPERM);
+	ck_assert_msg(strstr(gpucmd_last_message(obs), "names no service") !=
+			      NULL,
+		      "cleanup without a service: %s",
+		      gpucmd_last_message(obs));
+	ping_ok(obs);
+
+	/* Nothing ran: the daemon holds held's 1000 bytes and no more. */
+	ck_assert_int_eq(gpucmd_memory_report(obs, &rep), 0);
+	ck_assert_uint_eq(rep->nservices, 1);
+	ck_assert_uint_eq(rep->totals.allocations, 1);
+	ck_assert_uint_eq(rep->totals.bytes_in_use, 1000);
+	gpucmd_report_free(rep);
+
+	/* The admin ops, on a service by name. */
+	ck_assert_int_eq(gpucmd_cleanup(obs, "held", &n), 0);
+	ck_assert_int_eq(gpucmd_evict(obs, "held", 0, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_int_eq(gpucmd_conn_error(obs, NULL), 0);
+	gpucmd_close(obs);
+	gpucmd_close(held);
+}
+END_TEST
+
+/*
+ * As nobody: observe is for those who may see every service.  Anyone else
+ * joins the service named, as without it, and works in it.
+ */
+static int nobody_observes(const struct child_ctx *cx, void *arg)
+{
+	const struct gpucmd_info *in;
+	struct gpucmd_conn *c = NULL;
+	struct gpucmd_batch *b = NULL;
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_report *rep = NULL;
+	char msg[512];
+	int rc;
+
+	(void)arg;
+	rc = try_observe("bynobody", &c, msg, sizeof(msg));
+	if (rc != 0)
+		return child_fail(cx, 80, "observe as bynobody: %s (%s)",
+				  gpucmd_errname(rc), msg);
+	in = gpucmd_info(c);
+	if (strcmp(in->service, "bynobody") != 0 || in->service_id == 0 ||
+	    in->memory_limit != MIB)
+		return child_fail(cx, 81, "joined '%s' (id %u, limit %llu), "
+				  "not bynobody", in->service, in->service_id,
+				  (unsigned long long)in->memory_limit);
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 1000);
+	if (gpucmd_run(b, &r) != 0 || gpucmd_response_error(r) != 0)
+		return child_fail(cx, 82, "allocating in bynobody failed: %s",
+				  r ? gpucmd_response_message(r) : "no reply");
+	gpucmd_response_free(r);
+	if (gpucmd_memory_report(c, &rep) != 0)
+		return child_fail(cx, 83, "no memory report");
+	if (rep->nservices != 1 ||
+	    strcmp(rep->services[0].name, "bynobody") != 0 ||
+	    rep->services[0].connections != 1 ||
+	    rep->services[0].bytes_in_use != 1000)
+		return child_fail(cx, 84, "nobody's report: %zu services, the "
+				  "first '%s'", rep->nservices,
+				  rep->nservices ? rep->services[0].name : "");
+	gpucmd_report_free(rep);
+	gpucmd_close(c);
+	/* The names and uids still decide: observe opens no door. */
+	rc = try_observe("rootonly", &c, msg, sizeof(msg));
+	if (rc != GPUCMD_EPERM || strstr(msg, "may not connect") == NULL)
+		return child_fail(cx, 85, "observe naming rootonly: %s (%s)",
+				  gpucmd_errname(rc), msg);
+	return 0;
+}
+
+START_TEST(observe_from_a_non_admin_joins_its_service)
+{
+	struct as_user nobody;
+
+	SKIP_UNLESS_ROOT(&nobody);
+	start_access_daemon(&nobody);
+	child_run(&nobody, nobody_observes, NULL);
+	/* No observer: the log says who joined where. */
+	ck_assert_int_eq(harness_log_count("observes: an admin"), 0);
+}
+END_TEST
+
 /* ---- handle limit ----------------------------------------------------------- */
 
 /* max_handles: the next handle fails with the count and the key's name. */
@@ -2868,6 +3079,9 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, admin_group_members_are_admins);
 	tcase_add_test(tc, default_uids_guard_unlisted_services);
 	tcase_add_test(tc, silent_connections_do_not_lock_everyone_out);
+	tcase_add_test(tc, admin_observer_joins_no_service);
+	tcase_add_test(tc, observer_may_only_read_and_administer);
+	tcase_add_test(tc, observe_from_a_non_admin_joins_its_service);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("config");
