@@ -62,6 +62,12 @@ const char *tool_socket_path(const struct tool_opts *o);
 int tool_connect(const struct tool_opts *o, const char *service,
 		 struct gpucmd_conn **out);
 /**
+ * Connect to read reports and run admin commands: an admin joins no
+ * service (GPUCMD_CONNECT_OBSERVE), so the report it reads does not show
+ * the tool; anyone else joins the global --service as tool_connect does.
+ */
+int tool_observe(const struct tool_opts *o, struct gpucmd_conn **out);
+/**
  * Report a failed library call ("gpucmd: what: reason") and return the exit
  * status it deserves: TOOL_EXIT_UNAVAILABLE when the daemon went away,
  * TOOL_EXIT_FAIL when it answered with an error.

@@ -1,8 +1,9 @@
 /*
  * cmd_cleanup.c - gpucmd cleanup: return a service's free memory (pages
  * with nothing live in them, drops the device is done with) to the device,
- * and say how much went back.  Without SERVICE it is the service the tool
- * speaks for (--service); another service needs an admin.
+ * and say how much went back.  Without SERVICE it is the one --service
+ * names; another service needs an admin.  An admin observes, in no
+ * service (tool_observe), so the service is always sent by name.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -35,7 +36,10 @@ int cmd_cleanup(const struct tool_opts *o, int argc, char **argv)
 	if (optind < argc)
 		return tool_usage(argv[0], cleanup_usage, TOOL_EXIT_USAGE,
 				  "unexpected argument '%s'", argv[optind]);
-	r = tool_connect(o, NULL, &conn);
+	/* The daemon's "" would be the caller's own, which an observer lacks. */
+	if (service == NULL)
+		service = o->service;
+	r = tool_observe(o, &conn);
 	if (r != 0)
 		return r;
 	r = gpucmd_cleanup(conn, service, &bytes);

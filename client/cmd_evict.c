@@ -54,7 +54,7 @@ int cmd_evict(const struct tool_opts *o, int argc, char **argv)
 		return tool_usage(argv[0], evict_usage, TOOL_EXIT_USAGE,
 				  "give a SERVICE or --connection ID (one "
 				  "of them)");
-	r = tool_connect(o, NULL, &conn);
+	r = tool_observe(o, &conn);
 	if (r != 0)
 		return r;
 	r = gpucmd_evict(conn, service, id, &count);

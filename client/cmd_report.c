@@ -1119,7 +1119,7 @@ int cmd_memory_report(const struct tool_opts *opts, int argc, char **argv)
 	r = report_args(argc, argv, &o);
 	if (r >= 0)
 		return r;
-	r = tool_connect(opts, NULL, &conn);
+	r = tool_observe(opts, &conn);
 	if (r != 0)
 		return r;
 	if (o.watch == 0) {

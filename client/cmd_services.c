@@ -78,7 +78,7 @@ int cmd_services(const struct tool_opts *o, int argc, char **argv)
 	r = tool_flags(argc, argv, services_usage, &json, &exact);
 	if (r >= 0)
 		return r;
-	r = tool_connect(o, NULL, &conn);
+	r = tool_observe(o, &conn);
 	if (r != 0)
 		return r;
 	r = gpucmd_memory_report(conn, &rep);

@@ -44,16 +44,26 @@ static void status_text(const struct gpucmd_status *st,
 	printf("memory       %s in use, %s reserved\n",
 	       tool_size(st->bytes_in_use, 0, a, sizeof(a)),
 	       tool_size(st->bytes_reserved, 0, b, sizeof(b)));
-	printf("this client  service %s (id %u), connection %" PRIu64 "\n",
-	       in->service, in->service_id, in->connection_id);
-	printf("limits       memory %s, regions %s, streams %u, "
-	       "ops per batch %u, frame %s, in flight %u\n",
-	       in->memory_limit != 0 ?
-		       tool_size(in->memory_limit, 0, a, sizeof(a)) :
-		       "unlimited",
-	       in->region_limit != 0 ?
-		       tool_size(in->region_limit, 0, c, sizeof(c)) :
-		       "unlimited",
+	/*
+	 * An admin observes (GPUCMD_CONNECT_OBSERVE): service id 0, and no
+	 * service whose quotas it could be told.
+	 */
+	if (in->service_id == 0) {
+		printf("this client  an observer in no service, connection %"
+		       PRIu64 "\n", in->connection_id);
+		printf("limits       ");
+	} else {
+		printf("this client  service %s (id %u), connection %" PRIu64
+		       "\n", in->service, in->service_id, in->connection_id);
+		printf("limits       memory %s, regions %s, ",
+		       in->memory_limit != 0 ?
+			       tool_size(in->memory_limit, 0, a, sizeof(a)) :
+			       "unlimited",
+		       in->region_limit != 0 ?
+			       tool_size(in->region_limit, 0, c, sizeof(c)) :
+			       "unlimited");
+	}
+	printf("streams %u, ops per batch %u, frame %s, in flight %u\n",
 	       in->max_streams, in->max_ops_per_batch,
 	       tool_size(in->max_frame_bytes, 0, b, sizeof(b)),
 	       in->max_in_flight);
@@ -74,7 +84,8 @@ static void status_json(const struct gpucmd_status *st,
 	       st->device_total_memory, st->uptime_ms, st->services,
 	       st->connections, st->batches, st->bytes_in_use,
 	       st->bytes_reserved);
-	printf(",\"client\":{\"service\":");
+	printf(",\"client\":{\"observer\":%s,\"service\":",
+	       in->service_id == 0 ? "true" : "false");
 	tool_json_string(stdout, in->service);
 	printf(",\"service_id\":%u,\"connection_id\":%" PRIu64
 	       ",\"memory_limit\":%" PRIu64 ",\"region_limit\":%" PRIu64
@@ -96,7 +107,7 @@ int cmd_status(const struct tool_opts *o, int argc, char **argv)
 	r = tool_flags(argc, argv, status_usage, &json, NULL);
 	if (r >= 0)
 		return r;
-	r = tool_connect(o, NULL, &conn);
+	r = tool_observe(o, &conn);
 	if (r != 0)
 		return r;
 	info = *gpucmd_info(conn);

@@ -267,8 +267,8 @@ int tool_exit_status(int code)
 	}
 }
 
-int tool_connect(const struct tool_opts *o, const char *service,
-		 struct gpucmd_conn **out)
+static int connect_with(const struct tool_opts *o, const char *service,
+			unsigned flags, struct gpucmd_conn **out)
 {
 	const char *path = tool_socket_path(o);
 	char msg[512] = "";
@@ -276,8 +276,8 @@ int tool_connect(const struct tool_opts *o, const char *service,
 
 	if (service == NULL)
 		service = o->service;
-	r = gpucmd_connect_timeout(path, service, o->connect_timeout_ms, out,
-				   msg, sizeof(msg));
+	r = gpucmd_connect_flags(path, service, o->connect_timeout_ms, flags,
+				 out, msg, sizeof(msg));
 	if (r == 0) {
 		if (o->connect_timeout_ms != o->timeout_ms)
 			gpucmd_set_timeout(*out, o->timeout_ms);
@@ -320,6 +320,17 @@ int tool_connect(const struct tool_opts *o, const char *service,
 			"gpucmdd.socket, or gpucmdd --socket PATH; in a "
 			"source tree: make run)\n");
 	return TOOL_EXIT_UNAVAILABLE;
+}
+
+int tool_connect(const struct tool_opts *o, const char *service,
+		 struct gpucmd_conn **out)
+{
+	return connect_with(o, service, 0, out);
+}
+
+int tool_observe(const struct tool_opts *o, struct gpucmd_conn **out)
+{
+	return connect_with(o, NULL, GPUCMD_CONNECT_OBSERVE, out);
 }
 
 int tool_fail(const char *what, int code)

@@ -28,6 +28,9 @@ socket_mode = 0666
 [service held]
 memory_limit = 64M
 max_modules = 3
+
+[service capped]
+region_limit = 3M
 CONF
 "$BUILD/gpucmdd" --config "$dir/gpucmdd.conf" --socket "$sock" \
 	--backend "${GPUCMD_TEST_BACKEND:-host}" 2>"$dir/log" &
@@ -63,6 +66,31 @@ gn() {
 	setpriv --reuid=65534 --regid=65534 --clear-groups \
 		"$dir/gpucmd" --socket "$sock" "$@"
 }
+
+# First, an admin observes: the reports, status, cleanup and evict join no
+# service, so on a fresh daemon none of them makes (or shows) the service
+# --service names, "default", and the counts hold no connection of theirs.
+for cmd in "services" "memory-report --bytes" "status" "cleanup" \
+	"evict default" "services --json" "memory-report --json"; do
+	# shellcheck disable=SC2086 # the words of cmd are the arguments
+	out=$(g $cmd) || fail "$cmd as admin on a fresh daemon exited $?: $out"
+	case "$out" in
+	*default\ *) fail "$cmd as admin shows service default: $out" ;;
+	*'"name":"default"'*) fail "$cmd as admin shows service default: $out" ;;
+	esac
+done
+printf '%s\n' "$out" | grep -qF '"totals":{"connections":0,' ||
+	fail "an admin's report counts a connection: $out"
+out=$(g status)
+printf '%s\n' "$out" | grep -qx 'connections  0' ||
+	fail "status counts the admin's own connection: $out"
+printf '%s\n' "$out" | grep -q '^this client  an observer in no service, connection [0-9]*$' ||
+	fail "status does not say the admin observes: $out"
+g status --json | grep -qF '"client":{"observer":true,"service":"","service_id":0,' ||
+	fail "status --json: $(g status --json)"
+out=$(g cleanup)
+[ "$out" = "cleanup: returned 0 bytes to the device" ] || fail "cleanup: $out"
+grep -q "joined service" "$dir/log" && fail "an admin's report joined a service"
 
 # 0. The exec lines of the memory, profile and graph ops print what
 #    gpucmd(1) says they print.
@@ -344,6 +372,18 @@ case "$nj" in
 esac
 ns=$(gn --service lowly services) || fail "services as nobody: exit $?"
 [ "$(printf '%s\n' "$ns" | wc -l)" -eq 2 ] || fail "nobody's services: $ns"
+# Observing is for admins: nobody's tool speaks for the service it names,
+# and its status shows that service's quotas, as the Welcome said them.
+gn --service lowly status | grep -q '^this client  service lowly (id [1-9][0-9]*)' ||
+	fail "nobody's status: $(gn --service lowly status)"
+gn --service capped status | grep -q '^limits       memory unlimited, regions 3.0 MiB, streams 16, ' ||
+	fail "nobody's status as capped: $(gn --service capped status)"
+gn --service held status --json | grep -qF '"client":{"observer":false,"service":"held","service_id":1,"connection_id":' ||
+	fail "nobody's status --json as held: $(gn --service held status --json)"
+gn --service held status --json | grep -qF '"memory_limit":67108864,"region_limit":0,' ||
+	fail "nobody's status --json as held: $(gn --service held status --json)"
+gn --service capped status --json | grep -qF '"memory_limit":0,"region_limit":3145728,' ||
+	fail "nobody's status --json as capped: $(gn --service capped status --json)"
 gn --service lowly cleanup held >/dev/null 2>"$dir/err"
 [ $? -eq 1 ] || fail "nobody cleaned up held"
 grep -q GPUCMD_EPERM "$dir/err" || fail "cleanup as nobody: $(cat "$dir/err")"
