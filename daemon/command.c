@@ -484,6 +484,29 @@ int command_reserve(struct command *cmd, uint64_t size,
 		cmd->set->quota_refused = 0;
 		rc = memory_manager_reserve(mm, size, &out->alloc);
 	}
+	/*
+	 * The pools' share of the reserve quota is spent (pages stop at half
+	 * of it, service_reserve_over), or the quota refused a page larger
+	 * than the request: a stream laid out before a reload gave the
+	 * service its limit (its pages are the device's), a custom layout's
+	 * large pages.  An allocation of the request's own size may still
+	 * fit under the whole quota, which bounds it all the same: what
+	 * such allocations hold is live or released-but-used, at most twice
+	 * the limit.
+	 */
+	if (rc == GPUCMD_ENOMEM && size > 0 && cmd->set->quota_refused != 0) {
+		uint64_t refused = cmd->set->quota_refused;
+
+		cmd->set->quota_refused = 0;
+		cmd->set->reserve_exact = true;
+		rc = memory_manager_reserve_exact(mm, size, &out->alloc);
+		cmd->set->reserve_exact = false;
+		/* Refused by the device instead: still the quota's answer. */
+		if (rc != 0 && cmd->set->quota_refused == 0) {
+			cmd->set->quota_refused = refused;
+			rc = GPUCMD_ENOMEM;
+		}
+	}
 	if (rc == GPUCMD_ENOMEM && cmd->set->quota_refused != 0) {
 		svc->oom_count++;
 		describe_reserve_quota(cmd, size, limit);

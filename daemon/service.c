@@ -156,9 +156,12 @@ uint64_t service_reserve_cap(uint64_t limit)
 }
 
 bool service_reserve_over(const struct service *svc, uint64_t limit,
-			  uint64_t size)
+			  uint64_t size, bool exact)
 {
 	uint64_t cap = service_reserve_cap(limit);
+
+	if (!exact)
+		cap /= 2;
 
 	return cap != 0 && (size > cap || svc->bytes_reserved > cap - size);
 }

@@ -94,7 +94,7 @@ struct service {
 	/*
 	 * Device memory the pools of the service's streams hold: pages and
 	 * allocations, live, cached or busy (streams.c, storage_alloc).  The
-	 * quota bounds it at twice memory_limit (service_reserve_over).
+	 * quota bounds it at service_reserve_cap (service_reserve_over).
 	 */
 	uint64_t bytes_reserved;
 	/*
@@ -166,10 +166,15 @@ void service_uncharge(struct service *svc, uint64_t size);
 uint64_t service_reserve_cap(uint64_t limit);
 /**
  * Would size more bytes of device memory take svc's bytes_reserved past
- * service_reserve_cap(limit) (device thread)?
+ * service_reserve_cap(limit) (exact: an allocation of a request's own
+ * size), or past half of it (anything else: a pool's page or node)?
+ * Pages stop at half, and past it requests get allocations of their own
+ * size, which live and released-but-used bytes bound at twice the limit:
+ * so no request within those two quotas is refused for the pages that
+ * came before it (device thread).
  */
 bool service_reserve_over(const struct service *svc, uint64_t limit,
-			  uint64_t size);
+			  uint64_t size, bool exact);
 /**
  * May svc map one more shared region of size bytes?  0, or GPUCMD_EQUOTA
  * when it would take region_bytes over region_limit (device thread).

@@ -23,9 +23,10 @@
  *
  * It also keeps the service's quota on device memory itself: what all its
  * streams' pools hold (pages and allocations, live, cached or busy) stays
- * within twice its memory_limit.  The quota on live bytes alone would let
- * small buffers, each keeping a whole page, hold many times the limit over
- * many streams, memory no other service could reclaim.  A refusal is noted
+ * within service_reserve_cap (4 x its memory_limit, 256M at least).  The
+ * quota on live bytes alone would let small buffers, each keeping a whole
+ * page, hold many times the limit over many streams, memory no other
+ * service could reclaim.  A refusal is noted
  * on the set (quota_refused) for command_reserve, which gives back what the
  * service holds idle and tries again before it answers GPUCMD_EQUOTA.
  */
@@ -38,7 +39,8 @@ static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
 	uint64_t p;
 	int rc;
 
-	if (limit != 0 && service_reserve_over(svc, limit, size)) {
+	if (limit != 0 &&
+	    service_reserve_over(svc, limit, size, s->set->reserve_exact)) {
 		s->set->quota_refused = size;
 		return GPUCMD_EQUOTA;
 	}

@@ -132,6 +132,8 @@ struct stream_set {
 	bool closing;			/* its connection is gone: work drains */
 	/* storage_alloc refused this many bytes for the reserve quota. */
 	uint64_t quota_refused;
+	/* A reservation of a request's own size is under way (the full cap). */
+	bool reserve_exact;
 	struct stream_set *next;	/* executor's list of live sets */
 	struct stream_set *prev;
 };

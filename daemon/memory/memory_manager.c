@@ -648,6 +648,23 @@ int memory_manager_reserve(struct memory_manager *mm, uint64_t size,
 	return 0;
 }
 
+int memory_manager_reserve_exact(struct memory_manager *mm, uint64_t size,
+				 struct memory_alloc *out)
+{
+	struct memory_slice *slice;
+	int rc;
+
+	mm->host.clock++;
+	mm->host.reused_busy = 0;
+	rc = pool_reserve(mm->persistent, size, &slice);
+	if (rc < 0)
+		return rc;
+	out->ptr = slice->ptr;
+	out->size = size;
+	out->slice = slice;
+	return 0;
+}
+
 void memory_manager_release(struct memory_manager *mm,
 			    struct memory_slice *slice)
 {

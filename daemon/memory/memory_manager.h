@@ -147,6 +147,13 @@ void memory_manager_destroy(struct memory_manager *mm);
  */
 int memory_manager_reserve(struct memory_manager *mm, uint64_t size,
 			   struct memory_alloc *out);
+/**
+ * Reserve size bytes in an allocation of their own (the persistent pool's
+ * exact sizes), whatever the mode: for a request the quota refused a
+ * larger page for (command_reserve).
+ */
+int memory_manager_reserve_exact(struct memory_manager *mm, uint64_t size,
+				 struct memory_alloc *out);
 /** Give a slice back to its pool; the device must be done with it. */
 void memory_manager_release(struct memory_manager *mm,
 			    struct memory_slice *slice);
