@@ -66,7 +66,15 @@ struct service {
 	 */
 	uint64_t bytes_submitted;		/* loop thread */
 	atomic_uint_fast64_t bytes_done;
-	struct session *budget_waiters;		/* loop thread */
+	/*
+	 * Frames let in and not yet submitted (bodies being read, requests
+	 * compiling): they hold their place too (loop thread).
+	 */
+	uint64_t bytes_admitted;
+	/* Oldest first: they go in turn (loop thread). */
+	struct session *budget_waiters;
+	bool budget_waking;			/* wake_budget_waiters runs */
+	bool budget_rewake;			/* ... and room came back meanwhile */
 	/* Device thread only. */
 	struct batch *queue_head;	/* batches waiting for their turn */
 	struct batch **queue_tail;

@@ -363,6 +363,22 @@ static void budget_unwait(struct session *s)
 	s->budget_pprev = NULL;
 }
 
+/*
+ * The frame s is reading (or compiling) no longer holds its place in the
+ * service's budget: it was submitted (its request_cost counts from now on)
+ * or it will never be.  False when s held none.
+ */
+static bool budget_release(struct session *s)
+{
+	if (s->admitted == 0)
+		return false;
+	s->econn.service->bytes_admitted -= s->admitted;
+	s->admitted = 0;
+	return true;
+}
+
+static void wake_budget_waiters(struct service *svc);
+
 /* Close the socket once the executor no longer refers to the session. */
 static void maybe_free(struct session *s)
 {
@@ -416,7 +432,19 @@ void session_close(struct session *s, const char *why)
 			 (unsigned long long)s->id, s->peer, why);
 	}
 	s->state = SESSION_CLOSING;
-	budget_unwait(s);
+	if (s->econn.service != NULL) {
+		struct service *svc = s->econn.service;
+		bool head = svc->budget_waiters == s;
+		bool freed = s->compiling == NULL && budget_release(s);
+
+		/*
+		 * The head of the queue leaving, or room its frame held coming
+		 * back, is the next one's turn: nothing else may come to say so.
+		 */
+		budget_unwait(s);
+		if ((head || freed) && svc->budget_waiters != NULL)
+			wake_budget_waiters(svc);
+	}
 	stop_reading(s);
 	if (s->device_open &&
 	    executor_close(s->server->ex, &s->econn) != 0) {
@@ -486,7 +514,8 @@ static bool over_service_budget(const struct session *s, uint32_t len)
 	if (limit == 0)
 		return false;
 	held = svc->bytes_submitted -
-	       atomic_load_explicit(&svc->bytes_done, memory_order_relaxed);
+	       atomic_load_explicit(&svc->bytes_done, memory_order_relaxed) +
+	       svc->bytes_admitted;
 	return held > 0 && held + FRAME_HEADER_SIZE + len > limit;
 }
 
@@ -494,8 +523,10 @@ static bool over_service_budget(const struct session *s, uint32_t len)
  * Whether a frame of len body bytes must wait in the socket for earlier
  * batches to complete: the connection's hold max_bytes_in_flight, or would
  * with it (a request alone always goes, whatever its size), or its
- * service's do (over_service_budget: the session then waits on the
- * service's budget_waiters, for any of its connections' batches).
+ * service's do (over_service_budget).  The service's connections wait in
+ * turn, on its budget_waiters: while any waits, the others' frames queue
+ * behind it, so one that keeps pipelining cannot take every bit of room
+ * the service's completions free while a larger frame waits for ever.
  */
 static bool over_byte_budget(struct session *s, uint32_t len)
 {
@@ -507,21 +538,33 @@ static bool over_byte_budget(struct session *s, uint32_t len)
 	held = bytes_in_flight(s);
 	if (s->in_flight > 0 && held > 0 &&
 	    held + FRAME_HEADER_SIZE + len >
-		    s->server->cfg.limits.max_bytes_in_flight)
+		    s->server->cfg.limits.max_bytes_in_flight) {
+		/*
+		 * Its own batches hold it (a reload lowered the limit): it
+		 * waits for them, which wake it, out of the service's queue.
+		 * Its callers (session_reply, the walk) then wake the next.
+		 */
+		budget_unwait(s);
 		return true;
-	if (!over_service_budget(s, len))
-		return false;
-	svc = s->econn.service;
-	if (s->budget_pprev == NULL) {
-		s->budget_next = svc->budget_waiters;
-		if (s->budget_next != NULL)
-			s->budget_next->budget_pprev = &s->budget_next;
-		svc->budget_waiters = s;
-		s->budget_pprev = &svc->budget_waiters;
 	}
-	return true;
-}
+	svc = s->econn.service;
+	if ((svc->budget_waiters != NULL && svc->budget_waiters != s) ||
+	    over_service_budget(s, len)) {
+		if (s->budget_pprev == NULL) {
+			struct session **pp = &svc->budget_waiters;
 
+			while (*pp != NULL)
+				pp = &(*pp)->budget_next;
+			*pp = s;
+			s->budget_pprev = pp;
+			s->budget_next = NULL;
+		}
+		return true;
+	}
+	/* Its turn: the head of the queue goes. */
+	budget_unwait(s);
+	return false;
+}
 
 /* Whether the session may take more requests now. */
 static bool may_take_more(const struct session *s)
@@ -552,39 +595,34 @@ void session_drain(struct session *s)
 static void parse_frames(struct session *s);
 
 /*
- * A batch of svc completed: the sessions waiting for its budget look at
- * their next frame again (and wait again if it is still over).  Each gets
- * one look; a session that waits again goes on a fresh list.
+ * Room came back in svc's budget (a batch completed, a frame let in left
+ * without a batch, the head of the queue left): the sessions waiting for
+ * it look at their next frame again, in turn, until the head of the queue
+ * still waits.  A frame handled here may close sessions or free room
+ * again (session_close calls back in): the walk then goes on from the
+ * queue as it is.
  */
 static void wake_budget_waiters(struct service *svc)
 {
-	struct session *w = svc->budget_waiters;
+	struct session *w;
 
-	if (w == NULL)
+	if (svc->budget_waking) {
+		svc->budget_rewake = true;
 		return;
-	svc->budget_waiters = NULL;
-	/*
-	 * The list is detached, but a session on it may still be closed in
-	 * the loop (an evict in another's frame): budget_unwait then takes
-	 * it out through its pprev, which for the head points at w, the
-	 * head, and for the next one at next.
-	 */
-	w->budget_pprev = &w;
-	while (w != NULL) {
-		struct session *next = w->budget_next;
-
-		w->budget_next = NULL;
-		w->budget_pprev = NULL;
-		if (next != NULL)
-			next->budget_pprev = &next;
-		if (w->state != SESSION_CLOSING && !w->draining &&
+	}
+	svc->budget_waking = true;
+	while ((w = svc->budget_waiters) != NULL) {
+		svc->budget_rewake = false;
+		if (!w->draining && !w->server->stopping &&
 		    w->in_flight < w->server->cfg.limits.max_in_flight) {
 			parse_frames(w);
 			if (w->state != SESSION_CLOSING && may_take_more(w))
 				resume_reading(w);
 		}
-		w = next;
+		if (svc->budget_waiters == w && !svc->budget_rewake)
+			break;
 	}
+	svc->budget_waking = false;
 }
 
 void session_reply(struct session *s, uint8_t *buf, size_t len,
@@ -1213,12 +1251,16 @@ static void compile_done(uv_work_t *w, int status)
 		/* The client left meanwhile: nothing reaches the device. */
 		s->in_flight--;
 		compile_job_free(job);
+		if (budget_release(s) && s->econn.service->budget_waiters)
+			wake_budget_waiters(s->econn.service);
 		maybe_free(s);
 		return;
 	}
 	s->in_flight--;
 	submit(s, job->frame, job->fds, job->nfds, job->compiled, job->cost);
 	free(job);
+	if (budget_release(s) && s->econn.service->budget_waiters)
+		wake_budget_waiters(s->econn.service);
 	if (s->state == SESSION_CLOSING)
 		return;
 	parse_frames(s);
@@ -1597,6 +1639,15 @@ static void parse_frames(struct session *s)
 			stop_reading(s);
 			break;
 		}
+		/*
+		 * Let in, the frame holds its place in the service's budget
+		 * until it is submitted or answered: a large body being read
+		 * (or a request compiling) counts for the other connections.
+		 */
+		if (s->state == SESSION_READY) {
+			s->admitted = FRAME_HEADER_SIZE + (uint64_t)hdr.length;
+			s->econn.service->bytes_admitted += s->admitted;
+		}
 		have = s->rlen - off - FRAME_HEADER_SIZE;
 		/* rbuf holds the last rlen bytes read. */
 		s->frame_at = s->rx_bytes - s->rlen + off;
@@ -1604,10 +1655,16 @@ static void parse_frames(struct session *s)
 			off += FRAME_HEADER_SIZE;
 			handle_body(s, s->rbuf + off, hdr.length);
 			off += hdr.length;
+			if (s->compiling == NULL && budget_release(s) &&
+			    s->econn.service->budget_waiters != NULL)
+				wake_budget_waiters(s->econn.service);
 			continue;
 		}
-		if (FRAME_HEADER_SIZE + (size_t)hdr.length <= s->rcap)
-			break;	/* fits once the rest arrives */
+		if (FRAME_HEADER_SIZE + (size_t)hdr.length <= s->rcap) {
+			/* Looked at again once the rest arrives. */
+			budget_release(s);
+			break;
+		}
 		/* Larger than the buffer: collect it on its own. */
 		s->body = frame_buf_alloc(hdr.length);
 		if (s->body == NULL) {
@@ -1657,6 +1714,9 @@ static void got_bytes(struct session *s, ssize_t nread)
 		s->body = NULL;
 		s->frame_at = s->body_at;
 		handle_owned_body(s, body, s->body_len);
+		if (s->compiling == NULL && budget_release(s) &&
+		    s->econn.service->budget_waiters != NULL)
+			wake_budget_waiters(s->econn.service);
 		return;
 	}
 	if (s->rbuf == NULL) {

@@ -106,9 +106,17 @@ struct session {
 	 */
 	uint64_t bytes_submitted;
 	bool budget_wait;		/* the next frame waits for that */
-	/* On its service's budget_waiters (the service's budget is full). */
+	/*
+	 * On its service's budget_waiters, in turn: its next frame waits for
+	 * the service's budget, or for those ahead of it.
+	 */
 	struct session *budget_next;
 	struct session **budget_pprev;	/* NULL: not on the list */
+	/*
+	 * The frame let in and not yet submitted or answered (a body being
+	 * read, a request compiling): counted in its service's bytes_admitted.
+	 */
+	uint64_t admitted;
 	/*
 	 * A request whose modules compile on libuv's pool (module.h): the
 	 * connection's later frames wait in rbuf until it is submitted.

@@ -2628,9 +2628,47 @@ START_TEST(decoded_size_counts_against_the_byte_budget)
 }
 END_TEST
 
+/*
+ * Send buf[sent[k]..len) on each of the n sockets fds[k], to whichever
+ * takes bytes first (poll), until all is sent.
+ */
+static void send_all_poll(const int *fds, int n, const uint8_t *buf,
+			  size_t len, size_t *sent)
+{
+	struct pollfd p[64];
+	int left;
+
+	ck_assert_int_le(n, 64);
+	for (;;) {
+		left = 0;
+		for (int k = 0; k < n; k++) {
+			p[k].fd = sent[k] < len ? fds[k] : -1;
+			p[k].events = POLLOUT;
+			p[k].revents = 0;
+			left += sent[k] < len;
+		}
+		if (left == 0)
+			return;
+		ck_assert_int_gt(poll(p, (nfds_t)n, 20000), 0);
+		for (int k = 0; k < n; k++) {
+			ssize_t m;
+
+			if (!(p[k].revents & (POLLOUT | POLLERR | POLLHUP)))
+				continue;
+			m = send(fds[k], buf + sent[k], len - sent[k],
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+			ck_assert_msg(m > 0 || errno == EAGAIN, "send: %s",
+				      strerror(errno));
+			if (m > 0)
+				sent[k] += (size_t)m;
+		}
+	}
+}
+
 static void setup_service_budget_4m(void)
 {
-	setup_config("[service many]\nmax_bytes_in_flight = 4M\n");
+	setup_config("[service many]\nmax_bytes_in_flight = 4M\n"
+		     "[service tight]\nmax_bytes_in_flight = 64K\n");
 }
 
 /*
@@ -2692,8 +2730,14 @@ START_TEST(connections_of_a_service_share_its_byte_budget)
 		      "the daemon took %zu bytes from %d connections of a "
 		      "service whose max_bytes_in_flight is 4M", total, NC);
 	raw_ping(other, 7);
-	for (int k = 0; k < NC; k++)
-		send_all(fd[k], writes + sent[k], writes_len - sent[k]);
+	/*
+	 * The rest goes to whichever connection takes it, as from a client
+	 * of one thread per connection: a frame the daemon let in holds its
+	 * place in the budget until all of it came, so a client that left
+	 * frames half sent and blocked on another connection would wait on
+	 * itself.
+	 */
+	send_all_poll(fd, NC, writes, writes_len, sent);
 	for (int k = 0; k < NC; k++) {
 		for (uint64_t want = 10; want < 10 + NW; want++) {
 			r = recv_frame(fd[k]);
@@ -2708,6 +2752,179 @@ START_TEST(connections_of_a_service_share_its_byte_budget)
 	free(writes);
 	free(data);
 	close(other);
+}
+END_TEST
+
+/*
+ * A frame the service's budget lets in counts from the moment it is let
+ * in, not only once it is submitted: eight connections of a service whose
+ * max_bytes_in_flight is 4M each start a 16 MiB write and send all of it
+ * but its last byte.  The daemon used to let every one in (nothing was
+ * submitted yet, so each was "the service's first request") and hold all
+ * 128 MiB of bodies; now the second and later wait in their sockets.
+ * Once each connection's last byte comes, every write is answered.
+ */
+START_TEST(frames_being_read_count_against_the_service_budget)
+{
+	enum { NC = 8, MIB = 1 << 20, SIZE = 16 * MIB };
+	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+	Gpucmd__Op oe = GPUCMD__OP__INIT, ow = GPUCMD__OP__INIT;
+	uint8_t *head = NULL, *frame = NULL, *data = calloc(1, SIZE);
+	size_t head_len = 0, frame_len = 0, sent[NC], total = 0;
+	int fd[NC];
+	long rss0, rss1;
+	Gpucmd__Frame *r;
+
+	ck_assert_ptr_nonnull(data);
+	e.handle = 1;
+	e.size = SIZE;
+	oe.op_case = GPUCMD__OP__OP_EMPTY;
+	oe.empty = &e;
+	append_op(&head, &head_len, 1, 0, &oe);
+	w.handle = 1;
+	w.data.len = SIZE;
+	w.data.data = data;
+	ow.op_case = GPUCMD__OP__OP_WRITE;
+	ow.write = &w;
+	append_op(&frame, &frame_len, 2, 0, &ow);
+	for (int k = 0; k < NC; k++) {
+		fd[k] = raw_connect();
+		raw_hello(fd[k], "many");
+		send_all(fd[k], head, head_len);
+		r = recv_frame(fd[k]);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_ptr_null(r->response->error);
+		frame_free(r);
+	}
+	rss0 = daemon_status_kb(the_daemon.pid, "VmRSS");
+	/* Each connection offers its write but the last byte, 300 ms each. */
+	for (int k = 0; k < NC; k++) {
+		sent[k] = offer(fd[k], frame, frame_len - 1, 300);
+		total += sent[k];
+	}
+	rss1 = daemon_status_kb(the_daemon.pid, "VmRSS");
+	ck_assert_msg(total < 2u * SIZE,
+		      "the daemon took %zu bytes (grew by %ld KiB) of %d "
+		      "frames of 16 MiB still being read, from connections "
+		      "of a service whose max_bytes_in_flight is 4M", total,
+		      rss1 - rss0, NC);
+	send_all_poll(fd, NC, frame, frame_len, sent);
+	for (int k = 0; k < NC; k++) {
+		r = recv_frame(fd[k]);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_uint_eq(r->response->id, 2);
+		ck_assert_ptr_null(r->response->error);
+		frame_free(r);
+		close(fd[k]);
+	}
+	free(head);
+	free(frame);
+	free(data);
+	back_to_baseline();
+}
+END_TEST
+
+/*
+ * The connections of a service waiting for its budget go in turn: in
+ * service "tight" (max_bytes_in_flight = 64K) one client queues 150
+ * requests of a 4 KiB write and a 20 ms kernel, which keep the budget
+ * nearly full for three seconds; another connection of the service then
+ * sends one request of a 32 KiB write and the same kernel.  Its answer
+ * must come within a few of the first client's batches.  The connection
+ * whose batch completed used to take back the room it freed before the
+ * waiters looked, so a frame larger than that room waited until the other
+ * client stopped sending: for ever, for a client that never stops.
+ */
+START_TEST(a_pipelining_connection_does_not_starve_its_service)
+{
+	enum { NB = 150, KIB = 1024, SIZE = 4 * KIB, BIG = 32 * KIB };
+	struct raw_spin spin;
+	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+	Gpucmd__Op oe = GPUCMD__OP__INIT, ow = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[2] = { &ow, raw_spin_op(&spin, 20000) };
+	uint8_t *head = NULL, *flood = NULL, *one = NULL, data[SIZE], big[BIG];
+	size_t head_len = 0, flood_len = 0, one_len = 0;
+	int hog = raw_connect(), victim = raw_connect();
+	uint64_t t0, waited_ms;
+	pid_t sender;
+	Gpucmd__Frame *r;
+	int status;
+
+	memset(data, 'h', sizeof(data));
+	memset(big, 'v', sizeof(big));
+	raw_hello(hog, "tight");
+	raw_hello(victim, "tight");
+	e.handle = 1;
+	e.size = BIG;
+	oe.op_case = GPUCMD__OP__OP_EMPTY;
+	oe.empty = &e;
+	append_op(&head, &head_len, 1, 0, &oe);
+	w.handle = 1;
+	w.data.len = SIZE;
+	w.data.data = data;
+	ow.op_case = GPUCMD__OP__OP_WRITE;
+	ow.write = &w;
+	for (int i = 0; i < NB; i++)
+		append_request(&flood, &flood_len, 10 + (uint64_t)i, 0, ops, 2);
+	/* The victim's one request writes 32 KiB: half the budget. */
+	w.data.len = BIG;
+	w.data.data = big;
+	append_request(&one, &one_len, 2, 0, ops, 2);
+	for (int k = 0; k < 2; k++) {
+		int fd = k ? victim : hog;
+
+		send_all(fd, head, head_len);
+		r = recv_frame(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_ptr_null(r->response->error);
+		frame_free(r);
+	}
+	/* The hog's requests go in from a child: the daemon reads them slowly. */
+	sender = fork();
+	ck_assert_int_ge(sender, 0);
+	if (sender == 0) {
+		const uint8_t *p = flood;
+		size_t left = flood_len;
+
+		while (left > 0) {
+			ssize_t n = send(hog, p, left, MSG_NOSIGNAL);
+
+			if (n <= 0)
+				_exit(1);
+			p += n;
+			left -= (size_t)n;
+		}
+		_exit(0);
+	}
+	usleep(300000);
+	t0 = harness_now_us();
+	send_all(victim, one, one_len);
+	r = recv_frame(victim);
+	waited_ms = (harness_now_us() - t0) / 1000;
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->response->id, 2);
+	ck_assert_ptr_null(r->response->error);
+	frame_free(r);
+	ck_assert_msg(waited_ms < 1000,
+		      "a request of 32 KiB waited %llu ms for its service's "
+		      "budget of 64K while another connection's %d batches "
+		      "of 4 KiB and 20 ms went ahead of it",
+		      (unsigned long long)waited_ms, NB);
+	for (int i = 0; i < NB; i++) {
+		r = recv_frame(hog);
+		ck_assert_ptr_nonnull(r);
+		frame_free(r);
+	}
+	ck_assert_int_eq(waitpid(sender, &status, 0), sender);
+	ck_assert_int_eq(status, 0);
+	free(head);
+	free(flood);
+	free(one);
+	close(hog);
+	close(victim);
+	back_to_baseline();
 }
 END_TEST
 
@@ -2858,6 +3075,8 @@ static Suite *make_suite(void)
 					  teardown);
 		tcase_set_timeout(bs, 60);
 		tcase_add_test(bs, connections_of_a_service_share_its_byte_budget);
+		tcase_add_test(bs, frames_being_read_count_against_the_service_budget);
+		tcase_add_test(bs, a_pipelining_connection_does_not_starve_its_service);
 		suite_add_tcase(s, bs);
 	}
 
