@@ -87,13 +87,18 @@ static void status_json(const struct gpucmd_status *st,
 	printf(",\"client\":{\"observer\":%s,\"service\":",
 	       in->service_id == 0 ? "true" : "false");
 	tool_json_string(stdout, in->service);
-	printf(",\"service_id\":%u,\"connection_id\":%" PRIu64
-	       ",\"memory_limit\":%" PRIu64 ",\"region_limit\":%" PRIu64
-	       ",\"max_streams\":%u,\"max_ops_per_batch\":%u"
+	printf(",\"service_id\":%u,\"connection_id\":%" PRIu64,
+	       in->service_id, in->connection_id);
+	/* An observer has no service, so no quota (0 would read unlimited). */
+	if (in->service_id == 0)
+		printf(",\"memory_limit\":null,\"region_limit\":null");
+	else
+		printf(",\"memory_limit\":%" PRIu64 ",\"region_limit\":%" PRIu64,
+		       in->memory_limit, in->region_limit);
+	printf(",\"max_streams\":%u,\"max_ops_per_batch\":%u"
 	       ",\"max_frame_bytes\":%u,\"max_in_flight\":%u}}\n",
-	       in->service_id, in->connection_id, in->memory_limit,
-	       in->region_limit, in->max_streams, in->max_ops_per_batch,
-	       in->max_frame_bytes, in->max_in_flight);
+	       in->max_streams, in->max_ops_per_batch, in->max_frame_bytes,
+	       in->max_in_flight);
 }
 
 int cmd_status(const struct tool_opts *o, int argc, char **argv)

@@ -1510,6 +1510,11 @@ static int op_cleanup(struct command_ctx *ctx, struct batch *b, size_t i,
 				    "only an admin may clean up service '%s' "
 				    "(you speak for '%s')",
 				    op->service, target->name);
+		if (!service_known(op->service))
+			return fail(b, GPUCMD_ENOTFOUND,
+				    "no service '%.80s' is known to the daemon "
+				    "(gpucmd services lists them)",
+				    op->service);
 		target = NULL;
 	}
 	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {

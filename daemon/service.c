@@ -72,6 +72,18 @@ struct service *service_observers(void)
 	return &observers;
 }
 
+bool service_known(const char *name)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&registry_lock);
+	for (struct service *svc = registry_head; svc != NULL && !found;
+	     svc = svc->next)
+		found = strcmp(svc->name, name) == 0;
+	pthread_mutex_unlock(&registry_lock);
+	return found;
+}
+
 struct service *service_get(const char *name,
 			    const struct config_service *limits)
 {

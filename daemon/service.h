@@ -129,6 +129,8 @@ struct service_module {
  * '-'.  0 or GPUCMD_EINVAL.
  */
 int service_name_check(const char *name);
+/** Whether a service of that name exists (any thread). */
+bool service_known(const char *name);
 /**
  * The service called name, created with limits if new (an existing one
  * keeps its own); NULL when SERVICE_MAX services exist already.

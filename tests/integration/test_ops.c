@@ -424,9 +424,11 @@ START_TEST(cleanup_of_the_service)
 	/* Nothing more to give: a second cleanup returns nothing. */
 	ck_assert_int_eq(gpucmd_cleanup(c, "tidy", &bytes), 0);
 	ck_assert_uint_eq(bytes, 0);
-	/* A service nobody runs has nothing to return. */
-	ck_assert_int_eq(gpucmd_cleanup(c, "nobody-here", &bytes), 0);
-	ck_assert_uint_eq(bytes, 0);
+	/* A service the daemon does not know is named as such. */
+	ck_assert_int_eq(gpucmd_cleanup(c, "nobody-here", &bytes),
+			 GPUCMD_ENOTFOUND);
+	ck_assert_ptr_nonnull(strstr(gpucmd_last_message(c),
+				     "no service 'nobody-here' is known"));
 	gpucmd_close(c);
 }
 END_TEST

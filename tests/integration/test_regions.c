@@ -1067,8 +1067,8 @@ START_TEST(region_limit_in_the_welcome_and_status)
 	harness_tool_output("--service capped status --json", out, sizeof(out));
 	ck_assert_msg(strstr(out, "\"client\":{\"observer\":true,"
 				  "\"service\":\"\",\"service_id\":0,") != NULL &&
-			      strstr(out, "\"memory_limit\":0,"
-					  "\"region_limit\":0,") != NULL,
+			      strstr(out, "\"memory_limit\":null,"
+					  "\"region_limit\":null,") != NULL,
 		      "status --json: %.3000s", out);
 	harness_tool_output("--service capped status", out, sizeof(out));
 	ck_assert_msg(strstr(out, "\nthis client  an observer in no "
