@@ -133,8 +133,8 @@ void tool_json_stream(const struct gpucmd_stream_report *sr)
 {
 	uint64_t lf = tool_stream_largest_free(sr);
 
-	printf("\"connection_id\":%" PRIu64 ",\"stream\":%u,",
-	       sr->connection_id, sr->stream);
+	printf("\"connection_id\":%" PRIu64 ",\"stream\":%u,\"closing\":%s,",
+	       sr->connection_id, sr->stream, sr->closing ? "true" : "false");
 	tool_json_usage(&sr->usage);
 	printf(",\"largest_free\":%" PRIu64 ",\"fragmentation\":%.6f"
 	       ",\"pools\":[",
@@ -329,7 +329,8 @@ static int streams_table(const struct service_view *sv, int exact)
 		uint64_t lf = tool_stream_largest_free(sr);
 
 		table_row(&t);
-		table_set(&t, 0, "%" PRIu64, sr->connection_id);
+		table_set(&t, 0, "%" PRIu64 "%s", sr->connection_id,
+			  sr->closing ? " (closed)" : "");
 		table_set(&t, 1, "%u", sr->stream);
 		table_set(&t, 2, "%" PRIu64, sr->usage.allocations);
 		table_set(&t, 3, "%s", tool_size(sr->usage.bytes_in_use, exact,
@@ -359,10 +360,12 @@ static int streams_with_pools(const struct service_view *sv, int exact)
 		const struct gpucmd_stream_report *sr = &s->streams[j];
 		uint64_t lf = tool_stream_largest_free(sr);
 
-		printf("  connection %" PRIu64 " stream %u: %" PRIu64
+		printf("  connection %" PRIu64 "%s stream %u: %" PRIu64
 		       " allocs, %s in use, %s padding, %s reserved, "
 		       "fragmentation %.1f%%\n",
-		       sr->connection_id, sr->stream, sr->usage.allocations,
+		       sr->connection_id,
+		       sr->closing ? " (closed, its work still running)" : "",
+		       sr->stream, sr->usage.allocations,
 		       tool_size(sr->usage.bytes_in_use, exact, a, sizeof(a)),
 		       tool_size(sr->usage.bytes_padding, exact, b, sizeof(b)),
 		       tool_size(sr->usage.bytes_reserved, exact, c,

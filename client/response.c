@@ -215,6 +215,7 @@ static int stream_from_wire(struct gpucmd_stream_report *out,
 	memset(out, 0, sizeof(*out));
 	out->connection_id = s->connection_id;
 	out->stream = s->stream;
+	out->closing = s->closing;
 	usage_from_wire(&out->usage, s->usage);
 	if (s->n_pools == 0)
 		return 0;

@@ -820,6 +820,7 @@ static Gpucmd__StreamReport *stream_report(struct batch *b,
 	gpucmd__stream_report__init(sr);
 	sr->connection_id = s->set->connection_id;
 	sr->stream = s->number;
+	sr->closing = s->set->closing;
 	memory_manager_usage(s->memory, &u);
 	sr->usage = arena_alloc(b, sizeof(*sr->usage));
 	n = memory_manager_report(s->memory, pools,

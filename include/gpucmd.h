@@ -582,6 +582,7 @@ struct gpucmd_pool_report {
 struct gpucmd_stream_report {
 	uint64_t connection_id;
 	uint32_t stream;
+	int closing;	/* 1: its connection is gone, its queued work still runs */
 	struct gpucmd_memory_usage usage;
 	size_t npools;
 	struct gpucmd_pool_report *pools;

@@ -429,6 +429,24 @@ for h in $holders; do
 done
 holders=""
 
+# 9. A connection that closed while its kernel runs still holds its
+#    memory until the work is done: --streams marks its streams (closed),
+#    the JSON "closing":true, and both go once the work has run.
+printf 'empty a 1M\nkernel spin grid=1 block=1 u32:2000000\n' >"$dir/drain.gs"
+"$dir/gpucmd" --socket "$sock" --service drainer exec "$dir/drain.gs" \
+	>/dev/null 2>&1 || fail "drainer exec exited $?"
+out=$(g memory-report --streams --service drainer)
+printf '%s\n' "$out" | grep -qE '^ +[0-9]+ \(closed\) +0 ' ||
+	fail "a closed connection's stream is not marked: $out"
+g memory-report --json --service drainer | grep -qF '"stream":0,"closing":true,' ||
+	fail "closing in --json: $(g memory-report --json --service drainer)"
+i=0
+while g memory-report --json --service drainer | grep -qF '"closing":true'; do
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "the closed connection's streams never went"
+	sleep 0.05
+done
+
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
