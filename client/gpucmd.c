@@ -348,7 +348,7 @@ int tool_fail_why(const char *what, int code, const char *why)
 		 why[0] != '\0' &&
 		 strncmp(why, "the daemon closed", 17) != 0 &&
 		 strcmp(why, gpucmd_strerror(code)) != 0)
-		/* The daemon's reason: evicted by whom, shutting down... */
+		/* The daemon's reason (an eviction names who evicted). */
 		fprintf(stderr, "gpucmd: %s: the daemon closed the connection: "
 			"%s\n", what, why);
 	else if (code == GPUCMD_EDISCONNECTED)

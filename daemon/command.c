@@ -236,18 +236,18 @@ static void describe_reserve_quota(struct command *cmd, uint64_t size,
 
 	snprintf(cmd->msg, sizeof(cmd->msg),
 		 "quota exceeded: allocating %llu bytes on stream %u needs "
-		 "%llu bytes of new device memory, and service '%s' already "
-		 "holds %llu bytes of device memory, over %llu (the most its "
-		 "memory_limit of %llu allows) with it; %llu are live buffers, the "
-		 "rest released buffers queued work still uses and pages a "
-		 "small live buffer keeps whole (one per pool per stream at "
-		 "worst); release or sync, use fewer streams, or raise the "
-		 "memory_limit",
+		 "%llu bytes of new device memory, which would take service "
+		 "'%s' past %llu bytes of device memory, the most its "
+		 "memory_limit of %llu lets it hold; it holds %llu, %llu of "
+		 "them live buffers, the rest released buffers queued work "
+		 "still uses and pages a small live buffer keeps whole (one "
+		 "per pool per stream at worst); release or sync, use fewer "
+		 "streams, or raise the memory_limit",
 		 (unsigned long long)size, cmd->current->number,
 		 (unsigned long long)need, svc->name,
-		 (unsigned long long)svc->bytes_reserved,
 		 (unsigned long long)service_reserve_cap(limit),
 		 (unsigned long long)limit,
+		 (unsigned long long)svc->bytes_reserved,
 		 (unsigned long long)svc->bytes_in_use);
 }
 

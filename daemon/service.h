@@ -32,9 +32,9 @@ struct session;
 #define SERVICE_MAX 1024
 /* Sliced pages of a service with a quota are at most max(limit, this). */
 #define SERVICE_MIN_PAGE_UNIT (32ull << 20)
-/* The least device memory a service with a quota may hold. */
+/* service_reserve_cap is never below this for a service with a quota. */
 #define SERVICE_MIN_RESERVE (256ull << 20)
-/* The smallest page of a service with a quota (streams_layout_props). */
+/* A preset's pages for a service with a quota are at least this large. */
 #define SERVICE_MIN_PAGE (2ull << 20)
 
 struct service {
@@ -168,10 +168,10 @@ void service_uncharge(struct service *svc, uint64_t size);
  * a few small buffers under 32M, hold 174M).  The quota bounds
  * live bytes at the limit and live plus released-but-still-used at twice
  * it; the rest is room for the pages that hold them, each stream's own,
- * partly used (a preset's pages are at most the limit,
- * streams_layout_props).  A pipeline of two streams releasing behind its
- * kernels under a quota of 1.2 x its working set peaks at 3.5 x
- * (test_services, pipelines).
+ * partly used (a preset's sliced pages are at most the limit or
+ * SERVICE_MIN_PAGE_UNIT, streams_layout_props).  A pipeline of two
+ * streams releasing behind its kernels under a quota of 1.2 x its working
+ * set peaks at 3.5 x (test_services, pipelines).
  */
 uint64_t service_reserve_cap(uint64_t limit);
 /**

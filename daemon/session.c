@@ -501,8 +501,8 @@ static uint64_t bytes_in_flight(const struct session *s)
 /*
  * Whether a frame of len body bytes would take what the connection's
  * service holds in the daemon past the service's max_bytes_in_flight
- * (all its connections together).  The service's first request always
- * goes, whatever its size.
+ * (all its connections together).  When the service holds nothing in the
+ * daemon, a frame goes whatever its size.
  */
 static bool over_service_budget(const struct session *s, uint32_t len)
 {

@@ -9,9 +9,10 @@
  * (clients match them by id).
  *
  * Limits: a session stops reading while max_in_flight of its batches are
- * not complete (backpressure instead of an unbounded queue), and is closed
- * when more than max_pending_bytes of replies wait for a client that does
- * not read them.
+ * not complete, or while its batches (or all its service's connections
+ * together) hold max_bytes_in_flight (backpressure instead of an unbounded
+ * queue), and is closed when more than max_pending_bytes of replies wait
+ * for a client that does not read them.
  *
  * Teardown is two steps (house style): session_close marks the session dead
  * and stops reading; the executor then frees its device state and says so

@@ -203,9 +203,10 @@ uint64_t stream_ordered_bound(const struct stream *s);
 uint64_t stream_take_released(struct stream *s, uint64_t reused);
 /**
  * The device properties set's preset layouts are sized from: the
- * device's, with max_page_size cut to four times the service's
- * memory_limit (at least SERVICE_MIN_PAGE_UNIT), so that no sliced page
- * is larger than the quota.
+ * device's, with max_page_size cut to four times the larger of the
+ * service's memory_limit and SERVICE_MIN_PAGE_UNIT (so that no sliced
+ * page, a quarter of it at most, is larger than that), and min_page_size
+ * SERVICE_MIN_PAGE.
  */
 void streams_layout_props(const struct stream_set *set,
 			  struct memory_device_properties *out);

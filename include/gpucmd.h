@@ -131,8 +131,9 @@ enum gpucmd_connect_flag {
 	 * Only read reports and status and run admin calls (gpucmd_evict,
 	 * gpucmd_cleanup naming a service).  An admin then joins no service:
 	 * none is created, none lists it, and gpucmd_info says service_id 0
-	 * and service "".  Its batches may hold only those ops; others fail
-	 * with GPUCMD_EPERM.  Anyone else joins service as without the flag.
+	 * and service "".  Its batches may hold only those ops, pings and
+	 * syncs; others fail with GPUCMD_EPERM.  Anyone else joins service as
+	 * without the flag.
 	 */
 	GPUCMD_CONNECT_OBSERVE = 1 << 0,
 };
