@@ -625,8 +625,9 @@ static int reserve_dynamic(struct memory_manager *mm, uint64_t size,
 	return full ? GPUCMD_ECAPACITY : GPUCMD_ETOOBIG;
 }
 
-int memory_manager_reserve(struct memory_manager *mm, uint64_t size,
-			   struct memory_alloc *out)
+/* A reservation from the pools, or (exact) in an allocation of its own. */
+static int reserve_with(struct memory_manager *mm, uint64_t size,
+			struct memory_alloc *out, bool exact)
 {
 	struct memory_slice *slice;
 	int rc;
@@ -634,9 +635,9 @@ int memory_manager_reserve(struct memory_manager *mm, uint64_t size,
 	mm->host.clock++;
 	/* A reservation that failed after noting a reuse leaves no count. */
 	mm->host.reused_busy = 0;
-	if (mm->host.clock >= mm->cleanup_due)
+	if (!exact && mm->host.clock >= mm->cleanup_due)
 		manager_periodic(mm);
-	if (mm->windows > 0)
+	if (exact || mm->windows > 0)
 		rc = pool_reserve(mm->persistent, size, &slice);
 	else
 		rc = reserve_dynamic(mm, size, &slice);
@@ -648,21 +649,16 @@ int memory_manager_reserve(struct memory_manager *mm, uint64_t size,
 	return 0;
 }
 
+int memory_manager_reserve(struct memory_manager *mm, uint64_t size,
+			   struct memory_alloc *out)
+{
+	return reserve_with(mm, size, out, false);
+}
+
 int memory_manager_reserve_exact(struct memory_manager *mm, uint64_t size,
 				 struct memory_alloc *out)
 {
-	struct memory_slice *slice;
-	int rc;
-
-	mm->host.clock++;
-	mm->host.reused_busy = 0;
-	rc = pool_reserve(mm->persistent, size, &slice);
-	if (rc < 0)
-		return rc;
-	out->ptr = slice->ptr;
-	out->size = size;
-	out->slice = slice;
-	return 0;
+	return reserve_with(mm, size, out, true);
 }
 
 void memory_manager_release(struct memory_manager *mm,

@@ -2446,6 +2446,27 @@ static void append_op(uint8_t **buf, size_t *len, uint64_t id,
 	append_request(buf, len, id, stream, ops, 1);
 }
 
+/* o: an empty op of size bytes for handle, in e. */
+static void op_empty(Gpucmd__Op *o, Gpucmd__OpEmpty *e, uint64_t handle,
+		     uint64_t size)
+{
+	e->handle = handle;
+	e->size = size;
+	o->op_case = GPUCMD__OP__OP_EMPTY;
+	o->empty = e;
+}
+
+/* o: an inline write of len bytes at data to handle, in w. */
+static void op_write(Gpucmd__Op *o, Gpucmd__OpWrite *w, uint64_t handle,
+		     uint8_t *data, size_t len)
+{
+	w->handle = handle;
+	w->data.len = len;
+	w->data.data = data;
+	o->op_case = GPUCMD__OP__OP_WRITE;
+	o->write = w;
+}
+
 /*
  * Send what fd takes of buf for about ms milliseconds without blocking,
  * then make fd blocking again; answers the bytes sent.
@@ -2494,17 +2515,10 @@ START_TEST(bytes_behind_a_kernel_wait_in_the_socket)
 	ck_assert_ptr_nonnull(data);
 	raw_hello(fd, "budget");
 	raw_hello(other, "bystander");
-	e.handle = 1;
-	e.size = MIB;
-	oe.op_case = GPUCMD__OP__OP_EMPTY;
-	oe.empty = &e;
+	op_empty(&oe, &e, 1, MIB);
 	append_op(&head, &head_len, 1, 0, &oe);
 	append_op(&head, &head_len, 2, 0, raw_spin_op(&spin, 1500000));
-	w.handle = 1;
-	w.data.len = MIB;
-	w.data.data = data;
-	ow.op_case = GPUCMD__OP__OP_WRITE;
-	ow.write = &w;
+	op_write(&ow, &w, 1, data, MIB);
 	for (int i = 0; i < N; i++) {
 		memset(data, 'a' + i % 26, MIB);
 		append_op(&writes, &writes_len, 10 + (uint64_t)i, 0, &ow);
@@ -2696,17 +2710,10 @@ START_TEST(connections_of_a_service_share_its_byte_budget)
 	ck_assert_ptr_nonnull(data);
 	memset(data, 'w', MIB);
 	raw_hello(other, "bystander");
-	e.handle = 1;
-	e.size = MIB;
-	oe.op_case = GPUCMD__OP__OP_EMPTY;
-	oe.empty = &e;
+	op_empty(&oe, &e, 1, MIB);
 	append_op(&head, &head_len, 1, 0, &oe);
 	append_op(&head, &head_len, 2, 0, raw_spin_op(&spin, 1500000));
-	w.handle = 1;
-	w.data.len = MIB;
-	w.data.data = data;
-	ow.op_case = GPUCMD__OP__OP_WRITE;
-	ow.write = &w;
+	op_write(&ow, &w, 1, data, MIB);
 	for (int i = 0; i < NW; i++)
 		append_op(&writes, &writes_len, 10 + (uint64_t)i, 0, &ow);
 	for (int k = 0; k < NC; k++) {
@@ -2777,16 +2784,9 @@ START_TEST(frames_being_read_count_against_the_service_budget)
 	Gpucmd__Frame *r;
 
 	ck_assert_ptr_nonnull(data);
-	e.handle = 1;
-	e.size = SIZE;
-	oe.op_case = GPUCMD__OP__OP_EMPTY;
-	oe.empty = &e;
+	op_empty(&oe, &e, 1, SIZE);
 	append_op(&head, &head_len, 1, 0, &oe);
-	w.handle = 1;
-	w.data.len = SIZE;
-	w.data.data = data;
-	ow.op_case = GPUCMD__OP__OP_WRITE;
-	ow.write = &w;
+	op_write(&ow, &w, 1, data, SIZE);
 	append_op(&frame, &frame_len, 2, 0, &ow);
 	for (int k = 0; k < NC; k++) {
 		fd[k] = raw_connect();
@@ -2856,16 +2856,9 @@ START_TEST(a_pipelining_connection_does_not_starve_its_service)
 	memset(big, 'v', sizeof(big));
 	raw_hello(hog, "tight");
 	raw_hello(victim, "tight");
-	e.handle = 1;
-	e.size = BIG;
-	oe.op_case = GPUCMD__OP__OP_EMPTY;
-	oe.empty = &e;
+	op_empty(&oe, &e, 1, BIG);
 	append_op(&head, &head_len, 1, 0, &oe);
-	w.handle = 1;
-	w.data.len = SIZE;
-	w.data.data = data;
-	ow.op_case = GPUCMD__OP__OP_WRITE;
-	ow.write = &w;
+	op_write(&ow, &w, 1, data, SIZE);
 	for (int i = 0; i < NB; i++)
 		append_request(&flood, &flood_len, 10 + (uint64_t)i, 0, ops, 2);
 	/* The victim's one request writes 32 KiB: half the budget. */
