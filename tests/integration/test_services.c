@@ -2356,6 +2356,31 @@ START_TEST(max_streams_per_service)
 	ck_assert_int_eq(gpucmd_batch_new(d, 100, &b), 0);
 	gpucmd_batch_ping(b);
 	expect_fail(b, 0, GPUCMD_ELIMIT, "limit of 8");
+	/*
+	 * libgpucmd's connection-wide calls go on stream 0, which counts:
+	 * with its eight streams used on other numbers, a status is refused,
+	 * and the message says why (a stress run met it as an unexplained
+	 * ELIMIT from gpucmd_cleanup).
+	 */
+	{
+		struct gpucmd_status st;
+
+		ck_assert_int_eq(gpucmd_status(d, &st), 0);
+	}
+	gpucmd_close(d);
+	d = connect_as("free");
+	for (uint32_t s = 1; s <= 8; s++) {
+		ck_assert_int_eq(gpucmd_batch_new(d, s, &b), 0);
+		gpucmd_batch_ping(b);
+		gpucmd_response_free(run_ok(b));
+	}
+	{
+		struct gpucmd_status st;
+
+		ck_assert_int_eq(gpucmd_status(d, &st), GPUCMD_ELIMIT);
+		ck_assert_ptr_nonnull(strstr(gpucmd_last_message(d),
+					     "use stream 0"));
+	}
 	gpucmd_close(c);
 	gpucmd_close(d);
 }
