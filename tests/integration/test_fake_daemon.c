@@ -267,39 +267,39 @@ START_TEST(reply_with_a_runaway_length)
 }
 END_TEST
 
-START_TEST(reply_that_is_not_protobuf)
+/*
+ * Against a fake daemon in mode, a ping fails with code, and the
+ * connection is dead saying words; timeout_ms as fake_connect.
+ */
+static void expect_ping_kills(enum fake_mode mode, int timeout_ms, int code,
+			      const char *words)
 {
-	pid_t pid = fake_start(FAKE_NOT_PROTOBUF);
-	struct gpucmd_conn *c = fake_connect(5000);
+	pid_t pid = fake_start(mode);
+	struct gpucmd_conn *c = fake_connect(timeout_ms);
 
-	ck_assert_int_eq(ping(c), GPUCMD_EPROTO);
-	assert_dead(c, GPUCMD_EPROTO, "not a gpucmd message");
+	ck_assert_int_eq(ping(c), code);
+	assert_dead(c, code, words);
 	gpucmd_close(c);
 	fake_stop(pid);
+}
+
+START_TEST(reply_that_is_not_protobuf)
+{
+	expect_ping_kills(FAKE_NOT_PROTOBUF, 5000, GPUCMD_EPROTO,
+			  "not a gpucmd message");
 }
 END_TEST
 
 START_TEST(reply_to_a_request_never_made)
 {
-	pid_t pid = fake_start(FAKE_UNKNOWN_ID);
-	struct gpucmd_conn *c = fake_connect(5000);
-
-	ck_assert_int_eq(ping(c), GPUCMD_EPROTO);
-	assert_dead(c, GPUCMD_EPROTO, "request 101");
-	gpucmd_close(c);
-	fake_stop(pid);
+	expect_ping_kills(FAKE_UNKNOWN_ID, 5000, GPUCMD_EPROTO, "request 101");
 }
 END_TEST
 
 START_TEST(reply_cut_short_by_a_close)
 {
-	pid_t pid = fake_start(FAKE_CUT);
-	struct gpucmd_conn *c = fake_connect(-1);
-
-	ck_assert_int_eq(ping(c), GPUCMD_EDISCONNECTED);
-	assert_dead(c, GPUCMD_EDISCONNECTED, "closed the connection");
-	gpucmd_close(c);
-	fake_stop(pid);
+	expect_ping_kills(FAKE_CUT, -1, GPUCMD_EDISCONNECTED,
+			  "closed the connection");
 }
 END_TEST
 
