@@ -72,14 +72,23 @@ struct service *service_observers(void)
 	return &observers;
 }
 
+/* The registered service called name, or NULL (registry_lock held). */
+static struct service *find_locked(const char *name)
+{
+	struct service *svc;
+
+	for (svc = registry_head; svc != NULL; svc = svc->next)
+		if (strcmp(svc->name, name) == 0)
+			break;
+	return svc;
+}
+
 bool service_known(const char *name)
 {
-	bool found = false;
+	bool found;
 
 	pthread_mutex_lock(&registry_lock);
-	for (struct service *svc = registry_head; svc != NULL && !found;
-	     svc = svc->next)
-		found = strcmp(svc->name, name) == 0;
+	found = find_locked(name) != NULL;
 	pthread_mutex_unlock(&registry_lock);
 	return found;
 }
@@ -90,10 +99,8 @@ struct service *service_get(const char *name,
 	struct service *svc;
 
 	pthread_mutex_lock(&registry_lock);
-	for (svc = registry_head; svc != NULL; svc = svc->next)
-		if (strcmp(svc->name, name) == 0)
-			goto out;
-	if (registry_count >= SERVICE_MAX)
+	svc = find_locked(name);
+	if (svc != NULL || registry_count >= SERVICE_MAX)
 		goto out;
 	svc = calloc(1, sizeof(*svc));
 	if (svc == NULL)

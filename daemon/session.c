@@ -379,6 +379,13 @@ static bool budget_release(struct session *s)
 
 static void wake_budget_waiters(struct service *svc);
 
+/* budget_release, and the waiters' turn when room came back. */
+static void budget_give_back(struct session *s)
+{
+	if (budget_release(s) && s->econn.service->budget_waiters != NULL)
+		wake_budget_waiters(s->econn.service);
+}
+
 /* Close the socket once the executor no longer refers to the session. */
 static void maybe_free(struct session *s)
 {
@@ -1251,16 +1258,14 @@ static void compile_done(uv_work_t *w, int status)
 		/* The client left meanwhile: nothing reaches the device. */
 		s->in_flight--;
 		compile_job_free(job);
-		if (budget_release(s) && s->econn.service->budget_waiters)
-			wake_budget_waiters(s->econn.service);
+		budget_give_back(s);
 		maybe_free(s);
 		return;
 	}
 	s->in_flight--;
 	submit(s, job->frame, job->fds, job->nfds, job->compiled, job->cost);
 	free(job);
-	if (budget_release(s) && s->econn.service->budget_waiters)
-		wake_budget_waiters(s->econn.service);
+	budget_give_back(s);
 	if (s->state == SESSION_CLOSING)
 		return;
 	parse_frames(s);
@@ -1655,9 +1660,8 @@ static void parse_frames(struct session *s)
 			off += FRAME_HEADER_SIZE;
 			handle_body(s, s->rbuf + off, hdr.length);
 			off += hdr.length;
-			if (s->compiling == NULL && budget_release(s) &&
-			    s->econn.service->budget_waiters != NULL)
-				wake_budget_waiters(s->econn.service);
+			if (s->compiling == NULL)
+				budget_give_back(s);
 			continue;
 		}
 		if (FRAME_HEADER_SIZE + (size_t)hdr.length <= s->rcap) {
@@ -1714,9 +1718,8 @@ static void got_bytes(struct session *s, ssize_t nread)
 		s->body = NULL;
 		s->frame_at = s->body_at;
 		handle_owned_body(s, body, s->body_len);
-		if (s->compiling == NULL && budget_release(s) &&
-		    s->econn.service->budget_waiters != NULL)
-			wake_budget_waiters(s->econn.service);
+		if (s->compiling == NULL)
+			budget_give_back(s);
 		return;
 	}
 	if (s->rbuf == NULL) {
