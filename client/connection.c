@@ -472,10 +472,17 @@ static int write_frame(struct gpucmd_conn *c, const Gpucmd__Frame *f,
 					  "the middle of a request for longer "
 					  "than the timeout; the connection "
 					  "is closed");
-		else if (partial)
+		else if (partial && r != -EPIPE && r != -ECONNRESET)
 			r = conn_fail_why(c, r, "sending a request failed after "
 					  "part of it went out; the connection "
 					  "is closed");
+		/*
+		 * A peer gone half way (the daemon evicted the connection, or
+		 * stopped) is left to the caller, who reads the Error frame
+		 * that says why before anything else is sent: the stream
+		 * cannot carry another request, but what the daemon wrote
+		 * before it closed is still there to read.
+		 */
 	}
 	trim_buffers(c);
 	return r;
@@ -707,8 +714,10 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 	if (r == -EPIPE || r == -ECONNRESET) {
 		/*
 		 * The daemon closed the socket, usually after an Error frame
-		 * that says why.  Reading cannot block on a closed peer, so
-		 * collect what it sent before it went.
+		 * that says why, perhaps with the request half sent.  Reading
+		 * cannot block on a closed peer, so collect what it sent
+		 * before it went (answers to earlier requests, then its
+		 * reason).
 		 */
 		while (c->dead == 0)
 			if (conn_recv_one(c, c->spin_us,

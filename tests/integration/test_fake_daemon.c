@@ -22,7 +22,10 @@ enum fake_mode {
 	FAKE_UNKNOWN_ID,	/* a response to a request never made */
 	FAKE_CUT,		/* half a frame, then close */
 	FAKE_STALL,		/* half a frame, then nothing */
+	FAKE_EVICT_MID_REQUEST,	/* read part of a request, Error, close */
 };
+
+static const char *const EVICT_WHY = "evicted by connection 7 (pid 1)";
 
 static char fake_sock[160];
 
@@ -119,6 +122,26 @@ static void fake_serve(int lfd, enum fake_mode mode)
 		pause();
 	}
 	fake_welcome(fd);
+	if (mode == FAKE_EVICT_MID_REQUEST) {
+		/*
+		 * As the daemon evicts a connection whose large request is
+		 * still arriving: it stops reading, says why, and closes with
+		 * the rest of the request unread.
+		 */
+		static char part[FRAME_HEADER_SIZE + 4096];
+		Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+		Gpucmd__Error e = GPUCMD__ERROR__INIT;
+
+		if (read_full(fd, part, sizeof(part)) != 0)
+			_exit(3);
+		e.code = GPUCMD_EDISCONNECTED;
+		e.message = (char *)EVICT_WHY;
+		f.msg_case = GPUCMD__FRAME__MSG_ERROR;
+		f.error = &e;
+		fake_send(fd, &f);
+		close(fd);
+		_exit(0);
+	}
 	req = fake_read(fd);
 	if (req != NULL && req->msg_case == GPUCMD__FRAME__MSG_REQUEST)
 		id = req->request->id;
@@ -318,6 +341,32 @@ START_TEST(reply_that_stalls_half_way)
 }
 END_TEST
 
+/*
+ * The daemon ends the connection while a request larger than the socket's
+ * buffers is going out: the send fails half way, and the reason the
+ * daemon sent before it closed is still read and reported (it was
+ * "sending a request failed after part of it went out").
+ */
+START_TEST(eviction_in_the_middle_of_a_request_says_why)
+{
+	pid_t pid = fake_start(FAKE_EVICT_MID_REQUEST);
+	struct gpucmd_conn *c = fake_connect(5000);
+	size_t n = 8u << 20;
+	char *data = calloc(1, n);
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r = NULL;
+
+	ck_assert_ptr_nonnull(data);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, data, n), 0);
+	ck_assert_int_eq(gpucmd_run(b, &r), GPUCMD_EDISCONNECTED);
+	assert_dead(c, GPUCMD_EDISCONNECTED, EVICT_WHY);
+	gpucmd_close(c);
+	free(data);
+	fake_stop(pid);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("fake_daemon");
@@ -330,6 +379,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, reply_to_a_request_never_made);
 	tcase_add_test(tc, reply_cut_short_by_a_close);
 	tcase_add_test(tc, reply_that_stalls_half_way);
+	tcase_add_test(tc, eviction_in_the_middle_of_a_request_says_why);
 	suite_add_tcase(s, tc);
 	return s;
 }
