@@ -1807,6 +1807,29 @@ static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
 	}
 }
 
+bool dispatch_needs_stream(const Gpucmd__Request *req)
+{
+	if (req->n_ops == 0)
+		return true;	/* an empty batch is a stream's no-op */
+	for (size_t i = 0; i < req->n_ops; i++) {
+		if (req->ops[i] == NULL)
+			return true;	/* refused the usual way */
+		switch (req->ops[i]->op_case) {
+		case GPUCMD__OP__OP_PING:
+		case GPUCMD__OP__OP_STATUS:
+		case GPUCMD__OP__OP_MEMORY_REPORT:
+		case GPUCMD__OP__OP_CLEANUP:
+		case GPUCMD__OP__OP_REGION_ATTACH:
+		case GPUCMD__OP__OP_REGION_RELEASE:
+		case GPUCMD__OP__OP_LOAD_MODULE:
+			break;
+		default:
+			return true;
+		}
+	}
+	return false;
+}
+
 void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 {
 	size_t n = b->req->n_ops;
@@ -1822,12 +1845,20 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 				n);
 		return;
 	}
-	rc = streams_get(b->conn->set, b->req->stream, &b->stream, b->message,
-			 sizeof(b->message));
-	if (rc != 0) {
-		b->stream = NULL;
-		b->error = rc;
-		return;
+	/*
+	 * A batch of connection-wide ops runs on no stream (b->stream stays
+	 * NULL, and the executor answers it as soon as its ops ran): none of
+	 * them enqueues device work or orders anything on a stream.
+	 */
+	b->stream = NULL;
+	if (dispatch_needs_stream(b->req)) {
+		rc = streams_get(b->conn->set, b->req->stream, &b->stream,
+				 b->message, sizeof(b->message));
+		if (rc != 0) {
+			b->stream = NULL;
+			b->error = rc;
+			return;
+		}
 	}
 	for (i = 0; i < n; i++) {
 		gpucmd__op_result__init(&b->results[i]);

@@ -577,7 +577,13 @@ static void run_batch(struct executor *ex, struct batch *b)
 	if (b->error == GPUCMD_ESTREAM && b->stream != NULL)
 		device_lost(ex, b, b->stream);
 	if (b->stream == NULL) {
-		/* The stream itself could not be had: nothing was enqueued. */
+		/*
+		 * Connection-wide ops (dispatch_needs_stream), or a stream
+		 * that could not be had: nothing was enqueued, and the
+		 * connection's streams are as the batch found them.
+		 */
+		atomic_store_explicit(&conn->quiet, conn_quiet(ex, conn->set),
+				      memory_order_relaxed);
 		send_reply(ex, b, true, false);
 		free_batch(ex, b);
 		return;

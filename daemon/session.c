@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "dispatch.h"
 #include "frame.h"
 #include "gpucmd.h"
 #include "log.h"
@@ -1123,8 +1124,7 @@ static bool loop_answers(const struct session *s, const Gpucmd__Request *req)
 {
 	bool syncs = false;
 
-	if (req->n_ops == 0 || req->n_ops > 64 ||
-	    !stream_known(s, req->stream))
+	if (req->n_ops == 0 || req->n_ops > 64)
 		return false;
 	for (size_t i = 0; i < req->n_ops; i++) {
 		if (req->ops[i] == NULL)
@@ -1134,8 +1134,12 @@ static bool loop_answers(const struct session *s, const Gpucmd__Request *req)
 		else if (req->ops[i]->op_case != GPUCMD__OP__OP_PING)
 			return false;
 	}
+	/*
+	 * Pings need no stream (dispatch_needs_stream); a sync on a number
+	 * the connection has no stream for would create one.
+	 */
 	return !syncs ||
-	       (s->in_flight == 0 &&
+	       (stream_known(s, req->stream) && s->in_flight == 0 &&
 		atomic_load_explicit(&s->econn.quiet, memory_order_relaxed));
 }
 
@@ -1380,19 +1384,22 @@ static uint64_t request_cost(const struct session *s,
 }
 
 /*
- * May an observer run op?  Reads (ping, sync, status, the reports) and the
- * admin ops that act on a service by name; nothing that allocates,
- * launches, maps or loads, whose memory would belong to no service.
+ * May an observer run op?  Reads that need no stream (ping, status, the
+ * daemon-wide report) and the admin ops that act on a service by name;
+ * nothing that allocates, launches, maps or loads, whose memory would
+ * belong to no service, and nothing of a stream.
  */
 static bool observer_may(const Gpucmd__Op *op)
 {
 	switch (op->op_case) {
+	/*
+	 * Only ops that need no stream (dispatch_needs_stream): an observer
+	 * has no streams, since its set belongs to no service and would show
+	 * in no report.
+	 */
 	case GPUCMD__OP__OP_PING:
-	case GPUCMD__OP__OP_SYNC:
 	case GPUCMD__OP__OP_STATUS:
 	case GPUCMD__OP__OP_MEMORY_REPORT:
-	case GPUCMD__OP__OP_MEMORY_USAGE:
-	case GPUCMD__OP__OP_STREAM_REPORT:
 	case GPUCMD__OP__OP_EVICT:
 		return true;
 	case GPUCMD__OP__OP_CLEANUP:
@@ -1433,9 +1440,9 @@ static bool observer_refuses(struct session *s, const Gpucmd__Request *req)
 	else
 		snprintf(msg, sizeof(msg),
 			 "op %zu (%s) is refused: an observer connection may "
-			 "only read reports and status (ping, sync, status, "
-			 "memory_report, memory_usage, stream_report) and run "
-			 "admin ops (evict, cleanup of a named service); "
+			 "only read reports and status (ping, status, "
+			 "memory_report) and run admin ops (evict, cleanup of "
+			 "a named service); "
 			 "connect as a service (a Hello without observe) to "
 			 "allocate, copy, launch, map regions or load modules",
 			 i, fd != NULL ? fd->name : "unknown");
@@ -1484,7 +1491,8 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame,
 		frame_free(frame);
 		return;
 	}
-	note_stream(s, req->stream);
+	if (dispatch_needs_stream(req))
+		note_stream(s, req->stream);
 	cost = request_cost(s, frame, len);
 	if (needs_compile(s, req) && start_compile(s, frame, fds, nfds, cost))
 		return;

@@ -316,11 +316,8 @@ int streams_get(struct stream_set *set, uint32_t number, struct stream **out,
 		snprintf(msg, msg_len,
 			 "stream %u would be a new stream, and this connection "
 			 "has streams up to its limit of %u (max_streams): "
-			 "reuse one of its stream numbers%s",
-			 number, set->max_streams,
-			 number == 0 ? " (libgpucmd's status, report, cleanup "
-				       "and region calls use stream 0: number "
-				       "the streams from 0)" : "");
+			 "reuse one of its stream numbers",
+			 number, set->max_streams);
 		return GPUCMD_ELIMIT;
 	}
 	rc = stream_create(set, number, &s);
