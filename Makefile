@@ -32,7 +32,7 @@ endif
 SOVERSION := 0
 LIBVERSION := 0.1.0
 
-PKGS := libuv libprotobuf-c libsystemd inih
+PKGS := libuv libprotobuf-c libsystemd inih libzstd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)

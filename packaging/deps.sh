@@ -17,6 +17,7 @@ libprotobuf-c-dev:/usr/include/protobuf-c/protobuf-c.h
 protobuf-c-compiler:/usr/bin/protoc-c
 libsystemd-dev:/usr/include/systemd/sd-daemon.h
 libinih-dev:/usr/include/ini.h
+libzstd-dev:/usr/include/zstd.h
 check:/usr/include/check.h
 "
 

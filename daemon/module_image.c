@@ -1,0 +1,521 @@
+/*
+ * module_image.c - the static device memory of a module image (see
+ * module_image.h): a PTX declaration scanner, an ELF section walk and a
+ * fatbin entry walk, each bounds-checked, since the bytes come from a
+ * client.
+ */
+#include "module_image.h"
+
+#include <ctype.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+	uint64_t r;
+
+	return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+static uint64_t le(const uint8_t *p, size_t n)
+{
+	uint64_t v = 0;
+
+	for (size_t i = n; i-- > 0;)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* ---- PTX -------------------------------------------------------------- */
+
+/* Bytes of one element of a PTX fundamental type; 0 when not a type. */
+static uint64_t ptx_type_size(const char *t, size_t n)
+{
+	static const struct {
+		const char *name;
+		uint64_t size;
+	} types[] = {
+		{ ".b8", 1 },	 { ".u8", 1 },	  { ".s8", 1 },
+		{ ".b16", 2 },	 { ".u16", 2 },	  { ".s16", 2 },
+		{ ".f16", 2 },	 { ".bf16", 2 },  { ".b32", 4 },
+		{ ".u32", 4 },	 { ".s32", 4 },	  { ".f32", 4 },
+		{ ".f16x2", 4 }, { ".bf16x2", 4 }, { ".tf32", 4 },
+		{ ".b64", 8 },	 { ".u64", 8 },	  { ".s64", 8 },
+		{ ".f64", 8 },	 { ".b128", 16 }, { ".pred", 1 },
+		{ ".texref", 8 }, { ".samplerref", 8 }, { ".surfref", 8 },
+	};
+
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		if (strlen(types[i].name) == n &&
+		    memcmp(types[i].name, t, n) == 0)
+			return types[i].size;
+	return 0;
+}
+
+/* A PTX statement, comments gone: [p, end). */
+struct span {
+	const char *p;
+	const char *end;
+};
+
+static bool word_is(const char *w, size_t n, const char *lit)
+{
+	return strlen(lit) == n && memcmp(w, lit, n) == 0;
+}
+
+/* The next word of s (letters, digits, '.', '_', '$', '%'), or 0 at a mark. */
+static size_t next_word(struct span *s, const char **w)
+{
+	const char *p = s->p;
+
+	while (p < s->end && isspace((unsigned char)*p))
+		p++;
+	*w = p;
+	while (p < s->end &&
+	       (isalnum((unsigned char)*p) || *p == '.' || *p == '_' ||
+		*p == '$' || *p == '%'))
+		p++;
+	s->p = p;
+	return (size_t)(p - *w);
+}
+
+static void skip_space(struct span *s)
+{
+	while (s->p < s->end && isspace((unsigned char)*s->p))
+		s->p++;
+}
+
+/* An unsigned number at s (decimal, 0x hex or octal), saturating. */
+static bool parse_number(struct span *s, uint64_t *out)
+{
+	unsigned base = 10;
+	uint64_t v = 0;
+	bool any = false;
+
+	skip_space(s);
+	if (s->end - s->p > 2 && s->p[0] == '0' &&
+	    (s->p[1] == 'x' || s->p[1] == 'X')) {
+		base = 16;
+		s->p += 2;
+	} else if (s->p < s->end && s->p[0] == '0') {
+		base = 8;
+	}
+	while (s->p < s->end) {
+		int c = (unsigned char)*s->p, d;
+
+		if (isdigit(c))
+			d = c - '0';
+		else if (base == 16 && isxdigit(c))
+			d = tolower(c) - 'a' + 10;
+		else
+			break;
+		if ((unsigned)d >= base)
+			return false;
+		v = sat_add(sat_mul(v, base), (uint64_t)d);
+		any = true;
+		s->p++;
+	}
+	if (s->p < s->end && (*s->p == 'U' || *s->p == 'u'))
+		s->p++;
+	*out = v;
+	return any;
+}
+
+/*
+ * Leaf values of the initializer at s (after '='): items between commas
+ * and braces, up to the end of the declarator (a comma outside braces).
+ */
+static uint64_t initializer_items(struct span *s)
+{
+	uint64_t items = 0;
+	int depth = 0;
+	bool item = false;
+
+	for (; s->p < s->end; s->p++) {
+		char c = *s->p;
+
+		if (c == '{' || c == '(') {
+			depth++;
+		} else if (c == '}' || c == ')') {
+			if (depth > 0)
+				depth--;
+		} else if (c == ',' && depth == 0) {
+			break;
+		}
+		if (c == ',' || c == '{' || c == '}') {
+			items += item;
+			item = false;
+		} else if (!isspace((unsigned char)c)) {
+			item = true;
+		}
+	}
+	return items + item;
+}
+
+static uint64_t round_up(uint64_t v, uint64_t align)
+{
+	if (align <= 1)
+		return v;
+	return sat_mul((v / align) + (v % align != 0), align);
+}
+
+/*
+ * The bytes the declarators of a .global statement take: s is past the
+ * directives, at the first name; elem is the element size, align the
+ * declared alignment (0: natural).
+ */
+static uint64_t ptx_declarators(struct span *s, uint64_t elem, uint64_t align)
+{
+	uint64_t total = 0;
+
+	for (;;) {
+		const char *w;
+		uint64_t count = 1, dim, bytes;
+		bool open_dim = false;
+
+		if (next_word(s, &w) == 0)
+			break;
+		for (;;) {
+			skip_space(s);
+			if (s->p >= s->end || *s->p != '[')
+				break;
+			s->p++;
+			skip_space(s);
+			if (s->p < s->end && *s->p == ']')
+				open_dim = true;
+			else if (parse_number(s, &dim))
+				count = sat_mul(count, dim);
+			while (s->p < s->end && *s->p != ']')
+				s->p++;
+			if (s->p < s->end)
+				s->p++;
+		}
+		skip_space(s);
+		if (s->p < s->end && *s->p == '=') {
+			uint64_t items;
+
+			s->p++;
+			items = initializer_items(s);
+			/*
+			 * x[][n] = {...}: as many elements as it lists, in
+			 * whole rows of the dimensions it gives.
+			 */
+			if (open_dim)
+				count = round_up(items, count);
+		} else if (open_dim) {
+			count = 0;	/* no storage without a size */
+		}
+		bytes = sat_mul(count, elem);
+		total = sat_add(total, round_up(bytes, align ? align : elem));
+		skip_space(s);
+		if (s->p >= s->end || *s->p != ',')
+			break;
+		s->p++;
+	}
+	return total;
+}
+
+/*
+ * The bytes a PTX statement declares in .global; 0 for anything else.  A
+ * statement runs from the previous ';', so it may begin with directives
+ * that take none (.version, .target, .address_size) or with the end of a
+ * function: the declaration is the .global word, the qualifiers right
+ * before it, and what follows it.  A .global inside parentheses (a
+ * parameter's ".ptr .global") declares no variable.
+ */
+static uint64_t ptx_statement(struct span st)
+{
+	struct span s = st;
+	uint64_t elem = 0, vec = 1, align = 0;
+	const char *w, *prev[2] = { NULL, NULL };
+	size_t n, prev_n[2] = { 0, 0 };
+	int depth = 0;
+
+	for (;;) {
+		while (s.p < s.end && !isalnum((unsigned char)*s.p) &&
+		       *s.p != '.' && *s.p != '_' && *s.p != '$' &&
+		       *s.p != '%') {
+			if (*s.p == '(' || *s.p == '[')
+				depth++;
+			else if ((*s.p == ')' || *s.p == ']') && depth > 0)
+				depth--;
+			else if (*s.p == '=' || *s.p == '{' || *s.p == '}')
+				prev[0] = prev[1] = NULL;
+			if (*s.p == '=')
+				return 0;	/* an initializer before any .global */
+			s.p++;
+		}
+		n = next_word(&s, &w);
+		if (n == 0)
+			return 0;
+		if (word_is(w, n, ".global") && depth == 0)
+			break;
+		prev[1] = prev[0];
+		prev_n[1] = prev_n[0];
+		prev[0] = w;
+		prev_n[0] = n;
+	}
+	/* ".extern .global" or ".extern .visible .global": storage elsewhere. */
+	for (int k = 0; k < 2; k++)
+		if (prev[k] != NULL && word_is(prev[k], prev_n[k], ".extern"))
+			return 0;
+	for (;;) {
+		const char *save = s.p;
+
+		n = next_word(&s, &w);
+		if (n == 0 || w[0] != '.') {
+			s.p = save;
+			break;
+		}
+		if (word_is(w, n, ".align")) {
+			if (!parse_number(&s, &align))
+				return 0;
+		} else if (word_is(w, n, ".v2") || word_is(w, n, ".v4") ||
+			   word_is(w, n, ".v8")) {
+			vec = (uint64_t)(w[2] - '0');
+		} else if (ptx_type_size(w, n) != 0) {
+			elem = ptx_type_size(w, n);
+		} else {
+			return 0;	/* not a variable declaration */
+		}
+	}
+	if (elem == 0)
+		return 0;
+	return ptx_declarators(&s, elem * vec, align);
+}
+
+static uint64_t ptx_static_bytes(const char *p, size_t len)
+{
+	const char *end = p + len;
+	uint64_t total = 0;
+	char *clean;
+	size_t k = 0;
+
+	/* Comments out (each becomes a space), then statement by statement. */
+	clean = malloc(len + 1);
+	if (clean == NULL)
+		return 0;
+	while (p < end) {
+		if (end - p >= 2 && p[0] == '/' && p[1] == '/') {
+			while (p < end && *p != '\n')
+				p++;
+			clean[k++] = ' ';
+		} else if (end - p >= 2 && p[0] == '/' && p[1] == '*') {
+			p += 2;
+			while (end - p >= 2 && !(p[0] == '*' && p[1] == '/'))
+				p++;
+			p = end - p >= 2 ? p + 2 : end;
+			clean[k++] = ' ';
+		} else if (*p == '"') {
+			/* .file names: skipped whole, ';' and all. */
+			p++;
+			while (p < end && *p != '"')
+				p++;
+			if (p < end)
+				p++;
+			clean[k++] = ' ';
+		} else {
+			clean[k++] = *p++;
+		}
+	}
+	for (size_t i = 0, from = 0; i <= k; i++) {
+		if (i == k || clean[i] == ';') {
+			struct span st = { clean + from, clean + i };
+
+			total = sat_add(total, ptx_statement(st));
+			from = i + 1;
+		}
+	}
+	free(clean);
+	return total;
+}
+
+/* ---- ELF (cubin) --------------------------------------------------------- */
+
+static const uint8_t elf_magic[4] = { 0x7f, 'E', 'L', 'F' };
+
+/* The .nv.global sections of a little-endian ELF64; false: not readable. */
+static bool elf_static_bytes(const uint8_t *b, size_t len, uint64_t *out)
+{
+	uint64_t shoff, total = 0;
+	size_t shentsize, shnum, shstrndx;
+	const uint8_t *strs;
+	uint64_t strs_off, strs_size;
+
+	if (len < 64 || memcmp(b, elf_magic, 4) != 0 || b[4] != 2 ||
+	    b[5] != 1)
+		return false;	/* ELF64, little-endian only */
+	shoff = le(b + 0x28, 8);
+	shentsize = (size_t)le(b + 0x3a, 2);
+	shnum = (size_t)le(b + 0x3c, 2);
+	shstrndx = (size_t)le(b + 0x3e, 2);
+	if (shentsize < 64 || shnum == 0 || shstrndx >= shnum ||
+	    shoff > len || (len - shoff) / shentsize < shnum)
+		return false;
+	strs_off = le(b + shoff + shstrndx * shentsize + 0x18, 8);
+	strs_size = le(b + shoff + shstrndx * shentsize + 0x20, 8);
+	if (strs_off > len || strs_size > len - strs_off)
+		return false;
+	strs = b + strs_off;
+	for (size_t i = 0; i < shnum; i++) {
+		const uint8_t *sh = b + shoff + i * shentsize;
+		uint64_t name = le(sh, 4);
+		const char *nm;
+		size_t room;
+
+		if (name >= strs_size)
+			continue;
+		nm = (const char *)strs + name;
+		room = (size_t)(strs_size - name);
+		if (strnlen(nm, room) == room)
+			continue;	/* not terminated in the table */
+		if (strcmp(nm, ".nv.global") == 0 ||
+		    strcmp(nm, ".nv.global.init") == 0)
+			total = sat_add(total, le(sh + 0x20, 8));
+	}
+	*out = total;
+	return true;
+}
+
+/* ---- fatbin ----------------------------------------------------------- */
+
+#define FATBIN_MAGIC 0xBA55ED50u
+#define FATBIN_KIND_PTX 1
+#define FATBIN_KIND_ELF 2
+/*
+ * Entry flags that mark a compressed payload: 0x8000 a zstd frame (CUDA 13
+ * compresses every entry so by default), 0x2000 the older LZ-style
+ * compression, which is not read here.
+ */
+#define FATBIN_ZSTD 0x8000u
+#define FATBIN_COMPRESSED 0xA000u
+/* A compressed entry is expanded only up to this size (its own header says). */
+#define FATBIN_MAX_EXPANDED (256u << 20)
+
+/*
+ * The zstd payload of an entry expanded (the caller frees it), or NULL:
+ * not a frame, a size it does not state or past FATBIN_MAX_EXPANDED, a
+ * frame that does not decode.
+ */
+static uint8_t *fatbin_expand(const uint8_t *p, size_t n, size_t *out_len)
+{
+	unsigned long long size = ZSTD_getFrameContentSize(p, n);
+	uint8_t *buf;
+	size_t got;
+
+	if (size == ZSTD_CONTENTSIZE_UNKNOWN ||
+	    size == ZSTD_CONTENTSIZE_ERROR || size == 0 ||
+	    size > FATBIN_MAX_EXPANDED)
+		return NULL;
+	/* The payload is padded to 8 bytes: the frame ends before that. */
+	n = ZSTD_findFrameCompressedSize(p, n);
+	if (ZSTD_isError(n))
+		return NULL;
+	buf = malloc((size_t)size + 1);
+	if (buf == NULL)
+		return NULL;
+	got = ZSTD_decompress(buf, (size_t)size, p, n);
+	if (ZSTD_isError(got) || got != size) {
+		free(buf);
+		return NULL;
+	}
+	buf[got] = 0;
+	*out_len = got;
+	return buf;
+}
+
+/* The static bytes of one fatbin entry's (plain) payload; false: unreadable. */
+static bool fatbin_entry(uint64_t kind, const uint8_t *p, size_t n,
+			 uint64_t *out)
+{
+	*out = 0;
+	if (kind == FATBIN_KIND_ELF)
+		return elf_static_bytes(p, n, out);
+	if (kind == FATBIN_KIND_PTX)
+		*out = ptx_static_bytes((const char *)p,
+					strnlen((const char *)p, n));
+	return true;
+}
+
+/*
+ * Every entry of one fatbin comes from one translation unit, so its
+ * globals are the same whichever the driver loads: the largest readable
+ * entry counts, and the image is known when any entry could be read.
+ */
+static uint64_t fatbin_static_bytes(const uint8_t *b, size_t len,
+				    enum module_image_known *known)
+{
+	uint64_t hsize, fsize, off, most = 0;
+	bool read_one = false;
+
+	if (len < 16)
+		goto unknown;
+	hsize = le(b + 6, 2);
+	fsize = le(b + 8, 8);
+	if (hsize < 16 || hsize > len || fsize > len - hsize)
+		goto unknown;
+	for (off = hsize; off + 0x40 <= hsize + fsize;) {
+		const uint8_t *e = b + off;
+		uint64_t kind = le(e, 2), ehsize = le(e + 4, 4);
+		uint64_t psize = le(e + 8, 8), flags = le(e + 0x28, 8), v;
+		const uint8_t *payload;
+		bool ok = false;
+
+		if (ehsize < 0x40 || ehsize > hsize + fsize - off ||
+		    psize > hsize + fsize - off - ehsize)
+			goto unknown;
+		payload = e + ehsize;
+		if ((flags & FATBIN_COMPRESSED) == 0) {
+			ok = fatbin_entry(kind, payload, (size_t)psize, &v);
+		} else if (flags & FATBIN_ZSTD) {
+			size_t n = 0;
+			uint8_t *plain = fatbin_expand(payload, (size_t)psize,
+						       &n);
+
+			if (plain != NULL)
+				ok = fatbin_entry(kind, plain, n, &v);
+			free(plain);
+		}
+		if (ok && (kind == FATBIN_KIND_ELF || kind == FATBIN_KIND_PTX)) {
+			read_one = true;
+			if (v > most)
+				most = v;
+		}
+		off += ehsize + psize;
+	}
+	if (!read_one)
+		*known = MODULE_IMAGE_UNKNOWN;
+	return most;
+unknown:
+	*known = MODULE_IMAGE_UNKNOWN;
+	return most;
+}
+
+uint64_t module_image_static_bytes(const void *image, size_t len,
+				   enum module_image_known *known)
+{
+	const uint8_t *b = image;
+	enum module_image_known k = MODULE_IMAGE_KNOWN;
+	uint64_t v = 0;
+
+	if (image == NULL || len == 0) {
+		/* nothing */
+	} else if (len >= 4 && le(b, 4) == FATBIN_MAGIC) {
+		v = fatbin_static_bytes(b, len, &k);
+	} else if (len >= 4 && memcmp(b, elf_magic, 4) == 0) {
+		if (!elf_static_bytes(b, len, &v))
+			k = MODULE_IMAGE_UNKNOWN;
+	} else {
+		v = ptx_static_bytes(image, strnlen(image, len));
+	}
+	if (known != NULL)
+		*known = k;
+	return v;
+}
