@@ -184,6 +184,7 @@ struct report_view {
 		uint32_t regions;
 		uint64_t region_refusals;
 		uint64_t released_pending;
+		uint64_t module_bytes;
 	} total;
 };
 
@@ -249,6 +250,7 @@ static int view_build(const struct gpucmd_report *rep,
 		v->total.regions += s->regions;
 		v->total.region_refusals += s->region_refusals;
 		v->total.released_pending += s->bytes_released_pending;
+		v->total.module_bytes += s->module_bytes;
 		if (sv->largest_free > v->total.largest_free)
 			v->total.largest_free = sv->largest_free;
 		v->total.stream_largest_sum += sv->stream_largest_sum;
@@ -582,6 +584,7 @@ static void report_json(const struct report_view *v)
 				     s->oom_count, sv->largest_free,
 				     sv->fragmentation, &rg,
 				     s->bytes_released_pending);
+		printf(",\"module_bytes\":%" PRIu64, s->module_bytes);
 		printf(",\"streams\":[");
 		for (size_t j = 0; j < s->nstreams; j++) {
 			printf("%s{", j > 0 ? "," : "");
@@ -601,6 +604,7 @@ static void report_json(const struct report_view *v)
 				     v->total.oom_count, v->total.largest_free,
 				     v->total.fragmentation, &rg,
 				     v->total.released_pending);
+		printf(",\"module_bytes\":%" PRIu64, v->total.module_bytes);
 	}
 	printf("}}\n");
 }
@@ -719,6 +723,11 @@ static struct prom_value svc_limit(const struct prom_at *at)
 static struct prom_value svc_ooms(const struct prom_at *at)
 {
 	return pv(at->sv->s->oom_count);
+}
+
+static struct prom_value svc_module_bytes(const struct prom_at *at)
+{
+	return pv(at->sv->s->module_bytes);
 }
 
 static struct prom_value svc_region_bytes(const struct prom_at *at)
@@ -852,6 +861,9 @@ static const struct prom_metric prom_metrics[] = {
 	{ PROM_SERVICE, "gpucmd_service_bytes_released_pending", "gauge",
 	  "Bytes the service released that the device may still use (part "
 	  "of bytes_in_use).", svc_released_pending },
+	{ PROM_SERVICE, "gpucmd_service_module_bytes", "gauge",
+	  "Device memory the globals of the service's loaded modules hold "
+	  "(counted in its quota).", svc_module_bytes },
 	{ PROM_SERVICE, "gpucmd_service_region_bytes", "gauge",
 	  "Bytes of shared regions mapped for the service (pinned host "
 	  "memory on CUDA).", svc_region_bytes },

@@ -40,7 +40,13 @@ static int services_text(const struct gpucmd_report *rep, int exact)
 							 sz, sizeof(sz)));
 		else
 			table_set(&t, 4, "-");
-		table_set(&t, 5, "%u/%u", s->modules, s->max_modules);
+		if (s->module_bytes > 0)
+			table_set(&t, 5, "%u/%u (%s)", s->modules,
+				  s->max_modules,
+				  tool_size(s->module_bytes, exact, sz,
+					    sizeof(sz)));
+		else
+			table_set(&t, 5, "%u/%u", s->modules, s->max_modules);
 	}
 	r = table_print(&t, stdout, 0);
 	table_free(&t);
@@ -61,9 +67,9 @@ static void services_json(const struct gpucmd_report *rep)
 		tool_json_string(stdout, s->name);
 		printf(",\"id\":%u,\"connections\":%u,\"bytes_in_use\":%" PRIu64
 		       ",\"limit_bytes\":%" PRIu64 ",\"modules\":%u"
-		       ",\"max_modules\":%u}",
+		       ",\"max_modules\":%u,\"module_bytes\":%" PRIu64 "}",
 		       s->id, s->connections, s->bytes_in_use, s->limit_bytes,
-		       s->modules, s->max_modules);
+		       s->modules, s->max_modules, s->module_bytes);
 	}
 	printf("]\n");
 }

@@ -338,6 +338,7 @@ static int service_from_wire(struct gpucmd_service_report *out,
 	out->bytes_released_pending = s->bytes_released_pending;
 	out->modules = s->modules;
 	out->max_modules = s->max_modules;
+	out->module_bytes = s->module_bytes;
 	if (!streams || s->n_streams == 0)
 		return 0;
 	out->streams = calloc(s->n_streams, sizeof(*out->streams));

@@ -412,16 +412,22 @@ int command_reserve(struct command *cmd, uint64_t size,
 			 (unsigned long long)ordered);
 		return GPUCMD_EQUOTA;
 	}
+	/* The globals of the modules it holds count like live buffers. */
 	if (limit != 0 &&
-	    (size > limit || svc->bytes_in_use > limit - size)) {
+	    (size > limit ||
+	     sat_sum(svc->bytes_in_use, svc->module_bytes) > limit - size)) {
 		svc->oom_count++;
 		struct memory_usage u;
 		uint64_t after, closing = service_closing_live(cmd);
-		char gone[160] = "";
+		char gone[160] = "", globals[120] = "";
 
 		streams_usage(cmd->set, &u);
-		if (__builtin_add_overflow(svc->bytes_in_use, size, &after))
-			after = UINT64_MAX;
+		after = sat_sum(sat_sum(svc->bytes_in_use, svc->module_bytes),
+				size);
+		if (svc->module_bytes > 0)
+			snprintf(globals, sizeof(globals),
+				 ", globals of its loaded modules %llu",
+				 (unsigned long long)svc->module_bytes);
 		if (closing > 0)
 			snprintf(gone, sizeof(gone),
 				 "; %llu of the live bytes belong to closed "
@@ -431,7 +437,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "quota exceeded: allocating %llu bytes would take "
 			 "service '%s' to %llu%s bytes, over its limit of %llu "
-			 "bytes (live buffers %llu; this connection reserves "
+			 "bytes (live buffers %llu%s; this connection reserves "
 			 "%llu, stream %u's largest free block %llu, "
 			 "fragmentation %.2f%s); release buffers or raise the "
 			 "service's memory_limit",
@@ -439,7 +445,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 			 (unsigned long long)after,
 			 after == UINT64_MAX ? " or more" : "",
 			 (unsigned long long)limit,
-			 (unsigned long long)svc->bytes_in_use,
+			 (unsigned long long)svc->bytes_in_use, globals,
 			 (unsigned long long)u.bytes_reserved,
 			 cmd->current->number,
 			 (unsigned long long)memory_manager_largest_free(mm),

@@ -16,6 +16,7 @@
 #include "frame.h"
 #include "graph.h"
 #include "module.h"
+#include "module_image.h"
 #include "region.h"
 #include "gpucmd.h"
 #include "memory/drop_queue.h"
@@ -899,6 +900,7 @@ static void service_row(struct service *svc, void *arg)
 	sr->bytes_released_pending = svc->release_pending_bytes;
 	sr->modules = atomic_load(&svc->modules);
 	sr->max_modules = atomic_load(&svc->max_modules);
+	sr->module_bytes = svc->module_bytes;
 	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
 		if (set->service != svc)
 			continue;
@@ -932,6 +934,7 @@ static void service_row(struct service *svc, void *arg)
 	st->totals->region_refusals += sr->region_refusals;
 	st->totals->bytes_released_pending += sr->bytes_released_pending;
 	st->totals->modules += sr->modules;	/* max_modules: no sum */
+	st->totals->module_bytes += sr->module_bytes;
 	st->totals->usage->allocations += sr->usage->allocations;
 	st->totals->usage->bytes_in_use += sr->usage->bytes_in_use;
 	st->totals->usage->bytes_padding += sr->usage->bytes_padding;
@@ -1586,6 +1589,35 @@ static int module_quota(struct command_ctx *ctx, struct batch *b,
 	return 0;
 }
 
+/*
+ * Whether module id, whose globals take bytes of device memory while it is
+ * loaded, fits the service's memory_limit beside its live buffers and the
+ * globals of the modules it holds already (module_image.h); else the
+ * batch fails with GPUCMD_EQUOTA.
+ */
+static int module_fits(struct batch *b, uint64_t id, uint64_t bytes)
+{
+	struct service *svc = b->conn->service;
+	uint64_t limit = atomic_load(&svc->memory_limit);
+	uint64_t held = svc->bytes_in_use + svc->module_bytes;
+
+	if (limit == 0 || (bytes <= limit && held <= limit - bytes))
+		return 0;
+	svc->oom_count++;
+	return fail(b, GPUCMD_EQUOTA,
+		    "quota exceeded: module %llu's global variables take %llu "
+		    "bytes of device memory while it is loaded, which would "
+		    "take service '%s' past its memory_limit of %llu bytes "
+		    "(live buffers %llu, globals of the modules it holds "
+		    "%llu); release buffers or unload modules, make the "
+		    "module's __device__ arrays smaller, or raise the "
+		    "memory_limit",
+		    (unsigned long long)id, (unsigned long long)bytes,
+		    svc->name, (unsigned long long)limit,
+		    (unsigned long long)svc->bytes_in_use,
+		    (unsigned long long)svc->module_bytes);
+}
+
 static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 			  const Gpucmd__OpLoadModule *op)
 {
@@ -1613,6 +1645,22 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	rc = module_quota(ctx, b, op->module, fmt, data, len);
 	if (rc != 0)
 		return rc;
+	/*
+	 * A module not in the cache whose globals could not fit is refused
+	 * before it is loaded: loading it would take their memory from the
+	 * other services, if only until the check after.  (CUDA C is sized
+	 * once compiled, below.  One compiled off this thread already, which
+	 * the session does only for globals within the memory_limit, is
+	 * unloaded with the batch.)
+	 */
+	if (fmt != DRIVER_MODULE_CUDA_C &&
+	    module_cache_lookup(ctx->modules, (enum driver_module_format)fmt,
+				data, len) == NULL) {
+		rc = module_fits(b, op->module,
+				 module_image_static_bytes(data, len, NULL));
+		if (rc != 0)
+			return rc;
+	}
 	m = calloc(1, sizeof(*m));
 	if (m == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
@@ -1629,7 +1677,18 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 			    err, log[0] && !same ? "; log: " : "",
 			    same ? "" : log);
 	}
-	if (service_module_ref(b->conn->service, m->entry) != 0) {
+	if (!service_module_held(b->conn->service, m->entry)) {
+		rc = module_fits(b, op->module,
+				 module_entry_static_bytes(m->entry));
+		if (rc != 0) {
+			/* Unloaded at once if its globals are large. */
+			module_cache_put(ctx->modules, m->entry);
+			free(m);
+			return rc;
+		}
+	}
+	if (service_module_ref(b->conn->service, m->entry,
+			       module_entry_static_bytes(m->entry)) != 0) {
 		module_cache_put(ctx->modules, m->entry);
 		free(m);
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");

@@ -57,7 +57,7 @@ int graph_hold_module(struct graph *g, struct module_cache *c,
 		g->modules = n;
 		g->modules_cap = cap;
 	}
-	if (service_module_ref(svc, e) != 0)
+	if (service_module_ref(svc, e, module_entry_static_bytes(e)) != 0)
 		return GPUCMD_ENOMEM;
 	g->modules[g->nmodules++] = e;
 	g->module_cache = c;

@@ -3,6 +3,7 @@
  * format and content, confirmed by comparing the bytes.
  */
 #include "module.h"
+#include "module_image.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@ struct module_entry {
 	struct driver_module *dm;
 	uint32_t refs;
 	uint64_t last_use;		/* the cache's tick at its last get */
+	uint64_t static_bytes;		/* its globals' device memory (module_image.h) */
 	struct module_fn *fns;
 	struct module_entry *next;
 };
@@ -42,6 +44,7 @@ struct module_cache {
 	uint64_t hits;
 	uint64_t evicted;
 	uint64_t tick;			/* counts gets: the order of use */
+	uint64_t idle_bytes;		/* static_bytes of entries nobody references */
 	uint32_t count;
 };
 
@@ -122,17 +125,19 @@ static bool evictable(const struct module_cache *c)
 }
 
 /*
- * Unload the entry nobody references that was used longest ago; false
- * when every entry is referenced.  A linear walk: it runs only when a
+ * Unload the entry nobody references that was used longest ago (of those
+ * whose globals hold device memory, when holding_memory); false when there
+ * is none.  A linear walk: it runs only when a
  * load finds MODULE_CACHE_MAX entries, and compiling costs far more.
  */
-static bool evict_one(struct module_cache *c)
+static bool evict_one(struct module_cache *c, bool holding_memory)
 {
 	struct module_entry **victim = NULL;
 
 	for (struct module_entry **pp = &c->entries; *pp != NULL;
 	     pp = &(*pp)->next)
 		if ((*pp)->refs == 0 &&
+		    (!holding_memory || (*pp)->static_bytes > 0) &&
 		    (victim == NULL || (*pp)->last_use < (*victim)->last_use))
 			victim = pp;
 	if (victim == NULL)
@@ -143,11 +148,26 @@ static bool evict_one(struct module_cache *c)
 		pthread_mutex_lock(&c->lock);
 		*victim = e->next;
 		pthread_mutex_unlock(&c->lock);
+		c->idle_bytes -= e->static_bytes;
 		entry_free(c, e);
 	}
 	c->count--;
 	c->evicted++;
 	return true;
+}
+
+/*
+ * The device memory e's globals hold: the backend's word for what it
+ * loaded (CUDA C is compiled there), else read from the image.
+ */
+static uint64_t entry_static_bytes(struct module_cache *c,
+				   const struct module_entry *e)
+{
+	if (c->driver->ops->module_static_bytes != NULL)
+		return c->driver->ops->module_static_bytes(c->driver, e->dm);
+	if (e->fmt == DRIVER_MODULE_CUDA_C)
+		return 0;
+	return module_image_static_bytes(e->data, e->len, NULL);
 }
 
 int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
@@ -163,7 +183,8 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 	log[0] = '\0';
 	if (e != NULL) {
 		/* Another connection may have filed it while pre compiled. */
-		e->refs++;
+		if (e->refs++ == 0)
+			c->idle_bytes -= e->static_bytes;
 		e->last_use = ++c->tick;
 		c->hits++;
 		*out = e;
@@ -216,7 +237,8 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 	}
 	/* ...made only for a module that loaded. */
 	if (c->count >= MODULE_CACHE_MAX)
-		(void)evict_one(c);
+		(void)evict_one(c, false);
+	e->static_bytes = entry_static_bytes(c, e);
 	e->refs = 1;
 	e->last_use = ++c->tick;
 	pthread_mutex_lock(&c->lock);
@@ -282,16 +304,32 @@ void module_cache_put(struct module_cache *c, struct module_entry *e)
 	/*
 	 * An entry nobody references stays compiled, for the next service
 	 * that sends the same code; evict_one unloads it when room is
-	 * needed (every launch of it has run by then: see module.h).
+	 * needed (every launch of it has run by then: see module.h).  Its
+	 * globals' memory then belongs to no service, so such entries keep
+	 * at most MODULE_CACHE_IDLE_BYTES of it: past that the ones unused
+	 * longest are unloaded now.
 	 */
-	(void)c;
-	e->refs--;
+	if (--e->refs > 0)
+		return;
+	c->idle_bytes += e->static_bytes;
+	while (c->idle_bytes > MODULE_CACHE_IDLE_BYTES && evict_one(c, true))
+		;
 }
 
 void module_cache_hold(struct module_cache *c, struct module_entry *e)
 {
-	(void)c;
-	e->refs++;
+	if (e->refs++ == 0)
+		c->idle_bytes -= e->static_bytes;
+}
+
+uint64_t module_entry_static_bytes(const struct module_entry *e)
+{
+	return e->static_bytes;
+}
+
+uint64_t module_cache_idle_bytes(const struct module_cache *c)
+{
+	return c->idle_bytes;
 }
 
 int module_function(struct module_cache *c, struct module_entry *e,

@@ -41,6 +41,11 @@
 
 /* Distinct modules the daemon keeps compiled at most. */
 #define MODULE_CACHE_MAX 1024
+/*
+ * Device memory the globals of modules nobody references may hold at most
+ * (module_cache_put): it belongs to no service's quota.
+ */
+#define MODULE_CACHE_IDLE_BYTES (64ull << 20)
 
 struct module_cache;
 struct module_entry;
@@ -79,6 +84,10 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 const struct module_entry *module_cache_lookup(struct module_cache *c,
 					       enum driver_module_format fmt,
 					       const void *data, size_t len);
+/** The device memory e's globals hold while it is loaded (module_image.h). */
+uint64_t module_entry_static_bytes(const struct module_entry *e);
+/** What the globals of entries nobody references hold (at most MODULE_CACHE_IDLE_BYTES). */
+uint64_t module_cache_idle_bytes(const struct module_cache *c);
 /** Any thread: may modules be compiled off the device thread? */
 bool module_cache_compiles_shared(const struct module_cache *c);
 /** Any thread: does the cache hold this content compiled already? */

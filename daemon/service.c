@@ -226,7 +226,8 @@ bool service_module_held(const struct service *svc, const void *entry)
 	return module_ref_find(svc, entry) != NULL;
 }
 
-int service_module_ref(struct service *svc, const void *entry)
+int service_module_ref(struct service *svc, const void *entry,
+		       uint64_t bytes)
 {
 	struct service_module *m = module_ref_find(svc, entry);
 	uint32_t n = atomic_load(&svc->modules);
@@ -247,6 +248,8 @@ int service_module_ref(struct service *svc, const void *entry)
 	}
 	svc->module_refs[n].entry = entry;
 	svc->module_refs[n].holders = 1;
+	svc->module_refs[n].bytes = bytes;
+	svc->module_bytes += bytes;
 	atomic_store(&svc->modules, n + 1);
 	return 0;
 }
@@ -258,6 +261,7 @@ void service_module_unref(struct service *svc, const void *entry)
 
 	if (m == NULL || --m->holders > 0)
 		return;
+	svc->module_bytes -= m->bytes;
 	*m = svc->module_refs[n - 1];
 	atomic_store(&svc->modules, n - 1);
 }

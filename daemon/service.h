@@ -115,6 +115,11 @@ struct service {
 	uint64_t region_refusals;	/* attaches refused over region_limit */
 	struct service_module *module_refs;	/* modules of them */
 	uint32_t module_refs_cap;
+	/*
+	 * The device memory the globals of those modules hold (device
+	 * thread): counted in the memory_limit beside live buffers.
+	 */
+	uint64_t module_bytes;
 	struct service *next;
 };
 
@@ -122,6 +127,7 @@ struct service {
 struct service_module {
 	const void *entry;		/* a struct module_entry of the cache */
 	uint32_t holders;
+	uint64_t bytes;			/* its globals' device memory */
 };
 
 /**
@@ -198,10 +204,12 @@ void service_region_uncharge(struct service *svc, uint64_t size);
 bool service_module_held(const struct service *svc, const void *entry);
 /**
  * One more holder of entry in svc (an id, a graph, a pending unload): a new
- * entry counts toward modules.  The caller checked max_modules.  0, or
+ * entry counts toward modules, and its globals' bytes toward module_bytes.
+ * The caller checked max_modules and the memory_limit.  0, or
  * GPUCMD_ENOMEM (nothing changed).  Device thread.
  */
-int service_module_ref(struct service *svc, const void *entry);
+int service_module_ref(struct service *svc, const void *entry,
+		       uint64_t bytes);
 /** One holder of entry fewer; at none, it leaves modules.  Device thread. */
 void service_module_unref(struct service *svc, const void *entry);
 /** Free every service (at exit, after the threads stopped). */

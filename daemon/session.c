@@ -18,6 +18,7 @@
 #include "gpucmd.h"
 #include "log.h"
 #include "module.h"
+#include "module_image.h"
 #include "region.h"
 #include "server.h"
 #include "service.h"
@@ -1174,6 +1175,7 @@ struct compile_job {
 	size_t nfds;
 	struct module_cache *cache;
 	struct module_compiled *compiled;	/* one per op */
+	uint64_t memory_limit;		/* the service's, at the start */
 };
 
 /* An op loading a module from inline bytes: the loop can hand those on. */
@@ -1226,6 +1228,16 @@ static void compile_work(uv_work_t *w)
 		/* Known content is filed by the device thread in no time. */
 		if (module_cache_has(job->cache, fmt, lm->data.data,
 				     lm->data.len))
+			continue;
+		/*
+		 * Globals larger than the service's whole memory_limit are
+		 * not loaded even for a moment: left uncompiled, the device
+		 * thread refuses the module before loading it (dispatch.c,
+		 * module_fits).
+		 */
+		if (job->memory_limit != 0 && fmt != DRIVER_MODULE_CUDA_C &&
+		    module_image_static_bytes(lm->data.data, lm->data.len,
+					      NULL) > job->memory_limit)
 			continue;
 		module_compile(job->cache, fmt, lm->data.data, lm->data.len,
 			       &job->compiled[i]);
@@ -1300,6 +1312,7 @@ static bool start_compile(struct session *s, Gpucmd__Frame *frame, int *fds,
 	job->nfds = nfds;
 	job->cost = cost;
 	job->cache = executor_modules(s->server->ex);
+	job->memory_limit = atomic_load(&s->econn.service->memory_limit);
 	job->work.data = job;
 	if (uv_queue_work(s->server->loop, &job->work, compile_work,
 			  compile_done) != 0) {

@@ -639,6 +639,11 @@ struct gpucmd_service_report {
 	 */
 	uint32_t modules;
 	uint32_t max_modules;
+	/*
+	 * Device memory the global variables of those modules hold while
+	 * they are loaded; counted in limit_bytes beside bytes_in_use.
+	 */
+	uint64_t module_bytes;
 };
 struct gpucmd_report {
 	char device_name[128];

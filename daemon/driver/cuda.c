@@ -66,6 +66,7 @@ int driver_cuda_create(const struct driver_options *opt, struct driver **out,
 
 #include "kernels/builtin.h"
 #include "kernels/builtin_ptx.h"
+#include "module_image.h"
 
 _Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t),
 	       "device addresses travel as uint64_t");
@@ -233,6 +234,8 @@ struct driver_function {
 
 struct driver_module {
 	CUmodule module;
+	/* Its globals' device memory, read from the image loaded. */
+	uint64_t static_bytes;
 	/* Functions handed out, owned by the module: driver.h has no
 	 * function_free, so they live until module_unload. */
 	struct driver_function *functions;
@@ -1098,8 +1101,8 @@ static int cuda_nvrtc_fail(struct cuda_driver *cd, const char *call, int r)
  * architecture.
  */
 static int cuda_nvrtc_compile(struct cuda_driver *cd, const char *src,
-			      size_t len, char **image, char *log,
-			      size_t log_len)
+			      size_t len, char **image, size_t *image_len,
+			      char *log, size_t log_len)
 {
 	struct nvrtc_api *nv = &cd->nvrtc;
 	struct nvrtc_program *prog = NULL;
@@ -1186,6 +1189,7 @@ static int cuda_nvrtc_compile(struct cuda_driver *cd, const char *src,
 		goto out;
 	}
 	*image = out;
+	*image_len = size;
 	rc = 0;
 out:
 	nv->nvrtcDestroyProgram(&prog);
@@ -1200,6 +1204,8 @@ static int cuda_module_load_image(struct cuda_driver *cd,
 {
 	struct driver_module *m;
 	char *image = NULL;
+	size_t image_len = len;
+	uint64_t static_bytes;
 	CUmodule module = NULL;
 	int rc;
 
@@ -1227,7 +1233,8 @@ static int cuda_module_load_image(struct cuda_driver *cd,
 		image[len] = '\0';
 		break;
 	case DRIVER_MODULE_CUDA_C:
-		rc = cuda_nvrtc_compile(cd, data, len, &image, log, log_len);
+		rc = cuda_nvrtc_compile(cd, data, len, &image, &image_len, log,
+					log_len);
 		if (rc)
 			return rc;
 		break;
@@ -1236,6 +1243,7 @@ static int cuda_module_load_image(struct cuda_driver *cd,
 		return GPUCMD_EINVAL;
 	}
 
+	static_bytes = module_image_static_bytes(image, image_len, NULL);
 	rc = cuda_load_image(cd, image, &module, log, log_len);
 	free(image);
 	if (rc)
@@ -1247,8 +1255,16 @@ static int cuda_module_load_image(struct cuda_driver *cd,
 		return -ENOMEM;
 	}
 	m->module = module;
+	m->static_bytes = static_bytes;
 	*out = m;
 	return 0;
+}
+
+static uint64_t cuda_module_static_bytes(struct driver *d,
+					 const struct driver_module *m)
+{
+	(void)d;
+	return m->static_bytes;
 }
 
 static int cuda_module_load(struct driver *d, enum driver_module_format fmt,
@@ -1593,6 +1609,7 @@ static const struct driver_ops cuda_ops = {
 	.mem_info = cuda_mem_info,
 	.module_load = cuda_module_load,
 	.module_load_shared = cuda_module_load_shared,
+	.module_static_bytes = cuda_module_static_bytes,
 	.module_unload = cuda_module_unload,
 	.module_function = cuda_module_function,
 	.builtin_function = cuda_builtin_function,

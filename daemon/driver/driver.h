@@ -173,6 +173,14 @@ struct driver_ops {
 				  size_t err_len, char *log, size_t log_len);
 	/* Any thread; the module's launches must be enqueued already. */
 	void (*module_unload)(struct driver *d, struct driver_module *m);
+	/*
+	 * The device memory m's global variables hold while it is loaded,
+	 * read from the image the backend loaded (for CUDA C, what it
+	 * compiled).  Optional: NULL, and the cache reads the image the
+	 * client sent (module_image.h).
+	 */
+	uint64_t (*module_static_bytes)(struct driver *d,
+					const struct driver_module *m);
 	int (*module_function)(struct driver *d, struct driver_module *m,
 			       const char *name, struct driver_function **out);
 	/* A built-in kernel by name (kernels/builtin.h); GPUCMD_ENOKERNEL. */

@@ -362,7 +362,7 @@ case "$sj" in
 *) fail "services --json is not an array: $sj" ;;
 esac
 printf '%s\n' "$sj" | grep -qF '"name":"held","id":' || fail "services --json: $sj"
-printf '%s\n' "$sj" | grep -qF '"connections":1,"bytes_in_use":5246880,"limit_bytes":67108864,"modules":0,"max_modules":3}' ||
+printf '%s\n' "$sj" | grep -qF '"connections":1,"bytes_in_use":5246880,"limit_bytes":67108864,"modules":0,"max_modules":3,"module_bytes":0}' ||
 	fail "services --json: $sj"
 
 # 7. Not an admin: nobody sees only the service it speaks for, and may

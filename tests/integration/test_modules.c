@@ -313,6 +313,89 @@ START_TEST(max_modules_zero_means_builtins_only)
 }
 END_TEST
 
+/* ---- globals and the memory quota ------------------------------------------ */
+
+/* A service with a 64M quota, beside the compile-delayed daemon. */
+static void globals_setup(void)
+{
+	char conf[192];
+
+	harness_config("[service small]\nmemory_limit = 64M\n"
+		       "max_modules = 4\n",
+		       conf, sizeof(conf));
+	daemon_start_args(&the_daemon, "--config", conf,
+			  "--test-compile-delay-ms", delay_arg(), NULL);
+}
+
+static uint64_t submit_ptx(struct gpucmd_conn *c, uint64_t module,
+			   const char *ptx)
+{
+	struct gpucmd_batch *b;
+	uint64_t id = 0;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_load_module(b, module, "ptx", ptx,
+						  strlen(ptx)), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	return id;
+}
+
+/*
+ * A module's global variables take device memory while it is loaded, so
+ * they count in the memory_limit (gpucmdd.conf(5)): a module whose
+ * globals cannot fit is refused with EQUOTA and the numbers, before it is
+ * loaded or even compiled, alone (128 MiB under 64M) or beside the
+ * service's live buffers (8 MiB beside 60M).  A module within it goes on
+ * to the compiler as before.
+ */
+START_TEST(module_globals_count_against_the_quota)
+{
+	static const char big[] = ".version 8.0\n.target sm_90\n"
+				  ".address_size 64\n"
+				  ".global .align 1 .b8 big[134217728];\n";
+	static const char eight[] = ".version 8.0\n.target sm_90\n"
+				    ".global .align 4 .b8 e[8388608];\n";
+	struct gpucmd_conn *c = connect_as("small");
+	struct gpucmd_batch *b;
+	uint64_t t0, took;
+	char msg[512];
+	int rc;
+
+	t0 = harness_now_us();
+	rc = wait_code(c, submit_ptx(c, 5, big), msg, sizeof(msg));
+	took = harness_now_us() - t0;
+	ck_assert_int_eq(rc, GPUCMD_EQUOTA);
+	ck_assert_msg(strstr(msg, "module 5's global variables take "
+				  "134217728 bytes") != NULL &&
+			      strstr(msg, "'small'") != NULL &&
+			      strstr(msg, "memory_limit of 67108864") != NULL,
+		      "%s", msg);
+	ck_assert_msg(took < DELAY_MS * 1000u / 2,
+		      "the refusal took %llu us: it was compiled first",
+		      (unsigned long long)took);
+	/* Within the quota alone, but not beside 60M of live buffers. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_empty(b, 1, 60u << 20);
+	gpucmd_response_free(run_ok(b));
+	rc = wait_code(c, submit_ptx(c, 6, eight), msg, sizeof(msg));
+	ck_assert_int_eq(rc, GPUCMD_EQUOTA);
+	ck_assert_msg(strstr(msg, "8388608 bytes") != NULL &&
+			      strstr(msg, "live buffers 62914560") != NULL,
+		      "%s", msg);
+	/* With the buffers gone it goes on to the compiler. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_release(b, 1);
+	gpucmd_batch_sync(b);
+	gpucmd_response_free(run_ok(b));
+	rc = wait_code(c, submit_ptx(c, 6, eight), msg, sizeof(msg));
+	if (host_backend())
+		ck_assert_int_eq(rc, GPUCMD_EUNSUPPORTED);
+	else
+		ck_assert_int_eq(rc, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("modules");
@@ -329,6 +412,12 @@ static Suite *make_suite(void)
 	tcase_add_checked_fixture(tc, quota_setup, harness_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, max_modules_zero_means_builtins_only);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("globals");
+	tcase_add_checked_fixture(tc, globals_setup, harness_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, module_globals_count_against_the_quota);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -920,7 +920,8 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 				     "\"region_bytes\":3145728,\"regions\":3,"
 				     "\"region_limit\":0,"
 				     "\"region_refusals\":3,"
-				     "\"bytes_released_pending\":0}") != NULL,
+				     "\"bytes_released_pending\":0,"
+				     "\"module_bytes\":0}") != NULL,
 		      "memory-report --json totals: %.3000s", out);
 	harness_tool_output("memory-report --prometheus", out, sizeof(out));
 	{

@@ -216,34 +216,85 @@ START_TEST(service_counts_distinct_modules)
 	int a, b, c;
 
 	ck_assert_ptr_nonnull(svc);
-	ck_assert_int_eq(service_module_ref(svc, &a), 0);	/* an id */
-	ck_assert_int_eq(service_module_ref(svc, &a), 0);	/* a graph */
-	ck_assert_int_eq(service_module_ref(svc, &b), 0);
-	ck_assert_int_eq(service_module_ref(svc, &c), 0);
+	ck_assert_int_eq(service_module_ref(svc, &a, 100), 0);	/* an id */
+	ck_assert_int_eq(service_module_ref(svc, &a, 100), 0);	/* a graph */
+	ck_assert_int_eq(service_module_ref(svc, &b, 20), 0);
+	ck_assert_int_eq(service_module_ref(svc, &c, 0), 0);
 	ck_assert_uint_eq(atomic_load(&svc->modules), 3);
+	/* Globals count once per distinct module, as modules do. */
+	ck_assert_uint_eq(svc->module_bytes, 120);
 	ck_assert(service_module_held(svc, &a));
 	service_module_unref(svc, &a);
 	ck_assert_uint_eq(atomic_load(&svc->modules), 3);
 	ck_assert(service_module_held(svc, &a));
 	service_module_unref(svc, &a);
 	ck_assert_uint_eq(atomic_load(&svc->modules), 2);
+	ck_assert_uint_eq(svc->module_bytes, 20);
 	ck_assert(!service_module_held(svc, &a));
 	ck_assert(service_module_held(svc, &b));
 	ck_assert(service_module_held(svc, &c));
 	/* Past the first growth of the table, and back down to none. */
 	for (int i = 0; i < 20; i++)
-		ck_assert_int_eq(service_module_ref(svc, many + i), 0);
+		ck_assert_int_eq(service_module_ref(svc, many + i, 1), 0);
 	ck_assert_uint_eq(atomic_load(&svc->modules), 22);
 	for (int i = 0; i < 20; i++)
 		service_module_unref(svc, many + i);
 	service_module_unref(svc, &b);
 	service_module_unref(svc, &c);
 	ck_assert_uint_eq(atomic_load(&svc->modules), 0);
+	ck_assert_uint_eq(svc->module_bytes, 0);
 	/* An entry it does not hold changes nothing. */
 	service_module_unref(svc, &c);
 	ck_assert_uint_eq(atomic_load(&svc->modules), 0);
 	free(svc->module_refs);
 	free(svc);
+}
+END_TEST
+
+/* Get the module whose content is the PTX text (its globals are sized). */
+static struct module_entry *get_text(const char *ptx)
+{
+	struct module_entry *e = NULL;
+	char err[256], log[64];
+
+	ck_assert_int_eq(module_cache_get(cache, DRIVER_MODULE_PTX, ptx,
+					  strlen(ptx), NULL, &e, err,
+					  sizeof(err), log, sizeof(log)),
+			 0);
+	return e;
+}
+
+/*
+ * The globals of a module nobody references belong to no service: the
+ * cache keeps at most MODULE_CACHE_IDLE_BYTES of them, unloading the ones
+ * unused longest past that; modules without globals stay as before.
+ */
+START_TEST(idle_modules_keep_little_device_memory)
+{
+	struct module_entry *a = get_text(".global .b8 a[41943040];");
+	struct module_entry *b = get_text(".global .b8 b[41943040];");
+	struct module_entry *small = get_text(".global .u32 counter;");
+	struct module_entry *none = get_ok(7);
+
+	ck_assert_uint_eq(module_entry_static_bytes(a), 40u << 20);
+	ck_assert_uint_eq(module_entry_static_bytes(small), 4);
+	ck_assert_uint_eq(module_entry_static_bytes(none), 0);
+	module_cache_put(cache, none);
+	module_cache_put(cache, small);
+	module_cache_put(cache, a);
+	ck_assert_uint_eq(module_cache_idle_bytes(cache), (40u << 20) + 4);
+	ck_assert_uint_eq(unloads, 0);
+	/* 80 MiB idle is past 64 MiB: a, unused longest of the large, goes. */
+	module_cache_put(cache, b);
+	ck_assert_uint_eq(unloads, 1);
+	ck_assert_uint_eq(module_cache_count(cache), 3);
+	ck_assert_uint_eq(module_cache_idle_bytes(cache), (40u << 20) + 4);
+	/* Taken again, b's memory is a holder's, not idle. */
+	ck_assert_ptr_eq(get_text(".global .b8 b[41943040];"), b);
+	ck_assert_uint_eq(module_cache_idle_bytes(cache), 4);
+	ck_assert_uint_eq(loads, 4);
+	module_cache_put(cache, b);
+	ck_assert_uint_eq(module_cache_idle_bytes(cache), (40u << 20) + 4);
 }
 END_TEST
 
@@ -258,6 +309,7 @@ static Suite *module_suite(void)
 	tcase_add_test(tc, eviction_takes_the_least_recently_used);
 	tcase_add_test(tc, a_hold_keeps_a_module_loaded);
 	tcase_add_test(tc, service_counts_distinct_modules);
+	tcase_add_test(tc, idle_modules_keep_little_device_memory);
 	suite_add_tcase(s, tc);
 	return s;
 }
