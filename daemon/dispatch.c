@@ -1772,8 +1772,13 @@ static int region_bytes(struct batch *b, const Gpucmd__RegionRef *ref,
 	if (region_check(r, ref->offset, ref->length, b->message,
 			 sizeof(b->message)) != 0)
 		return GPUCMD_EINVAL;
-	/* Its release waits for this batch (a copy may come of it). */
-	region_note_use(r, b->stream);
+	/*
+	 * Its release waits for this batch (a copy may come of it).  A batch
+	 * on no stream (dispatch_needs_stream: a load_module from a region)
+	 * reads the bytes there and then and enqueues nothing: no fence.
+	 */
+	if (b->stream != NULL)
+		region_note_use(r, b->stream);
 	*out = r->base + ref->offset;
 	return 0;
 }

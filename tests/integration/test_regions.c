@@ -533,6 +533,71 @@ START_TEST(user_ptx_module_on_cuda)
 }
 END_TEST
 
+/*
+ * A load_module whose code comes from a shared region, in a batch of
+ * connection-wide ops (which runs on no stream): the daemon reads the
+ * bytes there and then, and answers (on the host backend, that it runs no
+ * modules), alone in its batch or after the attach, on any stream number.
+ */
+START_TEST(load_module_from_a_region_in_a_batch_without_a_stream)
+{
+	enum { SIZE = 4096 };
+	const char *backend = getenv("GPUCMD_TEST_BACKEND");
+	bool host = backend == NULL || strcmp(backend, "host") == 0;
+	struct raw c = raw_open();
+	int fd = sealed_memfd(SIZE, true);
+	Gpucmd__RegionRef src = GPUCMD__REGION_REF__INIT;
+	Gpucmd__OpLoadModule lm = GPUCMD__OP_LOAD_MODULE__INIT;
+	Gpucmd__OpStatus st = GPUCMD__OP_STATUS__INIT;
+	Gpucmd__Op o_lm = GPUCMD__OP__INIT, o_st = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[2];
+	Gpucmd__Frame *r;
+
+	ck_assert_int_eq(pwrite(fd, add_one_ptx, sizeof(add_one_ptx), 0),
+			 (ssize_t)sizeof(add_one_ptx));
+	src.region = 3;
+	src.offset = 0;
+	src.length = sizeof(add_one_ptx);
+	lm.module = 1;
+	lm.format = "ptx";
+	lm.region = &src;
+	o_lm.op_case = GPUCMD__OP__OP_LOAD_MODULE;
+	o_lm.load_module = &lm;
+	/* The attach and the load in one batch. */
+	ops[0] = attach(3, SIZE);
+	ops[1] = &o_lm;
+	r = run_ops(&c, ops, 2, &fd, 1);
+	if (host) {
+		ck_assert_ptr_nonnull(r->response->error);
+		ck_assert_int_eq(r->response->error->code, GPUCMD_EUNSUPPORTED);
+		ck_assert_uint_eq(r->response->failed_index, 1);
+	} else {
+		ck_assert_msg(r->response->error == NULL, "failed: %s",
+			      r->response->error ? r->response->error->message
+						 : "");
+	}
+	frame_free(r);
+	/* The load alone, on a number that has no stream. */
+	lm.module = 2;
+	ops[0] = &o_lm;
+	r = run_ops_on(&c, 7, ops, 1, NULL, 0);
+	if (host)
+		ck_assert_int_eq(r->response->error->code, GPUCMD_EUNSUPPORTED);
+	else
+		ck_assert_ptr_null(r->response->error);
+	frame_free(r);
+	/* The daemon is still there. */
+	o_st.op_case = GPUCMD__OP__OP_STATUS;
+	o_st.status = &st;
+	ops[0] = &o_st;
+	r = run_ops(&c, ops, 1, NULL, 0);
+	ck_assert_ptr_null(r->response->error);
+	frame_free(r);
+	close(fd);
+	close(c.fd);
+}
+END_TEST
+
 /* ---- region_limit ----------------------------------------------------------- */
 
 /*
@@ -1269,6 +1334,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, client_dies_with_region_and_copy_in_flight);
 	tcase_add_test(tc, load_module_errors);
 	tcase_add_test(tc, user_ptx_module_on_cuda);
+	tcase_add_test(tc, load_module_from_a_region_in_a_batch_without_a_stream);
 	tcase_add_test(tc, descriptors_follow_their_attaches_both_ways);
 	tcase_add_test(tc, released_regions_count_until_unmapped);
 	suite_add_tcase(s, tc);
