@@ -1886,6 +1886,11 @@ bool dispatch_needs_stream(const Gpucmd__Request *req)
 		case GPUCMD__OP__OP_REGION_ATTACH:
 		case GPUCMD__OP__OP_REGION_RELEASE:
 		case GPUCMD__OP__OP_LOAD_MODULE:
+		/*
+		 * Refused here (evict must be alone; the loop runs that one),
+		 * and an observer may send it: no stream for it either.
+		 */
+		case GPUCMD__OP__OP_EVICT:
 			break;
 		default:
 			return true;

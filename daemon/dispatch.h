@@ -68,10 +68,12 @@ struct profile_result {
 /**
  * Whether req needs a stream of its own: false when every op is one that
  * concerns the connection, not a stream (ping, status, memory_report,
- * cleanup, region_attach, region_release, load_module).  Such a batch runs
- * on no stream whatever number it names, so it neither creates one nor
- * counts against max_streams: libgpucmd's status, report, cleanup and
- * region calls name stream 0.  Pure; any thread.
+ * cleanup, region_attach, region_release, load_module; and evict, refused
+ * when not alone).  Such a batch runs on no stream whatever number it
+ * names, so it neither creates one nor counts against max_streams:
+ * libgpucmd's status, report, cleanup and region calls name stream 0, and
+ * an observer (which may send only such ops) never has a stream.  Pure;
+ * any thread.
  */
 bool dispatch_needs_stream(const Gpucmd__Request *req);
 /** Run every op of b on its stream; fills b's results and error. */

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <sys/prctl.h>
 
+#include "batch.h"	/* batch_add_evict: an evict among other ops */
 #include "frame.h"
 #include "harness.h"
 
@@ -2227,6 +2228,34 @@ START_TEST(observer_may_only_read_and_administer)
 END_TEST
 
 /*
+ * An observer has no streams, whatever its requests name: an evict that
+ * is not alone in its request is refused at its op (it needs no stream
+ * either), and never makes the number a stream, so the observer never
+ * meets max_streams.
+ */
+START_TEST(observer_requests_with_an_evict_make_no_stream)
+{
+	struct gpucmd_conn *obs;
+	struct gpucmd_batch *b = NULL;
+	uint32_t max;
+
+	start_with("");
+	obs = observe_as("default");
+	max = gpucmd_info(obs)->max_streams;
+	ck_assert_uint_gt(max, 0);
+	for (uint32_t s = 1; s <= max + 2; s++) {
+		ck_assert_int_eq(gpucmd_batch_new(obs, s, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+		ck_assert_int_eq(batch_add_evict(b, "nosuch", 0), 0);
+		expect_fail(b, 1, GPUCMD_EINVAL,
+			    "evict must be the only op of its request");
+	}
+	ping_ok(obs);
+	gpucmd_close(obs);
+}
+END_TEST
+
+/*
  * As nobody: observe is for those who may see every service.  Anyone else
  * joins the service named, as without it, and works in it.
  */
@@ -3175,6 +3204,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, silent_connections_do_not_lock_everyone_out);
 	tcase_add_test(tc, admin_observer_joins_no_service);
 	tcase_add_test(tc, observer_may_only_read_and_administer);
+	tcase_add_test(tc, observer_requests_with_an_evict_make_no_stream);
 	tcase_add_test(tc, observe_from_a_non_admin_joins_its_service);
 	suite_add_tcase(s, tc);
 
