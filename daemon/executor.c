@@ -476,7 +476,9 @@ static bool light(const struct batch *b)
 
 /*
  * A fault on a backend where it is sticky (CUDA): the context is gone for
- * every client, and the daemon must restart (the fatal callback).
+ * every client, and the daemon must restart (the fatal callback).  s is
+ * NULL for a batch on no stream (dispatch_needs_stream) whose driver call,
+ * a module load, found the context faulted.
  */
 static void device_lost(struct executor *ex, const struct batch *b,
 			const struct stream *s)
@@ -486,11 +488,20 @@ static void device_lost(struct executor *ex, const struct batch *b,
 	if (!ex->driver->props.fault_is_fatal || ex->lost)
 		return;
 	ex->lost = true;
-	snprintf(why, sizeof(why),
-		 "a kernel of connection %llu (service %s) faulted on "
-		 "stream %u and the %s device is lost for every client",
-		 (unsigned long long)b->conn->id, b->conn->service->name,
-		 s->number, ex->driver->props.backend);
+	if (s != NULL)
+		snprintf(why, sizeof(why),
+			 "a kernel of connection %llu (service %s) faulted on "
+			 "stream %u and the %s device is lost for every client",
+			 (unsigned long long)b->conn->id, b->conn->service->name,
+			 s->number, ex->driver->props.backend);
+	else
+		snprintf(why, sizeof(why),
+			 "the %s context faulted (found by a batch of "
+			 "connection %llu, service %s, on no stream) and the "
+			 "device is lost for every client",
+			 ex->driver->props.backend,
+			 (unsigned long long)b->conn->id,
+			 b->conn->service->name);
 	ex->cb.fatal(why, ex->cb.arg);
 }
 
@@ -574,7 +585,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 	 * GPUCMD_ESTREAM at dispatch): no completion may ever come to say
 	 * so (cuLaunchHostFunc's callbacks do not run after one).
 	 */
-	if (b->error == GPUCMD_ESTREAM && b->stream != NULL)
+	if (b->error == GPUCMD_ESTREAM)
 		device_lost(ex, b, b->stream);
 	if (b->stream == NULL) {
 		/*
