@@ -219,15 +219,19 @@ END_TEST
  * The compile-delayed daemon with a service that may load no module
  * (max_modules = 0) and one that may hold two.
  */
-static void quota_setup(void)
+static void start_with_config(const char *text)
 {
 	char conf[192];
 
-	harness_config("[service builtins]\nmax_modules = 0\n"
-		       "[service two]\nmax_modules = 2\n",
-		       conf, sizeof(conf));
+	harness_config(text, conf, sizeof(conf));
 	daemon_start_args(&the_daemon, "--config", conf,
 			  "--test-compile-delay-ms", delay_arg(), NULL);
+}
+
+static void quota_setup(void)
+{
+	start_with_config("[service builtins]\nmax_modules = 0\n"
+			  "[service two]\nmax_modules = 2\n");
 }
 
 /*
@@ -318,13 +322,8 @@ END_TEST
 /* A service with a 64M quota, beside the compile-delayed daemon. */
 static void globals_setup(void)
 {
-	char conf[192];
-
-	harness_config("[service small]\nmemory_limit = 64M\n"
-		       "max_modules = 4\n",
-		       conf, sizeof(conf));
-	daemon_start_args(&the_daemon, "--config", conf,
-			  "--test-compile-delay-ms", delay_arg(), NULL);
+	start_with_config("[service small]\nmemory_limit = 64M\n"
+			  "max_modules = 4\n");
 }
 
 static uint64_t submit_ptx(struct gpucmd_conn *c, uint64_t module,
