@@ -450,6 +450,31 @@ static void released_lines(const struct report_view *v, int exact)
 	}
 }
 
+/*
+ * Under the table: device memory the globals of the services' loaded
+ * modules hold ("NAME: 3 modules, 40.0 MiB"), nothing when there is none.
+ * It is not in "in use" above, yet counts against the limit beside it: an
+ * allocation under the limit by the table may still get GPUCMD_EQUOTA.
+ */
+static void module_lines(const struct report_view *v, int exact)
+{
+	char a[TOOL_SIZE_LEN];
+
+	if (v->total.module_bytes == 0)
+		return;
+	printf("\nglobals of loaded modules (device memory counted against "
+	       "the limit beside in use):\n");
+	for (size_t i = 0; i < v->n; i++) {
+		const struct gpucmd_service_report *s = v->services[i].s;
+
+		if (s->module_bytes != 0)
+			printf("  %s: %u module%s, %s\n", s->name, s->modules,
+			       s->modules == 1 ? "" : "s",
+			       tool_size(s->module_bytes, exact, a,
+					 sizeof(a)));
+	}
+}
+
 static int report_text(const struct report_view *v,
 		       const struct report_opts *o)
 {
@@ -496,6 +521,7 @@ static int report_text(const struct report_view *v,
 	table_free(&t);
 	region_lines(v, o->exact);
 	released_lines(v, o->exact);
+	module_lines(v, o->exact);
 
 	for (size_t i = 0; (o->streams || o->pools) && i < v->n; i++) {
 		const struct service_view *sv = &v->services[i];
