@@ -396,24 +396,35 @@ static bool elf_static_bytes(const uint8_t *b, size_t len, uint64_t *out)
  */
 #define FATBIN_ZSTD 0x8000u
 #define FATBIN_COMPRESSED 0xA000u
-/* A compressed entry is expanded only up to this size (its own header says). */
-#define FATBIN_MAX_EXPANDED (256u << 20)
+/*
+ * What the compressed entries of one image may expand to, all together:
+ * FATBIN_EXPAND_RATIO times the image's own size, and FATBIN_MAX_EXPANDED
+ * at most.  A zstd frame states its size and expands some 30000 to 1 (a
+ * few kilobytes for 256 MiB of one byte), and this runs on the device
+ * thread: a client's bytes buy work in proportion to their number.  Real
+ * device code compresses a few times over; entries past the budget are
+ * not read (any one entry tells the globals).
+ */
+#define FATBIN_EXPAND_RATIO 64u
+#define FATBIN_MAX_EXPANDED (64u << 20)
 
 /*
  * The zstd payload of an entry expanded (the caller frees it), or NULL:
- * not a frame, a size it does not state or past FATBIN_MAX_EXPANDED, a
- * frame that does not decode.
+ * not a frame, a size it does not state or past *budget (what the image
+ * may still expand: a frame tried takes its size from it), a frame that
+ * does not decode.
  */
-static uint8_t *fatbin_expand(const uint8_t *p, size_t n, size_t *out_len)
+static uint8_t *fatbin_expand(const uint8_t *p, size_t n, uint64_t *budget,
+			      size_t *out_len)
 {
 	unsigned long long size = ZSTD_getFrameContentSize(p, n);
 	uint8_t *buf;
 	size_t got;
 
 	if (size == ZSTD_CONTENTSIZE_UNKNOWN ||
-	    size == ZSTD_CONTENTSIZE_ERROR || size == 0 ||
-	    size > FATBIN_MAX_EXPANDED)
+	    size == ZSTD_CONTENTSIZE_ERROR || size == 0 || size > *budget)
 		return NULL;
+	*budget -= size;
 	/* The payload is padded to 8 bytes: the frame ends before that. */
 	n = ZSTD_findFrameCompressedSize(p, n);
 	if (ZSTD_isError(n))
@@ -453,8 +464,11 @@ static uint64_t fatbin_static_bytes(const uint8_t *b, size_t len,
 				    enum module_image_known *known)
 {
 	uint64_t hsize, fsize, off, most = 0;
+	uint64_t budget = sat_mul(len, FATBIN_EXPAND_RATIO);
 	bool read_one = false;
 
+	if (budget > FATBIN_MAX_EXPANDED)
+		budget = FATBIN_MAX_EXPANDED;
 	if (len < 16)
 		goto unknown;
 	hsize = le(b + 6, 2);
@@ -477,7 +491,7 @@ static uint64_t fatbin_static_bytes(const uint8_t *b, size_t len,
 		} else if (flags & FATBIN_ZSTD) {
 			size_t n = 0;
 			uint8_t *plain = fatbin_expand(payload, (size_t)psize,
-						       &n);
+						       &budget, &n);
 
 			if (plain != NULL)
 				ok = fatbin_entry(kind, plain, n, &v);

@@ -15,8 +15,11 @@
  *   - cubin: the sizes of its .nv.global (zero-initialised) and
  *     .nv.global.init sections;
  *   - fatbin: the largest of its PTX and cubin entries (the driver loads
- *     one of them); an entry stored compressed cannot be read, and is
- *     then not counted (MODULE_IMAGE_UNKNOWN says so).
+ *     one of them); zstd-compressed entries are expanded while the image's
+ *     budget lasts (64 times its size, 64 MiB at most, module_image.c);
+ *     an entry stored with the older compression, or past that budget,
+ *     cannot be read, and is then not counted (MODULE_IMAGE_UNKNOWN says
+ *     so).
  *
  * Code, constant banks and the driver's own bookkeeping are not counted:
  * they are small and bounded per module.  Sizes saturate at UINT64_MAX, so

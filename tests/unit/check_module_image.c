@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+#include <zstd.h>
+
 #include "module_image.h"
 #include "unit.h"
 
@@ -156,6 +159,119 @@ START_TEST(fatbin_plain_and_compressed)
 }
 END_TEST
 
+static void put_le(uint8_t *p, uint64_t v, size_t n)
+{
+	for (size_t i = 0; i < n; i++, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+/*
+ * A zstd frame of text followed by spaces up to total bytes, compressed
+ * in 1 MiB pieces (spaces compress some 30000 to 1); the caller frees it.
+ */
+static uint8_t *zstd_spaces(const char *text, size_t total, size_t *zlen)
+{
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	size_t cap = ZSTD_compressBound(total) / 64 + 65536, piece = 1u << 20;
+	uint8_t *z = malloc(cap), *buf = malloc(piece);
+	ZSTD_outBuffer out = { z, cap, 0 };
+
+	ck_assert_ptr_nonnull(cc);
+	ck_assert_ptr_nonnull(z);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(ZSTD_CCtx_setPledgedSrcSize(cc, total), 0);
+	for (size_t done = 0; done < total; done += piece) {
+		size_t n = total - done < piece ? total - done : piece;
+		ZSTD_inBuffer in = { buf, n, 0 };
+		ZSTD_EndDirective end = done + n == total ? ZSTD_e_end
+							  : ZSTD_e_continue;
+		size_t left;
+
+		memset(buf, ' ', n);
+		if (done == 0)
+			memcpy(buf, text, strlen(text));
+		do {
+			left = ZSTD_compressStream2(cc, &out, &in, end);
+			ck_assert(!ZSTD_isError(left));
+		} while (in.pos < in.size || (end == ZSTD_e_end && left > 0));
+	}
+	ZSTD_freeCCtx(cc);
+	free(buf);
+	*zlen = out.pos;
+	return z;
+}
+
+/* A fatbin of n copies of one zstd-compressed PTX entry; the caller frees it. */
+static uint8_t *fatbin_zstd_ptx(const uint8_t *z, size_t zlen, unsigned n,
+				size_t *len)
+{
+	size_t ent = 0x40 + ((zlen + 7) & ~(size_t)7), total = 16 + ent * n;
+	uint8_t *b = calloc(1, total);
+
+	ck_assert_ptr_nonnull(b);
+	put_le(b, 0xBA55ED50u, 4);
+	put_le(b + 4, 1, 2);
+	put_le(b + 6, 16, 2);
+	put_le(b + 8, total - 16, 8);
+	for (unsigned i = 0; i < n; i++) {
+		uint8_t *e = b + 16 + ent * i;
+
+		put_le(e, 1, 2);			/* PTX */
+		put_le(e + 4, 0x40, 4);
+		put_le(e + 8, ent - 0x40, 8);
+		put_le(e + 0x28, 0x8000, 8);		/* zstd */
+		memcpy(e + 0x40, z, zlen);
+	}
+	*len = total;
+	return b;
+}
+
+/*
+ * A client's few kilobytes must not make the daemon expand hundreds of
+ * megabytes (on the device thread): an entry expands only within a budget
+ * in proportion to the image's size, and the whole image within one cap.
+ */
+START_TEST(fatbin_expansion_is_bounded)
+{
+	size_t zlen, len;
+	uint8_t *z = zstd_spaces(".global .u8 a[1];", 8u << 20, &zlen);
+	uint8_t *b = fatbin_zstd_ptx(z, zlen, 1, &len);
+	enum module_image_known k = MODULE_IMAGE_KNOWN;
+
+	/* 8 MiB from a few hundred bytes: not read, the size unknown. */
+	ck_assert_uint_lt(len, 4096);
+	ck_assert_uint_eq(module_image_static_bytes(b, len, &k), 0);
+	ck_assert_int_eq(k, MODULE_IMAGE_UNKNOWN);
+	free(b);
+	free(z);
+}
+END_TEST
+
+START_TEST(fatbin_bomb_is_quick)
+{
+	size_t zlen, len;
+	uint8_t *z = zstd_spaces(".global .u8 a[1];", 255u << 20, &zlen);
+	uint8_t *b = fatbin_zstd_ptx(z, zlen, 32, &len);
+	enum module_image_known k = MODULE_IMAGE_KNOWN;
+	struct timespec t0, t1;
+	double s;
+
+	/*
+	 * 32 entries of 255 MiB of PTX each, some 260 KB in all: expanded
+	 * and scanned, minutes of the device thread and 512 MiB at a time.
+	 */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ck_assert_uint_eq(module_image_static_bytes(b, len, &k), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	s = (double)(t1.tv_sec - t0.tv_sec) +
+	    (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	ck_assert_int_eq(k, MODULE_IMAGE_UNKNOWN);
+	ck_assert_msg(s < 5.0, "%zu bytes took %.1f s", len, s);
+	free(b);
+	free(z);
+}
+END_TEST
+
 /* Every truncation and many corruptions of the images: no crash, bounded. */
 START_TEST(images_that_lie)
 {
@@ -197,6 +313,8 @@ static Suite *module_image_suite(void)
 	tcase_add_test(tc, cubin_sections);
 	tcase_add_test(tc, fatbin_plain_and_compressed);
 	tcase_add_test(tc, images_that_lie);
+	tcase_add_test(tc, fatbin_expansion_is_bounded);
+	tcase_add_test(tc, fatbin_bomb_is_quick);
 	suite_add_tcase(s, tc);
 	return s;
 }
