@@ -341,6 +341,14 @@ static uint64_t ptx_static_bytes(const char *p, size_t len)
 
 static const uint8_t elf_magic[4] = { 0x7f, 'E', 'L', 'F' };
 
+/* Is the string at nm (room bytes left in its table) lit? */
+static bool name_is(const char *nm, size_t room, const char *lit)
+{
+	size_t n = strlen(lit) + 1;
+
+	return room >= n && memcmp(nm, lit, n) == 0;
+}
+
 /* The .nv.global sections of a little-endian ELF64; false: not readable. */
 static bool elf_static_bytes(const uint8_t *b, size_t len, uint64_t *out)
 {
@@ -374,10 +382,14 @@ static bool elf_static_bytes(const uint8_t *b, size_t len, uint64_t *out)
 			continue;
 		nm = (const char *)strs + name;
 		room = (size_t)(strs_size - name);
-		if (strnlen(nm, room) == room)
-			continue;	/* not terminated in the table */
-		if (strcmp(nm, ".nv.global") == 0 ||
-		    strcmp(nm, ".nv.global.init") == 0)
+		/*
+		 * Compared within the table, terminator included, and read
+		 * once: the bytes may be a client's region, which it can
+		 * change while they are read (a strnlen, then a strcmp,
+		 * could run past the table, and past the mapping).
+		 */
+		if (name_is(nm, room, ".nv.global") ||
+		    name_is(nm, room, ".nv.global.init"))
 			total = sat_add(total, le(sh + 0x20, 8));
 	}
 	*out = total;
