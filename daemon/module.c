@@ -124,6 +124,20 @@ static bool evictable(const struct module_cache *c)
 	return false;
 }
 
+/* Unload *pp, which nobody references. */
+static void evict(struct module_cache *c, struct module_entry **pp)
+{
+	struct module_entry *e = *pp;
+
+	pthread_mutex_lock(&c->lock);
+	*pp = e->next;
+	pthread_mutex_unlock(&c->lock);
+	c->idle_bytes -= e->static_bytes;
+	entry_free(c, e);
+	c->count--;
+	c->evicted++;
+}
+
 /*
  * Unload the entry nobody references that was used longest ago (of those
  * whose globals hold device memory, when holding_memory); false when there
@@ -142,17 +156,7 @@ static bool evict_one(struct module_cache *c, bool holding_memory)
 			victim = pp;
 	if (victim == NULL)
 		return false;
-	{
-		struct module_entry *e = *victim;
-
-		pthread_mutex_lock(&c->lock);
-		*victim = e->next;
-		pthread_mutex_unlock(&c->lock);
-		c->idle_bytes -= e->static_bytes;
-		entry_free(c, e);
-	}
-	c->count--;
-	c->evicted++;
+	evict(c, victim);
 	return true;
 }
 
@@ -312,6 +316,18 @@ void module_cache_put(struct module_cache *c, struct module_entry *e)
 	if (--e->refs > 0)
 		return;
 	c->idle_bytes += e->static_bytes;
+	/*
+	 * One that takes more alone could never stay: it goes first, not
+	 * after every smaller one used before it.
+	 */
+	if (e->static_bytes > MODULE_CACHE_IDLE_BYTES) {
+		struct module_entry **pp = &c->entries;
+
+		while (*pp != e)
+			pp = &(*pp)->next;
+		evict(c, pp);
+		return;
+	}
 	while (c->idle_bytes > MODULE_CACHE_IDLE_BYTES && evict_one(c, true))
 		;
 }

@@ -298,6 +298,33 @@ START_TEST(idle_modules_keep_little_device_memory)
 }
 END_TEST
 
+/*
+ * A module whose globals alone are past what idle modules may keep cannot
+ * stay loaded once put back: it goes, and only it; the small idle modules
+ * used before it stay (LRU alone would unload them first, for nothing).
+ */
+START_TEST(a_huge_idle_module_goes_alone)
+{
+	struct module_entry *small = get_text(".global .u32 counter;");
+	struct module_entry *mid = get_text(".global .b8 m[8388608];");
+	struct module_entry *huge = get_text(".global .b8 h[104857600];");
+
+	module_cache_put(cache, small);
+	module_cache_put(cache, mid);
+	ck_assert_uint_eq(module_cache_idle_bytes(cache), (8u << 20) + 4);
+	module_cache_put(cache, huge);
+	ck_assert_uint_eq(unloads, 1);
+	ck_assert_uint_eq(module_cache_count(cache), 2);
+	ck_assert_uint_eq(module_cache_idle_bytes(cache), (8u << 20) + 4);
+	/* Still compiled: taken again without a load. */
+	ck_assert_ptr_eq(get_text(".global .u32 counter;"), small);
+	ck_assert_ptr_eq(get_text(".global .b8 m[8388608];"), mid);
+	ck_assert_uint_eq(loads, 3);
+	module_cache_put(cache, small);
+	module_cache_put(cache, mid);
+}
+END_TEST
+
 static Suite *module_suite(void)
 {
 	Suite *s = suite_create("module");
@@ -310,6 +337,7 @@ static Suite *module_suite(void)
 	tcase_add_test(tc, a_hold_keeps_a_module_loaded);
 	tcase_add_test(tc, service_counts_distinct_modules);
 	tcase_add_test(tc, idle_modules_keep_little_device_memory);
+	tcase_add_test(tc, a_huge_idle_module_goes_alone);
 	suite_add_tcase(s, tc);
 	return s;
 }
