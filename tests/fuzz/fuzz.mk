@@ -32,7 +32,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
 FUZZ_FLAGS ?=
 FUZZ_DIR := $(BUILD)/fuzz
-FUZZ_HARNESSES := fuzz_frame fuzz_dispatch fuzz_config fuzz_exec
+FUZZ_HARNESSES := fuzz_frame fuzz_dispatch fuzz_config fuzz_exec \
+	fuzz_module_image
 FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_HARNESSES))
 
 FUZZ_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined \
