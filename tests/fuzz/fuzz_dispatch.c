@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "dispatch.h"
 #include "executor.h"
 #include "frame.h"
 #include "gpucmd.h"
@@ -97,6 +98,7 @@ const char *__asan_default_options(void)
 
 #define HOST_MEMORY (64u << 20)
 #define MAX_STREAMS 4
+#define NO_STREAM MAX_STREAMS
 #define MAX_HANDLES 8
 #define MAX_BATCHES 32
 #define MAX_OPS 64
@@ -894,9 +896,14 @@ struct mconn {
 	struct mhandle h[64];
 	size_t nh;
 	uint32_t streams[MAX_STREAMS];
+	/*
+	 * allocated and fault_pending have one slot more, NO_STREAM: a batch
+	 * of connection-wide ops runs on no stream (dispatch_needs_stream)
+	 * and touches neither.
+	 */
 	uint32_t nstreams;
-	bool allocated[MAX_STREAMS];	/* a reservation was made on it */
-	bool fault_pending[MAX_STREAMS];
+	bool allocated[MAX_STREAMS + 1];	/* a reservation was made on it */
+	bool fault_pending[MAX_STREAMS + 1];
 	bool overflow;			/* too many ids: liveness unknown */
 };
 
@@ -1422,7 +1429,11 @@ static void verify(struct mconn *m, const Gpucmd__Request *req,
 	bool data_model = !capture;
 
 	expect(resp->id == req->id);
-	if (si < 0) {
+	if (si < 0 && !dispatch_needs_stream(req)) {
+		si = NO_STREAM;
+		m->allocated[si] = false;
+		m->fault_pending[si] = false;
+	} else if (si < 0) {
 		if (m->nstreams == MAX_STREAMS) {
 			/* A fifth stream: refused before any op runs. */
 			expectf(code == GPUCMD_ELIMIT && resp->n_results == 0 &&
