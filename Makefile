@@ -211,9 +211,11 @@ check-gpu: deps
 # ---- fragments owned by their areas ---------------------------------------
 # tests/bench/bench.mk:     bench, $(BUILD)/gpucmd-bench
 # tests/fuzz/fuzz.mk:       fuzz, check-fuzz
+# tests/fakecuda/fakecuda.mk: $(BUILD)/fakecuda/libcuda.so.1 (CUDA backend in CI)
 # packaging/packaging.mk:   INSTALL_EXTRA / UNINSTALL_EXTRA targets, deb
 -include tests/bench/bench.mk
 -include tests/fuzz/fuzz.mk
+-include tests/fakecuda/fakecuda.mk
 -include packaging/packaging.mk
 
 # ---- running --------------------------------------------------------------
