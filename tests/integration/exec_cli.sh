@@ -190,9 +190,11 @@ for json in "" --json; do
 		victim=$!
 		i=0
 		# Its batch is in (its 16 bytes live), so the eviction finds
-		# it waiting for the kernel, not still sending.
+		# it waiting for the kernel, not still sending.  The stream
+		# must be a live one: the previous try's victim keeps its 16
+		# bytes on a closing stream until its 3 s kernel ends.
 		until g memory-report --json --service victim 2>/dev/null |
-			grep -qF '"bytes_in_use":16,'; do
+			grep -qF '"closing":false,"allocations":1,"bytes_in_use":16,'; do
 			i=$((i + 1))
 			[ $i -gt 500 ] && fail "the victim never connected"
 			sleep 0.02
