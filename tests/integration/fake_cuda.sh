@@ -1,0 +1,266 @@
+#!/bin/sh
+# fake_cuda.sh - the CUDA backend (daemon/driver/cuda.c) against the fake
+# driver of tests/fakecuda: `gpucmdd --backend cuda` with LD_LIBRARY_PATH at
+# $BUILD/fakecuda, so that machines without a GPU run cuda.c's control flow
+# (init, properties, primary context, pinned memory, copies, streams and
+# completion callbacks, events, capture and graphs, modules, launches).
+#
+# It starts its own daemon on a private socket and checks answers known to
+# the bit; then it runs exec_cli.sh, region_cli.sh and report_cli.sh, and
+# the Check binaries that pass on the fake (FAKE_CUDA_BINARIES below), with
+# GPUCMD_TEST_BACKEND=cuda; last, a fault, which ends the daemon.  Exit 77
+# when the fake or the daemon's CUDA backend is missing (make CUDA=no).
+#
+# What the fake does not do (tests/fakecuda/libcuda.c): run real kernels
+# (only the built-ins and add_one are interpreted), compile CUDA C (NVRTC
+# is not faked: such loads fail as on a machine without it), or take time.
+set -u
+BUILD=${BUILD:-build}
+FAKE=$BUILD/fakecuda
+dir=$(mktemp -d /tmp/gpucmd-fakecuda-XXXXXX)
+sock=$dir/s.sock
+pid=
+
+cleanup() {
+	if [ -n "$pid" ]; then
+		kill "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	fi
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+fail() {
+	echo "FAIL: $*"
+	tail -n 30 "$dir/log"
+	# Again last: the test runner shows only the end of the output.
+	echo "FAIL: $*"
+	exit 1
+}
+
+[ -f "$FAKE/libcuda.so.1" ] ||
+	{ echo "skipped: $FAKE/libcuda.so.1 is missing (make fakecuda)"; exit 77; }
+# The fake, and nothing else, is the driver for everything started here.
+LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH
+if ! "$BUILD/gpucmdd" --backend cuda --probe >"$dir/probe" 2>&1; then
+	grep -q "without the CUDA backend" "$dir/probe" &&
+		{ echo "skipped: $(tail -n 1 "$dir/probe")"; exit 77; }
+	fail "gpucmdd --backend cuda --probe on the fake: $(cat "$dir/probe")"
+fi
+
+# Pinned pool off, as tests/gpu/run.sh does: read staging then comes from
+# the heap and is registered per read (cuMemHostRegister/Unregister).
+cat >"$dir/gpucmdd.conf" <<'CONF'
+[daemon]
+pinned_memory = 0
+CONF
+"$BUILD/gpucmdd" --config "$dir/gpucmdd.conf" --socket "$sock" \
+	--backend cuda --log-level debug >"$dir/log" 2>&1 &
+pid=$!
+i=0
+while [ ! -S "$sock" ]; do
+	i=$((i + 1))
+	kill -0 "$pid" 2>/dev/null || fail "gpucmdd --backend cuda exited at start"
+	[ $i -gt 500 ] && fail "daemon did not start"
+	sleep 0.02
+done
+g() { timeout 60 "$BUILD/gpucmd" --socket "$sock" "$@"; }
+
+# expect NAME WANT: the exec script on stdin must print exactly WANT.
+expect() {
+	out=$(g exec - 2>"$dir/err") ||
+		fail "$1: exec exited $?: $(cat "$dir/err")"
+	[ "$out" = "$2" ] || fail "$1: got '$out', want '$2'"
+}
+
+# ---- the device, as the backend reports it ----------------------------------
+
+out=$(g status) || fail "status exited $?"
+case "$out" in
+*"gpucmd fake CUDA device, cuda backend, 8.0 GiB"*) ;;
+*) fail "status does not show the fake CUDA device: $out" ;;
+esac
+out=$(g memory-report) || fail "memory-report exited $?"
+case "$out" in
+*"cuda backend, 8.0 GiB total"*) ;;
+*) fail "memory-report: $out" ;;
+esac
+
+# ---- copies ---------------------------------------------------------------
+
+expect "empty, write, read" "0000aabbccdd0000" <<'EOF'
+empty a 8
+write a 2 hex:aabbccdd
+read a
+EOF
+
+expect "create, read at an offset" "33445566" <<'EOF'
+create b hex:0011223344556677
+read b 3 4
+EOF
+
+# A pitched write and read (cuMemcpy2DAsync both ways): rows of 2 u32 at a
+# pitch of 4 elements.
+expect "2D write and read" \
+	"$(printf '%s\n' 010000000200000003000000040000000500000006000000 \
+		0300000004000000)" <<'EOF'
+empty m 48
+write m shape=3,2 strides=4,1 elem=4 hex:010000000200000003000000040000000500000006000000
+read m shape=3,2 strides=4,1 elem=4
+read m 16 8
+EOF
+
+# ---- built-in kernels -----------------------------------------------------
+
+expect "fill_u32, read back" "efbeaddeefbeaddeefbeaddeefbeadde" <<'EOF'
+empty buf 16
+kernel fill_u32 grid=1 block=64 buf u32:3735928559 u32:4
+sync
+read buf
+EOF
+
+expect "copy, add_f32, scale_f32" \
+	"$(printf '%s\n' 0011223344 0000c03f0000c03f)" <<'EOF'
+create src hex:0011223344
+empty dst 5
+kernel copy grid=1 block=32 dst src u64:5
+read dst
+empty a 400
+empty b 400
+empty o 400
+kernel fill_u32 grid=1 block=64 a u32:1065353216 u32:100
+kernel fill_u32 grid=1 block=64 b u32:1073741824 u32:100
+kernel add_f32 grid=1 block=64 o a b u32:100
+kernel scale_f32 grid=1 block=64 o f32:0.5 u32:100
+read o 392 8
+EOF
+
+# Work on two streams, the second reading what the first wrote: the daemon
+# orders it with cuEventRecord / cuStreamWaitEvent behind a 100 ms kernel.
+expect "cross-stream order" "07000000" <<'EOF'
+empty x 4
+kernel spin grid=1 block=1 u32:100000
+kernel fill_u32 grid=1 block=1 x u32:7 u32:1
+stream 1
+read x
+EOF
+
+# ---- capture and graphs -----------------------------------------------------
+
+expect "capture, launch twice" "$(printf '%s\n' 0a0000000a000000 0b0000000b000000)" <<'EOF'
+empty m 8
+capture begin
+kernel fill_u32 grid=1 block=64 m u32:10 u32:2
+capture end g
+launch g
+read m
+kernel fill_u32 grid=1 block=64 m u32:11 u32:2
+read m
+launch g
+destroy g
+EOF
+
+# ---- modules --------------------------------------------------------------
+
+cat >"$dir/add_one.ptx" <<'PTX'
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry add_one(
+	.param .u64 add_one_param_0,
+	.param .u32 add_one_param_1
+)
+{
+	ret;
+}
+PTX
+expect "a user's PTX module" "0100000002000000" <<EOF
+module m ptx:file:$dir/add_one.ptx
+create b hex:0000000001000000
+kernel m.add_one grid=1 block=32 b u32:2
+read b
+EOF
+err=$(printf 'module m ptx:file:%s\nkernel m.nope grid=1 block=1\n' \
+	"$dir/add_one.ptx" | g exec - 2>&1 >/dev/null)
+case "$err" in
+*GPUCMD_ENOKERNEL*'no kernel named "nope"'*) ;;
+*) fail "a missing kernel: '$err'" ;;
+esac
+
+# ---- regions --------------------------------------------------------------
+
+# A shared region is registered with cuMemHostRegister and copied from and
+# into directly.
+out=$(g exec <<'EOF'
+region R 64K hex:00112233445566778899aabbccddeeff
+empty a 16
+write a 2 region:R:4:8
+read a 2 8 region:R:1000
+read a
+EOF
+) || fail "region exec exited $?"
+case "$out" in
+"a: 8 bytes -> region R at 1000
+0000445566778899aabb000000000000") ;;
+*) fail "region round trip: $out" ;;
+esac
+
+# The fake complains on stderr (the daemon's log) about calls the driver
+# forbids: from a stream callback, or on a thread with no current context.
+grep 'fakecuda:' "$dir/log" && fail "the backend made calls the driver refuses"
+
+# ---- the shell tests and Check binaries on the cuda backend ------------------
+
+kill "$pid"
+wait "$pid" 2>/dev/null
+pid=
+for t in exec_cli region_cli report_cli; do
+	GPUCMD_TEST_BACKEND=cuda sh "tests/integration/$t.sh" >"$dir/out" 2>&1 ||
+		{ cat "$dir/out" >"$dir/log"; fail "$t.sh on the fake CUDA backend"; }
+done
+# BINARY or BINARY:TCASE (CK_RUN_CASE).  Left out, as they assume the host
+# backend: test_services (page sizes from host_memory, a throughput floor
+# that the fake on two cores misses), test_region_api (a fault that the
+# daemon survives; on CUDA it exits), and test_modules' compile case (it
+# expects the driver to refuse PTX that the fake loads).
+for t in ${FAKE_CUDA_BINARIES:-test_basic test_ops test_regions test_clients \
+	test_hostile test_hostile2 test_fake_daemon test_modules:quota \
+	test_modules:globals}; do
+	bin=$BUILD/tests/${t%%:*}
+	[ -x "$bin" ] || continue
+	if [ "$t" != "${t%%:*}" ]; then
+		CK_RUN_CASE=${t#*:} GPUCMD_TEST_BACKEND=cuda "$bin" >"$dir/out" 2>&1
+	else
+		GPUCMD_TEST_BACKEND=cuda "$bin" >"$dir/out" 2>&1
+	fi || { cat "$dir/out" >"$dir/log"; fail "$t on the fake CUDA backend"; }
+done
+
+# ---- last: a fault ends the daemon -------------------------------------------
+# On CUDA a fault is sticky: the batch gets GPUCMD_ESTREAM and the daemon
+# exits 1 so that systemd restarts it with a fresh context.
+
+"$BUILD/gpucmdd" --socket "$sock" --backend cuda >"$dir/log" 2>&1 &
+pid=$!
+i=0
+while [ ! -S "$sock" ]; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "daemon did not start again"
+	sleep 0.02
+done
+out=$(printf 'kernel fault grid=1 block=1\nsync\n' | g exec --json - 2>&1) &&
+	fail "the faulting script succeeded"
+case "$out" in *GPUCMD_ESTREAM*) ;; *) fail "fault answered '$out'" ;; esac
+i=0
+while kill -0 "$pid" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -gt 100 ] && fail "the daemon still runs 10 s after a fault"
+	sleep 0.1
+done
+wait "$pid"
+rc=$?
+pid=
+[ $rc -eq 1 ] || fail "the daemon exited $rc after a fault, not 1"
+grep -q 'device is lost' "$dir/log" || fail "no log line about the lost device"
+exit 0
