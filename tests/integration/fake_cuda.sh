@@ -21,6 +21,8 @@ dir=$(mktemp -d /tmp/gpucmd-fakecuda-XXXXXX)
 sock=$dir/s.sock
 pid=
 
+# Called by the EXIT trap only.
+# shellcheck disable=SC2317
 cleanup() {
 	if [ -n "$pid" ]; then
 		kill "$pid" 2>/dev/null
