@@ -57,6 +57,8 @@ fi
 cat >"$dir/gpucmdd.conf" <<'CONF'
 [daemon]
 pinned_memory = 0
+[service capped]
+memory_limit = 64M
 CONF
 "$BUILD/gpucmdd" --config "$dir/gpucmdd.conf" --socket "$sock" \
 	--backend cuda --log-level debug >"$dir/log" 2>&1 &
@@ -189,6 +191,62 @@ err=$(printf 'module m ptx:file:%s\nkernel m.nope grid=1 block=1\n' \
 case "$err" in
 *GPUCMD_ENOKERNEL*'no kernel named "nope"'*) ;;
 *) fail "a missing kernel: '$err'" ;;
+esac
+
+# ---- module globals and the quota ---------------------------------------------
+
+# A module's __device__ globals take device memory while it is loaded: the
+# report counts them (services --json module_bytes, a memory-report line)
+# and so does the service's memory_limit (gpucmdd.conf(5)).
+cat >"$dir/globals.ptx" <<'PTX'
+.version 7.0
+.target sm_75
+.address_size 64
+.global .align 4 .b8 table[8388608];
+.visible .entry touch(
+	.param .u64 touch_param_0
+)
+{
+	ret;
+}
+PTX
+printf 'module t ptx:file:%s\nkernel spin grid=1 block=1 u32:2000000\nsync\n' \
+	"$dir/globals.ptx" | g --service capped exec - >/dev/null 2>&1 &
+holder=$!
+i=0
+until g services --json 2>/dev/null |
+	grep -q '"name":"capped".*"module_bytes":8388608}'; do
+	i=$((i + 1))
+	[ $i -gt 150 ] && fail "services --json never showed capped's 8 MiB of module globals: $(g services --json)"
+	sleep 0.01
+done
+out=$(g memory-report --bytes) || fail "memory-report exited $?"
+case "$out" in
+*"globals of loaded modules"*"capped: 1 module, 8388608"*) ;;
+*) fail "memory-report does not show the module's globals: $out" ;;
+esac
+wait "$holder" || fail "the exec holding the module exited $?"
+# Beside 60 MiB of live buffers the 8 MiB of globals do not fit 64M.
+err=$(printf 'empty a 60M\nmodule t ptx:file:%s\n' "$dir/globals.ptx" |
+	g --service capped exec - 2>&1 >/dev/null)
+case "$err" in
+*GPUCMD_EQUOTA*"global variables take 8388608 bytes"*) ;;
+*) fail "a module whose globals exceed the quota: '$err'" ;;
+esac
+# And with a module's 8 MiB held, 60 MiB more does not fit either (once
+# the last exec's buffer, freed as its connection closed, is back).
+i=0
+until g services --json 2>/dev/null |
+	grep -q '"name":"capped","id":[0-9]*,"connections":0,"bytes_in_use":0,'; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "capped's buffers never came back: $(g services --json)"
+	sleep 0.01
+done
+err=$(printf 'module t ptx:file:%s\nempty a 60M\n' "$dir/globals.ptx" |
+	g --service capped exec - 2>&1 >/dev/null)
+case "$err" in
+*GPUCMD_EQUOTA*"globals of its loaded modules 8388608"*) ;;
+*) fail "an allocation beside a module's globals: '$err'" ;;
 esac
 
 # ---- regions --------------------------------------------------------------
