@@ -270,20 +270,17 @@ static uint64_t service_ordered_held(const struct command *cmd, bool exact)
 	return sum;
 }
 
-/*
- * Live bytes of the service held by connections that are gone, whose
- * queued work has still to run before their memory goes back.
- */
-static uint64_t service_closing_live(const struct command *cmd)
+uint64_t command_closing_live(const struct command_ctx *ctx,
+			      const struct service *svc)
 {
 	struct memory_usage u;
 	uint64_t sum = 0;
 
-	if (cmd->ctx->sets == NULL)
+	if (ctx->sets == NULL)
 		return 0;
-	for (struct stream_set *set = *cmd->ctx->sets; set != NULL;
+	for (struct stream_set *set = *ctx->sets; set != NULL;
 	     set = set->next) {
-		if (set->service != cmd->service || !set->closing)
+		if (set->service != svc || !set->closing)
 			continue;
 		streams_usage(set, &u);
 		/* Live: what the pools hold in use, less the drop queues. */
@@ -418,7 +415,8 @@ int command_reserve(struct command *cmd, uint64_t size,
 	     sat_sum(svc->bytes_in_use, svc->module_bytes) > limit - size)) {
 		svc->oom_count++;
 		struct memory_usage u;
-		uint64_t after, closing = service_closing_live(cmd);
+		uint64_t after,
+			closing = command_closing_live(cmd->ctx, svc);
 		char gone[160] = "", globals[120] = "";
 
 		streams_usage(cmd->set, &u);

@@ -122,6 +122,12 @@ struct command {
 /** new: a command against ctx over the streams resolved, for service. */
 void command_init(struct command *cmd, struct command_ctx *ctx,
 		  const struct resolved *resolved, struct service *service);
+/**
+ * Live bytes of svc held by connections that are gone, whose queued work
+ * has still to run before their memory goes back (for messages).
+ */
+uint64_t command_closing_live(const struct command_ctx *ctx,
+			      const struct service *svc);
 /** stream: the stream this command is issued on. */
 struct stream *command_stream(struct command *cmd);
 /**

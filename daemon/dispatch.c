@@ -1595,26 +1595,36 @@ static int module_quota(struct command_ctx *ctx, struct batch *b,
  * globals of the modules it holds already (module_image.h); else the
  * batch fails with GPUCMD_EQUOTA.
  */
-static int module_fits(struct batch *b, uint64_t id, uint64_t bytes)
+static int module_fits(const struct command_ctx *ctx, struct batch *b,
+		       uint64_t id, uint64_t bytes)
 {
 	struct service *svc = b->conn->service;
 	uint64_t limit = atomic_load(&svc->memory_limit);
-	uint64_t held = svc->bytes_in_use + svc->module_bytes;
+	uint64_t held = svc->bytes_in_use, closing;
+	char gone[160] = "";
 
+	if (__builtin_add_overflow(held, svc->module_bytes, &held))
+		held = UINT64_MAX;
 	if (limit == 0 || (bytes <= limit && held <= limit - bytes))
 		return 0;
 	svc->oom_count++;
+	closing = command_closing_live(ctx, svc);
+	if (closing > 0)
+		snprintf(gone, sizeof(gone),
+			 ", %llu of them of closed connections, back once "
+			 "the work they queued has run",
+			 (unsigned long long)closing);
 	return fail(b, GPUCMD_EQUOTA,
 		    "quota exceeded: module %llu's global variables take %llu "
 		    "bytes of device memory while it is loaded, which would "
 		    "take service '%s' past its memory_limit of %llu bytes "
-		    "(live buffers %llu, globals of the modules it holds "
+		    "(live buffers %llu%s; globals of the modules it holds "
 		    "%llu); release buffers or unload modules, make the "
 		    "module's __device__ arrays smaller, or raise the "
 		    "memory_limit",
 		    (unsigned long long)id, (unsigned long long)bytes,
 		    svc->name, (unsigned long long)limit,
-		    (unsigned long long)svc->bytes_in_use,
+		    (unsigned long long)svc->bytes_in_use, gone,
 		    (unsigned long long)svc->module_bytes);
 }
 
@@ -1656,7 +1666,7 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (fmt != DRIVER_MODULE_CUDA_C &&
 	    module_cache_lookup(ctx->modules, (enum driver_module_format)fmt,
 				data, len) == NULL) {
-		rc = module_fits(b, op->module,
+		rc = module_fits(ctx, b, op->module,
 				 module_image_static_bytes(data, len, NULL));
 		if (rc != 0)
 			return rc;
@@ -1678,7 +1688,7 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 			    same ? "" : log);
 	}
 	if (!service_module_held(b->conn->service, m->entry)) {
-		rc = module_fits(b, op->module,
+		rc = module_fits(ctx, b, op->module,
 				 module_entry_static_bytes(m->entry));
 		if (rc != 0) {
 			/* Unloaded at once if its globals are large. */
