@@ -620,22 +620,40 @@ static void run_batch(struct executor *ex, struct batch *b)
 			 * Without a completion the daemon cannot know when
 			 * the device is done with this batch's memory, so the
 			 * batch (and the connection's device state) is kept
-			 * for good.  Only a host out of memory gets here.
+			 * for good.  A host out of memory gets here, and a
+			 * context that faulted since the batch's last call
+			 * (its own kernel may have run and faulted already:
+			 * CUDA's errors are sticky, and the completion is
+			 * refused with the fault's code): then the device is
+			 * lost, and the batch says so.
 			 */
-			log_err("connection %llu: cannot enqueue a completion "
-				"on stream %u (%s); its memory stays held until "
-				"restart",
-				(unsigned long long)conn->id, b->stream->number,
-				d->error);
+			bool lost = rc == GPUCMD_ESTREAM;
+
+			if (lost)
+				device_lost(ex, b, b->stream);
+			else
+				log_err("connection %llu: cannot enqueue a "
+					"completion on stream %u (%s); its "
+					"memory stays held until restart",
+					(unsigned long long)conn->id,
+					b->stream->number, d->error);
+			b->stream->held_after = b->stream->submitted;
 			b->stream->submitted = UINT64_MAX;
 			b->held = true;
 			if (!b->replied && b->error == 0) {
-				b->error = GPUCMD_EDRIVER;
+				b->error = lost ? GPUCMD_ESTREAM
+						: GPUCMD_EDRIVER;
 				b->failed_index = 0;
 				b->nresults = 0;
 				snprintf(b->message, sizeof(b->message),
-					 "the daemon could not track this "
-					 "batch's completion: %s", d->error);
+					 lost ? "stream fault: the device "
+						"faulted while this batch was "
+						"enqueued, and is lost for "
+						"every client until gpucmdd "
+						"restarts: %s"
+					      : "the daemon could not track "
+						"this batch's completion: %s",
+					 d->error);
 			}
 			send_reply(ex, b, true, false);
 			return;
@@ -669,7 +687,14 @@ static void finish_closing(struct executor *ex)
 	while (*pp != NULL) {
 		struct executor_conn *conn = *pp;
 
-		if (conn->set != NULL && !streams_idle(conn->set)) {
+		/*
+		 * Once the device is lost a held stream's work will never
+		 * complete, and nothing may wait for it: the daemon is
+		 * stopping, and must exit for a fresh context.
+		 */
+		if (conn->set != NULL &&
+		    !(ex->lost ? streams_idle_lost(conn->set)
+			       : streams_idle(conn->set))) {
 			pp = &conn->next_closing;
 			continue;
 		}

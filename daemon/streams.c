@@ -632,3 +632,16 @@ bool streams_idle(const struct stream_set *set)
 			return false;
 	return true;
 }
+
+bool streams_idle_lost(const struct stream_set *set)
+{
+	for (uint32_t i = 0; i < set->nstreams; i++) {
+		const struct stream *s = set->slots[i];
+		uint64_t last = s->submitted == UINT64_MAX ? s->held_after
+							   : s->submitted;
+
+		if (s->completed < last)
+			return false;
+	}
+	return true;
+}

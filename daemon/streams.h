@@ -81,6 +81,8 @@ struct stream {
 	struct drop_queue *drops;
 	uint64_t cursor;		/* commands resolved on this stream */
 	uint64_t submitted;		/* sequence of the last batch enqueued */
+	/* A held stream (submitted UINT64_MAX): what it had enqueued then. */
+	uint64_t held_after;
 	uint64_t completed;		/* sequence of the last batch completed */
 	uint64_t completed_cursor;	/* cursor covered by that completion */
 	uint64_t synced[STREAMS_MAX];
@@ -245,3 +247,9 @@ void streams_flush_drops(struct stream_set *set);
 void streams_usage(const struct stream_set *set, struct memory_usage *out);
 /** True when every stream has completed its last batch. */
 bool streams_idle(const struct stream_set *set);
+/**
+ * The same once the device is lost: a held stream (no completion could
+ * be enqueued) is idle once what it had enqueued before completed, since
+ * nothing after it will ever run.
+ */
+bool streams_idle_lost(const struct stream_set *set);

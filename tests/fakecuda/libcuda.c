@@ -1677,6 +1677,19 @@ FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
 		return CUDA_ERROR_INVALID_VALUE;
 	if (kernelParams && extra)
 		return CUDA_ERROR_INVALID_VALUE;
+	/*
+	 * FAKECUDA_FAULT_AT_LAUNCH: fault() faults at once, before the call
+	 * returns, so the caller's next call finds the context lost (on a
+	 * GPU a fast fault can beat the next call; on the stream thread it
+	 * usually does not).
+	 */
+	if (f->kernel && f->kernel->run == fake_k_fault &&
+	    getenv("FAKECUDA_FAULT_AT_LAUNCH") != NULL) {
+		fprintf(stderr, "fakecuda: kernel %s faulted at launch: the "
+			"context is lost\n", f->name);
+		fake_sticky_set(CUDA_ERROR_LAUNCH_FAILED);
+		return CUDA_SUCCESS;
+	}
 	op = fake_op_new(FAKE_OP_KERNEL);
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
