@@ -325,7 +325,11 @@ printf '%s\n' "$prom" | grep -q '^gpucmd_pool_bytes_in_use{service="held",connec
 # SIGINT once three frames are out: the handler is in place by then (a
 # shell without job control starts background commands with SIGINT
 # ignored, and a signal before the handler would be lost).
-"$dir/gpucmd" --socket "$sock" memory-report --watch 0.2 --json >"$dir/watch" &
+# The file exists before the loop looks at it: the background shell may
+# not have opened it yet (grep then failed, the loop ended at once, and the
+# SIGINT came before the handler: exit 130).
+: >"$dir/watch"
+"$dir/gpucmd" --socket "$sock" memory-report --watch 0.2 --json >>"$dir/watch" &
 wpid=$!
 i=0
 while [ "$(grep -c '^{"device"' "$dir/watch")" -lt 3 ]; do
