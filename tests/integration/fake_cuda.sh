@@ -210,16 +210,20 @@ cat >"$dir/globals.ptx" <<'PTX'
 	ret;
 }
 PTX
-printf 'module t ptx:file:%s\nkernel spin grid=1 block=1 u32:2000000\nsync\n' \
+# wait_services PATTERN WHAT: until services --json matches (10 s at most).
+wait_services() {
+	i=0
+	until g services --json 2>/dev/null | grep -q "$1"; do
+		i=$((i + 1))
+		[ $i -gt 1000 ] && fail "$2: $(g services --json)"
+		sleep 0.01
+	done
+}
+printf 'module t ptx:file:%s\nkernel spin grid=1 block=1 u32:5000000\nsync\n' \
 	"$dir/globals.ptx" | g --service capped exec - >/dev/null 2>&1 &
 holder=$!
-i=0
-until g services --json 2>/dev/null |
-	grep -q '"name":"capped".*"module_bytes":8388608}'; do
-	i=$((i + 1))
-	[ $i -gt 150 ] && fail "services --json never showed capped's 8 MiB of module globals: $(g services --json)"
-	sleep 0.01
-done
+wait_services '"name":"capped".*"module_bytes":8388608}' \
+	"services --json never showed capped's 8 MiB of module globals"
 out=$(g memory-report --bytes) || fail "memory-report exited $?"
 case "$out" in
 *"globals of loaded modules"*"capped: 1 module, 8388608"*) ;;
@@ -235,13 +239,8 @@ case "$err" in
 esac
 # And with a module's 8 MiB held, 60 MiB more does not fit either (once
 # the last exec's buffer, freed as its connection closed, is back).
-i=0
-until g services --json 2>/dev/null |
-	grep -q '"name":"capped","id":[0-9]*,"connections":0,"bytes_in_use":0,'; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "capped's buffers never came back: $(g services --json)"
-	sleep 0.01
-done
+wait_services '"name":"capped","id":[0-9]*,"connections":0,"bytes_in_use":0,' \
+	"capped's buffers never came back"
 err=$(printf 'module t ptx:file:%s\nempty a 60M\n' "$dir/globals.ptx" |
 	g --service capped exec - 2>&1 >/dev/null)
 case "$err" in
