@@ -87,6 +87,24 @@ static int wait_code(struct gpucmd_conn *c, uint64_t id, char *msg,
 }
 
 /*
+ * Wait for id, which must fail with code well before a compile could have
+ * ended (the daemon refused it without compiling); its message into msg.
+ */
+static void refused_at_once(struct gpucmd_conn *c, uint64_t id, int code,
+			    char *msg, size_t msg_len)
+{
+	uint64_t t0 = harness_now_us(), took;
+	int rc = wait_code(c, id, msg, msg_len);
+
+	took = harness_now_us() - t0;
+	ck_assert_msg(rc == code, "got %s, expected %s: %s",
+		      gpucmd_errname(rc), gpucmd_errname(code), msg);
+	ck_assert_msg(took < DELAY_MS * 1000u / 2,
+		      "the refusal took %llu us: it waited for a compile",
+		      (unsigned long long)took);
+}
+
+/*
  * While one connection's module compiles, another is served at once; the
  * compiling connection's own later requests (a device batch and a ping the
  * loop would answer itself) come after the load's answer.
@@ -252,22 +270,15 @@ START_TEST(max_modules_zero_means_builtins_only)
 	static const uint32_t one[3] = { 1, 1, 1 }, block[3] = { 32, 1, 1 };
 	struct gpucmd_batch *batch;
 	struct gpucmd_response *r;
-	uint64_t t0, took;
 	char msg[512];
 	int rc;
 
-	t0 = harness_now_us();
-	rc = wait_code(a, submit_load(a, 3), msg, sizeof(msg));
-	took = harness_now_us() - t0;
-	ck_assert_int_eq(rc, GPUCMD_EPERM);
+	refused_at_once(a, submit_load(a, 3), GPUCMD_EPERM, msg, sizeof(msg));
 	ck_assert_msg(strstr(msg, "module 3") != NULL &&
 			      strstr(msg, "'builtins'") != NULL &&
 			      strstr(msg, "built-in kernels only") != NULL &&
 			      strstr(msg, "max_modules = 0") != NULL,
 		      "%s", msg);
-	ck_assert_msg(took < DELAY_MS * 1000u / 2,
-		      "the refusal took %llu us: it waited for a compile",
-		      (unsigned long long)took);
 	ck_assert_int_eq(gpucmd_batch_new(a, 0, &batch), 0);
 	gpucmd_batch_empty(batch, 1, 16);
 	gpucmd_batch_kernel(batch, "fill_u32", one, block, fill, 3);
@@ -356,22 +367,16 @@ START_TEST(module_globals_count_against_the_quota)
 				    ".global .align 4 .b8 e[8388608];\n";
 	struct gpucmd_conn *c = connect_as("small");
 	struct gpucmd_batch *b;
-	uint64_t t0, took;
 	char msg[512];
 	int rc;
 
-	t0 = harness_now_us();
-	rc = wait_code(c, submit_ptx(c, 5, big), msg, sizeof(msg));
-	took = harness_now_us() - t0;
-	ck_assert_int_eq(rc, GPUCMD_EQUOTA);
+	refused_at_once(c, submit_ptx(c, 5, big), GPUCMD_EQUOTA, msg,
+			sizeof(msg));
 	ck_assert_msg(strstr(msg, "module 5's global variables take "
 				  "134217728 bytes") != NULL &&
 			      strstr(msg, "'small'") != NULL &&
 			      strstr(msg, "memory_limit of 67108864") != NULL,
 		      "%s", msg);
-	ck_assert_msg(took < DELAY_MS * 1000u / 2,
-		      "the refusal took %llu us: it was compiled first",
-		      (unsigned long long)took);
 	/* Within the quota alone, but not beside 60M of live buffers. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	gpucmd_batch_empty(b, 1, 60u << 20);
