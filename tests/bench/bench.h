@@ -126,6 +126,9 @@ struct bench_echo {
 	uint8_t *req;
 	uint8_t *resp;
 	bool spin;		/* both sides watch before blocking */
+	/* bench_echo_start_copying: what the child copies per request. */
+	const uint8_t *copy_src;
+	size_t copy_len;
 };
 /** Fork the echo child. */
 int bench_echo_start(struct bench_echo *e, size_t req_len, size_t resp_len);
@@ -136,6 +139,16 @@ int bench_echo_start(struct bench_echo *e, size_t req_len, size_t resp_len);
  */
 int bench_echo_start_spinning(struct bench_echo *e, size_t req_len,
 			      size_t resp_len);
+/**
+ * The floor of a region copy: an echo that, before each answer, copies
+ * copy_len bytes from src (memory it shares with this process, such as a
+ * region) into its own buffer, as the daemon copies a region into device
+ * memory on another CPU.  Both sides watch before blocking, this one as
+ * long as libgpucmd does for a fenced batch (SPIN_AWAIT_US).
+ */
+int bench_echo_start_copying(struct bench_echo *e, size_t req_len,
+			     size_t resp_len, const void *src,
+			     size_t copy_len);
 /** One blocking round trip; 0 or -errno. */
 int bench_echo_roundtrip(struct bench_echo *e);
 /** Send one request without waiting; 0 or -errno. */

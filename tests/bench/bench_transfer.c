@@ -25,7 +25,10 @@
  * process over a Unix socket (and 16 bytes back), against the same memcpy:
  * inline bytes cross a socket, so its best run is the most any inline row
  * can reach on this machine.  A "raw socket ... median" row gives its
- * typical run, to compare with the inline rows (medians as well).
+ * typical run, to compare with the inline rows (medians as well).  The
+ * "raw copy" rows do the same for regions: a child process, asked by a
+ * 64-byte message, copies the region (shared with it as with the daemon)
+ * into its own memory and answers, the least a region row can cost.
  *
  * Every size is checked once for correctness (what was written reads
  * back) before it is timed.  The issue's targets are checked from 1 MiB
@@ -212,46 +215,73 @@ static void add_row(const char *dir, enum bench_xfer_way way, size_t len,
 }
 
 /*
- * The socket itself: the seconds a child process took to receive len bytes
- * over a Unix socket and answer 16, reps times.  *best is the fewest:
- * inline bytes cross the socket, so this bounds inline rows from above
- * (where it is under 0.3x memcpy, so is any inline transfer).  *median is
- * the typical time, to set beside the inline rows, which are medians too.
- * false when it could not be measured.
+ * The seconds e took to answer reps requests (after one to warm it: the
+ * child's buffer, the socket's pages).  *best is the fewest, *median the
+ * typical; false when it could not be measured.  e is stopped.
  */
-static bool socket_seconds(size_t len, size_t reps, double *best,
-			   double *median)
+static bool echo_seconds(struct bench_echo *e, size_t reps, double *best,
+			 double *median)
 {
-	struct bench_echo e;
 	double *t = calloc(reps, sizeof(double));
 	size_t k = 0;
 
 	*best = *median = NAN;
-	if (t == NULL)
-		return false;
-	if (bench_echo_start(&e, len, 16) != 0) {
-		free(t);
-		return false;
-	}
-	/* Warm: the child's buffer and the socket's pages. */
-	if (bench_echo_roundtrip(&e) == 0) {
+	if (t != NULL && bench_echo_roundtrip(e) == 0) {
 		for (k = 0; k < reps; k++) {
 			uint64_t t0 = bench_now_ns();
 
-			if (bench_echo_roundtrip(&e) != 0)
+			if (bench_echo_roundtrip(e) != 0)
 				break;
 			t[k] = (double)(bench_now_ns() - t0) / 1e9;
 		}
 	}
-	if (k == reps) {
+	if (t != NULL && k == reps) {
 		for (size_t i = 0; i < reps; i++)
 			if (isnan(*best) || t[i] < *best)
 				*best = t[i];
 		*median = bench_median(t, reps);
 	}
-	bench_echo_stop(&e);
+	bench_echo_stop(e);
 	free(t);
-	return k == reps;
+	return t != NULL && k == reps;
+}
+
+/*
+ * The machine's ceiling for a transfer of len bytes, as two rows against
+ * the memcpy floor: its best run and its median.  Inline: a child process
+ * receives the bytes over a Unix socket and answers 16 (inline bytes cross
+ * a socket, so where this is under 0.3x memcpy, so is any inline row).
+ * Region: a child process, asked by a small message, copies the bytes out
+ * of the region it shares with this one and answers (the daemon copies a
+ * region on another CPU, from memory this CPU last touched).
+ */
+static void add_ceiling(enum bench_xfer_way way, size_t len, size_t reps,
+			const void *region, double floor)
+{
+	struct bench_echo e;
+	double best, median;
+	char name[80], sz[32];
+	int rc;
+
+	rc = way == BENCH_XFER_INLINE ?
+		     bench_echo_start(&e, len, 16) :
+		     bench_echo_start_copying(&e, 64, 16, region, len);
+	if (rc != 0 || !echo_seconds(&e, reps < 5 ? 5 : reps, &best, &median))
+		return;
+	bench_size_name(sz, sizeof(sz), len);
+	if (way == BENCH_XFER_INLINE)
+		snprintf(name, sizeof(name), "raw socket %s (inline's ceiling)",
+			 sz);
+	else
+		snprintf(name, sizeof(name),
+			 "raw copy %s by another process (region's ceiling)",
+			 sz);
+	bench_add(name, (double)len / best / 1e9, "GB/s",
+		  (double)len / floor / 1e9, floor / best, TARGET_NONE, 0);
+	snprintf(name, sizeof(name), "%s %s median",
+		 way == BENCH_XFER_INLINE ? "raw socket" : "raw copy", sz);
+	bench_add(name, (double)len / median / 1e9, "GB/s",
+		  (double)len / floor / 1e9, floor / median, TARGET_NONE, 0);
 }
 
 /*
@@ -311,24 +341,8 @@ static bool measure(struct bench_xfer *x, enum bench_xfer_way way, size_t len,
 				  TARGET_NONE, 0);
 		}
 	}
-	if (ok && way == BENCH_XFER_INLINE && len >= MIB) {
-		double best, median;
-		char name[64], sz[32];
-
-		bench_size_name(sz, sizeof(sz), len);
-		if (socket_seconds(len, reps < 5 ? 5 : reps, &best, &median)) {
-			snprintf(name, sizeof(name),
-				 "raw socket %s (inline's ceiling)", sz);
-			bench_add(name, (double)len / best / 1e9, "GB/s",
-				  (double)len / floor / 1e9, floor / best,
-				  TARGET_NONE, 0);
-			snprintf(name, sizeof(name), "raw socket %s median",
-				 sz);
-			bench_add(name, (double)len / median / 1e9, "GB/s",
-				  (double)len / floor / 1e9, floor / median,
-				  TARGET_NONE, 0);
-		}
-	}
+	if (ok && len >= MIB)
+		add_ceiling(way, len, reps, x->src_region, floor);
 	free(tw);
 	free(tr);
 	return ok;

@@ -357,13 +357,13 @@ static unsigned echo_spin_us(void)
 	return (unsigned)spin_us;
 }
 
-/* Watching first (spin_recv, as libgpucmd does) when spin is set. */
-static int read_all(int fd, void *buf, size_t len, bool spin)
+/* Watching first (spin_recv, as libgpucmd does) for spin_us, if any. */
+static int read_all(int fd, void *buf, size_t len, unsigned spin_us)
 {
 	uint8_t *p = buf;
 
-	if (spin) {
-		ssize_t n = spin_recv(fd, p, len, echo_spin_us());
+	if (spin_us > 0) {
+		ssize_t n = spin_recv(fd, p, len, spin_us);
 
 		if (n < 0)
 			return (int)n;
@@ -400,13 +400,45 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/* How long e's side watches its socket before it blocks. */
+static unsigned echo_watch_us(const struct bench_echo *e)
+{
+	if (!e->spin)
+		return 0;
+	return spin_budget(echo_spin_us(), e->copy_len > 0);
+}
+
+/* The child: answer every request, copying first when asked to. */
+static void __attribute__((noreturn)) echo_child(struct bench_echo *e)
+{
+	uint8_t *own = NULL;
+
+	if (e->copy_len > 0) {
+		own = malloc(e->copy_len);
+		if (own == NULL)
+			_exit(1);
+		memset(own, 0, e->copy_len);	/* faulted in, as device memory */
+	}
+	while (read_all(3, e->req, e->req_len, echo_watch_us(e)) == 0) {
+		if (own != NULL) {
+			memcpy(own, e->copy_src, e->copy_len);
+			__asm__ volatile("" : : "r"(own) : "memory");
+		}
+		if (write_all(3, e->resp, e->resp_len) != 0)
+			break;
+	}
+	_exit(0);
+}
+
 static int echo_start(struct bench_echo *e, size_t req_len, size_t resp_len,
-		      bool spin)
+		      bool spin, const void *src, size_t copy_len)
 {
 	int sv[2];
 
 	memset(e, 0, sizeof(*e));
 	e->spin = spin;
+	e->copy_src = src;
+	e->copy_len = copy_len;
 	e->req_len = req_len;
 	e->resp_len = resp_len;
 	e->req = calloc(1, req_len);
@@ -429,10 +461,7 @@ static int echo_start(struct bench_echo *e, size_t req_len, size_t resp_len,
 		if (dup2(sv[1], 3) != 3)
 			_exit(1);
 		close_range(4, ~0u, 0);
-		while (read_all(3, e->req, req_len, e->spin) == 0 &&
-		       write_all(3, e->resp, resp_len) == 0)
-			;
-		_exit(0);
+		echo_child(e);
 	}
 	close(sv[1]);
 	e->fd = sv[0];
@@ -451,18 +480,25 @@ int bench_echo_send(struct bench_echo *e)
 
 int bench_echo_recv(struct bench_echo *e)
 {
-	return read_all(e->fd, e->resp, e->resp_len, e->spin);
+	return read_all(e->fd, e->resp, e->resp_len, echo_watch_us(e));
 }
 
 int bench_echo_start(struct bench_echo *e, size_t req_len, size_t resp_len)
 {
-	return echo_start(e, req_len, resp_len, false);
+	return echo_start(e, req_len, resp_len, false, NULL, 0);
 }
 
 int bench_echo_start_spinning(struct bench_echo *e, size_t req_len,
 			      size_t resp_len)
 {
-	return echo_start(e, req_len, resp_len, true);
+	return echo_start(e, req_len, resp_len, true, NULL, 0);
+}
+
+int bench_echo_start_copying(struct bench_echo *e, size_t req_len,
+			     size_t resp_len, const void *src,
+			     size_t copy_len)
+{
+	return echo_start(e, req_len, resp_len, true, src, copy_len);
 }
 
 int bench_echo_roundtrip(struct bench_echo *e)
