@@ -875,6 +875,116 @@ START_TEST(pages_from_before_a_quota_give_way_to_exact_allocations)
 END_TEST
 
 /*
+ * The reserve quota's own refusal (describe_reserve_quota), reached from a
+ * reload: before it, a 40M buffer took a 256M page of the 4G device's
+ * layout; the new 64M limit bounds the service at 256M of device memory,
+ * all of which that page is.  A 1M buffer needs a 16M page (refused: pages
+ * stop at half the bound), then an allocation of its own size, which
+ * would take the service past the 256M: GPUCMD_EQUOTA with the numbers,
+ * though 41M live is within the limit.  (Releases behind kernels and pages
+ * on many streams cannot get there: pages stop at 128M, and what the
+ * exact allocations hold is live or released-but-used, bounded at 128M.)
+ * Once the 40M buffer is released the page goes back and the same
+ * allocation fits.
+ */
+START_TEST(reserve_quota_refuses_what_a_reload_leaves_over_it)
+{
+	struct gpucmd_service_report row;
+	struct gpucmd_conn *c;
+	const uint64_t one = 1;
+
+	start_with("[daemon]\nhost_memory = 4096M\n"
+		   "[service p]\nmemory_limit = 0\n");
+	c = connect_as("p");
+	alloc_ok(c, 1, 40 * MIB);
+	ck_assert_uint_eq(stream0_reserved(c), 256 * MIB);
+	conf_write("[daemon]\nhost_memory = 4096M\n"
+		   "[service p]\nmemory_limit = 64M\n");
+	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
+	wait_limit(c, "p", 64 * MIB);
+	expect_fail(alloc_batch(c, 0, 2, MIB), 0, GPUCMD_EQUOTA,
+		    "quota exceeded: allocating 1048576 bytes on stream 0 "
+		    "needs 1048576 bytes of new device memory, which would "
+		    "take service 'p' past 268435456 bytes of device memory, "
+		    "the most its memory_limit of 67108864 lets it hold; it "
+		    "holds 268435456, 41943040 of them live buffers");
+	row = row_of(c, "p");
+	ck_assert_uint_eq(row.oom_count, 1);
+	ck_assert_uint_eq(row.bytes_reserved, 256 * MIB);
+	ck_assert_uint_eq(row.bytes_in_use, 40 * MIB);
+	release_and_settle(c, &one, 1);
+	alloc_ok(c, 2, MIB);
+	row = row_of(c, "p");
+	ck_assert_uint_le(row.bytes_reserved, 128 * MIB);
+	ck_assert_uint_eq(row.oom_count, 1);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
+ * The reserve quota's refusal reached without a reload: no cleanup runs on
+ * a stream that records a graph (the graph may name memory its pools think
+ * free), so what such a stream keeps cached, free and idle, stays the
+ * service's, counted neither live nor released.  Four streams each
+ * allocate and release 60M, sync, and leave a capture open: the first two
+ * keep pool allocations (64M each: half of the 256M bound of a 64M limit),
+ * the next two allocations of their own size (248M in all); a fifth 60M
+ * on stream 4 would take the service to 308M: GPUCMD_EQUOTA with the
+ * numbers, with nothing live.  Once the captures end, the cached memory
+ * goes back and the same allocation fits.
+ */
+START_TEST(reserve_quota_counts_what_open_captures_pin)
+{
+	const uint64_t size = 60 * MIB;
+	struct gpucmd_service_report row;
+	struct gpucmd_batch *b;
+	struct gpucmd_conn *c;
+	char want[512];
+
+	start_with("[daemon]\nhost_memory = 2048M\n"
+		   "[service p]\nmemory_limit = 64M\n");
+	c = connect_as("p");
+	for (uint32_t s = 0; s < 4; s++) {
+		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_empty(b, 1 + s, size), 0);
+		ck_assert_int_eq(gpucmd_batch_release(b, 1 + s), 0);
+		ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+		gpucmd_response_free(run_ok(b));
+		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_capture_begin(b), 0);
+		gpucmd_response_free(run_ok(b));
+	}
+	/* Two 64M pool allocations, then two of their own size. */
+	row = row_of(c, "p");
+	ck_assert_uint_eq(row.bytes_reserved, 2 * 64 * MIB + 2 * size);
+	ck_assert_uint_eq(row.bytes_in_use, 0);
+	ck_assert_uint_eq(row.oom_count, 0);
+	snprintf(want, sizeof(want),
+		 "quota exceeded: allocating %llu bytes on stream 4 needs "
+		 "%llu bytes of new device memory, which would take service "
+		 "'p' past 268435456 bytes of device memory, the most its "
+		 "memory_limit of 67108864 lets it hold; it holds %llu, 0 of "
+		 "them live buffers",
+		 (unsigned long long)size, (unsigned long long)size,
+		 (unsigned long long)(2 * 64 * MIB + 2 * size));
+	expect_fail(alloc_batch(c, 4, 10, size), 0, GPUCMD_EQUOTA, want);
+	ck_assert_uint_eq(row_of(c, "p").oom_count, 1);
+	for (uint32_t s = 0; s < 4; s++) {
+		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_capture_end(b, 100 + s), 0);
+		ck_assert_int_eq(gpucmd_batch_graph_destroy(b, 100 + s), 0);
+		gpucmd_response_free(run_ok(b));
+	}
+	gpucmd_response_free(run_ok(alloc_batch(c, 4, 10, size)));
+	row = row_of(c, "p");
+	ck_assert_uint_eq(row.bytes_in_use, size);
+	ck_assert_uint_le(row.bytes_reserved, 128 * MIB);
+	ck_assert_uint_eq(row.oom_count, 1);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
  * Medium buffers on many streams: under a 64M quota on a 2G device, a 5M
  * buffer takes a 64M page (the largest rung's), so five streams with one
  * each would hold 320M of pages for 25M live.  Pages stop at half the
@@ -3176,6 +3286,8 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, pages_scale_to_the_quota);
 	tcase_add_test(tc, medium_buffers_on_many_streams_fit);
 	tcase_add_test(tc, pages_from_before_a_quota_give_way_to_exact_allocations);
+	tcase_add_test(tc, reserve_quota_refuses_what_a_reload_leaves_over_it);
+	tcase_add_test(tc, reserve_quota_counts_what_open_captures_pin);
 	tcase_add_test(tc, quota_ignores_cached_memory);
 	tcase_add_test(tc, small_frames_are_not_charged_the_spare_arena);
 	tcase_add_test(tc, max_streams_per_service);
