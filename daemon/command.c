@@ -496,9 +496,11 @@ int command_reserve(struct command *cmd, uint64_t size,
 	 * large pages.  An allocation of the request's own size may still
 	 * fit under the whole quota, which bounds it all the same: what
 	 * such allocations hold is live or released-but-used, at most twice
-	 * the limit.
+	 * the limit.  An empty buffer too (one alignment unit): refused here,
+	 * it was refused for the pages before it, with a message naming a
+	 * bound it was nowhere near.
 	 */
-	if (rc == GPUCMD_ENOMEM && size > 0 && cmd->set->quota_refused != 0) {
+	if (rc == GPUCMD_ENOMEM && cmd->set->quota_refused != 0) {
 		uint64_t refused = cmd->set->quota_refused;
 
 		cmd->set->quota_refused = 0;

@@ -1017,6 +1017,46 @@ START_TEST(medium_buffers_on_many_streams_fit)
 END_TEST
 
 /*
+ * Past half the reserve quota every new buffer gets an allocation of its
+ * own size, an empty one too (one alignment unit, as the pools give it):
+ * under a 64M quota on a 2G device, two 5M buffers on two streams take
+ * two 64M pages, half of the 256M bound; then a 1-byte and an empty
+ * buffer on a third stream both fit.  (The empty one was refused with
+ * GPUCMD_EQUOTA, a message saying 256 bytes more would take the service,
+ * holding 128M, past 256M; a request within the quota must not be
+ * refused for the pages before it, gpucmdd.conf(5).)
+ */
+START_TEST(empty_buffers_past_half_the_reserve_quota_fit)
+{
+	struct gpucmd_service_report row;
+	struct gpucmd_batch *b;
+	struct gpucmd_conn *c;
+	char msg[1024];
+
+	start_with("[daemon]\nhost_memory = 2048M\n"
+		   "[service p]\nmemory_limit = 64M\n");
+	c = connect_as("p");
+	for (uint32_t s = 0; s < 2; s++) {
+		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_empty(b, 1 + s, 5 * MIB), 0);
+		gpucmd_response_free(run_ok(b));
+	}
+	ck_assert_uint_eq(row_of(c, "p").bytes_reserved, 2 * 64 * MIB);
+	ck_assert_int_eq(gpucmd_batch_new(c, 2, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 3, 1), 0);
+	ck_assert_msg(run_code(b, msg, sizeof(msg)) == 0, "1 byte: %s", msg);
+	ck_assert_int_eq(gpucmd_batch_new(c, 2, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 4, 0), 0);
+	ck_assert_msg(run_code(b, msg, sizeof(msg)) == 0, "0 bytes: %s", msg);
+	row = row_of(c, "p");
+	ck_assert_uint_eq(row.bytes_reserved, 2 * 64 * MIB + 2 * 256);
+	ck_assert_uint_eq(row.bytes_in_use, 10 * MIB + 1);
+	ck_assert_uint_eq(row.oom_count, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
  * Pages pinned by busy releases: on each stream, fill two 32M pages of
  * the largest sliced rung (16M + 13M + 2.06M each), release the big
  * slices while the stream is idle (their fences pass at once), then
@@ -3285,6 +3325,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, pinned_pages_stay_within_the_reserve_bound);
 	tcase_add_test(tc, pages_scale_to_the_quota);
 	tcase_add_test(tc, medium_buffers_on_many_streams_fit);
+	tcase_add_test(tc, empty_buffers_past_half_the_reserve_quota_fit);
 	tcase_add_test(tc, pages_from_before_a_quota_give_way_to_exact_allocations);
 	tcase_add_test(tc, reserve_quota_refuses_what_a_reload_leaves_over_it);
 	tcase_add_test(tc, reserve_quota_counts_what_open_captures_pin);
