@@ -219,7 +219,7 @@ static void on_wakeup(uv_async_t *async)
 
 	/* More replies tend to follow: a pipelining client's next batch. */
 	if (m != NULL && !srv->stopping)
-		server_spin(srv);
+		server_spin(srv, false);
 	while (m != NULL) {
 		struct outbox_msg *next = m->next;
 
@@ -308,11 +308,13 @@ static void on_spin(uv_idle_t *h)
 	}
 }
 
-void server_spin(struct server *srv)
+void server_spin(struct server *srv, bool awaiting)
 {
-	if (srv->spin_us == 0)
+	unsigned us = spin_budget(srv->spin_us, awaiting);
+
+	if (us == 0)
 		return;
-	srv->spin_until = spin_now_ns() + (uint64_t)srv->spin_us * 1000u;
+	srv->spin_until = spin_now_ns() + (uint64_t)us * 1000u;
 	if (!uv_is_active((uv_handle_t *)&srv->spin))
 		uv_idle_start(&srv->spin, on_spin);
 }

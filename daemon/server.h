@@ -82,9 +82,11 @@ struct server {
 /**
  * Keep the loop awake for spin_us (spin.h), polling the device thread's
  * replies instead of sleeping until its wake-up: called when a batch went
- * to the device thread and when replies came back.
+ * to the device thread and when replies came back.  awaiting: the reply
+ * waits for device work (a sync or a read), so watch as long as the device
+ * thread and libgpucmd do for it (spin_budget).
  */
-void server_spin(struct server *srv);
+void server_spin(struct server *srv, bool awaiting);
 /** Bytes came from s: the spin may read s directly next (on_spin). */
 void server_note_read(struct server *srv, struct session *s);
 
