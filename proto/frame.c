@@ -845,10 +845,13 @@ size_t frame_buf_spares(void)
 	return n;
 }
 
+static bool arena_spares_large(void);
+static void arena_spares_free(void);
+
 void frame_buf_trim(uint64_t idle_ns)
 {
 	uint64_t last = atomic_load_explicit(&buf_used_ns, memory_order_relaxed);
-	bool any = false;
+	bool any = arena_spares_large();
 
 	/* Called after every frame: no clock read when nothing is kept. */
 	for (int i = 0; i < FRAME_BUF_SPARES; i++)
@@ -860,6 +863,7 @@ void frame_buf_trim(uint64_t idle_ns)
 		return;
 	for (int i = 0; i < FRAME_BUF_SPARES; i++)
 		free(atomic_exchange(&buf_spare[i], NULL));
+	arena_spares_free();
 }
 
 /*
@@ -943,24 +947,46 @@ static void arena_free_nothing(void *data, void *ptr)
 }
 
 /*
- * One arena is kept for the next frame.  The daemon decodes on its loop and
- * frees on the device thread; a batch of 1024 kernels needs about 400 KiB,
- * which glibc gives back to the system at every free and faults in again
- * at the next malloc (a twentieth of the daemon's CPU per op).  Arenas up to
- * ARENA_SPARE_MAX are kept, so an idle daemon holds at most that much.
+ * Spent arenas are kept for the next frames.  The daemon decodes on its
+ * loop and frees on the device thread; a batch of 1024 kernels needs about
+ * 400 KiB, which glibc gives back to the system at every free and faults
+ * in again at the next malloc (a twentieth of the daemon's CPU per op).
+ * A client keeps several such batches in flight (tests/bench: four), so
+ * one spare was not enough: the loop still faulted in most arenas, and the
+ * device thread unmapped them (perf: rep stos zeroing the first op struct
+ * of each page, clear_page, unmap_page_range).  Up to ARENA_SPARES arenas
+ * of at most ARENA_SPARE_MAX each are kept, and frame_buf_trim frees them
+ * with the frame buffers once the daemon has been idle a while.
  */
 #define ARENA_SPARE_MAX (2u << 20)
+#define ARENA_SPARES 4
 
-static _Atomic(struct arena *) arena_spare;
+static _Atomic(struct arena *) arena_spare[ARENA_SPARES];
+/* How many of them hold FRAME_BUF_POOL_MIN bytes or more (for the trim). */
+static atomic_int arena_spares_big;
+
+/* Take a from the spares' count (the caller took it out of its slot). */
+static struct arena *arena_taken(struct arena *a)
+{
+	if (a != NULL && a->cap >= FRAME_BUF_POOL_MIN)
+		atomic_fetch_sub(&arena_spares_big, 1);
+	return a;
+}
 
 static struct arena *arena_new(size_t cap)
 {
-	struct arena *a = atomic_exchange(&arena_spare, NULL);
+	struct arena *a = NULL;
 
-	if (a != NULL && a->cap < cap) {
-		free(a);
-		a = NULL;
+	for (int i = 0; i < ARENA_SPARES && a == NULL; i++) {
+		a = arena_taken(atomic_exchange(&arena_spare[i], NULL));
+		if (a != NULL && a->cap < cap) {
+			free(a);	/* smaller than frames are now */
+			a = NULL;
+		}
 	}
+	if (a != NULL && a->cap >= FRAME_BUF_POOL_MIN)
+		atomic_store_explicit(&buf_used_ns, buf_now_ns(),
+				      memory_order_relaxed);
 	if (a == NULL) {
 		a = malloc(sizeof(*a) + cap);
 		if (a == NULL)
@@ -976,8 +1002,6 @@ static struct arena *arena_new(size_t cap)
 
 static void arena_destroy(struct arena *a)
 {
-	struct arena *none = NULL;
-
 	frame_buf_free(a->owned);
 	a->owned = NULL;
 	while (a->more != NULL) {
@@ -986,9 +1010,48 @@ static void arena_destroy(struct arena *a)
 		free(c);
 	}
 	a->magic = 0;
-	if (a->cap > ARENA_SPARE_MAX ||
-	    !atomic_compare_exchange_strong(&arena_spare, &none, a))
-		free(a);
+	if (a->cap <= ARENA_SPARE_MAX) {
+		bool big = a->cap >= FRAME_BUF_POOL_MIN;
+
+		if (big) {
+			atomic_store_explicit(&buf_used_ns, buf_now_ns(),
+					      memory_order_relaxed);
+			/* Counted first: a taker may uncount it at once. */
+			atomic_fetch_add(&arena_spares_big, 1);
+		}
+		for (int i = 0; i < ARENA_SPARES; i++) {
+			struct arena *none = NULL;
+
+			if (atomic_compare_exchange_strong(&arena_spare[i],
+							   &none, a))
+				return;
+		}
+		if (big)
+			atomic_fetch_sub(&arena_spares_big, 1);
+	}
+	free(a);
+}
+
+/* Does a kept arena hold FRAME_BUF_POOL_MIN bytes or more? */
+static bool arena_spares_large(void)
+{
+	return atomic_load_explicit(&arena_spares_big, memory_order_relaxed) >
+	       0;
+}
+
+size_t frame_arena_spares(void)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < ARENA_SPARES; i++)
+		n += atomic_load(&arena_spare[i]) != NULL;
+	return n;
+}
+
+static void arena_spares_free(void)
+{
+	for (int i = 0; i < ARENA_SPARES; i++)
+		free(arena_taken(atomic_exchange(&arena_spare[i], NULL)));
 }
 
 /*

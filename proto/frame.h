@@ -153,6 +153,11 @@ void frame_buf_free(uint8_t *buf);
 void frame_buf_trim(uint64_t idle_ns);
 /** How many spare buffers the pool keeps now (for tests). */
 size_t frame_buf_spares(void);
+/**
+ * How many spent decoding arenas are kept for the next frames now (for
+ * tests); frame_buf_trim gives them back with the buffers.
+ */
+size_t frame_arena_spares(void);
 /** Like frame_encode, into a frame_buf_alloc buffer. */
 int frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out, size_t *len);
 

@@ -696,6 +696,64 @@ static void pool_empty(void)
 }
 
 /*
+ * Spent decoding arenas are kept for the next frames, several of them: a
+ * client keeps batches of 1024 kernels four deep in flight, and with one
+ * spare the daemon faulted in most arenas afresh (~400 KiB each) and
+ * unmapped them again.  Four are kept; the trim gives them back once idle.
+ */
+START_TEST(spent_arenas_are_kept_for_the_next_frames)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	Gpucmd__Op o = GPUCMD__OP__INIT;
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__Op *ops[1024];
+	Gpucmd__Frame *d[6];
+	uint8_t *body;
+	size_t len;
+
+	k.name = "spin";
+	k.n_grid = 3;
+	k.grid = (uint32_t *)one;
+	k.n_block = 3;
+	k.block = (uint32_t *)one;
+	o.op_case = GPUCMD__OP__OP_KERNEL;
+	o.kernel = &k;
+	for (size_t i = 0; i < 1024; i++)
+		ops[i] = &o;
+	req.n_ops = 1024;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	body = pack(&f, &len);
+	pool_empty();
+	ck_assert_uint_eq(frame_arena_spares(), 0);
+	for (size_t i = 0; i < 6; i++) {
+		d[i] = frame_decode(body, len);
+		ck_assert_ptr_nonnull(d[i]);
+		ck_assert_uint_eq(d[i]->request->n_ops, 1024);
+	}
+	for (size_t i = 0; i < 6; i++)
+		frame_free(d[i]);
+	/* Four kept, the other two freed. */
+	ck_assert_uint_eq(frame_arena_spares(), 4);
+	/* The next frames decode into them: the Frame opens its arena. */
+	d[0] = frame_decode(body, len);
+	ck_assert_ptr_nonnull(d[0]);
+	ck_assert_uint_eq(frame_arena_spares(), 3);
+	ck_assert_str_eq(d[0]->request->ops[1023]->kernel->name, "spin");
+	frame_free(d[0]);
+	/* Used a moment ago: a trim of what is idle a second keeps them. */
+	frame_buf_trim(1000000000ull);
+	ck_assert_uint_eq(frame_arena_spares(), 4);
+	pool_empty();
+	ck_assert_uint_eq(frame_arena_spares(), 0);
+	free(body);
+}
+END_TEST
+
+/*
  * A large frame the daemon reads into a buffer of its own: the inline
  * write's bytes stay where they are, and the buffer is kept for the next
  * frame of that size.
@@ -1134,6 +1192,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(tc, mutated_frames_agree);
 	tcase_add_test(tc, odd_encodings_agree);
 	tcase_add_test(tc, large_batch_values);
+	tcase_add_test(tc, spent_arenas_are_kept_for_the_next_frames);
 	tcase_add_test(tc, owned_write_is_not_copied);
 	tcase_add_test(tc, owned_body_given_back_when_unused);
 	tcase_add_test(tc, request_counts_without_decoding);
