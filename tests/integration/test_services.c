@@ -848,20 +848,32 @@ END_TEST
  * to use fewer streams.  Where the reserve quota refuses a page larger
  * than the request, the request gets an allocation of its own size.
  */
-START_TEST(pages_from_before_a_quota_give_way_to_exact_allocations)
+/*
+ * Service p on a 4G device with no limit: buffer 1 of size bytes, which
+ * keeps a page of page bytes on stream 0; then a reload gives p a 64M
+ * limit.
+ */
+static struct gpucmd_conn *quota_after_a_page(uint64_t size, uint64_t page)
 {
-	struct gpucmd_service_report row;
 	struct gpucmd_conn *c;
 
 	start_with("[daemon]\nhost_memory = 4096M\n"
 		   "[service p]\nmemory_limit = 0\n");
 	c = connect_as("p");
-	alloc_ok(c, 1, 100 * KIB);
-	ck_assert_uint_eq(stream0_reserved(c), 16 * MIB);
+	alloc_ok(c, 1, size);
+	ck_assert_uint_eq(stream0_reserved(c), page);
 	conf_write("[daemon]\nhost_memory = 4096M\n"
 		   "[service p]\nmemory_limit = 64M\n");
 	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
 	wait_limit(c, "p", 64 * MIB);
+	return c;
+}
+
+START_TEST(pages_from_before_a_quota_give_way_to_exact_allocations)
+{
+	struct gpucmd_service_report row;
+	struct gpucmd_conn *c = quota_after_a_page(100 * KIB, 16 * MIB);
+
 	alloc_ok(c, 2, 40 * MIB);
 	alloc_ok(c, 3, 20 * MIB);
 	row = row_of(c, "p");
@@ -890,18 +902,9 @@ END_TEST
 START_TEST(reserve_quota_refuses_what_a_reload_leaves_over_it)
 {
 	struct gpucmd_service_report row;
-	struct gpucmd_conn *c;
+	struct gpucmd_conn *c = quota_after_a_page(40 * MIB, 256 * MIB);
 	const uint64_t one = 1;
 
-	start_with("[daemon]\nhost_memory = 4096M\n"
-		   "[service p]\nmemory_limit = 0\n");
-	c = connect_as("p");
-	alloc_ok(c, 1, 40 * MIB);
-	ck_assert_uint_eq(stream0_reserved(c), 256 * MIB);
-	conf_write("[daemon]\nhost_memory = 4096M\n"
-		   "[service p]\nmemory_limit = 64M\n");
-	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
-	wait_limit(c, "p", 64 * MIB);
 	expect_fail(alloc_batch(c, 0, 2, MIB), 0, GPUCMD_EQUOTA,
 		    "quota exceeded: allocating 1048576 bytes on stream 0 "
 		    "needs 1048576 bytes of new device memory, which would "
@@ -992,22 +995,30 @@ END_TEST
  * their own size, and none is refused (a review saw the fifth refused
  * with 39% of the quota live).
  */
-START_TEST(medium_buffers_on_many_streams_fit)
+/*
+ * Service p under a 64M quota on a 2G device, with a 5M buffer (handle
+ * 1 + s) on each of its streams 0 to n - 1, every one accepted.
+ */
+static struct gpucmd_conn *five_mib_per_stream(uint32_t n)
 {
-	struct gpucmd_service_report row;
-	struct gpucmd_batch *b;
 	struct gpucmd_conn *c;
 	char msg[1024];
 
 	start_with("[daemon]\nhost_memory = 2048M\n"
 		   "[service p]\nmemory_limit = 64M\n");
 	c = connect_as("p");
-	for (uint32_t s = 0; s < 8; s++) {
-		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
-		ck_assert_int_eq(gpucmd_batch_empty(b, 1 + s, 5 * MIB), 0);
-		ck_assert_msg(run_code(b, msg, sizeof(msg)) == 0,
+	for (uint32_t s = 0; s < n; s++)
+		ck_assert_msg(run_code(alloc_batch(c, s, 1 + s, 5 * MIB), msg,
+				       sizeof(msg)) == 0,
 			      "stream %u: %s", s, msg);
-	}
+	return c;
+}
+
+START_TEST(medium_buffers_on_many_streams_fit)
+{
+	struct gpucmd_service_report row;
+	struct gpucmd_conn *c = five_mib_per_stream(8);
+
 	row = row_of(c, "p");
 	ck_assert_uint_eq(row.bytes_in_use, 40 * MIB);
 	ck_assert_uint_eq(row.bytes_reserved, 2 * 64 * MIB + 6 * 5 * MIB);
@@ -1029,18 +1040,10 @@ END_TEST
 START_TEST(empty_buffers_past_half_the_reserve_quota_fit)
 {
 	struct gpucmd_service_report row;
+	struct gpucmd_conn *c = five_mib_per_stream(2);
 	struct gpucmd_batch *b;
-	struct gpucmd_conn *c;
 	char msg[1024];
 
-	start_with("[daemon]\nhost_memory = 2048M\n"
-		   "[service p]\nmemory_limit = 64M\n");
-	c = connect_as("p");
-	for (uint32_t s = 0; s < 2; s++) {
-		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
-		ck_assert_int_eq(gpucmd_batch_empty(b, 1 + s, 5 * MIB), 0);
-		gpucmd_response_free(run_ok(b));
-	}
 	ck_assert_uint_eq(row_of(c, "p").bytes_reserved, 2 * 64 * MIB);
 	ck_assert_int_eq(gpucmd_batch_new(c, 2, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_empty(b, 3, 1), 0);

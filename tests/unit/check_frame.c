@@ -490,8 +490,11 @@ START_TEST(odd_encodings_agree)
 }
 END_TEST
 
-/* 1024 spin(0) launches, the bench's batch: values as the client set. */
-START_TEST(large_batch_values)
+/*
+ * 1024 spin launches on stream 3, the bench's batch (grid of 3 dimensions,
+ * block of 1, one i32 argument of -3), packed by protobuf-c.
+ */
+static uint8_t *large_batch_body(size_t *len)
 {
 	static const uint32_t one[3] = { 1, 1, 1 };
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
@@ -501,9 +504,6 @@ START_TEST(large_batch_values)
 	Gpucmd__KernelArg arg = GPUCMD__KERNEL_ARG__INIT;
 	Gpucmd__KernelArg *args[1] = { &arg };
 	Gpucmd__Op *ops[1024];
-	Gpucmd__Frame *d;
-	uint8_t *body;
-	size_t len;
 
 	arg.value_case = GPUCMD__KERNEL_ARG__VALUE_I32;
 	arg.i32 = -3;
@@ -524,7 +524,16 @@ START_TEST(large_batch_values)
 	req.ops = ops;
 	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
 	f.request = &req;
-	body = pack(&f, &len);
+	return pack(&f, len);
+}
+
+/* The bench's batch decodes to the values the client set. */
+START_TEST(large_batch_values)
+{
+	Gpucmd__Frame *d;
+	size_t len;
+	uint8_t *body = large_batch_body(&len);
+
 	d = frame_decode_fast(body, len);
 	ck_assert_ptr_nonnull(d);
 	ck_assert_int_eq(d->msg_case, GPUCMD__FRAME__MSG_REQUEST);
@@ -703,30 +712,10 @@ static void pool_empty(void)
  */
 START_TEST(spent_arenas_are_kept_for_the_next_frames)
 {
-	static const uint32_t one[3] = { 1, 1, 1 };
-	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
-	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
-	Gpucmd__Op o = GPUCMD__OP__INIT;
-	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
-	Gpucmd__Op *ops[1024];
 	Gpucmd__Frame *d[6];
-	uint8_t *body;
 	size_t len;
+	uint8_t *body = large_batch_body(&len);
 
-	k.name = "spin";
-	k.n_grid = 3;
-	k.grid = (uint32_t *)one;
-	k.n_block = 3;
-	k.block = (uint32_t *)one;
-	o.op_case = GPUCMD__OP__OP_KERNEL;
-	o.kernel = &k;
-	for (size_t i = 0; i < 1024; i++)
-		ops[i] = &o;
-	req.n_ops = 1024;
-	req.ops = ops;
-	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
-	f.request = &req;
-	body = pack(&f, &len);
 	pool_empty();
 	ck_assert_uint_eq(frame_arena_spares(), 0);
 	for (size_t i = 0; i < 6; i++) {
