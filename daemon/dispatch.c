@@ -1671,7 +1671,7 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 		if (rc != 0)
 			return rc;
 	}
-	m = calloc(1, sizeof(*m));
+	m = streams_module_ref_new();
 	if (m == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	rc = module_cache_get(ctx->modules, (enum driver_module_format)fmt,
@@ -1680,7 +1680,7 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (rc != 0) {
 		bool same = strcmp(log, err) == 0;
 
-		free(m);
+		streams_module_ref_free(m);
 		return fail(b, rc, "cannot load module %llu (%s, %zu bytes): "
 			    "%s%s%s",
 			    (unsigned long long)op->module, op->format, len,
@@ -1693,14 +1693,14 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 		if (rc != 0) {
 			/* Unloaded at once if its globals are large. */
 			module_cache_put(ctx->modules, m->entry);
-			free(m);
+			streams_module_ref_free(m);
 			return rc;
 		}
 	}
 	if (service_module_ref(b->conn->service, m->entry,
 			       module_entry_static_bytes(m->entry)) != 0) {
 		module_cache_put(ctx->modules, m->entry);
-		free(m);
+		streams_module_ref_free(m);
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	}
 	m->id = op->module;

@@ -142,31 +142,36 @@ static void module_drops_flush(struct stream_set *set, bool all)
 			continue;
 		}
 		*pp = d->next;
-		module_cache_put(set->module_cache, d->ref->entry);
-		service_module_unref(set->service, d->ref->entry);
-		free(d->ref);
+		module_cache_put(set->module_cache, d->ref.entry);
+		service_module_unref(set->service, d->ref.entry);
 		free(d);
 	}
+}
+
+static struct module_drop *drop_of(struct module_ref *ref)
+{
+	return (struct module_drop *)((char *)ref -
+				      offsetof(struct module_drop, ref));
+}
+
+struct module_ref *streams_module_ref_new(void)
+{
+	struct module_drop *d = calloc(1, sizeof(*d));
+
+	return d != NULL ? &d->ref : NULL;
+}
+
+void streams_module_ref_free(struct module_ref *ref)
+{
+	if (ref != NULL)
+		free(drop_of(ref));
 }
 
 void streams_drop_module(struct stream_set *set, struct stream *current,
 			 struct module_ref *ref)
 {
-	struct module_drop *d = malloc(sizeof(*d));
+	struct module_drop *d = drop_of(ref);
 
-	if (d == NULL) {
-		/*
-		 * Keep the reference for good: the module then stays loaded
-		 * until the daemon exits, which is safe; evicting it under a
-		 * launch would not be.
-		 */
-		log_warn("out of memory: module %llu stays loaded",
-			(unsigned long long)ref->id);
-		service_module_unref(set->service, ref->entry);
-		free(ref);
-		return;
-	}
-	d->ref = ref;
 	d->nfences = streams_fence_all(set, current, d->fences);
 	d->next = set->dropped_modules;
 	set->dropped_modules = d;
@@ -214,7 +219,7 @@ void stream_set_destroy(struct stream_set *set)
 		set->modules = m->next;
 		module_cache_put(set->module_cache, m->entry);
 		service_module_unref(set->service, m->entry);
-		free(m);
+		streams_module_ref_free(m);
 	}
 	handle_table_drain(set->reservations, release_at_teardown, set);
 	handle_table_destroy(set->reservations);

@@ -40,6 +40,7 @@
 #include "memory/drop_queue.h"
 #include "memory/handle.h"
 #include "memory/memory_manager.h"
+#include "module.h"
 
 #define STREAMS_MAX 64
 
@@ -56,7 +57,6 @@
 struct drop_queue;
 struct graph;
 struct module_cache;
-struct module_ref;
 struct region;
 struct service;
 struct stream_set;
@@ -101,9 +101,13 @@ struct stream {
 	struct graph *recording;	/* what the capture holds on to */
 };
 
-/* A module a connection unloaded, waiting for the launches before it. */
+/*
+ * A connection's module_ref, with the room its unload needs: once
+ * unloaded, it waits for the launches before it (streams_drop_module),
+ * which then needs no memory it could fail to get.
+ */
 struct module_drop {
-	struct module_ref *ref;
+	struct module_ref ref;
 	uint32_t nfences;
 	struct drop_fence fences[STREAMS_MAX];
 	struct module_drop *next;
@@ -234,6 +238,10 @@ uint64_t stream_next_fence(const struct stream *s);
 bool streams_fences_passed(const struct drop_fence *f, uint32_t n);
 /** The last batch sequence whose completion arrived. */
 uint64_t stream_completed(const struct stream *s);
+/** A zeroed module_ref a connection can unload later; NULL: no memory. */
+struct module_ref *streams_module_ref_new(void);
+/** Free a module_ref from streams_module_ref_new (NULL: nothing). */
+void streams_module_ref_free(struct module_ref *ref);
 /**
  * ref's module was unloaded on current: its cache reference goes back, and
  * the service's count of modules (max_modules) goes down, once every

@@ -400,6 +400,101 @@ START_TEST(module_globals_count_against_the_quota)
 }
 END_TEST
 
+/* The modules service small keeps loaded, and their globals' bytes. */
+static void small_modules(struct gpucmd_conn *c, uint32_t *modules,
+			  uint64_t *bytes)
+{
+	struct gpucmd_report *rep = NULL;
+	bool seen = false;
+
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	for (size_t k = 0; k < rep->nservices; k++)
+		if (strcmp(rep->services[k].name, "small") == 0) {
+			*modules = rep->services[k].modules;
+			*bytes = rep->services[k].module_bytes;
+			seen = true;
+		}
+	gpucmd_report_free(rep);
+	ck_assert(seen);
+}
+
+/* Unload module on stream 0; its error code, message into msg. */
+static int unload(struct gpucmd_conn *c, uint64_t module, char *msg,
+		  size_t msg_len)
+{
+	struct gpucmd_batch *b;
+	uint64_t id = 0;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_unload_module(b, module), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	return wait_code(c, id, msg, msg_len);
+}
+
+/*
+ * Unloading a module frees its id at once, but the module stays loaded,
+ * and counted against the service's max_modules and memory_limit, until
+ * the work enqueued before the unload has run (a launch may still need
+ * it); then its globals' bytes leave the service's count.  An id that is
+ * not loaded is refused with ENOTFOUND.  (A driver backend only: the host
+ * backend loads no modules.)
+ */
+START_TEST(unload_gives_the_module_back_after_earlier_work)
+{
+	static const char eight[] = ".version 8.0\n.target sm_90\n"
+				    ".global .align 4 .b8 e[8388608];\n";
+	static const uint32_t one[3] = { 1, 1, 1 };
+	const struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
+					 .v.u32 = 3000000 };
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b;
+	uint64_t bytes = 0, spinning = 0;
+	uint32_t modules = 0;
+	char msg[512];
+
+	if (host_backend())
+		return;
+	c = connect_as("small");
+	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, eight), msg,
+				   sizeof(msg)), 0);
+	small_modules(c, &modules, &bytes);
+	ck_assert_uint_eq(modules, 1);
+	ck_assert_uint_eq(bytes, 8u << 20);
+	/* Behind a 3 s kernel the module stays counted. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &spin, 1),
+			 0);
+	ck_assert_int_eq(gpucmd_submit(b, &spinning), 0);
+	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), 0);
+	small_modules(c, &modules, &bytes);
+	ck_assert_uint_eq(modules, 1);
+	ck_assert_uint_eq(bytes, 8u << 20);
+	/* The id is free at once. */
+	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), GPUCMD_ENOTFOUND);
+	ck_assert_msg(strstr(msg, "module 6 is not loaded") != NULL, "%s",
+		      msg);
+	/* Once the kernel has run, the module leaves the count. */
+	ck_assert_int_eq(wait_code(c, spinning, NULL, 0), 0);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	gpucmd_response_free(run_ok(b));
+	for (int i = 0; i < 500; i++) {
+		small_modules(c, &modules, &bytes);
+		if (modules == 0)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(modules, 0);
+	ck_assert_uint_eq(bytes, 0);
+	/* And the id loads again. */
+	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, eight), msg,
+				   sizeof(msg)), 0);
+	small_modules(c, &modules, &bytes);
+	ck_assert_uint_eq(modules, 1);
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("modules");
@@ -422,6 +517,7 @@ static Suite *make_suite(void)
 	tcase_add_checked_fixture(tc, globals_setup, harness_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, module_globals_count_against_the_quota);
+	tcase_add_test(tc, unload_gives_the_module_back_after_earlier_work);
 	suite_add_tcase(s, tc);
 	return s;
 }
