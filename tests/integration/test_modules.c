@@ -441,15 +441,27 @@ static int unload(struct gpucmd_conn *c, uint64_t module, char *msg,
  */
 START_TEST(unload_gives_the_module_back_after_earlier_work)
 {
-	static const char eight[] = ".version 8.0\n.target sm_90\n"
-				    ".global .align 4 .b8 e[8388608];\n";
+	/* 8 MiB of globals and add_one(p, n), which the fake CUDA runs. */
+	static const char eight[] =
+		".version 8.0\n.target sm_90\n.address_size 64\n"
+		".global .align 4 .b8 e[8388608];\n"
+		".visible .entry add_one(\n.param .u64 add_one_param_0,\n"
+		".param .u32 add_one_param_1\n)\n{\nret;\n}\n";
 	static const uint32_t one[3] = { 1, 1, 1 };
 	const struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
 					 .v.u32 = 3000000 };
+	static const uint32_t zeros[4];
+	const struct gpucmd_arg add[2] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 1 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 4 },
+	};
 	struct gpucmd_conn *c;
 	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
 	uint64_t bytes = 0, spinning = 0;
 	uint32_t modules = 0;
+	const void *data;
+	size_t len;
 	char msg[512];
 
 	if (host_backend())
@@ -460,9 +472,17 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 	small_modules(c, &modules, &bytes);
 	ck_assert_uint_eq(modules, 1);
 	ck_assert_uint_eq(bytes, 8u << 20);
-	/* Behind a 3 s kernel the module stays counted. */
+	/*
+	 * Behind a 3 s kernel, a launch of the module's add_one, then the
+	 * unload: the module stays loaded and counted, and the launch runs.
+	 */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, zeros,
+						       sizeof(zeros)), 0);
 	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &spin, 1),
+			 0);
+	ck_assert_int_eq(gpucmd_batch_kernel_module(b, 6, "add_one", one, one, 0,
+						    add, 2),
 			 0);
 	ck_assert_int_eq(gpucmd_submit(b, &spinning), 0);
 	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), 0);
@@ -473,11 +493,16 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), GPUCMD_ENOTFOUND);
 	ck_assert_msg(strstr(msg, "module 6 is not loaded") != NULL, "%s",
 		      msg);
-	/* Once the kernel has run, the module leaves the count. */
-	ck_assert_int_eq(wait_code(c, spinning, NULL, 0), 0);
+	/* Once the kernels have run, the module leaves the count. */
+	ck_assert_int_eq(wait_code(c, spinning, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
-	gpucmd_response_free(run_ok(b));
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 16), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
+	ck_assert_uint_eq(len, 16);
+	ck_assert_uint_eq(((const uint32_t *)data)[0], 1);
+	ck_assert_uint_eq(((const uint32_t *)data)[3], 1);
+	gpucmd_response_free(r);
 	for (int i = 0; i < 500; i++) {
 		small_modules(c, &modules, &bytes);
 		if (modules == 0)
