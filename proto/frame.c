@@ -851,7 +851,12 @@ static void arena_spares_free(void);
 void frame_buf_trim(uint64_t idle_ns)
 {
 	uint64_t last = atomic_load_explicit(&buf_used_ns, memory_order_relaxed);
-	bool any = arena_spares_large();
+	/*
+	 * 0 (a closed connection, an emptied pool) gives back every kept
+	 * arena, small ones too: only the large ones are counted, so a pool
+	 * of small arenas alone would otherwise never be looked at.
+	 */
+	bool any = idle_ns == 0 || arena_spares_large();
 
 	/* Called after every frame: no clock read when nothing is kept. */
 	for (int i = 0; i < FRAME_BUF_SPARES; i++)

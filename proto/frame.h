@@ -155,7 +155,9 @@ void frame_buf_trim(uint64_t idle_ns);
 size_t frame_buf_spares(void);
 /**
  * How many spent decoding arenas are kept for the next frames now (for
- * tests); frame_buf_trim gives them back with the buffers.
+ * tests); frame_buf_trim gives them back with the buffers (a trim of
+ * idle_ns > 0 looks only when a large one, of 64 KiB or more, is
+ * kept; a trim of 0 gives back every one).
  */
 size_t frame_arena_spares(void);
 /** Like frame_encode, into a frame_buf_alloc buffer. */

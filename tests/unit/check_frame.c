@@ -743,6 +743,39 @@ START_TEST(spent_arenas_are_kept_for_the_next_frames)
 END_TEST
 
 /*
+ * A small frame's spent arena is kept too, but not counted among the large
+ * ones a timed trim looks for; a trim of now (a closed connection of
+ * libgpucmd, pool_empty) still gives it back, or it stays for the life of
+ * the process.
+ */
+START_TEST(small_spent_arenas_go_back_at_a_trim_of_now)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	Gpucmd__Frame *d;
+	uint8_t *body;
+	size_t len;
+
+	req.id = 7;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	body = pack(&f, &len);
+	pool_empty();
+	d = frame_decode(body, len);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_uint_eq(d->request->id, 7);
+	frame_free(d);
+	ck_assert_uint_eq(frame_arena_spares(), 1);
+	/* Nothing large is kept: a timed trim reads no clock, frees nothing. */
+	frame_buf_trim(1);
+	ck_assert_uint_eq(frame_arena_spares(), 1);
+	pool_empty();
+	ck_assert_uint_eq(frame_arena_spares(), 0);
+	free(body);
+}
+END_TEST
+
+/*
  * A large frame the daemon reads into a buffer of its own: the inline
  * write's bytes stay where they are, and the buffer is kept for the next
  * frame of that size.
@@ -1182,6 +1215,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(tc, odd_encodings_agree);
 	tcase_add_test(tc, large_batch_values);
 	tcase_add_test(tc, spent_arenas_are_kept_for_the_next_frames);
+	tcase_add_test(tc, small_spent_arenas_go_back_at_a_trim_of_now);
 	tcase_add_test(tc, owned_write_is_not_copied);
 	tcase_add_test(tc, owned_body_given_back_when_unused);
 	tcase_add_test(tc, request_counts_without_decoding);
