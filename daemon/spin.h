@@ -33,8 +33,9 @@
 /*
  * While the daemon waits for the completion of device work it enqueued (a
  * copy of a few MiB takes hundreds of microseconds), the loop and the
- * device thread watch this long instead (when spinning is on at all): the
- * answer comes at the end of that work, not at a client's whim.
+ * device thread watch this long instead (when spinning is on at all, and
+ * spin_us when that is longer: spin_budget): the answer comes at the end
+ * of that work, not at a client's whim.
  */
 #define SPIN_AWAIT_US 1000
 
