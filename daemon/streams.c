@@ -154,11 +154,13 @@ static struct module_drop *drop_of(struct module_ref *ref)
 				      offsetof(struct module_drop, ref));
 }
 
+_Static_assert(offsetof(struct module_drop, ref) == 0,
+	       "a module_ref is its module_drop's address");
+
 struct module_ref *streams_module_ref_new(void)
 {
-	struct module_drop *d = calloc(1, sizeof(*d));
-
-	return d != NULL ? &d->ref : NULL;
+	/* The ref opens the record, so its address is the allocation's. */
+	return calloc(1, sizeof(struct module_drop));
 }
 
 void streams_module_ref_free(struct module_ref *ref)
