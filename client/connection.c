@@ -648,23 +648,6 @@ static void slot_settle(struct gpucmd_conn *c, struct conn_slot *s)
 	s->nreleases = 0;
 }
 
-/*
- * Whether req's reply waits for the device to finish work (a sync, or a
- * read whose bytes must have landed): then a wait watches the socket for
- * up to SPIN_AWAIT_US, as the daemon's threads do, instead of spin_us.  A
- * 1 MiB region copy takes 40-100 us on the host backend: past a 50 us
- * watch the client slept and its wake-up cost as much again (round trips
- * of 384 KiB to 768 KiB copies went from 41-81 us to 30-46 us).
- */
-static bool awaits_device(const Gpucmd__Request *req)
-{
-	for (size_t i = 0; i < req->n_ops; i++)
-		if (req->ops[i]->op_case == GPUCMD__OP__OP_SYNC ||
-		    req->ops[i]->op_case == GPUCMD__OP__OP_READ)
-			return true;
-	return false;
-}
-
 int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 		size_t nfds, uint64_t *id)
 {
@@ -732,7 +715,14 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 		return conn_fail(c, r);
 	c->slots[c->nslots].id = c->next_id;
 	c->slots[c->nslots].abandoned = false;
-	c->slots[c->nslots].awaits_device = awaits_device(req);
+	/*
+	 * A reply that waits for device work is watched for up to
+	 * SPIN_AWAIT_US, as the daemon's threads do, instead of spin_us.  A
+	 * 1 MiB region copy takes 40-100 us on the host backend: past a 50 us
+	 * watch the client slept and its wake-up cost as much again (round
+	 * trips of 384 KiB to 768 KiB copies went from 41-81 us to 30-46 us).
+	 */
+	c->slots[c->nslots].awaits_device = frame_request_awaits_device(req);
 	c->slots[c->nslots].frame = NULL;
 	c->slots[c->nslots].releases = rel;
 	c->slots[c->nslots].nreleases = nrel;

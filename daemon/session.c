@@ -1121,26 +1121,6 @@ static void note_stream(struct session *s, uint32_t number)
 		s->streams[s->nstreams++] = number;
 }
 
-/*
- * Whether req's reply waits for device work (a sync, or a read whose bytes
- * must have landed), as libgpucmd judges it too: the loop then watches for
- * it as long as the device thread does (SPIN_AWAIT_US).  A {write_region
- * 1 MiB; sync} takes ~50 us on the device thread, past the 50 us spin: the
- * loop slept, and at the reply it waited 20-25 us for the CPU the client
- * spun on, which its own spinning had made it too far ahead of to get at
- * once (perf sched on the 2-core VM; round trips 100-145 -> 80-95 us).
- * Only batches of at most SPIN_REPLY_MAX_OPS ops are looked at.
- */
-static bool awaits_device(const Gpucmd__Request *req)
-{
-	for (size_t i = 0; i < req->n_ops; i++)
-		if (req->ops[i] != NULL &&
-		    (req->ops[i]->op_case == GPUCMD__OP__OP_SYNC ||
-		     req->ops[i]->op_case == GPUCMD__OP__OP_READ))
-			return true;
-	return false;
-}
-
 static bool loop_answers(const struct session *s, const Gpucmd__Request *req)
 {
 	bool syncs = false;
@@ -1369,8 +1349,18 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 		return;
 	}
 	nops = frame->request->n_ops;
-	/* Before the hand-off: the device thread frees the frame. */
-	awaiting = nops <= SPIN_REPLY_MAX_OPS && awaits_device(frame->request);
+	/*
+	 * A reply that waits for device work is watched for as long as the
+	 * device thread watches (SPIN_AWAIT_US).  A {write_region 1 MiB;
+	 * sync} takes ~50 us on the device thread, past the 50 us spin: the
+	 * loop slept, and at the reply it waited 20-25 us for the CPU the
+	 * client spun on, which its own spinning had made it too far ahead of
+	 * to get at once (perf sched on the 2-core VM; round trips 107-131 ->
+	 * 79-101 us).  Decided before the hand-off: the device thread frees
+	 * the frame.
+	 */
+	awaiting = nops <= SPIN_REPLY_MAX_OPS &&
+		   frame_request_awaits_device(frame->request);
 	rc = executor_submit(s->server->ex, &s->econn, frame, fds, nfds,
 			     compiled, cost);
 	if (rc != 0) {

@@ -1833,6 +1833,16 @@ static size_t op_kernel_args(const uint8_t *p, const uint8_t *end,
 	return n;
 }
 
+bool frame_request_awaits_device(const Gpucmd__Request *req)
+{
+	for (size_t i = 0; i < req->n_ops; i++)
+		if (req->ops[i] != NULL &&
+		    (req->ops[i]->op_case == GPUCMD__OP__OP_SYNC ||
+		     req->ops[i]->op_case == GPUCMD__OP__OP_READ))
+			return true;
+	return false;
+}
+
 bool frame_request_counts(const uint8_t *body, size_t len,
 			  struct frame_request_counts *out)
 {

@@ -135,6 +135,12 @@ struct frame_request_counts {
 bool frame_request_counts(const uint8_t *body, size_t len,
 			  struct frame_request_counts *out);
 /*
+ * Whether req's reply waits for device work: a sync, or a read whose bytes
+ * must have landed.  libgpucmd and the daemon's loop watch that long for
+ * it (spin_budget, SPIN_AWAIT_US), instead of the short spin.
+ */
+bool frame_request_awaits_device(const Gpucmd__Request *req);
+/*
  * Like frame_decode, taking over body (from frame_buf_alloc): bytes of the
  * ops the fast path reads point into it, and frame_free (or this call, on
  * failure or when the frame did not need it) gives it back.

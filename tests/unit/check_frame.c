@@ -527,6 +527,37 @@ static uint8_t *large_batch_body(size_t *len)
 	return pack(&f, len);
 }
 
+/*
+ * Which replies wait for device work (libgpucmd and the loop watch longer
+ * for them): a sync or a read anywhere in the batch, nothing else.
+ */
+START_TEST(awaits_device_means_a_sync_or_a_read)
+{
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	Gpucmd__Op k = GPUCMD__OP__INIT, w = GPUCMD__OP__INIT;
+	Gpucmd__Op sync = GPUCMD__OP__INIT, rd = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[3];
+
+	k.op_case = GPUCMD__OP__OP_KERNEL;
+	w.op_case = GPUCMD__OP__OP_WRITE;
+	sync.op_case = GPUCMD__OP__OP_SYNC;
+	rd.op_case = GPUCMD__OP__OP_READ;
+	req.ops = ops;
+	ck_assert(!frame_request_awaits_device(&req));
+	ops[0] = &k;
+	ops[1] = &w;
+	req.n_ops = 2;
+	ck_assert(!frame_request_awaits_device(&req));
+	ops[2] = &sync;
+	req.n_ops = 3;
+	ck_assert(frame_request_awaits_device(&req));
+	ops[2] = &rd;
+	ck_assert(frame_request_awaits_device(&req));
+	ops[0] = NULL;	/* never from a decoder; not read through */
+	ck_assert(frame_request_awaits_device(&req));
+}
+END_TEST
+
 /* The bench's batch decodes to the values the client set. */
 START_TEST(large_batch_values)
 {
@@ -1214,6 +1245,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(tc, mutated_frames_agree);
 	tcase_add_test(tc, odd_encodings_agree);
 	tcase_add_test(tc, large_batch_values);
+	tcase_add_test(tc, awaits_device_means_a_sync_or_a_read);
 	tcase_add_test(tc, spent_arenas_are_kept_for_the_next_frames);
 	tcase_add_test(tc, small_spent_arenas_go_back_at_a_trim_of_now);
 	tcase_add_test(tc, owned_write_is_not_copied);
