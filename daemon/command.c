@@ -410,9 +410,7 @@ int command_reserve(struct command *cmd, uint64_t size,
 		return GPUCMD_EQUOTA;
 	}
 	/* The globals of the modules it holds count like live buffers. */
-	if (limit != 0 &&
-	    (size > limit ||
-	     sat_sum(svc->bytes_in_use, svc->module_bytes) > limit - size)) {
+	if (service_over_limit(svc, limit, size)) {
 		svc->oom_count++;
 		struct memory_usage u;
 		uint64_t after,

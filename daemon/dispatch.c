@@ -1600,12 +1600,10 @@ static int module_fits(const struct command_ctx *ctx, struct batch *b,
 {
 	struct service *svc = b->conn->service;
 	uint64_t limit = atomic_load(&svc->memory_limit);
-	uint64_t held = svc->bytes_in_use, closing;
+	uint64_t closing;
 	char gone[160] = "";
 
-	if (__builtin_add_overflow(held, svc->module_bytes, &held))
-		held = UINT64_MAX;
-	if (limit == 0 || (bytes <= limit && held <= limit - bytes))
+	if (!service_over_limit(svc, limit, bytes))
 		return 0;
 	svc->oom_count++;
 	closing = command_closing_live(ctx, svc);

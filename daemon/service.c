@@ -174,6 +174,19 @@ uint64_t service_reserve_cap(uint64_t limit)
 	return limit > UINT64_MAX / 4 ? UINT64_MAX : 4 * limit;
 }
 
+bool service_over_limit(const struct service *svc, uint64_t limit,
+			uint64_t size)
+{
+	uint64_t held;
+
+	if (limit == 0)
+		return false;
+	if (__builtin_add_overflow(svc->bytes_in_use, svc->module_bytes,
+				   &held))
+		return true;
+	return size > limit || held > limit - size;
+}
+
 bool service_reserve_over(const struct service *svc, uint64_t limit,
 			  uint64_t size, bool exact)
 {

@@ -181,6 +181,13 @@ void service_uncharge(struct service *svc, uint64_t size);
  */
 uint64_t service_reserve_cap(uint64_t limit);
 /**
+ * Would size more live bytes (a buffer, a module's globals) take svc past
+ * limit, its memory_limit, counting its live buffers and the globals of the
+ * modules it holds?  false when limit is 0 (device thread).
+ */
+bool service_over_limit(const struct service *svc, uint64_t limit,
+			uint64_t size);
+/**
  * Would size more bytes of device memory take svc's bytes_reserved past
  * service_reserve_cap(limit) (exact: an allocation of a request's own
  * size), or past half of it (anything else: a pool's page or node)?
