@@ -43,6 +43,14 @@ struct server {
 	unsigned reads;
 	bool hot_alone;
 	/*
+	 * Connections whose next frame is a large batch, waiting for the loop
+	 * to decode it (server_turn_wait), oldest first; the idle handle runs
+	 * while any wait, so the poll between turns does not block.
+	 */
+	uv_idle_t turns;
+	struct session *turn_head;
+	struct session *turn_tail;
+	/*
 	 * Read staging held by replies in pieces that wait in libuv's write
 	 * queues (clients reading slowly), and the most it may be: half the
 	 * pinned pool, fixed at start.  Past it, a waiting reply's bytes are
@@ -89,6 +97,16 @@ struct server {
 void server_spin(struct server *srv, bool awaiting);
 /** Bytes came from s: the spin may read s directly next (on_spin). */
 void server_note_read(struct server *srv, struct session *s);
+
+/**
+ * s has a large frame read and waits to decode it: the loop gives it a
+ * turn (session_take_turn) after the frames already waiting, and polls
+ * the sockets between turns, so small frames that come meanwhile (pings,
+ * a sync, a batch of a few ops) are answered first.
+ */
+void server_turn_wait(struct server *srv, struct session *s);
+/** s no longer waits for a turn (it closes). */
+void server_turn_forget(struct server *srv, struct session *s);
 
 /**
  * Set aside the outbox messages a batch of s may send (before it is

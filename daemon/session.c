@@ -26,6 +26,14 @@
 
 /* Small frames are read many at a time into this buffer. */
 #define SESSION_RBUF 65536
+/*
+ * A frame body larger than this waits for its turn to be decoded
+ * (server_turn_wait); smaller ones are handled as they are read.  A batch
+ * of about 50 kernel launches: a few microseconds of decoding.
+ */
+#define SESSION_TURN_BYTES 4096u
+/* While a frame waits for its turn, reading stops with less room left. */
+#define SESSION_TURN_ROOM 4096u
 /* Requests this large are counted before they are decoded. */
 #define SESSION_COUNT_FIRST (256u << 10)
 /* Past this many arguments a kernel op is refused undecoded (32 run). */
@@ -454,6 +462,8 @@ void session_close(struct session *s, const char *why)
 		if ((head || freed) && svc->budget_waiters != NULL)
 			wake_budget_waiters(svc);
 	}
+	s->turn_wait = false;
+	server_turn_forget(s->server, s);
 	stop_reading(s);
 	if (s->device_open &&
 	    executor_close(s->server->ex, &s->econn) != 0) {
@@ -582,10 +592,21 @@ static bool may_take_more(const struct session *s)
 	       !s->budget_wait;
 }
 
+/*
+ * While a frame waits for its turn, reading goes on into the rest of rbuf
+ * (the frames behind it wait there in order) until little room is left;
+ * a large frame read whole into s->body leaves none.
+ */
+static bool turn_holds_reading(const struct session *s)
+{
+	return s->turn_wait &&
+	       (s->body != NULL || s->rcap - s->rlen < SESSION_TURN_ROOM);
+}
+
 static void resume_reading(struct session *s)
 {
 	if (s->reading || s->state == SESSION_CLOSING || s->compiling != NULL ||
-	    s->budget_wait)
+	    s->budget_wait || turn_holds_reading(s))
 		return;
 	if (uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read) == 0)
 		s->reading = true;
@@ -1633,6 +1654,38 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 }
 
 /*
+ * Whether a whole frame of len body bytes waits for its turn: a large one,
+ * unless its turn came (a frame let in before the Hello never does).
+ */
+static bool needs_turn(const struct session *s, uint32_t len)
+{
+	return s->state == SESSION_READY && len > SESSION_TURN_BYTES &&
+	       !s->turn_granted;
+}
+
+/* The next frame waits for the loop's turn (server.c: on_turns). */
+static void wait_turn(struct session *s)
+{
+	s->turn_wait = true;
+	server_turn_wait(s->server, s);
+	if (s->body != NULL)
+		stop_reading(s);
+}
+
+/* The large frame s->body collected is whole: decode and handle it. */
+static void finish_body(struct session *s)
+{
+	uint8_t *body = s->body;
+
+	s->body = NULL;
+	s->frame_at = s->body_at;
+	s->turn_granted = false;
+	handle_owned_body(s, body, s->body_len);
+	if (s->compiling == NULL)
+		budget_give_back(s);
+}
+
+/*
  * Parse every whole frame in rbuf, up to max_in_flight requests in flight
  * (the rest wait there until answers come: session_reply); start a body
  * for a large one.
@@ -1641,6 +1694,11 @@ static void parse_frames(struct session *s)
 {
 	size_t off = 0;
 
+	if (s->turn_wait) {
+		if (turn_holds_reading(s))
+			stop_reading(s);
+		return;
+	}
 	s->budget_wait = false;
 	while (s->state != SESSION_CLOSING && s->compiling == NULL &&
 	       s->in_flight < s->server->cfg.limits.max_in_flight &&
@@ -1667,6 +1725,11 @@ static void parse_frames(struct session *s)
 			session_refuse(s, rc, "%s", msg);
 			return;
 		}
+		have = s->rlen - off - FRAME_HEADER_SIZE;
+		if (needs_turn(s, hdr.length) && have >= hdr.length) {
+			wait_turn(s);
+			break;
+		}
 		if (over_byte_budget(s, hdr.length)) {
 			/*
 			 * It waits, unread, until earlier batches complete
@@ -1687,10 +1750,11 @@ static void parse_frames(struct session *s)
 			s->admitted = FRAME_HEADER_SIZE + (uint64_t)hdr.length;
 			s->econn.service->bytes_admitted += s->admitted;
 		}
-		have = s->rlen - off - FRAME_HEADER_SIZE;
 		/* rbuf holds the last rlen bytes read. */
 		s->frame_at = s->rx_bytes - s->rlen + off;
 		if (have >= hdr.length) {
+			if (hdr.length > SESSION_TURN_BYTES)
+				s->turn_granted = false;
 			off += FRAME_HEADER_SIZE;
 			handle_body(s, s->rbuf + off, hdr.length);
 			off += hdr.length;
@@ -1723,13 +1787,13 @@ static void parse_frames(struct session *s)
 		memmove(s->rbuf, s->rbuf + off, s->rlen - off);
 		s->rlen -= off;
 	}
+	if (turn_holds_reading(s))
+		stop_reading(s);
 }
 
 /* What came from the socket, read by libuv or by session_read_direct. */
 static void got_bytes(struct session *s, ssize_t nread)
 {
-	uint8_t *body;
-
 	if (nread == UV_EOF) {
 		session_close(s, NULL);
 		return;
@@ -1748,12 +1812,11 @@ static void got_bytes(struct session *s, ssize_t nread)
 		s->body_have += (uint32_t)nread;
 		if (s->body_have < s->body_len)
 			return;
-		body = s->body;
-		s->body = NULL;
-		s->frame_at = s->body_at;
-		handle_owned_body(s, body, s->body_len);
-		if (s->compiling == NULL)
-			budget_give_back(s);
+		if (needs_turn(s, s->body_len)) {
+			wait_turn(s);
+			return;
+		}
+		finish_body(s);
 		return;
 	}
 	if (s->rbuf == NULL) {
@@ -1818,6 +1881,25 @@ static bool keep_cmsg_fds(struct session *s, struct msghdr *mh,
 		ok = false;
 	}
 	return ok;
+}
+
+/*
+ * The loop's turn for s's large frame (server_turn_wait): decode and handle
+ * it, then the frames behind it, up to the next large one, which waits for
+ * another turn.
+ */
+void session_take_turn(struct session *s)
+{
+	if (!s->turn_wait || s->state == SESSION_CLOSING || s->draining)
+		return;
+	s->turn_wait = false;
+	s->turn_granted = true;
+	if (s->body != NULL && s->body_have == s->body_len)
+		finish_body(s);
+	else
+		parse_frames(s);
+	if (s->state != SESSION_CLOSING && !s->draining && may_take_more(s))
+		resume_reading(s);
 }
 
 int session_read_direct(struct session *s)

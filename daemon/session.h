@@ -151,6 +151,16 @@ struct session {
 	uint64_t rx_bytes;		/* read from the socket so far */
 	uint64_t frame_at;		/* stream offset of the frame handled */
 	uint64_t body_at;		/* ... of the frame s->body collects */
+	/*
+	 * Large frames wait for their turn (server_turn_wait): turn_wait, the
+	 * next frame (in rbuf, or the whole of s->body) waits to be decoded;
+	 * turn_granted, the turn came and the next large frame may go.
+	 */
+	bool turn_wait;
+	bool turn_granted;
+	bool turn_queued;		/* on the server's queue of turns */
+	struct session *turn_next;
+	struct session *turn_prev;
 	char peer[64];			/* "pid 123 uid 1000" for logs */
 	uint64_t accepted_ms;		/* uv_now at accept: the Hello deadline */
 	struct session *next;
@@ -198,6 +208,7 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
  * there, -1 when s is not being read now.
  */
 int session_read_direct(struct session *s);
+void session_take_turn(struct session *s);
 /** Write the responses session_reply queued, together. */
 void session_flush(struct session *s);
 /**

@@ -300,30 +300,35 @@ START_TEST(many_small_copies_do_not_block_others)
 END_TEST
 
 /*
- * Large frames wait for the loop's decoding turns while small ones are
- * decoded as they arrive; one connection's requests must still run in the
- * order it sent them.  Pipelined writes of 64 KiB (deferred) each followed
- * by a read of 16 bytes (small): every read sees its own write.
+ * Large frames wait for the loop's decoding turns (server.c: on_turns)
+ * while small ones are handled as they are read; one connection's requests
+ * must still run in the order it sent them.  Pipelined writes of big bytes
+ * each followed by a read of 16 bytes (small): every read sees its own
+ * write.  8 KiB writes wait in the read buffer, 64 KiB ones are read into
+ * a buffer of their own (session.c: s->body); both kinds, alternating, and
+ * with another connection sending large frames at the same time.
  */
-START_TEST(pipelined_large_and_small_keep_order)
+static void pipeline_writes_and_reads(struct gpucmd_conn *c, size_t big,
+				      size_t other)
 {
-	enum { ROUNDS = 40, BIG = 64 * 1024 };
-	struct gpucmd_conn *c = connect_as("order");
-	static uint8_t data[BIG];
+	enum { ROUNDS = 40 };
+	static uint8_t data[ROUNDS][64 * 1024 + 1];
 	uint64_t wid[ROUNDS], rid[ROUNDS];
 	struct gpucmd_batch *b;
 	struct gpucmd_response *r;
 
 	gpucmd_batch_new(c, 0, &b);
-	gpucmd_batch_empty(b, 1, BIG);
+	gpucmd_batch_empty(b, 1, big > other ? big : other);
 	gpucmd_response_free(run_ok(b));
 	for (int k = 0; k < ROUNDS; k++) {
-		memset(data, 0x40 + k, sizeof(data));
+		size_t len = k % 2 == 0 ? big : other;
+
+		memset(data[k], 0x40 + k, len);
 		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-		ck_assert_int_eq(gpucmd_batch_write(b, 1, 0, data, BIG), 0);
+		ck_assert_int_eq(gpucmd_batch_write(b, 1, 0, data[k], len), 0);
 		ck_assert_int_eq(gpucmd_submit(b, &wid[k]), 0);
 		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-		ck_assert_int_eq(gpucmd_batch_read(b, 1, BIG - 16, 16), 0);
+		ck_assert_int_eq(gpucmd_batch_read(b, 1, len - 16, 16), 0);
 		ck_assert_int_eq(gpucmd_submit(b, &rid[k]), 0);
 	}
 	for (int k = 0; k < ROUNDS; k++) {
@@ -344,7 +349,136 @@ START_TEST(pipelined_large_and_small_keep_order)
 			      ((const uint8_t *)got)[0]);
 		gpucmd_response_free(r);
 	}
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_release(b, 1);
+	gpucmd_response_free(run_ok(b));
+}
+
+START_TEST(pipelined_large_and_small_keep_order)
+{
+	struct gpucmd_conn *c = connect_as("order");
+	pid_t pid;
+	int status;
+
+	pipeline_writes_and_reads(c, 64 * 1024, 64 * 1024);
+	pipeline_writes_and_reads(c, 8 * 1024, 8 * 1024);
+	pipeline_writes_and_reads(c, 8 * 1024, 64 * 1024 + 1);
+	/* Turns are taken by all connections' large frames in one queue. */
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct gpucmd_conn *o = connect_as("order-other");
+
+		for (int i = 0; i < 5; i++)
+			pipeline_writes_and_reads(o, 16 * 1024, 64 * 1024);
+		gpucmd_close(o);
+		_exit(0);
+	}
+	for (int i = 0; i < 5; i++)
+		pipeline_writes_and_reads(c, 8 * 1024, 32 * 1024);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "the other connection's pipeline failed (status %#x)",
+		      status);
 	gpucmd_close(c);
+}
+END_TEST
+
+/*
+ * A client that leaves while its large frames wait for their turn (closed
+ * right after sending them, or killed: the loop reads the end of the stream
+ * behind frames it has not decoded yet) leaves nothing behind, and the
+ * connections whose frames wait with them are served.
+ */
+static void leave_with_frames_queued(bool kill_it)
+{
+	struct gpucmd_conn *obs = connect_as("observer");
+	struct gpucmd_conn *c = connect_as("turns-stay");
+	struct gpucmd_service_report t;
+	static uint8_t data[32 * 1024];
+
+	for (int round = 0; round < 12; round++) {
+		pid_t pid = fork();
+		uint64_t ids[8];
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			struct gpucmd_conn *l = connect_as("turns-leave");
+			struct gpucmd_batch *b;
+			uint64_t id;
+
+			/* 8 KiB frames, a few: the read buffer takes them all
+			 * and the end of the stream. */
+			for (uint32_t h = 1; h <= (uint32_t)(round % 6 + 1);
+			     h++) {
+				if (gpucmd_batch_new(l, h % 4, &b) != 0 ||
+				    gpucmd_batch_create_with_data(
+					    b, h, data, 8 * 1024) != 0 ||
+				    gpucmd_submit(b, &id) != 0)
+					_exit(1);
+			}
+			if (kill_it)
+				raise(SIGKILL);
+			gpucmd_close(l);
+			_exit(0);
+		}
+		/*
+		 * This connection's large frames queue with the others': slow
+		 * to decode (2000 ops), so turns run out of time with the
+		 * leaving client's frames still waiting.
+		 */
+		for (int i = 0; i < 8; i++) {
+			struct gpucmd_batch *b;
+
+			memset(data, i + round, sizeof(data));
+			ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+			ck_assert_int_eq(gpucmd_batch_create_with_data(
+						 b, (uint32_t)(i + 1), data,
+						 sizeof(data)),
+					 0);
+			for (int k = 0; k < 2000; k++)
+				ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+			ck_assert_int_eq(gpucmd_batch_read(b, (uint32_t)(i + 1),
+							   100, 1),
+					 0);
+			ck_assert_int_eq(gpucmd_batch_release(
+						 b, (uint32_t)(i + 1)),
+					 0);
+			ck_assert_int_eq(gpucmd_submit(b, &ids[i]), 0);
+		}
+		for (int i = 0; i < 8; i++) {
+			struct gpucmd_response *r;
+			const void *got;
+			size_t len;
+
+			ck_assert_int_eq(gpucmd_wait(c, ids[i], &r), 0);
+			ck_assert_int_eq(gpucmd_response_error(r), 0);
+			ck_assert_int_eq(gpucmd_response_data(r, 2001, &got,
+							      &len), 0);
+			ck_assert_uint_eq(len, 1);
+			ck_assert_uint_eq(*(const uint8_t *)got,
+					  (uint8_t)(i + round));
+			gpucmd_response_free(r);
+		}
+		waitpid(pid, NULL, 0);
+	}
+	gpucmd_close(c);
+	t = wait_for_zero(obs);
+	ck_assert_uint_eq(t.bytes_in_use, 0);
+	ck_assert_uint_eq(t.bytes_reserved, 0);
+	ck_assert_uint_eq(t.allocations, 0);
+	gpucmd_close(obs);
+}
+
+START_TEST(closed_with_frames_waiting_for_their_turn)
+{
+	leave_with_frames_queued(false);
+}
+END_TEST
+
+START_TEST(killed_with_frames_waiting_for_their_turn)
+{
+	leave_with_frames_queued(true);
 }
 END_TEST
 
@@ -696,6 +830,8 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, slow_sync_does_not_block_others);
 	tcase_add_test(tc, many_small_copies_do_not_block_others);
 	tcase_add_test(tc, pipelined_large_and_small_keep_order);
+	tcase_add_test(tc, closed_with_frames_waiting_for_their_turn);
+	tcase_add_test(tc, killed_with_frames_waiting_for_their_turn);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("timeouts");
