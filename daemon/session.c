@@ -1692,7 +1692,7 @@ static void finish_body(struct session *s)
  */
 static void parse_frames(struct session *s)
 {
-	size_t off = 0;
+	size_t off = s->rpos;
 
 	if (s->turn_wait) {
 		if (turn_holds_reading(s))
@@ -1783,9 +1783,19 @@ static void parse_frames(struct session *s)
 		off = s->rlen;
 		break;
 	}
-	if (off > 0 && s->rbuf != NULL) {
+	/*
+	 * What is left goes to the front of rbuf, so a partial frame has the
+	 * whole of it to grow into; but while a frame waits for its turn, only
+	 * once little room is left: the turns take one frame at a time, and
+	 * moving the rest at each would copy a full buffer about as many
+	 * times as it holds frames.
+	 */
+	if (s->turn_wait && s->rcap - s->rlen >= SESSION_TURN_ROOM) {
+		s->rpos = off;
+	} else if (off > 0 && s->rbuf != NULL) {
 		memmove(s->rbuf, s->rbuf + off, s->rlen - off);
 		s->rlen -= off;
+		s->rpos = 0;
 	}
 	if (turn_holds_reading(s))
 		stop_reading(s);

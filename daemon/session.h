@@ -86,6 +86,7 @@ struct session {
 
 	/* Frame reassembly. */
 	uint8_t *rbuf;
+	size_t rpos;			/* where the frames not yet handled start */
 	size_t rlen;
 	size_t rcap;
 	uint8_t *body;			/* a frame larger than rbuf */

@@ -363,6 +363,8 @@ START_TEST(pipelined_large_and_small_keep_order)
 	pipeline_writes_and_reads(c, 64 * 1024, 64 * 1024);
 	pipeline_writes_and_reads(c, 8 * 1024, 8 * 1024);
 	pipeline_writes_and_reads(c, 8 * 1024, 64 * 1024 + 1);
+	/* Frames that leave a partial one at the end of the read buffer. */
+	pipeline_writes_and_reads(c, 40 * 1024, 20 * 1024);
 	/* Turns are taken by all connections' large frames in one queue. */
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
