@@ -311,10 +311,17 @@ static void on_spin(uv_idle_t *h)
 void server_spin(struct server *srv, bool awaiting)
 {
 	unsigned us = spin_budget(srv->spin_us, awaiting);
+	uint64_t until;
 
 	if (us == 0)
 		return;
-	srv->spin_until = spin_now_ns() + (uint64_t)us * 1000u;
+	until = spin_now_ns() + (uint64_t)us * 1000u;
+	/*
+	 * A longer watch already running (for a reply that waits for the
+	 * device) is not cut short by another connection's bytes.
+	 */
+	if (!uv_is_active((uv_handle_t *)&srv->spin) || until > srv->spin_until)
+		srv->spin_until = until;
 	if (!uv_is_active((uv_handle_t *)&srv->spin))
 		uv_idle_start(&srv->spin, on_spin);
 }
