@@ -2984,6 +2984,112 @@ START_TEST(descriptors_go_with_their_frame)
 }
 END_TEST
 
+/*
+ * While a large frame waits for its decoding turn (session.c: turn_wait),
+ * the loop goes on reading the frames behind it, and the descriptors that
+ * come with them wait in the connection's queue (s->fds) until those
+ * frames are decoded.  That queue is capped (REGION_MAX_PER_CONNECTION:
+ * past it the client is refused for sending "descriptors no region_attach
+ * asked for").  A client that pipelines a large batch, then requests whose
+ * own region_attach ops take the memfds of their own sendmsg, did nothing
+ * wrong and must be served, as it was when each frame was decoded as it
+ * was read.  Other connections' slow large batches fill the queue of
+ * turns, so that this one's turn comes after several polls.
+ */
+START_TEST(descriptors_behind_a_frame_waiting_for_its_turn)
+{
+	enum { PINGS = 6000, OTHERS = 12, OTHER_FRAMES = 6, FRAMES = 12,
+	       PER = 8 };
+	int fd = raw_connect(), m = page_memfd('m'), other[OTHERS];
+	int fds[PER];
+	static Gpucmd__Op o_ping[PINGS], *ping_ops[PINGS];
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__OpRegionAttach att[PER];
+	Gpucmd__OpRegionRelease rel[PER];
+	Gpucmd__Op o_att[PER], o_rel[PER], *ops[2 * PER];
+	uint8_t *big = NULL, *many = NULL;
+	size_t big_len = 0, many_len = 0;
+
+	raw_hello(fd, "hostile");
+	for (int i = 0; i < PINGS; i++) {
+		gpucmd__op__init(&o_ping[i]);
+		o_ping[i].op_case = GPUCMD__OP__OP_PING;
+		o_ping[i].ping = &p;
+		ping_ops[i] = &o_ping[i];
+	}
+	for (int i = 0; i < PER; i++)
+		fds[i] = m;
+	append_request(&big, &big_len, 1, 0, ping_ops, PINGS);
+	ck_assert_uint_gt(big_len, FRAME_HEADER_SIZE + 4096);
+	for (int k = 0; k < OTHER_FRAMES; k++)
+		append_request(&many, &many_len, 1 + (uint64_t)k, 0, ping_ops,
+			       PINGS);
+	for (int o = 0; o < OTHERS; o++) {
+		other[o] = raw_connect();
+		raw_hello(other[o], "hostile");
+	}
+	/* The others' slow batches, read together: they queue for turns. */
+	ck_assert_int_eq(kill(the_daemon.pid, SIGSTOP), 0);
+	for (int o = 0; o < OTHERS; o++)
+		send_all(other[o], many, many_len);
+	ck_assert_int_eq(kill(the_daemon.pid, SIGCONT), 0);
+	usleep(2000);
+	/* A batch over 4 KiB: it waits for its turn behind theirs. */
+	send_all(fd, big, big_len);
+	/* Then FRAMES requests that each attach and release PER regions. */
+	for (int k = 0; k < FRAMES; k++) {
+		for (int i = 0; i < PER; i++) {
+			gpucmd__op_region_attach__init(&att[i]);
+			att[i].region = 100 + (uint64_t)(k * PER + i);
+			att[i].size = 4096;
+			gpucmd__op__init(&o_att[i]);
+			o_att[i].op_case = GPUCMD__OP__OP_REGION_ATTACH;
+			o_att[i].region_attach = &att[i];
+			gpucmd__op_region_release__init(&rel[i]);
+			rel[i].region = att[i].region;
+			gpucmd__op__init(&o_rel[i]);
+			o_rel[i].op_case = GPUCMD__OP__OP_REGION_RELEASE;
+			o_rel[i].region_release = &rel[i];
+			ops[i] = &o_att[i];
+			ops[PER + i] = &o_rel[i];
+		}
+		send_request_fds(fd, 2 + (uint64_t)k, ops, 2 * PER, fds, PER);
+	}
+	for (int k = 0; k < 1 + FRAMES; k++) {
+		Gpucmd__Frame *r = recv_frame(fd);
+
+		ck_assert_msg(r != NULL, "the daemon closed the connection "
+			      "after %d responses", k);
+		ck_assert_msg(r->msg_case == GPUCMD__FRAME__MSG_RESPONSE,
+			      "refused after %d responses: %s", k,
+			      r->msg_case == GPUCMD__FRAME__MSG_ERROR
+				      ? r->error->message
+				      : "(not an Error)");
+		ck_assert_msg(r->response->error == NULL, "request %llu: %s",
+			      (unsigned long long)r->response->id,
+			      r->response->error ? r->response->error->message
+						 : "");
+		frame_free(r);
+	}
+	for (int o = 0; o < OTHERS; o++) {
+		for (int k = 0; k < OTHER_FRAMES; k++) {
+			Gpucmd__Frame *r = recv_frame(other[o]);
+
+			ck_assert_ptr_nonnull(r);
+			ck_assert_int_eq(r->msg_case,
+					 GPUCMD__FRAME__MSG_RESPONSE);
+			frame_free(r);
+		}
+		close(other[o]);
+	}
+	free(big);
+	free(many);
+	close(m);
+	close(fd);
+	back_to_baseline();
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("hostile2");
@@ -3011,6 +3117,7 @@ static Suite *make_suite(void)
 	tcase_add_test(d, flood_of_connections);
 	tcase_add_test(d, descriptors_nobody_asked_for);
 	tcase_add_test(d, descriptors_go_with_their_frame);
+	tcase_add_test(d, descriptors_behind_a_frame_waiting_for_its_turn);
 	tcase_add_test(d, kill_9_client_holding_memory);
 	tcase_add_test(d, kill_storm);
 	tcase_add_test(d, hangup_with_batches_in_flight);
