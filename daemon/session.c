@@ -595,12 +595,18 @@ static bool may_take_more(const struct session *s)
 /*
  * While a frame waits for its turn, reading goes on into the rest of rbuf
  * (the frames behind it wait there in order) until little room is left;
- * a large frame read whole into s->body leaves none.
+ * a large frame read whole into s->body leaves none.  Nor does a
+ * descriptor that came with the bytes: it waits in s->fds for its frame to
+ * be decoded, and reading on would pile up those of frame after frame
+ * until keep_fd took the client for one that sends descriptors no
+ * region_attach asks for (REGION_MAX_PER_CONNECTION); stopped here, one
+ * read's worth waits, as when frames were decoded as they were read.
  */
 static bool turn_holds_reading(const struct session *s)
 {
 	return s->turn_wait &&
-	       (s->body != NULL || s->rcap - s->rlen < SESSION_TURN_ROOM);
+	       (s->body != NULL || s->nfds > 0 ||
+		s->rcap - s->rlen < SESSION_TURN_ROOM);
 }
 
 static void resume_reading(struct session *s)
