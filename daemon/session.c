@@ -614,6 +614,12 @@ static void resume_reading(struct session *s)
 	if (s->reading || s->state == SESSION_CLOSING || s->compiling != NULL ||
 	    s->budget_wait || turn_holds_reading(s))
 		return;
+	if (s->read_end) {
+		/* Every whole frame read before the end has been handled. */
+		if (!s->turn_wait)
+			session_close(s, s->read_end_why);
+		return;
+	}
 	if (uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read) == 0)
 		s->reading = true;
 }
@@ -1810,6 +1816,19 @@ static void parse_frames(struct session *s)
 /* What came from the socket, read by libuv or by session_read_direct. */
 static void got_bytes(struct session *s, ssize_t nread)
 {
+	if (nread < 0 && s->turn_wait) {
+		/*
+		 * Frames read before the end wait for their turn: a client
+		 * may send a batch and close without waiting for the answer,
+		 * and the batch still runs, as when frames were decoded as
+		 * they were read (resume_reading closes).
+		 */
+		s->read_end = true;
+		s->read_end_why = nread == UV_EOF ? NULL
+						   : uv_strerror((int)nread);
+		stop_reading(s);
+		return;
+	}
 	if (nread == UV_EOF) {
 		session_close(s, NULL);
 		return;

@@ -160,6 +160,13 @@ struct session {
 	bool turn_wait;
 	bool turn_granted;
 	bool turn_queued;		/* on the server's queue of turns */
+	/*
+	 * The end of the stream (or a read error, read_end_why) came while a
+	 * frame waited for its turn: the frames read before it are handled
+	 * first, and the close comes where reading would resume.
+	 */
+	bool read_end;
+	const char *read_end_why;
 	struct session *turn_next;
 	struct session *turn_prev;
 	char peer[64];			/* "pid 123 uid 1000" for logs */

@@ -3090,6 +3090,110 @@ START_TEST(descriptors_behind_a_frame_waiting_for_its_turn)
 }
 END_TEST
 
+/*
+ * A client that sends a batch and closes at once (fire and forget) has the
+ * batch run, also when it waited for its turn behind other connections'
+ * large frames and the loop read the end of the stream meanwhile: here the
+ * batch copies 4 KiB into the client's memfd region, which outlives the
+ * connection.
+ */
+START_TEST(end_of_stream_behind_a_frame_waiting_for_its_turn)
+{
+	enum { PINGS = 6000, OTHERS = 12, OTHER_FRAMES = 6 };
+	int fd = raw_connect(), z = page_memfd('z'), other[OTHERS];
+	static Gpucmd__Op o_ping[PINGS], *ping_ops[PINGS];
+	static uint8_t data[8192];
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__OpRegionAttach att = GPUCMD__OP_REGION_ATTACH__INIT;
+	Gpucmd__OpCreateWithData cd = GPUCMD__OP_CREATE_WITH_DATA__INIT;
+	Gpucmd__RegionRef dst = GPUCMD__REGION_REF__INIT;
+	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+	Gpucmd__Op o_att, o_cd, o_rd, *ops[2];
+	uint8_t *many = NULL, *last = NULL, got[4096];
+	size_t many_len = 0, last_len = 0;
+	Gpucmd__Frame *r;
+	bool copied = false;
+
+	raw_hello(fd, "hostile");
+	att.region = 20;
+	att.size = 4096;
+	gpucmd__op__init(&o_att);
+	o_att.op_case = GPUCMD__OP__OP_REGION_ATTACH;
+	o_att.region_attach = &att;
+	ops[0] = &o_att;
+	send_request_fds(fd, 1, ops, 1, &z, 1);
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_msg(r->response->error == NULL, "attach: %s",
+		      r->response->error ? r->response->error->message : "");
+	frame_free(r);
+	/* The last batch: over 4 KiB, so it waits for its turn. */
+	memset(data, 'q', sizeof(data));
+	cd.handle = 1;
+	cd.data.data = data;
+	cd.data.len = sizeof(data);
+	gpucmd__op__init(&o_cd);
+	o_cd.op_case = GPUCMD__OP__OP_CREATE_WITH_DATA;
+	o_cd.create_with_data = &cd;
+	dst.region = 20;
+	dst.length = 4096;
+	rd.handle = 1;
+	rd.length = 4096;
+	rd.into = &dst;
+	gpucmd__op__init(&o_rd);
+	o_rd.op_case = GPUCMD__OP__OP_READ;
+	o_rd.read = &rd;
+	ops[0] = &o_cd;
+	ops[1] = &o_rd;
+	append_request(&last, &last_len, 2, 0, ops, 2);
+	ck_assert_uint_gt(last_len, FRAME_HEADER_SIZE + 4096);
+	for (int i = 0; i < PINGS; i++) {
+		gpucmd__op__init(&o_ping[i]);
+		o_ping[i].op_case = GPUCMD__OP__OP_PING;
+		o_ping[i].ping = &p;
+		ping_ops[i] = &o_ping[i];
+	}
+	for (int k = 0; k < OTHER_FRAMES; k++)
+		append_request(&many, &many_len, 1 + (uint64_t)k, 0, ping_ops,
+			       PINGS);
+	for (int o = 0; o < OTHERS; o++) {
+		other[o] = raw_connect();
+		raw_hello(other[o], "hostile");
+	}
+	/* The others' slow batches, read together: they queue for turns. */
+	ck_assert_int_eq(kill(the_daemon.pid, SIGSTOP), 0);
+	for (int o = 0; o < OTHERS; o++)
+		send_all(other[o], many, many_len);
+	ck_assert_int_eq(kill(the_daemon.pid, SIGCONT), 0);
+	usleep(2000);
+	send_all(fd, last, last_len);
+	close(fd);
+	for (int o = 0; o < OTHERS; o++) {
+		for (int k = 0; k < OTHER_FRAMES; k++) {
+			r = recv_frame(other[o]);
+			ck_assert_ptr_nonnull(r);
+			ck_assert_int_eq(r->msg_case,
+					 GPUCMD__FRAME__MSG_RESPONSE);
+			frame_free(r);
+		}
+		close(other[o]);
+	}
+	for (int i = 0; i < 300 && !copied; i++) {
+		ck_assert_int_eq(pread(z, got, sizeof(got), 0),
+				 (ssize_t)sizeof(got));
+		copied = got[0] == 'q' && got[4095] == 'q';
+		if (!copied)
+			usleep(10000);
+	}
+	ck_assert_msg(copied, "the batch sent before the close did not run: "
+		      "the region holds '%c' bytes", got[0]);
+	free(many);
+	free(last);
+	close(z);
+	back_to_baseline();
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("hostile2");
@@ -3118,6 +3222,7 @@ static Suite *make_suite(void)
 	tcase_add_test(d, descriptors_nobody_asked_for);
 	tcase_add_test(d, descriptors_go_with_their_frame);
 	tcase_add_test(d, descriptors_behind_a_frame_waiting_for_its_turn);
+	tcase_add_test(d, end_of_stream_behind_a_frame_waiting_for_its_turn);
 	tcase_add_test(d, kill_9_client_holding_memory);
 	tcase_add_test(d, kill_storm);
 	tcase_add_test(d, hangup_with_batches_in_flight);
