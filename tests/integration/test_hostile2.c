@@ -2985,6 +2985,66 @@ START_TEST(descriptors_go_with_their_frame)
 END_TEST
 
 /*
+ * Other connections whose slow large batches (TURN_FRAMES of TURN_PINGS
+ * pings each) are read together and fill the loop's queue of turns
+ * (server.c: on_turns), so that a large frame sent next waits for its turn
+ * over several polls.  The daemon is stopped while they send, so that one
+ * poll reads them all.
+ */
+enum { TURN_PINGS = 6000, TURN_OTHERS = 12, TURN_FRAMES = 6 };
+
+static Gpucmd__Op **ping_ops(size_t n)
+{
+	static Gpucmd__Op o_ping[TURN_PINGS], *ops[TURN_PINGS];
+	static Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+
+	ck_assert_uint_le(n, TURN_PINGS);
+	for (size_t i = 0; i < n; i++) {
+		gpucmd__op__init(&o_ping[i]);
+		o_ping[i].op_case = GPUCMD__OP__OP_PING;
+		o_ping[i].ping = &p;
+		ops[i] = &o_ping[i];
+	}
+	return ops;
+}
+
+static void hold_the_turns(int other[TURN_OTHERS])
+{
+	uint8_t *many = NULL;
+	size_t many_len = 0;
+
+	for (int k = 0; k < TURN_FRAMES; k++)
+		append_request(&many, &many_len, 1 + (uint64_t)k, 0,
+			       ping_ops(TURN_PINGS), TURN_PINGS);
+	for (int o = 0; o < TURN_OTHERS; o++) {
+		other[o] = raw_connect();
+		raw_hello(other[o], "hostile");
+	}
+	ck_assert_int_eq(kill(the_daemon.pid, SIGSTOP), 0);
+	for (int o = 0; o < TURN_OTHERS; o++)
+		send_all(other[o], many, many_len);
+	ck_assert_int_eq(kill(the_daemon.pid, SIGCONT), 0);
+	usleep(2000);
+	free(many);
+}
+
+/* Their answers, every one, then they leave. */
+static void release_the_turns(const int other[TURN_OTHERS])
+{
+	for (int o = 0; o < TURN_OTHERS; o++) {
+		for (int k = 0; k < TURN_FRAMES; k++) {
+			Gpucmd__Frame *r = recv_frame(other[o]);
+
+			ck_assert_ptr_nonnull(r);
+			ck_assert_int_eq(r->msg_case,
+					 GPUCMD__FRAME__MSG_RESPONSE);
+			frame_free(r);
+		}
+		close(other[o]);
+	}
+}
+
+/*
  * While a large frame waits for its decoding turn (session.c: turn_wait),
  * the loop goes on reading the frames behind it, and the descriptors that
  * come with them wait in the connection's queue (s->fds) until those
@@ -2993,47 +3053,25 @@ END_TEST
  * asked for").  A client that pipelines a large batch, then requests whose
  * own region_attach ops take the memfds of their own sendmsg, did nothing
  * wrong and must be served, as it was when each frame was decoded as it
- * was read.  Other connections' slow large batches fill the queue of
- * turns, so that this one's turn comes after several polls.
+ * was read.
  */
 START_TEST(descriptors_behind_a_frame_waiting_for_its_turn)
 {
-	enum { PINGS = 6000, OTHERS = 12, OTHER_FRAMES = 6, FRAMES = 12,
-	       PER = 8 };
-	int fd = raw_connect(), m = page_memfd('m'), other[OTHERS];
+	enum { FRAMES = 12, PER = 8 };
+	int fd = raw_connect(), m = page_memfd('m'), other[TURN_OTHERS];
 	int fds[PER];
-	static Gpucmd__Op o_ping[PINGS], *ping_ops[PINGS];
-	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
 	Gpucmd__OpRegionAttach att[PER];
 	Gpucmd__OpRegionRelease rel[PER];
 	Gpucmd__Op o_att[PER], o_rel[PER], *ops[2 * PER];
-	uint8_t *big = NULL, *many = NULL;
-	size_t big_len = 0, many_len = 0;
+	uint8_t *big = NULL;
+	size_t big_len = 0;
 
 	raw_hello(fd, "hostile");
-	for (int i = 0; i < PINGS; i++) {
-		gpucmd__op__init(&o_ping[i]);
-		o_ping[i].op_case = GPUCMD__OP__OP_PING;
-		o_ping[i].ping = &p;
-		ping_ops[i] = &o_ping[i];
-	}
 	for (int i = 0; i < PER; i++)
 		fds[i] = m;
-	append_request(&big, &big_len, 1, 0, ping_ops, PINGS);
+	append_request(&big, &big_len, 1, 0, ping_ops(TURN_PINGS), TURN_PINGS);
 	ck_assert_uint_gt(big_len, FRAME_HEADER_SIZE + 4096);
-	for (int k = 0; k < OTHER_FRAMES; k++)
-		append_request(&many, &many_len, 1 + (uint64_t)k, 0, ping_ops,
-			       PINGS);
-	for (int o = 0; o < OTHERS; o++) {
-		other[o] = raw_connect();
-		raw_hello(other[o], "hostile");
-	}
-	/* The others' slow batches, read together: they queue for turns. */
-	ck_assert_int_eq(kill(the_daemon.pid, SIGSTOP), 0);
-	for (int o = 0; o < OTHERS; o++)
-		send_all(other[o], many, many_len);
-	ck_assert_int_eq(kill(the_daemon.pid, SIGCONT), 0);
-	usleep(2000);
+	hold_the_turns(other);
 	/* A batch over 4 KiB: it waits for its turn behind theirs. */
 	send_all(fd, big, big_len);
 	/* Then FRAMES requests that each attach and release PER regions. */
@@ -3071,19 +3109,8 @@ START_TEST(descriptors_behind_a_frame_waiting_for_its_turn)
 						 : "");
 		frame_free(r);
 	}
-	for (int o = 0; o < OTHERS; o++) {
-		for (int k = 0; k < OTHER_FRAMES; k++) {
-			Gpucmd__Frame *r = recv_frame(other[o]);
-
-			ck_assert_ptr_nonnull(r);
-			ck_assert_int_eq(r->msg_case,
-					 GPUCMD__FRAME__MSG_RESPONSE);
-			frame_free(r);
-		}
-		close(other[o]);
-	}
+	release_the_turns(other);
 	free(big);
-	free(many);
 	close(m);
 	close(fd);
 	back_to_baseline();
@@ -3099,18 +3126,15 @@ END_TEST
  */
 START_TEST(end_of_stream_behind_a_frame_waiting_for_its_turn)
 {
-	enum { PINGS = 6000, OTHERS = 12, OTHER_FRAMES = 6 };
-	int fd = raw_connect(), z = page_memfd('z'), other[OTHERS];
-	static Gpucmd__Op o_ping[PINGS], *ping_ops[PINGS];
+	int fd = raw_connect(), z = page_memfd('z'), other[TURN_OTHERS];
 	static uint8_t data[8192];
-	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
 	Gpucmd__OpRegionAttach att = GPUCMD__OP_REGION_ATTACH__INIT;
 	Gpucmd__OpCreateWithData cd = GPUCMD__OP_CREATE_WITH_DATA__INIT;
 	Gpucmd__RegionRef dst = GPUCMD__REGION_REF__INIT;
 	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
 	Gpucmd__Op o_att, o_cd, o_rd, *ops[2];
-	uint8_t *many = NULL, *last = NULL, got[4096];
-	size_t many_len = 0, last_len = 0;
+	uint8_t *last = NULL, got[4096];
+	size_t last_len = 0;
 	Gpucmd__Frame *r;
 	bool copied = false;
 
@@ -3147,37 +3171,10 @@ START_TEST(end_of_stream_behind_a_frame_waiting_for_its_turn)
 	ops[1] = &o_rd;
 	append_request(&last, &last_len, 2, 0, ops, 2);
 	ck_assert_uint_gt(last_len, FRAME_HEADER_SIZE + 4096);
-	for (int i = 0; i < PINGS; i++) {
-		gpucmd__op__init(&o_ping[i]);
-		o_ping[i].op_case = GPUCMD__OP__OP_PING;
-		o_ping[i].ping = &p;
-		ping_ops[i] = &o_ping[i];
-	}
-	for (int k = 0; k < OTHER_FRAMES; k++)
-		append_request(&many, &many_len, 1 + (uint64_t)k, 0, ping_ops,
-			       PINGS);
-	for (int o = 0; o < OTHERS; o++) {
-		other[o] = raw_connect();
-		raw_hello(other[o], "hostile");
-	}
-	/* The others' slow batches, read together: they queue for turns. */
-	ck_assert_int_eq(kill(the_daemon.pid, SIGSTOP), 0);
-	for (int o = 0; o < OTHERS; o++)
-		send_all(other[o], many, many_len);
-	ck_assert_int_eq(kill(the_daemon.pid, SIGCONT), 0);
-	usleep(2000);
+	hold_the_turns(other);
 	send_all(fd, last, last_len);
 	close(fd);
-	for (int o = 0; o < OTHERS; o++) {
-		for (int k = 0; k < OTHER_FRAMES; k++) {
-			r = recv_frame(other[o]);
-			ck_assert_ptr_nonnull(r);
-			ck_assert_int_eq(r->msg_case,
-					 GPUCMD__FRAME__MSG_RESPONSE);
-			frame_free(r);
-		}
-		close(other[o]);
-	}
+	release_the_turns(other);
 	for (int i = 0; i < 300 && !copied; i++) {
 		ck_assert_int_eq(pread(z, got, sizeof(got), 0),
 				 (ssize_t)sizeof(got));
@@ -3187,7 +3184,6 @@ START_TEST(end_of_stream_behind_a_frame_waiting_for_its_turn)
 	}
 	ck_assert_msg(copied, "the batch sent before the close did not run: "
 		      "the region holds '%c' bytes", got[0]);
-	free(many);
 	free(last);
 	close(z);
 	back_to_baseline();
