@@ -12,7 +12,10 @@
  * Latency under load: one latency client measures its idle ping round trip,
  * then again while 16 flooding clients (each its own service) keep batches
  * of 256 spin(0) four deep in flight.  Target: its p99 under the flood at
- * most 5x its own idle p50.
+ * most 5x its own idle p50.  The same client's {spin(0); sync} round trips,
+ * idle and under the flood, show what a client that runs kernels sees (the
+ * device thread's rounds and a stream take part, not only the loop); they
+ * have no target.
  *
  * Clients connect first and then wait on a pipe that the parent closes, so
  * that they all start together and connecting is not timed.  Children only
@@ -63,7 +66,12 @@ static void wait_start(int fd)
 		;
 }
 
-static int ping_once(struct gpucmd_conn *c)
+/*
+ * One round trip of c: a ping, or with work, a {spin(0); sync} batch, the
+ * least a client that runs kernels waits for (the device thread and the
+ * stream take part).
+ */
+static int roundtrip_once(struct gpucmd_conn *c, bool work)
 {
 	struct gpucmd_response *r = NULL;
 	struct gpucmd_batch *b;
@@ -71,7 +79,13 @@ static int ping_once(struct gpucmd_conn *c)
 
 	if (rc != 0)
 		return rc;
-	rc = gpucmd_batch_ping(b);
+	if (work) {
+		rc = bench_add_spin0(b);
+		if (rc == 0)
+			rc = gpucmd_batch_sync(b);
+	} else {
+		rc = gpucmd_batch_ping(b);
+	}
 	if (rc != 0) {
 		gpucmd_batch_free(b);
 		return rc;
@@ -81,6 +95,11 @@ static int ping_once(struct gpucmd_conn *c)
 		rc = gpucmd_response_error(r);
 	gpucmd_response_free(r);
 	return rc;
+}
+
+static int ping_once(struct gpucmd_conn *c)
+{
+	return roundtrip_once(c, false);
 }
 
 static void __attribute__((noreturn)) client_daemon(int idx, int start_fd)
@@ -436,9 +455,9 @@ fail:
  * Up to n ping round trips of c into samples (ns), for at most max_ns: a
  * flooded daemon may take milliseconds per ping.  The count, or 0 on error.
  */
-static size_t sample_pings(struct gpucmd_conn *c, uint64_t *samples, size_t n,
-			   uint64_t max_ns, struct bench_echo *echo,
-			   uint64_t *echo_samples)
+static size_t sample_roundtrips(struct gpucmd_conn *c, bool work,
+				uint64_t *samples, size_t n, uint64_t max_ns,
+				struct bench_echo *echo, uint64_t *echo_samples)
 {
 	uint64_t end = bench_now_ns() + max_ns;
 	size_t i;
@@ -446,7 +465,7 @@ static size_t sample_pings(struct gpucmd_conn *c, uint64_t *samples, size_t n,
 	for (i = 0; i < n && bench_now_ns() < end; i++) {
 		uint64_t t0 = bench_now_ns();
 
-		if (ping_once(c) != 0)
+		if (roundtrip_once(c, work) != 0)
 			return 0;
 		samples[i] = bench_now_ns() - t0;
 		/* The machine's own: the same bytes to an echo, in turn. */
@@ -460,6 +479,14 @@ static size_t sample_pings(struct gpucmd_conn *c, uint64_t *samples, size_t n,
 	return i;
 }
 
+static size_t sample_pings(struct gpucmd_conn *c, uint64_t *samples, size_t n,
+			   uint64_t max_ns, struct bench_echo *echo,
+			   uint64_t *echo_samples)
+{
+	return sample_roundtrips(c, false, samples, n, max_ns, echo,
+				 echo_samples);
+}
+
 static void latency_under_flood(void)
 {
 	const size_t n = bench.quick ? 2000 : 10000;
@@ -467,6 +494,10 @@ static void latency_under_flood(void)
 	uint64_t *idle = calloc(n, sizeof(*idle));
 	uint64_t *busy = calloc(n, sizeof(*busy));
 	uint64_t *ebusy = calloc(n, sizeof(*ebusy));
+	/* A client that runs kernels: {spin(0); sync}, fewer of them. */
+	const size_t nw = n / 4;
+	uint64_t *widle = calloc(nw, sizeof(*widle));
+	uint64_t *wbusy = calloc(nw, sizeof(*wbusy));
 	struct bench_echo echo;
 	bool have_echo = false;
 	pid_t pids[FLOOD_CLIENTS];
@@ -474,17 +505,21 @@ static void latency_under_flood(void)
 	uint64_t t0, flood_ns, flood_ops = 0;
 	double idle50, busy50, busy99;
 	int start[2];
-	size_t forked = 0, nidle = 0, nbusy = 0;
+	size_t forked = 0, nidle = 0, nbusy = 0, nwidle = 0, nwbusy = 0;
 	bool ok;
 
-	if (c == NULL || idle == NULL || busy == NULL || ebusy == NULL)
+	if (c == NULL || idle == NULL || busy == NULL || ebusy == NULL ||
+	    widle == NULL || wbusy == NULL)
 		goto out;
 	have_echo = bench_echo_start(&echo, bench_wire_request(BENCH_OP_PING, 1),
 				     bench_wire_response(1)) == 0;
 	bench_progress("scaling: latency client alone");
 	/* Warm up, then the idle reference. */
 	ok = sample_pings(c, idle, n / 10, cap, NULL, NULL) > 0 &&
-	     (nidle = sample_pings(c, idle, n, cap, NULL, NULL)) > 0;
+	     (nidle = sample_pings(c, idle, n, cap, NULL, NULL)) > 0 &&
+	     sample_roundtrips(c, true, widle, nw / 10, cap, NULL, NULL) > 0 &&
+	     (nwidle = sample_roundtrips(c, true, widle, nw, cap, NULL,
+					 NULL)) > 0;
 	if (!ok || pipe2(start, O_CLOEXEC) != 0) {
 		bench_error("scaling: latency client failed");
 		goto out;
@@ -511,7 +546,8 @@ static void latency_under_flood(void)
 	t0 = bench_now_ns();
 	usleep(50000);	/* let the flood build up */
 	nbusy = sample_pings(c, busy, n, cap, have_echo ? &echo : NULL, ebusy);
-	ok = nbusy > 0;
+	nwbusy = sample_roundtrips(c, true, wbusy, nw, cap, NULL, NULL);
+	ok = nbusy > 0 && nwbusy > 0;
 	atomic_store(&sh->stop, 1);
 	flood_ns = bench_now_ns() - t0;
 	for (size_t i = 0; i < forked; i++)
@@ -541,6 +577,18 @@ static void latency_under_flood(void)
 			  idle50, bench_percentile(ebusy, nbusy, 99) / 1e3 /
 					  idle50,
 			  TARGET_NONE, 0);
+	{
+		double w50 = bench_percentile(widle, nwidle, 50) / 1e3;
+		double b50 = bench_percentile(wbusy, nwbusy, 50) / 1e3;
+		double b99 = bench_percentile(wbusy, nwbusy, 99) / 1e3;
+
+		bench_add("latency spin+sync idle p50", w50, "us", NAN,
+			  NAN, TARGET_NONE, 0);
+		bench_add("latency spin+sync p50 under 16 flooders", b50,
+			  "us", w50, b50 / w50, TARGET_NONE, 0);
+		bench_add("latency spin+sync p99 under 16 flooders", b99,
+			  "us", w50, b99 / w50, TARGET_NONE, 0);
+	}
 	bench_add("flood throughput (16 x spin(0) x256)",
 		  (double)flood_ops * 1e9 / (double)flood_ns, "op/s", NAN, NAN,
 		  TARGET_NONE, 0);
@@ -550,6 +598,8 @@ out:
 	free(idle);
 	free(busy);
 	free(ebusy);
+	free(widle);
+	free(wbusy);
 	gpucmd_close(c);
 }
 
