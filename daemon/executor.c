@@ -18,6 +18,7 @@
 #include "log.h"
 #include "module.h"
 #include "memory/pinned.h"
+#include "rounds.h"
 #include "service.h"
 #include "spin.h"
 #include "streams.h"
@@ -47,8 +48,7 @@ struct executor {
 	/* Device thread only. */
 	struct stream_set *sets;
 	struct executor_conn *closing;	/* linked through next_closing */
-	struct service *active_head;	/* services with batches waiting */
-	struct service **active_tail;
+	struct rounds rounds;		/* services with batches waiting */
 	uint64_t start_ms;
 
 	uint64_t fences_out;		/* enqueued, not completed */
@@ -727,11 +727,11 @@ static void finish_closing(struct executor *ex)
 
 /*
  * Batches wait in a queue per service, across wake-ups, and the device
- * thread serves them in rounds: each round gives every service with work
- * up to its weight in batches, then looks at completions and new arrivals
- * again.  A connection's own jobs keep their order (its close stays after
- * its batches); a flooding service cannot put another's batch behind its
- * backlog, only behind one round.
+ * thread serves them in rounds (rounds.h): each round gives every service
+ * with work up to its weight in batches, services that had none first, and
+ * stops early to look at completions and new arrivals.  A connection's own
+ * jobs keep their order (its close stays after its batches); a flooding
+ * service cannot put another's batch behind its backlog.
  */
 static void enqueue_job(struct executor *ex, struct batch *b)
 {
@@ -742,12 +742,8 @@ static void enqueue_job(struct executor *ex, struct batch *b)
 		svc->queue_tail = &svc->queue_head;
 	*svc->queue_tail = b;
 	svc->queue_tail = &b->next;
-	if (!svc->active) {
-		svc->active = true;
-		svc->next_active = NULL;
-		*ex->active_tail = svc;
-		ex->active_tail = &svc->next_active;
-	}
+	if (!svc->active)
+		rounds_add(&ex->rounds, svc);
 }
 
 static void run_job(struct executor *ex, struct batch *b)
@@ -760,35 +756,16 @@ static void run_job(struct executor *ex, struct batch *b)
 	}
 }
 
-/* One round over the services that have work. */
-static void run_round(struct executor *ex)
+/* rounds_serve_fn: svc's next batch. */
+static bool serve_next(void *arg, struct service *svc)
 {
-	struct service *svc = ex->active_head;
+	struct batch *b = svc->queue_head;
 
-	/* Take the round's list; services that keep work go back in order. */
-	ex->active_head = NULL;
-	ex->active_tail = &ex->active_head;
-	while (svc != NULL) {
-		struct service *next = svc->next_active;
-		unsigned quantum = atomic_load(&svc->weight);
-
-		for (unsigned k = 0; k < quantum && svc->queue_head; k++) {
-			struct batch *b = svc->queue_head;
-
-			svc->queue_head = b->next;
-			if (svc->queue_head == NULL)
-				svc->queue_tail = &svc->queue_head;
-			run_job(ex, b);
-		}
-		if (svc->queue_head != NULL) {
-			svc->next_active = NULL;
-			*ex->active_tail = svc;
-			ex->active_tail = &svc->next_active;
-		} else {
-			svc->active = false;
-		}
-		svc = next;
-	}
+	svc->queue_head = b->next;
+	if (svc->queue_head == NULL)
+		svc->queue_tail = &svc->queue_head;
+	run_job(arg, b);
+	return svc->queue_head != NULL;
 }
 
 /* ---- the thread ---------------------------------------------------------- */
@@ -840,12 +817,12 @@ static void *device_main(void *arg)
 		bool stop;
 
 		/* Stay awake a while for the next batch or completion. */
-		if (ex->active_head == NULL)
+		if (rounds_empty(&ex->rounds))
 			spin_wait(&ex->work, spin_budget(ex->cfg.spin_us,
 							 ex->fences_out != 0));
 		pthread_mutex_lock(&ex->lock);
 		while (!ex->stop && ex->inbox_head == NULL &&
-		       ex->done_head == NULL && ex->active_head == NULL)
+		       ex->done_head == NULL && rounds_empty(&ex->rounds))
 			pthread_cond_wait(&ex->cond, &ex->lock);
 		atomic_store(&ex->work, 0);
 		jobs = ex->inbox_head;
@@ -868,10 +845,10 @@ static void *device_main(void *arg)
 			enqueue_job(ex, jobs);
 			jobs = next;
 		}
-		run_round(ex);
+		rounds_run(&ex->rounds, serve_next, ex, &ex->work);
 		finish_closing(ex);
 		if (stop && ex->sets == NULL && ex->closing == NULL &&
-		    ex->active_head == NULL)
+		    rounds_empty(&ex->rounds))
 			break;
 	}
 	return NULL;
@@ -893,7 +870,7 @@ int executor_start(const struct config *cfg,
 	ex->cb = *cb;
 	ex->inbox_tail = &ex->inbox_head;
 	ex->done_tail = &ex->done_head;
-	ex->active_tail = &ex->active_head;
+	rounds_init(&ex->rounds);
 	atomic_init(&ex->batches, 0);
 	atomic_init(&ex->work, 0);
 	ex->start_ms = monotonic_ms();

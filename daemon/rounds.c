@@ -1,0 +1,86 @@
+/*
+ * rounds.c - see rounds.h.
+ */
+#include "rounds.h"
+
+#include <stddef.h>
+
+#include "service.h"
+
+void rounds_init(struct rounds *r)
+{
+	r->fresh_head = NULL;
+	r->fresh_tail = &r->fresh_head;
+	r->turn_head = NULL;
+	r->turn_tail = &r->turn_head;
+}
+
+static void append(struct service ***tail, struct service *svc)
+{
+	svc->next_active = NULL;
+	**tail = svc;
+	*tail = &svc->next_active;
+}
+
+void rounds_add(struct rounds *r, struct service *svc)
+{
+	svc->active = true;
+	append(&r->fresh_tail, svc);
+}
+
+bool rounds_empty(const struct rounds *r)
+{
+	return r->fresh_head == NULL && r->turn_head == NULL;
+}
+
+/* svc's turn: up to its weight in batches, then the back if it has more. */
+static void take_turn(struct rounds *r, struct service *svc,
+		      rounds_serve_fn serve, void *arg)
+{
+	unsigned quantum = atomic_load(&svc->weight);
+	bool more = true;
+
+	for (unsigned k = 0; k < quantum && more; k++)
+		more = serve(arg, svc);
+	if (more)
+		append(&r->turn_tail, svc);
+	else
+		svc->active = false;
+}
+
+void rounds_run(struct rounds *r, rounds_serve_fn serve, void *arg,
+		atomic_uint *news)
+{
+	struct service *svc = r->fresh_head, *rest = r->turn_head;
+
+	/* Take both lists: who keeps work goes back to the turns, in order. */
+	r->fresh_head = NULL;
+	r->fresh_tail = &r->fresh_head;
+	r->turn_head = NULL;
+	r->turn_tail = &r->turn_head;
+	while (svc != NULL) {
+		struct service *next = svc->next_active;
+
+		take_turn(r, svc, serve, arg);
+		svc = next;
+	}
+	while (rest != NULL) {
+		struct service *last;
+
+		svc = rest;
+		rest = svc->next_active;
+		take_turn(r, svc, serve, arg);
+		if (rest == NULL || news == NULL ||
+		    atomic_load_explicit(news, memory_order_acquire) == 0)
+			continue;
+		/* The round's rest goes first next time, as it was. */
+		for (last = rest; last->next_active != NULL;
+		     last = last->next_active)
+			;
+		last->next_active = r->turn_head;
+		if (r->turn_head == NULL)
+			r->turn_tail = &last->next_active;
+		r->turn_head = rest;
+		break;
+	}
+}
