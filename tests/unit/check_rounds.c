@@ -73,15 +73,25 @@ static void setup(void)
 	atomic_init(&w.news, 0);
 }
 
-/* Rounds until every batch is served; the news flag is read as the device
- * thread does: cleared before each round. */
-static void run_all(void)
+/* One round, the news word cleared first, as the device thread does. */
+static void one_round(rounds_serve_fn fn)
+{
+	atomic_store(&w.news, 0);
+	rounds_run(&w.r, fn, NULL, &w.news);
+}
+
+/* Rounds until every batch is served. */
+static void run_all_with(rounds_serve_fn fn)
 {
 	for (int guard = 0; !rounds_empty(&w.r); guard++) {
 		ck_assert_int_lt(guard, 1000);
-		atomic_store(&w.news, 0);
-		rounds_run(&w.r, serve, NULL, &w.news);
+		one_round(fn);
 	}
+}
+
+static void run_all(void)
+{
+	run_all_with(serve);
 }
 
 START_TEST(services_take_turns)
@@ -117,8 +127,7 @@ START_TEST(a_service_that_was_idle_goes_first)
 	setup();
 	give(0, 4);
 	give(1, 4);
-	atomic_store(&w.news, 0);
-	rounds_run(&w.r, serve, NULL, &w.news);
+	one_round(serve);
 	ck_assert_str_eq(w.log, "AB");
 	give(2, 1);
 	run_all();
@@ -137,8 +146,7 @@ START_TEST(a_fresh_service_goes_first_once)
 	setup();
 	give(0, 3);
 	give(1, 3);
-	atomic_store(&w.news, 0);
-	rounds_run(&w.r, serve, NULL, &w.news);
+	one_round(serve);
 	give(2, 3);
 	run_all();
 	ck_assert_str_eq(w.log, "ABCABCABC");
@@ -156,8 +164,7 @@ START_TEST(news_cuts_a_round_short_and_its_rest_goes_first)
 	setup();
 	for (int i = 0; i < 5; i++)
 		give(i, 3);
-	atomic_store(&w.news, 0);
-	rounds_run(&w.r, serve, NULL, &w.news);
+	one_round(serve);
 	ck_assert_str_eq(w.log, "ABCDE");
 	w.at = 7;
 	w.who = 5;
@@ -186,11 +193,7 @@ START_TEST(news_all_the_time_starves_nobody)
 	for (int i = 0; i < 4; i++)
 		give(i, 3);
 	/* Fresh, they all go once, news or not; then in turn, one a round. */
-	for (int guard = 0; !rounds_empty(&w.r); guard++) {
-		ck_assert_int_lt(guard, 100);
-		atomic_store(&w.news, 0);
-		rounds_run(&w.r, serve_with_news, NULL, &w.news);
-	}
+	run_all_with(serve_with_news);
 	ck_assert_str_eq(w.log, "ABCDABCDABCD");
 }
 END_TEST
