@@ -113,6 +113,16 @@ static struct gpucmd_service_report wait_for_zero(struct gpucmd_conn *c)
 	return t;
 }
 
+/* The daemon gives back every byte and allocation, within 10 s. */
+static void expect_all_freed(struct gpucmd_conn *c)
+{
+	struct gpucmd_service_report t = wait_for_zero(c);
+
+	ck_assert_uint_eq(t.bytes_in_use, 0);
+	ck_assert_uint_eq(t.bytes_reserved, 0);
+	ck_assert_uint_eq(t.allocations, 0);
+}
+
 /* The victim: 600 allocations on 3 streams, each behind a 0.5 s spin. */
 static int victim_mid_batch(void *arg)
 {
@@ -145,10 +155,7 @@ START_TEST(killed_mid_batch_leaves_nothing)
 	t = report_totals(obs);
 	ck_assert_uint_gt(t.bytes_in_use, 0);
 	harness_child_kill(pid);
-	t = wait_for_zero(obs);
-	ck_assert_uint_eq(t.bytes_in_use, 0);
-	ck_assert_uint_eq(t.bytes_reserved, 0);
-	ck_assert_uint_eq(t.allocations, 0);
+	expect_all_freed(obs);
 	gpucmd_close(obs);
 }
 END_TEST
@@ -396,7 +403,6 @@ static void leave_with_frames_queued(bool kill_it)
 {
 	struct gpucmd_conn *obs = connect_as("observer");
 	struct gpucmd_conn *c = connect_as("turns-stay");
-	struct gpucmd_service_report t;
 	static uint8_t data[32 * 1024];
 
 	for (int round = 0; round < 12; round++) {
@@ -465,10 +471,7 @@ static void leave_with_frames_queued(bool kill_it)
 		waitpid(pid, NULL, 0);
 	}
 	gpucmd_close(c);
-	t = wait_for_zero(obs);
-	ck_assert_uint_eq(t.bytes_in_use, 0);
-	ck_assert_uint_eq(t.bytes_reserved, 0);
-	ck_assert_uint_eq(t.allocations, 0);
+	expect_all_freed(obs);
 	gpucmd_close(obs);
 }
 
