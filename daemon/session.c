@@ -1765,8 +1765,8 @@ static void parse_frames(struct session *s)
 		/* rbuf holds the last rlen bytes read. */
 		s->frame_at = s->rx_bytes - s->rlen + off;
 		if (have >= hdr.length) {
-			if (hdr.length > SESSION_TURN_BYTES)
-				s->turn_granted = false;
+			/* A turn is for the frame that waited: the first one. */
+			s->turn_granted = false;
 			off += FRAME_HEADER_SIZE;
 			handle_body(s, s->rbuf + off, hdr.length);
 			off += hdr.length;
