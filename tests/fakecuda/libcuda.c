@@ -198,6 +198,17 @@ static struct {
 	struct fake_range *host;
 	unsigned long pending;	/* ops queued on every stream, not yet done */
 	CUstream null_stream;
+	/*
+	 * Destroyed streams' threads: exiting counts those told to end that
+	 * have not ended yet, ended lists the ones to join.  The last context
+	 * release joins them, so no thread is still on its way out when the
+	 * process exits (LeakSanitizer's tracer can crash on one that is).
+	 */
+	unsigned long exiting;
+	struct fake_ended {
+		pthread_t thread;
+		struct fake_ended *next;
+	} *ended;
 } fake = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.changed = PTHREAD_COND_INITIALIZER,
@@ -524,6 +535,7 @@ static void fake_op_run(struct fake_op *op)
 static void *fake_stream_main(void *arg)
 {
 	CUstream s = arg;
+	struct fake_ended *end = malloc(sizeof(*end));
 	bool exit = false;
 
 	pthread_mutex_lock(&fake.lock);
@@ -561,6 +573,15 @@ static void *fake_stream_main(void *arg)
 		fake.pending--;
 		pthread_cond_broadcast(&fake.changed);
 	}
+	if (end) {
+		end->thread = s->thread;
+		end->next = fake.ended;
+		fake.ended = end;
+	} else {
+		pthread_detach(s->thread);
+	}
+	fake.exiting--;
+	pthread_cond_broadcast(&fake.changed);
 	pthread_mutex_unlock(&fake.lock);
 	pthread_cond_destroy(&s->wake);
 	free(s);
@@ -799,6 +820,7 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
+	struct fake_ended *ended = NULL;
 	CUresult r = CUDA_SUCCESS;
 
 	/* Works after a fault too: it is how a context is let go. */
@@ -811,7 +833,20 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 		r = CUDA_ERROR_INVALID_CONTEXT;
 	else
 		fake_ctx.refs--;
+	if (fake_ctx.refs == 0) {
+		while (fake.exiting > 0)
+			pthread_cond_wait(&fake.changed, &fake.lock);
+		ended = fake.ended;
+		fake.ended = NULL;
+	}
 	pthread_mutex_unlock(&fake.lock);
+	while (ended) {
+		struct fake_ended *next = ended->next;
+
+		pthread_join(ended->thread, NULL);
+		free(ended);
+		ended = next;
+	}
 	return r;
 }
 
@@ -1182,7 +1217,6 @@ static CUresult fake_stream_new(CUstream *out)
 		free(s);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	pthread_detach(s->thread);
 	*out = s;
 	return CUDA_SUCCESS;
 }
@@ -1207,6 +1241,9 @@ FAKE_EXPORT CUresult cuStreamDestroy(CUstream hStream)
 	op = fake_op_new(FAKE_OP_EXIT);
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&fake.lock);
+	fake.exiting++;
+	pthread_mutex_unlock(&fake.lock);
 	return fake_enqueue(hStream, op);
 }
 
