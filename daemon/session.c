@@ -70,6 +70,36 @@ static void drop_replies(const struct reply_owner *o, unsigned n)
 	}
 }
 
+/* Why to log a failed write: the reason of the close it was part of. */
+static const char *write_failed(const struct session *s, int rc)
+{
+	return s->close_flush ? s->close_why : uv_strerror(rc);
+}
+
+/*
+ * Writing a reply failed with rc.  A client that closed its end (EPIPE,
+ * ECONNRESET) may have sent requests that are not handled yet: they wait
+ * in rbuf or the socket for max_in_flight, a byte budget or their turn.
+ * Like the end of the stream read while a frame waits (read_end), that
+ * does not drop them: they still run, in order, their replies (nobody
+ * can read them) are dropped, and reading on reaches the end of the
+ * stream, which closes.  Any other failure, or one while closing, closes.
+ */
+static void write_lost(struct session *s, int rc)
+{
+	if ((rc == UV_EPIPE || rc == UV_ECONNRESET) && !s->close_flush &&
+	    s->state == SESSION_READY) {
+		if (!s->replies_lost)
+			log_debug("connection %llu (%s): %s writing a reply; "
+				  "the requests it sent still run",
+				  (unsigned long long)s->id, s->peer,
+				  uv_strerror(rc));
+		s->replies_lost = true;
+		return;
+	}
+	session_close(s, write_failed(s, rc));
+}
+
 static void on_write(uv_write_t *req, int status)
 {
 	struct write_req *w = (struct write_req *)req;
@@ -79,7 +109,7 @@ static void on_write(uv_write_t *req, int status)
 	drop_replies(w->owners, w->nowners);
 	free(w);
 	if (status < 0 && status != UV_ECANCELED && s->state != SESSION_CLOSING)
-		session_close(s, uv_strerror(status));
+		write_lost(s, status);
 }
 
 /* Bytes of read staging the replies in pieces among owners hold. */
@@ -108,12 +138,6 @@ static uint8_t *flatten(const uv_buf_t *bufs, unsigned n, size_t len)
 	return flat;
 }
 
-/* Why to log a failed write: the reason of the close it was part of. */
-static const char *write_failed(const struct session *s, int rc)
-{
-	return s->close_flush ? s->close_why : uv_strerror(rc);
-}
-
 /*
  * Queue the n bufs of whole frames (total bytes) for the client; the
  * nowners replies hold their bytes, and their ownership passes.
@@ -131,7 +155,7 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 	uint8_t *flat;
 	int rc;
 
-	if (s->handle_closed) {
+	if (s->handle_closed || s->replies_lost) {
 		drop_replies(owners, nowners);
 		return;
 	}
@@ -148,7 +172,7 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 	}
 	if (rc < 0 && rc != UV_EAGAIN) {
 		drop_replies(owners, nowners);
-		session_close(s, write_failed(s, rc));
+		write_lost(s, rc);
 		return;
 	}
 	/* The rest goes through uv_write (which copies the bufs array). */
@@ -187,7 +211,7 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 	if (rc != 0) {
 		drop_replies(w->owners, w->nowners);
 		free(w);
-		session_close(s, write_failed(s, rc));
+		write_lost(s, rc);
 		return;
 	}
 	srv->pieces_queued += held;

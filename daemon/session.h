@@ -167,6 +167,12 @@ struct session {
 	 */
 	bool read_end;
 	const char *read_end_why;
+	/*
+	 * A reply could not be written because the client closed (EPIPE,
+	 * ECONNRESET): the requests it sent before still run, and their
+	 * replies are dropped; the end of the stream closes (write_lost).
+	 */
+	bool replies_lost;
 	struct session *turn_next;
 	struct session *turn_prev;
 	char peer[64];			/* "pid 123 uid 1000" for logs */

@@ -2435,6 +2435,80 @@ START_TEST(pipelined_requests_keep_to_max_in_flight)
 }
 END_TEST
 
+/*
+ * A client sends a long batch and, behind it, one that copies into its
+ * region, then closes without reading.  Under max_in_flight = 1 the second
+ * waits for the first; the first one's reply then meets a closed socket
+ * (EPIPE).  The second still runs: a client's requests are not lost
+ * because it did not stay for the answers.
+ */
+START_TEST(batches_sent_before_a_close_all_run)
+{
+	int fd = raw_connect(), z = page_memfd('z');
+	struct raw_spin spin;
+	static uint8_t data[1024];
+	Gpucmd__OpRegionAttach att = GPUCMD__OP_REGION_ATTACH__INIT;
+	Gpucmd__OpCreateWithData cd = GPUCMD__OP_CREATE_WITH_DATA__INIT;
+	Gpucmd__RegionRef dst = GPUCMD__REGION_REF__INIT;
+	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+	Gpucmd__Op o_att, o_cd, o_rd, *ops[2];
+	uint8_t *buf = NULL, got[sizeof(data)];
+	size_t len = 0;
+	Gpucmd__Frame *r;
+	bool copied = false;
+
+	raw_hello(fd, "inflight");
+	att.region = 20;
+	att.size = 4096;
+	gpucmd__op__init(&o_att);
+	o_att.op_case = GPUCMD__OP__OP_REGION_ATTACH;
+	o_att.region_attach = &att;
+	ops[0] = &o_att;
+	send_request_fds(fd, 1, ops, 1, &z, 1);
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_msg(r->response->error == NULL, "attach: %s",
+		      r->response->error ? r->response->error->message : "");
+	frame_free(r);
+	/* 200 ms of spinning, answered when the client is long gone. */
+	ops[0] = raw_spin_op(&spin, 200000);
+	append_request(&buf, &len, 2, 0, ops, 1);
+	memset(data, 'q', sizeof(data));
+	cd.handle = 1;
+	cd.data.data = data;
+	cd.data.len = sizeof(data);
+	gpucmd__op__init(&o_cd);
+	o_cd.op_case = GPUCMD__OP__OP_CREATE_WITH_DATA;
+	o_cd.create_with_data = &cd;
+	dst.region = 20;
+	dst.length = sizeof(data);
+	rd.handle = 1;
+	rd.length = sizeof(data);
+	rd.into = &dst;
+	gpucmd__op__init(&o_rd);
+	o_rd.op_case = GPUCMD__OP__OP_READ;
+	o_rd.read = &rd;
+	ops[0] = &o_cd;
+	ops[1] = &o_rd;
+	append_request(&buf, &len, 3, 0, ops, 2);
+	send_all(fd, buf, len);
+	close(fd);
+	for (int i = 0; i < 300 && !copied; i++) {
+		ck_assert_int_eq(pread(z, got, sizeof(got), 0),
+				 (ssize_t)sizeof(got));
+		copied = got[0] == 'q' && got[sizeof(got) - 1] == 'q';
+		if (!copied)
+			usleep(10000);
+	}
+	ck_assert_msg(copied, "the batch sent behind a long one, before the "
+		      "close, did not run: the region holds '%c' bytes",
+		      got[0]);
+	free(buf);
+	close(z);
+	back_to_baseline();
+}
+END_TEST
+
 static void setup_small_byte_budget(void)
 {
 	setup_config("[limits]\nmax_bytes_in_flight = 1M\n");
@@ -3254,6 +3328,7 @@ static Suite *make_suite(void)
 		tcase_add_checked_fixture(f, setup_one_in_flight, teardown);
 		tcase_set_timeout(f, 60);
 		tcase_add_test(f, pipelined_requests_keep_to_max_in_flight);
+		tcase_add_test(f, batches_sent_before_a_close_all_run);
 		suite_add_tcase(s, f);
 	}
 	{
