@@ -2435,6 +2435,75 @@ START_TEST(pipelined_requests_keep_to_max_in_flight)
 }
 END_TEST
 
+/* A connection of service with the 4 KiB memfd z attached as region 20. */
+static int connect_with_region(const char *service, int z)
+{
+	Gpucmd__OpRegionAttach att = GPUCMD__OP_REGION_ATTACH__INIT;
+	Gpucmd__Op o_att, *ops[1] = { &o_att };
+	int fd = raw_connect();
+	Gpucmd__Frame *r;
+
+	raw_hello(fd, service);
+	att.region = 20;
+	att.size = 4096;
+	gpucmd__op__init(&o_att);
+	o_att.op_case = GPUCMD__OP__OP_REGION_ATTACH;
+	o_att.region_attach = &att;
+	send_request_fds(fd, 1, ops, 1, &z, 1);
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_msg(r->response->error == NULL, "attach: %s",
+		      r->response->error ? r->response->error->message : "");
+	frame_free(r);
+	return fd;
+}
+
+/*
+ * Append request id on stream 0: handle 1 made of data (len bytes, filled
+ * with 'q' here), and its first n bytes read into region 20.
+ */
+static void append_copy_to_region(uint8_t **buf, size_t *buf_len, uint64_t id,
+				  uint8_t *data, size_t len, size_t n)
+{
+	Gpucmd__OpCreateWithData cd = GPUCMD__OP_CREATE_WITH_DATA__INIT;
+	Gpucmd__RegionRef dst = GPUCMD__REGION_REF__INIT;
+	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+	Gpucmd__Op o_cd, o_rd, *ops[2] = { &o_cd, &o_rd };
+
+	memset(data, 'q', len);
+	cd.handle = 1;
+	cd.data.data = data;
+	cd.data.len = len;
+	gpucmd__op__init(&o_cd);
+	o_cd.op_case = GPUCMD__OP__OP_CREATE_WITH_DATA;
+	o_cd.create_with_data = &cd;
+	dst.region = 20;
+	dst.length = n;
+	rd.handle = 1;
+	rd.length = n;
+	rd.into = &dst;
+	gpucmd__op__init(&o_rd);
+	o_rd.op_case = GPUCMD__OP__OP_READ;
+	o_rd.read = &rd;
+	append_request(buf, buf_len, id, 0, ops, 2);
+}
+
+/* The first n bytes (4 KiB at most) of memfd z become 'q' within 3 s. */
+static void expect_region_copied(int z, size_t n, const char *what)
+{
+	uint8_t got[4096];
+	bool copied = false;
+
+	for (int i = 0; i < 300 && !copied; i++) {
+		ck_assert_int_eq(pread(z, got, n, 0), (ssize_t)n);
+		copied = got[0] == 'q' && got[n - 1] == 'q';
+		if (!copied)
+			usleep(10000);
+	}
+	ck_assert_msg(copied, "%s did not run: the region holds '%c' bytes",
+		      what, got[0]);
+}
+
 /*
  * A client sends a long batch and, behind it, one that copies into its
  * region, then closes without reading.  Under max_in_flight = 1 the second
@@ -2444,65 +2513,22 @@ END_TEST
  */
 START_TEST(batches_sent_before_a_close_all_run)
 {
-	int fd = raw_connect(), z = page_memfd('z');
+	int z = page_memfd('z'), fd = connect_with_region("inflight", z);
 	struct raw_spin spin;
 	static uint8_t data[1024];
-	Gpucmd__OpRegionAttach att = GPUCMD__OP_REGION_ATTACH__INIT;
-	Gpucmd__OpCreateWithData cd = GPUCMD__OP_CREATE_WITH_DATA__INIT;
-	Gpucmd__RegionRef dst = GPUCMD__REGION_REF__INIT;
-	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
-	Gpucmd__Op o_att, o_cd, o_rd, *ops[2];
-	uint8_t *buf = NULL, got[sizeof(data)];
+	Gpucmd__Op *ops[1];
+	uint8_t *buf = NULL;
 	size_t len = 0;
-	Gpucmd__Frame *r;
-	bool copied = false;
 
-	raw_hello(fd, "inflight");
-	att.region = 20;
-	att.size = 4096;
-	gpucmd__op__init(&o_att);
-	o_att.op_case = GPUCMD__OP__OP_REGION_ATTACH;
-	o_att.region_attach = &att;
-	ops[0] = &o_att;
-	send_request_fds(fd, 1, ops, 1, &z, 1);
-	r = recv_frame(fd);
-	ck_assert_ptr_nonnull(r);
-	ck_assert_msg(r->response->error == NULL, "attach: %s",
-		      r->response->error ? r->response->error->message : "");
-	frame_free(r);
 	/* 200 ms of spinning, answered when the client is long gone. */
 	ops[0] = raw_spin_op(&spin, 200000);
 	append_request(&buf, &len, 2, 0, ops, 1);
-	memset(data, 'q', sizeof(data));
-	cd.handle = 1;
-	cd.data.data = data;
-	cd.data.len = sizeof(data);
-	gpucmd__op__init(&o_cd);
-	o_cd.op_case = GPUCMD__OP__OP_CREATE_WITH_DATA;
-	o_cd.create_with_data = &cd;
-	dst.region = 20;
-	dst.length = sizeof(data);
-	rd.handle = 1;
-	rd.length = sizeof(data);
-	rd.into = &dst;
-	gpucmd__op__init(&o_rd);
-	o_rd.op_case = GPUCMD__OP__OP_READ;
-	o_rd.read = &rd;
-	ops[0] = &o_cd;
-	ops[1] = &o_rd;
-	append_request(&buf, &len, 3, 0, ops, 2);
+	append_copy_to_region(&buf, &len, 3, data, sizeof(data), sizeof(data));
 	send_all(fd, buf, len);
 	close(fd);
-	for (int i = 0; i < 300 && !copied; i++) {
-		ck_assert_int_eq(pread(z, got, sizeof(got), 0),
-				 (ssize_t)sizeof(got));
-		copied = got[0] == 'q' && got[sizeof(got) - 1] == 'q';
-		if (!copied)
-			usleep(10000);
-	}
-	ck_assert_msg(copied, "the batch sent behind a long one, before the "
-		      "close, did not run: the region holds '%c' bytes",
-		      got[0]);
+	expect_region_copied(z, sizeof(data),
+			     "the batch sent behind a long one, before the "
+			     "close,");
 	free(buf);
 	close(z);
 	back_to_baseline();
@@ -3200,64 +3226,20 @@ END_TEST
  */
 START_TEST(end_of_stream_behind_a_frame_waiting_for_its_turn)
 {
-	int fd = raw_connect(), z = page_memfd('z'), other[TURN_OTHERS];
+	int z = page_memfd('z'), fd = connect_with_region("hostile", z);
+	int other[TURN_OTHERS];
 	static uint8_t data[8192];
-	Gpucmd__OpRegionAttach att = GPUCMD__OP_REGION_ATTACH__INIT;
-	Gpucmd__OpCreateWithData cd = GPUCMD__OP_CREATE_WITH_DATA__INIT;
-	Gpucmd__RegionRef dst = GPUCMD__REGION_REF__INIT;
-	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
-	Gpucmd__Op o_att, o_cd, o_rd, *ops[2];
-	uint8_t *last = NULL, got[4096];
+	uint8_t *last = NULL;
 	size_t last_len = 0;
-	Gpucmd__Frame *r;
-	bool copied = false;
 
-	raw_hello(fd, "hostile");
-	att.region = 20;
-	att.size = 4096;
-	gpucmd__op__init(&o_att);
-	o_att.op_case = GPUCMD__OP__OP_REGION_ATTACH;
-	o_att.region_attach = &att;
-	ops[0] = &o_att;
-	send_request_fds(fd, 1, ops, 1, &z, 1);
-	r = recv_frame(fd);
-	ck_assert_ptr_nonnull(r);
-	ck_assert_msg(r->response->error == NULL, "attach: %s",
-		      r->response->error ? r->response->error->message : "");
-	frame_free(r);
 	/* The last batch: over 4 KiB, so it waits for its turn. */
-	memset(data, 'q', sizeof(data));
-	cd.handle = 1;
-	cd.data.data = data;
-	cd.data.len = sizeof(data);
-	gpucmd__op__init(&o_cd);
-	o_cd.op_case = GPUCMD__OP__OP_CREATE_WITH_DATA;
-	o_cd.create_with_data = &cd;
-	dst.region = 20;
-	dst.length = 4096;
-	rd.handle = 1;
-	rd.length = 4096;
-	rd.into = &dst;
-	gpucmd__op__init(&o_rd);
-	o_rd.op_case = GPUCMD__OP__OP_READ;
-	o_rd.read = &rd;
-	ops[0] = &o_cd;
-	ops[1] = &o_rd;
-	append_request(&last, &last_len, 2, 0, ops, 2);
+	append_copy_to_region(&last, &last_len, 2, data, sizeof(data), 4096);
 	ck_assert_uint_gt(last_len, FRAME_HEADER_SIZE + 4096);
 	hold_the_turns(other);
 	send_all(fd, last, last_len);
 	close(fd);
 	release_the_turns(other);
-	for (int i = 0; i < 300 && !copied; i++) {
-		ck_assert_int_eq(pread(z, got, sizeof(got), 0),
-				 (ssize_t)sizeof(got));
-		copied = got[0] == 'q' && got[4095] == 'q';
-		if (!copied)
-			usleep(10000);
-	}
-	ck_assert_msg(copied, "the batch sent before the close did not run: "
-		      "the region holds '%c' bytes", got[0]);
+	expect_region_copied(z, 4096, "the batch sent before the close");
 	free(last);
 	close(z);
 	back_to_baseline();
