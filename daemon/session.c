@@ -1341,8 +1341,18 @@ static void compile_done(uv_work_t *w, int status)
 	budget_give_back(s);
 	if (s->state == SESSION_CLOSING)
 		return;
+	if (s->draining) {
+		/*
+		 * The daemon is shutting down: the compiled request ran (or
+		 * was answered), and no frame behind it is taken, as when a
+		 * batch completes (session_reply).
+		 */
+		if (s->in_flight == 0)
+			session_close(s, "the daemon is shutting down");
+		return;
+	}
 	parse_frames(s);
-	if (s->state != SESSION_CLOSING && !s->draining && may_take_more(s))
+	if (s->state != SESSION_CLOSING && may_take_more(s))
 		resume_reading(s);
 }
 

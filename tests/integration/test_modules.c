@@ -520,6 +520,48 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 }
 END_TEST
 
+/*
+ * SIGTERM while a module compiles: the load is answered when the compile
+ * ends (here the host backend's refusal, which leaves nothing in flight),
+ * the ping pipelined behind it is not taken, and the daemon exits 0.
+ */
+START_TEST(sigterm_during_a_compile)
+{
+	struct gpucmd_conn *a;
+	struct gpucmd_response *r = NULL;
+	uint64_t load, ping;
+	char msg[512];
+	int rc, status = 0;
+
+	if (!host_backend())
+		return;
+	a = connect_as("compiler");
+	load = submit_load(a, 1);
+	ping = submit_one(a, true);
+	/* The load reached the compiler: the loop stopped reading a. */
+	usleep(100 * 1000);
+	ck_assert_int_eq(kill(the_daemon.pid, SIGTERM), 0);
+	harness_wait_log("shutting down", 0);
+	ck_assert_int_eq(wait_code(a, load, msg, sizeof(msg)),
+			 GPUCMD_EUNSUPPORTED);
+	rc = gpucmd_wait(a, ping, &r);
+	gpucmd_response_free(r);
+	ck_assert_msg(rc != 0, "the ping behind the compile was taken after "
+		      "SIGTERM");
+	gpucmd_close(a);
+	for (int i = 0; i < 1000; i++) {
+		if (waitpid(the_daemon.pid, &status, WNOHANG) == the_daemon.pid)
+			break;
+		usleep(10000);
+	}
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "gpucmdd did not exit 0 within 10 s of SIGTERM "
+		      "(status %d)", status);
+	the_daemon.pid = 0;
+	daemon_cleanup_dir(&the_daemon);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("modules");
@@ -530,6 +572,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, compile_does_not_hold_other_connections);
 	tcase_add_test(tc, client_leaves_during_compile);
 	tcase_add_test(tc, loads_in_a_row_answer_in_order);
+	tcase_add_test(tc, sigterm_during_a_compile);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("quota");
