@@ -742,7 +742,7 @@ static void enqueue_job(struct executor *ex, struct batch *b)
 		svc->queue_tail = &svc->queue_head;
 	*svc->queue_tail = b;
 	svc->queue_tail = &b->next;
-	if (!svc->active)
+	if (b == svc->queue_head)
 		rounds_add(&ex->rounds, svc);
 }
 

@@ -24,6 +24,11 @@ static void append(struct service ***tail, struct service *svc)
 
 void rounds_add(struct rounds *r, struct service *svc)
 {
+	if (svc->active) {
+		/* Its place in turn is still there: the batch waits for it. */
+		svc->emptied = false;
+		return;
+	}
 	svc->active = true;
 	append(&r->fresh_tail, svc);
 }
@@ -33,25 +38,35 @@ bool rounds_empty(const struct rounds *r)
 	return r->fresh_head == NULL && r->turn_head == NULL;
 }
 
-/* svc's turn: up to its weight in batches, then the back if it has more. */
-static void take_turn(struct rounds *r, struct service *svc,
+/*
+ * svc's turn: up to its weight in batches, then the back of the turns,
+ * emptied or not; a place that comes round emptied leaves the rounds
+ * (rounds.h).  Whether it was a turn, not a place left.
+ */
+static bool take_turn(struct rounds *r, struct service *svc,
 		      rounds_serve_fn serve, void *arg)
 {
 	unsigned quantum = atomic_load(&svc->weight);
 	bool more = true;
 
+	if (svc->emptied) {
+		svc->emptied = false;
+		svc->active = false;
+		return false;
+	}
 	for (unsigned k = 0; k < quantum && more; k++)
 		more = serve(arg, svc);
-	if (more)
-		append(&r->turn_tail, svc);
-	else
-		svc->active = false;
+	svc->emptied = !more;
+	append(&r->turn_tail, svc);
+	return true;
 }
 
 void rounds_run(struct rounds *r, rounds_serve_fn serve, void *arg,
 		atomic_uint *news)
 {
 	struct service *svc = r->fresh_head, *rest = r->turn_head;
+	/* The last of rest keeps its link until it is served. */
+	struct service **rest_tail = r->turn_tail;
 
 	/* Take both lists: who keeps work goes back to the turns, in order. */
 	r->fresh_head = NULL;
@@ -61,25 +76,20 @@ void rounds_run(struct rounds *r, rounds_serve_fn serve, void *arg,
 	while (svc != NULL) {
 		struct service *next = svc->next_active;
 
-		take_turn(r, svc, serve, arg);
+		(void)take_turn(r, svc, serve, arg);
 		svc = next;
 	}
 	while (rest != NULL) {
-		struct service *last;
-
 		svc = rest;
 		rest = svc->next_active;
-		take_turn(r, svc, serve, arg);
-		if (rest == NULL || news == NULL ||
+		if (!take_turn(r, svc, serve, arg) || rest == NULL ||
+		    news == NULL ||
 		    atomic_load_explicit(news, memory_order_acquire) == 0)
 			continue;
 		/* The round's rest goes first next time, as it was. */
-		for (last = rest; last->next_active != NULL;
-		     last = last->next_active)
-			;
-		last->next_active = r->turn_head;
+		*rest_tail = r->turn_head;
 		if (r->turn_head == NULL)
-			r->turn_tail = &last->next_active;
+			r->turn_tail = rest_tail;
 		r->turn_head = rest;
 		break;
 	}

@@ -10,15 +10,20 @@
  * flows go first in FQ-CoDel (RFC 8290):
  *
  * - A service whose queue was empty is fresh: fresh services are served
- *   first, once; one that still has batches after its turn joins the
- *   others at the back.
- * - A round stops early, after any service's turn, when new batches or
- *   completions came (*news): the device thread picks them up, fresh
- *   services go, and the services of the round not yet served go before
- *   those that were.
+ *   first, once, then take their place in turn at the back.
+ * - A round stops early, after any service's turn in turn, when new
+ *   batches or completions came (*news): the device thread picks them up,
+ *   fresh services go, and the services of the round not yet served go
+ *   before those that were.
  *
- * Every service with work is served at least once per round and in turn,
- * so none starves: a fresh service is served once per stretch of work.
+ * A service whose turn empties its queue keeps its place (svc->emptied),
+ * and leaves the rounds only if that place comes round with no batch.  So
+ * a client that always has a batch waiting by its turn, one at a time, is
+ * served in turn by its weight, and only one that stayed idle for a whole
+ * pass of the turns is fresh again: being fresh at every round would let
+ * it outrun every weight (RFC 8290 keeps an emptied new flow among the old
+ * ones for the same reason).  Each round serves the next service in turn
+ * at least, and each comes round after those before it: none starves.
  * Device thread only.
  */
 #pragma once
@@ -39,7 +44,10 @@ struct rounds {
 typedef bool (*rounds_serve_fn)(void *arg, struct service *svc);
 
 void rounds_init(struct rounds *r);
-/** svc's queue, empty until now, got a batch (svc->active was false). */
+/**
+ * svc's queue, empty until now, got a batch: svc is fresh, or keeps its
+ * place in turn if it still has one (svc->emptied).
+ */
 void rounds_add(struct rounds *r, struct service *svc);
 /** Whether no service has work. */
 bool rounds_empty(const struct rounds *r);

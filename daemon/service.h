@@ -79,7 +79,8 @@ struct service {
 	struct batch *queue_head;	/* batches waiting for their turn */
 	struct batch **queue_tail;
 	struct service *next_active;	/* in the executor's round */
-	bool active;
+	bool active;			/* in the rounds (rounds.h) */
+	bool emptied;			/* ...without a batch (rounds.h) */
 	uint64_t bytes_in_use;
 	uint64_t allocations;
 	uint64_t peak_bytes_in_use;

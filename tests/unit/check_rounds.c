@@ -36,12 +36,13 @@ static int index_of(const struct service *s)
 	return (int)(s - w.svc);
 }
 
+/* n batches for service i; rounds_add when its queue was empty. */
 static void give(int i, unsigned n)
 {
-	bool was_idle = !w.svc[i].active;
+	bool was_empty = w.waiting[i] == 0;
 
 	w.waiting[i] += n;
-	if (was_idle)
+	if (was_empty && n > 0)
 		rounds_add(&w.r, &w.svc[i]);
 }
 
@@ -208,7 +209,82 @@ START_TEST(a_round_without_news_serves_everyone)
 	ck_assert_str_eq(w.log, "ABC");
 	rounds_run(&w.r, serve, NULL, NULL);
 	ck_assert_str_eq(w.log, "ABCABC");
+	/* Their places stay one more pass, in case a batch comes. */
+	ck_assert(!rounds_empty(&w.r));
+	rounds_run(&w.r, serve, NULL, NULL);
+	ck_assert_str_eq(w.log, "ABCABC");
 	ck_assert(rounds_empty(&w.r));
+}
+END_TEST
+
+/*
+ * A and B flood; C has exactly one batch waiting whenever the device
+ * thread comes round (a client that paces itself), and news comes after
+ * every batch.  C is fresh once; its emptied place then waits its turn,
+ * so it gets no more than A or B, where being fresh at every round would
+ * have served it at every round.
+ */
+START_TEST(a_paced_service_keeps_to_its_turn)
+{
+	unsigned served[3] = { 0 };
+
+	setup();
+	give(0, 100);
+	give(1, 100);
+	for (int k = 0; k < 30; k++) {
+		if (w.waiting[2] == 0)
+			give(2, 1);
+		rounds_run(&w.r, serve_with_news, NULL, &w.news);
+	}
+	for (size_t i = 0; i < w.nlog; i++)
+		served[w.log[i] - 'A']++;
+	/* Fresh A, B, C in round one, then one service in turn a round. */
+	ck_assert_uint_eq(w.nlog, 3 + 29);
+	for (size_t i = 0; i < w.nlog; i++)
+		ck_assert_msg(w.log[i] == 'A' + (char)(i % 3),
+			      "batch %zu went to %c: %s", i, w.log[i], w.log);
+	ck_assert_uint_le(served[2], served[0]);
+	ck_assert_uint_le(served[2], served[1]);
+}
+END_TEST
+
+/*
+ * News already set when a round begins (completions that came while the
+ * device thread was elsewhere): each round still serves the next service
+ * in turn, so the turns move on.
+ */
+START_TEST(news_before_the_round_still_moves_the_turns)
+{
+	setup();
+	for (int i = 0; i < 3; i++)
+		give(i, 3);
+	for (int guard = 0; !rounds_empty(&w.r); guard++) {
+		ck_assert_int_lt(guard, 100);
+		atomic_store(&w.news, 1);
+		rounds_run(&w.r, serve, NULL, &w.news);
+	}
+	ck_assert_str_eq(w.log, "ABCABCABC");
+}
+END_TEST
+
+/* Weight against a paced service: A (weight 3) floods, B paced. */
+START_TEST(weight_holds_against_a_paced_service)
+{
+	unsigned served[2] = { 0 };
+
+	setup();
+	atomic_store(&w.svc[0].weight, 3);
+	give(0, 200);
+	for (int k = 0; k < 40; k++) {
+		if (w.waiting[1] == 0)
+			give(1, 1);
+		rounds_run(&w.r, serve_with_news, NULL, &w.news);
+	}
+	for (size_t i = 0; i < w.nlog; i++)
+		served[w.log[i] - 'A']++;
+	ck_assert_msg(served[0] >= 3 * served[1] - 3,
+		      "weight 3 got %u batches, the paced weight 1 %u: %s",
+		      served[0], served[1], w.log);
 }
 END_TEST
 
@@ -224,6 +300,9 @@ static Suite *rounds_suite(void)
 	tcase_add_test(tc, news_cuts_a_round_short_and_its_rest_goes_first);
 	tcase_add_test(tc, news_all_the_time_starves_nobody);
 	tcase_add_test(tc, a_round_without_news_serves_everyone);
+	tcase_add_test(tc, a_paced_service_keeps_to_its_turn);
+	tcase_add_test(tc, news_before_the_round_still_moves_the_turns);
+	tcase_add_test(tc, weight_holds_against_a_paced_service);
 	suite_add_tcase(s, tc);
 	return s;
 }
