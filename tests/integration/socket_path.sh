@@ -1,0 +1,90 @@
+#!/bin/sh
+# socket_path.sh - what gpucmdd does with the path it is told to listen on
+# (server.c, clear_stale_socket and listen_failed), as gpucmdd(8) says:
+#   - a second daemon on the path of a live one exits 1 and says so, and
+#     the first one goes on serving;
+#   - a socket file left by a daemon killed with SIGKILL is replaced;
+#   - a path that is a regular file is left alone: exit 1, and why;
+#   - a directory that does not exist is named as the reason (libuv would
+#     report EACCES), exit 1.
+set -u
+BUILD=${BUILD:-build}
+dir=$(mktemp -d /tmp/gpucmd-sockpath-XXXXXX)
+sock=$dir/s.sock
+pid=""
+# shellcheck disable=SC2317 # called by the trap
+cleanup() {
+	if [ -n "$pid" ]; then
+		kill "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	fi
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*"
+	for f in "$dir"/*.log; do
+		[ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }
+	done
+	exit 1
+}
+[ -x "$BUILD/gpucmdd" ] || fail "$BUILD/gpucmdd is missing: run make first"
+: >"$dir/empty.conf"
+
+# start NAME: a daemon on $sock in the background ($pid), up within 10 s.
+start() {
+	"$BUILD/gpucmdd" -c "$dir/empty.conf" -s "$sock" -b host \
+		-l info >"$dir/$1.log" 2>&1 &
+	pid=$!
+	i=0
+	until "$BUILD/gpucmd" --socket "$sock" ping >/dev/null 2>&1; do
+		i=$((i + 1))
+		kill -0 "$pid" 2>/dev/null || fail "$1: gpucmdd exited at start"
+		[ $i -gt 500 ] && fail "$1: gpucmdd did not answer within 10 s"
+		sleep 0.02
+	done
+}
+
+# refused NAME PATH WANT: gpucmdd on PATH exits 1 within 10 s and logs WANT.
+refused() {
+	timeout 10 "$BUILD/gpucmdd" -c "$dir/empty.conf" -s "$2" -b host \
+		>"$dir/$1.log" 2>&1
+	rc=$?
+	[ $rc -eq 1 ] || fail "$1: gpucmdd exited $rc, want 1"
+	grep -qF "$3" "$dir/$1.log" ||
+		fail "$1: the log does not say '$3'"
+}
+
+# A live daemon keeps its socket.
+start first
+refused second "$sock" "another gpucmdd is already serving on $sock"
+[ -S "$sock" ] || fail "the second daemon removed the first one's socket"
+"$BUILD/gpucmd" --socket "$sock" ping >/dev/null 2>&1 ||
+	fail "the first daemon no longer answers after the second one tried"
+
+# A dead one's socket is replaced.
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+[ -S "$sock" ] || fail "SIGKILL left no socket file to test with"
+start replacement
+grep -qF "already serving" "$dir/replacement.log" &&
+	fail "the stale socket was taken for a live daemon"
+kill "$pid"
+wait "$pid" 2>/dev/null
+rc=$?
+pid=""
+[ $rc -eq 0 ] || fail "the replacement exited $rc after SIGTERM, want 0"
+[ -e "$sock" ] && fail "a clean shutdown left $sock behind"
+
+# Not a socket: left alone.
+echo "keep me" >"$dir/file"
+refused file "$dir/file" "$dir/file exists and is not a socket"
+[ "$(cat "$dir/file")" = "keep me" ] || fail "the regular file was changed"
+
+# A directory that does not exist is the reason given.
+refused nodir "$dir/missing/s.sock" \
+	"the directory $dir/missing does not exist"
+
+[ -n "${SOCKPATH_DEBUG:-}" ] && tail -n 3 "$dir"/*.log
+echo "ok: live socket kept, stale socket replaced, file and missing directory refused"
