@@ -123,7 +123,15 @@ struct fconn {
 	uint32_t nresponses;
 };
 
+/*
+ * Two executors, the daemon's two layouts; an input runs on one of them
+ * (its first byte).  Each has services of its own, as the daemon's one
+ * executor has: a service stays in its executor's rounds for a pass after
+ * its queue empties (rounds.h), and a batch queued meanwhile through the
+ * other executor would be run by the first one.
+ */
 static struct executor *executors[2];
+static unsigned ex_index;	/* the current input's */
 static struct config cfg;
 static struct fconn conns[2];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -342,7 +350,10 @@ static const uint64_t region_ids[] = { 1, 2, 3, 1, 2, 0, 99 };
 static const uint64_t region_sizes[] = {
 	0, 1, 4096, 65536, 1u << 20, 8u << 20, UINT64_MAX, 1ull << 40,
 };
-static const char *const svc_names[] = { "", "fuzzA", "fuzzB", "nobody" };
+static const char *const svc_names[2][4] = {
+	{ "", "fuzzA", "fuzzB", "nobody" },
+	{ "", "fuzzA1", "fuzzB1", "nobody" },
+};
 static const char *const presets[] = { "subslices", "exclusive", "custom", "bogus" };
 static const char *const pool_kinds[] = { "sliced", "exclusive", "direct", "?" };
 
@@ -803,13 +814,13 @@ static bool interpret_op(struct plan *p, struct reader *r)
 	case 29:
 		SUB(evict, Gpucmd__OpEvict, gpucmd__op_evict__init,
 		    GPUCMD__OP__OP_EVICT);
-		op->evict->service = (char *)PICK(r, svc_names);
+		op->evict->service = (char *)PICK(r, svc_names[ex_index]);
 		op->evict->connection_id = rd8(r);
 		break;
 	case 30:
 		SUB(cleanup, Gpucmd__OpCleanup, gpucmd__op_cleanup__init,
 		    GPUCMD__OP__OP_CLEANUP);
-		op->cleanup->service = (char *)PICK(r, svc_names);
+		op->cleanup->service = (char *)PICK(r, svc_names[ex_index]);
 		break;
 	case 32:
 		SUB(region_attach, Gpucmd__OpRegionAttach,
@@ -1769,7 +1780,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 2)
 		return 0;
 	flags = rd8(&r);
-	ex = executors[flags & 1];
+	ex_index = flags & 1;
+	ex = executors[ex_index];
 	n = (flags & 0x10) ? plan_raw(&r, pl) : plan_ops(&r, pl);
 	capture = survey(pl, n, &spin_us);
 	fds_before = count_fds();
@@ -1786,7 +1798,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memset(fc, 0, sizeof(*fc));
 		if (c == 0 && (flags & 2))
 			limits.memory_limit = 8u << 20;
-		fc->svc = service_get(c ? "fuzzB" : "fuzzA", &limits);
+		fc->svc = service_get(svc_names[ex_index][c ? 2 : 1], &limits);
 		expect(fc->svc != NULL);
 		service_apply(fc->svc, &limits);
 		fc->econn.conn = fc;
