@@ -2439,16 +2439,14 @@ START_TEST(pipelined_requests_keep_to_max_in_flight)
 }
 END_TEST
 
-/* A connection of service with the 4 KiB memfd z attached as region 20. */
-static int connect_with_region(const char *service, int z)
+/* Attach memfd z (4 KiB) as region id on fd; the response frame. */
+static Gpucmd__Frame *attach_region(int fd, uint64_t id, int z)
 {
 	Gpucmd__OpRegionAttach att = GPUCMD__OP_REGION_ATTACH__INIT;
 	Gpucmd__Op o_att, *ops[1] = { &o_att };
-	int fd = raw_connect();
 	Gpucmd__Frame *r;
 
-	raw_hello(fd, service);
-	att.region = 20;
+	att.region = id;
 	att.size = 4096;
 	gpucmd__op__init(&o_att);
 	o_att.op_case = GPUCMD__OP__OP_REGION_ATTACH;
@@ -2456,6 +2454,18 @@ static int connect_with_region(const char *service, int z)
 	send_request_fds(fd, 1, ops, 1, &z, 1);
 	r = recv_frame(fd);
 	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(r->msg_case, GPUCMD__FRAME__MSG_RESPONSE);
+	return r;
+}
+
+/* A connection of service with the 4 KiB memfd z attached as region 20. */
+static int connect_with_region(const char *service, int z)
+{
+	int fd = raw_connect();
+	Gpucmd__Frame *r;
+
+	raw_hello(fd, service);
+	r = attach_region(fd, 20, z);
 	ck_assert_msg(r->response->error == NULL, "attach: %s",
 		      r->response->error ? r->response->error->message : "");
 	frame_free(r);
@@ -2507,6 +2517,49 @@ static void expect_region_copied(int z, size_t n, const char *what)
 	ck_assert_msg(copied, "%s did not run: the region holds '%c' bytes",
 		      what, got[0]);
 }
+
+/*
+ * A region id already attached, or 0, is refused with the reason (the
+ * client library checks before sending; a raw client does not), and the
+ * region attached first still works.
+ */
+START_TEST(region_ids_taken_or_zero_are_refused)
+{
+	int z = page_memfd('z'), y = page_memfd('y');
+	int fd = connect_with_region("hostile", z);
+	static uint8_t data[1024];
+	struct { uint64_t id; int code; const char *says; } bad[] = {
+		{ 20, GPUCMD_EEXIST, "region id 20 is already attached" },
+		{ 0, GPUCMD_EINVAL, "region id 0 is invalid" },
+	};
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	Gpucmd__Frame *r;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		r = attach_region(fd, bad[i].id, y);
+		ck_assert_ptr_nonnull(r->response->error);
+		ck_assert_int_eq(r->response->error->code, bad[i].code);
+		ck_assert_msg(strstr(r->response->error->message,
+				     bad[i].says) != NULL,
+			      "message: %s", r->response->error->message);
+		frame_free(r);
+	}
+	append_copy_to_region(&buf, &len, 2, data, sizeof(data), sizeof(data));
+	send_all(fd, buf, len);
+	r = recv_frame(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_msg(r->response->error == NULL, "copy: %s",
+		      r->response->error ? r->response->error->message : "");
+	frame_free(r);
+	expect_region_copied(z, sizeof(data), "the copy into region 20");
+	free(buf);
+	close(fd);
+	close(y);
+	close(z);
+	back_to_baseline();
+}
+END_TEST
 
 /*
  * A client sends a long batch and, behind it, one that copies into its
@@ -3279,6 +3332,7 @@ static Suite *make_suite(void)
 	tcase_add_test(d, descriptors_go_with_their_frame);
 	tcase_add_test(d, descriptors_behind_a_frame_waiting_for_its_turn);
 	tcase_add_test(d, end_of_stream_behind_a_frame_waiting_for_its_turn);
+	tcase_add_test(d, region_ids_taken_or_zero_are_refused);
 	tcase_add_test(d, kill_9_client_holding_memory);
 	tcase_add_test(d, kill_storm);
 	tcase_add_test(d, hangup_with_batches_in_flight);
