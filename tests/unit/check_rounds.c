@@ -218,6 +218,21 @@ START_TEST(a_round_without_news_serves_everyone)
 END_TEST
 
 /*
+ * n rounds with news after every batch, service paced given one batch
+ * before each round it has none; served[i] counts service i's batches.
+ */
+static void paced_rounds(int paced, int n, unsigned *served)
+{
+	for (int k = 0; k < n; k++) {
+		if (w.waiting[paced] == 0)
+			give(paced, 1);
+		rounds_run(&w.r, serve_with_news, NULL, &w.news);
+	}
+	for (size_t i = 0; i < w.nlog; i++)
+		served[w.log[i] - 'A']++;
+}
+
+/*
  * A and B flood; C has exactly one batch waiting whenever the device
  * thread comes round (a client that paces itself), and news comes after
  * every batch.  C is fresh once; its emptied place then waits its turn,
@@ -231,13 +246,7 @@ START_TEST(a_paced_service_keeps_to_its_turn)
 	setup();
 	give(0, 100);
 	give(1, 100);
-	for (int k = 0; k < 30; k++) {
-		if (w.waiting[2] == 0)
-			give(2, 1);
-		rounds_run(&w.r, serve_with_news, NULL, &w.news);
-	}
-	for (size_t i = 0; i < w.nlog; i++)
-		served[w.log[i] - 'A']++;
+	paced_rounds(2, 30, served);
 	/* Fresh A, B, C in round one, then one service in turn a round. */
 	ck_assert_uint_eq(w.nlog, 3 + 29);
 	for (size_t i = 0; i < w.nlog; i++)
@@ -275,13 +284,7 @@ START_TEST(weight_holds_against_a_paced_service)
 	setup();
 	atomic_store(&w.svc[0].weight, 3);
 	give(0, 200);
-	for (int k = 0; k < 40; k++) {
-		if (w.waiting[1] == 0)
-			give(1, 1);
-		rounds_run(&w.r, serve_with_news, NULL, &w.news);
-	}
-	for (size_t i = 0; i < w.nlog; i++)
-		served[w.log[i] - 'A']++;
+	paced_rounds(1, 40, served);
 	ck_assert_msg(served[0] >= 3 * served[1] - 3,
 		      "weight 3 got %u batches, the paced weight 1 %u: %s",
 		      served[0], served[1], w.log);
