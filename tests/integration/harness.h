@@ -135,14 +135,16 @@ static inline void daemon_start_args(struct daemon_proc *d, ...)
 	ck_abort_msg("gpucmdd did not listen on %s within 20 s", d->sock);
 }
 
-/* Stop it with SIGTERM; it must exit 0 within 20 s. */
-static inline int daemon_stop(struct daemon_proc *d)
+/*
+ * Wait (20 s at most, then SIGKILL) for a daemon told to stop; its exit
+ * status, 128 + the signal if one ended it.
+ */
+static inline int daemon_wait_exit(struct daemon_proc *d)
 {
 	int status = -1;
 
 	if (d->pid <= 0)
 		return 0;
-	kill(d->pid, SIGTERM);
 	for (int i = 0; i < 2000; i++) {
 		if (waitpid(d->pid, &status, WNOHANG) == d->pid)
 			break;
@@ -154,6 +156,15 @@ static inline int daemon_stop(struct daemon_proc *d)
 	}
 	d->pid = 0;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Stop it with SIGTERM; it must exit 0 within 20 s. */
+static inline int daemon_stop(struct daemon_proc *d)
+{
+	if (d->pid <= 0)
+		return 0;
+	kill(d->pid, SIGTERM);
+	return daemon_wait_exit(d);
 }
 
 static inline void daemon_cleanup_dir(struct daemon_proc *d)

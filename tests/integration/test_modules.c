@@ -549,15 +549,9 @@ START_TEST(sigterm_during_a_compile)
 	ck_assert_msg(rc != 0, "the ping behind the compile was taken after "
 		      "SIGTERM");
 	gpucmd_close(a);
-	for (int i = 0; i < 1000; i++) {
-		if (waitpid(the_daemon.pid, &status, WNOHANG) == the_daemon.pid)
-			break;
-		usleep(10000);
-	}
-	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-		      "gpucmdd did not exit 0 within 10 s of SIGTERM "
-		      "(status %d)", status);
-	the_daemon.pid = 0;
+	status = daemon_wait_exit(&the_daemon);
+	ck_assert_msg(status == 0, "gpucmdd exited %d after SIGTERM, not 0",
+		      status);
 	daemon_cleanup_dir(&the_daemon);
 }
 END_TEST

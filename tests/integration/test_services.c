@@ -3294,15 +3294,9 @@ START_TEST(sigterm_drains_in_flight_batches)
 	gpucmd_response_free(r);
 	gpucmd_close(c);
 
-	for (int i = 0; i < 2000; i++) {
-		if (waitpid(the_daemon.pid, &status, WNOHANG) == the_daemon.pid)
-			break;
-		usleep(10000);
-	}
-	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-		      "gpucmdd did not exit 0 after SIGTERM (status %d)",
+	status = daemon_wait_exit(&the_daemon);
+	ck_assert_msg(status == 0, "gpucmdd exited %d after SIGTERM, not 0",
 		      status);
-	the_daemon.pid = 0;
 	daemon_cleanup_dir(&the_daemon);
 }
 END_TEST
