@@ -7,8 +7,9 @@
 # Unit suites are Check programs (build/tests/check_*); their summary line
 # "NN%: Checks: C, Failures: F, Errors: E" gives the counts.  Integration
 # tests are Check programs too (build/tests/test_*) plus shell scripts
-# (tests/integration/*.sh), each script one test: exit 0 passes, 77 skips
-# (with its reason printed), anything else fails.  A suite or script that
+# (tests/integration/*.sh but lib.sh, which they share), each script one
+# test: exit 0 passes, 77 skips (with its reason printed), anything else
+# fails.  A suite or script that
 # runs past TEST_SUITE_TIMEOUT / TEST_SCRIPT_TIMEOUT seconds is killed and
 # fails, so one hang cannot stall the whole run.
 set -u
@@ -99,7 +100,8 @@ if [ "$what" = all ] || [ "$what" = integration ]; then
 		[ -x "$t" ] && run_check "$t"
 	done
 	for t in tests/integration/*.sh; do
-		[ -f "$t" ] && run_script "$t"
+		# lib.sh is what the scripts share, not a test.
+		[ -f "$t" ] && [ "${t##*/}" != lib.sh ] && run_script "$t"
 	done
 fi
 

@@ -5,18 +5,15 @@
 # built-in kernel of the daemon's table is an entry of it, with as many
 # parameters as its signature, and, where this build ran nvcc, the same
 # entries as nvcc's PTX of builtin.cu (refresh it with `make ptx`).
-set -u
-BUILD=${BUILD:-build}
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+lib_init ptx
 kept=daemon/driver/kernels/builtin.ptx
-fail() {
-	echo "FAIL: $*"
-	exit 1
-}
 
 # The daemon was built with its CUDA backend (no toolkit needed for it):
 # it tries the driver, and says what it found.
-conf=$(mktemp)
-trap 'rm -f "$conf"' EXIT
+conf=$dir/empty.conf
+: >"$conf"
 out=$("$BUILD/gpucmdd" --backend cuda --probe -c "$conf" 2>&1)
 case "$out" in
 *"built without the CUDA backend"*) fail "gpucmdd has no CUDA backend: $out" ;;

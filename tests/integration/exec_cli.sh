@@ -3,32 +3,11 @@
 # a buffer with a built-in kernel and reads back the right bytes; an error
 # prints "gpucmd: op N (KIND): message" and exits 1; memory-report --json
 # has the documented keys and the right numbers.
-set -u
-BUILD=${BUILD:-build}
-dir=$(mktemp -d /tmp/gpucmd-cli-XXXXXX)
-sock=$dir/s.sock
-"$BUILD/gpucmdd" --socket "$sock" --backend "${GPUCMD_TEST_BACKEND:-host}" 2>"$dir/log" &
-pid=$!
-cleanup() {
-	kill "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	cat "$dir/log"
-	# Again last: the test runner shows only the end of the output.
-	echo "FAIL: $*"
-	exit 1
-}
-i=0
-while [ ! -S "$sock" ]; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "daemon did not start"
-	sleep 0.02
-done
-g() { "$BUILD/gpucmd" --socket "$sock" "$@"; }
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+lib_init cli
+# shellcheck disable=SC2119 # no arguments to pass on
+start_daemon
 
 # 1. fill and read back
 out=$(g exec <<'SCRIPT'
@@ -236,8 +215,5 @@ g exec "$dir/long.gs" >/dev/null 2>"$dir/long.err" || fail "exec exited $?"
 [ ! -s "$dir/long.err" ] || fail "progress without a terminal: $(cat "$dir/long.err")"
 
 # 10. SIGTERM: a clean exit 0
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
-[ $rc -eq 0 ] || fail "daemon exit status after SIGTERM: $rc"
+stop_daemon
 exit 0

@@ -14,41 +14,18 @@
 # What the fake does not do (tests/fakecuda/libcuda.c): run real kernels
 # (only the built-ins and add_one are interpreted), compile CUDA C (NVRTC
 # is not faked: such loads fail as on a machine without it), or take time.
-set -u
-BUILD=${BUILD:-build}
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
 FAKE=$BUILD/fakecuda
-dir=$(mktemp -d /tmp/gpucmd-fakecuda-XXXXXX)
-sock=$dir/s.sock
-pid=
-
-# Called by the EXIT trap only.
-# shellcheck disable=SC2317
-cleanup() {
-	if [ -n "$pid" ]; then
-		kill "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	fi
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-fail() {
-	echo "FAIL: $*"
-	tail -n 30 "$dir/log"
-	# Again last: the test runner shows only the end of the output.
-	echo "FAIL: $*"
-	exit 1
-}
-
 [ -f "$FAKE/libcuda.so.1" ] ||
-	{ echo "skipped: $FAKE/libcuda.so.1 is missing (make fakecuda)"; exit 77; }
+	skip "$FAKE/libcuda.so.1 is missing (make fakecuda)"
+lib_init fakecuda
 # The fake, and nothing else, is the driver for everything started here.
 LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LD_LIBRARY_PATH
 if ! "$BUILD/gpucmdd" --backend cuda --probe >"$dir/probe" 2>&1; then
 	grep -q "without the CUDA backend" "$dir/probe" &&
-		{ echo "skipped: $(tail -n 1 "$dir/probe")"; exit 77; }
+		skip "$(tail -n 1 "$dir/probe")"
 	fail "gpucmdd --backend cuda --probe on the fake: $(cat "$dir/probe")"
 fi
 
@@ -60,16 +37,8 @@ pinned_memory = 0
 [service capped]
 memory_limit = 64M
 CONF
-"$BUILD/gpucmdd" --config "$dir/gpucmdd.conf" --socket "$sock" \
-	--backend cuda --log-level debug >"$dir/log" 2>&1 &
-pid=$!
-i=0
-while [ ! -S "$sock" ]; do
-	i=$((i + 1))
-	kill -0 "$pid" 2>/dev/null || fail "gpucmdd --backend cuda exited at start"
-	[ $i -gt 500 ] && fail "daemon did not start"
-	sleep 0.02
-done
+GPUCMD_TEST_BACKEND=cuda
+start_daemon --config "$dir/gpucmdd.conf" --log-level debug
 g() { timeout 60 "$BUILD/gpucmd" --socket "$sock" "$@"; }
 
 # expect NAME WANT: the exec script on stdin must print exactly WANT.
@@ -309,12 +278,7 @@ for mode in "" FAKECUDA_FAULT_AT_LAUNCH=1; do
 	env $mode "$BUILD/gpucmdd" --socket "$sock" --backend cuda \
 		>"$dir/log" 2>&1 &
 	pid=$!
-	i=0
-	while [ ! -S "$sock" ]; do
-		i=$((i + 1))
-		[ $i -gt 500 ] && fail "daemon did not start again ($mode)"
-		sleep 0.02
-	done
+	wait_socket "$sock"
 	out=$(printf 'kernel fault grid=1 block=1\nsync\n' |
 		g exec --json - 2>&1) &&
 		fail "the faulting script succeeded ($mode)"
@@ -322,16 +286,9 @@ for mode in "" FAKECUDA_FAULT_AT_LAUNCH=1; do
 	*GPUCMD_ESTREAM*) ;;
 	*) fail "fault answered '$out' ($mode)" ;;
 	esac
-	i=0
-	while kill -0 "$pid" 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -gt 100 ] && fail "the daemon still runs 10 s after a fault ($mode)"
-		sleep 0.1
-	done
-	wait "$pid"
-	rc=$?
-	pid=
-	[ $rc -eq 1 ] || fail "the daemon exited $rc after a fault, not 1 ($mode)"
+	wait_exit "the daemon, after a fault ($mode),"
+	[ "$status" -eq 1 ] ||
+		fail "the daemon exited $status after a fault, not 1 ($mode)"
 	grep -q 'device is lost' "$dir/log" ||
 		fail "no log line about the lost device ($mode)"
 done

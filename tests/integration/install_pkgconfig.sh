@@ -8,37 +8,15 @@
 # to a daemon from $BUILD and gets its ping answered; the same client links
 # statically with `pkg-config --static`; under PREFIX=/usr/local the units
 # run /usr/local/sbin/gpucmdd; `make uninstall` removes every file again.
-set -u
-BUILD=${BUILD:-build}
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
 CC=${CC:-cc}
-dir=$(mktemp -d /tmp/gpucmd-install-XXXXXX)
+lib_init install
 root=$dir/root
-sock=$dir/s.sock
-pid=""
-# shellcheck disable=SC2317 # called by the trap
-cleanup() {
-	if [ -n "$pid" ]; then
-		kill "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	fi
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$dir"/*.log; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }
-	done
-	exit 1
-}
-skip() {
-	echo "$*"
-	exit 77
-}
 
 command -v pkg-config >/dev/null || skip "pkg-config is not installed"
 command -v "$CC" >/dev/null || skip "no C compiler ($CC)"
-[ -x "$BUILD/gpucmdd" ] || fail "$BUILD/gpucmdd is missing: run make first"
+need gpucmdd
 
 # MAKEFLAGS from an enclosing `make check` carries its command-line
 # variables (SANITIZER=...), so this install matches $BUILD.
@@ -142,16 +120,9 @@ if command -v ldd >/dev/null; then
 		fail "the static client still needs libgpucmd.so"
 fi
 
-"$BUILD/gpucmdd" --socket "$sock" --backend host --host-memory 64M \
-	2>"$dir/daemon.log" &
-pid=$!
-i=0
-while [ ! -S "$sock" ]; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "daemon did not start"
-	kill -0 "$pid" 2>/dev/null || fail "daemon exited"
-	sleep 0.02
-done
+# The host backend whatever the run's: --host-memory is the host's.
+GPUCMD_TEST_BACKEND=host
+start_daemon --host-memory 64M
 out=$("$dir/client" "$sock" 2>"$dir/client.log") || fail "client exited $?: $out"
 [ "$out" = "pong GPUCMD_OK 1 0.1.0 pkgconfig-test" ] || fail "client printed '$out'"
 out=$("$dir/client-static" "$sock" 2>"$dir/client.log") || fail "static client exited $?: $out"

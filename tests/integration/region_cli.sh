@@ -5,31 +5,10 @@
 # equal with cmp; region lines write from and read into a named region and
 # print where the bytes went; ranges past a region's end are refused while
 # parsing, and ones past a buffer's end by the daemon, with the numbers.
-set -u
-BUILD=${BUILD:-build}
-dir=$(mktemp -d /tmp/gpucmd-region-cli-XXXXXX)
-sock=$dir/s.sock
-"$BUILD/gpucmdd" --socket "$sock" --backend "${GPUCMD_TEST_BACKEND:-host}" \
-	--max-frame-bytes 1M 2>"$dir/log" &
-pid=$!
-cleanup() {
-	kill "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	cat "$dir/log"
-	exit 1
-}
-i=0
-while [ ! -S "$sock" ]; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "daemon did not start"
-	sleep 0.02
-done
-g() { "$BUILD/gpucmd" --socket "$sock" "$@"; }
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+lib_init region-cli
+start_daemon --max-frame-bytes 1M
 
 # 1. a file over the frame limit: write, create and read through regions
 size=$((3 * 1024 * 1024 + 7))
@@ -126,8 +105,5 @@ while :; do
 	sleep 0.05
 done
 
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
-[ $rc -eq 0 ] || fail "daemon exit status after SIGTERM: $rc"
+stop_daemon
 exit 0

@@ -8,19 +8,24 @@
 # The last part runs the tool as nobody, so the test needs root (77
 # otherwise) and a daemon whose socket is open to everyone (its config
 # sets socket_mode = 0666).
-set -u
-BUILD=${BUILD:-build}
-if [ "$(id -u)" -ne 0 ]; then
-	echo "skipped: needs root to run the tool as nobody"
-	exit 77
-fi
-if ! command -v setpriv >/dev/null 2>&1; then
-	echo "skipped: needs setpriv (util-linux) to run the tool as nobody"
-	exit 77
-fi
-dir=$(mktemp -d /tmp/gpucmd-report-XXXXXX)
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+[ "$(id -u)" -eq 0 ] || skip "needs root to run the tool as nobody"
+command -v setpriv >/dev/null 2>&1 ||
+	skip "needs setpriv (util-linux) to run the tool as nobody"
+lib_init report
 chmod 755 "$dir"
-sock=$dir/s.sock
+holders=""
+# shellcheck disable=SC2317 # called by the trap
+cleanup() {
+	# Closing the holders' input ends them; then the daemon.
+	exec 4>&- 5>&-
+	for h in $holders; do
+		wait "$h" 2>/dev/null
+	done
+	lib_cleanup
+}
+trap cleanup EXIT
 cat >"$dir/gpucmdd.conf" <<'CONF'
 [daemon]
 socket_mode = 0666
@@ -32,32 +37,7 @@ max_modules = 3
 [service capped]
 region_limit = 3M
 CONF
-"$BUILD/gpucmdd" --config "$dir/gpucmdd.conf" --socket "$sock" \
-	--backend "${GPUCMD_TEST_BACKEND:-host}" 2>"$dir/log" &
-pid=$!
-holders=""
-cleanup() {
-	# Closing the holders' input ends them; then the daemon.
-	exec 4>&- 5>&-
-	for h in $holders; do
-		wait "$h" 2>/dev/null
-	done
-	kill "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	tail -n 20 "$dir/log"
-	exit 1
-}
-i=0
-while [ ! -S "$sock" ]; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "daemon did not start"
-	sleep 0.02
-done
+start_daemon --config "$dir/gpucmdd.conf"
 # The tool as root (an admin) and as nobody, from a copy nobody can run.
 cp "$BUILD/gpucmd" "$dir/gpucmd"
 chmod 755 "$dir/gpucmd"
@@ -451,8 +431,5 @@ while g memory-report --json --service drainer | grep -qF '"closing":true'; do
 	sleep 0.05
 done
 
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
-[ $rc -eq 0 ] || fail "daemon exit status after SIGTERM: $rc"
+stop_daemon
 exit 0

@@ -8,32 +8,12 @@
 #   - SIGTERM: STOPPING=1, then exit status 0;
 #   - without WATCHDOG_USEC no WATCHDOG=1 is sent.
 # python3 listens on the socket (each datagram is appended to a file).
-set -u
-BUILD=${BUILD:-build}
-dir=$(mktemp -d /tmp/gpucmd-notify-XXXXXX)
-pid=""
-lpid=""
-# shellcheck disable=SC2317 # called by the trap
-cleanup() {
-	for p in $pid $lpid; do
-		kill "$p" 2>/dev/null
-		wait "$p" 2>/dev/null
-	done
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$dir"/*.log "$dir"/*.msgs; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }
-	done
-	exit 1
-}
-command -v python3 >/dev/null || {
-	echo "python3 is not installed: nothing to listen on NOTIFY_SOCKET"
-	exit 77
-}
-[ -x "$BUILD/gpucmdd" ] || fail "$BUILD/gpucmdd is missing: run make first"
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+command -v python3 >/dev/null ||
+	skip "python3 is not installed: nothing to listen on NOTIFY_SOCKET"
+lib_init notify
+need gpucmdd
 
 # listen NAME: bind $dir/NAME.notify, append each datagram to $dir/NAME.msgs
 # as "<message>" lines followed by a "--" line.
@@ -50,7 +30,7 @@ with open(sys.argv[2], "a") as out:
             break
         out.write(msg.decode("utf-8", "replace") + "\n--\n")
         out.flush()' "$dir/$1.notify" "$dir/$1.msgs" &
-	lpid=$!
+	pids=$!
 	i=0
 	while [ ! -S "$dir/$1.notify" ]; do
 		i=$((i + 1))
@@ -69,20 +49,6 @@ wait_for() {
 		kill -0 "$pid" 2>/dev/null || fail "the daemon exited waiting for '$2'"
 		sleep 0.02
 	done
-}
-
-stop_daemon() {
-	kill -TERM "$pid"
-	i=0
-	while kill -0 "$pid" 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -gt 500 ] && fail "the daemon did not stop after SIGTERM"
-		sleep 0.02
-	done
-	wait "$pid"
-	status=$?
-	pid=""
-	[ "$status" -eq 0 ] || fail "exit status $status after SIGTERM"
 }
 
 # ---- with the watchdog ------------------------------------------------------
@@ -124,9 +90,9 @@ wait_for wd '^STATUS=serving .*: [0-9]+ connections, [0-9]+ services, [1-9][0-9]
 
 stop_daemon
 grep -q '^STOPPING=1$' "$dir/wd.msgs" || fail "no STOPPING=1 after SIGTERM"
-kill "$lpid" 2>/dev/null
-wait "$lpid" 2>/dev/null
-lpid=""
+kill "$pids" 2>/dev/null
+wait "$pids" 2>/dev/null
+pids=""
 
 # ---- without the watchdog ---------------------------------------------------
 listen plain

@@ -9,58 +9,15 @@
 #      2 sockets ... exactly one"), exits 1;
 #   3. a SOCK_SEQPACKET socket (when python3 is there to connect to it):
 #      refused with "not a listening Unix stream socket", exit 1.
-set -u
-BUILD=${BUILD:-build}
-dir=$(mktemp -d /tmp/gpucmd-sockact-XXXXXX)
-pid=""
-# shellcheck disable=SC2317 # called by the trap
-cleanup() {
-	if [ -n "$pid" ]; then
-		kill "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	fi
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$dir"/*.log; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }
-	done
-	exit 1
-}
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
 activate=$(command -v systemd-socket-activate ||
 	command -v /lib/systemd/systemd-socket-activate ||
-	command -v /usr/lib/systemd/systemd-socket-activate) || {
-	echo "systemd-socket-activate is not installed (Debian package systemd)"
-	exit 77
-}
-[ -x "$BUILD/gpucmdd" ] || fail "$BUILD/gpucmdd is missing: run make first"
+	command -v /usr/lib/systemd/systemd-socket-activate) ||
+	skip "systemd-socket-activate is not installed (Debian package systemd)"
+lib_init sockact
+need gpucmdd
 g() { "$BUILD/gpucmd" "$@"; }
-
-# Wait until $1 exists as a socket (the activator is listening).
-wait_socket() {
-	i=0
-	while [ ! -S "$1" ]; do
-		i=$((i + 1))
-		[ $i -gt 500 ] && fail "no socket at $1"
-		kill -0 "$pid" 2>/dev/null || fail "the activator exited early"
-		sleep 0.02
-	done
-}
-
-# Wait for $pid to exit, within 10 s; its status is in $status.
-wait_exit() {
-	i=0
-	while kill -0 "$pid" 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -gt 500 ] && fail "$1 did not exit"
-		sleep 0.02
-	done
-	wait "$pid"
-	status=$?
-	pid=""
-}
 
 # ---- 1. one socket -----------------------------------------------------------
 sock=$dir/act.sock
@@ -81,9 +38,7 @@ case $out in
 esac
 [ -e "$own" ] && fail "the daemon bound its own socket $own instead of using the passed one"
 grep -q "cannot start" "$dir/act1.log" && fail "the daemon complained"
-kill -TERM "$pid"
-wait_exit "the activated daemon"
-[ "$status" -eq 0 ] || fail "the activated daemon exited $status after SIGTERM"
+stop_daemon
 [ -S "$sock" ] || fail "the daemon removed the socket file systemd owns"
 
 # ---- 2. two sockets ----------------------------------------------------------

@@ -7,28 +7,10 @@
 #   - a path that is a regular file is left alone: exit 1, and why;
 #   - a directory that does not exist is named as the reason (libuv would
 #     report EACCES), exit 1.
-set -u
-BUILD=${BUILD:-build}
-dir=$(mktemp -d /tmp/gpucmd-sockpath-XXXXXX)
-sock=$dir/s.sock
-pid=""
-# shellcheck disable=SC2317 # called by the trap
-cleanup() {
-	if [ -n "$pid" ]; then
-		kill "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	fi
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$dir"/*.log; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }
-	done
-	exit 1
-}
-[ -x "$BUILD/gpucmdd" ] || fail "$BUILD/gpucmdd is missing: run make first"
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+lib_init sockpath
+need gpucmdd gpucmd
 : >"$dir/empty.conf"
 
 # start NAME: a daemon on $sock in the background ($pid), up within 10 s.
@@ -70,11 +52,7 @@ pid=""
 start replacement
 grep -qF "already serving" "$dir/replacement.log" &&
 	fail "the stale socket was taken for a live daemon"
-kill "$pid"
-wait "$pid" 2>/dev/null
-rc=$?
-pid=""
-[ $rc -eq 0 ] || fail "the replacement exited $rc after SIGTERM, want 0"
+stop_daemon
 [ -e "$sock" ] && fail "a clean shutdown left $sock behind"
 
 # Not a socket: left alone.
