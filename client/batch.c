@@ -210,6 +210,16 @@ static void *op_tail(struct batch_op *o)
  * Append an op of kind with extra tail bytes; the caller fills in its
  * message.  The block is zeroed so an unfilled field reads as absent.
  */
+/*
+ * a + b, or SIZE_MAX where that overflows: a tail of a caller's length plus
+ * more, which batch_push then refuses (GPUCMD_ELIMIT) instead of taking the
+ * wrapped sum for the room to copy len bytes into.
+ */
+static size_t tail_sum(size_t a, size_t b)
+{
+	return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+
 static int batch_push(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
 		      size_t extra, struct batch_op **out)
 {
@@ -426,7 +436,7 @@ static int batch_write(struct gpucmd_batch *b, uint64_t handle,
 	if (r < 0)
 		return r;
 	r = batch_push(b, GPUCMD__OP__OP_WRITE,
-		       layout_tail(layout) + inline_len, &o);
+		       tail_sum(layout_tail(layout), inline_len), &o);
 	if (r < 0)
 		return r;
 	gpucmd__op_write__init(&o->m.write);
@@ -1008,7 +1018,7 @@ GPUCMD_EXTERN int gpucmd_batch_load_module(struct gpucmd_batch *b,
 	if (module == 0 || format == NULL || (data == NULL && len > 0))
 		return GPUCMD_EINVAL;
 	flen = strlen(format) + 1;
-	r = batch_push(b, GPUCMD__OP__OP_LOAD_MODULE, len + flen, &o);
+	r = batch_push(b, GPUCMD__OP__OP_LOAD_MODULE, tail_sum(len, flen), &o);
 	if (r < 0)
 		return r;
 	gpucmd__op_load_module__init(&o->m.load_module);

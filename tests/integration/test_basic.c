@@ -604,6 +604,46 @@ START_TEST(client_errors)
 }
 END_TEST
 
+/*
+ * Lengths near SIZE_MAX, whose sum with the room an op needs around its
+ * bytes wraps to a small number, are refused as over max_frame_bytes: no
+ * op is added and nothing is copied (the wrapped sum once sized the copy).
+ */
+START_TEST(lengths_that_wrap_are_refused)
+{
+	struct gpucmd_conn *c = connect_as("basic");
+	struct gpucmd_layout l = { .rank = 1, .shape = { 16 },
+				   .strides = { 1 }, .elem_size = 1 };
+	const size_t lens[] = { SIZE_MAX, SIZE_MAX - 3, SIZE_MAX - 40,
+				SIZE_MAX - 200 };
+	struct gpucmd_batch *b;
+	uint8_t small[16] = { 0 };
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		ck_assert_int_eq(gpucmd_batch_write(b, 1, 0, small, lens[i]),
+				 GPUCMD_ELIMIT);
+		ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, small,
+							     lens[i]),
+				 GPUCMD_ELIMIT);
+		ck_assert_int_eq(gpucmd_batch_write_layout(b, 1, 0, &l, small,
+							   lens[i]),
+				 GPUCMD_ELIMIT);
+		ck_assert_int_eq(gpucmd_batch_create_with_data(b, 2, small,
+							       lens[i]),
+				 GPUCMD_ELIMIT);
+		ck_assert_int_eq(gpucmd_batch_load_module(b, 3, "ptx", small,
+							  lens[i]),
+				 GPUCMD_ELIMIT);
+	}
+	ck_assert_uint_eq(gpucmd_batch_count(b), 0);
+	/* The batch and the connection are as before. */
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(release_returns_usage)
 {
 	struct gpucmd_conn *c = connect_as("basic");
@@ -728,6 +768,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, recycled_batches_start_clean);
 	tcase_add_test(tc, every_builtin);
 	tcase_add_test(tc, client_errors);
+	tcase_add_test(tc, lengths_that_wrap_are_refused);
 	tcase_add_test(tc, release_returns_usage);
 	tcase_add_test(tc, pipelined_out_of_order);
 	tcase_add_test(tc, status_and_report);
