@@ -147,11 +147,16 @@ static uint64_t deadline_after(int timeout_ms)
 	return spin_now_ns() + (uint64_t)timeout_ms * 1000000u + 1;
 }
 
-/* How long a frame that has begun may pause from now before it is given up. */
+/* How long a frame that has begun may pause before it is given up. */
+static int stall_ms(const struct gpucmd_conn *c)
+{
+	return c->timeout_ms > CONN_STALL_MS ? c->timeout_ms : CONN_STALL_MS;
+}
+
+/* ...counted from now. */
 static uint64_t stall_deadline(const struct gpucmd_conn *c)
 {
-	return deadline_after(c->timeout_ms > CONN_STALL_MS ? c->timeout_ms
-							    : CONN_STALL_MS);
+	return deadline_after(stall_ms(c));
 }
 
 /* Milliseconds from now to deadline_ns, rounded up; 0 once it passed. */
@@ -265,9 +270,15 @@ static int conn_read(struct gpucmd_conn *c, void *buf, size_t len)
  * descriptors with the bytes of that call, and a stream socket never merges
  * them into bytes of another, which is how the daemon ties them to the
  * frame that announced them.
+ *
+ * deadline_ns (0: none) bounds the wait for the first byte to go; each
+ * sendmsg that sends some moves it to stall_ms from then, as recv_some does
+ * for a frame being read: a large request the daemon keeps taking is sent
+ * whole however long it takes, one it stops taking is given up.
  */
 static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
-			size_t nfds, uint64_t deadline_ns, bool *partial)
+			size_t nfds, uint64_t deadline_ns, int stall_ms,
+			bool *partial)
 {
 	size_t ctl_len = nfds > 0 ? CMSG_SPACE(nfds * sizeof(int)) : 0;
 	size_t piece = 0, skip = 0;	/* the first byte not sent yet */
@@ -325,6 +336,8 @@ static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
 		/* Sent once: the rest of the bytes go without them. */
 		free(ctl);
 		ctl = NULL;
+		if (deadline_ns != 0 && n > 0)
+			deadline_ns = deadline_after(stall_ms);
 		/* Empty pieces are passed over, sent or not. */
 		while (piece < p->n && (n > 0 || p->v[piece].len == skip)) {
 			size_t left = p->v[piece].len - skip;
@@ -466,7 +479,8 @@ static int write_frame(struct gpucmd_conn *c, const Gpucmd__Frame *f,
 		bool partial = false;
 
 		r = write_pieces(c->fd, &c->out, fds, nfds,
-				 deadline_after(c->timeout_ms), &partial);
+				 deadline_after(c->timeout_ms), stall_ms(c),
+				 &partial);
 		if (partial && r == -ETIMEDOUT)
 			r = conn_fail_why(c, r, "the daemon stopped reading in "
 					  "the middle of a request for longer "

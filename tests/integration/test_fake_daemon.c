@@ -23,7 +23,13 @@ enum fake_mode {
 	FAKE_CUT,		/* half a frame, then close */
 	FAKE_STALL,		/* half a frame, then nothing */
 	FAKE_EVICT_MID_REQUEST,	/* read part of a request, Error, close */
+	FAKE_SLOW_READER,	/* read the request slowly, then answer it */
+	FAKE_STOP_READING,	/* read part of a request, then nothing */
 };
+
+/* FAKE_SLOW_READER's pace: this many bytes, then a pause of this long. */
+#define SLOW_CHUNK (16u << 10)
+#define SLOW_PAUSE_US 2000
 
 static const char *const EVICT_WHY = "evicted by connection 7 (pid 1)";
 
@@ -122,6 +128,42 @@ static void fake_serve(int lfd, enum fake_mode mode)
 		pause();
 	}
 	fake_welcome(fd);
+	if (mode == FAKE_SLOW_READER) {
+		/*
+		 * A daemon that keeps taking a large request, slower than the
+		 * client's timeout allows for the whole of it.
+		 */
+		Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+		Gpucmd__Response r = GPUCMD__RESPONSE__INIT;
+		uint8_t head[FRAME_HEADER_SIZE];
+		static uint8_t chunk[SLOW_CHUNK];
+		struct frame_header h;
+
+		if (read_full(fd, head, sizeof(head)) != 0)
+			_exit(3);
+		frame_header_unpack(head, &h);
+		for (uint32_t left = h.length; left > 0;) {
+			uint32_t k = left < SLOW_CHUNK ? left : SLOW_CHUNK;
+
+			if (read_full(fd, chunk, k) != 0)
+				_exit(3);
+			left -= k;
+			usleep(SLOW_PAUSE_US);
+		}
+		/* The client's first request is id 1. */
+		r.id = 1;
+		f.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
+		f.response = &r;
+		fake_send(fd, &f);
+		pause();
+	}
+	if (mode == FAKE_STOP_READING) {
+		static char part[FRAME_HEADER_SIZE + 4096];
+
+		if (read_full(fd, part, sizeof(part)) != 0)
+			_exit(3);
+		pause();
+	}
 	if (mode == FAKE_EVICT_MID_REQUEST) {
 		/*
 		 * As the daemon evicts a connection whose large request is
@@ -367,6 +409,64 @@ START_TEST(eviction_in_the_middle_of_a_request_says_why)
 }
 END_TEST
 
+/* A one-write batch of n zero bytes run on c: its code. */
+static int run_large_write(struct gpucmd_conn *c, size_t n)
+{
+	char *data = calloc(1, n);
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r = NULL;
+	int rc;
+
+	ck_assert_ptr_nonnull(data);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, data, n), 0);
+	rc = gpucmd_run(b, &r);
+	gpucmd_response_free(r);
+	free(data);
+	return rc;
+}
+
+/*
+ * The timeout bounds the wait for a request to begin going out; once it
+ * goes, it goes whole while the daemon keeps taking it (it was one
+ * deadline for the whole send, so this one, taking 128 x 2 ms and more
+ * against a timeout of 20 ms, was cut off and the connection closed).
+ */
+START_TEST(request_taken_slowly_is_sent_whole)
+{
+	pid_t pid = fake_start(FAKE_SLOW_READER);
+	struct gpucmd_conn *c = fake_connect(20);
+	uint64_t t0 = harness_now_us();
+	size_t n = 2u << 20;
+
+	ck_assert_int_eq(run_large_write(c, n), 0);
+	/* It did take longer than the timeout. */
+	ck_assert_uint_gt(harness_now_us() - t0,
+			  (n / SLOW_CHUNK) * SLOW_PAUSE_US / 2);
+	ck_assert_int_eq(gpucmd_conn_error(c, NULL), 0);
+	gpucmd_close(c);
+	fake_stop(pid);
+}
+END_TEST
+
+/* ...and a request the daemon stops taking half way closes it. */
+START_TEST(request_the_daemon_stops_taking_closes)
+{
+	pid_t pid = fake_start(FAKE_STOP_READING);
+	struct gpucmd_conn *c = fake_connect(200);
+	uint64_t t0 = harness_now_us();
+
+	ck_assert_int_eq(run_large_write(c, 8u << 20), -ETIMEDOUT);
+	/* A request that began may pause a second before it counts as
+	 * stopped. */
+	ck_assert_uint_gt(harness_now_us() - t0, 900000);
+	ck_assert_uint_lt(harness_now_us() - t0, 10000000);
+	assert_dead(c, -ETIMEDOUT, "stopped reading in the middle of a request");
+	gpucmd_close(c);
+	fake_stop(pid);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("fake_daemon");
@@ -380,6 +480,8 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, reply_cut_short_by_a_close);
 	tcase_add_test(tc, reply_that_stalls_half_way);
 	tcase_add_test(tc, eviction_in_the_middle_of_a_request_says_why);
+	tcase_add_test(tc, request_taken_slowly_is_sent_whole);
+	tcase_add_test(tc, request_the_daemon_stops_taking_closes);
 	suite_add_tcase(s, tc);
 	return s;
 }
