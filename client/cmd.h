@@ -75,6 +75,12 @@ int tool_observe(const struct tool_opts *o, struct gpucmd_conn **out);
 int tool_fail(const char *what, int code);
 /** tool_fail with the daemon's sentence (gpucmd_last_message) when there is one. */
 int tool_fail_why(const char *what, int code, const char *why);
+/**
+ * tool_fail_why for a call on conn: the daemon's reason for closing the
+ * connection when it did (an eviction names who evicted), else its
+ * sentence for the failed request (gpucmd_last_message).
+ */
+int tool_fail_conn(const char *what, int code, const struct gpucmd_conn *conn);
 /** The exit status for a library error code, as tool_fail decides it. */
 int tool_exit_status(int code);
 /**

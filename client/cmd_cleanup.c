@@ -44,7 +44,7 @@ int cmd_cleanup(const struct tool_opts *o, int argc, char **argv)
 		return r;
 	r = gpucmd_cleanup(conn, service, &bytes);
 	if (r < 0) {
-		r = tool_fail_why("cleanup", r, gpucmd_last_message(conn));
+		r = tool_fail_conn("cleanup", r, conn);
 		gpucmd_close(conn);
 		return r;
 	}

@@ -45,6 +45,9 @@ int cmd_evict(const struct tool_opts *o, int argc, char **argv)
 					  TOOL_EXIT_USAGE, NULL);
 		}
 	}
+	if (optind < argc && argv[optind][0] == '\0')
+		return tool_usage(argv[0], evict_usage, TOOL_EXIT_USAGE,
+				  "the SERVICE name is empty");
 	if (optind < argc)
 		service = argv[optind++];
 	if (optind < argc)
@@ -59,7 +62,7 @@ int cmd_evict(const struct tool_opts *o, int argc, char **argv)
 		return r;
 	r = gpucmd_evict(conn, service, id, &count);
 	if (r < 0) {
-		r = tool_fail_why("evict", r, gpucmd_last_message(conn));
+		r = tool_fail_conn("evict", r, conn);
 		gpucmd_close(conn);
 		return r;
 	}

@@ -103,9 +103,12 @@ int cmd_ping(const struct tool_opts *o, int argc, char **argv)
 			max = us;
 		sum += us;
 	}
+	if (r < 0) {
+		r = tool_fail_conn("ping", r, conn);
+		gpucmd_close(conn);
+		return r;
+	}
 	gpucmd_close(conn);
-	if (r < 0)
-		return tool_fail("ping", r);
 	printf("--- %" PRIu64 " pings: min/avg/max = %.1f/%.1f/%.1f us\n",
 	       count, min, sum / (double)count, max);
 	return TOOL_EXIT_OK;

@@ -1059,8 +1059,7 @@ static int report_once(struct gpucmd_conn *conn, const struct report_opts *o)
 
 	r = gpucmd_memory_report(conn, &rep);
 	if (r < 0)
-		return tool_fail_why("memory-report", r,
-				     gpucmd_last_message(conn));
+		return tool_fail_conn("memory-report", r, conn);
 	if (view_build(rep, o, &v) < 0) {
 		gpucmd_report_free(rep);
 		fprintf(stderr, "gpucmd: memory-report: out of memory\n");

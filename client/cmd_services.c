@@ -89,7 +89,7 @@ int cmd_services(const struct tool_opts *o, int argc, char **argv)
 		return r;
 	r = gpucmd_memory_report(conn, &rep);
 	if (r < 0) {
-		r = tool_fail_why("services", r, gpucmd_last_message(conn));
+		r = tool_fail_conn("services", r, conn);
 		gpucmd_close(conn);
 		return r;
 	}

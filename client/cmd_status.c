@@ -118,7 +118,7 @@ int cmd_status(const struct tool_opts *o, int argc, char **argv)
 	info = *gpucmd_info(conn);
 	r = gpucmd_status(conn, &st);
 	if (r < 0) {
-		r = tool_fail_why("status", r, gpucmd_last_message(conn));
+		r = tool_fail_conn("status", r, conn);
 		gpucmd_close(conn);
 		return r;
 	}

@@ -365,6 +365,16 @@ int tool_fail_why(const char *what, int code, const char *why)
 	return tool_exit_status(code);
 }
 
+int tool_fail_conn(const char *what, int code, const struct gpucmd_conn *conn)
+{
+	const char *why = NULL;
+
+	if (code != GPUCMD_EDISCONNECTED ||
+	    gpucmd_conn_error(conn, &why) == 0)
+		why = gpucmd_last_message(conn);
+	return tool_fail_why(what, code, why);
+}
+
 int tool_usage(const char *prog, const char *usage, int status,
 	       const char *complaint, ...)
 {

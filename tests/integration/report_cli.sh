@@ -407,6 +407,27 @@ g evict >/dev/null 2>&1
 [ $? -eq 2 ] || fail "evict without a target is not a usage error"
 g evict --connection 0 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "evict --connection 0 is not a usage error"
+g evict "" >/dev/null 2>"$dir/err"
+[ $? -eq 2 ] || fail "evict of an empty name is not a usage error"
+grep -q "empty" "$dir/err" || fail "evict '': $(cat "$dir/err")"
+
+# A tool whose connection is evicted prints the daemon's reason (who
+# evicted it) and exits 69, as exec does (ping: the one that joins a
+# service; the others share its tool_fail_conn).
+g --service victim ping -c 1000000000 >/dev/null 2>"$dir/victim.err" &
+vpid=$!
+i=0
+until g services | grep -q "^victim "; do
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "ping never joined service victim"
+	sleep 0.05
+done
+g evict victim >/dev/null || fail "evict victim: exit $?"
+wait "$vpid"
+rc=$?
+[ $rc -eq 69 ] || fail "the evicted ping exited $rc, not 69"
+grep -q "the daemon closed the connection: evicted by connection" \
+	"$dir/victim.err" || fail "the evicted ping said: $(cat "$dir/victim.err")"
 exec 4>&- 5>&-
 for h in $holders; do
 	wait "$h"
