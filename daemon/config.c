@@ -38,6 +38,7 @@ void config_defaults(struct config *cfg)
 	cfg->limits.max_handles = 1u << 20;
 	cfg->limits.max_streams = 16;
 	cfg->limits.max_pending_bytes = 256ull << 20;
+	cfg->limits.frame_timeout = 10;
 	cfg->limits.max_bytes_in_flight = 256ull << 20;
 	snprintf(cfg->layout, sizeof(cfg->layout), "subslices");
 	cfg->spin_us = SPIN_DEFAULT_US;
@@ -571,6 +572,9 @@ static int handle_key(void *user, const char *section, const char *name,
 		if (strcmp(name, "max_bytes_in_flight") == 0)
 			return set_size(st, name, v, 65536,
 					&lim->max_bytes_in_flight);
+		if (strcmp(name, "frame_timeout") == 0)
+			return set_u32(st, name, v, 0, 3600,
+				       &lim->frame_timeout);
 		return bad(st, "unknown key '%s' in [limits]", name);
 	}
 	if (strcmp(section, "services") == 0) {

@@ -33,6 +33,12 @@ struct config_limits {
 	 * completed (session.c); one request alone always goes.
 	 */
 	uint64_t max_bytes_in_flight;
+	/*
+	 * Seconds, plus one for each SESSION_FRAME_MIB_PER_S MiB of its body,
+	 * within which a frame larger than the read buffer must arrive whole
+	 * once its header came (session_expire_frame); 0 = no limit.
+	 */
+	uint32_t frame_timeout;
 };
 
 #define CONFIG_MAX_IDS 32

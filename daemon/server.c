@@ -861,8 +861,11 @@ static void status_line(struct server *srv, char *buf, size_t len)
 		 (unsigned long long)executor_batches(srv->ex));
 }
 
-/* Refuse the connections that have not said Hello in time. */
-static void expire_hellos(struct server *srv)
+/*
+ * Refuse the connections that have not said Hello in time, and those whose
+ * large frame stopped half way (session_expire_frame).
+ */
+static void expire_sessions(struct server *srv)
 {
 	uint64_t now = uv_now(srv->loop);
 	struct session *s, *next;
@@ -874,13 +877,16 @@ static void expire_hellos(struct server *srv)
 			session_refuse(s, GPUCMD_EPROTO,
 				       "no Hello within %d s of connecting",
 				       SESSION_HELLO_TIMEOUT_MS / 1000);
+		else
+			session_expire_frame(s, now);
 	}
 }
 
 /*
  * The watchdog ping comes from the loop itself: if the loop wedges, the
  * pings stop and systemd restarts the daemon.  The same tick refreshes
- * STATUS= and ends connections that never said Hello.
+ * STATUS= and ends connections that never said Hello or stopped sending a
+ * frame half way.
  */
 static void on_tick(uv_timer_t *t)
 {
@@ -893,7 +899,7 @@ static void on_tick(uv_timer_t *t)
 	sd_status("%s", buf);
 	if (sd_watchdog_usec() != 0)
 		sd_watchdog_ping();
-	expire_hellos(srv);
+	expire_sessions(srv);
 	/* Frame buffers kept for large transfers go back when unused. */
 	frame_buf_trim(SERVER_BUF_IDLE_NS);
 }

@@ -152,6 +152,7 @@ struct session {
 	uint64_t rx_bytes;		/* read from the socket so far */
 	uint64_t frame_at;		/* stream offset of the frame handled */
 	uint64_t body_at;		/* ... of the frame s->body collects */
+	uint64_t body_begun_ms;		/* uv_now at its header */
 	/*
 	 * Large frames wait for their turn (server_turn_wait): turn_wait, the
 	 * next frame (in rbuf, or the whole of s->body) waits to be decoded;
@@ -192,6 +193,11 @@ struct session {
  * bytes, and nobody known may make the daemon hold max_frame_bytes.
  */
 #define SESSION_HELLO_MAX_BYTES 4096
+/*
+ * The least rate, in MiB a second, at which a large frame must arrive
+ * beside [limits] frame_timeout (session_expire_frame).
+ */
+#define SESSION_FRAME_MIB_PER_S 8
 
 /** Who is at the other end of s (SO_PEERCRED, groups): before session_start. */
 void session_identify(struct session *s);
@@ -230,6 +236,16 @@ void session_flush(struct session *s);
  * service and act on others.
  */
 bool session_is_admin(const struct session *s);
+/**
+ * Close s, with the reason, when the frame larger than its read buffer that
+ * it is sending has not arrived whole within [limits] frame_timeout seconds
+ * plus one for each SESSION_FRAME_MIB_PER_S MiB of it, counted from its
+ * header (server.c's tick, at now_ms).  Such a frame holds its place in the
+ * service's max_bytes_in_flight from its header on: a client announcing
+ * large frames and sending nothing more would otherwise hold back the
+ * service's other connections, and the memory, for as long as it liked.
+ */
+void session_expire_frame(struct session *s, uint64_t now_ms);
 /** The executor freed s's device state. */
 void session_device_closed(struct session *s);
 /**

@@ -2986,6 +2986,49 @@ START_TEST(frames_being_read_count_against_the_service_budget)
 }
 END_TEST
 
+static void setup_frame_timeout(void)
+{
+	setup_config("[limits]\nframe_timeout = 1\n"
+		     "[service stall]\nmax_bytes_in_flight = 4M\n");
+}
+
+/*
+ * A frame that stops half way does not hold its service's budget for
+ * ever.  In service "stall" (max_bytes_in_flight = 4M, frame_timeout = 1)
+ * two connections each send the header of a 3 MiB frame and nothing more:
+ * the first holds 3 MiB of the budget from its header on, the second
+ * waits for room, and so does a third connection's ping behind it.  That
+ * was a wedge of the whole service for 24 bytes, as long as the two stayed
+ * connected.  Now each is closed about 1.4 s after its header (and the
+ * tick of 2 s), told why, and the ping is answered.
+ */
+START_TEST(a_frame_stopped_half_way_is_ended)
+{
+	uint8_t head[FRAME_HEADER_SIZE];
+	int fd[2], pinger = raw_connect();
+	uint64_t t0;
+
+	raw_hello(pinger, "stall");
+	header(head, 3u << 20);
+	for (int k = 0; k < 2; k++) {
+		fd[k] = raw_connect();
+		raw_hello(fd[k], "stall");
+		send_all(fd[k], head, sizeof(head));
+	}
+	t0 = harness_now_us();
+	raw_ping(pinger, 1);
+	ck_assert_uint_gt(harness_now_us() - t0, 900000);
+	for (int k = 0; k < 2; k++)
+		expect_refusal(fd[k], GPUCMD_EPROTO,
+			       "a frame of 3145728 bytes did not arrive whole "
+			       "within 1.4 s of its header (0 bytes came; "
+			       "[limits] frame_timeout is 1 s");
+	raw_ping(pinger, 2);
+	close(pinger);
+	back_to_baseline();
+}
+END_TEST
+
 /*
  * The connections of a service waiting for its budget go in turn: in
  * service "tight" (max_bytes_in_flight = 64K) one client queues 150
@@ -3398,6 +3441,14 @@ static Suite *make_suite(void)
 		tcase_add_test(bs, frames_being_read_count_against_the_service_budget);
 		tcase_add_test(bs, a_pipelining_connection_does_not_starve_its_service);
 		suite_add_tcase(s, bs);
+	}
+	{
+		TCase *ft = tcase_create("frame_timeout");
+
+		tcase_add_checked_fixture(ft, setup_frame_timeout, teardown);
+		tcase_set_timeout(ft, 60);
+		tcase_add_test(ft, a_frame_stopped_half_way_is_ended);
+		suite_add_tcase(s, ft);
 	}
 
 	tcase_add_checked_fixture(pin, setup_pinned, teardown);

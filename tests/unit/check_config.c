@@ -147,6 +147,7 @@ START_TEST(defaults_are_the_documented_ones)
 	ck_assert_uint_eq(cfg.limits.max_streams, 16);
 	ck_assert_uint_eq(cfg.limits.max_pending_bytes, 256 * MIB);
 	ck_assert_uint_eq(cfg.limits.max_bytes_in_flight, 256 * MIB);
+	ck_assert_uint_eq(cfg.limits.frame_timeout, 10);
 	ck_assert_int_eq(cfg.unknown_services, CONFIG_UNKNOWN_ALLOW);
 	ck_assert_str_eq(cfg.default_service.name, "");
 	ck_assert_uint_eq(cfg.default_service.memory_limit, 0);
@@ -290,6 +291,7 @@ START_TEST(every_key)
 		"max_streams = 8\n"
 		"max_pending_bytes = 64M\n"
 		"max_bytes_in_flight = 32M\n"
+		"frame_timeout = 0\n"
 		"\n"
 		"[services]\n"
 		"unknown = refuse\n"
@@ -328,6 +330,7 @@ START_TEST(every_key)
 	ck_assert_uint_eq(cfg.limits.max_streams, 8);
 	ck_assert_uint_eq(cfg.limits.max_pending_bytes, 64 * MIB);
 	ck_assert_uint_eq(cfg.limits.max_bytes_in_flight, 32 * MIB);
+	ck_assert_uint_eq(cfg.limits.frame_timeout, 0);
 	ck_assert_int_eq(cfg.unknown_services, CONFIG_UNKNOWN_REFUSE);
 	ck_assert_uint_eq(cfg.default_service.memory_limit, GIB);
 	ck_assert_uint_eq(cfg.default_service.region_limit, 256 * MIB);
@@ -1041,6 +1044,8 @@ START_TEST(bad_values)
 		   "from 4096 to 1073741824");
 	expect_bad("[limits]\nmax_frame_bytes = 2G\n", 2, "max_frame_bytes");
 	expect_bad("[limits]\nmax_in_flight = 0\n", 2, "max_in_flight");
+	expect_bad("[limits]\nframe_timeout = 3601\n", 2,
+		   "frame_timeout = 3601: expected a number from 0 to 3600");
 	expect_bad("[limits]\nmax_ops_per_batch = 16777217\n", 2,
 		   "max_ops_per_batch");
 	expect_bad("[limits]\nmax_handles = 2G\n", 2, "max_handles");
