@@ -30,6 +30,7 @@ void rounds_add(struct rounds *r, struct service *svc)
 		return;
 	}
 	svc->active = true;
+	atomic_store_explicit(&svc->in_rounds, true, memory_order_relaxed);
 	append(&r->fresh_tail, svc);
 }
 
@@ -52,6 +53,9 @@ static bool take_turn(struct rounds *r, struct service *svc,
 	if (svc->emptied) {
 		svc->emptied = false;
 		svc->active = false;
+		/* The last touch: a service no session holds may now go. */
+		atomic_store_explicit(&svc->in_rounds, false,
+				      memory_order_release);
 		return false;
 	}
 	for (unsigned k = 0; k < quantum && more; k++)

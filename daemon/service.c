@@ -9,11 +9,13 @@
 #include <string.h>
 
 #include "gpucmd.h"
+#include "log.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct service *registry_head;
 static struct service **registry_tail = &registry_head;
 static uint32_t registry_count;
+static uint32_t registry_last_id;	/* ids are never used twice */
 
 /*
  * Limits of none: no quota, no modules (loads are refused to observers
@@ -93,20 +95,65 @@ bool service_known(const char *name)
 	return found;
 }
 
-struct service *service_get(const char *name,
-			    const struct config_service *limits)
+/*
+ * Whether svc may go to make room (registry_lock held): no file lists it,
+ * no session holds it (a session is freed only once the device thread is
+ * done with its connection, so none of its connections has a stream set,
+ * a batch or a graph left), it is out of the executor's rounds, and it
+ * keeps no module loaded.  Nothing else refers to a service but the walks
+ * of service_foreach, under the lock.  What goes with it: the peak and OOM
+ * count the report showed for it.
+ */
+static bool service_retirable(const struct service *svc)
+{
+	return !atomic_load(&svc->listed) && svc->holders == 0 &&
+	       atomic_load(&svc->connections) == 0 &&
+	       !atomic_load_explicit(&svc->in_rounds, memory_order_acquire) &&
+	       atomic_load(&svc->modules) == 0 && svc->budget_waiters == NULL;
+}
+
+/* Free the oldest retirable service (registry_lock held); whether one went. */
+static bool retire_oldest(void)
+{
+	for (struct service **pp = &registry_head; *pp != NULL;
+	     pp = &(*pp)->next) {
+		struct service *svc = *pp;
+
+		if (!service_retirable(svc))
+			continue;
+		*pp = svc->next;
+		if (registry_tail == &svc->next)
+			registry_tail = pp;
+		registry_count--;
+		log_info("service %s (id %u) retired to make room for a new "
+			 "one: it held nothing and no connection (the registry "
+			 "keeps %d)",
+			 svc->name, (unsigned)svc->id, SERVICE_MAX);
+		free(svc->module_refs);
+		free(svc);
+		return true;
+	}
+	return false;
+}
+
+/* service_get, and a holder more when joining (registry_lock taken). */
+static struct service *get(const char *name,
+			   const struct config_service *limits, bool join)
 {
 	struct service *svc;
 
 	pthread_mutex_lock(&registry_lock);
 	svc = find_locked(name);
-	if (svc != NULL || registry_count >= SERVICE_MAX)
+	if (svc != NULL ||
+	    (registry_count >= SERVICE_MAX && !retire_oldest()))
 		goto out;
 	svc = calloc(1, sizeof(*svc));
 	if (svc == NULL)
 		goto out;
 	snprintf(svc->name, sizeof(svc->name), "%s", name);
-	svc->id = ++registry_count;
+	svc->id = ++registry_last_id;
+	registry_count++;
+	atomic_init(&svc->in_rounds, false);
 	atomic_init(&svc->connections, 0);
 	atomic_init(&svc->memory_limit, 0);
 	atomic_init(&svc->region_limit, 0);
@@ -121,8 +168,29 @@ struct service *service_get(const char *name,
 	*registry_tail = svc;
 	registry_tail = &svc->next;
 out:
+	if (svc != NULL && join)
+		svc->holders++;
 	pthread_mutex_unlock(&registry_lock);
 	return svc;
+}
+
+struct service *service_get(const char *name,
+			    const struct config_service *limits)
+{
+	return get(name, limits, false);
+}
+
+struct service *service_join(const char *name,
+			     const struct config_service *limits)
+{
+	return get(name, limits, true);
+}
+
+void service_leave(struct service *svc)
+{
+	pthread_mutex_lock(&registry_lock);
+	svc->holders--;
+	pthread_mutex_unlock(&registry_lock);
 }
 
 void service_foreach(void (*fn)(struct service *svc, void *arg), void *arg)
@@ -290,5 +358,6 @@ void service_registry_free(void)
 	}
 	registry_tail = &registry_head;
 	registry_count = 0;
+	registry_last_id = 0;
 	pthread_mutex_unlock(&registry_lock);
 }

@@ -3,8 +3,12 @@
  *
  * A connection speaks for one service, named in its Hello.  Several
  * connections may share a service; memory accounting, quotas and the memory
- * report are per service.  Services live until the daemon exits (so the
- * report can show a service's peak and OOM count after its clients left).
+ * report are per service.  A service outlives its clients, so that the
+ * report can show its peak and OOM count after they left; but the registry
+ * holds at most SERVICE_MAX, and when a new name finds it full the oldest
+ * service that no file lists and that holds nothing (service_retirable)
+ * goes to make room, so that services named per job, or a client making up
+ * names, cannot shut new services out until a restart.
  *
  * An admin's observer connection (Hello.observe) joins none of them: it
  * speaks for service_observers(), one object outside the registry, so that
@@ -50,6 +54,14 @@ struct service {
 	atomic_bool listed;			/* a section of the file named it */
 	bool observer;			/* service_observers(), fixed */
 	atomic_uint connections;
+	/*
+	 * Sessions that joined it and are not freed yet (service_join,
+	 * service_leave): registry_lock.  A session is freed only once the
+	 * device thread is done with its connection.
+	 */
+	uint32_t holders;
+	/* In the executor's rounds (rounds.c sets it, device thread). */
+	atomic_bool in_rounds;
 	/*
 	 * Distinct modules of the daemon's cache the service keeps loaded:
 	 * named by its connections' ids, launched by its graphs, or unloaded
@@ -140,10 +152,19 @@ int service_name_check(const char *name);
 bool service_known(const char *name);
 /**
  * The service called name, created with limits if new (an existing one
- * keeps its own); NULL when SERVICE_MAX services exist already.
+ * keeps its own); NULL when SERVICE_MAX services exist already and none of
+ * them can be retired to make room.
  */
 struct service *service_get(const char *name,
 			    const struct config_service *limits);
+/**
+ * service_get for a session (loop thread): the service counts it among its
+ * holders until service_leave, and is not retired meanwhile.
+ */
+struct service *service_join(const char *name,
+			     const struct config_service *limits);
+/** The session that joined svc is freed (loop thread). */
+void service_leave(struct service *svc);
 /**
  * The service of admins' observer connections: not in the registry (no id,
  * no row in any report, not counted), named "(observer)" for the logs,

@@ -375,6 +375,9 @@ static void on_closed(uv_handle_t *h)
 	struct session *s = h->data;
 
 	server_session_gone(s->server, s);
+	/* Its connection is gone from the device thread too (maybe_free). */
+	if (s->econn.service != NULL && !s->econn.service->observer)
+		service_leave(s->econn.service);
 	for (unsigned i = 0; i < s->nfds; i++)
 		close(s->fds[i]);
 	drop_replies(s->outq.owners, s->outq.nowners);
@@ -764,10 +767,12 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 			       cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH);
 		return NULL;
 	}
-	svc = service_get(hello->service, cs);
+	svc = service_join(hello->service, cs);
 	if (svc == NULL)
 		session_refuse(s, GPUCMD_ELIMIT,
-			       "too many services: the daemon knows %d already",
+			       "too many services: the daemon knows %d already, "
+			       "each with a connection, memory or a module "
+			       "loaded, or listed in the configuration file",
 			       SERVICE_MAX);
 	return svc;
 }

@@ -1532,6 +1532,56 @@ START_TEST(small_frames_are_not_charged_the_spare_arena)
 }
 END_TEST
 
+/*
+ * The registry holds at most 1024 services (SERVICE_MAX), and it used to
+ * keep every one until a restart: 1100 short connections, each naming a
+ * new service (a job's name, or a client making names up), shut every
+ * later new name out with "too many services".  Now the oldest service
+ * that no file lists, that no connection holds and that holds nothing goes
+ * to make room: every connection is accepted, while the listed service,
+ * and the one whose connection holds memory, stay with their numbers.
+ */
+START_TEST(idle_services_make_room_for_new_ones)
+{
+	enum { N = 1100 };
+	struct gpucmd_conn *holder, *c, *listed;
+	struct gpucmd_report *rep = NULL;
+	const struct gpucmd_service_report *row;
+	char name[32], msg[256];
+
+	start_with("[service listed]\nmemory_limit = 64M\n");
+	listed = connect_as("listed");
+	gpucmd_close(listed);
+	holder = connect_as("holder");
+	alloc_ok(holder, 1, 4096);
+	for (int i = 0; i < N; i++) {
+		int rc;
+
+		snprintf(name, sizeof(name), "job%04d", i);
+		rc = try_connect(name, &c, msg, sizeof(msg));
+		ck_assert_msg(rc == 0, "connection %d as %s: %s (%s)", i, name,
+			      gpucmd_errname(rc), msg);
+		gpucmd_close(c);
+	}
+	ck_assert_int_eq(gpucmd_memory_report(holder, &rep), 0);
+	row = find_service(rep, "holder");
+	ck_assert_ptr_nonnull(row);
+	ck_assert_uint_eq(row->bytes_in_use, 4096);
+	ck_assert_uint_eq(row->connections, 1);
+	if (geteuid() == 0) {
+		/* Root sees every service. */
+		ck_assert_uint_le(rep->nservices, 1024);
+		row = find_service(rep, "listed");
+		ck_assert_ptr_nonnull(row);
+		ck_assert_uint_eq(row->limit_bytes, 64u << 20);
+		ck_assert_ptr_nonnull(find_service(rep, "job1099"));
+		ck_assert_ptr_null(find_service(rep, "job0000"));
+	}
+	gpucmd_report_free(rep);
+	gpucmd_close(holder);
+}
+END_TEST
+
 START_TEST(two_services_share_the_daemon)
 {
 	struct gpucmd_conn *small, *big;
@@ -3318,6 +3368,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, quota_counts_what_a_stream_has_not_reused);
 	tcase_add_test(tc, quota_names_memory_of_closed_connections);
 	tcase_add_test(tc, two_services_share_the_daemon);
+	tcase_add_test(tc, idle_services_make_room_for_new_ones);
 	tcase_add_test(tc, counters_return_to_zero_after_closing_mid_kernel);
 	tcase_add_test(tc, pinned_pages_stay_within_the_reserve_bound);
 	tcase_add_test(tc, pages_scale_to_the_quota);
