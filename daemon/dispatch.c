@@ -104,6 +104,13 @@ static int begin(struct command_ctx *ctx, struct batch *b,
 		return fail(b, rc, "cannot order stream %u behind the streams "
 			    "that used its buffers: %s",
 			    b->stream->number, ctx->driver->error);
+	if (b->stream->recording != NULL &&
+	    graph_record_op(b->stream->recording) != 0)
+		return fail(b, GPUCMD_ELIMIT,
+			    "this connection's graphs hold %u recorded ops, "
+			    "the most a connection may: end the capture "
+			    "sooner, or destroy graphs",
+			    STREAMS_GRAPH_OPS_MAX);
 	/* A recording keeps every buffer it touches alive. */
 	for (size_t i = 0; b->stream->recording != NULL && i < n; i++)
 		if (graph_hold(b->stream->recording, bind[i].handle) != 0)

@@ -3,6 +3,7 @@
  */
 #include "graph.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,10 +15,13 @@
 
 struct graph *graph_new(struct stream_set *set)
 {
+	/* Atomic: a process may run more than one executor (fuzz_dispatch). */
+	static atomic_uint_fast64_t serials;
 	struct graph *g = calloc(1, sizeof(struct graph));
 
 	if (g != NULL) {
 		g->set = set;
+		g->serial = atomic_fetch_add(&serials, 1) + 1;
 		set->ngraphs++;
 	}
 	return g;
@@ -25,9 +29,14 @@ struct graph *graph_new(struct stream_set *set)
 
 int graph_hold(struct graph *g, struct handle *h)
 {
-	for (uint32_t i = 0; i < g->nhandles; i++)
-		if (g->handles[i] == h)
-			return 0;
+	/*
+	 * Once per graph, found in O(1): the graph that held h last is the
+	 * one recording, unless two streams record at once and take turns
+	 * with h, which holds it twice (graph_free lets go of each).  A
+	 * serial, not the graph's address, which a later graph may reuse.
+	 */
+	if (h->graph_last == g->serial)
+		return 0;
 	if (g->nhandles == g->handles_cap) {
 		uint32_t cap = g->handles_cap ? g->handles_cap * 2 : 8;
 		struct handle **n = realloc(g->handles, cap * sizeof(*n));
@@ -38,6 +47,16 @@ int graph_hold(struct graph *g, struct handle *h)
 	}
 	g->handles[g->nhandles++] = h;
 	h->graph_refs++;
+	h->graph_last = g->serial;
+	return 0;
+}
+
+int graph_record_op(struct graph *g)
+{
+	if (g->set->graph_ops >= STREAMS_GRAPH_OPS_MAX)
+		return GPUCMD_ELIMIT;
+	g->nops++;
+	g->set->graph_ops++;
 	return 0;
 }
 
@@ -111,6 +130,7 @@ void graph_free(struct driver *d, struct graph *g)
 	free(g->blobs);
 	free(g->handles);
 	g->set->graph_bytes -= g->kept;
+	g->set->graph_ops -= g->nops;
 	g->set->ngraphs--;
 	free(g);
 }

@@ -35,6 +35,7 @@ struct service;
 
 struct graph {
 	uint64_t id;			/* the client's name, 0 while recording */
+	uint64_t serial;		/* unique to it in the daemon's life */
 	struct driver_graph *dg;	/* NULL while recording */
 	struct handle **handles;
 	uint32_t nhandles;
@@ -44,6 +45,7 @@ struct graph {
 	uint32_t blobs_cap;
 	struct stream_set *set;		/* counts it (ngraphs, graph_bytes) */
 	uint64_t kept;			/* bytes of blobs */
+	uint32_t nops;			/* ops recorded */
 	struct module_cache *module_cache;	/* of the modules held */
 	struct service *service;	/* charged for them (max_modules) */
 	struct module_entry **modules;	/* modules its launches use */
@@ -58,6 +60,11 @@ struct graph {
 struct graph *graph_new(struct stream_set *set);
 /** Reference h from g (once per graph). */
 int graph_hold(struct graph *g, struct handle *h);
+/**
+ * Count one more op recorded in g.  0, or GPUCMD_ELIMIT when the set's
+ * graphs hold STREAMS_GRAPH_OPS_MAX already.
+ */
+int graph_record_op(struct graph *g);
 /**
  * Hold module e of cache c for as long as g (once per graph), held by svc
  * too (service_module_ref).  0 or GPUCMD_ENOMEM.

@@ -53,6 +53,12 @@
 #define STREAMS_MAX_PROFILES 1024
 #define STREAMS_MAX_GRAPHS 1024
 #define STREAMS_GRAPH_BYTES_MAX (256ull << 20)
+/*
+ * Ops the graphs of a connection hold (each is the backend's record of it,
+ * about a hundred bytes of host memory), so that a capture never ended
+ * cannot grow without bound one small launch at a time.
+ */
+#define STREAMS_GRAPH_OPS_MAX (1u << 18)
 
 struct drop_queue;
 struct graph;
@@ -128,6 +134,7 @@ struct stream_set {
 	struct graph *dead_graphs;		/* destroyed, replays may still run */
 	uint32_t ngraphs;			/* both lists, and the recordings */
 	uint64_t graph_bytes;			/* write data the graphs keep */
+	uint32_t graph_ops;			/* ops they recorded */
 	struct region *regions;			/* attached shared regions */
 	struct module_cache *module_cache;	/* the daemon's, for teardown */
 	struct module_ref *modules;		/* modules this connection loaded */

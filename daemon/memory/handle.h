@@ -35,6 +35,7 @@ struct handle {
 	uint32_t readers_cap;
 	struct handle_use *readers;
 	uint32_t graph_refs;		/* graphs that use it: no release while > 0 */
+	uint64_t graph_last;		/* serial of the last graph to hold it */
 };
 
 struct handle_table;

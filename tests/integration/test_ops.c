@@ -1159,6 +1159,56 @@ START_TEST(profiles_and_graphs_are_bounded)
 }
 END_TEST
 
+/*
+ * A capture's ops are bounded too: 262144 recorded launches per connection
+ * (4 batches of 65536 on one buffer), then GPUCMD_ELIMIT with the number;
+ * destroying the graph gives them back.  Each launch used to be recorded
+ * without a bound (about 100 bytes of the daemon's memory each, for as
+ * long as the capture lasted), and holding the buffer once per graph took
+ * a walk of every buffer the graph held, so a capture over many buffers
+ * held the device thread, and every service, for seconds per batch.
+ */
+START_TEST(captured_ops_are_bounded)
+{
+	enum { PER_BATCH = 65536, BATCHES = 4 };
+	struct gpucmd_arg fill[3] = { buf_arg(1), u32_arg(7), u32_arg(1) };
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b;
+	int idx;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_batch_capture_begin(b);
+	run_done(b);
+	for (int k = 0; k < BATCHES; k++) {
+		b = batch(c, 0);
+		for (int i = 0; i < PER_BATCH; i++)
+			ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", ONE,
+							     ONE, fill, 3),
+					 0);
+		run_done(b);
+	}
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, ONE, fill, 3);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(last_message, "262144 recorded ops") != NULL,
+		      "%s", last_message);
+	b = batch(c, 0);
+	gpucmd_batch_capture_end(b, 1);
+	gpucmd_batch_graph_destroy(b, 1);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, ONE, fill, 3);
+	gpucmd_batch_capture_end(b, 2);
+	gpucmd_batch_graph_launch(b, 2);
+	gpucmd_batch_read(b, 1, 0, 4);
+	run_done(b);
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(capture_refuses_reads_syncs_allocations)
 {
 	struct gpucmd_conn *c = connect_as("ops");
@@ -1672,6 +1722,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, capture_and_other_streams);
 	tcase_add_test(tc, capture_ignores_uses_that_completed);
 	tcase_add_test(tc, profiles_and_graphs_are_bounded);
+	tcase_add_test(tc, captured_ops_are_bounded);
 	tcase_add_test(tc, graph_destroy_then_launch);
 	tcase_add_test(tc, evict_a_service);
 	tcase_add_test(tc, evict_one_connection);
