@@ -38,6 +38,15 @@
 #define SESSION_COUNT_FIRST (256u << 10)
 /* Past this many arguments a kernel op is refused undecoded (32 run). */
 #define SESSION_MAX_KERNEL_ARGS 64
+/*
+ * What decoding a counted frame may take beyond its own bytes, for each op
+ * max_ops_per_batch allows: a kernel op of 32 arguments takes about 2 KiB
+ * of structs.  Past it (frame_decoded_bound: fields the daemon does not
+ * know, kept with a copy each, or millions of repeated entries), the frame
+ * is refused undecoded instead of taking gigabytes, and the loop seconds,
+ * to decode.
+ */
+#define SESSION_DECODE_PER_OP 4096u
 
 /* A write libuv finishes later, and the replies whose bytes it holds. */
 struct write_req {
@@ -1642,20 +1651,40 @@ static bool too_large_to_decode(struct session *s, const uint8_t *body,
 				size_t len)
 {
 	uint32_t max_ops = s->server->cfg.limits.max_ops_per_batch;
+	uint64_t limit = len + (uint64_t)max_ops * SESSION_DECODE_PER_OP;
 	struct frame_request_counts c;
-	char msg[200];
+	uint64_t need, fields;
+	bool counted;
+	char msg[320];
 	int code;
 
-	if (len < SESSION_COUNT_FIRST || s->state != SESSION_READY ||
-	    !frame_request_counts(body, len, &c))
+	if (len < SESSION_COUNT_FIRST || s->state != SESSION_READY)
 		return false;
-	if (c.nops > max_ops) {
+	counted = frame_request_counts(body, len, &c);
+	if (counted && c.nops > max_ops) {
 		code = GPUCMD_ELIMIT;
 		ops_over_limit(msg, sizeof(msg), c.nops, max_ops);
-	} else if (c.max_args > SESSION_MAX_KERNEL_ARGS) {
+	} else if (counted && c.max_args > SESSION_MAX_KERNEL_ARGS) {
 		code = GPUCMD_EINVAL;
 		snprintf(msg, sizeof(msg), "a kernel op with %zu arguments: "
 			 "kernels take at most 32", c.max_args);
+	} else if ((need = frame_decoded_bound(body, len, limit, &fields)) >
+		   limit) {
+		code = GPUCMD_ELIMIT;
+		snprintf(msg, sizeof(msg),
+			 "a frame of %zu bytes whose first %llu fields would "
+			 "take %llu bytes to decode, over the %llu the "
+			 "daemon gives it (its size and %u bytes for each op "
+			 "of max_ops_per_batch): send fewer fields, or fields "
+			 "this daemon knows, per frame",
+			 len, (unsigned long long)fields,
+			 (unsigned long long)need, (unsigned long long)limit,
+			 SESSION_DECODE_PER_OP);
+		if (!counted) {
+			/* Not a request: nothing to answer but the close. */
+			session_refuse(s, code, "%s", msg);
+			return true;
+		}
 	} else {
 		return false;
 	}

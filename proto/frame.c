@@ -1783,6 +1783,118 @@ static bool wire_skip(const uint8_t **pp, const uint8_t *end, unsigned wt)
 	}
 }
 
+/*
+ * What protobuf-c keeps while decoding a message, for each field of it (its
+ * ScannedMember), and for each field it does not know once decoded (its
+ * ProtobufCMessageUnknownField, beside the copy of its bytes).
+ */
+#define DECODE_SCANNED_BYTES 40
+#define DECODE_UNKNOWN_BYTES 24
+/* Nesting past this is left to protobuf-c (it has a limit of its own). */
+#define DECODE_MAX_DEPTH 32
+
+struct decoded_walk {
+	uint64_t total;		/* persistent: structs, elements, bytes */
+	uint64_t scanned;	/* the largest message's field records */
+	uint64_t fields;
+	uint64_t limit;
+	bool bad;		/* not wire format: decoding stops there */
+};
+
+/* Elements of a packed repeated scalar field of n bytes. */
+static uint64_t packed_count(const ProtobufCFieldDescriptor *f,
+			     const uint8_t *p, size_t n)
+{
+	uint64_t k = 0;
+
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_FIXED64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return n / 8;
+	case PROTOBUF_C_TYPE_FIXED32:
+	case PROTOBUF_C_TYPE_SFIXED32:
+	case PROTOBUF_C_TYPE_FLOAT:
+		return n / 4;
+	default:
+		/* Varints: one ends at each byte under 0x80. */
+		for (size_t i = 0; i < n; i++)
+			k += p[i] < 0x80;
+		return k;
+	}
+}
+
+/*
+ * Walk the message of descriptor d in [p, end).  Bytes that are not wire
+ * format set w->bad and end the walk: protobuf-c refuses them too, but only
+ * once it got there, with what it kept of the fields before counted.
+ */
+static void decoded_walk(struct decoded_walk *w,
+			 const ProtobufCMessageDescriptor *d, const uint8_t *p,
+			 const uint8_t *end, unsigned depth)
+{
+	uint64_t nfields = 0;
+
+	/* An allocation's rounding and header come with each struct. */
+	w->total += round16(d->sizeof_message) + 16;
+	while (p < end && !w->bad &&
+	       w->total + nfields * DECODE_SCANNED_BYTES <= w->limit) {
+		const ProtobufCFieldDescriptor *f;
+		const uint8_t *data = p;
+		uint64_t tag;
+		size_t n = 0;
+		bool ok;
+
+		if (!fast_tag(&p, end, &tag) || (tag >> 3) == 0) {
+			w->bad = true;
+			break;
+		}
+		if ((tag & 7) == 2) {
+			ok = fast_len(&p, end, &data, &n);
+		} else {
+			ok = wire_skip(&p, end, (unsigned)(tag & 7));
+			n = (size_t)(p - data);
+		}
+		if (!ok) {
+			w->bad = true;
+			break;
+		}
+		nfields++;
+		w->fields++;
+		f = protobuf_c_message_descriptor_get_field(d,
+							    (unsigned)(tag >> 3));
+		if (f == NULL) {
+			w->total += DECODE_UNKNOWN_BYTES + n;
+			continue;
+		}
+		if (f->label == PROTOBUF_C_LABEL_REPEATED)
+			w->total += sizeof(void *) > 8 ? sizeof(void *) : 8;
+		if (f->type == PROTOBUF_C_TYPE_MESSAGE && (tag & 7) == 2 &&
+		    depth < DECODE_MAX_DEPTH) {
+			decoded_walk(w, f->descriptor, data, data + n,
+				     depth + 1);
+		} else if (f->type == PROTOBUF_C_TYPE_BYTES ||
+			   f->type == PROTOBUF_C_TYPE_STRING) {
+			w->total += n + 1;
+		} else if (f->label == PROTOBUF_C_LABEL_REPEATED &&
+			   (tag & 7) == 2) {
+			w->total += 8 * packed_count(f, data, n);
+		}
+	}
+	if (nfields * DECODE_SCANNED_BYTES > w->scanned)
+		w->scanned = nfields * DECODE_SCANNED_BYTES;
+}
+
+uint64_t frame_decoded_bound(const uint8_t *body, size_t len, uint64_t limit,
+			     uint64_t *fields)
+{
+	struct decoded_walk w = { .limit = limit };
+
+	decoded_walk(&w, &gpucmd__frame__descriptor, body, body + len, 0);
+	*fields = w.fields;
+	return w.total + w.scanned;
+}
+
 /* The args of the kernel op in [p, end) (an Op's bytes), 0 for another op. */
 /* Arguments (OpKernel field 4) in the kernel message [k, kend). */
 static size_t kernel_args(const uint8_t *k, const uint8_t *kend)

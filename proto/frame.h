@@ -135,6 +135,18 @@ struct frame_request_counts {
 bool frame_request_counts(const uint8_t *body, size_t len,
 			  struct frame_request_counts *out);
 /*
+ * About the most memory protobuf-c's decoding of a Frame body of len bytes
+ * would take, walking it by the schema without decoding: every message's
+ * struct, every repeated element, every bytes field, every field it does
+ * not know (kept, with a copy of its bytes), and the record it keeps of
+ * each field of the message it decodes.  The walk stops once past limit
+ * (the result is then over limit, not exact), or where the bytes stop
+ * being wire format (decoding refuses them there, having kept what came
+ * before).  The fields it met, in *fields.
+ */
+uint64_t frame_decoded_bound(const uint8_t *body, size_t len, uint64_t limit,
+			     uint64_t *fields);
+/*
  * Whether req's reply waits for device work: a sync, or a read whose bytes
  * must have landed.  libgpucmd and the daemon's loop watch that long for
  * it (spin_budget, SPIN_AWAIT_US), instead of the short spin.

@@ -2259,6 +2259,56 @@ static void expect_batch_refusal(int fd, int code, const char *what)
 }
 
 /*
+ * Fields the daemon does not know, or millions of repeated entries, take
+ * protobuf-c far more memory to decode than their bytes (a record of each
+ * field while it decodes, a kept copy of each unknown one): a 60 MB frame
+ * took 2.2 GB and stalled the loop for 5 s.  A counted frame whose fields
+ * would take more than its size and 4096 bytes for each of
+ * max_ops_per_batch is refused undecoded: a request with 6 M unknown fields
+ * (12 MiB) is answered with GPUCMD_ELIMIT and the connection goes on; a
+ * frame of nothing but such fields closes it.  The daemon's peak memory
+ * hardly moves.
+ */
+START_TEST(unknown_fields_are_refused_undecoded)
+{
+	enum { NFIELDS = 6 << 20 };
+	uint8_t *inner = malloc(2 * (size_t)NFIELDS + 16), *frame;
+	long before = daemon_status_kb(the_daemon.pid, "VmHWM"), after;
+	size_t len;
+	int fd;
+
+	ck_assert_ptr_nonnull(inner);
+	inner[0] = (3 << 3) | 2;	/* Request.ops: an empty Op */
+	inner[1] = 0;
+	for (size_t i = 1; i <= NFIELDS; i++) {
+		inner[2 * i] = (15 << 3) | 0;	/* field 15 = 0, unknown */
+		inner[2 * i + 1] = 0;
+	}
+	frame = request_frame(inner, 2 * (size_t)NFIELDS + 2, &len);
+	fd = raw_connect();
+	raw_hello(fd, "hostile");
+	send_all(fd, frame, len);
+	expect_batch_refusal(fd, GPUCMD_ELIMIT, "fields would take");
+	raw_ping(fd, 2);
+	free(frame);
+
+	/* The same fields in the Frame, with no request: the close. */
+	frame = malloc(FRAME_HEADER_SIZE + 2 * (size_t)NFIELDS);
+	ck_assert_ptr_nonnull(frame);
+	memcpy(frame + FRAME_HEADER_SIZE, inner + 2, 2 * (size_t)NFIELDS);
+	header(frame, 2 * (uint32_t)NFIELDS);
+	send_all(fd, frame, FRAME_HEADER_SIZE + 2 * (size_t)NFIELDS);
+	expect_refusal(fd, GPUCMD_ELIMIT, "fields would take");
+	free(frame);
+	free(inner);
+	after = daemon_status_kb(the_daemon.pid, "VmHWM");
+	ck_assert_msg(after - before < 128 * 1024,
+		      "the daemon's peak grew by %ld KiB", after - before);
+	back_to_baseline();
+}
+END_TEST
+
+/*
  * Large requests are counted before protobuf-c decodes them: 8 M empty ops
  * in 16 MiB (which decoded take gigabytes and seconds of the loop) or one
  * kernel of a million empty arguments are refused unread, with the answer
@@ -3385,6 +3435,7 @@ static Suite *make_suite(void)
 	tcase_add_test(d, idle_reserve_of_another_service_is_reclaimed);
 	tcase_add_test(d, fail_every_allocation_site);
 	tcase_add_test(d, reads_beyond_one_frame);
+	tcase_add_test(d, unknown_fields_are_refused_undecoded);
 	tcase_add_test(d, huge_op_counts_are_refused_undecoded);
 	suite_add_tcase(s, d);
 

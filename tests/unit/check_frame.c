@@ -1105,6 +1105,83 @@ START_TEST(held_bytes_count_the_decoded_structs)
 END_TEST
 
 /*
+ * frame_decoded_bound, the walk by the schema that bounds what decoding
+ * would take: at least what the decoded frame holds (frame_held_bytes), for
+ * a kernel of 10000 arguments and for a ping; a request's unknown fields
+ * count their record and their copy each; the walk stops past its limit;
+ * bytes that stop being wire format end it with what came before counted.
+ */
+START_TEST(decoded_bound_covers_what_decoding_holds)
+{
+	enum { NARGS = 10000, NUNKNOWN = 10000 };
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	Gpucmd__KernelArg a = GPUCMD__KERNEL_ARG__INIT;
+	Gpucmd__KernelArg **args = malloc(NARGS * sizeof(*args));
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__Op ok = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[1] = { &ok };
+	Gpucmd__Frame *d;
+	uint8_t *buf, *body, *unk;
+	size_t len, blen;
+	uint64_t fields, bound;
+
+	ck_assert_ptr_nonnull(args);
+	for (size_t i = 0; i < NARGS; i++)
+		args[i] = &a;
+	k.name = "spin";
+	k.n_args = NARGS;
+	k.args = args;
+	ok.op_case = GPUCMD__OP__OP_KERNEL;
+	ok.kernel = &k;
+	req.id = 9;
+	req.n_ops = 1;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+	body = buf + FRAME_HEADER_SIZE;
+	blen = len - FRAME_HEADER_SIZE;
+	bound = frame_decoded_bound(body, blen, UINT64_MAX, &fields);
+	ck_assert_uint_ge(fields, NARGS);
+	d = frame_decode(body, blen);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_uint_ge(bound, frame_held_bytes(d));
+	frame_free(d);
+	/* Stopped past a limit: over it, and short of the whole walk. */
+	ck_assert_uint_gt(frame_decoded_bound(body, blen, 4096, &fields), 4096);
+	ck_assert_uint_lt(fields, NARGS);
+	/* Cut in the middle of an argument: what came before counts. */
+	ck_assert_uint_gt(frame_decoded_bound(body, blen - 1, UINT64_MAX,
+					      &fields),
+			  0);
+	free(buf);
+
+	/* A Request {id 1} followed by unknown field 15 many times. */
+	unk = malloc(4 + 2 * NUNKNOWN);
+	ck_assert_ptr_nonnull(unk);
+	unk[0] = (4 << 3) | 2;
+	unk[1] = 2;
+	unk[2] = (1 << 3) | 0;
+	unk[3] = 1;
+	for (size_t i = 0; i < NUNKNOWN; i++) {
+		unk[4 + 2 * i] = (15 << 3) | 0;
+		unk[4 + 2 * i + 1] = 0;
+	}
+	bound = frame_decoded_bound(unk, 4 + 2 * NUNKNOWN, UINT64_MAX,
+				    &fields);
+	ck_assert_uint_eq(fields, NUNKNOWN + 2);
+	ck_assert_uint_ge(bound, (uint64_t)NUNKNOWN * (24 + 40));
+	d = frame_decode(unk, 4 + 2 * NUNKNOWN);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_uint_eq(d->request->id, 1);
+	frame_free(d);
+	free(unk);
+	free(args);
+}
+END_TEST
+
+/*
  * The count a large request gets before it is decoded: its id, its ops,
  * the most arguments of a kernel, its region_attach ops (an Op is the
  * last member of its oneof on the wire, as protobuf-c decodes it).
@@ -1253,6 +1330,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(tc, request_counts_without_decoding);
 	tcase_add_test(tc, request_counts_follow_protobuf_c);
 	tcase_add_test(tc, held_bytes_count_the_decoded_structs);
+	tcase_add_test(tc, decoded_bound_covers_what_decoding_holds);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("fast_encode");
