@@ -83,6 +83,12 @@ struct service {
 	 * compiling): they hold their place too (loop thread).
 	 */
 	uint64_t bytes_admitted;
+	/*
+	 * Its connections' replies waiting in their sockets' write queues
+	 * (loop thread; session.c's note_unwritten): a lagging client of a
+	 * service already over max_bytes_in_flight is cut off.
+	 */
+	uint64_t bytes_unwritten;
 	/* Oldest first: they go in turn (loop thread). */
 	struct session *budget_waiters;
 	bool budget_waking;			/* wake_budget_waiters runs */

@@ -109,11 +109,29 @@ static void write_lost(struct session *s, int rc)
 	session_close(s, write_failed(s, rc));
 }
 
+/*
+ * Bring what s's service counts of its unwritten replies up to libuv's
+ * write queue (0 once the handle is closed).
+ */
+static void note_unwritten(struct session *s)
+{
+	struct service *svc = s->econn.service;
+	uint64_t now = s->handle_closed
+			       ? 0
+			       : uv_stream_get_write_queue_size(
+					 (uv_stream_t *)&s->pipe);
+
+	if (svc != NULL)
+		svc->bytes_unwritten = svc->bytes_unwritten - s->unwritten + now;
+	s->unwritten = now;
+}
+
 static void on_write(uv_write_t *req, int status)
 {
 	struct write_req *w = (struct write_req *)req;
 	struct session *s = w->s;
 
+	note_unwritten(s);
 	s->server->pieces_queued -= w->pieces_bytes;
 	drop_replies(w->owners, w->nowners);
 	free(w);
@@ -145,6 +163,24 @@ static uint8_t *flatten(const uv_buf_t *bufs, unsigned n, size_t len)
 		at += bufs[i].len;
 	}
 	return flat;
+}
+
+/*
+ * Whether the replies s's service's clients have not read take it over its
+ * max_bytes_in_flight: replies are bytes the daemon holds for the service
+ * as much as requests are, and without this, connections each under
+ * max_pending_bytes could make it hold that many times the service's bound.
+ */
+static bool over_unwritten(const struct session *s)
+{
+	const struct service *svc = s->econn.service;
+	uint64_t limit;
+
+	if (svc == NULL)
+		return false;
+	limit = atomic_load_explicit(&svc->max_bytes_in_flight,
+				     memory_order_relaxed);
+	return limit != 0 && svc->bytes_unwritten > limit;
 }
 
 /*
@@ -224,6 +260,7 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 		return;
 	}
 	srv->pieces_queued += held;
+	note_unwritten(s);
 	/*
 	 * A client that does not read: bytes were still waiting for it when
 	 * this reply came, and now more than the limit wait.  One large reply
@@ -242,6 +279,20 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 				 (uv_stream_t *)&s->pipe),
 			 (unsigned long long)
 				 s->server->cfg.limits.max_pending_bytes);
+		session_close(s, why);
+	} else if (queued_before > 0 && s->state != SESSION_CLOSING &&
+		   over_unwritten(s)) {
+		char why[256];
+
+		snprintf(why, sizeof(why),
+			 "the client does not read its replies: %llu bytes "
+			 "queued for it, and its service's connections have "
+			 "%llu unread, over the service's max_bytes_in_flight "
+			 "%llu",
+			 (unsigned long long)s->unwritten,
+			 (unsigned long long)s->econn.service->bytes_unwritten,
+			 (unsigned long long)atomic_load(
+				 &s->econn.service->max_bytes_in_flight));
 		session_close(s, why);
 	}
 }
@@ -384,6 +435,7 @@ static void on_closed(uv_handle_t *h)
 	struct session *s = h->data;
 
 	server_session_gone(s->server, s);
+	note_unwritten(s);
 	/* Its connection is gone from the device thread too (maybe_free). */
 	if (s->econn.service != NULL && !s->econn.service->observer)
 		service_leave(s->econn.service);

@@ -174,6 +174,8 @@ struct session {
 	 * replies are dropped; the end of the stream closes (write_lost).
 	 */
 	bool replies_lost;
+	/* Its replies in libuv's write queue, as counted in its service's. */
+	uint64_t unwritten;
 	struct session *turn_next;
 	struct session *turn_prev;
 	char peer[64];			/* "pid 123 uid 1000" for logs */

@@ -1261,14 +1261,15 @@ START_TEST(large_reply_to_a_prompt_reader)
 END_TEST
 
 /*
- * A client that reads nothing: a tiny receive buffer (the daemon's replies
- * back up at once), then {empty handle 1 of size} and read requests of
- * len bytes of it, sent until the daemon stops taking them or max have
- * gone; the first `blocking` of them are sent whole whatever it takes.
- * The socket, still open.
+ * A client of service that reads nothing: a tiny receive buffer (the
+ * daemon's replies back up at once), then {empty handle 1 of size} and
+ * read requests of len bytes of it, sent until the daemon stops taking
+ * them or max have gone; the first `blocking` of them are sent whole
+ * whatever it takes.  The socket, still open.
  */
-static int never_reading_client(uint64_t size, uint64_t len, int blocking,
-				int max, void (*after_blocking)(void))
+static int never_reading_client_of(const char *service, uint64_t size,
+				   uint64_t len, int blocking, int max,
+				   void (*after_blocking)(void))
 {
 	Gpucmd__Op ops[2], *opp[2];
 	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
@@ -1278,7 +1279,7 @@ static int never_reading_client(uint64_t size, uint64_t len, int blocking,
 	int fd = raw_connect(), rcvbuf = 4096;
 
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-	raw_hello(fd, "hostile");
+	raw_hello(fd, service);
 	gpucmd__op__init(&ops[0]);
 	gpucmd__op__init(&ops[1]);
 	ops[0].op_case = GPUCMD__OP__OP_EMPTY;
@@ -1318,6 +1319,13 @@ static int never_reading_client(uint64_t size, uint64_t len, int blocking,
 		free(buf);
 	}
 	return fd;
+}
+
+static int never_reading_client(uint64_t size, uint64_t len, int blocking,
+				int max, void (*after_blocking)(void))
+{
+	return never_reading_client_of("hostile", size, len, blocking, max,
+				       after_blocking);
 }
 
 START_TEST(client_never_reads_replies)
@@ -2974,6 +2982,29 @@ START_TEST(connections_of_a_service_share_its_byte_budget)
 END_TEST
 
 /*
+ * Replies a service's clients leave unread count against its
+ * max_bytes_in_flight: four connections of "many" (4M) ask for eight reads
+ * of 1 MiB each and read nothing.  Each stays far under max_pending_bytes
+ * (256M), so the daemon used to hold all 32 MiB for as long as they stayed
+ * connected; now the lagging connections are cut off once the service's
+ * unread replies pass 4M, saying so, and everything comes back.
+ */
+START_TEST(unread_replies_count_against_the_service_budget)
+{
+	const char *why = "its service's connections have";
+	int before = harness_log_count(why), fd[4];
+
+	for (int k = 0; k < 4; k++)
+		fd[k] = never_reading_client_of("many", 1u << 20, 1u << 20, 0,
+						8, NULL);
+	harness_wait_log(why, before);
+	for (int k = 0; k < 4; k++)
+		close(fd[k]);
+	back_to_baseline();
+}
+END_TEST
+
+/*
  * A frame the service's budget lets in counts from the moment it is let
  * in, not only once it is submitted: eight connections of a service whose
  * max_bytes_in_flight is 4M each start a 16 MiB write and send all of it
@@ -3491,6 +3522,7 @@ static Suite *make_suite(void)
 		tcase_add_test(bs, connections_of_a_service_share_its_byte_budget);
 		tcase_add_test(bs, frames_being_read_count_against_the_service_budget);
 		tcase_add_test(bs, a_pipelining_connection_does_not_starve_its_service);
+		tcase_add_test(bs, unread_replies_count_against_the_service_budget);
 		suite_add_tcase(s, bs);
 	}
 	{
