@@ -216,7 +216,9 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 		free(e);
 		return GPUCMD_ENOMEM;
 	}
-	memcpy(e->data, data, len);
+	/* memcpy from NULL is undefined even for 0 bytes (an empty load). */
+	if (len > 0)
+		memcpy(e->data, data, len);
 	e->len = len;
 	e->hash = h;
 	e->fmt = fmt;
