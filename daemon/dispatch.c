@@ -1583,7 +1583,8 @@ static int module_quota(struct command_ctx *ctx, struct batch *b,
 			    "gpucmdd.conf)", (unsigned long long)id,
 			    svc->name);
 	known = module_cache_lookup(ctx->modules,
-				    (enum driver_module_format)fmt, data, len);
+				    (enum driver_module_format)fmt, data, len,
+				    svc->id);
 	if (held >= max && !(known && service_module_held(svc, known)))
 		return fail(b, GPUCMD_ELIMIT,
 			    "cannot load module %llu: service '%s' holds %u "
@@ -1670,7 +1671,7 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	 */
 	if (fmt != DRIVER_MODULE_CUDA_C &&
 	    module_cache_lookup(ctx->modules, (enum driver_module_format)fmt,
-				data, len) == NULL) {
+				data, len, b->conn->service->id) == NULL) {
 		rc = module_fits(ctx, b, op->module,
 				 module_image_static_bytes(data, len, NULL));
 		if (rc != 0)
@@ -1680,8 +1681,8 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (m == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	rc = module_cache_get(ctx->modules, (enum driver_module_format)fmt,
-			      data, len, pre, &m->entry, err, sizeof(err), log,
-			      sizeof(log));
+			      data, len, b->conn->service->id, pre, &m->entry,
+			      err, sizeof(err), log, sizeof(log));
 	if (rc != 0) {
 		bool same = strcmp(log, err) == 0;
 

@@ -27,6 +27,12 @@ struct module_entry {
 	uint32_t refs;
 	uint64_t last_use;		/* the cache's tick at its last get */
 	uint64_t static_bytes;		/* its globals' device memory (module_image.h) */
+	/*
+	 * With globals (static_bytes > 0): the id of the service whose
+	 * connections alone share it, so that no service reads or writes
+	 * another's global variables (module.h).  0 for one without.
+	 */
+	uint32_t owner;
 	struct module_fn *fns;
 	struct module_entry *next;
 };
@@ -106,10 +112,11 @@ static uint64_t content_hash(enum driver_module_format fmt, const void *data,
 
 static struct module_entry *find(struct module_cache *c, uint64_t h,
 				 enum driver_module_format fmt,
-				 const void *data, size_t len)
+				 const void *data, size_t len, uint32_t owner)
 {
 	for (struct module_entry *e = c->entries; e != NULL; e = e->next)
 		if (e->hash == h && e->fmt == fmt && e->len == len &&
+		    (e->static_bytes == 0 || e->owner == owner) &&
 		    memcmp(e->data, data, len) == 0)
 			return e;
 	return NULL;
@@ -175,12 +182,12 @@ static uint64_t entry_static_bytes(struct module_cache *c,
 }
 
 int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
-		     const void *data, size_t len,
+		     const void *data, size_t len, uint32_t owner,
 		     struct module_compiled *pre, struct module_entry **out,
 		     char *err, size_t err_len, char *log, size_t log_len)
 {
 	uint64_t h = content_hash(fmt, data, len);
-	struct module_entry *e = find(c, h, fmt, data, len);
+	struct module_entry *e = find(c, h, fmt, data, len, owner);
 	int rc;
 
 	err[0] = '\0';
@@ -245,6 +252,7 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 	if (c->count >= MODULE_CACHE_MAX)
 		(void)evict_one(c, false);
 	e->static_bytes = entry_static_bytes(c, e);
+	e->owner = e->static_bytes > 0 ? owner : 0;
 	e->refs = 1;
 	e->last_use = ++c->tick;
 	pthread_mutex_lock(&c->lock);
@@ -259,9 +267,10 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 
 const struct module_entry *module_cache_lookup(struct module_cache *c,
 					       enum driver_module_format fmt,
-					       const void *data, size_t len)
+					       const void *data, size_t len,
+					       uint32_t owner)
 {
-	return find(c, content_hash(fmt, data, len), fmt, data, len);
+	return find(c, content_hash(fmt, data, len), fmt, data, len, owner);
 }
 
 bool module_cache_compiles_shared(const struct module_cache *c)
@@ -270,13 +279,13 @@ bool module_cache_compiles_shared(const struct module_cache *c)
 }
 
 bool module_cache_has(struct module_cache *c, enum driver_module_format fmt,
-		      const void *data, size_t len)
+		      const void *data, size_t len, uint32_t owner)
 {
 	uint64_t h = content_hash(fmt, data, len);
 	bool has;
 
 	pthread_mutex_lock(&c->lock);
-	has = find(c, h, fmt, data, len) != NULL;
+	has = find(c, h, fmt, data, len, owner) != NULL;
 	pthread_mutex_unlock(&c->lock);
 	return has;
 }

@@ -1,6 +1,12 @@
 /*
  * module.h - device code clients load: a cache shared by the whole daemon,
  * keyed by content, so the same PTX sent by ten services is compiled once.
+ * A module with global variables (static_bytes) is the exception: it is
+ * shared only by the connections of the service that loaded it (owner, a
+ * service id, never reused), since its globals are one copy in device
+ * memory and kernels read and write them; another service loading the
+ * same code gets a module of its own.  They keep their values while the
+ * module stays loaded, cached or not, as within one CUDA process.
  *
  * Each connection names its modules by ids it chooses (stream_set's
  * module list); an id holds a reference on a cache entry, and so does a
@@ -77,13 +83,14 @@ void module_cache_destroy(struct module_cache *c);
  * what went wrong and log has the compiler's log (compile errors).
  */
 int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
-		     const void *data, size_t len,
+		     const void *data, size_t len, uint32_t owner,
 		     struct module_compiled *pre, struct module_entry **out,
 		     char *err, size_t err_len, char *log, size_t log_len);
 /** The entry for this content when compiled already (no reference), else NULL. */
 const struct module_entry *module_cache_lookup(struct module_cache *c,
 					       enum driver_module_format fmt,
-					       const void *data, size_t len);
+					       const void *data, size_t len,
+					       uint32_t owner);
 /** The device memory e's globals hold while it is loaded (module_image.h). */
 uint64_t module_entry_static_bytes(const struct module_entry *e);
 /** What the globals of entries nobody references hold (at most MODULE_CACHE_IDLE_BYTES). */
@@ -92,7 +99,7 @@ uint64_t module_cache_idle_bytes(const struct module_cache *c);
 bool module_cache_compiles_shared(const struct module_cache *c);
 /** Any thread: does the cache hold this content compiled already? */
 bool module_cache_has(struct module_cache *c, enum driver_module_format fmt,
-		      const void *data, size_t len);
+		      const void *data, size_t len, uint32_t owner);
 /**
  * Any thread (module_cache_compiles_shared): compile and load the content
  * into out, without touching the cache.

@@ -1299,6 +1299,7 @@ struct compile_job {
 	struct module_cache *cache;
 	struct module_compiled *compiled;	/* one per op */
 	uint64_t memory_limit;		/* the service's, at the start */
+	uint32_t owner;			/* its id (module_cache_has) */
 };
 
 /* An op loading a module from inline bytes: the loop can hand those on. */
@@ -1350,7 +1351,7 @@ static void compile_work(uv_work_t *w)
 		fmt = (enum driver_module_format)module_format_parse(lm->format);
 		/* Known content is filed by the device thread in no time. */
 		if (module_cache_has(job->cache, fmt, lm->data.data,
-				     lm->data.len))
+				     lm->data.len, job->owner))
 			continue;
 		/*
 		 * Globals larger than the service's whole memory_limit are
@@ -1446,6 +1447,7 @@ static bool start_compile(struct session *s, Gpucmd__Frame *frame, int *fds,
 	job->cost = cost;
 	job->cache = executor_modules(s->server->ex);
 	job->memory_limit = atomic_load(&s->econn.service->memory_limit);
+	job->owner = s->econn.service->id;
 	job->work.data = job;
 	if (uv_queue_work(s->server->loop, &job->work, compile_work,
 			  compile_done) != 0) {

@@ -87,7 +87,7 @@ static int get(uint32_t tag, struct module_entry **out, char *err,
 		err = mine;
 		err_len = sizeof(mine);
 	}
-	return module_cache_get(cache, DRIVER_MODULE_PTX, &tag, sizeof(tag),
+	return module_cache_get(cache, DRIVER_MODULE_PTX, &tag, sizeof(tag), 1,
 				NULL, out, err, err_len, log, sizeof(log));
 }
 
@@ -251,18 +251,59 @@ START_TEST(service_counts_distinct_modules)
 }
 END_TEST
 
-/* Get the module whose content is the PTX text (its globals are sized). */
-static struct module_entry *get_text(const char *ptx)
+/* The module of the PTX text (its globals sized) for service owner. */
+static struct module_entry *get_text_as(const char *ptx, uint32_t owner)
 {
 	struct module_entry *e = NULL;
 	char err[256], log[64];
 
 	ck_assert_int_eq(module_cache_get(cache, DRIVER_MODULE_PTX, ptx,
-					  strlen(ptx), NULL, &e, err,
+					  strlen(ptx), owner, NULL, &e, err,
 					  sizeof(err), log, sizeof(log)),
 			 0);
 	return e;
 }
+
+static struct module_entry *get_text(const char *ptx)
+{
+	return get_text_as(ptx, 1);
+}
+
+/*
+ * A module with global variables is one copy of them in device memory, so
+ * it is shared only by the connections of one service: the same code from
+ * another service is loaded again, and found again by each owner (the
+ * cache used to hand service 2 the module service 1's kernels had written
+ * their globals in).  Code without globals is still compiled once for all.
+ */
+START_TEST(modules_with_globals_are_shared_within_a_service_only)
+{
+	const char *g = ".global .u32 counter;", *plain = ".entry f() {}";
+	struct module_entry *a1 = get_text_as(g, 1), *a2 = get_text_as(g, 2);
+	struct module_entry *p1 = get_text_as(plain, 1);
+
+	ck_assert_ptr_ne(a1, a2);
+	ck_assert_uint_eq(loads, 3);
+	ck_assert_ptr_eq(get_text_as(g, 1), a1);
+	ck_assert_ptr_eq(get_text_as(g, 2), a2);
+	ck_assert_ptr_eq(module_cache_lookup(cache, DRIVER_MODULE_PTX, g,
+					     strlen(g), 2),
+			 a2);
+	ck_assert_ptr_null(module_cache_lookup(cache, DRIVER_MODULE_PTX, g,
+					       strlen(g), 3));
+	ck_assert(!module_cache_has(cache, DRIVER_MODULE_PTX, g, strlen(g),
+				    3));
+	ck_assert_ptr_eq(get_text_as(plain, 2), p1);
+	ck_assert(module_cache_has(cache, DRIVER_MODULE_PTX, plain,
+				   strlen(plain), 3));
+	ck_assert_uint_eq(loads, 3);
+	for (int i = 0; i < 2; i++) {
+		module_cache_put(cache, a1);
+		module_cache_put(cache, a2);
+		module_cache_put(cache, p1);
+	}
+}
+END_TEST
 
 /*
  * The globals of a module nobody references belong to no service: the
@@ -338,6 +379,7 @@ static Suite *module_suite(void)
 	tcase_add_test(tc, service_counts_distinct_modules);
 	tcase_add_test(tc, idle_modules_keep_little_device_memory);
 	tcase_add_test(tc, a_huge_idle_module_goes_alone);
+	tcase_add_test(tc, modules_with_globals_are_shared_within_a_service_only);
 	suite_add_tcase(s, tc);
 	return s;
 }
