@@ -380,7 +380,12 @@ int command_reserve(struct command *cmd, uint64_t size,
 	 * is tried first and kept when it took only busy memory.
 	 */
 	over = released_over(cmd, limit, size, &released, &ordered);
-	if (over && memory_manager_reserve(mm, size, &out->alloc) == 0) {
+	if (over) {
+		cmd->set->reuse_only = true;
+		rc = memory_manager_reserve(mm, size, &out->alloc);
+		cmd->set->reuse_only = false;
+	}
+	if (over && rc == 0) {
 		uint64_t reused = memory_manager_take_reused(mm);
 
 		if (reused >= memory_slice_effective(out->alloc.slice)) {

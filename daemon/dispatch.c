@@ -897,7 +897,6 @@ static void service_row(struct service *svc, void *arg)
 	sr->name = svc->name;
 	sr->id = svc->id;
 	sr->connections = atomic_load(&svc->connections);
-	sr->peak_bytes_in_use = svc->peak_bytes_in_use;
 	sr->limit_bytes = atomic_load(&svc->memory_limit);
 	sr->oom_count = svc->oom_count;
 	sr->region_bytes = svc->region_bytes;
@@ -931,6 +930,14 @@ static void service_row(struct service *svc, void *arg)
 		sr->bytes_released_pending += ordered;
 		sr->usage->bytes_in_use += ordered;
 	}
+	/*
+	 * The peak counts as in use counts: service_charge does not see the
+	 * releases to their own streams added above, so what a report counts
+	 * raises it too (never a peak under what is in use).
+	 */
+	if (sr->usage->bytes_in_use > svc->peak_bytes_in_use)
+		svc->peak_bytes_in_use = sr->usage->bytes_in_use;
+	sr->peak_bytes_in_use = svc->peak_bytes_in_use;
 	st->rep->services[st->rep->n_services++] = sr;
 	st->totals->connections += sr->connections;
 	st->totals->peak_bytes_in_use += sr->peak_bytes_in_use;

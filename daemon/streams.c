@@ -39,6 +39,8 @@ static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
 	uint64_t p;
 	int rc;
 
+	if (s->set->reuse_only)
+		return GPUCMD_ENOMEM;
 	if (limit != 0 &&
 	    service_reserve_over(svc, limit, size, s->set->reserve_exact)) {
 		s->set->quota_refused = size;

@@ -147,6 +147,12 @@ struct stream_set {
 	uint64_t quota_refused;
 	/* A reservation of a request's own size is under way (the full cap). */
 	bool reserve_exact;
+	/*
+	 * A trial reservation that may take only memory the pools hold
+	 * already (command_reserve, over the bound on released memory): a
+	 * refusal must not leave a new page behind.
+	 */
+	bool reuse_only;
 	struct stream_set *next;	/* executor's list of live sets */
 	struct stream_set *prev;
 };

@@ -354,6 +354,7 @@ START_TEST(quota_bounds_memory_released_behind_a_kernel)
 	struct gpucmd_arg arg = long_spin();
 	struct gpucmd_conn *c;
 	struct gpucmd_batch *b;
+	uint64_t reserved;
 
 	start_with("[service p]\nmemory_limit = 1M\n");
 	c = connect_as("p");
@@ -390,6 +391,7 @@ START_TEST(quota_bounds_memory_released_behind_a_kernel)
 					  "pending{service=\"p\"} 2097152") !=
 				      NULL, "%s", out);
 	}
+	reserved = row_of(c, "p").bytes_reserved;
 	expect_fail(alloc_batch(c, 0, 3, MIB), 0, GPUCMD_EQUOTA,
 		    "quota exceeded", "'p'", "over twice its memory_limit",
 		    "1048576", "2097152 released but still used",
@@ -398,12 +400,46 @@ START_TEST(quota_bounds_memory_released_behind_a_kernel)
 	expect_fail(alloc_batch(c, 0, 4, 1), 0, GPUCMD_EQUOTA,
 		    "2097152 released");
 	ck_assert_uint_eq(row_of(c, "p").oom_count, 2);
+	/*
+	 * Over the bound the daemon tries whether the stream's own released
+	 * memory serves the request; a refusal takes no new page for it
+	 * (each used to leave one behind, reserved for nothing).
+	 */
+	ck_assert_uint_eq(row_of(c, "p").bytes_reserved, reserved);
 	/* Once the kernel is done, the released memory is free again. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
 	gpucmd_response_free(run_ok(b));
 	alloc_ok(c, 5, MIB);
 	ck_assert_uint_eq(row_of(c, "p").bytes_released_pending, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
+ * PEAK counts as IN USE does, so it is never below it: 1 MiB released on
+ * its own stream behind a kernel that may still use it counts in use
+ * (released, still used), and 2 MiB more on another stream make 3 MiB in
+ * use.  The peak said 2 MiB (it left out releases to their own stream).
+ */
+START_TEST(peak_is_never_below_in_use)
+{
+	struct gpucmd_arg arg = long_spin();
+	struct gpucmd_service_report row;
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b;
+
+	start_with("");
+	c = connect_as("peaky");
+	b = alloc_batch(c, 0, 1, MIB);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg, 1), 0);
+	ck_assert_int_eq(gpucmd_batch_release(b, 1), 0);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_response_free(run_ok(alloc_batch(c, 1, 2, 2 * MIB)));
+	row = row_of(c, "peaky");
+	ck_assert_uint_eq(row.bytes_in_use, 3 * MIB);
+	ck_assert_uint_eq(row.bytes_released_pending, MIB);
+	ck_assert_uint_ge(row.peak_bytes_in_use, row.bytes_in_use);
 	gpucmd_close(c);
 }
 END_TEST
@@ -3369,6 +3405,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, quota_names_memory_of_closed_connections);
 	tcase_add_test(tc, two_services_share_the_daemon);
 	tcase_add_test(tc, idle_services_make_room_for_new_ones);
+	tcase_add_test(tc, peak_is_never_below_in_use);
 	tcase_add_test(tc, counters_return_to_zero_after_closing_mid_kernel);
 	tcase_add_test(tc, pinned_pages_stay_within_the_reserve_bound);
 	tcase_add_test(tc, pages_scale_to_the_quota);
