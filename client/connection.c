@@ -1016,6 +1016,13 @@ GPUCMD_EXTERN int gpucmd_connect_flags(const char *path, const char *service,
 			 "this libgpucmd", flags & ~CONN_FLAGS);
 		return GPUCMD_EINVAL;
 	}
+	if (timeout_ms == 0) {
+		/* It would time out before the daemon could answer Hello. */
+		snprintf(msg, msg_len, "a connect timeout of 0 ms leaves no "
+			 "time for the handshake: give 1 ms or more, or -1 "
+			 "for none");
+		return GPUCMD_EINVAL;
+	}
 	if (strlen(path) >= sizeof(sun.sun_path)) {
 		snprintf(msg, msg_len, "socket path is longer than %zu bytes",
 			 sizeof(sun.sun_path) - 1);

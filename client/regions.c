@@ -276,7 +276,13 @@ static int scratch_get(struct gpucmd_conn *conn, size_t want,
 	size_t size = REGIONS_SCRATCH_MIN;
 	int r;
 
-	/* A quarter of region_limit at most: the service's own come first. */
+	/*
+	 * A quarter of region_limit at most: the service's own come first.
+	 * Under the least size, none at all where the caller can go inline.
+	 */
+	if (limit != 0 && limit / 4 < REGIONS_SCRATCH_MIN &&
+	    inline_limit(conn) > 0)
+		return GPUCMD_EQUOTA;
 	while (size < want && size < REGIONS_SCRATCH_MAX &&
 	       (limit == 0 || 4 * 2 * (uint64_t)size <= limit) &&
 	       (refused == 0 || 2 * size < refused))

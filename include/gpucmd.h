@@ -119,7 +119,8 @@ GPUCMD_EXTERN int gpucmd_connect(const char *socket_path, const char *service,
 /*
  * gpucmd_connect, giving up after timeout_ms (-1: never) on a daemon that
  * does not accept or answer Hello (-ETIMEDOUT); the timeout then stays the
- * connection's, as gpucmd_set_timeout sets it.
+ * connection's, as gpucmd_set_timeout sets it.  0 is GPUCMD_EINVAL: no
+ * handshake fits in it.
  */
 GPUCMD_EXTERN int gpucmd_connect_timeout(const char *socket_path,
 					 const char *service, int timeout_ms,

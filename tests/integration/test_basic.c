@@ -749,6 +749,16 @@ START_TEST(bad_service_name_refused)
 	ck_assert_int_eq(rc, GPUCMD_EINVAL);
 	ck_assert_ptr_null(c);
 	ck_assert_msg(strstr(msg, "not valid") != NULL, "message: %s", msg);
+	/*
+	 * A connect timeout of 0 ms is refused for what it is (it used to
+	 * time out at once and blame the daemon); 1 ms is a timeout.
+	 */
+	rc = gpucmd_connect_timeout(the_daemon.sock, "basic", 0, &c, msg,
+				    sizeof(msg));
+	ck_assert_int_eq(rc, GPUCMD_EINVAL);
+	ck_assert_ptr_null(c);
+	ck_assert_msg(strstr(msg, "timeout of 0 ms") != NULL, "message: %s",
+		      msg);
 }
 END_TEST
 

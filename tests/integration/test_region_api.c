@@ -627,7 +627,8 @@ static void tight_setup(void)
 	char conf[192];
 
 	harness_config("[limits]\nmax_in_flight = 1\n"
-		       "[service regions]\nregion_limit = 8M\n",
+		       "[service regions]\nregion_limit = 8M\n"
+		       "[service little]\nregion_limit = 3M\n",
 		       conf, sizeof(conf));
 	daemon_start_args(&the_daemon, "--config", conf, "--max-frame-bytes",
 			  "64K", NULL);
@@ -671,6 +672,98 @@ START_TEST(convenience_within_tight_limits)
 }
 END_TEST
 
+/*
+ * A service whose quarter of region_limit is under the scratch region's
+ * least size (1 MiB) gets no scratch region: the convenience calls go
+ * inline, so its own regions keep the whole limit.  The scratch region
+ * used to take 1 MiB of a 3M limit anyway, and another connection of the
+ * service was then refused a region of 2.2 MiB it could not free.
+ */
+START_TEST(no_scratch_region_past_a_quarter_of_a_small_limit)
+{
+	const size_t n = 2 * MIB;
+	struct gpucmd_conn *a = connect_as("little"), *b2 = connect_as("little");
+	uint8_t *want = malloc(n), *got = malloc(n);
+	struct gpucmd_report *rep = NULL;
+	struct gpucmd_batch *b;
+	void *p;
+
+	ck_assert_ptr_nonnull(want);
+	ck_assert_ptr_nonnull(got);
+	ck_assert_int_eq(gpucmd_batch_new(a, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, n), 0);
+	gpucmd_response_free(run_ok(b));
+	fill(want, n, 5);
+	ck_assert_int_eq(gpucmd_write_buffer(a, 0, 1, 0, want, n), 0);
+	memset(got, 0, n);
+	ck_assert_int_eq(gpucmd_read_buffer(a, 0, 1, 0, n, got), 0);
+	ck_assert_int_eq(memcmp(got, want, n), 0);
+	ck_assert_int_eq(gpucmd_memory_report(a, &rep), 0);
+	for (size_t i = 0; i < rep->nservices; i++)
+		if (strcmp(rep->services[i].name, "little") == 0)
+			ck_assert_uint_eq(rep->services[i].region_bytes, 0);
+	gpucmd_report_free(rep);
+	ck_assert_int_eq(gpucmd_region_create(b2, 5, 2 * MIB + MIB / 5, &p),
+			 0);
+	ck_assert_int_eq(gpucmd_region_release(b2, 5), 0);
+	free(want);
+	free(got);
+	gpucmd_close(b2);
+	gpucmd_close(a);
+}
+END_TEST
+
+/* Attaches of the service refused so far (the report's region_refusals). */
+static uint64_t refusals_of(struct gpucmd_conn *c, const char *service)
+{
+	struct gpucmd_report *rep = NULL;
+	uint64_t n = UINT64_MAX;
+
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	for (size_t i = 0; i < rep->nservices; i++)
+		if (strcmp(rep->services[i].name, service) == 0)
+			n = rep->services[i].region_refusals;
+	gpucmd_report_free(rep);
+	ck_assert_uint_ne(n, UINT64_MAX);
+	return n;
+}
+
+/*
+ * Under a limit of 8M whose place the caller's own region takes (7.5 MiB),
+ * the scratch region (1 MiB) is refused: the transfer goes inline, and the
+ * next does not ask again (one refusal, not one per transfer).
+ */
+START_TEST(a_refused_scratch_region_is_not_asked_for_again)
+{
+	const size_t n = 2 * MIB;
+	struct gpucmd_conn *c = connect_as("regions");
+	uint8_t *want = malloc(n), *got = malloc(n);
+	struct gpucmd_batch *b;
+	uint64_t refused;
+	void *p;
+
+	ck_assert_ptr_nonnull(want);
+	ck_assert_ptr_nonnull(got);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, n), 0);
+	gpucmd_response_free(run_ok(b));
+	ck_assert_int_eq(gpucmd_region_create(c, 3, 7 * MIB + MIB / 2, &p), 0);
+	fill(want, n, 9);
+	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 1, 0, want, n), 0);
+	refused = refusals_of(c, "regions");
+	ck_assert_uint_ge(refused, 1);
+	memset(got, 0, n);
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, n, got), 0);
+	ck_assert_int_eq(memcmp(got, want, n), 0);
+	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 1, 0, want, n), 0);
+	ck_assert_uint_eq(refusals_of(c, "regions"), refused);
+	ck_assert_int_eq(gpucmd_region_release(c, 3), 0);
+	free(want);
+	free(got);
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("region_api");
@@ -696,6 +789,10 @@ static Suite *make_suite(void)
 		tcase_add_checked_fixture(tight, tight_setup, harness_teardown);
 		tcase_set_timeout(tight, 120);
 		tcase_add_test(tight, convenience_within_tight_limits);
+		tcase_add_test(tight,
+			       no_scratch_region_past_a_quarter_of_a_small_limit);
+		tcase_add_test(tight,
+			       a_refused_scratch_region_is_not_asked_for_again);
 		suite_add_tcase(s, tight);
 	}
 	tcase_add_checked_fixture(small, small_frames_setup, harness_teardown);
