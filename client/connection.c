@@ -97,7 +97,7 @@ struct gpucmd_conn {
 	 */
 	uint8_t rbuf[CONN_RBUF];
 	size_t rhead, rtail;
-	char last_message[512];		/* gpucmd_last_message */
+	char last_message[768];		/* gpucmd_last_message */
 	unsigned spin_us;		/* $GPUCMD_SPIN_US: watch before blocking */
 };
 

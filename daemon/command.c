@@ -241,14 +241,18 @@ static void describe_reserve_quota(struct command *cmd, uint64_t size,
 		 "memory_limit of %llu lets it hold; it holds %llu, %llu of "
 		 "them live buffers, the rest released buffers queued work "
 		 "still uses and pages a small live buffer keeps whole (one "
-		 "per pool per stream at worst); release or sync, use fewer "
-		 "streams, or raise the memory_limit",
+		 "per pool per stream at worst; stream %u's largest free "
+		 "block is %llu bytes); release or sync, use fewer streams, "
+		 "or raise the memory_limit",
 		 (unsigned long long)size, cmd->current->number,
 		 (unsigned long long)need, svc->name,
 		 (unsigned long long)service_reserve_cap(limit),
 		 (unsigned long long)limit,
 		 (unsigned long long)svc->bytes_reserved,
-		 (unsigned long long)svc->bytes_in_use);
+		 (unsigned long long)svc->bytes_in_use,
+		 cmd->current->number,
+		 (unsigned long long)memory_manager_largest_free(
+			 cmd->current->memory));
 }
 
 /*
@@ -402,16 +406,18 @@ int command_reserve(struct command *cmd, uint64_t size,
 			 "twice its memory_limit of %llu bytes: %llu in use "
 			 "and %llu released but still used by work queued on "
 			 "the device (%llu of them released on their own "
-			 "stream, back in its pools and not reused); sync the "
-			 "streams (or let that work finish) before allocating "
-			 "more, or raise the service's memory_limit",
+			 "stream, back in its pools and not reused; stream "
+			 "%u's largest free block %llu); sync the streams (or "
+			 "let that work finish) before allocating more, or "
+			 "raise the service's memory_limit",
 			 (unsigned long long)size, svc->name,
 			 (unsigned long long)sat_sum(svc->bytes_in_use + size,
 						     released),
 			 (unsigned long long)limit,
 			 (unsigned long long)svc->bytes_in_use,
 			 (unsigned long long)released,
-			 (unsigned long long)ordered);
+			 (unsigned long long)ordered, cmd->current->number,
+			 (unsigned long long)memory_manager_largest_free(mm));
 		return GPUCMD_EQUOTA;
 	}
 	/* The globals of the modules it holds count like live buffers. */

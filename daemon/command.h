@@ -116,7 +116,7 @@ struct command {
 	uint64_t cursor;
 	struct service *service;
 	bool fence;		/* read_async/sync asked for the batch's fence */
-	char msg[512];
+	char msg[768];
 };
 
 /** new: a command against ctx over the streams resolved, for service. */

@@ -41,7 +41,7 @@ struct batch {
 	uint32_t failed_index;
 	int fence_index;		/* first read/sync op, -1 when none */
 	bool replied;
-	char message[512];
+	char message[768];
 	struct batch *next;		/* executor inbox */
 	struct profile_result *profiles; /* profile_end ops, filled at completion */
 	const struct builtin_kernel *last_kernel; /* lookup cache of a batch */

@@ -395,7 +395,8 @@ START_TEST(quota_bounds_memory_released_behind_a_kernel)
 	expect_fail(alloc_batch(c, 0, 3, MIB), 0, GPUCMD_EQUOTA,
 		    "quota exceeded", "'p'", "over twice its memory_limit",
 		    "1048576", "2097152 released but still used",
-		    "sync the streams");
+		    "largest free block", "sync the streams",
+		    "raise the service's memory_limit");
 	/* Not even one byte more: the bound is reached. */
 	expect_fail(alloc_batch(c, 0, 4, 1), 0, GPUCMD_EQUOTA,
 		    "2097152 released");
@@ -946,7 +947,8 @@ START_TEST(reserve_quota_refuses_what_a_reload_leaves_over_it)
 		    "needs 1048576 bytes of new device memory, which would "
 		    "take service 'p' past 268435456 bytes of device memory, "
 		    "the most its memory_limit of 67108864 lets it hold; it "
-		    "holds 268435456, 41943040 of them live buffers");
+		    "holds 268435456, 41943040 of them live buffers",
+		    "stream 0's largest free block is", "raise the memory_limit");
 	row = row_of(c, "p");
 	ck_assert_uint_eq(row.oom_count, 1);
 	ck_assert_uint_eq(row.bytes_reserved, 256 * MIB);
