@@ -2267,6 +2267,26 @@ static void expect_batch_refusal(int fd, int code, const char *what)
 }
 
 /*
+ * A new connection sends the request of ops inner (request_frame): it is
+ * refused unread with GPUCMD_ELIMIT naming words, and a ping after it is
+ * answered.  The connection, still open.
+ */
+static int refused_unread(const uint8_t *inner, size_t inner_len,
+			  const char *words)
+{
+	size_t len;
+	uint8_t *frame = request_frame(inner, inner_len, &len);
+	int fd = raw_connect();
+
+	raw_hello(fd, "hostile");
+	send_all(fd, frame, len);
+	expect_batch_refusal(fd, GPUCMD_ELIMIT, words);
+	raw_ping(fd, 2);
+	free(frame);
+	return fd;
+}
+
+/*
  * Fields the daemon does not know, or millions of repeated entries, take
  * protobuf-c far more memory to decode than their bytes (a record of each
  * field while it decodes, a kept copy of each unknown one): a 60 MB frame
@@ -2282,7 +2302,6 @@ START_TEST(unknown_fields_are_refused_undecoded)
 	enum { NFIELDS = 6 << 20 };
 	uint8_t *inner = malloc(2 * (size_t)NFIELDS + 16), *frame;
 	long before = daemon_status_kb(the_daemon.pid, "VmHWM"), after;
-	size_t len;
 	int fd;
 
 	ck_assert_ptr_nonnull(inner);
@@ -2292,13 +2311,7 @@ START_TEST(unknown_fields_are_refused_undecoded)
 		inner[2 * i] = (15 << 3) | 0;	/* field 15 = 0, unknown */
 		inner[2 * i + 1] = 0;
 	}
-	frame = request_frame(inner, 2 * (size_t)NFIELDS + 2, &len);
-	fd = raw_connect();
-	raw_hello(fd, "hostile");
-	send_all(fd, frame, len);
-	expect_batch_refusal(fd, GPUCMD_ELIMIT, "fields would take");
-	raw_ping(fd, 2);
-	free(frame);
+	fd = refused_unread(inner, 2 * (size_t)NFIELDS + 2, "fields would take");
 
 	/* The same fields in the Frame, with no request: the close. */
 	frame = malloc(FRAME_HEADER_SIZE + 2 * (size_t)NFIELDS);
@@ -2337,13 +2350,7 @@ START_TEST(huge_op_counts_are_refused_undecoded)
 		inner[2 * i] = (3 << 3) | 2;	/* Request.ops, empty Op */
 		inner[2 * i + 1] = 0;
 	}
-	frame = request_frame(inner, 2 * (size_t)NOPS, &len);
-	fd = raw_connect();
-	raw_hello(fd, "hostile");
-	send_all(fd, frame, len);
-	expect_batch_refusal(fd, GPUCMD_ELIMIT, "8388608 ops");
-	raw_ping(fd, 2);
-	free(frame);
+	fd = refused_unread(inner, 2 * (size_t)NOPS, "8388608 ops");
 
 	/* The same with a region_attach first, its memfd in the sendmsg. */
 	{

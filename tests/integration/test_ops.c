@@ -57,6 +57,26 @@ static void run_done(struct gpucmd_batch *b)
 	gpucmd_response_free(run_ok(b));
 }
 
+/* Run b, which a limit must refuse with a message holding words. */
+static void run_over_limit(struct gpucmd_batch *b, const char *words)
+{
+	int idx;
+
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(last_message, words) != NULL, "%s", last_message);
+}
+
+/* End the capture on c's stream 0 as graph id, destroy it, and sync. */
+static void end_and_destroy(struct gpucmd_conn *c, uint64_t id)
+{
+	struct gpucmd_batch *b = batch(c, 0);
+
+	gpucmd_batch_capture_end(b, id);
+	gpucmd_batch_graph_destroy(b, id);
+	gpucmd_batch_sync(b);
+	run_done(b);
+}
+
 static struct gpucmd_memory_usage usage(struct gpucmd_conn *c, uint32_t stream)
 {
 	struct gpucmd_batch *b = batch(c, stream);
@@ -1098,7 +1118,6 @@ START_TEST(profiles_and_graphs_are_bounded)
 	struct gpucmd_conn *c = connect_as("ops");
 	struct gpucmd_batch *b;
 	void *region;
-	int idx;
 
 	b = batch(c, 0);
 	for (uint64_t k = 1; k <= MAX; k++)
@@ -1106,9 +1125,7 @@ START_TEST(profiles_and_graphs_are_bounded)
 	run_done(b);
 	b = batch(c, 0);
 	gpucmd_batch_profile_begin(b, MAX + 1);
-	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
-	ck_assert_msg(strstr(last_message, "1024 profiles open") != NULL, "%s",
-		      last_message);
+	run_over_limit(b, "1024 profiles open");
 	b = batch(c, 0);
 	gpucmd_batch_profile_end(b, 7);
 	gpucmd_batch_profile_begin(b, MAX + 1);
@@ -1122,9 +1139,7 @@ START_TEST(profiles_and_graphs_are_bounded)
 	run_done(b);
 	b = batch(c, 0);
 	gpucmd_batch_capture_begin(b);
-	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
-	ck_assert_msg(strstr(last_message, "1024 graphs") != NULL, "%s",
-		      last_message);
+	run_over_limit(b, "1024 graphs");
 	b = batch(c, 0);
 	for (uint64_t k = 1; k <= MAX; k++)
 		gpucmd_batch_graph_destroy(b, k);
@@ -1141,15 +1156,9 @@ START_TEST(profiles_and_graphs_are_bounded)
 	run_done(b);
 	b = batch(c, 0);
 	gpucmd_batch_write_region(b, 1, 0, 1, 0, BIG);
-	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
-	ck_assert_msg(strstr(last_message, "335544320 bytes") != NULL, "%s",
-		      last_message);
+	run_over_limit(b, "335544320 bytes");
 	/* Destroyed, a graph gives its bytes back. */
-	b = batch(c, 0);
-	gpucmd_batch_capture_end(b, 1);
-	gpucmd_batch_graph_destroy(b, 1);
-	gpucmd_batch_sync(b);
-	run_done(b);
+	end_and_destroy(c, 1);
 	b = batch(c, 0);
 	gpucmd_batch_capture_begin(b);
 	gpucmd_batch_write_region(b, 1, 0, 1, 0, BIG);
@@ -1174,7 +1183,6 @@ START_TEST(captured_ops_are_bounded)
 	struct gpucmd_arg fill[3] = { buf_arg(1), u32_arg(7), u32_arg(1) };
 	struct gpucmd_conn *c = connect_as("ops");
 	struct gpucmd_batch *b;
-	int idx;
 
 	b = batch(c, 0);
 	gpucmd_batch_empty(b, 1, 64);
@@ -1190,14 +1198,8 @@ START_TEST(captured_ops_are_bounded)
 	}
 	b = batch(c, 0);
 	gpucmd_batch_kernel(b, "fill_u32", ONE, ONE, fill, 3);
-	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
-	ck_assert_msg(strstr(last_message, "262144 recorded ops") != NULL,
-		      "%s", last_message);
-	b = batch(c, 0);
-	gpucmd_batch_capture_end(b, 1);
-	gpucmd_batch_graph_destroy(b, 1);
-	gpucmd_batch_sync(b);
-	run_done(b);
+	run_over_limit(b, "262144 recorded ops");
+	end_and_destroy(c, 1);
 	b = batch(c, 0);
 	gpucmd_batch_capture_begin(b);
 	gpucmd_batch_kernel(b, "fill_u32", ONE, ONE, fill, 3);

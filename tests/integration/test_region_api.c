@@ -672,6 +672,43 @@ START_TEST(convenience_within_tight_limits)
 }
 END_TEST
 
+/* Handle 1 on c, n bytes, written and read back by the convenience calls. */
+static void buffer_round_trip(struct gpucmd_conn *c, size_t n, unsigned seed)
+{
+	uint8_t *want = malloc(n), *got = calloc(1, n);
+	struct gpucmd_batch *b;
+
+	ck_assert_ptr_nonnull(want);
+	ck_assert_ptr_nonnull(got);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 1, n), 0);
+	gpucmd_response_free(run_ok(b));
+	fill(want, n, seed);
+	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 1, 0, want, n), 0);
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, n, got), 0);
+	ck_assert_int_eq(memcmp(got, want, n), 0);
+	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 1, 0, want, n), 0);
+	free(want);
+	free(got);
+}
+
+/* The report's row of service, as c sees it. */
+static struct gpucmd_service_report row_of(struct gpucmd_conn *c,
+					   const char *service)
+{
+	struct gpucmd_report *rep = NULL;
+	struct gpucmd_service_report row = { .id = 0 };
+
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	for (size_t i = 0; i < rep->nservices; i++)
+		if (strcmp(rep->services[i].name, service) == 0)
+			row = rep->services[i];
+	gpucmd_report_free(rep);
+	ck_assert_msg(row.id != 0, "no row for service %s", service);
+	row.streams = NULL;
+	return row;
+}
+
 /*
  * A service whose quarter of region_limit is under the scratch region's
  * least size (1 MiB) gets no scratch region: the convenience calls go
@@ -681,85 +718,33 @@ END_TEST
  */
 START_TEST(no_scratch_region_past_a_quarter_of_a_small_limit)
 {
-	const size_t n = 2 * MIB;
 	struct gpucmd_conn *a = connect_as("little"), *b2 = connect_as("little");
-	uint8_t *want = malloc(n), *got = malloc(n);
-	struct gpucmd_report *rep = NULL;
-	struct gpucmd_batch *b;
 	void *p;
 
-	ck_assert_ptr_nonnull(want);
-	ck_assert_ptr_nonnull(got);
-	ck_assert_int_eq(gpucmd_batch_new(a, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_empty(b, 1, n), 0);
-	gpucmd_response_free(run_ok(b));
-	fill(want, n, 5);
-	ck_assert_int_eq(gpucmd_write_buffer(a, 0, 1, 0, want, n), 0);
-	memset(got, 0, n);
-	ck_assert_int_eq(gpucmd_read_buffer(a, 0, 1, 0, n, got), 0);
-	ck_assert_int_eq(memcmp(got, want, n), 0);
-	ck_assert_int_eq(gpucmd_memory_report(a, &rep), 0);
-	for (size_t i = 0; i < rep->nservices; i++)
-		if (strcmp(rep->services[i].name, "little") == 0)
-			ck_assert_uint_eq(rep->services[i].region_bytes, 0);
-	gpucmd_report_free(rep);
+	buffer_round_trip(a, 2 * MIB, 5);
+	ck_assert_uint_eq(row_of(a, "little").region_bytes, 0);
 	ck_assert_int_eq(gpucmd_region_create(b2, 5, 2 * MIB + MIB / 5, &p),
 			 0);
 	ck_assert_int_eq(gpucmd_region_release(b2, 5), 0);
-	free(want);
-	free(got);
 	gpucmd_close(b2);
 	gpucmd_close(a);
 }
 END_TEST
 
-/* Attaches of the service refused so far (the report's region_refusals). */
-static uint64_t refusals_of(struct gpucmd_conn *c, const char *service)
-{
-	struct gpucmd_report *rep = NULL;
-	uint64_t n = UINT64_MAX;
-
-	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
-	for (size_t i = 0; i < rep->nservices; i++)
-		if (strcmp(rep->services[i].name, service) == 0)
-			n = rep->services[i].region_refusals;
-	gpucmd_report_free(rep);
-	ck_assert_uint_ne(n, UINT64_MAX);
-	return n;
-}
-
 /*
  * Under a limit of 8M whose place the caller's own region takes (7.5 MiB),
- * the scratch region (1 MiB) is refused: the transfer goes inline, and the
- * next does not ask again (one refusal, not one per transfer).
+ * the scratch region is refused: the transfers go inline, and only the
+ * first asks (for 2 MiB, then 1 MiB: two refusals, not two per transfer).
  */
 START_TEST(a_refused_scratch_region_is_not_asked_for_again)
 {
-	const size_t n = 2 * MIB;
 	struct gpucmd_conn *c = connect_as("regions");
-	uint8_t *want = malloc(n), *got = malloc(n);
-	struct gpucmd_batch *b;
-	uint64_t refused;
 	void *p;
 
-	ck_assert_ptr_nonnull(want);
-	ck_assert_ptr_nonnull(got);
-	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_empty(b, 1, n), 0);
-	gpucmd_response_free(run_ok(b));
 	ck_assert_int_eq(gpucmd_region_create(c, 3, 7 * MIB + MIB / 2, &p), 0);
-	fill(want, n, 9);
-	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 1, 0, want, n), 0);
-	refused = refusals_of(c, "regions");
-	ck_assert_uint_ge(refused, 1);
-	memset(got, 0, n);
-	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, n, got), 0);
-	ck_assert_int_eq(memcmp(got, want, n), 0);
-	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 1, 0, want, n), 0);
-	ck_assert_uint_eq(refusals_of(c, "regions"), refused);
+	buffer_round_trip(c, 2 * MIB, 9);
+	ck_assert_uint_eq(row_of(c, "regions").region_refusals, 2);
 	ck_assert_int_eq(gpucmd_region_release(c, 3), 0);
-	free(want);
-	free(got);
 	gpucmd_close(c);
 }
 END_TEST

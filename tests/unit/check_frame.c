@@ -1053,46 +1053,66 @@ END_TEST
  * on the wire and over 400 KB decoded, through either decoder; a ping holds
  * little.
  */
+/*
+ * A Request frame (header and body) of id 9 with one kernel op "spin" of
+ * nargs empty arguments, from frame_encode.
+ */
+static void kernel_request(size_t nargs, uint8_t **buf, size_t *len)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	Gpucmd__KernelArg a = GPUCMD__KERNEL_ARG__INIT;
+	Gpucmd__KernelArg **args = malloc(nargs * sizeof(*args) + 1);
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__Op ok = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[1] = { &ok };
+
+	ck_assert_ptr_nonnull(args);
+	for (size_t i = 0; i < nargs; i++)
+		args[i] = &a;
+	k.name = "spin";
+	k.n_args = nargs;
+	k.args = args;
+	ok.op_case = GPUCMD__OP__OP_KERNEL;
+	ok.kernel = &k;
+	req.id = 9;
+	req.n_ops = 1;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
+	ck_assert_int_eq(frame_encode(&f, buf, len), 0);
+	free(args);
+}
+
 START_TEST(held_bytes_count_the_decoded_structs)
 {
 	enum { NARGS = 10000 };
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
-	Gpucmd__KernelArg a = GPUCMD__KERNEL_ARG__INIT;
-	Gpucmd__KernelArg **args = malloc(NARGS * sizeof(*args));
-	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
 	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
-	Gpucmd__Op ok = GPUCMD__OP__INIT, op = GPUCMD__OP__INIT;
-	Gpucmd__Op *ops[1] = { &ok };
+	Gpucmd__Op op = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[1] = { &op };
 	Gpucmd__Frame *d;
 	uint8_t *buf;
 	size_t len, held;
 
-	ck_assert_ptr_nonnull(args);
-	for (size_t i = 0; i < NARGS; i++)
-		args[i] = &a;
-	k.name = "spin";
-	k.n_args = NARGS;
-	k.args = args;
-	ok.op_case = GPUCMD__OP__OP_KERNEL;
-	ok.kernel = &k;
-	req.n_ops = 1;
-	req.ops = ops;
-	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
-	f.request = &req;
-	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+	kernel_request(NARGS, &buf, &len);
 	ck_assert_uint_lt(len, 30000);
 	d = frame_decode(buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE);
 	ck_assert_ptr_nonnull(d);
 	ck_assert_uint_eq(d->request->ops[0]->kernel->n_args, NARGS);
 	held = frame_held_bytes(d);
-	ck_assert_uint_ge(held, NARGS * (sizeof(a) + sizeof(args[0])));
+	ck_assert_uint_ge(held, NARGS * (sizeof(Gpucmd__KernelArg) +
+					 sizeof(Gpucmd__KernelArg *)));
 	frame_free(d);
 	free(buf);
 
-	ops[0] = &op;
 	op.op_case = GPUCMD__OP__OP_PING;
 	op.ping = &p;
+	req.n_ops = 1;
+	req.ops = ops;
+	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
+	f.request = &req;
 	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
 	d = frame_decode(buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE);
 	ck_assert_ptr_nonnull(d);
@@ -1100,7 +1120,6 @@ START_TEST(held_bytes_count_the_decoded_structs)
 	frame_free(d);
 	free(buf);
 	ck_assert_uint_eq(frame_held_bytes(NULL), 0);
-	free(args);
 }
 END_TEST
 
@@ -1114,32 +1133,12 @@ END_TEST
 START_TEST(decoded_bound_covers_what_decoding_holds)
 {
 	enum { NARGS = 10000, NUNKNOWN = 10000 };
-	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
-	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
-	Gpucmd__KernelArg a = GPUCMD__KERNEL_ARG__INIT;
-	Gpucmd__KernelArg **args = malloc(NARGS * sizeof(*args));
-	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
-	Gpucmd__Op ok = GPUCMD__OP__INIT;
-	Gpucmd__Op *ops[1] = { &ok };
 	Gpucmd__Frame *d;
 	uint8_t *buf, *body, *unk;
 	size_t len, blen;
 	uint64_t fields, bound;
 
-	ck_assert_ptr_nonnull(args);
-	for (size_t i = 0; i < NARGS; i++)
-		args[i] = &a;
-	k.name = "spin";
-	k.n_args = NARGS;
-	k.args = args;
-	ok.op_case = GPUCMD__OP__OP_KERNEL;
-	ok.kernel = &k;
-	req.id = 9;
-	req.n_ops = 1;
-	req.ops = ops;
-	f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
-	f.request = &req;
-	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+	kernel_request(NARGS, &buf, &len);
 	body = buf + FRAME_HEADER_SIZE;
 	blen = len - FRAME_HEADER_SIZE;
 	bound = frame_decoded_bound(body, blen, UINT64_MAX, &fields);
@@ -1177,7 +1176,6 @@ START_TEST(decoded_bound_covers_what_decoding_holds)
 	ck_assert_uint_eq(d->request->id, 1);
 	frame_free(d);
 	free(unk);
-	free(args);
 }
 END_TEST
 
