@@ -1914,6 +1914,7 @@ static void parse_frames(struct session *s)
 		s->body_have = (uint32_t)have;
 		s->body_at = s->frame_at;
 		s->body_begun_ms = uv_now(s->server->loop);
+		s->body_ticked = s->body_have;
 		memcpy(s->body, s->rbuf + off + FRAME_HEADER_SIZE, have);
 		off = s->rlen;
 		break;
@@ -1940,23 +1941,28 @@ void session_expire_frame(struct session *s, uint64_t now_ms)
 {
 	uint32_t limit_s = s->server->cfg.limits.frame_timeout;
 	uint64_t allowed_ms;
+	uint32_t gained;
 
 	/* Not while the daemon holds the rest back (a turn, a shutdown). */
 	if (s->body == NULL || s->body_have >= s->body_len || !s->reading ||
 	    s->state == SESSION_CLOSING || limit_s == 0)
 		return;
+	gained = s->body_have - s->body_ticked;
+	s->body_ticked = s->body_have;
 	allowed_ms = (uint64_t)limit_s * 1000 +
 		     (uint64_t)s->body_len * 1000 /
 			     ((uint64_t)SESSION_FRAME_MIB_PER_S << 20);
-	if (now_ms - s->body_begun_ms < allowed_ms)
+	if (now_ms - s->body_begun_ms < allowed_ms ||
+	    gained >= SESSION_FRAME_MIN_PROGRESS)
 		return;
 	session_refuse(s, GPUCMD_EPROTO,
 		       "a frame of %u bytes did not arrive whole within %.1f s "
 		       "of its header (%u bytes came; [limits] frame_timeout "
-		       "is %u s, plus 1 s for each %d MiB): the connection is "
-		       "closed; send each frame whole once it has begun",
+		       "is %u s, plus 1 s for each %d MiB), and %u came "
+		       "since the check before: the connection is closed; "
+		       "send each frame whole once it has begun",
 		       s->body_len, (double)allowed_ms / 1000.0, s->body_have,
-		       limit_s, SESSION_FRAME_MIB_PER_S);
+		       limit_s, SESSION_FRAME_MIB_PER_S, gained);
 }
 
 /* What came from the socket, read by libuv or by session_read_direct. */

@@ -153,6 +153,7 @@ struct session {
 	uint64_t frame_at;		/* stream offset of the frame handled */
 	uint64_t body_at;		/* ... of the frame s->body collects */
 	uint64_t body_begun_ms;		/* uv_now at its header */
+	uint32_t body_ticked;		/* body_have at the last tick */
 	/*
 	 * Large frames wait for their turn (server_turn_wait): turn_wait, the
 	 * next frame (in rbuf, or the whole of s->body) waits to be decoded;
@@ -200,6 +201,12 @@ struct session {
  * beside [limits] frame_timeout (session_expire_frame).
  */
 #define SESSION_FRAME_MIB_PER_S 8
+/*
+ * ...and an overdue frame is ended only once less than this came since the
+ * tick before: a daemon slow to read (a loaded machine, valgrind) is not
+ * the client's fault.
+ */
+#define SESSION_FRAME_MIN_PROGRESS (64u << 10)
 
 /** Who is at the other end of s (SO_PEERCRED, groups): before session_start. */
 void session_identify(struct session *s);
@@ -242,7 +249,8 @@ bool session_is_admin(const struct session *s);
  * Close s, with the reason, when the frame larger than its read buffer that
  * it is sending has not arrived whole within [limits] frame_timeout seconds
  * plus one for each SESSION_FRAME_MIB_PER_S MiB of it, counted from its
- * header (server.c's tick, at now_ms).  Such a frame holds its place in the
+ * header, and less than SESSION_FRAME_MIN_PROGRESS of it came since the
+ * last tick (server.c's tick, at now_ms).  Such a frame holds its place in the
  * service's max_bytes_in_flight from its header on: a client announcing
  * large frames and sending nothing more would otherwise hold back the
  * service's other connections, and the memory, for as long as it liked.
