@@ -173,6 +173,9 @@ static void block_merge_next(struct sliced_pool *sp, struct sliced_block *b)
 	struct sliced_block *n = b->next;
 
 	b->slice.effective += n->slice.effective;
+	/* Free blocks keep the largest release fence of what they hold. */
+	if (n->slice.busy_until > b->slice.busy_until)
+		b->slice.busy_until = n->slice.busy_until;
 	b->next = n->next;
 	if (n->next)
 		n->next->prev = b;
@@ -226,6 +229,7 @@ static inline int sliced_carve(struct sliced_pool *sp,
 			.pool = &sp->base,
 			.ptr = b->slice.ptr + effective,
 			.effective = b->slice.effective - effective,
+			.busy_until = b->slice.busy_until,
 		};
 		rest->prev = b;
 		rest->next = b->next;
@@ -311,7 +315,12 @@ static int sliced_reserve(struct pool *pool, uint64_t size,
 			continue;
 		b = page_first_fit(page, effective);
 		if (b) {
-			pool_note_reuse(pool, page->busy_until, effective);
+			/*
+			 * Reused busy memory is what this block held, not its
+			 * page's: space never used beside a busy release is
+			 * fresh (command_reserve's bound counts only reuse).
+			 */
+			pool_note_reuse(pool, b->slice.busy_until, effective);
 			return sliced_carve(sp, b, size, effective, out);
 		}
 	}

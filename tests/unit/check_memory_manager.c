@@ -1411,6 +1411,49 @@ START_TEST(release_after_reuses_at_once)
 }
 END_TEST
 
+/*
+ * What a reservation reused of busy memory (memory_manager_take_reused,
+ * which command_reserve's bound on released memory trusts) is what the
+ * block it came from held, not its page: in a 1 MiB page, K, A and L of
+ * 256 KiB each, A released behind fence 1; 256 KiB take A's place (all of
+ * it reused), and 256 KiB more come from the never used rest of the page
+ * (nothing reused: it counted as reused because A's release made the page
+ * busy).  What merges with a busy block stays busy, as a whole.
+ */
+START_TEST(reuse_counts_the_busy_block_not_its_page)
+{
+	struct memory_pool_options p[1] = { sliced(1 * MIB, 512 * KIB, 0) };
+	struct memory_configuration c = custom(1, p);
+	struct memory_manager *mm = make(&c, &dev80);
+	struct memory_slice *k, *a, *l, *x, *y, *z;
+	uint64_t completed = 0, at;
+
+	memory_manager_set_completed(mm, &completed);
+	k = take(mm, 256 * KIB);
+	a = take(mm, 256 * KIB);
+	l = take(mm, 256 * KIB);
+	at = a->ptr;
+	(void)memory_manager_take_reused(mm);
+	memory_manager_release_after(mm, a, 1);
+	x = take(mm, 256 * KIB);
+	ck_assert_uint_eq(x->ptr, at);
+	ck_assert_uint_eq(memory_manager_take_reused(mm), 256 * KIB);
+	y = take(mm, 256 * KIB);
+	ck_assert_uint_eq(memory_manager_take_reused(mm), 0);
+	/* x, released behind fence 2 between live k and l, merges with l. */
+	memory_manager_release_after(mm, x, 2);
+	memory_manager_release(mm, l);
+	z = take(mm, 512 * KIB);
+	ck_assert_uint_eq(z->ptr, at);
+	ck_assert_uint_eq(memory_manager_take_reused(mm), 512 * KIB);
+	memory_manager_release(mm, z);
+	memory_manager_release(mm, y);
+	memory_manager_release(mm, k);
+	completed = 2;
+	finish(mm);
+}
+END_TEST
+
 /* A slice used again and released plainly keeps its page busy. */
 START_TEST(release_after_then_plain_release)
 {
@@ -1564,6 +1607,7 @@ static Suite *memory_manager_suite(void)
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, release_after_reuses_at_once);
 	tcase_add_test(tc, release_after_then_plain_release);
+	tcase_add_test(tc, reuse_counts_the_busy_block_not_its_page);
 	tcase_add_test(tc, release_after_without_completed);
 	tcase_add_test(tc, reclaim_skips_busy);
 	tcase_add_test(tc, periodic_and_watermark_skip_busy);
