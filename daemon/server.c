@@ -618,21 +618,25 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 
 /* ---- signals and lifetime ------------------------------------------------ */
 
-/* Services the file lists get their (new) limits. */
 /*
  * Services the daemon knows that the file does not list take the defaults
- * ([services] default_*), as they did when they were created; one whose
- * section was removed keeps its last limits (gpucmdd.conf(5)).
+ * ([services] default_*), as they did when they were created.  One whose
+ * section was removed is unlisted from now on: it takes the defaults too
+ * (an operator who removes a section to take back a large quota must not
+ * leave it to whoever joins the name next) and may be retired when its
+ * place is needed (gpucmdd.conf(5)).
  */
 static void apply_defaults(struct service *svc, void *arg)
 {
 	const struct config *cfg = arg;
 
-	if (!atomic_load(&svc->listed) &&
-	    config_find_service(cfg, svc->name) == NULL)
+	if (config_find_service(cfg, svc->name) == NULL) {
+		atomic_store(&svc->listed, false);
 		service_apply(svc, &cfg->default_service);
+	}
 }
 
+/* Services the file lists get their (new) limits, the others the defaults. */
 static void apply_services(struct server *srv)
 {
 	for (uint32_t i = 0; i < srv->cfg.nservices; i++) {

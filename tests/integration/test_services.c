@@ -2729,8 +2729,8 @@ END_TEST
 
 /*
  * The [services] defaults apply to the services the file does not list,
- * the ones already connected too; a service whose section was removed
- * keeps its last limits.
+ * the ones already connected too, and to a service whose section was
+ * removed (a quota taken back is not left to the next one to join).
  */
 START_TEST(sighup_applies_new_defaults_to_unlisted_services)
 {
@@ -2745,8 +2745,11 @@ START_TEST(sighup_applies_new_defaults_to_unlisted_services)
 	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
 	wait_limit(c, "unlisted", 2 * MIB);
 	alloc_ok(c, 1, MIB + KIB);
-	/* Removed from the file: its last limit stays. */
-	ck_assert_uint_eq(row_of(c, "listed").limit_bytes, 3 * MIB);
+	/* Removed from the file: unlisted, it takes the defaults too. */
+	ck_assert_msg(row_of(c, "listed").limit_bytes == 2 * MIB,
+		      "[service listed] was removed, yet its limit is %llu, "
+		      "not default_memory_limit 2M",
+		      (unsigned long long)row_of(c, "listed").limit_bytes);
 	gpucmd_close(c);
 	gpucmd_close(d);
 }
