@@ -77,6 +77,55 @@ static int fail(struct batch *b, int rc, const char *fmt, ...)
 	return rc;
 }
 
+/* The most of the batch's reply its read data and reports may fill. */
+static uint64_t reply_cap(const struct batch *b)
+{
+	uint32_t max = b->conn->limits.max_frame_bytes;
+
+	return max > REPLY_ROOM ? max - REPLY_ROOM : 0;
+}
+
+/*
+ * Report ops (memory_report, stream_report, status) one batch may carry:
+ * each walks the daemon's streams on the device thread and builds its
+ * answer in the batch's arena, so a request full of them (a few bytes
+ * each) held the device thread, and every service, for seconds and made
+ * the daemon build gigabytes.
+ */
+#define REPORTS_PER_BATCH_MAX 16
+
+static int report_allowed(struct batch *b, const char *what)
+{
+	if (++b->reports <= REPORTS_PER_BATCH_MAX)
+		return 0;
+	return fail(b, GPUCMD_ELIMIT,
+		    "this batch has more than %d report ops (%s is one of "
+		    "memory_report, stream_report and status): ask again in "
+		    "another batch",
+		    REPORTS_PER_BATCH_MAX, what);
+}
+
+/*
+ * A report of packed bytes joins the reply: within the frame the reply
+ * may fill with the batch's reads (reply_cap), else GPUCMD_ELIMIT.
+ */
+static int report_fits(struct batch *b, const char *what, size_t bytes)
+{
+	uint64_t cap = reply_cap(b);
+
+	if (bytes > cap || b->reply_bytes > cap - bytes)
+		return fail(b, GPUCMD_ELIMIT,
+			    "the %s of %zu bytes would make this batch's "
+			    "reply %llu bytes, over the %llu that "
+			    "max_frame_bytes allows: ask for it in a batch of "
+			    "its own, or raise max_frame_bytes",
+			    what, bytes,
+			    (unsigned long long)(b->reply_bytes + bytes),
+			    (unsigned long long)cap);
+	b->reply_bytes += bytes;
+	return 0;
+}
+
 static int lookup(struct batch *b, uint64_t id, struct handle **out)
 {
 	struct handle *h = handle_table_find(b->conn->set->handles, id);
@@ -370,9 +419,7 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 					  sizeof(b->message));
 		if (rc != 0)
 			return rc;
-		uint64_t cap = b->conn->limits.max_frame_bytes > REPLY_ROOM
-				       ? b->conn->limits.max_frame_bytes - REPLY_ROOM
-				       : 0;
+		uint64_t cap = reply_cap(b);
 
 		if (dense > cap || b->reply_bytes > cap - dense)
 			return fail(b, GPUCMD_ELIMIT,
@@ -963,7 +1010,10 @@ static int op_memory_report(struct command_ctx *ctx, struct batch *b,
 {
 	struct report_state st = { .b = b };
 	uint32_t nsvc = service_count();
+	int rc = report_allowed(b, "memory_report");
 
+	if (rc != 0)
+		return rc;
 	st.rep = arena_alloc(b, sizeof(*st.rep));
 	st.totals = arena_alloc(b, sizeof(*st.totals));
 	if (st.rep == NULL || st.totals == NULL)
@@ -994,6 +1044,10 @@ static int op_memory_report(struct command_ctx *ctx, struct batch *b,
 	service_foreach(service_row, &st);
 	if (st.rc != 0)
 		return fail(b, st.rc, "out of host memory building the report");
+	rc = report_fits(b, "memory report",
+			 gpucmd__memory_report__get_packed_size(st.rep));
+	if (rc != 0)
+		return rc;
 	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_REPORT;
 	b->results[i].report = st.rep;
 	return 0;
@@ -1001,10 +1055,14 @@ static int op_memory_report(struct command_ctx *ctx, struct batch *b,
 
 static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 {
-	Gpucmd__Status *st = arena_alloc(b, sizeof(*st));
+	Gpucmd__Status *st;
 	struct memory_usage total = { 0 };
 	uint32_t conns = 0;
+	int rc = report_allowed(b, "status");
 
+	if (rc != 0)
+		return rc;
+	st = arena_alloc(b, sizeof(*st));
 	if (st == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	gpucmd__status__init(st);
@@ -1125,13 +1183,19 @@ static int op_stream_report(struct command_ctx *ctx, struct batch *b,
 {
 	struct command cmd;
 	Gpucmd__StreamReport *sr;
-	int rc = begin(ctx, b, NULL, 0, &cmd);
+	int rc = report_allowed(b, "stream_report");
 
+	if (rc == 0)
+		rc = begin(ctx, b, NULL, 0, &cmd);
 	if (rc != 0)
 		return rc;
 	sr = stream_report(b, command_stream(&cmd));
 	if (sr == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
+	rc = report_fits(b, "stream report",
+			 gpucmd__stream_report__get_packed_size(sr));
+	if (rc != 0)
+		return rc;
 	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_STREAM_REPORT;
 	b->results[i].stream_report = sr;
 	return 0;

@@ -46,7 +46,8 @@ struct batch {
 	struct profile_result *profiles; /* profile_end ops, filled at completion */
 	const struct builtin_kernel *last_kernel; /* lookup cache of a batch */
 	struct driver_function *last_fn;
-	uint64_t reply_bytes;		/* inline read data so far */
+	uint64_t reply_bytes;		/* inline read data and reports so far */
+	uint32_t reports;		/* report ops run (REPORTS_PER_BATCH_MAX) */
 	uint64_t cost;			/* executor_submit's, until completed */
 	int *fds;			/* region descriptors sent with the frame */
 	size_t nfds;

@@ -951,10 +951,27 @@ static void free_handle(uv_handle_t *h)
  * Descriptors that came with the bytes join s->fds, oldest first.  A client
  * may not make the daemon hold more than a request could ask for: past
  * REGION_MAX_PER_CONNECTION the extra ones are closed and the connection
- * is refused.  Returns false when it was.
+ * is refused, as it is for a descriptor that is not a memfd.  Returns
+ * false when it was.
  */
 static bool keep_fd(struct session *s, int fd, size_t nread)
 {
+	/*
+	 * Only a memfd can make a region (region_attach), and a client may
+	 * send nothing else.  Held until a later frame, a socket could keep
+	 * a connection alive after its client died, the client having sent
+	 * its own end of it (or another of its connections'), and with it
+	 * everything the connection holds; a memfd cannot carry descriptors.
+	 */
+	if (fcntl(fd, F_GET_SEALS) < 0) {
+		close(fd);
+		session_refuse(s, GPUCMD_EPROTO,
+			       "the client sent a descriptor that is not a "
+			       "memfd: send only memfds created with "
+			       "MFD_ALLOW_SEALING, each with the request whose "
+			       "region_attach takes it");
+		return false;
+	}
 	if (s->nfds >= REGION_MAX_PER_CONNECTION) {
 		close(fd);
 		session_refuse(s, GPUCMD_EPROTO,

@@ -1616,24 +1616,23 @@ START_TEST(descriptors_nobody_asked_for)
 	 */
 	pid_t pid = the_daemon.pid;
 	int before = daemon_fds(pid), peak = 0;
-	int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int mfd = page_memfd('n');	/* anything else is refused at once */
 	uint8_t hdr[FRAME_HEADER_SIZE];
 	int fd = raw_connect();
 
-	ck_assert_int_ge(devnull, 0);
 	raw_hello(fd, "hostile");
 	header(hdr, 100);
 	for (int i = 0; i < 8; i++) {
 		int n;
 
-		if (send_fds(fd, devnull, 250, &hdr[i]) < 0)
+		if (send_fds(fd, mfd, 250, &hdr[i]) < 0)
 			break;	/* the daemon hung up: fine */
 		usleep(20000);
 		n = daemon_fds(pid);
 		if (n > peak)
 			peak = n;
 	}
-	close(devnull);
+	close(mfd);
 	ck_assert_msg(peak - before <= 2 * 64 + 8,
 		      "the daemon held %d descriptors a client pushed on it "
 		      "without asking for any", peak - before);
@@ -2693,6 +2692,85 @@ static void op_write(Gpucmd__Op *o, Gpucmd__OpWrite *w, uint64_t handle,
 	o->write = w;
 }
 
+START_TEST(a_socket_sent_as_a_region_is_refused)
+{
+	/*
+	 * A client sends the daemon its own end of the connection with a
+	 * request (SCM_RIGHTS), then dies.  Held for a region_attach, it
+	 * would leave the daemon holding both ends: no EOF ever, and the
+	 * connection, with its 1 MiB, alive for good.  Only memfds may come.
+	 */
+	int fd = raw_connect();
+	Gpucmd__OpEmpty em = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__Op o_e = GPUCMD__OP__INIT, o_p = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[1] = { &o_e };
+	Gpucmd__Frame *r;
+
+	raw_hello(fd, "hostile");
+	op_empty(&o_e, &em, 1, 1u << 20);
+	r = raw_run(fd, 1, 0, ops, 1);
+	ck_assert_ptr_null(r->response->error);
+	frame_free(r);
+	o_p.op_case = GPUCMD__OP__OP_PING;
+	o_p.ping = &p;
+	ops[0] = &o_p;
+	send_request_fds(fd, 2, ops, 1, &fd, 1);
+	expect_refusal(fd, GPUCMD_EPROTO, "not a memfd");
+	back_to_baseline();
+}
+END_TEST
+
+START_TEST(report_ops_are_bounded_per_batch)
+{
+	/*
+	 * Each report op walks the daemon's streams on the device thread and
+	 * builds its answer: a request of thousands (a few bytes each) held
+	 * every service up for seconds and made the daemon build gigabytes.
+	 * Sixteen fit a batch, the seventeenth is refused with the reason.
+	 */
+	int fd = raw_connect();
+	Gpucmd__OpMemoryReport mr = GPUCMD__OP_MEMORY_REPORT__INIT;
+	Gpucmd__OpStatus st = GPUCMD__OP_STATUS__INIT;
+	Gpucmd__Op o_r = GPUCMD__OP__INIT, o_s = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[17];
+	struct gpucmd_batch *b;
+	Gpucmd__Frame *r;
+
+	raw_hello(fd, "hostile");
+	o_r.op_case = GPUCMD__OP__OP_MEMORY_REPORT;
+	o_r.memory_report = &mr;
+	o_s.op_case = GPUCMD__OP__OP_STATUS;
+	o_s.status = &st;
+	for (int i = 0; i < 17; i++)
+		ops[i] = i % 2 ? &o_s : &o_r;
+	r = raw_run(fd, 1, 0, ops, 16);
+	ck_assert_ptr_null(r->response->error);
+	ck_assert_uint_eq(r->response->n_results, 16);
+	ck_assert_int_eq(r->response->results[0]->result_case,
+			 GPUCMD__OP_RESULT__RESULT_REPORT);
+	ck_assert_int_eq(r->response->results[15]->result_case,
+			 GPUCMD__OP_RESULT__RESULT_STATUS);
+	frame_free(r);
+	r = raw_run(fd, 2, 0, ops, 17);
+	ck_assert_ptr_nonnull(r->response->error);
+	ck_assert_int_eq(r->response->error->code, GPUCMD_ELIMIT);
+	ck_assert_uint_eq(r->response->failed_index, 16);
+	ck_assert_msg(strstr(r->response->error->message,
+			     "more than 16 report ops") != NULL,
+		      "message '%s'", r->response->error->message);
+	frame_free(r);
+	close(fd);
+
+	/* stream_report counts too, through the client library. */
+	b = batch(good, 0);
+	for (int i = 0; i < 17; i++)
+		ck_assert_int_eq(gpucmd_batch_stream_report(b), 0);
+	run_fails(b, 16, GPUCMD_ELIMIT, "stream_report");
+	still_served(good);
+}
+END_TEST
+
 /*
  * Send what fd takes of buf for about ms milliseconds without blocking,
  * then make fd blocking again; answers the bytes sent.
@@ -3460,6 +3538,8 @@ static Suite *make_suite(void)
 	tcase_add_test(d, slowloris);
 	tcase_add_test(d, flood_of_connections);
 	tcase_add_test(d, descriptors_nobody_asked_for);
+	tcase_add_test(d, a_socket_sent_as_a_region_is_refused);
+	tcase_add_test(d, report_ops_are_bounded_per_batch);
 	tcase_add_test(d, descriptors_go_with_their_frame);
 	tcase_add_test(d, descriptors_behind_a_frame_waiting_for_its_turn);
 	tcase_add_test(d, end_of_stream_behind_a_frame_waiting_for_its_turn);
