@@ -2,7 +2,8 @@
  * host.c - the host backend: a "device" made of host memory and threads, so
  * that the whole daemon runs, and is tested, on machines without a GPU.
  *
- * Memory: device memory is host memory from mmap (zeroed); a device address
+ * Memory: device memory is host memory, zeroed (mmap, or malloc's heap for
+ * small blocks: HOST_SMALL_BLOCK); a device address
  * is the host pointer.  Each block carries a header (in the HOST_ALIGNMENT
  * bytes before the address) with its size, so that mem_free gives the budget
  * back, and a link in the heap's list, so that close frees what is left, as
@@ -104,7 +105,19 @@ struct host_block {
 	struct host_block *prev;
 	struct host_block *next;
 	uint64_t size;		/* rounded up to HOST_ALIGNMENT */
+	bool small;		/* from malloc's heap (HOST_SMALL_BLOCK) */
 };
+
+/*
+ * Blocks (header included) under this size come from malloc's heap, zeroed
+ * here, and larger ones straight from the kernel.  A mapping each would
+ * cost small buffers a page and a mapping apiece: 65536 buffers of 256
+ * bytes (16 MiB of a service's quota) took 256 MiB, and, every other one
+ * released, filled the process's vm.max_map_count, after which no service
+ * could allocate at all.  Under glibc's mmap threshold (128 KiB at least),
+ * so that malloc does not map them one by one either.
+ */
+#define HOST_SMALL_BLOCK (UINT64_C(64) << 10)
 
 _Static_assert(sizeof(struct host_block) <= HOST_ALIGNMENT,
 	       "the block header must fit in front of an aligned address");
@@ -281,20 +294,29 @@ static int host_heap_alloc(struct host_driver *hd, struct host_heap *h,
 	if (rounded > h->limit - h->in_use)
 		goto full;
 	/*
-	 * Straight from the kernel: pages come zeroed (so the daemon need not
-	 * zero them) and go back to the system at free, instead of staying in
-	 * malloc's heap after a tenant leaves.
+	 * Large blocks straight from the kernel: pages come zeroed (so the
+	 * daemon need not zero them) and go back to the system at free,
+	 * instead of staying in malloc's heap after a tenant leaves.  Small
+	 * ones from the heap (HOST_SMALL_BLOCK), zeroed here.
 	 */
-	b = mmap(NULL, HOST_ALIGNMENT + rounded, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (b == MAP_FAILED)
-		b = NULL;
+	if (HOST_ALIGNMENT + rounded < HOST_SMALL_BLOCK) {
+		b = aligned_alloc(HOST_ALIGNMENT, HOST_ALIGNMENT + rounded);
+		if (b != NULL)
+			memset(b, 0, HOST_ALIGNMENT + rounded);
+	} else {
+		b = mmap(NULL, HOST_ALIGNMENT + rounded,
+			 PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			 -1, 0);
+		if (b == MAP_FAILED)
+			b = NULL;
+	}
 	if (b == NULL)
 		return host_fail(hd, GPUCMD_ENOMEM,
 				 "cannot allocate %" PRIu64 " bytes of %s: the "
 				 "host itself is out of memory",
 				 size, h->what);
 	b->size = rounded;
+	b->small = HOST_ALIGNMENT + rounded < HOST_SMALL_BLOCK;
 	b->prev = h->blocks.prev;
 	b->next = &h->blocks;
 	b->prev->next = b;
@@ -314,7 +336,10 @@ static void host_heap_free_block(struct host_heap *h, struct host_block *b)
 	b->prev->next = b->next;
 	b->next->prev = b->prev;
 	h->in_use -= b->size;
-	munmap(b, HOST_ALIGNMENT + b->size);
+	if (b->small)
+		free(b);
+	else
+		munmap(b, HOST_ALIGNMENT + b->size);
 }
 
 static void host_heap_free(struct host_heap *h, void *p)
