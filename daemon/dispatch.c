@@ -1053,6 +1053,11 @@ static int op_memory_report(struct command_ctx *ctx, struct batch *b,
 	return 0;
 }
 
+static void count_connections(struct service *svc, void *arg)
+{
+	*(uint32_t *)arg += atomic_load(&svc->connections);
+}
+
 static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 {
 	Gpucmd__Status *st;
@@ -1087,8 +1092,15 @@ static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 		total.bytes_in_use += u.bytes_in_use;
 		total.bytes_padding += u.bytes_padding;
 		total.bytes_reserved += u.bytes_reserved;
-		conns++;
 	}
+	/*
+	 * Connections as the memory report counts them, from Hello on: one
+	 * whose first batch has not reached this thread has no stream set.
+	 */
+	if (b->conn->admin)
+		service_foreach(count_connections, &conns);
+	else
+		conns = atomic_load(&b->conn->service->connections);
 	usage_to_wire(&total, st->usage);
 	st->uptime_ms = executor_uptime_ms(b->ex);
 	st->services = b->conn->admin ? service_count() : 1;
