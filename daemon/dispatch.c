@@ -941,7 +941,14 @@ static void service_row(struct service *svc, void *arg)
 	if (sr->usage == NULL || sr->streams == NULL)
 		goto oom;
 	gpucmd__memory_usage__init(sr->usage);
-	sr->name = svc->name;
+	/*
+	 * A copy: the reply is encoded after the registry lock is let go,
+	 * and the loop may retire (free) an idle service meanwhile.
+	 */
+	sr->name = arena_alloc(b, sizeof(svc->name));
+	if (sr->name == NULL)
+		goto oom;
+	memcpy(sr->name, svc->name, sizeof(svc->name));
 	sr->id = svc->id;
 	sr->connections = atomic_load(&svc->connections);
 	sr->limit_bytes = atomic_load(&svc->memory_limit);
