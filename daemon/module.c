@@ -116,7 +116,7 @@ static struct module_entry *find(struct module_cache *c, uint64_t h,
 {
 	for (struct module_entry *e = c->entries; e != NULL; e = e->next)
 		if (e->hash == h && e->fmt == fmt && e->len == len &&
-		    (e->static_bytes == 0 || e->owner == owner) &&
+		    (e->owner == 0 || e->owner == owner) &&
 		    memcmp(e->data, data, len) == 0)
 			return e;
 	return NULL;
@@ -179,6 +179,16 @@ static uint64_t entry_static_bytes(struct module_cache *c,
 	if (e->fmt == DRIVER_MODULE_CUDA_C)
 		return 0;
 	return module_image_static_bytes(e->data, e->len, NULL);
+}
+
+/* Whether e's image says for sure what globals it has (none or some). */
+static bool globals_known(const struct module_entry *e)
+{
+	enum module_image_known k = MODULE_IMAGE_KNOWN;
+
+	if (e->fmt != DRIVER_MODULE_CUDA_C)
+		(void)module_image_static_bytes(e->data, e->len, &k);
+	return k == MODULE_IMAGE_KNOWN;
 }
 
 int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
@@ -252,7 +262,12 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 	if (c->count >= MODULE_CACHE_MAX)
 		(void)evict_one(c, false);
 	e->static_bytes = entry_static_bytes(c, e);
-	e->owner = e->static_bytes > 0 ? owner : 0;
+	/*
+	 * Shared only when it surely has no globals: an image whose size
+	 * could not be read (older fatbin compression, past the expansion
+	 * budget) may have some, and stays its service's too.
+	 */
+	e->owner = e->static_bytes > 0 || !globals_known(e) ? owner : 0;
 	e->refs = 1;
 	e->last_use = ++c->tick;
 	pthread_mutex_lock(&c->lock);

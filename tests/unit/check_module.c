@@ -17,6 +17,7 @@
 #include "driver/driver.h"
 #include "gpucmd.h"
 #include "module.h"
+#include "module_image.h"
 #include "service.h"
 #include "unit.h"
 
@@ -305,6 +306,59 @@ START_TEST(modules_with_globals_are_shared_within_a_service_only)
 }
 END_TEST
 
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/*
+ * A module whose globals cannot be sized before loading (a fatbin entry
+ * in the older, non-zstd compression) may have some: it is shared within
+ * its service only, as one with globals is (it counted 0, and so was
+ * shared by every service, globals and all).
+ */
+START_TEST(modules_whose_globals_are_unknown_stay_their_services)
+{
+	uint8_t img[16 + 0x40 + 64];
+	struct module_entry *a = NULL, *b = NULL, *again = NULL;
+	enum module_image_known known;
+	char err[256], log[64];
+
+	memset(img, 0xab, sizeof(img));
+	put_le(img, 0xBA55ED50u, 4);		/* fatbin magic */
+	put_le(img + 4, 1, 2);
+	put_le(img + 6, 16, 2);			/* header size */
+	put_le(img + 8, 0x40 + 64, 8);		/* entries' size */
+	memset(img + 16, 0, 0x40);
+	put_le(img + 16, 2, 2);			/* kind: ELF */
+	put_le(img + 16 + 4, 0x40, 4);		/* entry header size */
+	put_le(img + 16 + 8, 64, 8);		/* payload size */
+	put_le(img + 16 + 0x28, 0x2000, 8);	/* the older compression */
+	ck_assert_uint_eq(module_image_static_bytes(img, sizeof(img), &known),
+			  0);
+	ck_assert_int_ne(known, MODULE_IMAGE_KNOWN);
+	ck_assert_int_eq(module_cache_get(cache, DRIVER_MODULE_FATBIN, img,
+					  sizeof(img), 1, NULL, &a, err,
+					  sizeof(err), log, sizeof(log)),
+			 0);
+	ck_assert_int_eq(module_cache_get(cache, DRIVER_MODULE_FATBIN, img,
+					  sizeof(img), 2, NULL, &b, err,
+					  sizeof(err), log, sizeof(log)),
+			 0);
+	ck_assert_ptr_ne(a, b);
+	ck_assert_uint_eq(loads, 2);
+	ck_assert_int_eq(module_cache_get(cache, DRIVER_MODULE_FATBIN, img,
+					  sizeof(img), 1, NULL, &again, err,
+					  sizeof(err), log, sizeof(log)),
+			 0);
+	ck_assert_ptr_eq(again, a);
+	module_cache_put(cache, a);
+	module_cache_put(cache, again);
+	module_cache_put(cache, b);
+}
+END_TEST
+
 /*
  * The globals of a module nobody references belong to no service: the
  * cache keeps at most MODULE_CACHE_IDLE_BYTES of them, unloading the ones
@@ -380,6 +434,7 @@ static Suite *module_suite(void)
 	tcase_add_test(tc, idle_modules_keep_little_device_memory);
 	tcase_add_test(tc, a_huge_idle_module_goes_alone);
 	tcase_add_test(tc, modules_with_globals_are_shared_within_a_service_only);
+	tcase_add_test(tc, modules_whose_globals_are_unknown_stay_their_services);
 	suite_add_tcase(s, tc);
 	return s;
 }
