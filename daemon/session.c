@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -282,18 +283,37 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 		session_close(s, why);
 	} else if (queued_before > 0 && s->state != SESSION_CLOSING &&
 		   over_unwritten(s)) {
+		/*
+		 * The service's clients leave too much unread: the one that
+		 * leaves the most goes, not whichever got a reply now (one
+		 * that reads at once may have a reply in the socket too).
+		 * Counts refreshed first: a write libuv has half done is
+		 * counted whole until it completes.
+		 */
+		struct service *svc = s->econn.service;
+		struct session *worst = s, *t;
 		char why[256];
 
+		for (t = srv->sessions; t != NULL; t = t->next) {
+			if (t->econn.service != svc ||
+			    t->state != SESSION_READY)
+				continue;
+			note_unwritten(t);
+			if (t->unwritten > worst->unwritten)
+				worst = t;
+		}
+		if (!over_unwritten(s))
+			return;
 		snprintf(why, sizeof(why),
 			 "the client does not read its replies: %llu bytes "
-			 "queued for it, and its service's connections have "
-			 "%llu unread, over the service's max_bytes_in_flight "
-			 "%llu",
-			 (unsigned long long)s->unwritten,
-			 (unsigned long long)s->econn.service->bytes_unwritten,
+			 "queued for it, the most of any connection of its "
+			 "service; its service's connections have %llu "
+			 "unread, over the service's max_bytes_in_flight %llu",
+			 (unsigned long long)worst->unwritten,
+			 (unsigned long long)svc->bytes_unwritten,
 			 (unsigned long long)atomic_load(
-				 &s->econn.service->max_bytes_in_flight));
-		session_close(s, why);
+				 &svc->max_bytes_in_flight));
+		session_close(worst, why);
 	}
 }
 
@@ -1954,6 +1974,15 @@ static void parse_frames(struct session *s)
 		stop_reading(s);
 }
 
+/* Whether bytes the client sent wait in the socket, not yet read. */
+static bool socket_waiting(const struct session *s)
+{
+	int waiting = 0;
+
+	return s->fd >= 0 && ioctl(s->fd, FIONREAD, &waiting) == 0 &&
+	       waiting > 0;
+}
+
 void session_expire_frame(struct session *s, uint64_t now_ms)
 {
 	uint32_t limit_s = s->server->cfg.limits.frame_timeout;
@@ -1969,8 +1998,17 @@ void session_expire_frame(struct session *s, uint64_t now_ms)
 	allowed_ms = (uint64_t)limit_s * 1000 +
 		     (uint64_t)s->body_len * 1000 /
 			     ((uint64_t)SESSION_FRAME_MIB_PER_S << 20);
-	if (now_ms - s->body_begun_ms < allowed_ms ||
-	    gained >= SESSION_FRAME_MIN_PROGRESS)
+	if (now_ms - s->body_begun_ms < allowed_ms)
+		return;
+	/*
+	 * Overdue.  A daemon slow to read is not the client's fault: bytes
+	 * the client sent then still wait in the socket, or came steadily
+	 * since the tick before (SESSION_FRAME_MIN_PROGRESS: a slow daemon
+	 * under a sanitizer, a client that keeps up with it).  A socket with
+	 * nothing waiting and little come means the client stopped, or
+	 * trickles to keep the frame's place in its service's budget: ended.
+	 */
+	if (gained >= SESSION_FRAME_MIN_PROGRESS || socket_waiting(s))
 		return;
 	session_refuse(s, GPUCMD_EPROTO,
 		       "a frame of %u bytes did not arrive whole within %.1f s "

@@ -203,10 +203,11 @@ struct session {
 #define SESSION_FRAME_MIB_PER_S 8
 /*
  * ...and an overdue frame is ended only once less than this came since the
- * tick before: a daemon slow to read (a loaded machine, valgrind) is not
- * the client's fault.
+ * tick before (two seconds) and nothing waits in the socket: a daemon slow
+ * to read (a loaded machine, valgrind) is not the client's fault, but a
+ * client that trickles a frame to keep its place in the budget is.
  */
-#define SESSION_FRAME_MIN_PROGRESS (64u << 10)
+#define SESSION_FRAME_MIN_PROGRESS (1u << 20)
 
 /** Who is at the other end of s (SO_PEERCRED, groups): before session_start. */
 void session_identify(struct session *s);
@@ -249,8 +250,8 @@ bool session_is_admin(const struct session *s);
  * Close s, with the reason, when the frame larger than its read buffer that
  * it is sending has not arrived whole within [limits] frame_timeout seconds
  * plus one for each SESSION_FRAME_MIB_PER_S MiB of it, counted from its
- * header, and less than SESSION_FRAME_MIN_PROGRESS of it came since the
- * last tick (server.c's tick, at now_ms).  Such a frame holds its place in the
+ * header, less than SESSION_FRAME_MIN_PROGRESS of it came since the last
+ * tick (server.c's tick, at now_ms) and none waits in the socket.  Such a frame holds its place in the
  * service's max_bytes_in_flight from its header on: a client announcing
  * large frames and sending nothing more would otherwise hold back the
  * service's other connections, and the memory, for as long as it liked.

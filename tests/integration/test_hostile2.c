@@ -3090,6 +3090,52 @@ START_TEST(unread_replies_count_against_the_service_budget)
 END_TEST
 
 /*
+ * The connection that leaves the most unread is the one closed, not one
+ * that reads at once: a lazy connection of "many" (max_bytes_in_flight =
+ * 4M) leaves one 6 MiB reply unread, which alone is never cut off; a
+ * prompt connection of the same service then pipelines two 1 MiB reads
+ * and collects both, twenty times.  Whichever reply came while the other
+ * was still queued used to close the prompt one for the lazy one's bytes.
+ */
+START_TEST(a_prompt_reader_is_not_closed_for_anothers_unread_replies)
+{
+	int lazy = never_reading_client_of("many", 6u << 20, 6u << 20, 0, 1,
+					   NULL);
+	struct gpucmd_conn *c = connect_as("many");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_response *r;
+
+	gpucmd_batch_empty(b, 1, 1u << 20);
+	gpucmd_response_free(run_ok(b));
+	usleep(200000);		/* the lazy reply queued */
+	for (int round = 0; round < 20; round++) {
+		uint64_t id[2];
+
+		for (int k = 0; k < 2; k++) {
+			b = batch(c, 0);
+			ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 1u << 20),
+					 0);
+			ck_assert_int_eq(gpucmd_submit(b, &id[k]), 0);
+		}
+		for (int k = 0; k < 2; k++) {
+			const char *died = "";
+			int rc = gpucmd_wait(c, id[k], &r);
+
+			if (rc != 0)
+				(void)gpucmd_conn_error(c, &died);
+			ck_assert_msg(rc == 0, "round %d: read %d: %s (%s)",
+				      round, k, gpucmd_errname(rc), died);
+			ck_assert_int_eq(gpucmd_response_error(r), 0);
+			gpucmd_response_free(r);
+		}
+	}
+	gpucmd_close(c);
+	close(lazy);
+	back_to_baseline();
+}
+END_TEST
+
+/*
  * A frame the service's budget lets in counts from the moment it is let
  * in, not only once it is submitted: eight connections of a service whose
  * max_bytes_in_flight is 4M each start a 16 MiB write and send all of it
@@ -3191,6 +3237,40 @@ START_TEST(a_frame_stopped_half_way_is_ended)
 			       "[limits] frame_timeout is 1 s");
 	raw_ping(pinger, 2);
 	close(pinger);
+	back_to_baseline();
+}
+END_TEST
+
+/*
+ * Trickling does not keep a frame's place either: a client that sends the
+ * 3 MiB frame 8 KiB every 50 ms (160 KiB/s; whole in 19 s) kept its place
+ * in the service's budget for as long as it went on, since some of it came
+ * at every tick.  Past its 1.4 s, with less than 1 MiB come in two seconds
+ * and nothing waiting in the socket, it is ended.
+ */
+START_TEST(a_trickled_frame_is_ended)
+{
+	uint8_t head[FRAME_HEADER_SIZE], chunk[8192];
+	int fd = raw_connect();
+	uint64_t t0, took = 0;
+
+	memset(chunk, 0, sizeof(chunk));
+	raw_hello(fd, "stall");
+	header(head, 3u << 20);
+	send_all(fd, head, sizeof(head));
+	t0 = harness_now_us();
+	while (harness_now_us() - t0 < 12000000) {
+		if (send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL) < 0) {
+			took = harness_now_us() - t0;
+			break;
+		}
+		usleep(50000);
+	}
+	ck_assert_msg(took != 0, "a frame trickled at 160 KiB/s was not "
+		      "ended in 12 s (frame_timeout = 1)");
+	ck_assert_msg(took < 8000000, "ended only after %.1f s",
+		      (double)took / 1e6);
+	expect_refusal(fd, GPUCMD_EPROTO, "did not arrive whole within 1.4 s");
 	back_to_baseline();
 }
 END_TEST
@@ -3610,6 +3690,7 @@ static Suite *make_suite(void)
 		tcase_add_test(bs, frames_being_read_count_against_the_service_budget);
 		tcase_add_test(bs, a_pipelining_connection_does_not_starve_its_service);
 		tcase_add_test(bs, unread_replies_count_against_the_service_budget);
+		tcase_add_test(bs, a_prompt_reader_is_not_closed_for_anothers_unread_replies);
 		suite_add_tcase(s, bs);
 	}
 	{
@@ -3618,6 +3699,7 @@ static Suite *make_suite(void)
 		tcase_add_checked_fixture(ft, setup_frame_timeout, teardown);
 		tcase_set_timeout(ft, 60);
 		tcase_add_test(ft, a_frame_stopped_half_way_is_ended);
+		tcase_add_test(ft, a_trickled_frame_is_ended);
 		suite_add_tcase(s, ft);
 	}
 
