@@ -85,6 +85,14 @@ static uint64_t reply_cap(const struct batch *b)
 	return max > REPLY_ROOM ? max - REPLY_ROOM : 0;
 }
 
+/* Whether bytes more would take the reply past reply_cap. */
+static bool reply_over(const struct batch *b, uint64_t bytes)
+{
+	uint64_t cap = reply_cap(b);
+
+	return bytes > cap || b->reply_bytes > cap - bytes;
+}
+
 /*
  * Report ops (memory_report, stream_report, status) one batch may carry:
  * each walks the daemon's streams on the device thread and builds its
@@ -113,7 +121,7 @@ static int report_fits(struct batch *b, const char *what, size_t bytes)
 {
 	uint64_t cap = reply_cap(b);
 
-	if (bytes > cap || b->reply_bytes > cap - bytes)
+	if (reply_over(b, bytes))
 		return fail(b, GPUCMD_ELIMIT,
 			    "the %s of %zu bytes would make this batch's "
 			    "reply %llu bytes, over the %llu that "
@@ -419,9 +427,7 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 					  sizeof(b->message));
 		if (rc != 0)
 			return rc;
-		uint64_t cap = reply_cap(b);
-
-		if (dense > cap || b->reply_bytes > cap - dense)
+		if (reply_over(b, dense))
 			return fail(b, GPUCMD_ELIMIT,
 				    "reading %llu more bytes would make this "
 				    "batch's reply %llu bytes, over the %llu "
@@ -429,7 +435,7 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 				    "a shared region or split the batch",
 				    (unsigned long long)dense,
 				    (unsigned long long)(b->reply_bytes + dense),
-				    (unsigned long long)cap);
+				    (unsigned long long)reply_cap(b));
 	}
 	/* Most batches read nothing: their per-op slots come with a read. */
 	if (b->reads == NULL) {
