@@ -2190,6 +2190,30 @@ int session_read_direct(struct session *s)
  * primary gid, and service access and the admin group are often granted
  * through supplementary ones.
  */
+/*
+ * The peer's supplementary groups as they were when it connected
+ * (SO_PEERGROUPS, like SO_PEERCRED): /proc/PID/status, read now, could be
+ * another process's once the client has exited and its pid is reused.
+ * True when the socket told them (up to the room in s->groups).
+ */
+static bool peer_groups(struct session *s)
+{
+	gid_t g[256];
+	socklen_t len = sizeof(g);
+	size_t n;
+
+	if (s->fd < 0 ||
+	    getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) != 0)
+		return false;
+	n = len / sizeof(g[0]);
+	for (size_t i = 0; i < n; i++) {
+		if (s->ngroups == sizeof(s->groups) / sizeof(s->groups[0]))
+			break;
+		s->groups[s->ngroups++] = (uint32_t)g[i];
+	}
+	return true;
+}
+
 static void read_groups(struct session *s)
 {
 	char path[64], line[1024];
@@ -2197,6 +2221,9 @@ static void read_groups(struct session *s)
 
 	s->groups[0] = (uint32_t)s->gid;
 	s->ngroups = 1;
+	if (peer_groups(s))
+		return;
+	/* Kernels before 4.13, or more than 256 groups (ERANGE). */
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)s->pid);
 	f = fopen(path, "re");
 	if (f == NULL)
