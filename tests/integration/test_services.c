@@ -13,7 +13,9 @@
  */
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <pwd.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/prctl.h>
 
@@ -1579,6 +1581,45 @@ END_TEST
  * to make room: every connection is accepted, while the listed service,
  * and the one whose connection holds memory, stay with their numbers.
  */
+/*
+ * Memory reports asked for in a loop while services retire: every row's
+ * name must be whole (a row once pointed into a service retirement freed
+ * before the reply was encoded).  Counts into struct reporter.
+ */
+struct reporter {
+	struct gpucmd_conn *c;
+	atomic_bool stop;
+	unsigned reports, bad_rows, failures;
+	char bad[96];
+};
+
+static void *report_loop(void *arg)
+{
+	struct reporter *r = arg;
+
+	while (!atomic_load(&r->stop)) {
+		struct gpucmd_report *rep = NULL;
+
+		if (gpucmd_memory_report(r->c, &rep) != 0) {
+			r->failures++;
+			break;
+		}
+		r->reports++;
+		for (size_t i = 0; i < rep->nservices; i++) {
+			const char *n = rep->services[i].name;
+
+			if (n[0] == '\0' || strspn(n, "abcdefghijklmnopqrstuvwxyz"
+						  "0123456789") != strlen(n)) {
+				r->bad_rows++;
+				snprintf(r->bad, sizeof(r->bad), "row %zu id %u",
+					 i, rep->services[i].id);
+			}
+		}
+		gpucmd_report_free(rep);
+	}
+	return NULL;
+}
+
 START_TEST(idle_services_make_room_for_new_ones)
 {
 	enum { N = 1100 };
@@ -1586,12 +1627,17 @@ START_TEST(idle_services_make_room_for_new_ones)
 	struct gpucmd_report *rep = NULL;
 	const struct gpucmd_service_report *row;
 	char name[32], msg[256];
+	struct reporter rp = { 0 };
+	pthread_t reporter;
 
 	start_with("[service listed]\nmemory_limit = 64M\n");
 	listed = connect_as("listed");
 	gpucmd_close(listed);
 	holder = connect_as("holder");
 	alloc_ok(holder, 1, 4096);
+	rp.c = connect_as("reporter");
+	atomic_init(&rp.stop, false);
+	ck_assert_int_eq(pthread_create(&reporter, NULL, report_loop, &rp), 0);
 	for (int i = 0; i < N; i++) {
 		int rc;
 
@@ -1601,6 +1647,14 @@ START_TEST(idle_services_make_room_for_new_ones)
 			      gpucmd_errname(rc), msg);
 		gpucmd_close(c);
 	}
+	atomic_store(&rp.stop, true);
+	pthread_join(reporter, NULL);
+	gpucmd_close(rp.c);
+	ck_assert_msg(rp.failures == 0 && rp.bad_rows == 0,
+		      "memory reports during the retirements: %u of %u "
+		      "failed, %u rows with a name not whole (%s)",
+		      rp.failures, rp.reports, rp.bad_rows, rp.bad);
+	ck_assert_uint_gt(rp.reports, 0);
 	ck_assert_int_eq(gpucmd_memory_report(holder, &rep), 0);
 	row = find_service(rep, "holder");
 	ck_assert_ptr_nonnull(row);
