@@ -884,6 +884,12 @@ static void expire_sessions(struct server *srv)
 		else
 			session_expire_frame(s, now);
 	}
+	/*
+	 * Apart: one may close another of its service (sessions leave the
+	 * list only once their handle has closed, after this).
+	 */
+	for (s = srv->sessions; s != NULL; s = s->next)
+		session_expire_unread(s);
 }
 
 /*

@@ -172,7 +172,7 @@ static uint8_t *flatten(const uv_buf_t *bufs, unsigned n, size_t len)
  * as much as requests are, and without this, connections each under
  * max_pending_bytes could make it hold that many times the service's bound.
  */
-static bool over_unwritten(const struct session *s)
+static bool over_unwritten(const struct session *s, unsigned times)
 {
 	const struct service *svc = s->econn.service;
 	uint64_t limit;
@@ -181,7 +181,38 @@ static bool over_unwritten(const struct session *s)
 		return false;
 	limit = atomic_load_explicit(&svc->max_bytes_in_flight,
 				     memory_order_relaxed);
-	return limit != 0 && svc->bytes_unwritten > limit;
+	return limit != 0 &&
+	       svc->bytes_unwritten / times > limit;
+}
+
+/*
+ * The connection of s's service that leaves the most unread, its counts
+ * refreshed first (a write libuv has half done counts whole until it
+ * completes), closed with the reason: not whichever got a reply now, for
+ * one that reads at once may have a reply in its socket too.
+ */
+static void close_worst_reader(struct session *s, const char *when)
+{
+	struct service *svc = s->econn.service;
+	struct session *worst = s, *t;
+	char why[320];
+
+	for (t = s->server->sessions; t != NULL; t = t->next) {
+		if (t->econn.service != svc || t->state != SESSION_READY)
+			continue;
+		note_unwritten(t);
+		if (t->unwritten > worst->unwritten)
+			worst = t;
+	}
+	snprintf(why, sizeof(why),
+		 "the client does not read its replies: %llu bytes queued "
+		 "for it, the most of any connection of its service, %s; its "
+		 "service's connections have %llu unread, over the service's "
+		 "max_bytes_in_flight %llu",
+		 (unsigned long long)worst->unwritten, when,
+		 (unsigned long long)svc->bytes_unwritten,
+		 (unsigned long long)atomic_load(&svc->max_bytes_in_flight));
+	session_close(worst, why);
 }
 
 /*
@@ -261,6 +292,7 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 		return;
 	}
 	srv->pieces_queued += held;
+	s->queued_total += total;
 	note_unwritten(s);
 	/*
 	 * A client that does not read: bytes were still waiting for it when
@@ -282,38 +314,16 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 				 s->server->cfg.limits.max_pending_bytes);
 		session_close(s, why);
 	} else if (queued_before > 0 && s->state != SESSION_CLOSING &&
-		   over_unwritten(s)) {
+		   over_unwritten(s, 2)) {
 		/*
-		 * The service's clients leave too much unread: the one that
-		 * leaves the most goes, not whichever got a reply now (one
-		 * that reads at once may have a reply in the socket too).
-		 * Counts refreshed first: a write libuv has half done is
-		 * counted whole until it completes.
+		 * Past twice the bound at once; past the bound, only a
+		 * connection that reads nothing for a tick goes
+		 * (session_expire_unread), so a client that pipelines reads
+		 * and reads their replies as they come is not cut off.
 		 */
-		struct service *svc = s->econn.service;
-		struct session *worst = s, *t;
-		char why[256];
-
-		for (t = srv->sessions; t != NULL; t = t->next) {
-			if (t->econn.service != svc ||
-			    t->state != SESSION_READY)
-				continue;
-			note_unwritten(t);
-			if (t->unwritten > worst->unwritten)
-				worst = t;
-		}
-		if (!over_unwritten(s))
-			return;
-		snprintf(why, sizeof(why),
-			 "the client does not read its replies: %llu bytes "
-			 "queued for it, the most of any connection of its "
-			 "service; its service's connections have %llu "
-			 "unread, over the service's max_bytes_in_flight %llu",
-			 (unsigned long long)worst->unwritten,
-			 (unsigned long long)svc->bytes_unwritten,
-			 (unsigned long long)atomic_load(
-				 &svc->max_bytes_in_flight));
-		session_close(worst, why);
+		note_unwritten(s);
+		if (over_unwritten(s, 2))
+			close_worst_reader(s, "and they are over twice that");
 	}
 }
 
@@ -1972,6 +1982,23 @@ static void parse_frames(struct session *s)
 	}
 	if (turn_holds_reading(s))
 		stop_reading(s);
+}
+
+void session_expire_unread(struct session *s)
+{
+	uint64_t written;
+
+	if (s->state != SESSION_READY || s->handle_closed)
+		return;
+	note_unwritten(s);
+	written = s->queued_total - s->unwritten;
+	if (s->unwritten > 0 && written == s->written_ticked &&
+	    over_unwritten(s, 1)) {
+		close_worst_reader(s, "and it read none of them since the "
+				      "check before");
+		return;
+	}
+	s->written_ticked = written;
 }
 
 /* Whether bytes the client sent wait in the socket, not yet read. */

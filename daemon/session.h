@@ -177,6 +177,8 @@ struct session {
 	bool replies_lost;
 	/* Its replies in libuv's write queue, as counted in its service's. */
 	uint64_t unwritten;
+	uint64_t queued_total;		/* bytes ever put in that queue */
+	uint64_t written_ticked;	/* of those, written by the last tick */
 	struct session *turn_next;
 	struct session *turn_prev;
 	char peer[64];			/* "pid 123 uid 1000" for logs */
@@ -257,6 +259,13 @@ bool session_is_admin(const struct session *s);
  * service's other connections, and the memory, for as long as it liked.
  */
 void session_expire_frame(struct session *s, uint64_t now_ms);
+/**
+ * At each tick: close the connection of s's service that leaves the most
+ * unread when s's service's unread replies are over its
+ * max_bytes_in_flight and s, with replies queued, read none of them since
+ * the tick before (send_bufs closes at once past twice the bound).
+ */
+void session_expire_unread(struct session *s);
 /** The executor freed s's device state. */
 void session_device_closed(struct session *s);
 /**

@@ -3089,35 +3089,22 @@ START_TEST(unread_replies_count_against_the_service_budget)
 }
 END_TEST
 
-/*
- * The connection that leaves the most unread is the one closed, not one
- * that reads at once: a lazy connection of "many" (max_bytes_in_flight =
- * 4M) leaves one 6 MiB reply unread, which alone is never cut off; a
- * prompt connection of the same service then pipelines two 1 MiB reads
- * and collects both, twenty times.  Whichever reply came while the other
- * was still queued used to close the prompt one for the lazy one's bytes.
- */
-START_TEST(a_prompt_reader_is_not_closed_for_anothers_unread_replies)
+/* Pipelines rounds of n reads of len bytes on c, collecting each round. */
+static void pipelined_reads(struct gpucmd_conn *c, int rounds, int n,
+			    uint64_t len)
 {
-	int lazy = never_reading_client_of("many", 6u << 20, 6u << 20, 0, 1,
-					   NULL);
-	struct gpucmd_conn *c = connect_as("many");
-	struct gpucmd_batch *b = batch(c, 0);
 	struct gpucmd_response *r;
+	uint64_t id[8];
 
-	gpucmd_batch_empty(b, 1, 1u << 20);
-	gpucmd_response_free(run_ok(b));
-	usleep(200000);		/* the lazy reply queued */
-	for (int round = 0; round < 20; round++) {
-		uint64_t id[2];
+	ck_assert_int_le(n, 8);
+	for (int round = 0; round < rounds; round++) {
+		for (int k = 0; k < n; k++) {
+			struct gpucmd_batch *b = batch(c, 0);
 
-		for (int k = 0; k < 2; k++) {
-			b = batch(c, 0);
-			ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 1u << 20),
-					 0);
+			ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, len), 0);
 			ck_assert_int_eq(gpucmd_submit(b, &id[k]), 0);
 		}
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < n; k++) {
 			const char *died = "";
 			int rc = gpucmd_wait(c, id[k], &r);
 
@@ -3129,8 +3116,46 @@ START_TEST(a_prompt_reader_is_not_closed_for_anothers_unread_replies)
 			gpucmd_response_free(r);
 		}
 	}
-	gpucmd_close(c);
+}
+
+/*
+ * In service "many" (max_bytes_in_flight = 4M), a client that pipelines
+ * reads and reads their replies as they come is not closed, even when
+ * the replies it has not read yet go over the bound for a while: alone,
+ * four 1.5 MiB reads at a time; then beside a lazy connection that leaves
+ * one 6 MiB reply unread (alone never cut off at once), two 1 MiB reads
+ * at a time.  The connection that leaves the most unread and reads
+ * nothing for a tick is the one closed: the lazy one, not whichever got a
+ * reply while another was queued (that closed a prompt reader for the
+ * lazy one's bytes).
+ */
+START_TEST(a_prompt_reader_is_not_closed_for_anothers_unread_replies)
+{
+	const char *why = "read none of them since the check before";
+	int before = harness_log_count(why);
+	struct gpucmd_conn *c = connect_as("many");
+	struct gpucmd_batch *b = batch(c, 0);
+	int lazy;
+
+	gpucmd_batch_empty(b, 1, 3u << 19);
+	gpucmd_response_free(run_ok(b));
+	pipelined_reads(c, 10, 4, 3u << 19);
+	lazy = never_reading_client_of("many", 6u << 20, 6u << 20, 0, 1, NULL);
+	usleep(200000);		/* the lazy reply queued */
+	pipelined_reads(c, 20, 2, 1u << 20);
+	harness_wait_log(why, before);
+	/* What its socket holds of the reply, then the end. */
+	for (;;) {
+		uint8_t sink[65536];
+		ssize_t n = recv(lazy, sink, sizeof(sink), 0);
+
+		ck_assert_int_ge(n, 0);
+		if (n == 0)
+			break;
+	}
 	close(lazy);
+	still_served(good);
+	gpucmd_close(c);
 	back_to_baseline();
 }
 END_TEST
