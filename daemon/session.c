@@ -1994,8 +1994,19 @@ void session_expire_unread(struct session *s)
 	written = s->queued_total - s->unwritten;
 	if (s->unwritten > 0 && written == s->written_ticked &&
 	    over_unwritten(s, 1)) {
-		close_worst_reader(s, "and it read none of them since the "
-				      "check before");
+		/* This one, not the worst: that one may be reading. */
+		char why[320];
+
+		snprintf(why, sizeof(why),
+			 "the client does not read its replies: %llu bytes "
+			 "queued for it and none read since the check before; "
+			 "its service's connections have %llu unread, over "
+			 "the service's max_bytes_in_flight %llu",
+			 (unsigned long long)s->unwritten,
+			 (unsigned long long)s->econn.service->bytes_unwritten,
+			 (unsigned long long)atomic_load(
+				 &s->econn.service->max_bytes_in_flight));
+		session_close(s, why);
 		return;
 	}
 	s->written_ticked = written;

@@ -260,10 +260,10 @@ bool session_is_admin(const struct session *s);
  */
 void session_expire_frame(struct session *s, uint64_t now_ms);
 /**
- * At each tick: close the connection of s's service that leaves the most
- * unread when s's service's unread replies are over its
+ * At each tick: close s when its service's unread replies are over its
  * max_bytes_in_flight and s, with replies queued, read none of them since
- * the tick before (send_bufs closes at once past twice the bound).
+ * the tick before (send_bufs closes the connection that leaves the most
+ * at once past twice the bound).
  */
 void session_expire_unread(struct session *s);
 /** The executor freed s's device state. */

@@ -3131,7 +3131,7 @@ static void pipelined_reads(struct gpucmd_conn *c, int rounds, int n,
  */
 START_TEST(a_prompt_reader_is_not_closed_for_anothers_unread_replies)
 {
-	const char *why = "read none of them since the check before";
+	const char *why = "none read since the check before";
 	int before = harness_log_count(why);
 	struct gpucmd_conn *c = connect_as("many");
 	struct gpucmd_batch *b = batch(c, 0);
