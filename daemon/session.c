@@ -117,7 +117,7 @@ static void write_lost(struct session *s, int rc)
 static void note_unwritten(struct session *s)
 {
 	struct service *svc = s->econn.service;
-	uint64_t now = s->handle_closed
+	uint64_t now = s->handle_closed || s->state == SESSION_CLOSING
 			       ? 0
 			       : uv_stream_get_write_queue_size(
 					 (uv_stream_t *)&s->pipe);
@@ -567,6 +567,7 @@ void session_close(struct session *s, const char *why)
 			 (unsigned long long)s->id, s->peer, why);
 	}
 	s->state = SESSION_CLOSING;
+	note_unwritten(s);	/* its queue no longer counts against others */
 	if (s->econn.service != NULL) {
 		struct service *svc = s->econn.service;
 		bool head = svc->budget_waiters == s;
@@ -1992,8 +1993,8 @@ void session_expire_unread(struct session *s)
 		return;
 	note_unwritten(s);
 	written = s->queued_total - s->unwritten;
-	if (s->unwritten > 0 && written == s->written_ticked &&
-	    over_unwritten(s, 1)) {
+	if (s->unwritten > 0 && s->unwritten_ticked > 0 &&
+	    written == s->written_ticked && over_unwritten(s, 1)) {
 		/* This one, not the worst: that one may be reading. */
 		char why[320];
 
@@ -2010,6 +2011,7 @@ void session_expire_unread(struct session *s)
 		return;
 	}
 	s->written_ticked = written;
+	s->unwritten_ticked = s->unwritten;
 }
 
 /* Whether bytes the client sent wait in the socket, not yet read. */

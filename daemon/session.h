@@ -179,6 +179,7 @@ struct session {
 	uint64_t unwritten;
 	uint64_t queued_total;		/* bytes ever put in that queue */
 	uint64_t written_ticked;	/* of those, written by the last tick */
+	uint64_t unwritten_ticked;	/* still queued at the last tick */
 	struct session *turn_next;
 	struct session *turn_prev;
 	char peer[64];			/* "pid 123 uid 1000" for logs */

@@ -3161,6 +3161,49 @@ START_TEST(a_prompt_reader_is_not_closed_for_anothers_unread_replies)
 END_TEST
 
 /*
+ * The bytes of a connection closed for not reading stop counting at its
+ * close: a lazy connection of "many" leaves a 7 MiB reply unread, and a
+ * 6 s kernel behind it keeps its teardown waiting once it is closed (by
+ * the tick, or at twice the bound); a prompt reader of the service that pipelines two 1 MiB reads
+ * meanwhile was then closed too, for the lazy one's bytes still counted.
+ */
+START_TEST(a_closed_readers_bytes_do_not_close_another)
+{
+	const char *why = "does not read its replies";
+	int before = harness_log_count(why);
+	struct gpucmd_conn *lazy = connect_as("many"), *c = connect_as("many");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_arg us = { .kind = GPUCMD_ARG_U32, .v.u32 = 6000000 };
+	uint32_t one[3] = { 1, 1, 1 };
+	uint64_t id, t0;
+	int rounds = 0;
+
+	gpucmd_batch_empty(b, 1, 1u << 20);
+	gpucmd_response_free(run_ok(b));
+	b = batch(lazy, 0);
+	gpucmd_batch_empty(b, 1, 7u << 20);
+	gpucmd_response_free(run_ok(b));
+	t0 = harness_now_us();
+	b = batch(lazy, 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 7u << 20), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	b = batch(lazy, 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &us, 1), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	while (harness_now_us() - t0 < 5500000) {
+		pipelined_reads(c, 1, 2, 1u << 20);
+		rounds++;
+	}
+	ck_assert_msg(harness_log_count(why) > before,
+		      "the lazy connection was not closed in 5.5 s");
+	ck_assert_int_gt(rounds, 10);
+	gpucmd_close(lazy);
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+/*
  * A frame the service's budget lets in counts from the moment it is let
  * in, not only once it is submitted: eight connections of a service whose
  * max_bytes_in_flight is 4M each start a 16 MiB write and send all of it
@@ -3716,6 +3759,7 @@ static Suite *make_suite(void)
 		tcase_add_test(bs, a_pipelining_connection_does_not_starve_its_service);
 		tcase_add_test(bs, unread_replies_count_against_the_service_budget);
 		tcase_add_test(bs, a_prompt_reader_is_not_closed_for_anothers_unread_replies);
+		tcase_add_test(bs, a_closed_readers_bytes_do_not_close_another);
 		suite_add_tcase(s, bs);
 	}
 	{
