@@ -127,10 +127,14 @@ static void note_unwritten(struct session *s)
 	s->unwritten = now;
 }
 
+static void wake_budget_waiters(struct service *svc);
+static bool over_unwritten(const struct session *s, unsigned times);
+
 static void on_write(uv_write_t *req, int status)
 {
 	struct write_req *w = (struct write_req *)req;
 	struct session *s = w->s;
+	struct service *svc = s->econn.service;
 
 	note_unwritten(s);
 	s->server->pieces_queued -= w->pieces_bytes;
@@ -138,6 +142,10 @@ static void on_write(uv_write_t *req, int status)
 	free(w);
 	if (status < 0 && status != UV_ECANCELED && s->state != SESSION_CLOSING)
 		write_lost(s, status);
+	/* Unread replies held the service's requests back: room again. */
+	if (svc != NULL && svc->budget_waiters != NULL &&
+	    !over_unwritten(s, 2))
+		wake_budget_waiters(svc);
 }
 
 /* Bytes of read staging the replies in pieces among owners hold. */
@@ -185,35 +193,6 @@ static bool over_unwritten(const struct session *s, unsigned times)
 	       svc->bytes_unwritten / times > limit;
 }
 
-/*
- * The connection of s's service that leaves the most unread, its counts
- * refreshed first (a write libuv has half done counts whole until it
- * completes), closed with the reason: not whichever got a reply now, for
- * one that reads at once may have a reply in its socket too.
- */
-static void close_worst_reader(struct session *s, const char *when)
-{
-	struct service *svc = s->econn.service;
-	struct session *worst = s, *t;
-	char why[320];
-
-	for (t = s->server->sessions; t != NULL; t = t->next) {
-		if (t->econn.service != svc || t->state != SESSION_READY)
-			continue;
-		note_unwritten(t);
-		if (t->unwritten > worst->unwritten)
-			worst = t;
-	}
-	snprintf(why, sizeof(why),
-		 "the client does not read its replies: %llu bytes queued "
-		 "for it, the most of any connection of its service, %s; its "
-		 "service's connections have %llu unread, over the service's "
-		 "max_bytes_in_flight %llu",
-		 (unsigned long long)worst->unwritten, when,
-		 (unsigned long long)svc->bytes_unwritten,
-		 (unsigned long long)atomic_load(&svc->max_bytes_in_flight));
-	session_close(worst, why);
-}
 
 /*
  * Queue the n bufs of whole frames (total bytes) for the client; the
@@ -313,18 +292,14 @@ static void send_bufs(struct session *s, uv_buf_t *bufs, unsigned n,
 			 (unsigned long long)
 				 s->server->cfg.limits.max_pending_bytes);
 		session_close(s, why);
-	} else if (queued_before > 0 && s->state != SESSION_CLOSING &&
-		   over_unwritten(s, 2)) {
-		/*
-		 * Past twice the bound at once; past the bound, only a
-		 * connection that reads nothing for a tick goes
-		 * (session_expire_unread), so a client that pipelines reads
-		 * and reads their replies as they come is not cut off.
-		 */
-		note_unwritten(s);
-		if (over_unwritten(s, 2))
-			close_worst_reader(s, "and they are over twice that");
 	}
+	/*
+	 * Past the service's bound on unread replies, its connections take
+	 * no new request while those replies are over twice it
+	 * (over_byte_budget), and one that reads none of them for a tick is
+	 * closed (session_expire_unread): a client that pipelines reads and
+	 * reads their replies as they come is held back, not cut off.
+	 */
 }
 
 /* Queue buf, a whole frame of len bytes (ownership passes). */
@@ -536,6 +511,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 void session_close(struct session *s, const char *why)
 {
 	uv_shutdown_t *req;
+	bool had_unwritten;
 
 	if (s->state == SESSION_CLOSING)
 		return;
@@ -567,11 +543,13 @@ void session_close(struct session *s, const char *why)
 			 (unsigned long long)s->id, s->peer, why);
 	}
 	s->state = SESSION_CLOSING;
+	had_unwritten = s->unwritten > 0;
 	note_unwritten(s);	/* its queue no longer counts against others */
 	if (s->econn.service != NULL) {
 		struct service *svc = s->econn.service;
 		bool head = svc->budget_waiters == s;
-		bool freed = s->compiling == NULL && budget_release(s);
+		bool freed = (s->compiling == NULL && budget_release(s)) ||
+			     had_unwritten;
 
 		/*
 		 * The head of the queue leaving, or room its frame held coming
@@ -687,7 +665,7 @@ static bool over_byte_budget(struct session *s, uint32_t len)
 	}
 	svc = s->econn.service;
 	if ((svc->budget_waiters != NULL && svc->budget_waiters != s) ||
-	    over_service_budget(s, len)) {
+	    over_service_budget(s, len) || over_unwritten(s, 2)) {
 		if (s->budget_pprev == NULL) {
 			struct session **pp = &svc->budget_waiters;
 

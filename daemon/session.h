@@ -263,8 +263,8 @@ void session_expire_frame(struct session *s, uint64_t now_ms);
 /**
  * At each tick: close s when its service's unread replies are over its
  * max_bytes_in_flight and s, with replies queued, read none of them since
- * the tick before (send_bufs closes the connection that leaves the most
- * at once past twice the bound).
+ * the tick before (past twice the bound, over_byte_budget also holds the
+ * service's requests back until its replies are read).
  */
 void session_expire_unread(struct session *s);
 /** The executor freed s's device state. */

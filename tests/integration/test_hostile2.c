@@ -3122,7 +3122,8 @@ static void pipelined_reads(struct gpucmd_conn *c, int rounds, int n,
  * In service "many" (max_bytes_in_flight = 4M), a client that pipelines
  * reads and reads their replies as they come is not closed, even when
  * the replies it has not read yet go over the bound for a while: alone,
- * four 1.5 MiB reads at a time; then beside a lazy connection that leaves
+ * four 1.5 MiB reads at a time, and two of 5 MiB (over twice the bound:
+ * held back, not closed); then beside a lazy connection that leaves
  * one 6 MiB reply unread (alone never cut off at once), two 1 MiB reads
  * at a time.  The connection that leaves the most unread and reads
  * nothing for a tick is the one closed: the lazy one, not whichever got a
@@ -3137,9 +3138,10 @@ START_TEST(a_prompt_reader_is_not_closed_for_anothers_unread_replies)
 	struct gpucmd_batch *b = batch(c, 0);
 	int lazy;
 
-	gpucmd_batch_empty(b, 1, 3u << 19);
+	gpucmd_batch_empty(b, 1, 5u << 20);
 	gpucmd_response_free(run_ok(b));
 	pipelined_reads(c, 10, 4, 3u << 19);
+	pipelined_reads(c, 5, 2, 5u << 20);	/* past twice the bound */
 	lazy = never_reading_client_of("many", 6u << 20, 6u << 20, 0, 1, NULL);
 	usleep(200000);		/* the lazy reply queued */
 	pipelined_reads(c, 20, 2, 1u << 20);
