@@ -175,10 +175,11 @@ static uint8_t *flatten(const uv_buf_t *bufs, unsigned n, size_t len)
 }
 
 /*
- * Whether the replies s's service's clients have not read take it over its
- * max_bytes_in_flight: replies are bytes the daemon holds for the service
- * as much as requests are, and without this, connections each under
- * max_pending_bytes could make it hold that many times the service's bound.
+ * Whether the replies s's service's clients have not read take it over
+ * times its max_bytes_in_flight: replies are bytes the daemon holds for
+ * the service as much as requests are, and without this, connections each
+ * under max_pending_bytes could make it hold that many times the service's
+ * bound.
  */
 static bool over_unwritten(const struct session *s, unsigned times)
 {
@@ -189,10 +190,8 @@ static bool over_unwritten(const struct session *s, unsigned times)
 		return false;
 	limit = atomic_load_explicit(&svc->max_bytes_in_flight,
 				     memory_order_relaxed);
-	return limit != 0 &&
-	       svc->bytes_unwritten / times > limit;
+	return limit != 0 && svc->bytes_unwritten / times > limit;
 }
-
 
 /*
  * Queue the n bufs of whole frames (total bytes) for the client; the
@@ -552,8 +551,9 @@ void session_close(struct session *s, const char *why)
 			     had_unwritten;
 
 		/*
-		 * The head of the queue leaving, or room its frame held coming
-		 * back, is the next one's turn: nothing else may come to say so.
+		 * The head of the queue leaving, or room its frame or its
+		 * unread replies held coming back, is the next one's turn:
+		 * nothing else may come to say so.
 		 */
 		budget_unwait(s);
 		if ((head || freed) && svc->budget_waiters != NULL)
@@ -2204,11 +2204,6 @@ int session_read_direct(struct session *s)
 }
 
 /*
- * The peer's supplementary groups, from /proc: SO_PEERCRED gives only the
- * primary gid, and service access and the admin group are often granted
- * through supplementary ones.
- */
-/*
  * The peer's supplementary groups as they were when it connected
  * (SO_PEERGROUPS, like SO_PEERCRED): /proc/PID/status, read now, could be
  * another process's once the client has exited and its pid is reused.
@@ -2232,6 +2227,11 @@ static bool peer_groups(struct session *s)
 	return true;
 }
 
+/*
+ * The peer's supplementary groups: SO_PEERCRED gives only the primary gid,
+ * and service access and the admin group are often granted through
+ * supplementary ones.
+ */
 static void read_groups(struct session *s)
 {
 	char path[64], line[1024];

@@ -283,6 +283,7 @@ static int host_heap_alloc(struct host_driver *hd, struct host_heap *h,
 {
 	struct host_block *b;
 	uint64_t rounded;
+	bool small;
 
 	if (size == 0)
 		return host_fail(hd, GPUCMD_EINVAL,
@@ -299,7 +300,8 @@ static int host_heap_alloc(struct host_driver *hd, struct host_heap *h,
 	 * instead of staying in malloc's heap after a tenant leaves.  Small
 	 * ones from the heap (HOST_SMALL_BLOCK), zeroed here.
 	 */
-	if (HOST_ALIGNMENT + rounded < HOST_SMALL_BLOCK) {
+	small = HOST_ALIGNMENT + rounded < HOST_SMALL_BLOCK;
+	if (small) {
 		b = aligned_alloc(HOST_ALIGNMENT, HOST_ALIGNMENT + rounded);
 		if (b != NULL)
 			memset(b, 0, HOST_ALIGNMENT + rounded);
@@ -316,7 +318,7 @@ static int host_heap_alloc(struct host_driver *hd, struct host_heap *h,
 				 "host itself is out of memory",
 				 size, h->what);
 	b->size = rounded;
-	b->small = HOST_ALIGNMENT + rounded < HOST_SMALL_BLOCK;
+	b->small = small;
 	b->prev = h->blocks.prev;
 	b->next = &h->blocks;
 	b->prev->next = b;
