@@ -28,8 +28,8 @@ enum fake_mode {
 };
 
 /* FAKE_SLOW_READER's pace: this many bytes, then a pause of this long. */
-#define SLOW_CHUNK (16u << 10)
-#define SLOW_PAUSE_US 2000
+#define SLOW_CHUNK (8u << 10)
+#define SLOW_PAUSE_US 5000
 
 static const char *const EVICT_WHY = "evicted by connection 7 (pid 1)";
 
@@ -422,13 +422,21 @@ END_TEST
 /*
  * The timeout bounds the wait for a request to begin going out; once it
  * goes, it goes whole while the daemon keeps taking it (it was one
- * deadline for the whole send, so this one, taking 128 x 2 ms and more
- * against a timeout of 20 ms, was cut off and the connection closed).
+ * deadline for the whole send, so this one, taking 256 x 5 ms and more
+ * against a timeout of 500 ms, was cut off and the connection closed).
  */
 START_TEST(request_taken_slowly_is_sent_whole)
 {
 	pid_t pid = fake_start(FAKE_SLOW_READER);
-	struct gpucmd_conn *c = fake_connect(20);
+	/*
+	 * 256 pauses of 5 ms against a timeout of 500 ms: the whole send
+	 * takes more than twice the timeout.  A sender blocked on a full
+	 * AF_UNIX socket wakes only when most of its buffer (~160 KiB here)
+	 * has been read, 20 pauses, so each wait is ~100 ms of the 500 (it
+	 * was 2 ms x 16 KiB against 20 ms, and 10 pauses came to the whole
+	 * timeout: under ASan on a busy CI machine a wait passed it).
+	 */
+	struct gpucmd_conn *c = fake_connect(500);
 	uint64_t t0 = harness_now_us();
 	size_t n = 2u << 20;
 
