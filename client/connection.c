@@ -88,6 +88,7 @@ struct gpucmd_conn {
 	 * fault in fresh pages each time (up to CONN_KEEP_BYTES).
 	 */
 	struct frame_pieces out;	/* the request being sent */
+	bool sending;		/* out is going: frames read meanwhile keep it */
 	uint8_t *body;			/* the frame body being read */
 	size_t body_cap;
 	/*
@@ -262,6 +263,46 @@ static int conn_read(struct gpucmd_conn *c, void *buf, size_t len)
 /* Pieces per sendmsg; IOV_MAX is 1024, a batch may have more. */
 #define CONN_IOV 64
 
+static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
+			 uint64_t deadline_ns);
+
+/*
+ * While a send waits for room: 1 when the socket takes bytes again, 0 when
+ * deadline_ns (0: none) passed first.  With read_ahead, the replies that
+ * arrive meanwhile are read and filed (conn_recv_one): the daemon may hold
+ * this service's requests back until its clients read what they were sent,
+ * so a client that only sent would wait on itself.  Each frame read moves
+ * *deadline_ns as bytes sent do; a connection that dies while reading ends
+ * the send with c->dead.
+ */
+static int wait_room(struct gpucmd_conn *c, bool read_ahead,
+		     uint64_t *deadline_ns, int stall_ms)
+{
+	for (;;) {
+		struct pollfd p = {
+			.fd = c->fd,
+			.events = POLLOUT | (read_ahead ? POLLIN : 0),
+		};
+		int n = poll(&p, 1, *deadline_ns != 0 ? ms_left(*deadline_ns)
+						      : -1);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || (p.revents & (POLLOUT | POLLERR)) != 0)
+			return 1;	/* the next sendmsg says */
+		if (n == 0)
+			return 0;
+		if (!read_ahead || (p.revents & (POLLIN | POLLHUP)) == 0)
+			return 1;
+		/* A frame has begun, or the peer is gone: read it. */
+		if (conn_recv_one(c, 0, deadline_after(stall_ms)) < 0 &&
+		    c->dead)
+			return 1;	/* the next sendmsg fails, or it is dead */
+		if (*deadline_ns != 0)
+			*deadline_ns = deadline_after(stall_ms);
+	}
+}
+
 /*
  * Send the encoded frame p, its pieces gathered by sendmsg (large payloads
  * go from the caller's buffers into the socket, copied by nobody else); the
@@ -274,11 +315,13 @@ static int conn_read(struct gpucmd_conn *c, void *buf, size_t len)
  * deadline_ns (0: none) bounds the wait for the first byte to go; each
  * sendmsg that sends some moves it to stall_ms from then, as recv_some does
  * for a frame being read: a large request the daemon keeps taking is sent
- * whole however long it takes, one it stops taking is given up.
+ * whole however long it takes, one it stops taking is given up.  A full
+ * socket is waited on by wait_room, which reads replies meanwhile when
+ * read_ahead (after the handshake).
  */
-static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
-			size_t nfds, uint64_t deadline_ns, int stall_ms,
-			bool *partial)
+static int write_pieces(struct gpucmd_conn *c, const struct frame_pieces *p,
+			const int *fds, size_t nfds, uint64_t deadline_ns,
+			int stall_ms, bool read_ahead, bool *partial)
 {
 	size_t ctl_len = nfds > 0 ? CMSG_SPACE(nfds * sizeof(int)) : 0;
 	size_t piece = 0, skip = 0;	/* the first byte not sent yet */
@@ -307,6 +350,12 @@ static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
 		size_t k = 0;
 		ssize_t n;
 
+		if (c->dead) {
+			/* A reply read meanwhile was the daemon's last word. */
+			err = c->dead;
+			*partial = piece > 0 || skip > 0;
+			break;
+		}
 		for (size_t i = piece; i < p->n && k < CONN_IOV; i++, k++) {
 			size_t off = i == piece ? skip : 0;
 
@@ -314,14 +363,12 @@ static int write_pieces(int fd, const struct frame_pieces *p, const int *fds,
 			iov[k].iov_len = p->v[i].len - off;
 		}
 		mh.msg_iovlen = k;
-		/* With a deadline, a full socket is waited on with poll. */
-		n = sendmsg(fd, &mh, MSG_NOSIGNAL |
-				     (deadline_ns != 0 ? MSG_DONTWAIT : 0));
+		/* A full socket is waited on with poll (wait_room). */
+		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
-		    deadline_ns != 0) {
-			if (wait_fd(fd, POLLOUT, deadline_ns))
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (wait_room(c, read_ahead, &deadline_ns, stall_ms))
 				continue;
 			err = -ETIMEDOUT;
 			*partial = piece > 0 || skip > 0;
@@ -459,7 +506,7 @@ static void trim_buffers(struct gpucmd_conn *c)
 		c->body = NULL;
 		c->body_cap = 0;
 	}
-	if (c->out.cap > CONN_KEEP_BYTES)
+	if (c->out.cap > CONN_KEEP_BYTES && !c->sending)
 		frame_pieces_free(&c->out);
 	/*
 	 * Large responses and ops come from frame.c's pool (read_frame,
@@ -478,9 +525,13 @@ static int write_frame(struct gpucmd_conn *c, const Gpucmd__Frame *f,
 	if (r == 0) {
 		bool partial = false;
 
-		r = write_pieces(c->fd, &c->out, fds, nfds,
+		/* Replies are read while it waits, after the handshake. */
+		c->sending = true;
+		r = write_pieces(c, &c->out, fds, nfds,
 				 deadline_after(c->timeout_ms), stall_ms(c),
+				 f->msg_case == GPUCMD__FRAME__MSG_REQUEST,
 				 &partial);
+		c->sending = false;
 		if (partial && r == -ETIMEDOUT)
 			r = conn_fail_why(c, r, "the daemon stopped reading in "
 					  "the middle of a request for longer "

@@ -3211,6 +3211,69 @@ START_TEST(a_closed_readers_bytes_do_not_close_another)
 END_TEST
 
 /*
+ * A libgpucmd client reads its replies while a send of its waits for room:
+ * in service "many" (4M), one connection asks for two reads of 5 MiB and
+ * leaves them unread, so its service is past twice its bound and the
+ * daemon holds its requests back; then it submits a 3 MiB write.  The
+ * library used to only wait to send, so the client waited on itself until
+ * the tick closed it for not reading ("none read since the check
+ * before"); now the send reads the two replies meanwhile and goes on, and
+ * each wait finds its answer.
+ */
+START_TEST(a_client_blocked_sending_reads_its_replies)
+{
+	const char *why = "none read since the check before";
+	int before = harness_log_count(why);
+	struct gpucmd_conn *c = connect_as("many");
+	struct gpucmd_batch *b = batch(c, 0);
+	struct gpucmd_response *r;
+	uint8_t *data = malloc(3u << 20);
+	const void *got;
+	uint64_t id[3];
+	size_t len;
+	const char *died = "";
+
+	ck_assert_ptr_nonnull(data);
+	memset(data, 0x5a, 3u << 20);
+	gpucmd_batch_empty(b, 1, 5u << 20);
+	gpucmd_response_free(run_ok(b));
+	for (int k = 0; k < 2; k++) {
+		b = batch(c, 0);
+		ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 5u << 20), 0);
+		ck_assert_int_eq(gpucmd_submit(b, &id[k]), 0);
+	}
+	usleep(300000);		/* both replies queued, unread */
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, data, 3u << 20),
+			 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, (3u << 20) - 4, 4), 0);
+	ck_assert_msg(gpucmd_submit(b, &id[2]) == 0 ||
+		      (gpucmd_conn_error(c, &died), false),
+		      "the write was not sent: %s", died);
+	for (int k = 0; k < 3; k++) {
+		int rc = gpucmd_wait(c, id[k], &r);
+
+		if (rc != 0)
+			(void)gpucmd_conn_error(c, &died);
+		ck_assert_msg(rc == 0, "wait %d: %s (%s)", k,
+			      gpucmd_errname(rc), died);
+		ck_assert_int_eq(gpucmd_response_error(r), 0);
+		if (k == 2) {
+			ck_assert_int_eq(gpucmd_response_data(r, 1, &got,
+							      &len), 0);
+			ck_assert_uint_eq(len, 4);
+			ck_assert_int_eq(memcmp(got, data, 4), 0);
+		}
+		gpucmd_response_free(r);
+	}
+	ck_assert_int_eq(harness_log_count(why), before);
+	free(data);
+	gpucmd_close(c);
+	back_to_baseline();
+}
+END_TEST
+
+/*
  * A frame the service's budget lets in counts from the moment it is let
  * in, not only once it is submitted: eight connections of a service whose
  * max_bytes_in_flight is 4M each start a 16 MiB write and send all of it
@@ -3767,6 +3830,7 @@ static Suite *make_suite(void)
 		tcase_add_test(bs, unread_replies_count_against_the_service_budget);
 		tcase_add_test(bs, a_prompt_reader_is_not_closed_for_anothers_unread_replies);
 		tcase_add_test(bs, a_closed_readers_bytes_do_not_close_another);
+		tcase_add_test(bs, a_client_blocked_sending_reads_its_replies);
 		suite_add_tcase(s, bs);
 	}
 	{
