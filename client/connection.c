@@ -268,14 +268,16 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 
 /*
  * While a send waits for room: 1 when the socket takes bytes again, 0 when
- * deadline_ns (0: none) passed first.  With read_ahead, the replies that
- * arrive meanwhile are read and filed (conn_recv_one): the daemon may hold
- * this service's requests back until its clients read what they were sent,
- * so a client that only sent would wait on itself.  Each frame read moves
- * *deadline_ns as bytes sent do; a connection that dies while reading ends
+ * deadline_ns (0: none) passed first, or -errno.  With read_ahead, the
+ * replies that arrive meanwhile are read and filed (conn_recv_one): the
+ * daemon may hold this service's requests back until its clients read
+ * what they were sent, so a client that only sent would wait on itself.
+ * A frame read moves *deadline_ns as bytes sent do once the request has
+ * begun (begun), not before: a request the daemon does not begin to take
+ * in time is still not sent.  A connection that dies while reading ends
  * the send with c->dead.
  */
-static int wait_room(struct gpucmd_conn *c, bool read_ahead,
+static int wait_room(struct gpucmd_conn *c, bool read_ahead, bool begun,
 		     uint64_t *deadline_ns, int stall_ms)
 {
 	for (;;) {
@@ -288,17 +290,20 @@ static int wait_room(struct gpucmd_conn *c, bool read_ahead,
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 || (p.revents & (POLLOUT | POLLERR)) != 0)
-			return 1;	/* the next sendmsg says */
+		if (n < 0)
+			return -errno;
 		if (n == 0)
 			return 0;
+		if ((p.revents & (POLLOUT | POLLERR)) != 0)
+			return 1;	/* the next sendmsg says */
 		if (!read_ahead || (p.revents & (POLLIN | POLLHUP)) == 0)
 			return 1;
 		/* A frame has begun, or the peer is gone: read it. */
-		if (conn_recv_one(c, 0, deadline_after(stall_ms)) < 0 &&
+		if (conn_recv_one(c, 0, *deadline_ns != 0 ?
+					 deadline_after(stall_ms) : 0) < 0 &&
 		    c->dead)
-			return 1;	/* the next sendmsg fails, or it is dead */
-		if (*deadline_ns != 0)
+			return 1;	/* write_pieces sees c->dead */
+		if (*deadline_ns != 0 && begun)
 			*deadline_ns = deadline_after(stall_ms);
 	}
 }
@@ -368,10 +373,14 @@ static int write_pieces(struct gpucmd_conn *c, const struct frame_pieces *p,
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			if (wait_room(c, read_ahead, &deadline_ns, stall_ms))
+			bool begun = piece > 0 || skip > 0;
+			int w = wait_room(c, read_ahead, begun, &deadline_ns,
+					  stall_ms);
+
+			if (w > 0)
 				continue;
-			err = -ETIMEDOUT;
-			*partial = piece > 0 || skip > 0;
+			err = w < 0 ? w : -ETIMEDOUT;
+			*partial = begun;
 			break;
 		}
 		if (n < 0) {
