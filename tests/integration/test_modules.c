@@ -520,6 +520,102 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 }
 END_TEST
 
+/* Run b and read back the 4 u32s of handle 1; each must be want. */
+static void run_and_expect(struct gpucmd_conn *c, struct gpucmd_batch *b,
+			   uint32_t want)
+{
+	struct gpucmd_response *r;
+	const uint32_t *u;
+	const void *data;
+	size_t len;
+
+	(void)c;
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 16), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, gpucmd_response_count(r) - 1,
+					      &data, &len),
+			 0);
+	ck_assert_uint_eq(len, 16);
+	u = data;
+	for (int k = 0; k < 4; k++)
+		ck_assert_msg(u[k] == want, "element %d is %u, expected %u", k,
+			      u[k], want);
+	gpucmd_response_free(r);
+}
+
+/*
+ * A graph that recorded a launch of a module's kernel keeps the module
+ * loaded, and counted against the service, for its replays: unloading the
+ * module frees its id, the graph still launches it, and only destroying
+ * the graph gives the module back.  (A driver backend only.)
+ */
+START_TEST(a_graph_keeps_its_modules_until_destroyed)
+{
+	static const char eight[] =
+		".version 8.0\n.target sm_90\n.address_size 64\n"
+		".global .align 4 .b8 e[8388608];\n"
+		".visible .entry add_one(\n.param .u64 add_one_param_0,\n"
+		".param .u32 add_one_param_1\n)\n{\nret;\n}\n";
+	static const uint32_t one[3] = { 1, 1, 1 };
+	static const uint32_t zeros[4];
+	const struct gpucmd_arg add[2] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 1 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 4 },
+	};
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b;
+	uint64_t bytes = 0;
+	uint32_t modules = 0;
+	char msg[512];
+
+	if (host_backend())
+		return;
+	c = connect_as("small");
+	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, eight), msg,
+				   sizeof(msg)), 0);
+	/* Record one launch of add_one into graph 7; nothing runs yet. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, zeros,
+						       sizeof(zeros)), 0);
+	ck_assert_int_eq(gpucmd_batch_capture_begin(b), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel_module(b, 6, "add_one", one, one,
+						    0, add, 2), 0);
+	ck_assert_int_eq(gpucmd_batch_capture_end(b, 7), 0);
+	run_and_expect(c, b, 0);
+	/* Unloaded: the id is free, the graph still holds the module. */
+	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), GPUCMD_ENOTFOUND);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	gpucmd_response_free(run_ok(b));
+	small_modules(c, &modules, &bytes);
+	ck_assert_uint_eq(modules, 1);
+	ck_assert_uint_eq(bytes, 8u << 20);
+	/* And its replays run the kernel, once each. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_graph_launch(b, 7), 0);
+	run_and_expect(c, b, 1);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_graph_launch(b, 7), 0);
+	ck_assert_int_eq(gpucmd_batch_graph_launch(b, 7), 0);
+	run_and_expect(c, b, 3);
+	/* Destroyed, the graph gives the module back. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_graph_destroy(b, 7), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	gpucmd_response_free(run_ok(b));
+	for (int i = 0; i < 500; i++) {
+		small_modules(c, &modules, &bytes);
+		if (modules == 0)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(modules, 0);
+	ck_assert_uint_eq(bytes, 0);
+	gpucmd_close(c);
+}
+END_TEST
+
 /*
  * SIGTERM while a module compiles: the load is answered when the compile
  * ends (here the host backend's refusal, which leaves nothing in flight),
@@ -580,6 +676,7 @@ static Suite *make_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, module_globals_count_against_the_quota);
 	tcase_add_test(tc, unload_gives_the_module_back_after_earlier_work);
+	tcase_add_test(tc, a_graph_keeps_its_modules_until_destroyed);
 	suite_add_tcase(s, tc);
 	return s;
 }
