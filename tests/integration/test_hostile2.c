@@ -3730,6 +3730,138 @@ START_TEST(end_of_stream_behind_a_frame_waiting_for_its_turn)
 }
 END_TEST
 
+/*
+ * Send the one-op request op as id on stream: it must fail with code, the
+ * message naming what (NULL: succeed).
+ */
+static void raw_op(int fd, uint64_t id, uint32_t stream, Gpucmd__Op *op,
+		   int code, const char *what)
+{
+	Gpucmd__Op *ops[1] = { op };
+	Gpucmd__Frame *r = raw_run(fd, id, stream, ops, 1);
+	const Gpucmd__Error *e = r->response->error;
+
+	if (what == NULL) {
+		ck_assert_msg(e == NULL, "request %llu: %s",
+			      (unsigned long long)id, e ? e->message : "");
+	} else {
+		ck_assert_msg(e != NULL, "request %llu was not refused",
+			      (unsigned long long)id);
+		ck_assert_msg(e->code == code && strstr(e->message, what),
+			      "request %llu: got %d '%s', expected %d naming "
+			      "'%s'", (unsigned long long)id, e->code,
+			      e->message, code, what);
+		ck_assert_uint_eq(r->response->failed_index, 0);
+		ck_assert_uint_eq(r->response->n_results, 0);
+	}
+	frame_free(r);
+}
+
+/*
+ * Ops that libgpucmd never builds, sent raw: each is refused with
+ * GPUCMD_EINVAL and a sentence naming what is wrong, and the connection
+ * goes on.  Layouts without dimensions or with a stride missing, an op
+ * with both inline bytes and a region range, a fourth grid dimension, an
+ * allocation mode past the enum, more pools than a layout takes, and a
+ * preset nobody knows.  The presets the daemon does know install by name.
+ */
+START_TEST(malformed_ops_are_refused_one_by_one)
+{
+	Gpucmd__Op op = GPUCMD__OP__INIT;
+	Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+	Gpucmd__CopyLayout layout = GPUCMD__COPY_LAYOUT__INIT;
+	Gpucmd__RegionRef ref = GPUCMD__REGION_REF__INIT;
+	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__KernelArg arg = GPUCMD__KERNEL_ARG__INIT, *argp = &arg;
+	Gpucmd__OpAllocationMode mode = GPUCMD__OP_ALLOCATION_MODE__INIT;
+	Gpucmd__OpInstallPools install = GPUCMD__OP_INSTALL_POOLS__INIT;
+	Gpucmd__MemoryLayout ml = GPUCMD__MEMORY_LAYOUT__INIT;
+	Gpucmd__PoolOptions pool = GPUCMD__POOL_OPTIONS__INIT;
+	Gpucmd__PoolOptions *pools[33];
+	uint64_t shape[2] = { 2, 2 }, strides[1] = { 1 };
+	uint32_t grid[4] = { 1, 1, 1, 1 }, block[1] = { 1 };
+	uint8_t bytes[4] = { 1, 2, 3, 4 };
+	int fd = raw_connect();
+
+	raw_hello(fd, "hostile");
+	op.op_case = GPUCMD__OP__OP_EMPTY;
+	op.empty = &empty;
+	empty.handle = 1;
+	empty.size = 4096;
+	raw_op(fd, 1, 0, &op, 0, NULL);
+
+	op.op_case = GPUCMD__OP__OP_WRITE;
+	op.write = &w;
+	w.handle = 1;
+	w.data.data = bytes;
+	w.data.len = sizeof(bytes);
+	w.layout = &layout;
+	raw_op(fd, 2, 0, &op, GPUCMD_EINVAL, "1 to 8 dimensions");
+	layout.n_shape = 2;
+	layout.shape = shape;
+	layout.n_strides = 1;
+	layout.strides = strides;
+	layout.elem_size = 1;
+	raw_op(fd, 3, 0, &op, GPUCMD_EINVAL, "(got 2 shape, 1 strides)");
+	w.layout = NULL;
+	w.region = &ref;
+	ref.region = 1;
+	ref.length = sizeof(bytes);
+	raw_op(fd, 4, 0, &op, GPUCMD_EINVAL,
+	       "either inline data or a region range, not both");
+
+	op.op_case = GPUCMD__OP__OP_KERNEL;
+	op.kernel = &k;
+	k.name = "spin";
+	k.n_args = 1;
+	k.args = &argp;
+	arg.value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
+	k.n_grid = 4;
+	k.grid = grid;
+	k.n_block = 1;
+	k.block = block;
+	raw_op(fd, 5, 0, &op, GPUCMD_EINVAL,
+	       "grid and block take 1 to 3 dimensions (got 4 and 1)");
+
+	op.op_case = GPUCMD__OP__OP_ALLOCATION_MODE;
+	op.allocation_mode = &mode;
+	mode.mode = 7;
+	raw_op(fd, 6, 0, &op, GPUCMD_EINVAL,
+	       "allocation mode 7 is neither auto (0) nor persistent (1)");
+
+	op.op_case = GPUCMD__OP__OP_INSTALL_POOLS;
+	op.install_pools = &install;
+	install.layout = &ml;
+	ml.preset = "custom";
+	pool.kind = "direct";
+	for (size_t i = 0; i < 33; i++)
+		pools[i] = &pool;
+	ml.n_pools = 33;
+	ml.pools = pools;
+	raw_op(fd, 7, 1, &op, GPUCMD_EINVAL, "at most 32 pools (got 33)");
+	ml.n_pools = 0;
+	ml.preset = "lavish";
+	raw_op(fd, 8, 1, &op, GPUCMD_EINVAL,
+	       "layout preset 'lavish' is not subslices, exclusive or custom");
+	/* Known presets, by name, on fresh streams; memory comes after. */
+	ml.preset = "exclusive";
+	raw_op(fd, 9, 1, &op, 0, NULL);
+	ml.preset = "subslices";
+	raw_op(fd, 10, 2, &op, 0, NULL);
+	op.op_case = GPUCMD__OP__OP_EMPTY;
+	op.empty = &empty;
+	empty.handle = 2;
+	empty.size = 1000;
+	raw_op(fd, 11, 1, &op, 0, NULL);
+	empty.handle = 3;
+	raw_op(fd, 12, 2, &op, 0, NULL);
+	raw_ping(fd, 13);
+	close(fd);
+	back_to_baseline();
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("hostile2");
@@ -3749,6 +3881,7 @@ static Suite *make_suite(void)
 	tcase_add_test(d, sizes_near_2_64);
 	tcase_add_test(d, offsets_near_2_64);
 	tcase_add_test(d, layouts_that_overflow);
+	tcase_add_test(d, malformed_ops_are_refused_one_by_one);
 	tcase_add_test(d, grids_of_zero_and_over_the_limits);
 	tcase_add_test(d, unknown_kernels_and_wrong_arguments);
 	tcase_add_test(d, handles_never_allocated_and_released_twice);
