@@ -196,6 +196,62 @@ START_TEST(client_leaves_during_compile)
 }
 END_TEST
 
+/*
+ * A connection evicted while its module compiles: the compile runs out on
+ * its thread, then nothing of the request reaches the device, and the
+ * connection's memory and place go back (compile_done on a closing
+ * session).  Its sibling, which evicted it, is served all along.
+ */
+START_TEST(evicted_during_compile)
+{
+	struct gpucmd_conn *a, *b;
+	struct gpucmd_service_report t;
+	struct gpucmd_batch *batch;
+	struct gpucmd_response *r = NULL;
+	uint64_t load, n = 0;
+	uint64_t t0;
+	const char *why = "";
+
+	a = connect_as("leaver");
+	ck_assert_int_eq(gpucmd_batch_new(a, 0, &batch), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(batch, 1, 1 << 20), 0);
+	gpucmd_response_free(run_ok(batch));
+	load = submit_load(a, 1);
+	(void)submit_one(a, false);
+	usleep(100 * 1000);
+	b = connect_as("leaver");
+	t0 = harness_now_us();
+	ck_assert_int_eq(gpucmd_evict(b, "leaver", 0, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	/* b is answered while a's compile still runs. */
+	ck_assert_int_eq(gpucmd_batch_new(b, 0, &batch), 0);
+	ck_assert_int_eq(gpucmd_batch_ping(batch), 0);
+	gpucmd_response_free(run_ok(batch));
+	ck_assert_msg(harness_now_us() - t0 < DELAY_MS * 1000u / 2,
+		      "the eviction waited for the compile");
+	/* a's requests get no answer: its connection is gone. */
+	ck_assert_int_ne(gpucmd_wait(a, load, &r), 0);
+	ck_assert_ptr_null(r);
+	ck_assert(gpucmd_conn_error(a, &why) != 0);
+	ck_assert_msg(strstr(why, "evict") != NULL, "%s", why);
+	gpucmd_close(a);
+	/* Once the compile has ended, the memory and the place are back. */
+	for (int i = 0; i < 200; i++) {
+		t = report_totals(b);
+		if (t.connections == 1 && t.bytes_in_use == 0)
+			break;
+		usleep(50 * 1000);
+	}
+	t = report_totals(b);
+	ck_assert_uint_eq(t.connections, 1);
+	ck_assert_uint_eq(t.bytes_in_use, 0);
+	ck_assert_int_eq(gpucmd_batch_new(b, 0, &batch), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(batch), 0);
+	gpucmd_response_free(run_ok(batch));
+	gpucmd_close(b);
+}
+END_TEST
+
 /* Several loads in one batch and in a row keep their order and answers. */
 START_TEST(loads_in_a_row_answer_in_order)
 {
@@ -661,6 +717,7 @@ static Suite *make_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, compile_does_not_hold_other_connections);
 	tcase_add_test(tc, client_leaves_during_compile);
+	tcase_add_test(tc, evicted_during_compile);
 	tcase_add_test(tc, loads_in_a_row_answer_in_order);
 	tcase_add_test(tc, sigterm_during_a_compile);
 	suite_add_tcase(s, tc);
