@@ -3,7 +3,8 @@
  * fake one (a forked process on a socket of the test's own) reads Hello,
  * maybe answers with a Welcome and reads one request, then sends what the
  * case wants: a length no daemon sends, bytes that are not protobuf, an
- * answer to a request nobody made, a frame cut short or stalled.  The
+ * answer to a request nobody made, a frame cut short or stalled, another
+ * protocol version, a frame only a client sends.  The
  * client must get a code (GPUCMD_EPROTO for what is not the protocol, as
  * libgpucmd(3) says), a sentence from gpucmd_conn_error, and the same code
  * from every later call; never a crash, a hang or a huge allocation.
@@ -25,6 +26,9 @@ enum fake_mode {
 	FAKE_EVICT_MID_REQUEST,	/* read part of a request, Error, close */
 	FAKE_SLOW_READER,	/* read the request slowly, then answer it */
 	FAKE_STOP_READING,	/* read part of a request, then nothing */
+	FAKE_OTHER_VERSION,	/* a Welcome for another protocol version */
+	FAKE_HELLO_FOR_HELLO,	/* answer Hello with a Hello */
+	FAKE_HELLO_FOR_REQUEST,	/* answer the request with a Hello */
 };
 
 /* FAKE_SLOW_READER's pace: this many bytes, then a pause of this long. */
@@ -94,14 +98,27 @@ static void fake_send(int fd, const Gpucmd__Frame *f)
 	free(buf);
 }
 
-static void fake_welcome(int fd)
+/* A Hello, which only a client sends. */
+static void fake_hello(int fd)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Hello h = GPUCMD__HELLO__INIT;
+
+	h.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	h.service = "fake";
+	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
+	f.hello = &h;
+	fake_send(fd, &f);
+}
+
+static void fake_welcome_as(int fd, uint32_t version)
 {
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 	Gpucmd__Welcome w = GPUCMD__WELCOME__INIT;
 	Gpucmd__Limits l = GPUCMD__LIMITS__INIT;
 	Gpucmd__DeviceInfo d = GPUCMD__DEVICE_INFO__INIT;
 
-	w.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	w.protocol_version = version;
 	w.service = "fake";
 	w.connection_id = 1;
 	d.name = "fake";
@@ -115,6 +132,11 @@ static void fake_welcome(int fd)
 	fake_send(fd, &f);
 }
 
+static void fake_welcome(int fd)
+{
+	fake_welcome_as(fd, GPUCMD_PROTOCOL_VERSION);
+}
+
 static void fake_serve(int lfd, enum fake_mode mode)
 {
 	int fd = accept(lfd, NULL, NULL);
@@ -125,6 +147,13 @@ static void fake_serve(int lfd, enum fake_mode mode)
 		_exit(3);
 	if (mode == FAKE_HELLO_RUNAWAY) {
 		fake_header(fd, UINT32_MAX);
+		pause();
+	}
+	if (mode == FAKE_OTHER_VERSION || mode == FAKE_HELLO_FOR_HELLO) {
+		if (mode == FAKE_OTHER_VERSION)
+			fake_welcome_as(fd, GPUCMD_PROTOCOL_VERSION + 1);
+		else
+			fake_hello(fd);
 		pause();
 	}
 	fake_welcome(fd);
@@ -208,6 +237,10 @@ static void fake_serve(int lfd, enum fake_mode mode)
 		pause();
 		break;
 	}
+	case FAKE_HELLO_FOR_REQUEST:
+		fake_hello(fd);
+		pause();
+		break;
 	case FAKE_CUT:
 	case FAKE_STALL:
 		fake_header(fd, 100);
@@ -301,18 +334,50 @@ static void assert_dead(struct gpucmd_conn *c, int code, const char *words)
 			 code);
 }
 
-START_TEST(hello_answered_with_a_runaway_length)
+
+static void expect_ping_kills(enum fake_mode mode, int timeout_ms, int code,
+			      const char *words);
+
+/* Connecting to a fake daemon in mode fails with code; msg names words. */
+static void connect_refused(enum fake_mode mode, int code, const char *words)
 {
-	pid_t pid = fake_start(FAKE_HELLO_RUNAWAY);
+	pid_t pid = fake_start(mode);
 	struct gpucmd_conn *c = NULL;
 	char msg[256] = "";
 
 	ck_assert_int_eq(gpucmd_connect_timeout(fake_sock, "fake", 5000, &c,
 						msg, sizeof(msg)),
-			 GPUCMD_EPROTO);
+			 code);
 	ck_assert_ptr_null(c);
-	ck_assert_msg(strstr(msg, "4294967295 bytes") != NULL, "msg: %s", msg);
+	ck_assert_msg(strstr(msg, words) != NULL, "msg: %s", msg);
 	fake_stop(pid);
+}
+
+START_TEST(hello_answered_with_a_runaway_length)
+{
+	connect_refused(FAKE_HELLO_RUNAWAY, GPUCMD_EPROTO, "4294967295 bytes");
+}
+END_TEST
+
+/* A daemon of another protocol version is named with both versions. */
+START_TEST(welcome_of_another_version)
+{
+	char words[80];
+
+	snprintf(words, sizeof(words),
+		 "the daemon speaks protocol %u, this library %u",
+		 GPUCMD_PROTOCOL_VERSION + 1, GPUCMD_PROTOCOL_VERSION);
+	connect_refused(FAKE_OTHER_VERSION, GPUCMD_EVERSION, words);
+}
+END_TEST
+
+/* Frames a client never gets, for Hello and for a request: EPROTO. */
+START_TEST(frames_a_client_never_gets)
+{
+	connect_refused(FAKE_HELLO_FOR_HELLO, GPUCMD_EPROTO,
+			"answered Hello with frame type 1 instead of Welcome");
+	expect_ping_kills(FAKE_HELLO_FOR_REQUEST, 5000, GPUCMD_EPROTO,
+			  "frame of type 1, which a client never gets");
 }
 END_TEST
 
@@ -475,6 +540,8 @@ static Suite *make_suite(void)
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, hello_answered_with_a_runaway_length);
+	tcase_add_test(tc, welcome_of_another_version);
+	tcase_add_test(tc, frames_a_client_never_gets);
 	tcase_add_test(tc, reply_with_a_runaway_length);
 	tcase_add_test(tc, reply_that_is_not_protobuf);
 	tcase_add_test(tc, reply_to_a_request_never_made);
