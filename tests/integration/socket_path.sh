@@ -6,16 +6,21 @@
 #   - a socket file left by a daemon killed with SIGKILL is replaced;
 #   - a path that is a regular file is left alone: exit 1, and why;
 #   - a directory that does not exist is named as the reason (libuv would
-#     report EACCES), exit 1.
+#     report EACCES), exit 1;
+#   - socket_mode and socket_group set the socket's mode and group, and a
+#     socket_group that does not exist is named as the reason, exit 1.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 lib_init sockpath
 need gpucmdd gpucmd
 : >"$dir/empty.conf"
 
+# The config file start and refused use.
+conf=$dir/empty.conf
+
 # start NAME: a daemon on $sock in the background ($pid), up within 10 s.
 start() {
-	"$BUILD/gpucmdd" -c "$dir/empty.conf" -s "$sock" -b host \
+	"$BUILD/gpucmdd" -c "$conf" -s "$sock" -b host \
 		-l info >"$dir/$1.log" 2>&1 &
 	pid=$!
 	i=0
@@ -29,7 +34,7 @@ start() {
 
 # refused NAME PATH WANT: gpucmdd on PATH exits 1 within 10 s and logs WANT.
 refused() {
-	timeout 10 "$BUILD/gpucmdd" -c "$dir/empty.conf" -s "$2" -b host \
+	timeout 10 "$BUILD/gpucmdd" -c "$conf" -s "$2" -b host \
 		>"$dir/$1.log" 2>&1
 	rc=$?
 	[ $rc -eq 1 ] || fail "$1: gpucmdd exited $rc, want 1"
@@ -64,5 +69,27 @@ refused file "$dir/file" "$dir/file exists and is not a socket"
 refused nodir "$dir/missing/s.sock" \
 	"the directory $dir/missing does not exist"
 
+# socket_mode and socket_group.  Root may give the socket any group: one
+# it is not in shows the setting took; anyone else, a group of its own.
+if [ "$(id -u)" -eq 0 ]; then
+	group=$(getent group | awk -F: '$3 != 0 { print $1; exit }')
+else
+	group=$(id -gn)
+fi
+[ -n "$group" ] || fail "no group to give the socket"
+printf '[daemon]\nsocket_mode = 0600\nsocket_group = %s\n' "$group" \
+	>"$dir/group.conf"
+conf=$dir/group.conf
+start grouped
+[ "$(stat -c %G "$sock")" = "$group" ] ||
+	fail "the socket's group is $(stat -c %G "$sock"), not $group"
+[ "$(stat -c %a "$sock")" = 600 ] ||
+	fail "the socket's mode is $(stat -c %a "$sock"), not 600 (socket_mode)"
+stop_daemon
+printf '[daemon]\nsocket_group = no-such-group-gpucmd\n' >"$dir/nogroup.conf"
+conf=$dir/nogroup.conf
+refused nogroup "$sock" \
+	"socket_group 'no-such-group-gpucmd' does not exist"
+
 [ -n "${SOCKPATH_DEBUG:-}" ] && tail -n 3 "$dir"/*.log
-echo "ok: live socket kept, stale socket replaced, file and missing directory refused"
+echo "ok: live socket kept, stale socket replaced, file and missing directory refused, socket mode and group set, unknown group refused"
