@@ -3862,6 +3862,64 @@ START_TEST(malformed_ops_are_refused_one_by_one)
 }
 END_TEST
 
+/*
+ * Copy layouts the checks refuse before any byte moves, sent raw: an
+ * element size of 0, higher dimensions that are not packed, elements
+ * whose bytes pass 2^64, and a write whose layout holds more than the op
+ * brings.  Each names what is wrong; a good layout then copies.
+ */
+START_TEST(layouts_the_copy_cannot_take)
+{
+	Gpucmd__Op op = GPUCMD__OP__INIT;
+	Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+	Gpucmd__CopyLayout layout = GPUCMD__COPY_LAYOUT__INIT;
+	uint64_t shape[3] = { 2, 2, 2 }, strides[3] = { 5, 2, 1 };
+	uint8_t bytes[16] = { 0 };
+	int fd = raw_connect();
+
+	raw_hello(fd, "hostile");
+	op.op_case = GPUCMD__OP__OP_EMPTY;
+	op.empty = &empty;
+	empty.handle = 1;
+	empty.size = 4096;
+	raw_op(fd, 1, 0, &op, 0, NULL);
+	op.op_case = GPUCMD__OP__OP_WRITE;
+	op.write = &w;
+	w.handle = 1;
+	w.data.data = bytes;
+	w.data.len = 8;
+	w.layout = &layout;
+	layout.shape = shape;
+	layout.strides = strides;
+	layout.n_shape = layout.n_strides = 1;
+	layout.elem_size = 0;
+	raw_op(fd, 2, 0, &op, GPUCMD_EINVAL,
+	       "non-zero element size (got rank 1, element size 0)");
+	/* The outer stride is not inner stride x inner shape (4). */
+	layout.n_shape = layout.n_strides = 3;
+	layout.elem_size = 1;
+	raw_op(fd, 3, 0, &op, GPUCMD_ESTRIDES, "higher dimensions packed");
+	/* 2^62 elements of 8 bytes. */
+	shape[0] = UINT64_C(1) << 62;
+	strides[0] = 1;
+	layout.n_shape = layout.n_strides = 1;
+	layout.elem_size = 8;
+	raw_op(fd, 4, 0, &op, GPUCMD_EINVAL, "more than 2^64 bytes");
+	/* 4 elements of 4 bytes from 8 bytes of data. */
+	shape[0] = 4;
+	layout.elem_size = 4;
+	raw_op(fd, 5, 0, &op, GPUCMD_EINVAL,
+	       "write of 8 bytes does not match the 16 bytes its layout "
+	       "describes");
+	w.data.len = 16;
+	raw_op(fd, 6, 0, &op, 0, NULL);
+	raw_ping(fd, 7);
+	close(fd);
+	back_to_baseline();
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("hostile2");
@@ -3882,6 +3940,7 @@ static Suite *make_suite(void)
 	tcase_add_test(d, offsets_near_2_64);
 	tcase_add_test(d, layouts_that_overflow);
 	tcase_add_test(d, malformed_ops_are_refused_one_by_one);
+	tcase_add_test(d, layouts_the_copy_cannot_take);
 	tcase_add_test(d, grids_of_zero_and_over_the_limits);
 	tcase_add_test(d, unknown_kernels_and_wrong_arguments);
 	tcase_add_test(d, handles_never_allocated_and_released_twice);
