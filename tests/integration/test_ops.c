@@ -1641,6 +1641,118 @@ START_TEST(accessors_check_the_kind)
 END_TEST
 
 /*
+ * The batch builders check their arguments: each call below is refused
+ * with GPUCMD_EINVAL and adds nothing, so the batch still runs what it
+ * holds.  A batch takes max_ops_per_batch ops and then GPUCMD_ELIMIT; a
+ * submit without somewhere to put the id frees the batch.  An i32
+ * argument goes to the daemon, which names the argument it does not take.
+ */
+START_TEST(batch_calls_check_their_arguments)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	static const uint8_t data[4] = { 1, 2, 3, 4 };
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b = NULL, *full;
+	struct gpucmd_arg args[3] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 0 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 7 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 1 },
+	};
+	struct gpucmd_pool_options pool = { .kind = NULL };
+	struct gpucmd_layout l = {
+		.rank = 2,
+		.shape = { UINT64_C(1) << 40, UINT64_C(1) << 40 },
+		.strides = { UINT64_C(1) << 40, 1 },
+		.elem_size = 1,
+	};
+	uint64_t id = 0;
+	int idx = -1;
+
+	ck_assert_int_eq(gpucmd_batch_new(NULL, 0, &b), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, NULL), GPUCMD_EINVAL);
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 0, data, 4),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, NULL, 4),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_write(b, 0, 0, data, 4), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_write(b, 1, 0, NULL, 4), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_write_layout(b, 1, 0, NULL, data, 4),
+			 GPUCMD_EINVAL);
+	/* From region 0, and 2^80 elements from a region. */
+	ck_assert_int_eq(gpucmd_batch_write_region(b, 1, 0, 0, 0, 4),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_write_region_layout(b, 1, 0, &l, 5, 0),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_read(b, 0, 0, 4), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_release(b, 0), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_load_module(b, 0, "ptx", data, 4),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_load_module(b, 1, NULL, data, 4),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_load_module(b, 1, "ptx", NULL, 4),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_unload_module(b, 0), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_kernel_module(b, 0, "f", one, one, 0,
+						    NULL, 0),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, NULL, one, one, NULL, 0),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "", one, one, NULL, 0),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", one, one, NULL, 3),
+			 GPUCMD_EINVAL);
+	/* A buffer argument of handle 0, and a kind nobody knows. */
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3),
+			 GPUCMD_EINVAL);
+	args[0].v.handle = 1;
+	args[2].kind = (enum gpucmd_arg_kind)99;
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_install_pools(b, NULL, NULL, 0),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_install_pools(b, "custom", NULL, 2),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_install_pools(b, "custom", &pool, 1),
+			 GPUCMD_EINVAL);
+	ck_assert_uint_eq(gpucmd_batch_count(b), 0);
+	/* Nothing was added: the batch runs what comes next. */
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, data, 4), 0);
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	ck_assert_uint_eq(gpucmd_batch_count(b), 2);
+	run_done(b);
+
+	/* An i32 where fill_u32 takes a u32: the daemon names the argument. */
+	args[2].kind = GPUCMD_ARG_I32;
+	args[2].v.i32 = -1;
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3),
+			 0);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	ck_assert_int_eq(idx, 0);
+	ck_assert_msg(strstr(last_message, "argument 2") != NULL, "%s",
+		      last_message);
+
+	/* max_ops_per_batch ops, then no more. */
+	full = batch(c, 0);
+	for (uint32_t i = 0; i < gpucmd_info(c)->max_ops_per_batch; i++)
+		ck_assert_int_eq(gpucmd_batch_ping(full), 0);
+	ck_assert_int_eq(gpucmd_batch_ping(full), GPUCMD_ELIMIT);
+	gpucmd_batch_free(full);
+
+	/* A submit needs the batch and a place for its id. */
+	ck_assert_int_eq(gpucmd_submit(NULL, &id), GPUCMD_EINVAL);
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	ck_assert_int_eq(gpucmd_submit(b, NULL), GPUCMD_EINVAL);
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	run_done(b);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
  * A sync on a connection with nothing out is answered by the loop thread
  * (no batch runs on the device thread), and still in order: behind a
  * batch in flight it waits for it, and after a capture or a fault the
@@ -1733,6 +1845,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, cross_stream_ordering_random);
 	tcase_add_test(tc, report_streams_add_up_to_service);
 	tcase_add_test(tc, accessors_check_the_kind);
+	tcase_add_test(tc, batch_calls_check_their_arguments);
 	tcase_add_test(tc, sync_when_quiet_and_in_order);
 	suite_add_tcase(s, tc);
 	return s;
