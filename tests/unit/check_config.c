@@ -1009,6 +1009,51 @@ START_TEST(unknown_sections_and_keys)
 }
 END_TEST
 
+/*
+ * Lines and sections past what a config file can hold are named at their
+ * line: a line over the reader's buffer (and one over inih's, shorter), a
+ * service section whose name is not one (even with no key under it), and
+ * more service sections than the daemon keeps.  Blanks around a header
+ * and its name are not part of the name.
+ */
+START_TEST(long_lines_bad_headers_and_too_many_sections)
+{
+	struct config cfg;
+	char *text;
+	size_t cap = 64 * 4100, len = 0;
+
+	text = malloc(cap);
+	ck_assert_ptr_nonnull(text);
+	/* 2000 characters: past the 1 KiB line buffer. */
+	len = (size_t)snprintf(text, cap, "[daemon]\n# ");
+	memset(text + len, 'x', 2000);
+	len += 2000;
+	snprintf(text + len, cap - len, "\nbackend = host\n");
+	expect_bad(text, 2, "line is longer than 1022 characters");
+	/* 600: within the buffer, past inih's line (200 by default). */
+	len = (size_t)snprintf(text, cap, "[daemon]\nbackend = host\n# ");
+	memset(text + len, 'y', 600);
+	len += 600;
+	snprintf(text + len, cap - len, "\n");
+	expect_bad(text, 3, "line is longer than");
+	/* A bad name, with no key to report it at: at its header. */
+	expect_bad("[daemon]\nbackend = host\n[service no way!]\n", 3,
+		   "'no way!' is not a valid service name");
+	/* Blanks around the header and the name. */
+	load_ok(&cfg, "  [service   web\t ]  \nweight = 3\n");
+	ck_assert_ptr_nonnull(config_find_service(&cfg, "web"));
+	ck_assert_uint_eq(config_find_service(&cfg, "web")->weight, 3);
+	config_free(&cfg);
+	/* 4097 service sections. */
+	len = 0;
+	for (int i = 0; i <= 4096; i++)
+		len += (size_t)snprintf(text + len, cap - len,
+					"[service s%d]\n", i);
+	expect_bad(text, 4097, "more than 4096 service sections");
+	free(text);
+}
+END_TEST
+
 START_TEST(bad_values)
 {
 	/* Sizes. */
@@ -1269,6 +1314,7 @@ static Suite *config_suite(void)
 	tcase_add_unchecked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, unknown_sections_and_keys);
+	tcase_add_test(tc, long_lines_bad_headers_and_too_many_sections);
 	tcase_add_test(tc, bad_values);
 	tcase_add_test(tc, bad_service_names);
 	tcase_add_test(tc, syntax_errors);
