@@ -156,6 +156,25 @@ START_TEST(compile_does_not_hold_other_connections)
 }
 END_TEST
 
+/*
+ * Within tries looks 50 ms apart, c's is the only connection left and no
+ * memory is in use.
+ */
+static void settles_to_one_connection(struct gpucmd_conn *c, int tries)
+{
+	struct gpucmd_service_report t;
+
+	for (int i = 0; i < tries; i++) {
+		t = report_totals(c);
+		if (t.connections == 1 && t.bytes_in_use == 0)
+			break;
+		usleep(50 * 1000);
+	}
+	t = report_totals(c);
+	ck_assert_uint_eq(t.connections, 1);
+	ck_assert_uint_eq(t.bytes_in_use, 0);
+}
+
 /* A client that leaves while its module compiles leaves nothing behind. */
 START_TEST(client_leaves_during_compile)
 {
@@ -178,15 +197,7 @@ START_TEST(client_leaves_during_compile)
 
 	/* The compile is still running; the daemon serves and then settles. */
 	obs = connect_as("observer");
-	for (int i = 0; i < 100; i++) {
-		t = report_totals(obs);
-		if (t.connections == 1 && t.bytes_in_use == 0)
-			break;
-		usleep(50 * 1000);
-	}
-	t = report_totals(obs);
-	ck_assert_uint_eq(t.connections, 1);
-	ck_assert_uint_eq(t.bytes_in_use, 0);
+	settles_to_one_connection(obs, 100);
 	/* And after the compile ended, it still serves. */
 	usleep(DELAY_MS * 1000);
 	t = report_totals(obs);
@@ -205,7 +216,6 @@ END_TEST
 START_TEST(evicted_during_compile)
 {
 	struct gpucmd_conn *a, *b;
-	struct gpucmd_service_report t;
 	struct gpucmd_batch *batch;
 	struct gpucmd_response *r = NULL;
 	uint64_t load, n = 0;
@@ -236,15 +246,7 @@ START_TEST(evicted_during_compile)
 	ck_assert_msg(strstr(why, "evict") != NULL, "%s", why);
 	gpucmd_close(a);
 	/* Once the compile has ended, the memory and the place are back. */
-	for (int i = 0; i < 200; i++) {
-		t = report_totals(b);
-		if (t.connections == 1 && t.bytes_in_use == 0)
-			break;
-		usleep(50 * 1000);
-	}
-	t = report_totals(b);
-	ck_assert_uint_eq(t.connections, 1);
-	ck_assert_uint_eq(t.bytes_in_use, 0);
+	settles_to_one_connection(b, 200);
 	ck_assert_int_eq(gpucmd_batch_new(b, 0, &batch), 0);
 	ck_assert_int_eq(gpucmd_batch_sync(batch), 0);
 	gpucmd_response_free(run_ok(batch));
