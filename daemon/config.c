@@ -137,6 +137,7 @@ struct load_state {
 	bool failed;
 	uint32_t nnames;
 	char (*names)[64];	/* [service NAME] headers, by index */
+	uint32_t services_cap;	/* room in cfg->services */
 	char invalid[96];	/* the last invalid header, reported at its keys */
 	int invalid_line;	/* its line, for a section without keys */
 	bool invalid_seen;	/* a key of it was reported */
@@ -313,10 +314,20 @@ static int declare_service(struct load_state *st, const char *name)
 
 	if (config_find_service(cfg, name) != NULL)
 		return 0;
-	svc = realloc(cfg->services, (cfg->nservices + 1) * sizeof(*svc));
-	if (svc == NULL)
-		return GPUCMD_ENOMEM;
-	cfg->services = svc;
+	/*
+	 * Room doubles: a file of LOAD_MAX_SECTIONS sections grew it one at
+	 * a time, each a copy of all before (seconds under TSan, whose
+	 * realloc maps anew).
+	 */
+	if (cfg->nservices == st->services_cap) {
+		uint32_t cap = st->services_cap < 8 ? 8 : 2 * st->services_cap;
+
+		svc = realloc(cfg->services, cap * sizeof(*svc));
+		if (svc == NULL)
+			return GPUCMD_ENOMEM;
+		cfg->services = svc;
+		st->services_cap = cap;
+	}
 	svc = &cfg->services[cfg->nservices++];
 	memset(svc, 0, sizeof(*svc));
 	snprintf(svc->name, sizeof(svc->name), "%s", name);
@@ -642,6 +653,7 @@ int config_load(struct config *cfg, const char *path, char *err,
 		fclose(st.f);
 		return -ENOMEM;
 	}
+	st.services_cap = work.nservices;	/* config_copy: exactly that */
 	line = ini_parse_stream(read_line, &st, handle_key, &st);
 	fclose(st.f);
 	free(st.names);
