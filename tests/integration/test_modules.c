@@ -476,6 +476,22 @@ static void small_modules(struct gpucmd_conn *c, uint32_t *modules,
 	ck_assert(seen);
 }
 
+/* Within 5 s, service small holds no module and no globals' bytes. */
+static void small_modules_go_to_zero(struct gpucmd_conn *c)
+{
+	uint64_t bytes = 0;
+	uint32_t modules = 0;
+
+	for (int i = 0; i < 500; i++) {
+		small_modules(c, &modules, &bytes);
+		if (modules == 0)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(modules, 0);
+	ck_assert_uint_eq(bytes, 0);
+}
+
 /* Unload module on stream 0; its error code, message into msg. */
 static int unload(struct gpucmd_conn *c, uint64_t module, char *msg,
 		  size_t msg_len)
@@ -561,14 +577,7 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 	ck_assert_uint_eq(((const uint32_t *)data)[0], 1);
 	ck_assert_uint_eq(((const uint32_t *)data)[3], 1);
 	gpucmd_response_free(r);
-	for (int i = 0; i < 500; i++) {
-		small_modules(c, &modules, &bytes);
-		if (modules == 0)
-			break;
-		usleep(10000);
-	}
-	ck_assert_uint_eq(modules, 0);
-	ck_assert_uint_eq(bytes, 0);
+	small_modules_go_to_zero(c);
 	/* And the id loads again. */
 	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, eight), msg,
 				   sizeof(msg)), 0);
@@ -662,14 +671,7 @@ START_TEST(a_graph_keeps_its_modules_until_destroyed)
 	ck_assert_int_eq(gpucmd_batch_graph_destroy(b, 7), 0);
 	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
 	gpucmd_response_free(run_ok(b));
-	for (int i = 0; i < 500; i++) {
-		small_modules(c, &modules, &bytes);
-		if (modules == 0)
-			break;
-		usleep(10000);
-	}
-	ck_assert_uint_eq(modules, 0);
-	ck_assert_uint_eq(bytes, 0);
+	small_modules_go_to_zero(c);
 	gpucmd_close(c);
 }
 END_TEST
