@@ -476,6 +476,41 @@ static void small_modules(struct gpucmd_conn *c, uint32_t *modules,
 	ck_assert(seen);
 }
 
+/*
+ * A module with 8 MiB of globals and add_one(p, n), which adds one to n
+ * u32s at p (the fake CUDA runs it), launched on buffer 1's first four.
+ */
+static const char add_one_ptx[] =
+	".version 8.0\n.target sm_90\n.address_size 64\n"
+	".global .align 4 .b8 e[8388608];\n"
+	".visible .entry add_one(\n.param .u64 add_one_param_0,\n"
+	".param .u32 add_one_param_1\n)\n{\nret;\n}\n";
+static const struct gpucmd_arg add_one_args[2] = {
+	{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 1 },
+	{ .kind = GPUCMD_ARG_U32, .v.u32 = 4 },
+};
+
+/* Run b and read back the 4 u32s of handle 1; each must be want. */
+static void run_and_expect(struct gpucmd_batch *b, uint32_t want)
+{
+	struct gpucmd_response *r;
+	const uint32_t *u;
+	const void *data;
+	size_t len;
+
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 16), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, gpucmd_response_count(r) - 1,
+					      &data, &len),
+			 0);
+	ck_assert_uint_eq(len, 16);
+	u = data;
+	for (int k = 0; k < 4; k++)
+		ck_assert_msg(u[k] == want, "element %d is %u, expected %u", k,
+			      u[k], want);
+	gpucmd_response_free(r);
+}
+
 /* Within 5 s, service small holds no module and no globals' bytes. */
 static void small_modules_go_to_zero(struct gpucmd_conn *c)
 {
@@ -515,33 +550,20 @@ static int unload(struct gpucmd_conn *c, uint64_t module, char *msg,
  */
 START_TEST(unload_gives_the_module_back_after_earlier_work)
 {
-	/* 8 MiB of globals and add_one(p, n), which the fake CUDA runs. */
-	static const char eight[] =
-		".version 8.0\n.target sm_90\n.address_size 64\n"
-		".global .align 4 .b8 e[8388608];\n"
-		".visible .entry add_one(\n.param .u64 add_one_param_0,\n"
-		".param .u32 add_one_param_1\n)\n{\nret;\n}\n";
 	static const uint32_t one[3] = { 1, 1, 1 };
 	const struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
 					 .v.u32 = 3000000 };
 	static const uint32_t zeros[4];
-	const struct gpucmd_arg add[2] = {
-		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 1 },
-		{ .kind = GPUCMD_ARG_U32, .v.u32 = 4 },
-	};
 	struct gpucmd_conn *c;
 	struct gpucmd_batch *b;
-	struct gpucmd_response *r;
 	uint64_t bytes = 0, spinning = 0;
 	uint32_t modules = 0;
-	const void *data;
-	size_t len;
 	char msg[512];
 
 	if (host_backend())
 		return;
 	c = connect_as("small");
-	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, eight), msg,
+	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, add_one_ptx), msg,
 				   sizeof(msg)), 0);
 	small_modules(c, &modules, &bytes);
 	ck_assert_uint_eq(modules, 1);
@@ -556,7 +578,7 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &spin, 1),
 			 0);
 	ck_assert_int_eq(gpucmd_batch_kernel_module(b, 6, "add_one", one, one, 0,
-						    add, 2),
+						    add_one_args, 2),
 			 0);
 	ck_assert_int_eq(gpucmd_submit(b, &spinning), 0);
 	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), 0);
@@ -570,45 +592,16 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 	/* Once the kernels have run, the module leaves the count. */
 	ck_assert_int_eq(wait_code(c, spinning, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 16), 0);
-	r = run_ok(b);
-	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
-	ck_assert_uint_eq(len, 16);
-	ck_assert_uint_eq(((const uint32_t *)data)[0], 1);
-	ck_assert_uint_eq(((const uint32_t *)data)[3], 1);
-	gpucmd_response_free(r);
+	run_and_expect(b, 1);
 	small_modules_go_to_zero(c);
 	/* And the id loads again. */
-	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, eight), msg,
+	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, add_one_ptx), msg,
 				   sizeof(msg)), 0);
 	small_modules(c, &modules, &bytes);
 	ck_assert_uint_eq(modules, 1);
 	gpucmd_close(c);
 }
 END_TEST
-
-/* Run b and read back the 4 u32s of handle 1; each must be want. */
-static void run_and_expect(struct gpucmd_conn *c, struct gpucmd_batch *b,
-			   uint32_t want)
-{
-	struct gpucmd_response *r;
-	const uint32_t *u;
-	const void *data;
-	size_t len;
-
-	(void)c;
-	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 16), 0);
-	r = run_ok(b);
-	ck_assert_int_eq(gpucmd_response_data(r, gpucmd_response_count(r) - 1,
-					      &data, &len),
-			 0);
-	ck_assert_uint_eq(len, 16);
-	u = data;
-	for (int k = 0; k < 4; k++)
-		ck_assert_msg(u[k] == want, "element %d is %u, expected %u", k,
-			      u[k], want);
-	gpucmd_response_free(r);
-}
 
 /*
  * A graph that recorded a launch of a module's kernel keeps the module
@@ -618,17 +611,8 @@ static void run_and_expect(struct gpucmd_conn *c, struct gpucmd_batch *b,
  */
 START_TEST(a_graph_keeps_its_modules_until_destroyed)
 {
-	static const char eight[] =
-		".version 8.0\n.target sm_90\n.address_size 64\n"
-		".global .align 4 .b8 e[8388608];\n"
-		".visible .entry add_one(\n.param .u64 add_one_param_0,\n"
-		".param .u32 add_one_param_1\n)\n{\nret;\n}\n";
 	static const uint32_t one[3] = { 1, 1, 1 };
 	static const uint32_t zeros[4];
-	const struct gpucmd_arg add[2] = {
-		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = 1 },
-		{ .kind = GPUCMD_ARG_U32, .v.u32 = 4 },
-	};
 	struct gpucmd_conn *c;
 	struct gpucmd_batch *b;
 	uint64_t bytes = 0;
@@ -638,7 +622,7 @@ START_TEST(a_graph_keeps_its_modules_until_destroyed)
 	if (host_backend())
 		return;
 	c = connect_as("small");
-	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, eight), msg,
+	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, add_one_ptx), msg,
 				   sizeof(msg)), 0);
 	/* Record one launch of add_one into graph 7; nothing runs yet. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
@@ -646,9 +630,9 @@ START_TEST(a_graph_keeps_its_modules_until_destroyed)
 						       sizeof(zeros)), 0);
 	ck_assert_int_eq(gpucmd_batch_capture_begin(b), 0);
 	ck_assert_int_eq(gpucmd_batch_kernel_module(b, 6, "add_one", one, one,
-						    0, add, 2), 0);
+						    0, add_one_args, 2), 0);
 	ck_assert_int_eq(gpucmd_batch_capture_end(b, 7), 0);
-	run_and_expect(c, b, 0);
+	run_and_expect(b, 0);
 	/* Unloaded: the id is free, the graph still holds the module. */
 	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), GPUCMD_ENOTFOUND);
@@ -661,11 +645,11 @@ START_TEST(a_graph_keeps_its_modules_until_destroyed)
 	/* And its replays run the kernel, once each. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_graph_launch(b, 7), 0);
-	run_and_expect(c, b, 1);
+	run_and_expect(b, 1);
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_graph_launch(b, 7), 0);
 	ck_assert_int_eq(gpucmd_batch_graph_launch(b, 7), 0);
-	run_and_expect(c, b, 3);
+	run_and_expect(b, 3);
 	/* Destroyed, the graph gives the module back. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_graph_destroy(b, 7), 0);
