@@ -3757,6 +3757,22 @@ static void raw_op(int fd, uint64_t id, uint32_t stream, Gpucmd__Op *op,
 	frame_free(r);
 }
 
+/* A raw connection of service hostile whose handle 1 has 4096 bytes. */
+static int raw_with_a_buffer(void)
+{
+	Gpucmd__Op op = GPUCMD__OP__INIT;
+	Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
+	int fd = raw_connect();
+
+	raw_hello(fd, "hostile");
+	op.op_case = GPUCMD__OP__OP_EMPTY;
+	op.empty = &empty;
+	empty.handle = 1;
+	empty.size = 4096;
+	raw_op(fd, 1, 0, &op, 0, NULL);
+	return fd;
+}
+
 /*
  * Ops that libgpucmd never builds, sent raw: each is refused with
  * GPUCMD_EINVAL and a sentence naming what is wrong, and the connection
@@ -3782,14 +3798,7 @@ START_TEST(malformed_ops_are_refused_one_by_one)
 	uint64_t shape[2] = { 2, 2 }, strides[1] = { 1 };
 	uint32_t grid[4] = { 1, 1, 1, 1 }, block[1] = { 1 };
 	uint8_t bytes[4] = { 1, 2, 3, 4 };
-	int fd = raw_connect();
-
-	raw_hello(fd, "hostile");
-	op.op_case = GPUCMD__OP__OP_EMPTY;
-	op.empty = &empty;
-	empty.handle = 1;
-	empty.size = 4096;
-	raw_op(fd, 1, 0, &op, 0, NULL);
+	int fd = raw_with_a_buffer();
 
 	op.op_case = GPUCMD__OP__OP_WRITE;
 	op.write = &w;
@@ -3871,19 +3880,12 @@ END_TEST
 START_TEST(layouts_the_copy_cannot_take)
 {
 	Gpucmd__Op op = GPUCMD__OP__INIT;
-	Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
 	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
 	Gpucmd__CopyLayout layout = GPUCMD__COPY_LAYOUT__INIT;
 	uint64_t shape[3] = { 2, 2, 2 }, strides[3] = { 5, 2, 1 };
 	uint8_t bytes[16] = { 0 };
-	int fd = raw_connect();
+	int fd = raw_with_a_buffer();
 
-	raw_hello(fd, "hostile");
-	op.op_case = GPUCMD__OP__OP_EMPTY;
-	op.empty = &empty;
-	empty.handle = 1;
-	empty.size = 4096;
-	raw_op(fd, 1, 0, &op, 0, NULL);
 	op.op_case = GPUCMD__OP__OP_WRITE;
 	op.write = &w;
 	w.handle = 1;

@@ -490,6 +490,23 @@ static const struct gpucmd_arg add_one_args[2] = {
 	{ .kind = GPUCMD_ARG_U32, .v.u32 = 4 },
 };
 
+/*
+ * A connection of service small with add_one_ptx loaded as module 6, or
+ * NULL on the host backend, which loads no modules.
+ */
+static struct gpucmd_conn *small_with_add_one(void)
+{
+	struct gpucmd_conn *c;
+	char msg[512];
+
+	if (host_backend())
+		return NULL;
+	c = connect_as("small");
+	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, add_one_ptx), msg,
+				   sizeof(msg)), 0);
+	return c;
+}
+
 /* Run b and read back the 4 u32s of handle 1; each must be want. */
 static void run_and_expect(struct gpucmd_batch *b, uint32_t want)
 {
@@ -560,11 +577,9 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 	uint32_t modules = 0;
 	char msg[512];
 
-	if (host_backend())
+	c = small_with_add_one();
+	if (c == NULL)
 		return;
-	c = connect_as("small");
-	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, add_one_ptx), msg,
-				   sizeof(msg)), 0);
 	small_modules(c, &modules, &bytes);
 	ck_assert_uint_eq(modules, 1);
 	ck_assert_uint_eq(bytes, 8u << 20);
@@ -619,11 +634,9 @@ START_TEST(a_graph_keeps_its_modules_until_destroyed)
 	uint32_t modules = 0;
 	char msg[512];
 
-	if (host_backend())
+	c = small_with_add_one();
+	if (c == NULL)
 		return;
-	c = connect_as("small");
-	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, add_one_ptx), msg,
-				   sizeof(msg)), 0);
 	/* Record one launch of add_one into graph 7; nothing runs yet. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, zeros,
