@@ -607,10 +607,9 @@ static CUstream fake_stream_of(CUstream s)
  * Queue op on stream s, or append it to the graph s is capturing.  Takes
  * op (frees it on failure).
  */
-static CUresult fake_enqueue(CUstream s, struct fake_op *op)
+/* Queue op on stream s (resolved), or into its capture; fake.lock held. */
+static void fake_enqueue_locked(CUstream s, struct fake_op *op)
 {
-	s = fake_stream_of(s);
-	pthread_mutex_lock(&fake.lock);
 	if (s->capture) {
 		struct CUgraph_st *g = s->capture;
 
@@ -628,6 +627,13 @@ static CUresult fake_enqueue(CUstream s, struct fake_op *op)
 		fake.pending++;
 		pthread_cond_signal(&s->wake);
 	}
+}
+
+static CUresult fake_enqueue(CUstream s, struct fake_op *op)
+{
+	s = fake_stream_of(s);
+	pthread_mutex_lock(&fake.lock);
+	fake_enqueue_locked(s, op);
 	pthread_mutex_unlock(&fake.lock);
 	return CUDA_SUCCESS;
 }
@@ -1230,21 +1236,30 @@ FAKE_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 FAKE_EXPORT CUresult cuStreamDestroy(CUstream hStream)
 {
 	struct fake_op *op;
+	CUstream s;
 
 	/* Like the driver: it returns at once, and the stream's thread ends
 	 * once the work queued before has run. */
 	FAKE_ENTER(false);
 	if (!hStream)
 		return CUDA_ERROR_INVALID_HANDLE;
-	if (fake_capturing(hStream))
-		return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
 	op = fake_op_new(FAKE_OP_EXIT);
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* The capture check and the queueing under one hold of the lock: a
+	 * capture begun in between would otherwise take the EXIT op into
+	 * its graph and leave the stream's thread running. */
+	s = fake_stream_of(hStream);
 	pthread_mutex_lock(&fake.lock);
+	if (s->capture) {
+		pthread_mutex_unlock(&fake.lock);
+		free(op);
+		return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+	}
 	fake.exiting++;
+	fake_enqueue_locked(s, op);
 	pthread_mutex_unlock(&fake.lock);
-	return fake_enqueue(hStream, op);
+	return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent,
