@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,18 +88,49 @@ static const char *write_failed(const struct session *s, int rc)
 }
 
 /*
+ * Whether the client can send no more: it closed, or shut down its
+ * writing side, so that reading on reaches the end of the stream.  A
+ * client that shut down only its reading side (shutdown(SHUT_RD)) still
+ * can.
+ */
+static bool peer_sends_no_more(struct session *s)
+{
+	uv_os_fd_t fd;
+	struct pollfd p = { .events = POLLRDHUP };
+
+	if (uv_fileno((uv_handle_t *)&s->pipe, &fd) != 0)
+		return true;
+	p.fd = fd;
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP));
+}
+
+/*
  * Writing a reply failed with rc.  A client that closed its end (EPIPE,
  * ECONNRESET) may have sent requests that are not handled yet: they wait
  * in rbuf or the socket for max_in_flight, a byte budget or their turn.
  * Like the end of the stream read while a frame waits (read_end), that
  * does not drop them: they still run, in order, their replies (nobody
  * can read them) are dropped, and reading on reaches the end of the
- * stream, which closes.  Any other failure, or one while closing, closes.
+ * stream, which closes.
+ *
+ * A client that shut down only its reading side would never reach that
+ * end: it could go on sending work whose replies nobody holds, past every
+ * bound that unread replies set.  It is closed at once, as is one on any
+ * other failure, or on one while closing.  (The kernel marks a closing
+ * peer dead a moment before it marks this end shut; a write in between
+ * closes too, and a client that was going anyway loses only requests
+ * that had not run.)
  */
 static void write_lost(struct session *s, int rc)
 {
 	if ((rc == UV_EPIPE || rc == UV_ECONNRESET) && !s->close_flush &&
 	    s->state == SESSION_READY) {
+		if (!s->replies_lost && !peer_sends_no_more(s)) {
+			session_close(s, "the client shut down its reading "
+					 "side but still sends: its replies "
+					 "cannot be delivered");
+			return;
+		}
 		if (!s->replies_lost)
 			log_debug("connection %llu (%s): %s writing a reply; "
 				  "the requests it sent still run",

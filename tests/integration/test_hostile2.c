@@ -1790,6 +1790,49 @@ START_TEST(hangup_with_batches_in_flight)
 }
 END_TEST
 
+/*
+ * A client shuts down only its reading side (shutdown(SHUT_RD)) and goes
+ * on sending pings.  Its first reply meets EPIPE; since it can still send,
+ * it never reaches the end of its stream, and without a close it could
+ * make the daemon run work whose replies nobody holds, for good.  The
+ * daemon closes it and says why; its next sends fail.
+ */
+START_TEST(a_client_that_stops_reading_but_sends_is_closed)
+{
+	Gpucmd__OpPing p = GPUCMD__OP_PING__INIT;
+	Gpucmd__Op op = GPUCMD__OP__INIT;
+	Gpucmd__Op *ops[1] = { &op };
+	const char *why = "shut down its reading side but still sends";
+	int before = harness_log_count(why), fd = raw_connect(), sent = 0;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	ssize_t n = 0;
+
+	raw_hello(fd, "hostile");
+	ck_assert_int_eq(shutdown(fd, SHUT_RD), 0);
+	op.op_case = GPUCMD__OP__OP_PING;
+	op.ping = &p;
+	append_request(&buf, &len, 1, 0, ops, 1);
+	/* 10 s of a ping every 10 ms at most; the close comes after one. */
+	for (; sent < 1000; sent++) {
+		n = send(fd, buf, len, MSG_NOSIGNAL);
+		if (n < 0)
+			break;
+		ck_assert_int_eq(n, (ssize_t)len);
+		usleep(10000);
+	}
+	ck_assert_msg(n < 0 && (errno == EPIPE || errno == ECONNRESET),
+		      "%d pings sent after shutdown(SHUT_RD) and the daemon "
+		      "still reads them (last send: %zd, %s)",
+		      sent, n, n < 0 ? strerror(errno) : "ok");
+	ck_assert_int_ge(sent, 1);
+	harness_wait_log(why, before);
+	free(buf);
+	close(fd);
+	back_to_baseline();
+}
+END_TEST
+
 /* ---- faults and ordering ------------------------------------------------------- */
 
 /* On CUDA a fault loses the context for everyone (tests/gpu/run.sh checks
@@ -3959,6 +4002,7 @@ static Suite *make_suite(void)
 	tcase_add_test(d, kill_9_client_holding_memory);
 	tcase_add_test(d, kill_storm);
 	tcase_add_test(d, hangup_with_batches_in_flight);
+	tcase_add_test(d, a_client_that_stops_reading_but_sends_is_closed);
 	tcase_add_test(d, kernel_fault_stays_on_its_stream);
 	tcase_add_test(d, fresh_buffer_written_from_another_stream);
 	tcase_add_test(d, small_host_memory);
