@@ -10,10 +10,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+
+#include <linux/magic.h>
 
 #include "driver/driver.h"
 #include "gpucmd.h"
+#include "log.h"
 #include "service.h"
 
 static uint32_t count(const struct region *r)
@@ -29,8 +33,10 @@ static void unmap(struct driver *d, struct region *r)
 {
 	if (r->registered)
 		d->ops->host_unregister(d, r->base);
-	if (r->base != NULL && r->size > 0)
-		munmap(r->base, r->size);
+	if (r->base != NULL && r->size > 0 && munmap(r->base, r->size) != 0)
+		log_err("region %llu: munmap of %llu bytes failed: %s; the "
+			"mapping stays", (unsigned long long)r->id,
+			(unsigned long long)r->size, strerror(errno));
 	if (r->fd >= 0)
 		close(r->fd);
 	free(r);
@@ -91,6 +97,7 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 	struct driver *d = set->driver;
 	struct region *r;
 	struct stat st = { 0 };
+	struct statfs sfs = { 0 };
 	int seals;
 
 	if (id == 0 || region_find(set, id) != NULL) {
@@ -127,6 +134,23 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 			 (unsigned long long)id,
 			 seals < 0 ? "not a sealable memfd"
 				   : "not sealed against shrinking");
+		close(fd);
+		return GPUCMD_EINVAL;
+	}
+	/*
+	 * Only shmem.  A hugetlb memfd is sealable too, but F_SEAL_SHRINK
+	 * does not stop its owner punching a hole, and the daemon's next
+	 * copy faulting there with no free huge page would be a SIGBUS for
+	 * every service; its mapping is also rounded up to the huge page,
+	 * past the bytes the quota counts.
+	 */
+	if (fstatfs(fd, &sfs) != 0 || sfs.f_type != TMPFS_MAGIC) {
+		snprintf(msg, msg_len, "region %llu: the descriptor is not a "
+			 "plain memfd (%s): create it with memfd_create "
+			 "without MFD_HUGETLB",
+			 (unsigned long long)id,
+			 sfs.f_type == HUGETLBFS_MAGIC ? "hugetlb"
+						       : "another file system");
 		close(fd);
 		return GPUCMD_EINVAL;
 	}

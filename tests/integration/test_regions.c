@@ -268,6 +268,7 @@ START_TEST(region_errors)
 	int unsealed = sealed_memfd(4096, false);
 	int small = sealed_memfd(4096, true);
 	int good = sealed_memfd(8192, true);
+	int hugetlb;
 	struct empty_write ew;
 	Gpucmd__OpRegionRelease rel = GPUCMD__OP_REGION_RELEASE__INIT;
 	Gpucmd__Op o_rel = GPUCMD__OP__INIT;
@@ -281,6 +282,27 @@ START_TEST(region_errors)
 	ck_assert_int_eq(r->response->error->code, GPUCMD_EINVAL);
 	ck_assert_ptr_nonnull(strstr(r->response->error->message, "F_SEAL_SHRINK"));
 	frame_free(r);
+	/*
+	 * A hugetlb memfd, sealed: refused before it is mapped (its owner
+	 * could punch a hole under the daemon's copies).  Kernels without
+	 * hugetlbfs refuse to create one.
+	 */
+	hugetlb = memfd_create("gpucmd-test", MFD_CLOEXEC | MFD_ALLOW_SEALING |
+						      MFD_HUGETLB);
+	if (hugetlb >= 0) {
+		ck_assert_int_eq(ftruncate(hugetlb, 2 << 20), 0);
+		ck_assert_int_eq(fcntl(hugetlb, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+		ops[0] = attach(4, 2 << 20);
+		r = run_ops(&c, ops, 1, &hugetlb, 1);
+		ck_assert_ptr_nonnull(r->response->error);
+		ck_assert_int_eq(r->response->error->code, GPUCMD_EINVAL);
+		ck_assert_msg(strstr(r->response->error->message,
+				     "not a plain memfd (hugetlb)") != NULL,
+			      "hugetlb memfd: %s",
+			      r->response->error->message);
+		frame_free(r);
+		close(hugetlb);
+	}
 	/* Announced larger than the file: refused. */
 	ops[0] = attach(2, 8192);
 	r = run_ops(&c, ops, 1, &small, 1);
