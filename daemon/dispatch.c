@@ -1685,11 +1685,11 @@ static int module_quota(struct command_ctx *ctx, struct batch *b,
 		return fail(b, GPUCMD_ELIMIT,
 			    "cannot load module %llu: service '%s' holds %u "
 			    "modules (loaded, launched by its graphs, or "
-			    "unloaded with launches still to run), its "
-			    "max_modules; unload one or destroy a graph and let "
-			    "its stream finish, or raise max_modules in "
-			    "gpucmdd.conf", (unsigned long long)id, svc->name,
-			    held);
+			    "unloaded with launches still to run), and its "
+			    "max_modules is %u; unload one or destroy a graph "
+			    "and let its stream finish, or raise max_modules "
+			    "in gpucmdd.conf", (unsigned long long)id,
+			    svc->name, held, max);
 	return 0;
 }
 

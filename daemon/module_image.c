@@ -222,15 +222,37 @@ static uint64_t ptx_declarators(struct span *s, uint64_t elem, uint64_t align)
 	return total;
 }
 
+/* Past a parenthesised list at s (".attribute(.unified(19, 95))"). */
+static void skip_parens(struct span *s)
+{
+	int depth = 0;
+
+	skip_space(s);
+	if (s->p >= s->end || *s->p != '(')
+		return;
+	for (; s->p < s->end; s->p++) {
+		if (*s->p == '(')
+			depth++;
+		else if (*s->p == ')' && --depth == 0) {
+			s->p++;
+			return;
+		}
+	}
+}
+
 /*
  * The bytes a PTX statement declares in .global; 0 for anything else.  A
  * statement runs from the previous ';', so it may begin with directives
  * that take none (.version, .target, .address_size) or with the end of a
  * function: the declaration is the .global word, the qualifiers right
  * before it, and what follows it.  A .global inside parentheses (a
- * parameter's ".ptr .global") declares no variable.
+ * parameter's ".ptr .global") declares no variable.  A .global declaration
+ * this cannot size (a qualifier or type it does not know: .texref, a
+ * future attribute) sets *unknown: counted as none, it would make the
+ * module look free of globals, and such a module is shared between
+ * services (module.c).
  */
-static uint64_t ptx_statement(struct span st)
+static uint64_t ptx_statement(struct span st, bool *unknown)
 {
 	struct span s = st;
 	uint64_t elem = 0, vec = 1, align = 0;
@@ -275,23 +297,33 @@ static uint64_t ptx_statement(struct span st)
 			break;
 		}
 		if (word_is(w, n, ".align")) {
-			if (!parse_number(&s, &align))
+			if (!parse_number(&s, &align)) {
+				*unknown = true;
 				return 0;
+			}
+		} else if (word_is(w, n, ".attribute")) {
+			/* .managed, .unified(...): __managed__ variables
+			 * are .global storage like any other. */
+			skip_parens(&s);
 		} else if (word_is(w, n, ".v2") || word_is(w, n, ".v4") ||
 			   word_is(w, n, ".v8")) {
 			vec = (uint64_t)(w[2] - '0');
 		} else if (ptx_type_size(w, n) != 0) {
 			elem = ptx_type_size(w, n);
 		} else {
-			return 0;	/* not a variable declaration */
+			*unknown = true;
+			return 0;
 		}
 	}
-	if (elem == 0)
+	if (elem == 0) {
+		*unknown = true;
 		return 0;
+	}
 	return ptx_declarators(&s, elem * vec, align);
 }
 
-static uint64_t ptx_static_bytes(const char *p, size_t len)
+/* The .global bytes of PTX text; *unknown set when a part was not read. */
+static uint64_t ptx_static_bytes(const char *p, size_t len, bool *unknown)
 {
 	const char *end = p + len;
 	uint64_t total = 0;
@@ -300,8 +332,10 @@ static uint64_t ptx_static_bytes(const char *p, size_t len)
 
 	/* Comments out (each becomes a space), then statement by statement. */
 	clean = malloc(len + 1);
-	if (clean == NULL)
+	if (clean == NULL) {
+		*unknown = true;
 		return 0;
+	}
 	while (p < end) {
 		if (end - p >= 2 && p[0] == '/' && p[1] == '/') {
 			while (p < end && *p != '\n')
@@ -329,7 +363,7 @@ static uint64_t ptx_static_bytes(const char *p, size_t len)
 		if (i == k || clean[i] == ';') {
 			struct span st = { clean + from, clean + i };
 
-			total = sat_add(total, ptx_statement(st));
+			total = sat_add(total, ptx_statement(st, unknown));
 			from = i + 1;
 		}
 	}
@@ -458,13 +492,15 @@ static uint8_t *fatbin_expand(const uint8_t *p, size_t n, uint64_t *budget,
 static bool fatbin_entry(uint64_t kind, const uint8_t *p, size_t n,
 			 uint64_t *out)
 {
+	bool unknown = false;
+
 	*out = 0;
 	if (kind == FATBIN_KIND_ELF)
 		return elf_static_bytes(p, n, out);
 	if (kind == FATBIN_KIND_PTX)
 		*out = ptx_static_bytes((const char *)p,
-					strnlen((const char *)p, n));
-	return true;
+					strnlen((const char *)p, n), &unknown);
+	return !unknown;
 }
 
 /*
@@ -490,7 +526,7 @@ static uint64_t fatbin_static_bytes(const uint8_t *b, size_t len,
 	for (off = hsize; off + 0x40 <= hsize + fsize;) {
 		const uint8_t *e = b + off;
 		uint64_t kind = le(e, 2), ehsize = le(e + 4, 4);
-		uint64_t psize = le(e + 8, 8), flags = le(e + 0x28, 8), v;
+		uint64_t psize = le(e + 8, 8), flags = le(e + 0x28, 8), v = 0;
 		const uint8_t *payload;
 		bool ok = false;
 
@@ -509,8 +545,9 @@ static uint64_t fatbin_static_bytes(const uint8_t *b, size_t len,
 				ok = fatbin_entry(kind, plain, n, &v);
 			free(plain);
 		}
-		if (ok && (kind == FATBIN_KIND_ELF || kind == FATBIN_KIND_PTX)) {
-			read_one = true;
+		if (kind == FATBIN_KIND_ELF || kind == FATBIN_KIND_PTX) {
+			/* A part read of PTX is still a lower bound. */
+			read_one = read_one || ok;
 			if (v > most)
 				most = v;
 		}
@@ -539,7 +576,11 @@ uint64_t module_image_static_bytes(const void *image, size_t len,
 		if (!elf_static_bytes(b, len, &v))
 			k = MODULE_IMAGE_UNKNOWN;
 	} else {
-		v = ptx_static_bytes(image, strnlen(image, len));
+		bool unknown = false;
+
+		v = ptx_static_bytes(image, strnlen(image, len), &unknown);
+		if (unknown)
+			k = MODULE_IMAGE_UNKNOWN;
 	}
 	if (known != NULL)
 		*known = k;

@@ -458,6 +458,25 @@ START_TEST(module_globals_count_against_the_quota)
 }
 END_TEST
 
+/*
+ * A __managed__ variable is a .global too (.attribute(.managed)): 128 MiB
+ * of it under small's 64M is refused at once, like big above, not loaded
+ * uncounted.
+ */
+START_TEST(managed_globals_count_against_the_quota)
+{
+	static const char big_managed[] =
+		".version 8.0\n.target sm_90\n.address_size 64\n"
+		".global .attribute(.managed) .align 1 .b8 big[134217728];\n";
+	struct gpucmd_conn *c = connect_as("small");
+	char msg[512];
+
+	refused_at_once(c, submit_ptx(c, 5, big_managed), GPUCMD_EQUOTA, msg,
+			sizeof(msg));
+	gpucmd_close(c);
+}
+END_TEST
+
 /* The modules service small keeps loaded, and their globals' bytes. */
 static void small_modules(struct gpucmd_conn *c, uint32_t *modules,
 			  uint64_t *bytes)
@@ -733,6 +752,7 @@ static Suite *make_suite(void)
 	tcase_add_checked_fixture(tc, globals_setup, harness_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, module_globals_count_against_the_quota);
+	tcase_add_test(tc, managed_globals_count_against_the_quota);
 	tcase_add_test(tc, unload_gives_the_module_back_after_earlier_work);
 	tcase_add_test(tc, a_graph_keeps_its_modules_until_destroyed);
 	suite_add_tcase(s, tc);

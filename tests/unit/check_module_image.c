@@ -112,6 +112,56 @@ START_TEST(ptx_what_is_not_storage)
 }
 END_TEST
 
+/*
+ * __managed__ variables (.attribute(.managed), what nvcc and LLVM write)
+ * are .global storage: counted as none, a module of them would be charged
+ * nothing and shared between services.
+ */
+START_TEST(ptx_managed_variables_are_storage)
+{
+	enum module_image_known k = MODULE_IMAGE_UNKNOWN;
+
+	ck_assert_uint_eq(ptx(".global .attribute(.managed) .align 4 .b8 "
+			      "m[4096];", &k), 4096);
+	ck_assert_int_eq(k, MODULE_IMAGE_KNOWN);
+	/* What LLVM's NVPTX backend writes for a __managed__ int. */
+	ck_assert_uint_eq(ptx(".visible .global .attribute(.managed) .align 4 "
+			      ".u32 managed_g;", NULL), 4);
+	ck_assert_uint_eq(ptx(".global .attribute(.unified(19,95)) .f32 f;",
+			      NULL), 4);
+	/* What nvcc 13 writes. */
+	ck_assert_uint_eq(ptx(".global .attribute(.managed) .align 1 .b8 "
+			      "big[1048576];\n.global .align 4 .u32 g;", &k),
+			  1048580);
+	ck_assert_int_eq(k, MODULE_IMAGE_KNOWN);
+}
+END_TEST
+
+/*
+ * A .global declaration the scanner cannot size is a lower bound, said
+ * so: a qualifier it does not know must not make a module look free of
+ * globals.
+ */
+START_TEST(ptx_global_it_cannot_size_is_unknown)
+{
+	enum module_image_known k = MODULE_IMAGE_KNOWN;
+
+	ck_assert_uint_eq(ptx(".global .u32 a;\n.global .opaque t;", &k), 4);
+	ck_assert_int_eq(k, MODULE_IMAGE_UNKNOWN);
+	k = MODULE_IMAGE_KNOWN;
+	ck_assert_uint_eq(ptx(".global .future(1) .u32 a;", &k), 0);
+	ck_assert_int_eq(k, MODULE_IMAGE_UNKNOWN);
+	k = MODULE_IMAGE_KNOWN;
+	ck_assert_uint_eq(ptx(".global .align x .u32 a;", &k), 0);
+	ck_assert_int_eq(k, MODULE_IMAGE_UNKNOWN);
+	/* Instructions and parameters are still no declaration at all. */
+	k = MODULE_IMAGE_UNKNOWN;
+	ck_assert_uint_eq(ptx("st.global.u32 [g], %r1;\n.func f (.param .u64 "
+			      ".ptr .global .align 8 p);", &k), 0);
+	ck_assert_int_eq(k, MODULE_IMAGE_KNOWN);
+}
+END_TEST
+
 START_TEST(ptx_sizes_saturate)
 {
 	/* An absurd size is refused by any quota; it does not wrap to small. */
@@ -310,6 +360,8 @@ static Suite *module_image_suite(void)
 	tcase_add_test(tc, ptx_declaration_shapes);
 	tcase_add_test(tc, ptx_what_is_not_storage);
 	tcase_add_test(tc, ptx_sizes_saturate);
+	tcase_add_test(tc, ptx_managed_variables_are_storage);
+	tcase_add_test(tc, ptx_global_it_cannot_size_is_unknown);
 	tcase_add_test(tc, cubin_sections);
 	tcase_add_test(tc, fatbin_plain_and_compressed);
 	tcase_add_test(tc, images_that_lie);
