@@ -197,14 +197,19 @@ static int set_str(struct load_state *st, const char *name, const char *v,
 	return 1;
 }
 
-/* uids = 1000, alice  /  gids = 100, video */
+/*
+ * uids = 1000, alice  /  gids = 100, video.  The key again (in the same
+ * section or another of the same name) adds to the list, so a long one
+ * can take several lines.  An empty list is refused: it would read as
+ * "anyone" and override the [services] defaults.
+ */
 static int set_ids(struct load_state *st, const char *name, const char *v,
 		   bool groups, uint32_t *ids, uint32_t *n)
 {
 	char buf[1024];
 	char *save = NULL;
+	bool any = false;
 
-	*n = 0;
 	if (strlen(v) >= sizeof(buf))
 		return bad(st, "%s is too long", name);
 	snprintf(buf, sizeof(buf), "%s", v);
@@ -215,9 +220,10 @@ static int set_ids(struct load_state *st, const char *name, const char *v,
 
 		errno = 0;
 		id = strtoull(tok, &end, 10);
+		any = true;
 		if (*n == CONFIG_MAX_IDS)
-			return bad(st, "%s lists more than %d ids", name,
-				   CONFIG_MAX_IDS);
+			return bad(st, "%s lists more than %d ids (all its "
+				   "lines together)", name, CONFIG_MAX_IDS);
 		if (*end != '\0' || end == tok) {
 			if (groups) {
 				struct group *g = getgrnam(tok);
@@ -238,6 +244,12 @@ static int set_ids(struct load_state *st, const char *name, const char *v,
 		}
 		ids[(*n)++] = (uint32_t)id;
 	}
+	if (!any)
+		return bad(st, "%s is empty: list at least one %s, or leave "
+			   "the key out (a service section then takes the "
+			   "[services] default_uids and default_gids; "
+			   "without any, anyone may connect)", name,
+			   groups ? "group" : "user");
 	return 1;
 }
 
@@ -314,6 +326,8 @@ static int declare_service(struct load_state *st, const char *name)
 
 	if (config_find_service(cfg, name) != NULL)
 		return 0;
+	if (cfg->nservices >= CONFIG_MAX_SERVICES)
+		return GPUCMD_ELIMIT;
 	/*
 	 * Room doubles: a file of LOAD_MAX_SECTIONS sections grew it one at
 	 * a time, each a copy of all before (seconds under TSan, whose
@@ -398,7 +412,9 @@ static char *read_line(char *str, int num, void *stream)
 {
 	struct load_state *st = stream;
 	char line[1024], name[1024];
+	const char *start;
 	size_t len;
+	int rc;
 
 	if (fgets(line, sizeof(line), st->f) == NULL)
 		return NULL;
@@ -422,8 +438,18 @@ static char *read_line(char *str, int num, void *stream)
 		} else if (st->nnames >= LOAD_MAX_SECTIONS) {
 			bad(st, "more than %d service sections",
 			    LOAD_MAX_SECTIONS);
-		} else if (declare_service(st, name) != 0) {
-			bad(st, "out of memory");
+		} else if ((rc = declare_service(st, name)) != 0) {
+			/*
+			 * The daemon keeps that many services and never
+			 * retires a listed one: past it, services listed
+			 * could never connect.
+			 */
+			if (rc == GPUCMD_ELIMIT)
+				bad(st, "[service %.63s]: more than %d "
+				    "services, the most the daemon keeps",
+				    name, CONFIG_MAX_SERVICES);
+			else
+				bad(st, "out of memory");
 		} else {
 			snprintf(st->names[st->nnames], sizeof(st->names[0]),
 				 "%s", name);
@@ -433,6 +459,24 @@ static char *read_line(char *str, int num, void *stream)
 		}
 		snprintf(str, (size_t)num, "[service #invalid]\n");
 		return str;
+	}
+	/*
+	 * inih (built with INI_ALLOW_MULTILINE) reads an indented line after
+	 * a key as that key given again with the line as its whole value:
+	 * "uids = root, alice" then "  bob" would leave bob alone, and
+	 * "memory_limit = 1G" then "  64G" would be 64G.  Blanks at the start
+	 * of a line are dropped here, so that an indented key is a key, and
+	 * an indented line that holds no key is refused.
+	 */
+	start = line + strspn(line, " \t");
+	if (start != line) {
+		if (strchr(";#[\r\n", *start) == NULL &&
+		    strpbrk(start, "=:") == NULL)
+			bad(st, "an indented line without a key: continuation "
+			    "lines are not read; give the key again on a "
+			    "line of its own (uids and gids lists add up)");
+		len = strlen(start);
+		memmove(line, start, len + 1);
 	}
 	if (other_header(line, name, sizeof(name)) &&
 	    strcmp(name, "daemon") != 0 && strcmp(name, "limits") != 0 &&

@@ -42,6 +42,8 @@ struct config_limits {
 };
 
 #define CONFIG_MAX_IDS 32
+/* Distinct [service NAME] sections: the registry's size (SERVICE_MAX). */
+#define CONFIG_MAX_SERVICES 1024
 #define CONFIG_DEFAULT_PATH "/etc/gpucmd/gpucmdd.conf"
 /* Default [daemon] host_stream_nice: how much nicer host workers run. */
 #define CONFIG_HOST_STREAM_NICE 10

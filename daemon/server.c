@@ -636,9 +636,16 @@ static void apply_defaults(struct service *svc, void *arg)
 	}
 }
 
-/* Services the file lists get their (new) limits, the others the defaults. */
+/*
+ * Services the file lists get their (new) limits, the others the defaults:
+ * those first, so that services the file no longer lists may be retired
+ * to make room for the ones it adds.  A listed service with no room (the
+ * registry full of services in use) joins at its first Hello that finds
+ * room, with its limits (session.c).
+ */
 static void apply_services(struct server *srv)
 {
+	service_foreach(apply_defaults, &srv->cfg);
 	for (uint32_t i = 0; i < srv->cfg.nservices; i++) {
 		const struct config_service *cs = &srv->cfg.services[i];
 		struct service *svc = service_get(cs->name, cs);
@@ -646,9 +653,15 @@ static void apply_services(struct server *srv)
 		if (svc != NULL) {
 			service_apply(svc, cs);
 			atomic_store(&svc->listed, true);
+		} else {
+			log_err("service %s is listed but the daemon cannot "
+				"register it: it knows %d services already, "
+				"each with a connection, memory or a module, "
+				"or listed; it is registered when one of them "
+				"goes and a client asks for it",
+				cs->name, SERVICE_MAX);
 		}
 	}
-	service_foreach(apply_defaults, &srv->cfg);
 }
 
 static int64_t resolve_admin_gid(const struct config *cfg)

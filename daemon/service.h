@@ -34,6 +34,8 @@ struct session;
 
 #define SERVICE_NAME_MAX 63
 #define SERVICE_MAX 1024
+_Static_assert(SERVICE_MAX == CONFIG_MAX_SERVICES,
+	       "a file may list as many services as the registry keeps");
 /* Sliced pages of a service with a quota are at most max(limit, this). */
 #define SERVICE_MIN_PAGE_UNIT (32ull << 20)
 /* service_reserve_cap is never below this for a service with a quota. */

@@ -870,6 +870,9 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 		return NULL;
 	}
 	svc = service_join(hello->service, cs);
+	/* Listed, but the reload found no room for it (apply_services). */
+	if (svc != NULL && cs != &cfg->default_service)
+		atomic_store(&svc->listed, true);
 	if (svc == NULL)
 		session_refuse(s, GPUCMD_ELIMIT,
 			       "too many services: the daemon knows %d already, "

@@ -1044,13 +1044,77 @@ START_TEST(long_lines_bad_headers_and_too_many_sections)
 	ck_assert_ptr_nonnull(config_find_service(&cfg, "web"));
 	ck_assert_uint_eq(config_find_service(&cfg, "web")->weight, 3);
 	config_free(&cfg);
-	/* 4097 service sections. */
+	/* 4097 service sections, of four services. */
 	len = 0;
 	for (int i = 0; i <= 4096; i++)
 		len += (size_t)snprintf(text + len, cap - len,
-					"[service s%d]\n", i);
+					"[service s%d]\n", i % 4);
 	expect_bad(text, 4097, "more than 4096 service sections");
+	/*
+	 * 1024 services, as many as the daemon keeps, and then one more:
+	 * it could never connect (listed services are never retired).
+	 */
+	len = 0;
+	for (int i = 0; i < 1024; i++)
+		len += (size_t)snprintf(text + len, cap - len,
+					"[service s%d]\n", i);
+	load_ok(&cfg, text);
+	ck_assert_uint_eq(cfg.nservices, 1024);
+	config_free(&cfg);
+	snprintf(text + len, cap - len, "[service s0]\n[service one-more]\n");
+	expect_bad(text, 1026, "[service one-more]: more than 1024 services, "
+		   "the most the daemon keeps");
 	free(text);
+}
+END_TEST
+
+/*
+ * inih reads an indented line after a key as that key again, with the
+ * line as its whole value: "uids = 0, 1000" then "  2000" left uid 2000
+ * alone, and "memory_limit = 1G" then "  64G" 64G, each without a word.
+ * Indented keys are keys; an indented line without one is refused; a
+ * list key given again adds up; an empty list (which read as "anyone",
+ * over default_uids) is refused.
+ */
+START_TEST(indented_lines_repeated_and_empty_id_lists)
+{
+	struct config cfg;
+	const struct config_service *a;
+
+	expect_bad("[service a]\nuids = 0, 1000\n   2000\n", 3,
+		   "an indented line without a key: continuation lines are "
+		   "not read");
+	expect_bad("[service a]\nmemory_limit = 1G\n\t64G\n", 3,
+		   "an indented line without a key");
+	load_ok(&cfg, "[services]\ndefault_uids = 4242\n"
+		      "[service a]\n  uids = 0, 1000\n\tuids = 2000\n"
+		      "  memory_limit = 1G\n  ; an indented comment\n   \n"
+		      "[service b]\n[service a]\ngids = 0\ngids = 5\n");
+	a = config_find_service(&cfg, "a");
+	ck_assert_ptr_nonnull(a);
+	ck_assert_uint_eq(a->nuids, 3);
+	ck_assert_uint_eq(a->uids[0], 0);
+	ck_assert_uint_eq(a->uids[1], 1000);
+	ck_assert_uint_eq(a->uids[2], 2000);
+	ck_assert_uint_eq(a->ngids, 2);
+	ck_assert_uint_eq(a->gids[1], 5);
+	ck_assert_uint_eq(a->memory_limit, 1ull << 30);
+	/* b set neither: the defaults. */
+	ck_assert_uint_eq(config_find_service(&cfg, "b")->nuids, 1);
+	ck_assert_uint_eq(config_find_service(&cfg, "b")->uids[0], 4242);
+	config_free(&cfg);
+	expect_bad("[services]\ndefault_uids = 4242\n[service a]\nuids =\n",
+		   4, "uids is empty: list at least one user, or leave the "
+		   "key out");
+	expect_bad("[service a]\ngids = , \n", 2, "gids is empty: list at "
+		   "least one group");
+	expect_bad("[services]\ndefault_uids =\n", 2,
+		   "default_uids is empty");
+	/* 32 ids over two lines, then one more. */
+	expect_bad("[service a]\nuids = 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n"
+		   "uids = 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32\n"
+		   "uids = 33\n", 4, "uids lists more than 32 ids (all its "
+		   "lines together)");
 }
 END_TEST
 
@@ -1315,6 +1379,7 @@ static Suite *config_suite(void)
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, unknown_sections_and_keys);
 	tcase_add_test(tc, long_lines_bad_headers_and_too_many_sections);
+	tcase_add_test(tc, indented_lines_repeated_and_empty_id_lists);
 	tcase_add_test(tc, bad_values);
 	tcase_add_test(tc, bad_service_names);
 	tcase_add_test(tc, syntax_errors);
