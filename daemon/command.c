@@ -350,16 +350,14 @@ static void reserved(struct command *cmd, struct managed_memory *out,
 	out->reused = stream_take_released(cmd->current, reused);
 }
 
-int command_reserve(struct command *cmd, uint64_t size,
-		    struct managed_memory *out)
+static int reserve(struct command *cmd, uint64_t size,
+		   struct managed_memory *out, uint64_t limit)
 {
 	struct service *svc = cmd->service;
 	struct memory_manager *mm = cmd->current->memory;
 	uint64_t released, ordered;
 	bool over;
 	int rc;
-
-	uint64_t limit = atomic_load(&svc->memory_limit);
 
 	if (cmd->current->capturing) {
 		snprintf(cmd->msg, sizeof(cmd->msg),
@@ -534,6 +532,25 @@ int command_reserve(struct command *cmd, uint64_t size,
 	}
 	reserved(cmd, out, memory_manager_take_reused(mm));
 	return 0;
+}
+
+/*
+ * One memory_limit for the whole decision: a reload may change it while
+ * the device thread reserves, and the checks here, storage_alloc's reserve
+ * cap and the refusal's sentence must all speak of the same one.
+ */
+int command_reserve(struct command *cmd, uint64_t size,
+		    struct managed_memory *out)
+{
+	struct stream_set *set = cmd->set;
+	uint64_t limit = atomic_load(&cmd->service->memory_limit);
+	int rc;
+
+	set->quota_limit = limit;
+	set->quota_limit_held = true;
+	rc = reserve(cmd, size, out, limit);
+	set->quota_limit_held = false;
+	return rc;
 }
 
 uint64_t command_cursor(const struct command *cmd)

@@ -35,7 +35,9 @@ static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
 	struct stream *s = ctx;
 	struct driver *d = s->set->driver;
 	struct service *svc = s->set->service;
-	uint64_t limit = atomic_load(&svc->memory_limit);
+	uint64_t limit = s->set->quota_limit_held
+				 ? s->set->quota_limit
+				 : atomic_load(&svc->memory_limit);
 	uint64_t p;
 	int rc;
 

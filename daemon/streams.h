@@ -148,6 +148,13 @@ struct stream_set {
 	/* A reservation of a request's own size is under way (the full cap). */
 	bool reserve_exact;
 	/*
+	 * While command_reserve decides (quota_limit_held), the memory_limit
+	 * it read: storage_alloc uses it rather than read one a reload may
+	 * have changed since.
+	 */
+	bool quota_limit_held;
+	uint64_t quota_limit;
+	/*
 	 * A trial reservation that may take only memory the pools hold
 	 * already (command_reserve, over the bound on released memory): a
 	 * refusal must not leave a new page behind.
