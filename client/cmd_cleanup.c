@@ -31,6 +31,10 @@ int cmd_cleanup(const struct tool_opts *o, int argc, char **argv)
 		return tool_usage(argv[0], cleanup_usage,
 				  c == 'h' ? TOOL_EXIT_OK : TOOL_EXIT_USAGE,
 				  NULL);
+	/* "" would be the caller's own service, or EPERM for an admin. */
+	if (optind < argc && argv[optind][0] == '\0')
+		return tool_usage(argv[0], cleanup_usage, TOOL_EXIT_USAGE,
+				  "the SERVICE name is empty");
 	if (optind < argc)
 		service = argv[optind++];
 	if (optind < argc)

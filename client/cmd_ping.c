@@ -8,6 +8,7 @@
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -18,6 +19,19 @@
 static const char ping_usage[] =
 	"usage: gpucmd ping [-c COUNT]\n"
 	"  -c, --count COUNT  round trips to make (default 4)\n";
+
+static volatile sig_atomic_t ping_stop;
+
+/*
+ * The first SIGINT or SIGTERM ends the pings after the one under way, and
+ * the summary covers those made, as ping(8)'s does; the next one, should
+ * a daemon that stopped answering hold that ping, ends the tool.
+ */
+static void on_interrupt(int sig)
+{
+	ping_stop = 1;
+	signal(sig, SIG_DFL);
+}
 
 static double now_us(void)
 {
@@ -61,7 +75,8 @@ int cmd_ping(const struct tool_opts *o, int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct gpucmd_conn *conn;
-	uint64_t count = PING_DEFAULT_COUNT;
+	uint64_t count = PING_DEFAULT_COUNT, done = 0;
+	struct sigaction sa = { 0 };
 	double min = 0, max = 0, sum = 0;
 	int c, r;
 
@@ -89,7 +104,12 @@ int cmd_ping(const struct tool_opts *o, int argc, char **argv)
 		return r;
 	printf("PING gpucmdd at %s, service %s\n", tool_socket_path(o),
 	       gpucmd_info(conn)->service);
-	for (uint64_t i = 1; i <= count; i++) {
+	sa.sa_handler = on_interrupt;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	for (uint64_t i = 1; i <= count && !ping_stop; i++) {
 		double us;
 
 		r = ping_once(conn, &us);
@@ -102,6 +122,7 @@ int cmd_ping(const struct tool_opts *o, int argc, char **argv)
 		if (i == 1 || us > max)
 			max = us;
 		sum += us;
+		done = i;
 	}
 	if (r < 0) {
 		r = tool_fail_conn("ping", r, conn);
@@ -109,7 +130,12 @@ int cmd_ping(const struct tool_opts *o, int argc, char **argv)
 		return r;
 	}
 	gpucmd_close(conn);
+	if (done == 0) {
+		/* Stopped before the first answer. */
+		printf("--- 0 pings\n");
+		return TOOL_EXIT_OK;
+	}
 	printf("--- %" PRIu64 " pings: min/avg/max = %.1f/%.1f/%.1f us\n",
-	       count, min, sum / (double)count, max);
+	       done, min, sum / (double)done, max);
 	return TOOL_EXIT_OK;
 }

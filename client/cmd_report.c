@@ -1159,6 +1159,17 @@ int cmd_memory_report(const struct tool_opts *opts, int argc, char **argv)
 	r = report_args(argc, argv, &o);
 	if (r >= 0)
 		return r;
+	/*
+	 * Expositions one after the other repeat every metric family, which
+	 * no Prometheus reader takes from a file or a pipe.
+	 */
+	if (o.watch != 0 && o.prometheus && !isatty(STDOUT_FILENO))
+		return tool_usage(argv[0], report_usage, TOOL_EXIT_USAGE,
+				  "--prometheus --watch into a file or a pipe "
+				  "would repeat every metric: run memory-report "
+				  "--prometheus once per scrape, writing a "
+				  "temporary file and renaming it (gpucmd(1), "
+				  "EXAMPLES)");
 	r = tool_observe(opts, &conn);
 	if (r != 0)
 		return r;

@@ -141,6 +141,13 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
+			/* Most often "$SOCK" unset: the command line's fault,
+			 * not an unreachable daemon (69). */
+			if (optarg[0] == '\0') {
+				fprintf(stderr, "gpucmd: --socket needs a path "
+					"(an empty one was given)\n");
+				return TOOL_EXIT_USAGE;
+			}
 			o.socket = optarg;
 			break;
 		case 'S':

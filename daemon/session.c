@@ -1249,6 +1249,15 @@ static void handle_evict(struct session *s, uint64_t id,
 		reply_error(s, id, GPUCMD_EPERM, why);
 		return;
 	}
+	/* A typo must not read as "evicted 0 connections" (after the
+	 * EPERM: others learn nothing of which services exist). */
+	if (op->service[0] != '\0' && !service_known(op->service)) {
+		snprintf(why, sizeof(why),
+			 "no service '%.64s' is known to the daemon (gpucmd "
+			 "services lists them)", op->service);
+		reply_error(s, id, GPUCMD_ENOTFOUND, why);
+		return;
+	}
 	snprintf(why, sizeof(why), "evicted by connection %llu (%s)",
 		 (unsigned long long)s->id, s->peer);
 	for (t = s->server->sessions; t != NULL; t = next) {

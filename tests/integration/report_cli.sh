@@ -51,7 +51,7 @@ gn() {
 # service, so on a fresh daemon none of them makes (or shows) the service
 # --service names, "default", and the counts hold no connection of theirs.
 for cmd in "services" "memory-report --bytes" "status" \
-	"evict default" "services --json" "memory-report --json"; do
+	"services --json" "memory-report --json"; do
 	# shellcheck disable=SC2086 # the words of cmd are the arguments
 	out=$(g $cmd) || fail "$cmd as admin on a fresh daemon exited $?: $out"
 	case "$out" in
@@ -73,6 +73,10 @@ g status --json | grep -qF '"client":{"observer":true,"service":"","service_id":
 g cleanup >/dev/null 2>"$dir/err" && fail "cleanup of an unknown service succeeded"
 grep -q "no service 'default' is known.*GPUCMD_ENOTFOUND" "$dir/err" ||
 	fail "cleanup of an unknown service: $(cat "$dir/err")"
+# and so does evict (it used to say "evicted 0 connections")
+g evict default >/dev/null 2>"$dir/err" && fail "evict of an unknown service succeeded"
+grep -q "no service 'default' is known.*GPUCMD_ENOTFOUND" "$dir/err" ||
+	fail "evict of an unknown service: $(cat "$dir/err")"
 grep -q "joined service" "$dir/log" && fail "an admin's report joined a service"
 
 # 0. The exec lines of the memory, profile and graph ops print what
@@ -410,6 +414,60 @@ g evict --connection 0 >/dev/null 2>&1
 g evict "" >/dev/null 2>"$dir/err"
 [ $? -eq 2 ] || fail "evict of an empty name is not a usage error"
 grep -q "empty" "$dir/err" || fail "evict '': $(cat "$dir/err")"
+# cleanup "" was the caller's own service for some and EPERM for an admin
+g cleanup "" >/dev/null 2>"$dir/err"
+[ $? -eq 2 ] || fail "cleanup of an empty name is not a usage error"
+grep -q "the SERVICE name is empty" "$dir/err" || fail "cleanup '': $(cat "$dir/err")"
+# A typo is not "evicted 0 connections" (exit 0); a known service with
+# none open is.
+g evict tarin >"$dir/out" 2>"$dir/err"
+[ $? -eq 1 ] || fail "evict of an unknown service exited 0: $(cat "$dir/out")"
+grep -q "no service 'tarin' is known to the daemon (gpucmd services lists them).*GPUCMD_ENOTFOUND" "$dir/err" ||
+	fail "evict tarin: $(cat "$dir/err")"
+out=$(g evict held) || fail "evict held (none open) exited $?"
+[ "$out" = "evicted 0 connections" ] || fail "evict held (none open): $out"
+
+# Usage errors, not an unreachable daemon: --socket "" (an unset "$SOCK")
+# said "cannot reach gpucmdd at : ... Connection refused" and exited 69;
+# --prometheus --watch into a pipe repeated every metric family.
+"$dir/gpucmd" --socket "" status >/dev/null 2>"$dir/err"
+[ $? -eq 2 ] || fail "--socket '' is not a usage error: $(cat "$dir/err")"
+grep -q "^gpucmd: --socket needs a path (an empty one was given)$" "$dir/err" ||
+	fail "--socket '': $(cat "$dir/err")"
+g memory-report --prometheus --watch 1 >"$dir/out" 2>"$dir/err"
+[ $? -eq 2 ] || fail "--prometheus --watch into a file is not a usage error"
+[ -s "$dir/out" ] && fail "--prometheus --watch into a file wrote: $(head -3 "$dir/out")"
+grep -q "would repeat every metric: run memory-report --prometheus once per scrape" "$dir/err" ||
+	fail "--prometheus --watch into a file: $(cat "$dir/err")"
+
+# ping stopped with Ctrl-C prints the summary of the pings it made, as
+# ping(8) does, and exits 0 (it printed nothing and died of the signal).
+# (not through g: $! must be the tool, not a subshell that ignores SIGINT)
+"$dir/gpucmd" --socket "$sock" ping -c 1000000000 >"$dir/ping.out" 2>"$dir/ping.err" &
+ppid=$!
+i=0
+until [ "$(grep -c '^pong ' "$dir/ping.out")" -ge 3 ]; do
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "ping printed no pongs: $(cat "$dir/ping.err")"
+	sleep 0.05
+done
+kill -INT $ppid
+i=0
+while kill -0 $ppid 2>/dev/null; do
+	i=$((i + 1))
+	if [ $i -gt 200 ]; then
+		kill $ppid
+		fail "ping goes on 10 s after SIGINT"
+	fi
+	sleep 0.05
+done
+wait $ppid || fail "ping stopped with SIGINT exited $?: $(cat "$dir/ping.err")"
+last=$(tail -n 1 "$dir/ping.out")
+n=$(grep -c '^pong ' "$dir/ping.out")
+case "$last" in
+"--- $n pings: min/avg/max = "*/*/*" us") ;;
+*) fail "ping after SIGINT ended with '$last' ($n pongs)" ;;
+esac
 
 # A tool whose connection is evicted prints the daemon's reason (who
 # evicted it) and exits 69, as exec does (ping: the one that joins a

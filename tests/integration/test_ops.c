@@ -1378,7 +1378,7 @@ START_TEST(evict_one_connection)
 {
 	struct gpucmd_conn *a = connect_as("pair");
 	struct gpucmd_conn *b2 = connect_as("pair");
-	struct gpucmd_conn *admin = connect_as("admin");
+	struct gpucmd_conn *admin = connect_as("admin"), *o;
 	struct gpucmd_batch *b;
 	struct gpucmd_response *r = NULL;
 	struct gpucmd_service_report s;
@@ -1411,9 +1411,11 @@ START_TEST(evict_one_connection)
 	ck_assert_uint_eq(s.connections, 1);
 	ck_assert_uint_eq(s.bytes_in_use, 3000);
 	/* A service name and an id that do not match end nothing. */
+	o = connect_as("other");
 	ck_assert_int_eq(gpucmd_evict(admin, "other",
 				      gpucmd_info(b2)->connection_id, &n), 0);
 	ck_assert_uint_eq(n, 0);
+	gpucmd_close(o);
 	gpucmd_close(b2);
 	gpucmd_close(admin);
 }
@@ -1492,8 +1494,16 @@ START_TEST(evict_arguments)
 	ck_assert_msg(strstr(gpucmd_last_message(c), "service name") != NULL,
 		      "message: %s", gpucmd_last_message(c));
 	ck_assert_uint_eq(n, 5);
-	/* A success clears the message. */
-	ck_assert_int_eq(gpucmd_evict(c, "nobody-here", 0, &n), 0);
+	/* A service the daemon does not know (a typo): not "evicted 0". */
+	ck_assert_int_eq(gpucmd_evict(c, "nobody-here", 0, &n),
+			 GPUCMD_ENOTFOUND);
+	ck_assert_str_eq(gpucmd_last_message(c),
+			 "no service 'nobody-here' is known to the daemon "
+			 "(gpucmd services lists them)");
+	ck_assert_uint_eq(n, 5);
+	/* A known one with no other connection; a success clears the
+	 * message. */
+	ck_assert_int_eq(gpucmd_evict(c, "ops", 0, &n), 0);
 	ck_assert_uint_eq(n, 0);
 	ck_assert_str_eq(gpucmd_last_message(c), "");
 	gpucmd_close(c);
