@@ -30,8 +30,15 @@
  * before the requests, filled with the bytes to write, read from after the
  * responses, and released at the end of the group.  The daemon unmaps it
  * only once the copies from it are done, so the group need not sync.
+ * Where the service's region_limit or the daemon's count of regions
+ * leaves no room for it, those transfers go in the frame when each
+ * request still fits one, as libgpucmd's convenience calls do.  A large
+ * regular file: operand is measured when its line is parsed and read when
+ * the group runs, straight into the scratch region, so its bytes are not
+ * held twice.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stddef.h>
 #include <inttypes.h>
@@ -40,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -147,8 +155,9 @@ struct op {
 	uint64_t id;		/* reservation, graph or profile */
 	uint64_t offset;
 	uint64_t len;		/* empty, reserve, reserve-cpu: size; read: length */
-	uint8_t *data;		/* create, write */
+	uint8_t *data;		/* create, write, region, module */
 	size_t data_len;
+	char *src;		/* a file: operand read when the group runs */
 	char *path;		/* read: write the bytes to this file */
 	struct gpucmd_layout layout;	/* write, read: rank 0 = none */
 	char *kernel;		/* kernel: the function; module: the format */
@@ -340,6 +349,14 @@ static int next_line(struct script *s)
 	if (s->text == NULL)
 		return -ENOMEM;
 	s->nwords = 0;
+	/*
+	 * The words are C strings: past a NUL byte the rest of the line
+	 * would be dropped without a word.  The caret goes under the NUL
+	 * (text ends there).
+	 */
+	if (memchr(s->buf, '\0', (size_t)n) != NULL)
+		return parse_error(s, 0, "line %u contains a NUL byte: is "
+				   "'%s' a text script?", s->line, s->label);
 	p = s->buf;
 	for (;;) {
 		p += strspn(p, " \t\v\f\r");
@@ -540,17 +557,71 @@ static int parse_hex(struct script *s, size_t w, const char *hex,
 	return 0;
 }
 
-/* Read a whole file (a pipe or /dev/stdin too, so no fstat size). */
+/*
+ * A file: operand over EXEC_MAX_FILE (size bytes, 0 when unknown: a pipe
+ * read that far): say how else the bytes can move.  The grammar takes a
+ * file whole, so a larger one is split outside the script, and each piece
+ * written at its offset.
+ */
+static int file_too_large(struct script *s, size_t w, const char *path,
+			  const struct op *op, uint64_t size)
+{
+	char bytes[64], how[512];
+
+	if (size != 0)
+		snprintf(bytes, sizeof(bytes), "%" PRIu64 " bytes", size);
+	else
+		snprintf(bytes, sizeof(bytes), "more than %llu bytes",
+			 (unsigned long long)EXEC_MAX_FILE);
+	if (op->kind == OP_WRITE)
+		snprintf(how, sizeof(how), "split it (split -b 1G) and write "
+			 "each piece with `write %s OFFSET file:PIECE`, or use "
+			 "libgpucmd's regions (libgpucmd(3))", s->word[1]);
+	else if (op->kind == OP_CREATE)
+		snprintf(how, sizeof(how), "make the buffer with `empty %s "
+			 "BYTES`, split the file (split -b 1G) and write each "
+			 "piece with `write %s OFFSET file:PIECE`, or use "
+			 "libgpucmd's regions (libgpucmd(3))", s->word[1],
+			 s->word[1]);
+	else
+		snprintf(how, sizeof(how), "use libgpucmd (libgpucmd(3)) for "
+			 "data that large");
+	return parse_error(s, w, "'%s' is over the 1 GiB one exec operand can "
+			   "carry (%s): %s", path, bytes, how);
+}
+
+/*
+ * A file: operand.  A regular file over GPUCMD_INLINE_MAX is only opened
+ * and measured here, and read when its group runs, straight into the
+ * region that carries it (op_load): held once, not twice over.  Anything
+ * else (a pipe or /dev/stdin, which can be read only once; a small file)
+ * is read whole now.
+ */
 static int parse_file(struct script *s, size_t w, const char *path,
 		      struct op *op)
 {
 	FILE *f = fopen(path, "rbe");
 	size_t cap = 0, len = 0;
-	int err = 0;
+	struct stat st;
+	int err = 0, fd;
 
 	if (f == NULL)
 		return parse_error(s, w, "cannot open '%s': %s", path,
 				   strerror(errno));
+	/* A stream with no descriptor (the fuzz harness's) is read now. */
+	fd = fileno(f);
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    (uint64_t)st.st_size > GPUCMD_INLINE_MAX) {
+		fclose(f);
+		if ((uint64_t)st.st_size > EXEC_MAX_FILE)
+			return file_too_large(s, w, path, op,
+					      (uint64_t)st.st_size);
+		op->src = strdup(path);
+		if (op->src == NULL)
+			return parse_error(s, w, "out of memory");
+		op->data_len = (size_t)st.st_size;
+		return 0;
+	}
 	for (;;) {
 		size_t n;
 
@@ -581,6 +652,8 @@ static int parse_file(struct script *s, size_t w, const char *path,
 	}
 	fclose(f);
 	op->data_len = len;
+	if (err == EFBIG)
+		return file_too_large(s, w, path, op, 0);
 	if (err != 0)
 		return parse_error(s, w, "cannot read '%s': %s", path,
 				   strerror(err));
@@ -1374,6 +1447,7 @@ static void op_clear(struct op *op)
 {
 	free(op->pools);
 	free(op->data);
+	free(op->src);
 	free(op->path);
 	free(op->kernel);
 	free(op->args);
@@ -1625,15 +1699,42 @@ static uint64_t now_ms(void)
 }
 
 /*
+ * The script lines of a request (ops first to last), as messages about it
+ * name them: "script line 3", or "script lines 1-3" for a request of
+ * several ops, whichever of them the daemon is busy with.
+ */
+static void request_span(const struct op *first, const struct op *last,
+			 char *buf, size_t len)
+{
+	if (first->line == last->line)
+		snprintf(buf, len, "script line %u", first->line);
+	else
+		snprintf(buf, len, "script lines %u-%u", first->line,
+			 last->line);
+}
+
+static void request_lines(const struct group *g, const struct request *rq,
+			  char *buf, size_t len)
+{
+	request_span(&g->ops[rq->first], &g->ops[rq->first + rq->n - 1], buf,
+		     len);
+}
+
+/*
  * Wait for rq's answer.  On a terminal (and without --json), a wait of
  * more than a second shows on stderr what it waits for and for how long,
  * redrawn each second and erased when the answer comes: a long kernel or
  * a large transfer does not look like a hung command.  The wait keeps to
- * --timeout all the same.
+ * --timeout all the same.  The line names the request's lines and first
+ * and last ops, as a timeout's message names its lines: with no answer
+ * there is no knowing which op the daemon is at.
  */
-static int wait_shown(struct exec *x, const struct op *op,
+static int wait_shown(struct exec *x, const struct group *g,
 		      struct request *rq)
 {
+	const struct op *first = &g->ops[rq->first];
+	const struct op *last = &g->ops[rq->first + rq->n - 1];
+	char lines[64];
 	int limit = x->opts->timeout_ms;
 	uint64_t start = now_ms();
 	bool shown = false;
@@ -1655,8 +1756,11 @@ static int wait_shown(struct exec *x, const struct op *op,
 		/* A look that found nothing leaves the connection as it was. */
 		if (r != -ETIMEDOUT || gpucmd_conn_error(x->conn, NULL) != 0)
 			break;
-		fprintf(stderr, "\rgpucmd: waiting for script line %u (%s): "
-			"%" PRIu64 " s ", op->line, op_names[op->kind],
+		request_lines(g, rq, lines, sizeof(lines));
+		fprintf(stderr, "\rgpucmd: waiting for %s (%s%s%s): %" PRIu64
+			" s ", lines, op_names[first->kind],
+			rq->n > 1 ? " to " : "",
+			rq->n > 1 ? op_names[last->kind] : "",
 			(now_ms() - start) / 1000u);
 		shown = true;
 	}
@@ -1675,7 +1779,7 @@ static void wait_request(struct exec *x, const struct group *g,
 	if (rq->err == 0 && *timed_out)
 		rq->err = -ETIMEDOUT;
 	if (rq->err == 0)
-		rq->err = wait_shown(x, &g->ops[rq->first + rq->n - 1], rq);
+		rq->err = wait_shown(x, g, rq);
 	if (rq->err == -ETIMEDOUT)
 		*timed_out = 1;
 }
@@ -2009,12 +2113,14 @@ static int print_request(struct exec *x, const struct group *g,
 }
 
 /*
- * Say why the request starting at op got no response (not sent, or the
- * connection died); the exit status.
+ * Say why request rq got no response (not sent, or the connection died);
+ * the exit status.  The JSON record has its first line.
  */
-static int unanswered(struct exec *x, const struct op *op, int err)
+static int unanswered(struct exec *x, const struct group *g,
+		      const struct request *rq, int err)
 {
-	char what[32], msg[320];
+	const struct op *op = &g->ops[rq->first];
+	char what[64], msg[320];
 	const char *why = NULL;
 	int status;
 
@@ -2033,7 +2139,7 @@ static int unanswered(struct exec *x, const struct op *op, int err)
 			 gpucmd_strerror(err));
 	if (x->json)
 		json_error(op, err, msg);
-	snprintf(what, sizeof(what), "script line %u", op->line);
+	request_lines(g, rq, what, sizeof(what));
 	status = tool_fail_why(what, err, err == GPUCMD_EDISCONNECTED ? why
 								    : NULL);
 	if (err == GPUCMD_ELIMIT)
@@ -2067,13 +2173,17 @@ static uint64_t op_bytes(const struct op *op)
 	}
 }
 
-/* A region that could not be made or released: say so; the exit status. */
+/*
+ * A region that could not be made: say so, with why (the daemon's last
+ * message when NULL); the exit status.
+ */
 static int region_failed(struct exec *x, const struct op *op,
-			 const char *what, int code)
+			 const char *what, const char *why, int code)
 {
-	const char *why = gpucmd_last_message(x->conn);
-	char line[640];
+	char line[1024];
 
+	if (why == NULL)
+		why = gpucmd_last_message(x->conn);
 	if (x->json)
 		json_error(op, code, why[0] ? why : gpucmd_strerror(code));
 	snprintf(line, sizeof(line), "script line %u: %s%s%s", op->line, what,
@@ -2082,9 +2192,197 @@ static int region_failed(struct exec *x, const struct op *op,
 }
 
 /*
+ * The daemon's reason for refusing the group's scratch region.  It names
+ * the region by its id (2^62 and up), which is nothing the script wrote:
+ * "region ID" becomes "exec's scratch region".
+ */
+static void scratch_reason(struct exec *x, char *buf, size_t len)
+{
+	const char *why = gpucmd_last_message(x->conn);
+	char id[48];
+	const char *at;
+	size_t n;
+
+	n = (size_t)snprintf(id, sizeof(id), "region %" PRIu64, x->scratch_id);
+	at = strstr(why, id);
+	if (at == NULL || (at[n] >= '0' && at[n] <= '9'))
+		snprintf(buf, len, "%s", why);
+	else
+		snprintf(buf, len, "%.*sexec's scratch region%s",
+			 (int)(at - why), why, at + n);
+}
+
+/*
+ * Read op's file: operand, measured when its line was parsed, into dest
+ * (data_len bytes).  A file that is no longer that long is refused rather
+ * than sent short or cut.  0, or the exit status after saying why.
+ */
+static int op_load(struct exec *x, const struct op *op, uint8_t *dest)
+{
+	int fd = open(op->src, O_RDONLY | O_CLOEXEC);
+	size_t done = 0;
+	char msg[4096 + 256], extra;
+	int err = fd < 0 ? errno : 0;
+
+	while (err == 0 && done < op->data_len) {
+		size_t want = op->data_len - done;
+		ssize_t n = read(fd, dest + done,
+				 want < (1u << 30) ? want : (1u << 30));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			err = errno;
+		else if (n == 0)
+			break;
+		else
+			done += (size_t)n;
+	}
+	/* One byte more: the file grew. */
+	if (err == 0 && done == op->data_len && read(fd, &extra, 1) > 0)
+		done++;
+	if (fd >= 0)
+		close(fd);
+	if (err == 0 && done == op->data_len)
+		return 0;
+	if (err != 0)
+		snprintf(msg, sizeof(msg), "cannot read '%s': %s", op->src,
+			 strerror(err));
+	else
+		snprintf(msg, sizeof(msg), "'%s' changed size after line %u "
+			 "was parsed (it had %zu bytes then); run the script "
+			 "again once nothing writes to it", op->src, op->line,
+			 op->data_len);
+	if (x->json)
+		json_error(op, err != 0 ? -err : -EIO, msg);
+	fflush(stdout);
+	fprintf(stderr, "gpucmd: %s:%u: %s\n", x->s.label, op->line, msg);
+	return TOOL_EXIT_FAIL;
+}
+
+/* Read op's file: operand into memory of its own, for the frame. */
+static int op_load_heap(struct exec *x, struct op *op)
+{
+	op->data = malloc(op->data_len);
+	if (op->data == NULL) {
+		fflush(stdout);
+		fprintf(stderr, "gpucmd: %s:%u: out of memory for the %zu "
+			"bytes of '%s'\n", x->s.label, op->line, op->data_len,
+			op->src);
+		return TOOL_EXIT_FAIL;
+	}
+	return op_load(x, op, op->data);
+}
+
+/* a + b, or UINT64_MAX where that overflows. */
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	uint64_t sum;
+
+	return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
+}
+
+/*
+ * The group's scratch region of total bytes was refused for the
+ * service's region_limit (GPUCMD_EQUOTA) or the daemon's count of regions
+ * (GPUCMD_ELIMIT).  Its transfers go inline instead, as those of
+ * gpucmd_write_buffer do, when each request that gets one still fits a
+ * frame, its bytes going out and its reads coming back (the daemon keeps
+ * a reply to max_frame_bytes as well).  0, or the exit status after
+ * saying what would fit where.
+ */
+static int scratch_refused(struct exec *x, struct group *g, uint64_t total,
+			   const struct op *first_big, int code)
+{
+	const struct gpucmd_info *in = gpucmd_info(x->conn);
+	uint64_t room = in->max_frame_bytes > EXEC_FRAME_SLACK ?
+				in->max_frame_bytes - EXEC_FRAME_SLACK : 0;
+	char why[640], refused[1024], advice[256], over[1024], span[64];
+
+	scratch_reason(x, why, sizeof(why));
+	x->scratch_id = 0;
+	/* One request per run of ops on a stream (run_group), regions aside. */
+	for (size_t i = 0; i < g->n;) {
+		const struct op *from = NULL, *to = NULL;
+		uint64_t sent = 0, back = 0;
+		bool moved = false;
+		size_t j;
+
+		for (j = i; j < g->n; j++) {
+			struct op *op = &g->ops[j];
+
+			if (op->kind == OP_REGION)
+				continue;
+			if (from != NULL && op->stream != from->stream)
+				break;
+			if (from == NULL)
+				from = op;
+			to = op;
+			if (op->via == VIA_SCRATCH) {
+				op->via = VIA_INLINE;
+				op->roff = 0;
+				moved = true;
+			}
+			if (op->via != VIA_INLINE)
+				continue;
+			if (op->kind == OP_READ)
+				back = sat_add(back, op_bytes(op));
+			else if (op->kind == OP_MODULE)
+				sent = sat_add(sent, op->data_len);
+			else
+				sent = sat_add(sent, op_bytes(op));
+		}
+		i = j;
+		if (!moved || (sent <= room && back <= room))
+			continue;
+		if (why[0] != '\0')
+			snprintf(refused, sizeof(refused), "cannot create "
+				 "exec's scratch region for the transfers over "
+				 "%" PRIu64 " bytes: %s", inline_limit(x), why);
+		else
+			snprintf(refused, sizeof(refused), "cannot create "
+				 "exec's scratch region of %" PRIu64 " bytes "
+				 "for the transfers over %" PRIu64 " bytes: %s",
+				 total, inline_limit(x),
+				 gpucmd_strerror(code));
+		if (code == GPUCMD_EQUOTA)
+			snprintf(advice, sizeof(advice), "raise the service's "
+				 "region_limit (%" PRIu64 " bytes) by %" PRIu64
+				 " bytes", in->region_limit, total);
+		else
+			snprintf(advice, sizeof(advice), "release a region "
+				 "before this group (release-region)");
+		request_span(from, to, span, sizeof(span));
+		snprintf(over, sizeof(over), "nor do they fit inline: the "
+			 "request of %s would %s %" PRIu64 " bytes, over the "
+			 "%" PRIu64 " bytes a frame holds (max_frame_bytes is "
+			 "%u): %s, raise max_frame_bytes, or move the data in "
+			 "pieces of at most %" PRIu64 " bytes with submit "
+			 "between them", span,
+			 sent > room ? "send" : "read back",
+			 sent > room ? sent : back, room, in->max_frame_bytes,
+			 advice, room);
+		if (x->json) {
+			char msg[sizeof(refused) + sizeof(over) + 2];
+
+			snprintf(msg, sizeof(msg), "%s; %s", refused, over);
+			json_error(first_big, code, msg);
+		}
+		fflush(stdout);
+		fprintf(stderr, "gpucmd: %s:%u: %s (%s)\ngpucmd: %s\n",
+			x->s.label, first_big->line, refused,
+			gpucmd_errname(code), over);
+		return tool_exit_status(code);
+	}
+	return 0;
+}
+
+/*
  * Before the group's requests: create its named regions (and fill them),
- * give each large transfer a range of a fresh scratch region, and drop
- * the region lines, which leave no op.  0 or the exit status.
+ * give each large transfer a range of a fresh scratch region (or, where
+ * the service has no room for one, the frame), read the file: operands
+ * left for now into where they go, and drop the region lines, which leave
+ * no op.  0 or the exit status.
  */
 static int group_regions(struct exec *x, struct group *g)
 {
@@ -2102,9 +2400,14 @@ static int group_regions(struct exec *x, struct group *g)
 		r = gpucmd_region_create(x->conn, op->id, op->len, &p);
 		if (r < 0)
 			return region_failed(x, op, "cannot create the region",
-					     r);
-		if (op->data_len > 0)
+					     NULL, r);
+		if (op->src != NULL) {
+			r = op_load(x, op, p);
+			if (r != 0)
+				return r;
+		} else if (op->data_len > 0) {
 			memcpy(p, op->data, op->data_len);
+		}
 	}
 	for (size_t i = 0; i < g->n; i++) {
 		struct op *op = &g->ops[i];
@@ -2127,28 +2430,49 @@ static int group_regions(struct exec *x, struct group *g)
 			first_big = op;
 	}
 	if (first_big != NULL) {
+		char why[640];
+
 		x->scratch_id = EXEC_SCRATCH_ID + x->groups;
 		r = gpucmd_region_create(x->conn, x->scratch_id, total, &p);
-		if (r < 0) {
+		if (r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT) {
+			r = scratch_refused(x, g, total, first_big, r);
+			if (r != 0)
+				return r;
+		} else if (r < 0) {
+			scratch_reason(x, why, sizeof(why));
 			x->scratch_id = 0;
-			return region_failed(x, first_big, "cannot create a "
-					     "scratch region for large "
-					     "transfers", r);
+			return region_failed(x, first_big, "cannot create "
+					     "exec's scratch region for large "
+					     "transfers", why, r);
+		} else {
+			x->scratch = p;
 		}
-		x->scratch = p;
 	}
+	/* The bytes go where they travel; nothing is dropped yet. */
 	for (size_t i = 0; i < g->n; i++) {
 		struct op *op = &g->ops[i];
 
+		r = 0;
 		if (op->via == VIA_SCRATCH) {
 			op->region = x->scratch_id;
-			if (op->data != NULL)
+			if (op->src != NULL)
+				r = op_load(x, op, x->scratch + op->roff);
+			else if (op->data != NULL)
 				memcpy(x->scratch + op->roff, op->data,
 				       op->data_len);
 			/* The region has the bytes now. */
 			free(op->data);
 			op->data = NULL;
+		} else if (op->src != NULL && op->data == NULL &&
+			   op->kind != OP_REGION) {
+			r = op_load_heap(x, op);
 		}
+		if (r != 0)
+			return r;
+	}
+	for (size_t i = 0; i < g->n; i++) {
+		struct op *op = &g->ops[i];
+
 		if (op->kind == OP_REGION) {
 			op_clear(op);
 			continue;
@@ -2169,7 +2493,7 @@ static int scratch_release(struct exec *x)
 	r = gpucmd_region_release(x->conn, x->scratch_id);
 	x->scratch_id = 0;
 	x->scratch = NULL;
-	return r < 0 ? tool_fail("releasing the scratch region", r) : 0;
+	return r < 0 ? tool_fail("releasing exec's scratch region", r) : 0;
 }
 
 static int run_group(struct exec *x, struct group *g)
@@ -2202,8 +2526,7 @@ static int run_group(struct exec *x, struct group *g)
 		send_requests(x, g, req, nreq);
 		for (size_t k = 0; k < nreq; k++) {
 			int r = req[k].err != 0 ?
-					unanswered(x, &g->ops[req[k].first],
-						   req[k].err) :
+					unanswered(x, g, &req[k], req[k].err) :
 					print_request(x, g, &req[k]);
 
 			if (status == TOOL_EXIT_OK)

@@ -154,6 +154,37 @@ err=$(printf 'empty a 8\nread a 0 8 elem=4\n' | g exec 2>&1 >/dev/null)
 case "$err" in *"<stdin>:2:12: a layout needs shape="*) ;;
 *) fail "elem= without shape=: $err" ;; esac
 
+# 9a. a NUL byte in a script line is refused (exit 2, nothing of the group
+# runs), not the rest of its line dropped: getline counts it, the words are
+# C strings that end there, so a binary file given by mistake ran as a
+# shorter script
+printf 'ping\nempty a 8\000 junk\nping\n' >"$dir/nul.gs"
+out=$(g exec "$dir/nul.gs" 2>"$dir/err")
+rc=$?
+[ $rc -eq 2 ] || fail "a NUL byte in the script: exit $rc"
+[ -z "$out" ] || fail "a NUL byte in the script: the group ran: '$out'"
+grep -qF "$dir/nul.gs:2:10: line 2 contains a NUL byte: is '$dir/nul.gs' a text script?" \
+	"$dir/err" || fail "a NUL byte in the script: $(cat "$dir/err")"
+
+# 9a'. a file: operand over the 1 GiB one op carries says so with its size
+# and what the grammar offers instead (not a bare "File too large"); a
+# sparse file, so its size is known without reading a byte
+if truncate -s 1073741825 "$dir/huge.bin" 2>/dev/null; then
+	err=$(printf 'empty a 8\nwrite a file:%s/huge.bin\n' "$dir" | g exec 2>&1 >/dev/null)
+	rc=$?
+	[ $rc -eq 2 ] || fail "a write of a file over 1 GiB: exit $rc"
+	case "$err" in
+	*"<stdin>:2:9: '$dir/huge.bin' is over the 1 GiB one exec operand can carry (1073741825 bytes): split it (split -b 1G) and write each piece with \`write a OFFSET file:PIECE\`, or use libgpucmd's regions (libgpucmd(3))"*) ;;
+	*) fail "a write of a file over 1 GiB: '$err'" ;;
+	esac
+	err=$(printf 'create b file:%s/huge.bin\n' "$dir" | g exec 2>&1 >/dev/null)
+	case "$err" in
+	*"(1073741825 bytes): make the buffer with \`empty b BYTES\`, split the file"*) ;;
+	*) fail "a create of a file over 1 GiB: '$err'" ;;
+	esac
+	rm -f "$dir/huge.bin"
+fi
+
 # 9b. a connection the daemon ends says why: an evicted exec names the
 # eviction (gpucmd(1), evict: "their next request fails with
 # GPUCMD_EDISCONNECTED"), in text and in --json, and exits 69.  Twice in
@@ -200,16 +231,26 @@ for json in "" --json; do
 done
 
 # 9c. a long wait shows on a terminal what it waits for, and is erased
-# (gpucmd(1), exec); with stderr not a terminal nothing is added
+# (gpucmd(1), exec); with stderr not a terminal nothing is added.  It
+# names the request's lines, as a --timeout that runs out names them: the
+# request is waited for whole, and the slow op is often not its last.
 printf 'kernel spin grid=1 block=1 u32:2200000\nsync\n' >"$dir/long.gs"
 if command -v script >/dev/null 2>&1; then
 	script -qec "\"$BUILD/gpucmd\" --socket \"$sock\" exec \"$dir/long.gs\"" \
 		"$dir/long.tty" >/dev/null 2>&1 </dev/null ||
 		fail "exec on a terminal exited $?"
-	grep -qE "waiting for script line 2 \(sync\): [0-9]+ s" "$dir/long.tty" ||
+	grep -qE "waiting for script lines 1-2 \(kernel to sync\): [0-9]+ s" "$dir/long.tty" ||
 		fail "no progress on a terminal: $(cat -v "$dir/long.tty")"
 	grep -q "$(printf '\033')\[K" "$dir/long.tty" ||
 		fail "the progress line is not erased: $(cat -v "$dir/long.tty")"
+	script -qec "\"$BUILD/gpucmd\" --socket \"$sock\" --timeout 1.5 exec \"$dir/long.gs\"" \
+		"$dir/late.tty" >/dev/null 2>&1 </dev/null
+	rc=$?
+	[ $rc -eq 69 ] || fail "exec past its --timeout: exit $rc"
+	grep -qE "waiting for script lines 1-2 \(kernel to sync\): 1 s" "$dir/late.tty" ||
+		fail "no progress before the timeout: $(cat -v "$dir/late.tty")"
+	grep -qF "gpucmd: script lines 1-2: the daemon did not answer within 1.5 s" "$dir/late.tty" ||
+		fail "the timeout names other lines: $(cat -v "$dir/late.tty")"
 fi
 g exec "$dir/long.gs" >/dev/null 2>"$dir/long.err" || fail "exec exited $?"
 [ ! -s "$dir/long.err" ] || fail "progress without a terminal: $(cat "$dir/long.err")"

@@ -5,10 +5,17 @@
 # equal with cmp; region lines write from and read into a named region and
 # print where the bytes went; ranges past a region's end are refused while
 # parsing, and ones past a buffer's end by the daemon, with the numbers.
+# Where the service's region_limit (service capped) or the daemon's count
+# of regions leaves no room for exec's scratch region, transfers go in the
+# frame when they fit it, and are refused with the numbers when not.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 lib_init region-cli
-start_daemon --max-frame-bytes 1M
+cat >"$dir/gpucmdd.conf" <<'CONF'
+[service capped]
+region_limit = 64K
+CONF
+start_daemon --max-frame-bytes 1M --config "$dir/gpucmdd.conf"
 
 # 1. a file over the frame limit: write, create and read through regions
 size=$((3 * 1024 * 1024 + 7))
@@ -90,6 +97,101 @@ esac
 err=$(printf 'region huge 0x7fffffffffffffff\n' | g exec 2>&1 >/dev/null)
 rc=$?
 [ $rc -eq 1 ] || fail "a region too large to map here: exit $rc ('$err')"
+
+# 6c. a service whose region_limit has no room for exec's scratch region
+#     (gpucmdd.conf(5) recommends a region_limit): the transfers over
+#     32 KiB go in the frame instead, as gpucmd_write_buffer's do, when
+#     they fit it
+head -c 40K /dev/urandom >"$dir/m40" || fail "cannot make the 40 KiB file"
+out=$(printf 'empty a 40K\nwrite a file:%s/m40\nread a file:%s/o40\n' "$dir" "$dir" |
+	g --service capped exec) || fail "40 KiB under a 64 KiB region_limit: exit $?"
+[ "$out" = "a: 40960 bytes -> $dir/o40" ] || fail "40 KiB under a region_limit: '$out'"
+cmp "$dir/m40" "$dir/o40" || fail "40 KiB under a region_limit: the bytes differ"
+#     ...and when they fit neither, the refusal gives the sizes, the
+#     region_limit and the frame limit and what to do, and names the
+#     scratch region as the user knows it, not by its id (2^62)
+head -c 2M /dev/urandom >"$dir/m2" || fail "cannot make the 2 MiB file"
+err=$(printf 'empty a 2M\nwrite a file:%s/m2\nread a file:%s/o2\n' "$dir" "$dir" |
+	g --service capped exec 2>&1 >/dev/null)
+rc=$?
+[ $rc -eq 1 ] || fail "2 MiB under a 64 KiB region_limit: exit $rc ('$err')"
+case "$err" in
+*"gpucmd: <stdin>:2: cannot create exec's scratch region for the transfers over 32768 bytes: exec's scratch region of 4194304 bytes would take service 'capped' to 4194304 bytes of shared regions, over its region_limit of 65536 "*"(GPUCMD_EQUOTA)"*) ;;
+*) fail "2 MiB under a region_limit, the refusal: '$err'" ;;
+esac
+case "$err" in
+*"gpucmd: nor do they fit inline: the request of script lines 1-3 would send 2097152 bytes, over the 1044480 bytes a frame holds (max_frame_bytes is 1048576): raise the service's region_limit (65536 bytes) by 4194304 bytes, raise max_frame_bytes, or move the data in pieces of at most 1044480 bytes with submit between them"*) ;;
+*) fail "2 MiB under a region_limit, what would fit: '$err'" ;;
+esac
+case "$err" in *4611686018427387904*) fail "the scratch region named by its id: '$err'" ;; esac
+err=$(printf 'empty z 2M\nread z\n' | g --service capped exec 2>&1 >/dev/null)
+case "$err" in
+*"the request of script lines 1-2 would read back 2097152 bytes, over the 1044480"*) ;;
+*) fail "a 2 MiB read under a region_limit: '$err'" ;;
+esac
+
+# 6d. the same inline way when the daemon's count of regions a connection
+#     may attach (64) is full (GPUCMD_ELIMIT)
+{
+	i=1
+	while [ $i -le 64 ]; do
+		echo "region r$i 4K"
+		i=$((i + 1))
+	done
+	printf 'empty a 40K\nwrite a file:%s/m40\nread a file:%s/o40b\n' "$dir" "$dir"
+} >"$dir/many.gs"
+out=$(g exec "$dir/many.gs") || fail "40 KiB beside 64 regions: exit $?"
+[ "$out" = "a: 40960 bytes -> $dir/o40b" ] || fail "40 KiB beside 64 regions: '$out'"
+cmp "$dir/m40" "$dir/o40b" || fail "40 KiB beside 64 regions: the bytes differ"
+
+# 6e. a large file: operand is read into the scratch region when its group
+#     runs, not held in the tool's memory as well: the peak RSS (GNU
+#     time's %M, KiB) of a 32 MiB write grows by the file once, not twice
+if /usr/bin/time -f %M -o "$dir/rss" true 2>/dev/null; then
+	head -c 32M /dev/urandom >"$dir/m32" || fail "cannot make the 32 MiB file"
+	printf 'ping\n' | /usr/bin/time -f %M -o "$dir/rss0" \
+		"$BUILD/gpucmd" --socket "$sock" exec >/dev/null ||
+		fail "ping for the RSS baseline: exit $?"
+	printf 'empty a 32M\nwrite a file:%s/m32\n' "$dir" |
+		/usr/bin/time -f %M -o "$dir/rss1" \
+		"$BUILD/gpucmd" --socket "$sock" exec >/dev/null ||
+		fail "write of 32 MiB for the RSS: exit $?"
+	grew=$(( $(tail -n 1 "$dir/rss1") - $(tail -n 1 "$dir/rss0") ))
+	[ $grew -lt $((48 * 1024)) ] ||
+		fail "a 32 MiB file: operand took $grew KiB of RSS, the file twice"
+	rm -f "$dir/m32"
+fi
+
+# 6f. a file: operand that changes size between its line being parsed and
+#     its group running is refused, not sent cut short: with the daemon
+#     stopped the group waits in connecting (once it has a socket, it was
+#     parsed), and the file grows meanwhile
+has_socket() {
+	for fd in "/proc/$1/fd"/*; do
+		case $(readlink "$fd" 2>/dev/null) in socket:*) return 0 ;; esac
+	done
+	return 1
+}
+printf 'empty a 40K\nwrite a file:%s/grow\n' "$dir" >"$dir/grow.gs"
+cp "$dir/m40" "$dir/grow"
+kill -STOP "$pid"
+"$BUILD/gpucmd" --socket "$sock" exec "$dir/grow.gs" >/dev/null 2>"$dir/grow.err" &
+tool=$!
+pids=$tool
+i=0
+until has_socket "$tool"; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && { kill -CONT "$pid"; fail "exec never connected"; }
+	sleep 0.02
+done
+head -c 100 /dev/urandom >>"$dir/grow"
+kill -CONT "$pid"
+wait "$tool"
+rc=$?
+pids=""
+[ $rc -eq 1 ] || fail "a file that grew: exit $rc ($(cat "$dir/grow.err"))"
+grep -qF "gpucmd: $dir/grow.gs:2: '$dir/grow' changed size after line 2 was parsed (it had 40960 bytes then)" \
+	"$dir/grow.err" || fail "a file that grew: $(cat "$dir/grow.err")"
 
 # 7. after all that, the daemon holds nothing for the groups' regions and
 #    serves the next client
