@@ -65,6 +65,16 @@ static const char *write_file(const char *name, const char *text)
 }
 
 /* Load text over the defaults into cfg; it must succeed. */
+/* The n ids are exactly want[nwant], in order. */
+static void expect_ids(const uint32_t *ids, uint32_t n, const uint32_t *want,
+		       uint32_t nwant)
+{
+	ck_assert_uint_eq(n, nwant);
+	for (uint32_t i = 0; i < n; i++)
+		ck_assert_msg(ids[i] == want[i], "id %u is %u, want %u", i,
+			      ids[i], want[i]);
+}
+
 static void load_ok(struct config *cfg, const char *text)
 {
 	char err[512] = "";
@@ -496,16 +506,10 @@ START_TEST(ids_by_number_and_by_name)
 		"gids = root 7, 100\n");
 	s = config_find_service(&cfg, "ids");
 	ck_assert_ptr_nonnull(s);
-	ck_assert_uint_eq(s->nuids, 5);
-	ck_assert_uint_eq(s->uids[0], 0);
-	ck_assert_uint_eq(s->uids[1], 0);
-	ck_assert_uint_eq(s->uids[2], 1000);
-	ck_assert_uint_eq(s->uids[3], nobody->pw_uid);
-	ck_assert_uint_eq(s->uids[4], 4242);
-	ck_assert_uint_eq(s->ngids, 3);
-	ck_assert_uint_eq(s->gids[0], root_group->gr_gid);
-	ck_assert_uint_eq(s->gids[1], 7);
-	ck_assert_uint_eq(s->gids[2], 100);
+	expect_ids(s->uids, s->nuids,
+		   (const uint32_t[]){ 0, 0, 1000, nobody->pw_uid, 4242 }, 5);
+	expect_ids(s->gids, s->ngids,
+		   (const uint32_t[]){ root_group->gr_gid, 7, 100 }, 3);
 	config_free(&cfg);
 
 	/* Exactly CONFIG_MAX_IDS is fine. */
@@ -1092,12 +1096,8 @@ START_TEST(indented_lines_repeated_and_empty_id_lists)
 		      "[service b]\n[service a]\ngids = 0\ngids = 5\n");
 	a = config_find_service(&cfg, "a");
 	ck_assert_ptr_nonnull(a);
-	ck_assert_uint_eq(a->nuids, 3);
-	ck_assert_uint_eq(a->uids[0], 0);
-	ck_assert_uint_eq(a->uids[1], 1000);
-	ck_assert_uint_eq(a->uids[2], 2000);
-	ck_assert_uint_eq(a->ngids, 2);
-	ck_assert_uint_eq(a->gids[1], 5);
+	expect_ids(a->uids, a->nuids, (const uint32_t[]){ 0, 1000, 2000 }, 3);
+	expect_ids(a->gids, a->ngids, (const uint32_t[]){ 0, 5 }, 2);
 	ck_assert_uint_eq(a->memory_limit, 1ull << 30);
 	/* b set neither: the defaults. */
 	ck_assert_uint_eq(config_find_service(&cfg, "b")->nuids, 1);
