@@ -1618,9 +1618,7 @@ static int op_cleanup(struct command_ctx *ctx, struct batch *b, size_t i,
 				    "(you speak for '%s')",
 				    op->service, target->name);
 		if (!service_known(op->service))
-			return fail(b, GPUCMD_ENOTFOUND,
-				    "no service '%.80s' is known to the daemon "
-				    "(gpucmd services lists them)",
+			return fail(b, GPUCMD_ENOTFOUND, SERVICE_UNKNOWN_FMT,
 				    op->service);
 		target = NULL;
 	}

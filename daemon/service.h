@@ -33,6 +33,9 @@ struct batch;
 struct session;
 
 #define SERVICE_NAME_MAX 63
+/* The sentence for a service name the daemon does not know (evict, cleanup). */
+#define SERVICE_UNKNOWN_FMT \
+	"no service '%.64s' is known to the daemon (gpucmd services lists them)"
 #define SERVICE_MAX 1024
 _Static_assert(SERVICE_MAX == CONFIG_MAX_SERVICES,
 	       "a file may list as many services as the registry keeps");

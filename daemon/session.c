@@ -125,17 +125,17 @@ static void write_lost(struct session *s, int rc)
 {
 	if ((rc == UV_EPIPE || rc == UV_ECONNRESET) && !s->close_flush &&
 	    s->state == SESSION_READY) {
-		if (!s->replies_lost && !peer_sends_no_more(s)) {
+		if (s->replies_lost)
+			return;
+		if (!peer_sends_no_more(s)) {
 			session_close(s, "the client shut down its reading "
 					 "side but still sends: its replies "
 					 "cannot be delivered");
 			return;
 		}
-		if (!s->replies_lost)
-			log_debug("connection %llu (%s): %s writing a reply; "
-				  "the requests it sent still run",
-				  (unsigned long long)s->id, s->peer,
-				  uv_strerror(rc));
+		log_debug("connection %llu (%s): %s writing a reply; the "
+			  "requests it sent still run",
+			  (unsigned long long)s->id, s->peer, uv_strerror(rc));
 		s->replies_lost = true;
 		return;
 	}
@@ -1252,9 +1252,7 @@ static void handle_evict(struct session *s, uint64_t id,
 	/* A typo must not read as "evicted 0 connections" (after the
 	 * EPERM: others learn nothing of which services exist). */
 	if (op->service[0] != '\0' && !service_known(op->service)) {
-		snprintf(why, sizeof(why),
-			 "no service '%.64s' is known to the daemon (gpucmd "
-			 "services lists them)", op->service);
+		snprintf(why, sizeof(why), SERVICE_UNKNOWN_FMT, op->service);
 		reply_error(s, id, GPUCMD_ENOTFOUND, why);
 		return;
 	}
