@@ -2284,8 +2284,10 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 
 /*
  * The group's scratch region of total bytes was refused for the
- * service's region_limit (GPUCMD_EQUOTA) or the daemon's count of regions
- * (GPUCMD_ELIMIT).  Its transfers go inline instead, as those of
+ * service's region_limit (GPUCMD_EQUOTA), the daemon's count of regions
+ * (GPUCMD_ELIMIT) or memory (GPUCMD_ENOMEM: the daemon could not map it,
+ * or the CUDA driver could not pin it).  Its transfers go inline instead,
+ * as those of
  * gpucmd_write_buffer do, when each request that gets one still fits a
  * frame, its bytes going out and its reads coming back (the daemon keeps
  * a reply to max_frame_bytes as well).  0, or the exit status after
@@ -2349,6 +2351,11 @@ static int scratch_refused(struct exec *x, struct group *g, uint64_t total,
 			snprintf(advice, sizeof(advice), "raise the service's "
 				 "region_limit (%" PRIu64 " bytes) by %" PRIu64
 				 " bytes", in->region_limit, total);
+		else if (code == GPUCMD_ENOMEM)
+			snprintf(advice, sizeof(advice), "free memory on the "
+				 "daemon's host (or, on CUDA, its pinned "
+				 "memory) for a region of %" PRIu64 " bytes",
+				 total);
 		else
 			snprintf(advice, sizeof(advice), "release a region "
 				 "before this group (release-region)");
@@ -2434,7 +2441,8 @@ static int group_regions(struct exec *x, struct group *g)
 
 		x->scratch_id = EXEC_SCRATCH_ID + x->groups;
 		r = gpucmd_region_create(x->conn, x->scratch_id, total, &p);
-		if (r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT) {
+		if (r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT ||
+		    r == GPUCMD_ENOMEM) {
 			r = scratch_refused(x, g, total, first_big, r);
 			if (r != 0)
 				return r;

@@ -29,6 +29,8 @@
  *    may reuse the source at once), a copy into it waits until done, as
  *    the driver documents.  Pinned memory (cuMemHostAlloc, registered
  *    ranges) is copied asynchronously, on the stream's thread.
+ *    cuMemHostRegister of more than $FAKECUDA_REGISTER_MAX_MB (when set)
+ *    is CUDA_ERROR_OUT_OF_MEMORY, as when the driver cannot pin that much.
  *  - Events carry a timestamp taken when the stream reaches them.  A
  *    never-recorded event is complete.  An event recorded during a
  *    capture is "captured": querying or waiting on it outside the capture
@@ -1037,9 +1039,13 @@ FAKE_EXPORT CUresult cuMemFreeHost(void *p)
 FAKE_EXPORT CUresult cuMemHostRegister(void *p, size_t bytesize,
 				       unsigned int Flags)
 {
+	const char *max = getenv("FAKECUDA_REGISTER_MAX_MB");
+
 	FAKE_ENTER(true);
 	if (!p || bytesize == 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (max && atoll(max) > 0 && bytesize > (size_t)atoll(max) << 20)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	return fake_pin(p, bytesize, false);
 }
 

@@ -265,6 +265,34 @@ for t in ${FAKE_CUDA_BINARIES:-test_basic test_ops test_regions test_clients \
 	fi || { cat "$dir/out" >"$dir/log"; fail "$t on the fake CUDA backend"; }
 done
 
+# ---- a region the driver cannot pin ----------------------------------------
+# On CUDA a region is pinned at attach; when the driver cannot pin it
+# (FAKECUDA_REGISTER_MAX_MB), the attach is GPUCMD_ENOMEM and gpucmd exec
+# moves the transfers inline, where they fit a frame, and otherwise names
+# the memory to free.
+rm -f "$sock"
+FAKECUDA_REGISTER_MAX_MB=1 "$BUILD/gpucmdd" --socket "$sock" --backend cuda \
+	--max-frame-bytes 8M >"$dir/log" 2>&1 &
+pid=$!
+wait_socket "$sock"
+head -c $((3 * 1024 * 1024 + 5)) /dev/urandom >"$dir/pin_in" ||
+	fail "cannot make the input file"
+printf 'empty p %s\nwrite p file:%s\nread p file:%s\n' \
+	$((3 * 1024 * 1024 + 5)) "$dir/pin_in" "$dir/pin_out" |
+	g exec - >"$dir/out" 2>&1 ||
+	fail "exec with an unpinnable scratch region: $(cat "$dir/out")"
+cmp "$dir/pin_in" "$dir/pin_out" ||
+	fail "the bytes that went inline came back different"
+head -c $((12 * 1024 * 1024)) /dev/zero >"$dir/pin_big"
+printf 'empty q 12M\nwrite q file:%s\n' "$dir/pin_big" |
+	g exec - >"$dir/out" 2>&1 &&
+	fail "12 MiB through an 8 MiB frame succeeded"
+grep -q "GPUCMD_ENOMEM" "$dir/out" && grep -q "pinned memory" "$dir/out" ||
+	fail "the refusal of 12 MiB does not name the memory: $(cat "$dir/out")"
+kill "$pid"
+wait "$pid" 2>/dev/null
+pid=
+
 # ---- last: a fault ends the daemon -------------------------------------------
 # On CUDA a fault is sticky: the batch gets GPUCMD_ESTREAM and the daemon
 # exits 1 so that systemd restarts it with a fresh context.  Twice: with
