@@ -2192,24 +2192,30 @@ static int region_failed(struct exec *x, const struct op *op,
 }
 
 /*
- * The daemon's reason for refusing the group's scratch region.  It names
- * the region by its id (2^62 and up), which is nothing the script wrote:
- * "region ID" becomes "exec's scratch region".
+ * The daemon's last sentence with "region ID" (the number it knows the
+ * region by, which is nothing the script wrote) spelled as label.
  */
-static void scratch_reason(struct exec *x, char *buf, size_t len)
+static void region_reason(struct exec *x, uint64_t id, const char *label,
+			  char *buf, size_t len)
 {
 	const char *why = gpucmd_last_message(x->conn);
-	char id[48];
+	char num[48];
 	const char *at;
 	size_t n;
 
-	n = (size_t)snprintf(id, sizeof(id), "region %" PRIu64, x->scratch_id);
-	at = strstr(why, id);
+	n = (size_t)snprintf(num, sizeof(num), "region %" PRIu64, id);
+	at = strstr(why, num);
 	if (at == NULL || (at[n] >= '0' && at[n] <= '9'))
 		snprintf(buf, len, "%s", why);
 	else
-		snprintf(buf, len, "%.*sexec's scratch region%s",
-			 (int)(at - why), why, at + n);
+		snprintf(buf, len, "%.*s%s%s", (int)(at - why), why, label,
+			 at + n);
+}
+
+/* Why the group's scratch region (ids 2^62 and up) was refused. */
+static void scratch_reason(struct exec *x, char *buf, size_t len)
+{
+	region_reason(x, x->scratch_id, "exec's scratch region", buf, len);
 }
 
 /*
@@ -2405,9 +2411,14 @@ static int group_regions(struct exec *x, struct group *g)
 		if (op->kind != OP_REGION)
 			continue;
 		r = gpucmd_region_create(x->conn, op->id, op->len, &p);
-		if (r < 0)
+		if (r < 0) {
+			char label[160], why[640];
+
+			snprintf(label, sizeof(label), "region %s", op->name);
+			region_reason(x, op->id, label, why, sizeof(why));
 			return region_failed(x, op, "cannot create the region",
-					     NULL, r);
+					     why, r);
+		}
 		if (op->src != NULL) {
 			r = op_load(x, op, p);
 			if (r != 0)

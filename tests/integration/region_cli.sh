@@ -130,6 +130,13 @@ case "$err" in
 *) fail "a 2 MiB read under a region_limit: '$err'" ;;
 esac
 
+#     a named region over the region_limit is named as the script wrote it
+err=$(printf 'region Big 128K\n' | g --service capped exec 2>&1 >/dev/null)
+case "$err" in
+*"gpucmd: script line 1: cannot create the region: region Big of 131072 bytes would take service 'capped' to 131072 bytes of shared regions, over its region_limit of 65536 "*"(GPUCMD_EQUOTA)"*) ;;
+*) fail "a named region over the region_limit: '$err'" ;;
+esac
+
 # 6d. the same inline way when the daemon's count of regions a connection
 #     may attach (64) is full (GPUCMD_ELIMIT)
 {
