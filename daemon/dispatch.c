@@ -2045,7 +2045,19 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 		if (b->req->ops[i] == NULL) {
 			rc = fail(b, GPUCMD_EPROTO, "op %zu is empty", i);
 		} else {
+			struct graph *rec = b->stream != NULL ?
+						    b->stream->recording : NULL;
+			uint32_t before = rec != NULL ? rec->nops : 0;
+
 			rc = run_op(ctx, b, i);
+			/*
+			 * A failed op recorded nothing: it does not use up the
+			 * connection's bound on recorded ops.  (Its graph
+			 * holds stay, as buffers kept alive a little longer.)
+			 */
+			if (rc != 0 && rec != NULL &&
+			    rec == b->stream->recording && rec->nops > before)
+				graph_unrecord_ops(rec, rec->nops - before);
 		}
 		if (rc != 0)
 			break;

@@ -60,6 +60,14 @@ int graph_record_op(struct graph *g)
 	return 0;
 }
 
+void graph_unrecord_ops(struct graph *g, uint32_t n)
+{
+	if (n > g->nops)
+		n = g->nops;
+	g->nops -= n;
+	g->set->graph_ops -= n;
+}
+
 int graph_hold_module(struct graph *g, struct module_cache *c,
 		      struct module_entry *e, struct service *svc)
 {

@@ -66,6 +66,12 @@ int graph_hold(struct graph *g, struct handle *h);
  */
 int graph_record_op(struct graph *g);
 /**
+ * Count n ops of g's as not recorded after all: those of an op that failed,
+ * which the driver refused to record (or, failing after its call, left a
+ * node that the bound then misses; one per batch at most).
+ */
+void graph_unrecord_ops(struct graph *g, uint32_t n);
+/**
  * Hold module e of cache c for as long as g (once per graph), held by svc
  * too (service_module_ref).  0 or GPUCMD_ENOMEM.
  */

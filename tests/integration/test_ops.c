@@ -1171,7 +1171,7 @@ END_TEST
 /*
  * A capture's ops are bounded too: 262144 recorded launches per connection
  * (4 batches of 65536 on one buffer), then GPUCMD_ELIMIT with the number;
- * destroying the graph gives them back.  Each launch used to be recorded
+ * destroying the graph gives them back.  Ops that failed are not counted.  Each launch used to be recorded
  * without a bound (about 100 bytes of the daemon's memory each, for as
  * long as the capture lasted), and holding the buffer once per graph took
  * a walk of every buffer the graph held, so a capture over many buffers
@@ -1188,6 +1188,12 @@ START_TEST(captured_ops_are_bounded)
 	gpucmd_batch_empty(b, 1, 64);
 	gpucmd_batch_capture_begin(b);
 	run_done(b);
+	/* Ops that fail record nothing and take none of the bound. */
+	for (int k = 0; k < 3; k++) {
+		b = batch(c, 0);
+		gpucmd_batch_write(b, 1, 64, "abcd", 4);
+		ck_assert_int_eq(run_code(b, NULL), GPUCMD_EINVAL);
+	}
 	for (int k = 0; k < BATCHES; k++) {
 		b = batch(c, 0);
 		for (int i = 0; i < PER_BATCH; i++)
