@@ -84,6 +84,8 @@ _Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t),
  * original has the same signature.  cuStreamAddCallback is the completion
  * mechanism (see cuda_host_callback) and cuLaunchHostFunc its stand-in for a
  * future driver that drops it; one of the two must exist.
+ * cuFuncGetParamInfo (CUDA 12.4 drivers on) lets launch check a client's
+ * arguments against the kernel's parameters (cuda_function_params).
  */
 #define CUDA_FUNCTIONS(X)						\
 	X(cuGetErrorName, NULL, true)					\
@@ -130,6 +132,7 @@ _Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t),
 	X(cuModuleUnload, NULL, true)					\
 	X(cuModuleGetFunction, NULL, true)				\
 	X(cuFuncSetAttribute, NULL, true)				\
+	X(cuFuncGetParamInfo, NULL, false)				\
 	X(cuLaunchKernel, NULL, true)
 
 /* One pointer per entry point, typed by its prototype (cuda_api.h). */
@@ -228,6 +231,15 @@ struct driver_function {
 	/* Dynamic shared memory this function was allowed so far (0: the
 	 * default 48 KiB); raising it is a driver call, so it is done once. */
 	uint32_t shared_limit;
+	/*
+	 * The kernel's parameters, looked up on its first launch
+	 * (cuda_function_params): params_known once the driver described
+	 * them, then nparams and each one's size in bytes.
+	 */
+	bool params_looked_up;
+	bool params_known;
+	size_t nparams;
+	size_t *param_size;
 	struct driver_function *next;	/* in its module's list */
 	char name[];
 };
@@ -254,6 +266,14 @@ struct cuda_callback {
 static struct cuda_driver *cuda_of(struct driver *d)
 {
 	return (struct cuda_driver *)d;
+}
+
+static void cuda_function_free(struct driver_function *f)
+{
+	if (!f)
+		return;
+	free(f->param_size);
+	free(f);
 }
 
 /* ---- errors ------------------------------------------------------------ */
@@ -598,7 +618,7 @@ static void cuda_close(struct driver *d)
 		 */
 		cd->cu.cuCtxSynchronize();
 		for (size_t i = 0; i < cd->builtin_count; i++)
-			free(cd->builtin_fns[i]);
+			cuda_function_free(cd->builtin_fns[i]);
 		if (cd->builtin_module)
 			cd->cu.cuModuleUnload(cd->builtin_module);
 		cd->cu.cuCtxSetCurrent(NULL);
@@ -1320,7 +1340,7 @@ static void cuda_module_unload(struct driver *d, struct driver_module *m)
 		return;
 	while ((f = m->functions)) {
 		m->functions = f->next;
-		free(f);
+		cuda_function_free(f);
 	}
 	if (cd->cu.cuCtxSetCurrent(cd->ctx) == CUDA_SUCCESS)
 		cd->cu.cuModuleUnload(m->module);
@@ -1472,6 +1492,79 @@ static int cuda_launch_fail(struct cuda_driver *cd, const char *call,
 	return rc == GPUCMD_ESTREAM ? rc : GPUCMD_ELAUNCH;
 }
 
+/*
+ * Look up f's parameters once (cuFuncGetParamInfo): the driver reads
+ * kernelParams[i] for every parameter the kernel has, and as many bytes
+ * as each one takes, whatever the caller passed.  Unchecked, a client
+ * that gives a module's kernel fewer arguments than it takes makes the
+ * driver dereference whatever lies past the daemon's array (a crash, or
+ * daemon memory sent to the kernel), and a kernel that then runs with a
+ * garbage count can fault and lose the context for every service.
+ *
+ * An index past the last parameter is CUDA_ERROR_INVALID_VALUE, which is
+ * how the count is found.  Where the driver cannot say (older than CUDA
+ * 12.4, or any other refusal), nothing is checked, as before.
+ */
+static int cuda_function_params(struct cuda_driver *cd,
+				struct driver_function *f)
+{
+	size_t *sizes = NULL;
+	size_t n = 0, cap = 0;
+
+	if (f->params_looked_up)
+		return 0;
+	if (!cd->cu.cuFuncGetParamInfo) {
+		f->params_looked_up = true;
+		return 0;
+	}
+	for (;;) {
+		size_t offset = 0, size = 0;
+		CUresult r = cd->cu.cuFuncGetParamInfo(f->function, n, &offset,
+						       &size);
+
+		if (r == CUDA_ERROR_INVALID_VALUE)
+			break;
+		if (r != CUDA_SUCCESS) {
+			free(sizes);
+			if (cuda_is_sticky(r))
+				return cuda_launch_fail(cd, "cuFuncGetParamInfo",
+							r);
+			f->params_looked_up = true;
+			return 0;
+		}
+		if (n == cap) {
+			size_t *more;
+
+			cap = cap ? cap * 2 : 8;
+			more = realloc(sizes, cap * sizeof(*sizes));
+			if (!more) {
+				free(sizes);
+				cuda_set_error(cd, "out of host memory for "
+					       "the parameters of kernel %s",
+					       f->name);
+				return -ENOMEM;
+			}
+			sizes = more;
+		}
+		sizes[n++] = size;
+	}
+	f->param_size = sizes;
+	f->nparams = n;
+	f->params_known = true;
+	f->params_looked_up = true;
+	return 0;
+}
+
+/*
+ * A value of given bytes for a parameter of want bytes: the same size, or
+ * a 32-bit value for a narrower parameter (the smallest value the wire
+ * carries; the driver reads its low bytes).
+ */
+static bool cuda_param_fits(size_t given, size_t want)
+{
+	return given == want || (want < 4 && given == 4);
+}
+
 static int cuda_launch(struct driver *d, struct driver_stream *s,
 		       struct driver_function *f, const uint32_t grid[3],
 		       const uint32_t block[3], uint32_t shared_bytes,
@@ -1479,6 +1572,35 @@ static int cuda_launch(struct driver *d, struct driver_stream *s,
 {
 	struct cuda_driver *cd = cuda_of(d);
 	CUresult r;
+	int rc;
+
+	rc = cuda_function_params(cd, f);
+	if (rc)
+		return rc;
+	if (f->params_known && nparams != f->nparams) {
+		cuda_set_error(cd, "kernel %s takes %zu argument%s, not %zu",
+			       f->name, f->nparams,
+			       f->nparams == 1 ? "" : "s", nparams);
+		return GPUCMD_EINVAL;
+	}
+	for (size_t i = 0; f->params_known && i < nparams; i++) {
+		if (!params[i] ||
+		    !cuda_param_fits(param_sizes[i], f->param_size[i])) {
+			cuda_set_error(cd, "argument %zu of kernel %s is a "
+				       "value of %zu bytes, but the kernel's "
+				       "parameter %zu takes %zu",
+				       i, f->name, param_sizes[i], i,
+				       f->param_size[i]);
+			return GPUCMD_EINVAL;
+		}
+	}
+	if (shared_bytes > cd->base.props.max_shared_bytes) {
+		cuda_set_error(cd, "kernel %s asks for %u bytes of dynamic "
+			       "shared memory, more than the %u a block of "
+			       "this device may have", f->name, shared_bytes,
+			       cd->base.props.max_shared_bytes);
+		return GPUCMD_ELAUNCH;
+	}
 
 	/* Above 48 KiB a function must be allowed its dynamic shared memory
 	 * first; the limit only grows, so it is set once per size step. */
@@ -1488,15 +1610,29 @@ static int cuda_launch(struct driver *d, struct driver_stream *s,
 			f->function,
 			CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
 			(int)shared_bytes);
-		if (r != CUDA_SUCCESS)
-			return cuda_launch_fail(cd, "cuFuncSetAttribute", r);
+		if (r != CUDA_SUCCESS) {
+			char call[128];
+
+			snprintf(call, sizeof(call), "cuFuncSetAttribute(%s, "
+				 "MAX_DYNAMIC_SHARED_SIZE_BYTES, %u)", f->name,
+				 shared_bytes);
+			return cuda_launch_fail(cd, call, r);
+		}
 		f->shared_limit = shared_bytes;
 	}
 	r = cd->cu.cuLaunchKernel(f->function, grid[0], grid[1], grid[2],
 				  block[0], block[1], block[2], shared_bytes,
 				  s->stream, nparams ? params : NULL, NULL);
-	if (r != CUDA_SUCCESS)
-		return cuda_launch_fail(cd, "cuLaunchKernel", r);
+	if (r != CUDA_SUCCESS) {
+		/* The numbers the driver judged, for the client. */
+		char call[160];
+
+		snprintf(call, sizeof(call), "cuLaunchKernel of %s (grid "
+			 "%ux%ux%u, block %ux%ux%u, %u bytes of shared memory)",
+			 f->name, grid[0], grid[1], grid[2], block[0], block[1],
+			 block[2], shared_bytes);
+		return cuda_launch_fail(cd, call, r);
+	}
 	return 0;
 }
 

@@ -212,6 +212,9 @@
 	  (CUfunction *hfunc, CUmodule hmod, const char *name))		\
 	X(cuFuncSetAttribute, cuFuncSetAttribute,			\
 	  (CUfunction hfunc, CUfunction_attribute attrib, int value))	\
+	X(cuFuncGetParamInfo, cuFuncGetParamInfo,			\
+	  (CUfunction func, size_t paramIndex, size_t *paramOffset,	\
+	   size_t *paramSize))						\
 	X(cuLaunchKernel, cuLaunchKernel,				\
 	  (CUfunction f, unsigned int gridDimX, unsigned int gridDimY,	\
 	   unsigned int gridDimZ, unsigned int blockDimX,		\

@@ -46,8 +46,9 @@
  *    CUDA_ERROR_NOT_FOUND); a cubin or fatbin has every name.
  *  - Kernels: the daemon's built-ins (kernels/builtin.h) and add_one (the
  *    tests' own PTX kernel: p[i] += 1 for i < n) are interpreted by name,
- *    reading kernelParams by their signature.  Launching any other function
- *    succeeds and does nothing.  fault() ends with CUDA_ERROR_LAUNCH_FAILED,
+ *    reading kernelParams by their signature, which cuFuncGetParamInfo
+ *    describes.  Launching any other function succeeds and does nothing,
+ *    and cuFuncGetParamInfo knows nothing of it (CUDA_ERROR_NOT_SUPPORTED).  fault() ends with CUDA_ERROR_LAUNCH_FAILED,
  *    which is sticky: every later call returns it, stream callbacks get it
  *    as their status, and host functions are no longer called.
  *  - Not modelled: the legacy NULL stream's implicit synchronisation (the
@@ -1707,6 +1708,40 @@ FAKE_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc,
 		return CUDA_ERROR_INVALID_VALUE;
 	hfunc->max_dynamic_shared = value;
 	return CUDA_SUCCESS;
+}
+
+/*
+ * The parameters of a kernel the fake interprets, laid out as nvcc does
+ * (each aligned to its size); past the last one CUDA_ERROR_INVALID_VALUE,
+ * as the driver says.  Of any other function the fake knows no signature:
+ * CUDA_ERROR_NOT_SUPPORTED, which the backend takes as "cannot check".
+ */
+FAKE_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex,
+					size_t *paramOffset, size_t *paramSize)
+{
+	const char *sig;
+	size_t offset = 0;
+
+	FAKE_ENTER(false);
+	if (!func || !paramOffset)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!func->kernel)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	sig = func->kernel->signature;
+	if (paramIndex >= strlen(sig))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0;; i++) {
+		size_t size = sig[i] == 'p' || sig[i] == 'U' ? 8 : 4;
+
+		offset = (offset + size - 1) / size * size;
+		if (i == paramIndex) {
+			*paramOffset = offset;
+			if (paramSize)
+				*paramSize = size;
+			return CUDA_SUCCESS;
+		}
+		offset += size;
+	}
 }
 
 FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,

@@ -161,6 +161,25 @@ case "$err" in
 *GPUCMD_ENOKERNEL*'no kernel named "nope"'*) ;;
 *) fail "a missing kernel: '$err'" ;;
 esac
+# The driver reads as many arguments as the kernel takes, each as wide as
+# its parameter: one too few, too many or too wide is refused (through
+# cuFuncGetParamInfo), where the driver would read past the daemon's array
+# and the kernel fault for every client.
+for args in "b" "b u32:2 u32:3" "b u64:2"; do
+	err=$(printf 'module m ptx:file:%s\ncreate b hex:00000000\nkernel m.add_one grid=1 block=32 %s\nsync\n' \
+		"$dir/add_one.ptx" "$args" | g exec - 2>&1 >/dev/null) &&
+		fail "add_one with arguments '$args' was launched"
+	case "$err" in
+	*GPUCMD_ELAUNCH*"kernel add_one takes 2 arguments, not"*) ;;
+	*GPUCMD_ELAUNCH*"argument 1 of kernel add_one is a value of 8 bytes"*) ;;
+	*) fail "add_one with arguments '$args': '$err'" ;;
+	esac
+done
+expect "served after refused launches" "07000000" <<'EOF'
+create b hex:00000000
+kernel fill_u32 grid=1 block=1 b u32:7 u32:1
+read b
+EOF
 
 # ---- module globals and the quota ---------------------------------------------
 
