@@ -427,20 +427,35 @@ static void finish_batch(struct executor *ex, struct batch *b)
 /* A fault the stream had not reported yet goes to this batch's sync/read. */
 static void report_fault(struct batch *b, struct stream *s)
 {
+	const struct driver_properties *p = &b->ex->driver->props;
+	const char *what;
+
 	if (b->replied || !s->fault_pending || b->error != 0 ||
 	    b->fence_index < 0)
 		return;
+	what = b->req->ops[b->fence_index]->op_case == GPUCMD__OP__OP_READ
+		       ? "read"
+		       : "sync";
 	b->error = GPUCMD_ESTREAM;
 	b->failed_index = (uint32_t)b->fence_index;
 	b->nresults = (size_t)b->fence_index;
-	snprintf(b->message, sizeof(b->message),
-		 "stream fault: work on stream %u faulted before this %s; "
-		 "results since the previous sync are not valid, the stream "
-		 "stays usable",
-		 s->number,
-		 b->req->ops[b->fence_index]->op_case == GPUCMD__OP__OP_READ
-			 ? "read"
-			 : "sync");
+	/*
+	 * Where a fault is sticky (CUDA) nothing stays usable: the daemon
+	 * is about to exit (device_lost), and a client told otherwise would
+	 * retry on a connection that is going away.
+	 */
+	if (p->fault_is_fatal)
+		snprintf(b->message, sizeof(b->message),
+			 "stream fault: work on stream %u faulted before this "
+			 "%s, and on the %s backend a fault loses the device "
+			 "for every client: gpucmdd restarts with a fresh "
+			 "context, and every buffer is gone; reconnect and "
+			 "start over", s->number, what, p->backend);
+	else
+		snprintf(b->message, sizeof(b->message),
+			 "stream fault: work on stream %u faulted before this "
+			 "%s; results since the previous sync are not valid, "
+			 "the stream stays usable", s->number, what);
 	s->fault_pending = false;
 }
 
