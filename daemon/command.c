@@ -298,14 +298,17 @@ uint64_t command_closing_live(const struct command_ctx *ctx,
 /*
  * Whether size more bytes, with what the service holds live and released
  * but still used by the device, would go past twice its limit (the live
- * part alone is checked apart).
+ * part alone is checked apart).  Live means what service_over_limit
+ * counts, module globals included: a request over the limit must reach
+ * that check, which refuses it, and not the reuse of busy memory that
+ * answers an allocation over this bound without checking it.
  */
 static bool pending_over(const struct service *svc, uint64_t limit,
 			 uint64_t size, uint64_t released)
 {
 	uint64_t cap = limit > UINT64_MAX / 2 ? UINT64_MAX : 2 * limit;
 
-	if (limit == 0 || size > limit || svc->bytes_in_use > limit - size)
+	if (limit == 0 || service_over_limit(svc, limit, size))
 		return false;
 	return released > cap - svc->bytes_in_use - size;
 }

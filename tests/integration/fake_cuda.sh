@@ -235,6 +235,27 @@ case "$err" in
 *GPUCMD_EQUOTA*"globals of its loaded modules 8388608"*) ;;
 *) fail "an allocation beside a module's globals: '$err'" ;;
 esac
+# Nor when the stream could serve it from its own releases behind a kernel
+# (96 MiB of them, over twice the limit with it): the reuse of busy memory
+# answered at once and never looked at the globals, so 60 MiB live and
+# 8 MiB of globals held 68 MiB under a 64M quota.
+wait_services '"name":"capped","id":[0-9]*,"connections":0,"bytes_in_use":0,' \
+	"capped's buffers never came back"
+err=$(g --service capped exec - 2>&1 >/dev/null <<EOF
+module t ptx:file:$dir/globals.ptx
+empty a1 56M
+kernel spin grid=1 block=1 u32:2000000
+release a1
+empty a2 40M
+release a2
+submit
+empty c 60M
+EOF
+)
+case "$err" in
+*GPUCMD_EQUOTA*"globals of its loaded modules 8388608"*) ;;
+*) fail "60 MiB from busy releases beside 8 MiB of globals: '$err'" ;;
+esac
 
 # ---- regions --------------------------------------------------------------
 
