@@ -348,9 +348,27 @@ static bool released_over(struct command *cmd, uint64_t limit, uint64_t size,
 static void reserved(struct command *cmd, struct managed_memory *out,
 		     uint64_t reused)
 {
+	struct service *svc = cmd->service;
+	uint64_t held;
+
 	out->origin = cmd->current;
-	service_charge(cmd->service, out->alloc.size);
+	service_charge(svc, out->alloc.size);
 	out->reused = stream_take_released(cmd->current, reused);
+	/*
+	 * The peak counts as the report's in use does, and that counts the
+	 * releases to their own streams not yet reused, which service_charge
+	 * cannot see: without them here a peak reached beside such releases
+	 * was kept only if a report happened to be taken then.  Their
+	 * exact count walks the pools, so only when their upper bound, the
+	 * service's ordered_pending_bytes, could raise the peak.
+	 */
+	held = sat_sum(svc->bytes_in_use, svc->release_pending_bytes);
+	if (svc->ordered_pending_bytes == 0 ||
+	    sat_sum(held, svc->ordered_pending_bytes) <= svc->peak_bytes_in_use)
+		return;
+	held = sat_sum(held, service_ordered_held(cmd, true));
+	if (held > svc->peak_bytes_in_use)
+		svc->peak_bytes_in_use = held;
 }
 
 static int reserve(struct command *cmd, uint64_t size,

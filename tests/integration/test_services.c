@@ -448,6 +448,36 @@ START_TEST(peak_is_never_below_in_use)
 END_TEST
 
 /*
+ * The same 3 MiB in use, but no report taken while they were: once the
+ * kernel is done and the release counts no more, the peak still says
+ * 3 MiB.  It said 2 MiB, the most service_charge saw, since only a report
+ * added the releases to their own streams to it.
+ */
+START_TEST(peak_counts_releases_without_a_report)
+{
+	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = 300000 };
+	struct gpucmd_service_report row;
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b;
+
+	start_with("");
+	c = connect_as("peaky");
+	b = alloc_batch(c, 0, 1, MIB);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg, 1), 0);
+	ck_assert_int_eq(gpucmd_batch_release(b, 1), 0);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_response_free(run_ok(alloc_batch(c, 1, 2, 2 * MIB)));
+	sync_ok(c, 0);
+	sync_ok(c, 1);
+	row = row_of(c, "peaky");
+	ck_assert_uint_eq(row.bytes_in_use, 2 * MIB);
+	ck_assert_uint_eq(row.bytes_released_pending, 0);
+	ck_assert_uint_eq(row.peak_bytes_in_use, 3 * MIB);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
  * On the stream that owns them, released buffers are reused at once, as
  * PyTorch's caching allocator and CubeCL do: the stream runs the new
  * buffer's work after the kernel that still reads the old one.  A loop of
@@ -3465,6 +3495,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, two_services_share_the_daemon);
 	tcase_add_test(tc, idle_services_make_room_for_new_ones);
 	tcase_add_test(tc, peak_is_never_below_in_use);
+	tcase_add_test(tc, peak_counts_releases_without_a_report);
 	tcase_add_test(tc, counters_return_to_zero_after_closing_mid_kernel);
 	tcase_add_test(tc, pinned_pages_stay_within_the_reserve_bound);
 	tcase_add_test(tc, pages_scale_to_the_quota);
