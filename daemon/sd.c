@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpucmd.h"
@@ -72,6 +73,21 @@ void sd_status(const char *fmt, ...)
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
 	sd_notifyf(0, "STATUS=%s", buf);
+}
+
+/*
+ * systemd 253 and later want MONOTONIC_USEC= beside RELOADING=1, to tell
+ * this reload from an older one; earlier versions ignore it.
+ */
+void sd_reloading(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu\n"
+		   "STATUS=reloading the configuration",
+		   (unsigned long long)ts.tv_sec * 1000000ull +
+			   (unsigned long long)ts.tv_nsec / 1000ull);
 }
 
 void sd_stopping(void)

@@ -6,8 +6,10 @@
  *     as the listener; more than one is an error; none means the daemon
  *     binds its own;
  *   - readiness and state: READY=1 right before the loop runs, STATUS=
- *     lines while the device opens and with a live summary, STOPPING=1 on
- *     shutdown;
+ *     lines while the device opens and with a live summary, RELOADING=1
+ *     while a SIGHUP re-reads the file (READY=1 again when it is done, even
+ *     when the file was refused: the daemon serves on either way),
+ *     STOPPING=1 on shutdown;
  *   - the watchdog: when WatchdogSec= is set, a loop timer sends WATCHDOG=1
  *     at half the interval, so a wedged loop stops the pings;
  *   - the journal: when stderr is connected to the journal, log lines carry
@@ -34,6 +36,8 @@ bool sd_stderr_is_journal(void);
 void sd_ready(const char *status);
 /** STATUS=... (printf-style). */
 void sd_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/** RELOADING=1 with MONOTONIC_USEC= (sd_notify(3)) and a STATUS= line. */
+void sd_reloading(void);
 /** STOPPING=1. */
 void sd_stopping(void);
 /** The watchdog interval in microseconds, 0 when not enabled. */

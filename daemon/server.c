@@ -680,6 +680,8 @@ static int64_t resolve_admin_gid(const struct config *cfg)
 	return g->gr_gid;
 }
 
+static void status_line(struct server *srv, char *buf, size_t len);
+
 /*
  * Keys of the file that a reload cannot take (gpucmdd.conf(5), RELOADING):
  * say which ones changed, so that an operator who edited one and reloaded
@@ -759,10 +761,24 @@ int server_reload(struct server *srv)
 	return 0;
 }
 
+/*
+ * systemctl reload only sends the signal (ExecReload=): RELOADING=1 and
+ * READY=1 around the reload let systemd show the unit as reloading until
+ * the file has been read.  READY=1 follows a refused file too, since the
+ * daemon goes on serving with the settings it had.
+ */
 static void on_sighup(uv_signal_t *sig, int signum)
 {
+	struct server *srv = sig->data;
+	char buf[256];
+
 	(void)signum;
-	server_reload(sig->data);
+	if (srv->stopping)
+		return;
+	sd_reloading();
+	server_reload(srv);
+	status_line(srv, buf, sizeof(buf));
+	sd_ready(buf);
 }
 
 static void on_signal(uv_signal_t *sig, int signum)

@@ -5,6 +5,9 @@
 #   - with WATCHDOG_USEC and WATCHDOG_PID=<the daemon's pid>, WATCHDOG=1
 #     arrives repeatedly (at half the interval), and the STATUS= refreshed
 #     on the same tick counts a batch a client ran;
+#   - SIGHUP (systemctl reload): RELOADING=1 with MONOTONIC_USEC=, then
+#     READY=1 once the file is read, for a file that loads and for one the
+#     daemon refuses (it serves on with its settings);
 #   - SIGTERM: STOPPING=1, then exit status 0;
 #   - without WATCHDOG_USEC no WATCHDOG=1 is sent.
 # python3 listens on the socket (each datagram is appended to a file).
@@ -94,15 +97,44 @@ kill "$pids" 2>/dev/null
 wait "$pids" 2>/dev/null
 pids=""
 
-# ---- without the watchdog ---------------------------------------------------
+# ---- without the watchdog; reloads ------------------------------------------
 listen plain
+printf '[limits]\nmax_connections = 32\n' >"$dir/plain.conf"
 NOTIFY_SOCKET=$dir/plain.notify "$BUILD/gpucmdd" --socket "$dir/plain.sock" \
-	--backend host --host-memory 64M 2>"$dir/plain.log" &
+	--config "$dir/plain.conf" --backend host --host-memory 64M \
+	2>"$dir/plain.log" &
 pid=$!
 wait_for plain '^READY=1$'
 sleep 0.5
 grep -q '^WATCHDOG=1$' "$dir/plain.msgs" && fail "WATCHDOG=1 sent without WATCHDOG_USEC"
+grep -q '^RELOADING=1$' "$dir/plain.msgs" && fail "RELOADING=1 sent before any SIGHUP"
+
+# reloaded N: the Nth RELOADING=1 came with MONOTONIC_USEC= in its datagram,
+# and a READY=1 datagram followed it.
+reloaded() {
+	wait_for plain '^RELOADING=1$'
+	i=0
+	until awk -v n="$1" '/^RELOADING=1$/ { r = 1 } /^MONOTONIC_USEC=[0-9]+$/ { m = 1 }
+		/^READY=1$/ { if (seen == n) ready = 1 }
+		/^--$/ { if (r && m) seen++; r = m = 0 }
+		END { exit !(seen >= n && ready) }' "$dir/plain.msgs"; do
+		i=$((i + 1))
+		[ $i -gt 500 ] && fail "reload $1: no RELOADING=1 with MONOTONIC_USEC=, then READY=1"
+		kill -0 "$pid" 2>/dev/null || fail "the daemon exited in reload $1"
+		sleep 0.02
+	done
+}
+kill -HUP "$pid"
+reloaded 1
+grep -q 'reloaded' "$dir/plain.log" || fail "reload 1: the log does not say reloaded"
+# A file the daemon refuses: it keeps serving, and says ready again.
+printf '[limits]\nmax_connections = many\n' >"$dir/plain.conf"
+kill -HUP "$pid"
+reloaded 2
+grep -q 'reload failed' "$dir/plain.log" || fail "reload 2: the refused file is not logged"
+"$BUILD/gpucmd" --socket "$dir/plain.sock" status >/dev/null 2>&1 ||
+	fail "the daemon does not answer after a refused reload"
 stop_daemon
 grep -q '^STOPPING=1$' "$dir/plain.msgs" || fail "no STOPPING=1 after SIGTERM (no watchdog)"
-echo "ok: STATUS, READY, WATCHDOG (only when asked), live STATUS, STOPPING"
+echo "ok: STATUS, READY, WATCHDOG (only when asked), live STATUS, RELOADING, STOPPING"
 exit 0
