@@ -27,8 +27,8 @@
 #   EXAMPLEDIR      $(SYSCONFDIR)/gpucmd, for gpucmdd.conf.example
 #   BASHCOMPDIR     $(PREFIX)/share/bash-completion/completions
 #
-# The units run $(SBINDIR)/gpucmdd: their ExecStart= is rewritten from
-# /usr/sbin when installed under another PREFIX.
+# The units run $(SBINDIR)/gpucmdd: their ExecStart= and ExecReload= are
+# rewritten from /usr/sbin when installed under another PREFIX.
 
 SYSTEMD_PREFIX = $(if $(filter /usr /usr/local,$(PREFIX)),$(PREFIX),/usr/local)
 SYSTEMDUNITDIR ?= $(SYSTEMD_PREFIX)/lib/systemd/system
@@ -62,7 +62,7 @@ install-extra:
 		$(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 		$(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(BASHCOMPDIR)
 	for u in $(PKG_UNITS); do \
-		sed 's|^ExecStart=/usr/sbin/gpucmdd|ExecStart=$(SBINDIR)/gpucmdd|' \
+		sed 's|^\(Exec[A-Za-z]*=\)/usr/sbin/gpucmdd|\1$(SBINDIR)/gpucmdd|' \
 			packaging/systemd/$$u >$(DESTDIR)$(SYSTEMDUNITDIR)/$$u && \
 		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; \
 	done

@@ -7,7 +7,8 @@
 # (PKG_CONFIG_SYSROOT_DIR) links to the installed libgpucmd.so.0, connects
 # to a daemon from $BUILD and gets its ping answered; the same client links
 # statically with `pkg-config --static`; under PREFIX=/usr/local the units
-# run /usr/local/sbin/gpucmdd; `make uninstall` removes every file again.
+# run (and check the file on reload with) /usr/local/sbin/gpucmdd;
+# `make uninstall` removes every file again.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 CC=${CC:-cc}
@@ -133,6 +134,9 @@ make -s install-extra PREFIX=/usr/local DESTDIR="$dir/local" BUILD="$BUILD" \
 	>"$dir/install-local.log" 2>&1 || fail "make install-extra PREFIX=/usr/local failed"
 grep -qx 'ExecStart=/usr/local/sbin/gpucmdd' "$dir/local/usr/local/lib/systemd/system/gpucmdd.service" ||
 	fail "PREFIX=/usr/local: gpucmdd.service does not run /usr/local/sbin/gpucmdd"
+grep -qx 'ExecReload=/usr/local/sbin/gpucmdd --check-config' \
+	"$dir/local/usr/local/lib/systemd/system/gpucmdd@.service" ||
+	fail "PREFIX=/usr/local: gpucmdd@.service does not check the file with /usr/local/sbin/gpucmdd"
 grep -qx 'prefix=/usr/local' "$dir/local/usr/local/lib/pkgconfig/gpucmd.pc" ||
 	fail "PREFIX=/usr/local: gpucmd.pc has another prefix"
 

@@ -8,8 +8,9 @@
 #     put on MANPATH);
 #   - the settings the design fixes are there (Type=notify, WatchdogSec=,
 #     User/Group gpucmd, socket mode 0660 group gpucmd, the socket paths,
-#     --device %i, hardening), and both services share one [Service]
-#     section apart from ExecStart;
+#     --device %i, hardening, a reload that checks the file before it
+#     signals), and both services share one [Service] section apart from
+#     ExecStart;
 #   - sysusers.d creates the user and group the units name, and tmpfiles.d
 #     creates the socket directory with that owner (in a scratch --root);
 #   - `systemd-analyze security --offline` rates the service 2.0 or better.
@@ -40,7 +41,7 @@ for u in gpucmdd.service gpucmdd.socket gpucmdd@.service gpucmdd@.socket; do
 	[ -f "$src/$u" ] || fail "$src/$u is missing"
 	grep -q '^ExecStart=/usr/sbin/gpucmdd' "$src/$u" ||
 		[ "${u##*.}" = socket ] || fail "$u does not run /usr/sbin/gpucmdd"
-	sed "s|^ExecStart=/usr/sbin/gpucmdd|ExecStart=$daemon|" "$src/$u" >"$dir/units/$u"
+	sed "s|^\(Exec[A-Za-z]*=\)/usr/sbin/gpucmdd|\1$daemon|" "$src/$u" >"$dir/units/$u"
 done
 man_opt=""
 if command -v man >/dev/null; then
@@ -75,9 +76,14 @@ for u in gpucmdd.service gpucmdd@.service; do
 		RestrictAddressFamilies=AF_UNIX LockPersonality=yes \
 		MemoryDenyWriteExecute=yes DevicePolicy=closed \
 		'DeviceAllow=char-nvidia* rw' \
+		'ExecReload=/usr/sbin/gpucmdd --check-config' \
 		'ExecReload=/bin/kill -HUP $MAINPID'; do
 		has "$u" "$line"
 	done
+	# A file that does not load fails the reload before the signal goes.
+	[ "$(grep '^ExecReload=' "$src/$u" | head -n 1)" = \
+		'ExecReload=/usr/sbin/gpucmdd --check-config' ] ||
+		fail "$u: the first ExecReload= does not check the file"
 	grep -q '^Documentation=man:gpucmdd(8)' "$src/$u" || fail "$u: no man:gpucmdd(8)"
 done
 for u in gpucmdd.socket gpucmdd@.socket; do
