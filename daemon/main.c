@@ -69,6 +69,7 @@ struct early_args {
 	bool check_only;
 	bool probe;
 	bool bad;	/* an option getopt refused: a usage error first */
+	bool absent;	/* no file at the default place: built-in defaults */
 };
 
 static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -258,14 +259,21 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 }
 
 /* Defaults, then the file.  0, or the exit status. */
-static int load_file(const struct early_args *e, struct config *cfg)
+static int load_file(struct early_args *e, struct config *cfg)
 {
 	char err[512];
 	int rc;
 
 	rc = config_load(cfg, e->config, err, sizeof(err));
-	if (rc == -ENOENT && !e->config_given && !e->check_only)
-		return 0;	/* no file at the default place: defaults */
+	/*
+	 * No file at the default place: the built-in defaults, for the check
+	 * too (the units' ExecReload= runs it: a daemon without a file has
+	 * nothing to reload, which is no reason to fail the reload).
+	 */
+	if (rc == -ENOENT && !e->config_given) {
+		e->absent = true;
+		return 0;
+	}
 	if (rc != 0) {
 		fprintf(stderr, "gpucmdd: %s\n", err);
 		return 1;
@@ -412,7 +420,13 @@ int main(int argc, char **argv)
 	if (early.check_only) {
 		if (rc == 0)
 			rc = check_host(&cfg);
-		if (rc == 0)
+		if (rc == 0 && early.absent)
+			printf("%s: no such file, so the built-in defaults: ok "
+			       "(%u services, backend %s, socket %s)\n",
+			       early.config, cfg.nservices,
+			       config_backend_name(cfg.backend),
+			       cfg.socket_path);
+		else if (rc == 0)
 			printf("%s: ok (%u services, backend %s, socket %s)\n",
 			       early.config, cfg.nservices,
 			       config_backend_name(cfg.backend),

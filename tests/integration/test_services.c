@@ -3091,6 +3091,20 @@ START_TEST(check_config_good_and_bad)
 			 "--config", missing, NULL);
 	ck_assert_int_eq(rc, 1);
 	ck_assert_msg(strstr(err, missing) != NULL, "stderr: %s", err);
+	/*
+	 * None at the default place is the built-in defaults, as at start
+	 * (the units' ExecReload= runs the check), and says so.  Only where
+	 * this machine has no such file.
+	 */
+	if (access("/etc/gpucmd/gpucmdd.conf", F_OK) != 0 && errno == ENOENT) {
+		rc = run_gpucmdd(out, sizeof(out), err, sizeof(err),
+				 "--check-config", NULL);
+		ck_assert_msg(rc == 0, "--check-config without a file exited "
+			      "%d: %s%s", rc, out, err);
+		ck_assert_msg(strstr(out, "/etc/gpucmd/gpucmdd.conf: no such "
+				     "file, so the built-in defaults: ok") !=
+				      NULL, "stdout: %s", out);
+	}
 
 	/*
 	 * A group that does not exist would stop the daemon at start: the
