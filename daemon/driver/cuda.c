@@ -25,8 +25,10 @@
  * is lost.
  *
  * Built-in kernels.  kernels/builtin.cu is compiled to PTX by nvcc at build
- * time and embedded (cuda.mk, kernels/builtin_ptx.h); the first
- * builtin_function loads it as a module, which JIT compiles it for this GPU.
+ * time and embedded (cuda.mk, kernels/builtin_ptx.h); open loads it as a
+ * module, which JIT compiles it for this GPU before the daemon serves, so
+ * that no service waits for the compile behind a first launch (a load that
+ * failed for memory is tried again at the first builtin_function).
  *
  * The driver API comes from cuda_api.h, the daemon's own declarations of
  * the calls it makes (checked against NVIDIA's cuda.h by check_cuda_api
@@ -554,6 +556,8 @@ static int cuda_properties(struct cuda_driver *cd, struct driver_properties *p)
  * Must be called on the device thread: the context is made current on the
  * calling thread, and every later call of this backend relies on that.
  */
+static int cuda_builtin_load(struct cuda_driver *cd);
+
 static int cuda_open(struct driver *d, int device,
 		     struct driver_properties *props)
 {
@@ -596,6 +600,16 @@ static int cuda_open(struct driver *d, int device,
 	}
 	cd->ctx = ctx;
 	cd->base.props = p;
+	/*
+	 * The JIT compile of the built-ins (up to a second where the compute
+	 * cache is cold or unwritable) happens here, before READY, not on
+	 * the device thread inside some service's batch.  Its failure is
+	 * remembered and told at the first use, not here.
+	 */
+	if (gpucmd_builtin_ptx_len > 0) {
+		(void)cuda_builtin_load(cd);
+		cd->base.error[0] = '\0';
+	}
 	*props = p;
 	return 0;
 }
