@@ -1561,6 +1561,15 @@ static int op_graph_launch(struct command_ctx *ctx, struct batch *b, size_t i,
 		return fail(b, GPUCMD_ENOTFOUND,
 			    "graph %llu does not exist on this connection",
 			    (unsigned long long)op->graph);
+	if (b->conn->set->replay_ops + g->nops > STREAMS_REPLAY_OPS_MAX)
+		return fail(b, GPUCMD_ELIMIT,
+			    "graph %llu replays %u ops, and this connection's "
+			    "launches not yet complete hold %llu, the most a "
+			    "connection may is %u: wait for earlier launches "
+			    "(sync) before more",
+			    (unsigned long long)op->graph, g->nops,
+			    (unsigned long long)b->conn->set->replay_ops,
+			    STREAMS_REPLAY_OPS_MAX);
 	/* Order the replay behind every use of every buffer it touches. */
 	bind = calloc(g->nhandles + 1, sizeof(*bind));
 	if (bind == NULL)
@@ -1577,6 +1586,9 @@ static int op_graph_launch(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (rc != 0)
 		return fail(b, rc, "the driver refused to launch graph %llu: "
 			    "%s", (unsigned long long)op->graph, d->error);
+	/* Counted until the batch completes (dispatch_batch_free). */
+	b->conn->set->replay_ops += g->nops;
+	b->replay_ops += g->nops;
 	result_done(&b->results[i]);
 	return 0;
 }
@@ -2075,6 +2087,10 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 
 void dispatch_batch_free(struct command_ctx *ctx, struct batch *b)
 {
+	/* Its replays have run: the batch completed, or was never run. */
+	if (b->replay_ops != 0)
+		b->conn->set->replay_ops -= b->replay_ops;
+	b->replay_ops = 0;
 	/* Descriptors no attach op took (the batch failed before them). */
 	for (size_t i = b->fds_used; i < b->nfds; i++)
 		close(b->fds[i]);

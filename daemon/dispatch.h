@@ -49,6 +49,7 @@ struct batch {
 	uint64_t reply_bytes;		/* inline read data and reports so far */
 	uint32_t reports;		/* report ops run (REPORTS_PER_BATCH_MAX) */
 	uint64_t cost;			/* executor_submit's, until completed */
+	uint64_t replay_ops;		/* in its set's replay_ops until freed */
 	int *fds;			/* region descriptors sent with the frame */
 	size_t nfds;
 	size_t fds_used;

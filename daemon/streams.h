@@ -59,6 +59,17 @@
  * cannot grow without bound one small launch at a time.
  */
 #define STREAMS_GRAPH_OPS_MAX (1u << 18)
+/*
+ * Ops that a connection's graph launches have enqueued and whose batches
+ * have not completed.  A launch of a few bytes on the wire copies the
+ * graph's whole op list onto the stream (the host backend, on the device
+ * thread), so without a bound one batch of launches of a large graph made
+ * the daemon hold gigabytes and the device thread copy for seconds while
+ * every other service waited.  As many as the graphs may record: one
+ * graph of the largest size, whose copy takes the device thread about as
+ * long as a batch of max_ops_per_batch launches.
+ */
+#define STREAMS_REPLAY_OPS_MAX STREAMS_GRAPH_OPS_MAX
 
 struct drop_queue;
 struct graph;
@@ -135,6 +146,8 @@ struct stream_set {
 	uint32_t ngraphs;			/* both lists, and the recordings */
 	uint64_t graph_bytes;			/* write data the graphs keep */
 	uint32_t graph_ops;			/* ops they recorded */
+	/* Ops graph launches enqueued, batches not complete (REPLAY_OPS_MAX). */
+	uint64_t replay_ops;
 	struct region *regions;			/* attached shared regions */
 	struct module_cache *module_cache;	/* the daemon's, for teardown */
 	struct module_ref *modules;		/* modules this connection loaded */

@@ -1217,6 +1217,51 @@ START_TEST(captured_ops_are_bounded)
 }
 END_TEST
 
+/*
+ * Graph launches are bounded by the ops they enqueue: a connection's
+ * launches not yet complete may replay 262144 ops (one graph of the
+ * largest size), then GPUCMD_ELIMIT with the numbers.  A launch is a few
+ * bytes on the wire but copies the whole graph onto the stream: one batch
+ * of 300 launches of a 65000-op graph used to make the daemon hold 2.4 GB
+ * and keep the device thread, and every other service, for 7 s.
+ */
+START_TEST(graph_replays_are_bounded)
+{
+	enum { OPS = 65000, FIT = (1 << 18) / OPS };
+	struct gpucmd_arg fill[3] = { buf_arg(1), u32_arg(7), u32_arg(1) };
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_batch *b;
+	int idx = -1;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_batch_capture_begin(b);
+	for (int i = 0; i < OPS; i++)
+		gpucmd_batch_kernel(b, "fill_u32", ONE, ONE, fill, 3);
+	gpucmd_batch_capture_end(b, 1);
+	run_done(b);
+	b = batch(c, 0);
+	for (int i = 0; i < 2 * FIT; i++)
+		gpucmd_batch_graph_launch(b, 1);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
+	ck_assert_int_eq(idx, FIT);
+	ck_assert_msg(strstr(last_message, "262144") != NULL, "%s",
+		      last_message);
+	/* Once a batch of launches completed, its ops count no more. */
+	b = batch(c, 0);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	for (int k = 0; k < 2; k++) {
+		b = batch(c, 0);
+		for (int i = 0; i < FIT; i++)
+			gpucmd_batch_graph_launch(b, 1);
+		gpucmd_batch_sync(b);
+		run_done(b);
+	}
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(capture_refuses_reads_syncs_allocations)
 {
 	struct gpucmd_conn *c = connect_as("ops");
@@ -1853,6 +1898,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, capture_ignores_uses_that_completed);
 	tcase_add_test(tc, profiles_and_graphs_are_bounded);
 	tcase_add_test(tc, captured_ops_are_bounded);
+	tcase_add_test(tc, graph_replays_are_bounded);
 	tcase_add_test(tc, graph_destroy_then_launch);
 	tcase_add_test(tc, evict_a_service);
 	tcase_add_test(tc, evict_one_connection);
