@@ -2021,6 +2021,23 @@ bool dispatch_needs_stream(const Gpucmd__Request *req)
 	return false;
 }
 
+/*
+ * Whether an op after op i runs device code, which can fault: a read or
+ * sync at i then needs a fence of its own, or the batch's last fence
+ * would pin that later fault on it (executor_barrier).
+ */
+static bool may_fault_after(const Gpucmd__Request *req, size_t i)
+{
+	for (size_t k = i + 1; k < req->n_ops; k++) {
+		if (req->ops[k] == NULL)
+			return false;	/* the batch stops there */
+		if (req->ops[k]->op_case == GPUCMD__OP__OP_KERNEL ||
+		    req->ops[k]->op_case == GPUCMD__OP__OP_GRAPH_LAUNCH)
+			return true;
+	}
+	return false;
+}
+
 void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 {
 	size_t n = b->req->n_ops;
@@ -2075,8 +2092,11 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 			break;
 		if (b->fence_index < 0 &&
 		    (b->req->ops[i]->op_case == GPUCMD__OP__OP_READ ||
-		     b->req->ops[i]->op_case == GPUCMD__OP__OP_SYNC))
+		     b->req->ops[i]->op_case == GPUCMD__OP__OP_SYNC)) {
 			b->fence_index = (int)i;
+			if (may_fault_after(b->req, i))
+				executor_barrier(b->ex, b);
+		}
 	}
 	b->nresults = i;
 	if (rc != 0) {

@@ -40,6 +40,7 @@ struct batch {
 	int error;
 	uint32_t failed_index;
 	int fence_index;		/* first read/sync op, -1 when none */
+	bool barrier;			/* a fence of its own follows that op */
 	bool replied;
 	char message[768];
 	struct batch *next;		/* executor inbox */

@@ -312,6 +312,7 @@ struct fence {
 	struct stream *stream;
 	uint64_t seq;
 	uint64_t cursor;	/* the stream's cursor when it was enqueued */
+	bool barrier;		/* right after the batch's first read/sync */
 	int status;
 	struct fence *next;
 };
@@ -332,7 +333,7 @@ static void on_fence(void *arg, int status)
 	pthread_mutex_unlock(&ex->lock);
 }
 
-int executor_fence(struct executor *ex, struct batch *b)
+static int enqueue_fence(struct executor *ex, struct batch *b, bool barrier)
 {
 	struct driver *d = ex->driver;
 	struct fence *f;
@@ -359,6 +360,7 @@ int executor_fence(struct executor *ex, struct batch *b)
 	f->stream = b->stream;
 	f->seq = b->stream->submitted + 1;
 	f->cursor = b->stream->cursor;
+	f->barrier = barrier;
 	rc = d->ops->host_callback(d, b->stream->ds, on_fence, f);
 	if (rc != 0) {
 		free(f);
@@ -368,6 +370,21 @@ int executor_fence(struct executor *ex, struct batch *b)
 	b->pending++;
 	ex->fences_out++;
 	return 0;
+}
+
+int executor_fence(struct executor *ex, struct batch *b)
+{
+	return enqueue_fence(ex, b, false);
+}
+
+void executor_barrier(struct executor *ex, struct batch *b)
+{
+	/*
+	 * Without it the batch's last fence answers the read or sync, as
+	 * it does when nothing that can fault follows them.
+	 */
+	if (enqueue_fence(ex, b, true) == 0)
+		b->barrier = true;
 }
 
 /* Fill the profile results whose events have now completed. */
@@ -532,6 +549,13 @@ static void complete_fence(struct executor *ex, struct fence *f)
 		s->fault_pending = true;
 		device_lost(ex, b, s);
 	}
+	/*
+	 * The batch's read or sync is answered by the fault of the work
+	 * before it, which its barrier covers (fences of a stream complete
+	 * in order): a fault of later work stays pending for the next wait.
+	 */
+	if (f->barrier)
+		report_fault(b, s);
 	free(f);
 	/*
 	 * A held batch was answered as completed already (run_batch): an
@@ -539,7 +563,8 @@ static void complete_fence(struct executor *ex, struct fence *f)
 	 */
 	if (--b->pending > 0 || !b->dispatched || b->held)
 		return;
-	report_fault(b, s);
+	if (!b->barrier)
+		report_fault(b, s);
 	finish_batch(ex, b);
 }
 

@@ -133,5 +133,12 @@ struct batch;
  * b answers only once every fence it enqueued has completed.
  */
 int executor_fence(struct executor *ex, struct batch *b);
+/**
+ * Enqueue a fence for batch b right after its first read or sync (device
+ * thread), when work that may fault follows them in the batch: that
+ * fence, not the batch's last, says whether the read or sync saw a fault.
+ * Nothing changes when it cannot be enqueued.
+ */
+void executor_barrier(struct executor *ex, struct batch *b);
 /** The live connections' device state, linked by next (device thread). */
 struct stream_set *executor_sets(struct executor *ex);

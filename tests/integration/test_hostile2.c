@@ -1900,6 +1900,29 @@ START_TEST(kernel_fault_stays_on_its_stream)
 		ck_assert_int_eq(memcmp(data, "after", 5), 0);
 		gpucmd_response_free(r);
 	}
+	/*
+	 * A fault after the read in the same batch is not the read's: the
+	 * data it read before it is good, and the next wait reports the
+	 * fault.  (The batch's one fence used to pin it on the read, drop
+	 * the data, and leave the later sync nothing to report.)
+	 */
+	bt = batch(a, 0);
+	gpucmd_batch_create_with_data(bt, 11, "before", 6);
+	gpucmd_batch_read(bt, 11, 0, 6);
+	gpucmd_batch_kernel(bt, "fault", one, one, NULL, 0);
+	gpucmd_batch_release(bt, 11);
+	{
+		const void *data;
+		size_t len;
+
+		r = run_ok(bt);
+		ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+		ck_assert_int_eq(memcmp(data, "before", 6), 0);
+		gpucmd_response_free(r);
+	}
+	bt = batch(a, 0);
+	gpucmd_batch_sync(bt);
+	run_fails(bt, 0, GPUCMD_ESTREAM, "stream fault");
 	/* A fault followed by a read in the same batch: the read reports it. */
 	bt = batch(a, 0);
 	gpucmd_batch_kernel(bt, "fault", one, one, NULL, 0);
