@@ -1561,7 +1561,8 @@ static int op_graph_launch(struct command_ctx *ctx, struct batch *b, size_t i,
 		return fail(b, GPUCMD_ENOTFOUND,
 			    "graph %llu does not exist on this connection",
 			    (unsigned long long)op->graph);
-	if (b->conn->set->replay_ops + g->nops > STREAMS_REPLAY_OPS_MAX)
+	if (d->props.graph_launch_copies &&
+	    b->conn->set->replay_ops + g->nops > STREAMS_REPLAY_OPS_MAX)
 		return fail(b, GPUCMD_ELIMIT,
 			    "graph %llu replays %u ops, and this connection's "
 			    "launches not yet complete hold %llu, the most a "

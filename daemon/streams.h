@@ -67,7 +67,10 @@
  * the daemon hold gigabytes and the device thread copy for seconds while
  * every other service waited.  As many as the graphs may record: one
  * graph of the largest size, whose copy takes the device thread about as
- * long as a batch of max_ops_per_batch launches.
+ * long as a batch of max_ops_per_batch launches.  Only on a backend whose
+ * launch copies them (driver_properties.graph_launch_copies): CUDA's
+ * cuGraphLaunch is one call whatever the graph holds, and there pipelined
+ * replays of a captured graph are the fast path, not to be refused.
  */
 #define STREAMS_REPLAY_OPS_MAX STREAMS_GRAPH_OPS_MAX
 

@@ -57,6 +57,13 @@ struct driver_properties {
 	 * memory before it copies (command_reserve_cpu).
 	 */
 	bool pageable_copies_block;
+	/*
+	 * A graph launch copies the graph's ops onto the stream (the host
+	 * backend plays a graph back op by op): launches in flight cost the
+	 * daemon memory and device-thread time per op, and are bounded by
+	 * their ops (STREAMS_REPLAY_OPS_MAX).  CUDA's cuGraphLaunch does not.
+	 */
+	bool graph_launch_copies;
 };
 
 /* Module formats accepted by module_load. */

@@ -1391,6 +1391,7 @@ static void host_properties(struct driver_properties *p, uint64_t budget)
 	p->max_page_size = budget / 4;
 	p->alignment = HOST_ALIGNMENT;
 	p->mem_alloc_zeroes = true;
+	p->graph_launch_copies = true;
 	p->max_threads_per_block = 1024;
 	p->max_grid[0] = INT32_MAX;
 	p->max_grid[1] = 65535;

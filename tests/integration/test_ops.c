@@ -1223,7 +1223,8 @@ END_TEST
  * largest size), then GPUCMD_ELIMIT with the numbers.  A launch is a few
  * bytes on the wire but copies the whole graph onto the stream: one batch
  * of 300 launches of a 65000-op graph used to make the daemon hold 2.4 GB
- * and keep the device thread, and every other service, for 7 s.
+ * and keep the device thread, and every other service, for 7 s.  Not on
+ * CUDA, where a launch does not copy the graph's ops.
  */
 START_TEST(graph_replays_are_bounded)
 {
@@ -1243,6 +1244,13 @@ START_TEST(graph_replays_are_bounded)
 	b = batch(c, 0);
 	for (int i = 0; i < 2 * FIT; i++)
 		gpucmd_batch_graph_launch(b, 1);
+	/* On CUDA a launch is one driver call, whatever the graph holds. */
+	if (strcmp(gpucmd_info(c)->backend, "cuda") == 0) {
+		gpucmd_batch_sync(b);
+		run_done(b);
+		gpucmd_close(c);
+		return;
+	}
 	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ELIMIT);
 	ck_assert_int_eq(idx, FIT);
 	ck_assert_msg(strstr(last_message, "262144") != NULL, "%s",
