@@ -785,6 +785,18 @@ static void on_signal(uv_signal_t *sig, int signum)
 {
 	struct server *srv = sig->data;
 
+	/*
+	 * A second signal while batches drain (a long spin, an operator's
+	 * second Ctrl-C): exit now, as systemd's SIGKILL at TimeoutStopSec=
+	 * would, but with a line that says what was left.
+	 */
+	if (srv->stopping) {
+		log_warn("%s again: exiting now, without waiting for the "
+			 "batches in flight of %u connection%s",
+			 strsignal(signum), srv->nsessions,
+			 srv->nsessions == 1 ? "" : "s");
+		_exit(1);
+	}
 	log_notice("%s: shutting down (%u connections open)",
 		   strsignal(signum), srv->nsessions);
 	server_stop(srv);
@@ -932,8 +944,23 @@ static void on_tick(uv_timer_t *t)
 	struct server *srv = t->data;
 	char buf[256];
 
-	if (srv->stopping)
+	if (srv->stopping) {
+		/*
+		 * The drain waits for work a client queued (a spin may run a
+		 * minute): say so, in systemctl status and every 10 s in
+		 * the log, so that a slow stop does not look wedged.
+		 */
+		snprintf(buf, sizeof(buf), "stopping: waiting for the batches "
+			 "in flight of %u connection%s (a second SIGTERM or "
+			 "SIGINT exits now)", srv->nsessions,
+			 srv->nsessions == 1 ? "" : "s");
+		sd_status("%s", buf);
+		if (sd_watchdog_usec() != 0)
+			sd_watchdog_ping();
+		if (++srv->stop_ticks % (10000 / SERVER_TICK_MS) == 0)
+			log_notice("%s", buf);
 		return;
+	}
 	status_line(srv, buf, sizeof(buf));
 	sd_status("%s", buf);
 	if (sd_watchdog_usec() != 0)

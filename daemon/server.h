@@ -78,6 +78,7 @@ struct server {
 	uint64_t next_id;
 	bool listening;
 	bool stopping;
+	uint32_t stop_ticks;	/* ticks since server_stop (drain progress) */
 	int exit_code;			/* server_run's result */
 	/*
 	 * Rebuild the settings for a reload: defaults, the file, then the

@@ -8,6 +8,8 @@
 #   - SIGHUP (systemctl reload): RELOADING=1 with MONOTONIC_USEC=, then
 #     READY=1 once the file is read, for a file that loads and for one the
 #     daemon refuses (it serves on with its settings);
+#   - SIGTERM with a batch in flight: STOPPING=1, a STATUS=stopping: line
+#     while it waits, pings going on; a second SIGTERM exits 1 at once;
 #   - SIGTERM: STOPPING=1, then exit status 0;
 #   - without WATCHDOG_USEC no WATCHDOG=1 is sent.
 # python3 listens on the socket (each datagram is appended to a file).
@@ -91,7 +93,32 @@ printf 'sync\n' | "$BUILD/gpucmd" --socket "$sock" exec >/dev/null 2>&1 ||
 	fail "exec failed"
 wait_for wd '^STATUS=serving .*: [0-9]+ connections, [0-9]+ services, [1-9][0-9]* batches$'
 
-stop_daemon
+# A stop waits for the batches in flight (here a 20 s spin): the STATUS=
+# line says so and the watchdog pings go on; a second SIGTERM exits at
+# once, with status 1 and a line that says what was left.
+printf 'kernel spin grid=1 block=1 u32:20000000\nsync\n' |
+	"$BUILD/gpucmd" --socket "$sock" exec >/dev/null 2>&1 &
+spinner=$!
+wait_for wd '^STATUS=serving .*: 1 connections'
+sleep 1
+kill -TERM "$pid"
+wait_for wd '^STOPPING=1$'
+wait_for wd '^STATUS=stopping: waiting for the batches in flight of 1 connection '
+pings=$(grep -c '^WATCHDOG=1$' "$dir/wd.msgs")
+i=0
+while [ "$(grep -c '^WATCHDOG=1$' "$dir/wd.msgs")" -lt $((pings + 3)) ]; do
+	i=$((i + 1))
+	[ $i -gt 250 ] && fail "the watchdog pings stopped while the stop waits"
+	kill -0 "$pid" 2>/dev/null || fail "the daemon exited with a spin in flight"
+	sleep 0.02
+done
+kill -TERM "$pid"
+wait_exit "the daemon, after a second SIGTERM,"
+[ "$status" -eq 1 ] || fail "a second SIGTERM: exit $status, not 1"
+grep -q 'again: exiting now, without waiting for the batches in flight of 1 connection$' \
+	"$dir/wd.log" || fail "no log line for the second SIGTERM: $(cat "$dir/wd.log")"
+wait "$spinner" && fail "the client of the abandoned spin succeeded"
+pid=
 grep -q '^STOPPING=1$' "$dir/wd.msgs" || fail "no STOPPING=1 after SIGTERM"
 kill "$pids" 2>/dev/null
 wait "$pids" 2>/dev/null
