@@ -195,8 +195,12 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 	struct driver *d = cmd->ctx->driver;
 	const struct service *svc = cmd->service;
 	uint64_t limit = atomic_load(&svc->memory_limit);
-	char lim[48];
+	char lim[48], cap[256] = "";
 
+	/* A capped pool refused it, not the service's limit: name the cap. */
+	if (rc == GPUCMD_ECAPACITY)
+		memory_manager_describe_capacity(cmd->current->memory, size,
+						 cap, sizeof(cap));
 	streams_usage(cmd->set, &u);
 	if (limit != 0)
 		snprintf(lim, sizeof(lim), "%llu", (unsigned long long)limit);
@@ -206,7 +210,7 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 		 "%s: cannot allocate %llu bytes on stream %u; service '%s' "
 		 "has %llu bytes in use (limit %s), this connection %llu in use "
 		 "and %llu reserved, largest free block %llu, fragmentation "
-		 "%.2f, device total %llu bytes%s%s",
+		 "%.2f, device total %llu bytes%s%s%s%s",
 		 gpucmd_strerror(rc), (unsigned long long)size,
 		 cmd->current->number, svc->name,
 		 (unsigned long long)svc->bytes_in_use, lim,
@@ -216,6 +220,7 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 			 cmd->current->memory),
 		 fragmentation(cmd->current->memory),
 		 (unsigned long long)d->props.total_memory,
+		 cap[0] ? "; " : "", cap,
 		 d->error[0] ? "; driver: " : "", d->error);
 }
 

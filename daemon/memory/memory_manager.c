@@ -773,6 +773,29 @@ uint64_t memory_manager_largest_free(const struct memory_manager *mm)
 	return dynamic > persistent ? dynamic : persistent;
 }
 
+void memory_manager_describe_capacity(const struct memory_manager *mm,
+				      uint64_t size, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < mm->npools && n < len; i++) {
+		const struct pool *p = mm->pools[i];
+
+		if (p->stats.max_pool_size == 0 || !pool_accept(p, size))
+			continue;
+		n += (size_t)snprintf(buf + n, len - n, "%spool %zu (%s, "
+				      "pages of %llu) holds %llu of its "
+				      "max_pool_size of %llu bytes",
+				      n ? ", " : "", i,
+				      memory_pool_kind_name(p->stats.kind),
+				      (unsigned long long)p->stats.page_size,
+				      (unsigned long long)(p->stats.pages *
+							   p->stats.page_size),
+				      (unsigned long long)p->stats.max_pool_size);
+	}
+}
+
 size_t memory_manager_report(const struct memory_manager *mm,
 			     struct memory_pool_report *out, size_t max)
 {

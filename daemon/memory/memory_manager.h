@@ -104,6 +104,7 @@ struct memory_pool_report {
 	enum memory_pool_kind kind;
 	uint64_t page_size;	/* sliced: page size; exclusive: max_alloc */
 	uint64_t max_slice;
+	uint64_t max_pool_size;	/* sliced: the cap on its pages' bytes (0 none) */
 	uint64_t pages;		/* device allocations held now */
 	uint64_t pages_peak;
 	struct memory_usage usage;
@@ -194,6 +195,12 @@ void memory_manager_usage(const struct memory_manager *mm,
 			  struct memory_usage *out);
 /** Largest free block held in any pool (0 when none). */
 uint64_t memory_manager_largest_free(const struct memory_manager *mm);
+/**
+ * Why size was GPUCMD_ECAPACITY, as a sentence into buf: the capped pools
+ * that take the size and the max_pool_size each holds ("" when none).
+ */
+void memory_manager_describe_capacity(const struct memory_manager *mm,
+				      uint64_t size, char *buf, size_t len);
 /**
  * Per-pool report, dynamic pools in routing order then the persistent pool;
  * writes up to max entries, returns how many pools there are.

@@ -505,6 +505,7 @@ int pool_sliced_create(const struct memory_pool_options *opt,
 	sp->page_size = opt->page_size;
 	sp->max_alloc = max_slice;
 	sp->max_pages = opt->max_pool_size / opt->page_size;
+	sp->base.stats.max_pool_size = sp->max_pages * opt->page_size;
 	sp->base.accept_max = max_slice;
 	/*
 	 * An uncapped pool also takes a request that fills most of a page:

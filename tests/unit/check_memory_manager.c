@@ -511,6 +511,19 @@ START_TEST(capacity_exceeded)
 	ck_assert_int_eq(memory_manager_reserve(mm, 2 * KIB, &a),
 			 GPUCMD_ECAPACITY);
 	ck_assert_ptr_null(a.slice);
+	/* The sentence names the cap that refused it. */
+	{
+		char why[256];
+
+		memory_manager_describe_capacity(mm, 2 * KIB, why, sizeof(why));
+		ck_assert_str_eq(why, "pool 0 (sliced, pages of 65536) holds "
+				      "131072 of its max_pool_size of 131072 "
+				      "bytes");
+		/* A size no capped pool takes: nothing to name. */
+		memory_manager_describe_capacity(mm, 100 * KIB, why,
+						 sizeof(why));
+		ck_assert_str_eq(why, "");
+	}
 	/* Small enough for it: spills there. */
 	take(mm, 1 * KIB);
 	ck_assert_uint_eq(usage(mm).bytes_reserved, 128 * KIB + 1 * KIB);
