@@ -853,15 +853,20 @@ static int cuda_mem_alloc(struct driver *d, uint64_t size, uint64_t *ptr)
 		size_t free_bytes = 0;
 		size_t total_bytes = 0;
 
+		/* Unknown numbers are said to be unknown, not "0 of 0". */
 		if (cd->cu.cuMemGetInfo(&free_bytes, &total_bytes) !=
 		    CUDA_SUCCESS)
-			free_bytes = total_bytes = 0;
-		cuda_set_error(cd,
-			       "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: the device "
-			       "has no room for %llu bytes (%zu of %zu bytes "
-			       "free, possibly used by other processes)",
-			       (unsigned long long)size, free_bytes,
-			       total_bytes);
+			cuda_set_error(cd, "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: "
+				       "the device has no room for %llu bytes "
+				       "(how much is free, the driver could "
+				       "not say)", (unsigned long long)size);
+		else
+			cuda_set_error(cd, "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: "
+				       "the device has no room for %llu bytes "
+				       "(%zu of %zu bytes free, possibly used "
+				       "by other processes)",
+				       (unsigned long long)size, free_bytes,
+				       total_bytes);
 		return GPUCMD_ENOMEM;
 	}
 	if (r != CUDA_SUCCESS)
