@@ -45,15 +45,23 @@ with open(sys.argv[2], "a") as out:
 	: >>"$dir/$1.msgs"
 }
 
-# wait_for NAME PATTERN [TRIES]: a line of NAME.msgs matches (grep -E).
-wait_for() {
+# until_ok WHAT COMMAND...: run COMMAND every 20 ms until it succeeds, for
+# up to 10 s, the daemon ($pid) alive all along; else fail saying WHAT.
+until_ok() {
+	what=$1
+	shift
 	i=0
-	until grep -Eq "$2" "$dir/$1.msgs"; do
+	until "$@"; do
 		i=$((i + 1))
-		[ $i -gt "${3:-500}" ] && fail "no '$2' from the daemon"
-		kill -0 "$pid" 2>/dev/null || fail "the daemon exited waiting for '$2'"
+		[ $i -gt 500 ] && fail "$what"
+		kill -0 "$pid" 2>/dev/null || fail "the daemon exited: $what"
 		sleep 0.02
 	done
+}
+
+# wait_for NAME PATTERN: a line of NAME.msgs matches (grep -E).
+wait_for() {
+	until_ok "no '$2' from the daemon" grep -Eq "$2" "$dir/$1.msgs"
 }
 
 # ---- with the watchdog ------------------------------------------------------
@@ -79,13 +87,11 @@ first_ready=$(grep -n '^READY=1$' "$dir/wd.msgs" | head -n 1 | cut -d: -f1)
 first_open=$(grep -n '^STATUS=opening' "$dir/wd.msgs" | head -n 1 | cut -d: -f1)
 [ "$first_open" -lt "$first_ready" ] || fail "STATUS=opening came after READY=1"
 
-# 100 ms pings: three of them within a few seconds.
-i=0
-while [ "$(grep -c '^WATCHDOG=1$' "$dir/wd.msgs")" -lt 3 ]; do
-	i=$((i + 1))
-	[ $i -gt 250 ] && fail "fewer than 3 WATCHDOG=1 in 5 s with WatchdogSec=0.2"
-	sleep 0.02
-done
+# 100 ms pings: three of them within a few seconds (three_more: three more
+# than $pings).
+pings=0
+three_more() { [ "$(grep -c '^WATCHDOG=1$' "$dir/wd.msgs")" -ge $((pings + 3)) ]; }
+until_ok "fewer than 3 WATCHDOG=1 in 10 s with WatchdogSec=0.2" three_more
 
 # A batch shows up in the refreshed STATUS= (a sync on a new stream; the
 # event loop answers pings itself, uncounted).
@@ -105,13 +111,7 @@ kill -TERM "$pid"
 wait_for wd '^STOPPING=1$'
 wait_for wd '^STATUS=stopping: waiting for the batches in flight of 1 connection '
 pings=$(grep -c '^WATCHDOG=1$' "$dir/wd.msgs")
-i=0
-while [ "$(grep -c '^WATCHDOG=1$' "$dir/wd.msgs")" -lt $((pings + 3)) ]; do
-	i=$((i + 1))
-	[ $i -gt 250 ] && fail "the watchdog pings stopped while the stop waits"
-	kill -0 "$pid" 2>/dev/null || fail "the daemon exited with a spin in flight"
-	sleep 0.02
-done
+until_ok "the watchdog pings stopped while the stop waits" three_more
 kill -TERM "$pid"
 wait_exit "the daemon, after a second SIGTERM,"
 [ "$status" -eq 1 ] || fail "a second SIGTERM: exit $status, not 1"
@@ -140,16 +140,11 @@ grep -q '^RELOADING=1$' "$dir/plain.msgs" && fail "RELOADING=1 sent before any S
 # and a READY=1 datagram followed it.
 reloaded() {
 	wait_for plain '^RELOADING=1$'
-	i=0
-	until awk -v n="$1" '/^RELOADING=1$/ { r = 1 } /^MONOTONIC_USEC=[0-9]+$/ { m = 1 }
+	until_ok "reload $1: no RELOADING=1 with MONOTONIC_USEC=, then READY=1" \
+		awk -v n="$1" '/^RELOADING=1$/ { r = 1 } /^MONOTONIC_USEC=[0-9]+$/ { m = 1 }
 		/^READY=1$/ { if (seen == n) ready = 1 }
 		/^--$/ { if (r && m) seen++; r = m = 0 }
-		END { exit !(seen >= n && ready) }' "$dir/plain.msgs"; do
-		i=$((i + 1))
-		[ $i -gt 500 ] && fail "reload $1: no RELOADING=1 with MONOTONIC_USEC=, then READY=1"
-		kill -0 "$pid" 2>/dev/null || fail "the daemon exited in reload $1"
-		sleep 0.02
-	done
+		END { exit !(seen >= n && ready) }' "$dir/plain.msgs"
 }
 kill -HUP "$pid"
 reloaded 1

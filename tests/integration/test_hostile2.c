@@ -400,6 +400,19 @@ static void teardown(void)
 
 /* ---- frames in the wrong shape or place ---------------------------------------- */
 
+/* Run b, whose op 1 is a read that must give the n bytes of want. */
+static void run_reads_back(struct gpucmd_batch *b, const void *want, size_t n)
+{
+	struct gpucmd_response *r = run_ok(b);
+	const void *data;
+	size_t len;
+
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+	ck_assert_uint_eq(len, n);
+	ck_assert_int_eq(memcmp(data, want, n), 0);
+	gpucmd_response_free(r);
+}
+
 START_TEST(truncated_body_then_hangup)
 {
 	uint8_t buf[FRAME_HEADER_SIZE + 500];
@@ -1891,15 +1904,7 @@ START_TEST(kernel_fault_stays_on_its_stream)
 	gpucmd_batch_read(bt, 10, 0, 5);
 	gpucmd_batch_release(bt, 10);
 	gpucmd_batch_sync(bt);
-	{
-		const void *data;
-		size_t len;
-
-		r = run_ok(bt);
-		ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
-		ck_assert_int_eq(memcmp(data, "after", 5), 0);
-		gpucmd_response_free(r);
-	}
+	run_reads_back(bt, "after", 5);
 	/*
 	 * A fault after the read in the same batch is not the read's: the
 	 * data it read before it is good, and the next wait reports the
@@ -1911,15 +1916,7 @@ START_TEST(kernel_fault_stays_on_its_stream)
 	gpucmd_batch_read(bt, 11, 0, 6);
 	gpucmd_batch_kernel(bt, "fault", one, one, NULL, 0);
 	gpucmd_batch_release(bt, 11);
-	{
-		const void *data;
-		size_t len;
-
-		r = run_ok(bt);
-		ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
-		ck_assert_int_eq(memcmp(data, "before", 6), 0);
-		gpucmd_response_free(r);
-	}
+	run_reads_back(bt, "before", 6);
 	bt = batch(a, 0);
 	gpucmd_batch_sync(bt);
 	run_fails(bt, 0, GPUCMD_ESTREAM, "stream fault");
