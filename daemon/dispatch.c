@@ -712,6 +712,18 @@ static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b,
 			    "copy, add_f32, scale_f32, saxpy_f32, "
 			    "reduce_sum_f32, spin and fault",
 			    op->name);
+	/*
+	 * On CUDA a fault poisons the one context every service shares and
+	 * the daemon exits to get a fresh one: a tenant, even one given the
+	 * built-ins only (max_modules = 0), must not be able to do that to
+	 * the others with one op.
+	 */
+	if (k->faults && ctx->driver->props.fault_is_fatal && !b->conn->admin)
+		return fail(b, GPUCMD_EPERM,
+			    "kernel %s is refused: on the %s backend a fault "
+			    "loses the device for every service, so only an "
+			    "admin may launch it",
+			    k->name, ctx->driver->props.backend);
 	nargs = strlen(k->signature);
 	if (op->n_args != nargs)
 		return fail(b, GPUCMD_EINVAL,

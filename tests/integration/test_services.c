@@ -2659,6 +2659,79 @@ START_TEST(observe_from_a_non_admin_joins_its_service)
 }
 END_TEST
 
+/* ---- a fault of one tenant ------------------------------------------------ */
+
+/*
+ * nobody, in a service given the built-ins only, launches fault() and
+ * syncs.  On CUDA (the fake in CI) a fault would lose the context of every
+ * service and end the daemon: the launch is refused.  On the host backend
+ * it stays on the tenant's stream: accepted, and the sync reports it.
+ */
+static int nobody_faults(const struct child_ctx *cx, void *arg)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_conn *c = NULL;
+	struct gpucmd_batch *b = NULL;
+	struct gpucmd_response *r = NULL;
+	bool cuda;
+	int rc;
+
+	(void)arg;
+	if ((rc = admitted(cx, "untrusted", &c)) != 0)
+		return rc;
+	cuda = strcmp(gpucmd_info(c)->backend, "cuda") == 0;
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_kernel(b, "fault", one, one, NULL, 0);
+	gpucmd_batch_sync(b);
+	if (gpucmd_run(b, &r) != 0)
+		return child_fail(cx, 60, "no reply to the faulting batch");
+	rc = gpucmd_response_error(r);
+	if (cuda && (rc != GPUCMD_EPERM ||
+		     strstr(gpucmd_response_message(r), "only an admin") == NULL))
+		return child_fail(cx, 61, "a tenant's fault() on CUDA: %s (%s)",
+				  gpucmd_errname(rc),
+				  gpucmd_response_message(r));
+	if (!cuda && rc != GPUCMD_ESTREAM)
+		return child_fail(cx, 62, "a tenant's fault() on the host "
+				  "backend: %s (%s), not its stream's fault",
+				  gpucmd_errname(rc),
+				  gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+	return 0;
+}
+
+START_TEST(a_tenant_cannot_fault_the_shared_context)
+{
+	struct as_user nobody;
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b = NULL;
+	struct gpucmd_response *r;
+	const void *data;
+	size_t len;
+	char msg[512];
+
+	SKIP_UNLESS_ROOT(&nobody);
+	start_with("[daemon]\nsocket_mode = 0666\n"
+		   "[service untrusted]\nmax_modules = 0\n");
+	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
+	child_run(&nobody, nobody_faults, NULL);
+	/* Every other service is still served, by the same daemon. */
+	ck_assert_msg(try_connect("bystander", &c, msg, sizeof(msg)) == 0, "%s",
+		      msg);
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_create_with_data(b, 1, "still here", 10);
+	gpucmd_batch_read(b, 1, 0, 10);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+	ck_assert_uint_eq(len, 10);
+	ck_assert_int_eq(memcmp(data, "still here", 10), 0);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+	ck_assert_int_eq(kill(the_daemon.pid, 0), 0);
+}
+END_TEST
+
 /* ---- handle limit ----------------------------------------------------------- */
 
 /* max_handles: the next handle fails with the count and the key's name. */
@@ -3588,6 +3661,13 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, flood_does_not_starve_another_service);
 	tcase_add_test(tc, deep_flood_does_not_starve_another_service);
 	tcase_add_test(tc, sigterm_drains_in_flight_batches);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("faults");
+	tcase_add_unchecked_fixture(tc, conf_dir_make, conf_dir_remove);
+	tcase_add_checked_fixture(tc, conf_setup, conf_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, a_tenant_cannot_fault_the_shared_context);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -19,6 +19,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,12 @@ struct builtin_kernel {
 	const char *usage;	/* e.g. "fill_u32(buf, value:u32, count:u32)" */
 	/* The largest value of its first (u32) argument; 0: any. */
 	uint32_t max_arg0;
+	/*
+	 * It faults the stream on purpose (fault(), for tests).  Where a
+	 * fault loses the device context (CUDA) that is every service's
+	 * memory and the daemon itself, so only an admin may launch it there.
+	 */
+	bool faults;
 };
 
 /** The built-in named name, or NULL. */
