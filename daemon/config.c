@@ -286,6 +286,10 @@ static int service_key(struct load_state *st, struct config_service *svc,
 		svc->set |= CONFIG_SET_BYTES_IN_FLIGHT;
 		return set_size(st, key, v, 0, &svc->max_bytes_in_flight);
 	}
+	if (strcmp(name, "max_connections") == 0) {
+		svc->set |= CONFIG_SET_MAX_CONNECTIONS;
+		return set_u32(st, key, v, 0, 1048576, &svc->max_connections);
+	}
 	if (strcmp(name, "uids") == 0) {
 		svc->set |= CONFIG_SET_UIDS;
 		return set_ids(st, key, v, false, svc->uids, &svc->nuids);
@@ -299,10 +303,11 @@ static int service_key(struct load_state *st, struct config_service *svc,
 			   "default_memory_limit, default_region_limit, "
 			   "default_max_streams, default_max_modules, "
 			   "default_weight, default_max_bytes_in_flight, "
-			   "default_uids, default_gids)", key);
+			   "default_max_connections, default_uids, "
+			   "default_gids)", key);
 	return bad(st, "unknown key '%s' in a service section (memory_limit, "
 		   "region_limit, max_streams, max_modules, weight, "
-		   "max_bytes_in_flight, uids, gids)", name);
+		   "max_bytes_in_flight, max_connections, uids, gids)", name);
 }
 
 /* The service a "[service #N]" header (see read_line) stands for. */
@@ -512,6 +517,8 @@ static void apply_service_defaults(struct config *cfg)
 			svc->weight = d->weight;
 		if (!(svc->set & CONFIG_SET_BYTES_IN_FLIGHT))
 			svc->max_bytes_in_flight = d->max_bytes_in_flight;
+		if (!(svc->set & CONFIG_SET_MAX_CONNECTIONS))
+			svc->max_connections = d->max_connections;
 		/*
 		 * Who may connect is one rule: a section that names its
 		 * users or its groups replaces both defaults, or a section
@@ -650,7 +657,8 @@ static int handle_key(void *user, const char *section, const char *name,
 			   "default_memory_limit, default_region_limit, "
 			   "default_max_streams, default_max_modules, "
 			   "default_weight, default_max_bytes_in_flight, "
-			   "default_uids, default_gids)", name);
+			   "default_max_connections, default_uids, "
+			   "default_gids)", name);
 	}
 	if (strncmp(section, "service #", 9) == 0) {
 		struct config_service *svc = section_service(st, section);

@@ -57,6 +57,7 @@ struct config_service {
 	uint32_t max_modules;		/* loaded at once, 0 = built-ins only */
 	uint32_t weight;		/* share of the device thread, 1..1000 */
 	uint64_t max_bytes_in_flight;	/* all its connections, 0 = none */
+	uint32_t max_connections;	/* open at once, 0 = [limits]' only */
 	uint32_t nuids;
 	uint32_t ngids;
 	uint32_t uids[CONFIG_MAX_IDS];	/* who may connect as it (empty: anyone) */
@@ -72,6 +73,7 @@ struct config_service {
 #define CONFIG_SET_REGION_LIMIT 32u
 #define CONFIG_SET_MAX_MODULES 64u
 #define CONFIG_SET_BYTES_IN_FLIGHT 128u
+#define CONFIG_SET_MAX_CONNECTIONS 256u
 
 /*
  * Default [services] default_max_bytes_in_flight: what all the connections

@@ -52,6 +52,7 @@ void service_apply(struct service *svc, const struct config_service *limits)
 	atomic_store(&svc->max_modules, limits->max_modules);
 	atomic_store(&svc->weight, limits->weight ? limits->weight : 1);
 	atomic_store(&svc->max_bytes_in_flight, limits->max_bytes_in_flight);
+	atomic_store(&svc->max_connections, limits->max_connections);
 }
 
 bool service_allows(const struct config_service *cs, uint32_t uid,
@@ -163,6 +164,7 @@ static struct service *get(const char *name,
 	atomic_init(&svc->listed, false);
 	atomic_init(&svc->weight, 1);
 	atomic_init(&svc->max_bytes_in_flight, 0);
+	atomic_init(&svc->max_connections, 0);
 	atomic_init(&svc->bytes_done, 0);
 	service_apply(svc, limits);
 	*registry_tail = svc;

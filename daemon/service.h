@@ -56,6 +56,7 @@ struct service {
 	atomic_uint max_modules;		/* loaded at once, 0 = none */
 	atomic_uint weight;			/* batches per scheduling round */
 	atomic_uint_fast64_t max_bytes_in_flight; /* all its connections */
+	atomic_uint max_connections;		/* open at once, 0 = no bound */
 	atomic_bool listed;			/* a section of the file named it */
 	bool observer;			/* service_observers(), fixed */
 	atomic_uint connections;

@@ -836,6 +836,7 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 	const struct config *cfg = &s->server->cfg;
 	const struct config_service *cs;
 	struct service *svc;
+	unsigned max;
 
 	if (service_name_check(hello->service) != 0) {
 		session_refuse(s, GPUCMD_EINVAL,
@@ -873,12 +874,30 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 	/* Listed, but the reload found no room for it (apply_services). */
 	if (svc != NULL && cs != &cfg->default_service)
 		atomic_store(&svc->listed, true);
-	if (svc == NULL)
+	if (svc == NULL) {
 		session_refuse(s, GPUCMD_ELIMIT,
 			       "too many services: the daemon knows %d already, "
 			       "each with a connection, memory or a module "
 			       "loaded, or listed in the configuration file",
 			       SERVICE_MAX);
+		return NULL;
+	}
+	/*
+	 * [limits] max_connections is the daemon's: without a share per
+	 * service, one service's clients could take every place and lock
+	 * the others out for as long as they stay connected.  Admins keep
+	 * their way in, as past max_connections.
+	 */
+	max = atomic_load(&svc->max_connections);
+	if (!admin && max != 0 && atomic_load(&svc->connections) >= max) {
+		session_refuse(s, GPUCMD_ELIMIT,
+			       "service '%s' has %u connections open, the most "
+			       "it may (max_connections in %s)",
+			       svc->name, (unsigned)atomic_load(&svc->connections),
+			       cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH);
+		service_leave(svc);
+		return NULL;
+	}
 	return svc;
 }
 

@@ -2659,6 +2659,67 @@ START_TEST(observe_from_a_non_admin_joins_its_service)
 }
 END_TEST
 
+/* ---- connections of one service -------------------------------------------- */
+
+/*
+ * nobody fills service capped (max_connections = 2): the third is refused
+ * with the key's name, another service still gets in, and once the parent
+ * (an admin, who is not held to the share) has looked, a place that is
+ * given back can be taken again.
+ */
+static int nobody_fills_a_service(const struct child_ctx *cx, void *arg)
+{
+	struct gpucmd_conn *c[2] = { NULL, NULL };
+	int rc;
+
+	(void)arg;
+	if ((rc = admitted(cx, "capped", &c[0])) != 0 ||
+	    (rc = admitted(cx, "capped", &c[1])) != 0 ||
+	    (rc = refused(cx, "capped", GPUCMD_ELIMIT, "'capped'",
+			  "max_connections")) != 0 ||
+	    (rc = admitted(cx, "bystander", NULL)) != 0)
+		return rc;
+	if ((rc = child_handshake(cx)) != 0)
+		return rc;
+	gpucmd_close(c[1]);
+	/* The place comes back once the daemon has seen the close. */
+	for (int i = 0; i < 500; i++) {
+		char msg[512];
+
+		if (try_connect("capped", &c[1], msg, sizeof(msg)) == 0)
+			break;
+		usleep(10000);
+	}
+	if (c[1] == NULL)
+		return admitted(cx, "capped", NULL);
+	gpucmd_close(c[1]);
+	gpucmd_close(c[0]);
+	return 0;
+}
+
+START_TEST(max_connections_per_service)
+{
+	struct as_user nobody;
+	struct gpucmd_conn *c;
+	struct child ch;
+	char msg[512];
+
+	SKIP_UNLESS_ROOT(&nobody);
+	start_with("[daemon]\nsocket_mode = 0666\n"
+		   "[limits]\nmax_connections = 8\n"
+		   "[service capped]\nmax_connections = 2\n");
+	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
+	child_start(&ch, &nobody, nobody_fills_a_service, NULL);
+	child_wait_ready(&ch);
+	/* An admin may still join the full service, to look and evict. */
+	ck_assert_msg(try_connect("capped", &c, msg, sizeof(msg)) == 0, "%s",
+		      msg);
+	gpucmd_close(c);
+	child_go(&ch);
+	child_finish(&ch);
+}
+END_TEST
+
 /* ---- a fault of one tenant ------------------------------------------------ */
 
 /*
@@ -3638,6 +3699,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, observer_may_only_read_and_administer);
 	tcase_add_test(tc, observer_requests_with_an_evict_make_no_stream);
 	tcase_add_test(tc, observe_from_a_non_admin_joins_its_service);
+	tcase_add_test(tc, max_connections_per_service);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("config");

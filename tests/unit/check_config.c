@@ -903,6 +903,39 @@ START_TEST(service_bytes_in_flight_and_inheritance)
 END_TEST
 
 /*
+ * max_connections of a service: none by default ([limits] max_connections
+ * alone), [services] default_max_connections for the services that do not
+ * set it.
+ */
+START_TEST(service_max_connections_and_inheritance)
+{
+	struct config cfg;
+
+	load_ok(&cfg, "[service plain]\nweight = 1\n");
+	ck_assert_uint_eq(config_find_service(&cfg, "plain")->max_connections,
+			  0);
+	config_free(&cfg);
+	load_ok(&cfg,
+		"[service early]\n"
+		"weight = 2\n"
+		"[services]\n"
+		"default_max_connections = 16\n"
+		"[service few]\n"
+		"max_connections = 2\n");
+	ck_assert_uint_eq(cfg.default_service.max_connections, 16);
+	ck_assert_uint_eq(config_find_service(&cfg, "early")->max_connections,
+			  16);
+	ck_assert_uint_eq(config_find_service(&cfg, "few")->max_connections,
+			  2);
+	config_free(&cfg);
+	expect_bad("[service x]\nmax_connections = many\n", 2,
+		   "max_connections");
+	expect_bad("[services]\ndefault_max_connections = 1048577\n", 2,
+		   "max_connections");
+}
+END_TEST
+
+/*
  * "[service idle]" with no keys declares a service with the default limits:
  * under "unknown = refuse" it is the way to admit a service without
  * changing anything else.
@@ -1388,6 +1421,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, ids_out_of_range_are_refused);
 	tcase_add_test(tc, max_modules_range_and_inheritance);
 	tcase_add_test(tc, service_bytes_in_flight_and_inheritance);
+	tcase_add_test(tc, service_max_connections_and_inheritance);
 	tcase_add_test(tc, missing_file_is_enoent);
 	tcase_add_test(tc, directory_is_not_a_config_file);
 	tcase_add_test(tc, failed_load_keeps_the_previous_config);
