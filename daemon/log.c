@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static atomic_int max_level = LOG_LEVEL_INFO;
@@ -59,6 +60,45 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	if (write(STDERR_FILENO, line, (size_t)n) < 0) {
 		/* Nowhere left to report it. */
 	}
+}
+
+static unsigned long long now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull +
+	       (unsigned long long)ts.tv_nsec;
+}
+
+/* A new window when the last is over, saying what it left out. */
+static void limit_roll(struct log_limit *l, unsigned long long now)
+{
+	if (now - l->start_ns < (unsigned long long)l->window_s * 1000000000ull)
+		return;
+	if (l->dropped > 0)
+		log_notice("%llu %s left out of the log in the last %u s "
+			   "(at most %u pass in %u s)", l->dropped, l->what,
+			   l->window_s, l->burst, l->window_s);
+	l->start_ns = now;
+	l->taken = 0;
+	l->dropped = 0;
+}
+
+int log_limit_take(struct log_limit *l)
+{
+	limit_roll(l, now_ns());
+	if (l->taken < l->burst) {
+		l->taken++;
+		return 1;
+	}
+	l->dropped++;
+	return 0;
+}
+
+void log_limit_flush(struct log_limit *l)
+{
+	limit_roll(l, now_ns());
 }
 
 void log_require_failed(const char *what, const char *file, int line)

@@ -38,6 +38,32 @@ void log_msg(enum log_level level, const char *fmt, ...)
 #define log_debug(...) log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)
 
 /*
+ * A rate limit for lines that a client can cause at will (a connection
+ * opened and closed in a loop logs two).  Unbounded, they would fill the
+ * disk or, under systemd, run journald into its own rate limit, which then
+ * drops every line of the unit, other tenants' faults and refusals too.
+ * At most burst lines pass per window of window_s seconds; the rest are
+ * counted, and the first line of a later window (or log_limit_flush, from
+ * a timer) first says how many were left out.  One thread per limit.
+ */
+struct log_limit {
+	const char *what;	/* "connection lines": named in the summary */
+	unsigned window_s;
+	unsigned burst;
+	unsigned long long start_ns;	/* the window's start */
+	unsigned taken;			/* lines passed in this window */
+	unsigned long long dropped;	/* lines left out in it */
+};
+
+#define LOG_LIMIT_INIT(what_, window_s_, burst_) \
+	{ .what = (what_), .window_s = (window_s_), .burst = (burst_) }
+
+/** Whether the next line may pass l (counted either way). */
+int log_limit_take(struct log_limit *l);
+/** Log the count of lines left out once l's window is over, and reset it. */
+void log_limit_flush(struct log_limit *l);
+
+/*
  * require(cond): an always-on check of a true invariant of the daemon's own
  * code (never of client input).  When it fails the daemon logs where and
  * aborts, so systemd restarts it with a core to look at.

@@ -965,6 +965,7 @@ static void on_tick(uv_timer_t *t)
 	sd_status("%s", buf);
 	if (sd_watchdog_usec() != 0)
 		sd_watchdog_ping();
+	session_log_flush();
 	expire_sessions(srv);
 	/* Frame buffers kept for large transfers go back when unused. */
 	frame_buf_trim(SERVER_BUF_IDLE_NS);

@@ -59,6 +59,20 @@ struct write_req {
 	struct reply_owner owners[];
 };
 
+
+/*
+ * The lines of connections coming and going (joined, left, closed, and
+ * why), which a client can cause at will: at most 200 in 10 s (log.h).
+ * The loop thread's only.
+ */
+static struct log_limit conn_lines =
+	LOG_LIMIT_INIT("connection lines (joined, left, closed)", 10, 200);
+
+void session_log_flush(void)
+{
+	log_limit_flush(&conn_lines);
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void parse_frames(struct session *s);
@@ -560,16 +574,16 @@ void session_close(struct session *s, const char *why)
 	if (s->state == SESSION_READY) {
 		struct service *svc = s->econn.service;
 
-		if (why != NULL)
+		if (why != NULL && log_limit_take(&conn_lines))
 			log_notice("connection %llu (%s, service %s) closed: %s",
 				   (unsigned long long)s->id, s->peer,
 				   svc->name, why);
-		else
+		else if (why == NULL && log_limit_take(&conn_lines))
 			log_info("connection %llu (%s, service %s) left",
 				 (unsigned long long)s->id, s->peer,
 				 svc->name);
 		atomic_fetch_sub(&svc->connections, 1);
-	} else if (why != NULL) {
+	} else if (why != NULL && log_limit_take(&conn_lines)) {
 		log_info("connection %llu (%s) closed before its handshake: %s",
 			 (unsigned long long)s->id, s->peer, why);
 	}
@@ -912,7 +926,7 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	const char *client = hello->client_name[0] ? hello->client_name
 						   : "unnamed client";
 	struct service *svc;
-	bool admin = session_is_admin(s);
+	bool admin = session_is_admin(s), logged;
 
 	if (hello->protocol_version != GPUCMD_PROTOCOL_VERSION) {
 		session_refuse(s, GPUCMD_EVERSION,
@@ -942,10 +956,11 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	s->econn.limits = srv->cfg.limits;
 	s->state = SESSION_READY;
 	s->device_open = true;
-	if (svc->observer)
+	logged = log_limit_take(&conn_lines);
+	if (logged && svc->observer)
 		log_info("connection %llu (%s, %s) observes: an admin in no "
 			 "service", (unsigned long long)s->id, s->peer, client);
-	else
+	else if (logged)
 		log_info("connection %llu (%s, %s) joined service %s (id %u)",
 			 (unsigned long long)s->id, s->peer, client, svc->name,
 			 svc->id);

@@ -275,3 +275,6 @@ void session_device_closed(struct session *s);
  */
 void session_refuse(struct session *s, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/** Log how many connection lines the rate limit left out (loop thread). */
+void session_log_flush(void);

@@ -1540,8 +1540,10 @@ START_TEST(flood_of_connections)
 	static int fds[N];
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
+	uint64_t t0 = harness_now_us();
 	uint8_t *buf;
 	size_t len;
+	int lines;
 
 	hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
 	hello.service = "flood";
@@ -1570,6 +1572,15 @@ START_TEST(flood_of_connections)
 	for (int i = 0; i < N; i++)
 		close(fds[i]);
 	back_to_baseline();
+	/*
+	 * 400 lines of connections coming and going, and the setup's: at
+	 * most 200 pass in each 10 s window of the daemon's life (session.c
+	 * conn_lines), which began a moment before t0.
+	 */
+	lines = harness_log_count("joined service") +
+		harness_log_count(") left\n") + harness_log_count(") closed");
+	ck_assert_int_le(lines,
+			 200 * (int)((harness_now_us() - t0) / 10000000 + 2));
 }
 END_TEST
 
