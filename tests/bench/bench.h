@@ -171,8 +171,6 @@ size_t bench_wire_response(size_t nresults);
 
 /** Append a spin(0) launch (grid 1, block 1) to b. */
 int bench_add_spin0(struct gpucmd_batch *b);
-/** Append a ping to b. */
-int bench_add_ping(struct gpucmd_batch *b);
 
 /*
  * Pipelined spin(0) batches (bench_throughput.c), shared with bench_gpu so

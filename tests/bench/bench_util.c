@@ -223,11 +223,6 @@ int bench_add_spin0(struct gpucmd_batch *b)
 	return gpucmd_batch_kernel(b, "spin", one, one, &arg, 1);
 }
 
-int bench_add_ping(struct gpucmd_batch *b)
-{
-	return gpucmd_batch_ping(b);
-}
-
 /* ---- /proc ----------------------------------------------------------------- */
 
 /*
