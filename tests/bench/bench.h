@@ -83,9 +83,16 @@ void bench_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /**
  * fork() for the bench's children: the child gets default SIGINT/SIGTERM
- * handling (the parent's handler stops the daemon) and no progress line.
+ * handling (the parent's handler stops the daemon), no progress line, and
+ * SIGKILL when the bench dies.
  */
 pid_t bench_fork(void);
+/**
+ * The path of a file called name in the bench's private directory, into
+ * out; the file is removed when the bench ends, by a signal too.  0, or
+ * -ENAMETOOLONG (also when there is no directory or no room to record it).
+ */
+int bench_scratch_path(const char *name, char *out, size_t len);
 /** CLOCK_MONOTONIC in nanoseconds. */
 uint64_t bench_now_ns(void);
 /** Sort n samples in place and return the p-th percentile (0..100). */

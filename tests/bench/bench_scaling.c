@@ -343,13 +343,13 @@ static void scaling_waves(void)
 	static const size_t counts[] = { 1, 4, 16, 64 };
 	const size_t req = bench_wire_request(BENCH_OP_PING, 1);
 	const size_t resp = bench_wire_response(1);
-	char path[160];
+	char path[160] = "";
 	pid_t echo;
 
-	snprintf(path, sizeof(path), "%s/echo.sock", bench.tmpdir);
-	if (start_echo_server(path, req, resp, &echo) != 0) {
+	if (bench_scratch_path("echo.sock", path, sizeof(path)) != 0 ||
+	    start_echo_server(path, req, resp, &echo) != 0) {
 		bench_error("scaling: cannot start the echo server on %s",
-			    path);
+			    path[0] ? path : "a path in the private directory");
 		return;
 	}
 	for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -106,16 +107,34 @@ void bench_error(const char *fmt, ...)
 
 pid_t bench_fork(void)
 {
-	pid_t pid;
+	pid_t parent = getpid(), pid;
+	sigset_t stop, old;
 
 	fflush(stdout);
 	fflush(stderr);
+	/*
+	 * Until the child has its own handling, a Ctrl-C must not run the
+	 * parent's handler in it (which would stop the daemon and _exit).
+	 */
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	sigprocmask(SIG_BLOCK, &stop, &old);
 	pid = fork();
 	if (pid == 0) {
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
 		bench.progress = false;
+		/*
+		 * A SIGTERM to the bench alone, or a SIGKILL, must not leave
+		 * an echo server or a flooder running: die with the parent
+		 * (which may already be gone by now).
+		 */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+		    getppid() != parent)
+			_exit(1);
 	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	return pid;
 }
 

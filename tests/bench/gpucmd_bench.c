@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -44,6 +45,13 @@ static char tmpdir[64];
 static char sock_path[128];
 static char log_path[128];
 static char conf_path[128];
+/*
+ * Files the scenarios make in tmpdir (bench_scratch_path), so that a
+ * signal handler, which cannot read the directory, still removes them.
+ */
+#define SCRATCH_MAX 4
+static char scratch[SCRATCH_MAX][160];
+static volatile sig_atomic_t nscratch;
 
 static void usage(FILE *out)
 {
@@ -73,13 +81,30 @@ static void usage(FILE *out)
 
 /* ---- the private daemon --------------------------------------------------- */
 
+int bench_scratch_path(const char *name, char *out, size_t len)
+{
+	if (nscratch == SCRATCH_MAX || tmpdir[0] == '\0' ||
+	    (size_t)snprintf(scratch[nscratch], sizeof(scratch[0]), "%s/%s",
+			     tmpdir, name) >= sizeof(scratch[0]) ||
+	    (size_t)snprintf(out, len, "%s", scratch[nscratch]) >= len)
+		return -ENAMETOOLONG;
+	nscratch++;
+	return 0;
+}
+
+/* Async-signal-safe: on_signal calls it too. */
 static void remove_private_files(void)
 {
 	if (tmpdir[0] == '\0')
 		return;
-	unlink(sock_path);
-	unlink(log_path);
-	unlink(conf_path);
+	for (int i = 0; i < nscratch; i++)
+		unlink(scratch[i]);
+	if (sock_path[0] != '\0')
+		unlink(sock_path);
+	if (log_path[0] != '\0')
+		unlink(log_path);
+	if (conf_path[0] != '\0')
+		unlink(conf_path);
 	rmdir(tmpdir);
 }
 
@@ -106,15 +131,33 @@ reaped:
 		unlink(log_path);
 }
 
-/* Ctrl-C: leave no daemon and no directory behind. */
+/*
+ * Ctrl-C, or a SIGTERM to this process alone: leave no daemon and no
+ * directory behind.  The daemon gets a second of grace, then SIGKILL, and
+ * is reaped here, so that it is gone when we are.  Our other children
+ * die with us (bench_fork's PR_SET_PDEATHSIG): a scaling echo server
+ * would otherwise wait in epoll_wait forever.  Only async-signal-safe
+ * calls.
+ */
 static void on_signal(int sig)
 {
-	if (own_daemon > 0)
+	const struct timespec tick = { 0, 10000000 };
+
+	if (own_daemon > 0) {
+		int i;
+
 		kill(own_daemon, SIGTERM);
-	if (tmpdir[0] != '\0') {
-		unlink(sock_path);
-		unlink(conf_path);
+		for (i = 0; i < 100; i++) {
+			if (waitpid(own_daemon, NULL, WNOHANG) == own_daemon)
+				break;
+			nanosleep(&tick, NULL);
+		}
+		if (i == 100) {
+			kill(own_daemon, SIGKILL);
+			waitpid(own_daemon, NULL, 0);
+		}
 	}
+	remove_private_files();
 	_exit(128 + sig);
 }
 
@@ -190,6 +233,11 @@ static int start_daemon(void)
 		return rc;
 	}
 	if (own_daemon == 0) {
+		/*
+		 * If we die without stopping it (SIGKILL), it stops itself:
+		 * otherwise it would serve a private socket nobody knows of.
+		 */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		if (fd >= 0) {
 			dup2(fd, 1);
@@ -584,11 +632,14 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	} else {
-		/* Scratch space for the scenarios that need a socket path. */
+		/*
+		 * Scratch space for the scenarios that need a socket path
+		 * (bench_scratch_path); without it they fail and say so.
+		 */
 		snprintf(tmpdir, sizeof(tmpdir), "/tmp/gpucmd-bench-XXXXXX");
 		if (mkdtemp(tmpdir) == NULL)
 			tmpdir[0] = '\0';
-		bench.tmpdir = tmpdir[0] ? tmpdir : "/tmp";
+		bench.tmpdir = tmpdir;
 	}
 	bench.daemon_pid = daemon_pid(bench.socket);
 	machine_device(&m);
