@@ -108,6 +108,36 @@ static void remove_private_files(void)
 	rmdir(tmpdir);
 }
 
+/*
+ * The end of the daemon's log on stderr: the private directory goes when
+ * the bench ends, so naming the log's path would name nothing.
+ */
+static void show_log(void)
+{
+	char buf[2048];
+	ssize_t n;
+	off_t size;
+	int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	size = lseek(fd, 0, SEEK_END);
+	if (size > (off_t)sizeof(buf) - 1)
+		lseek(fd, size - (off_t)sizeof(buf) + 1, SEEK_SET);
+	else
+		lseek(fd, 0, SEEK_SET);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0) {
+		fputs("gpucmd-bench: gpucmdd's log is empty\n", stderr);
+		return;
+	}
+	buf[n] = '\0';
+	fprintf(stderr, "gpucmd-bench: gpucmdd's log%s:\n%s%s",
+		size > n ? " (its end)" : "", buf,
+		buf[n - 1] == '\n' ? "" : "\n");
+}
+
 static void stop_daemon(void)
 {
 	int status = 0;
@@ -124,11 +154,11 @@ static void stop_daemon(void)
 	waitpid(own_daemon, &status, 0);
 reaped:
 	own_daemon = 0;
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		bench_error("gpucmdd did not exit cleanly after SIGTERM "
-			    "(status %d); its log was %s", status, log_path);
-	else
-		unlink(log_path);
+			    "(status %d)", status);
+		show_log();
+	}
 }
 
 /*
@@ -255,13 +285,14 @@ static int start_daemon(void)
 		}
 		if (waitpid(own_daemon, NULL, WNOHANG) == own_daemon) {
 			own_daemon = 0;
-			bench_error("gpucmdd exited at start; its log is %s",
-				    log_path);
+			bench_error("gpucmdd exited at start");
+			show_log();
 			return -ECHILD;
 		}
 		usleep(10000);
 	}
 	bench_error("gpucmdd did not listen on %s within 30 s", sock_path);
+	show_log();
 	return -ETIMEDOUT;
 }
 
