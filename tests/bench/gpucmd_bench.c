@@ -646,6 +646,20 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (bench.only != NULL) {
+		size_t i;
+
+		/* A misspelt --only would measure nothing and exit 0. */
+		for (i = 0; i < nscen; i++)
+			if (strstr(scenarios[i].name, bench.only) != NULL)
+				break;
+		if (i == nscen) {
+			fprintf(stderr, "gpucmd-bench: no scenario matches "
+				"--only '%s'\n", bench.only);
+			usage(stderr);
+			return 2;
+		}
+	}
 	bench.progress = isatty(STDERR_FILENO);
 	/* Clients write to sockets a daemon may close: errors, not signals. */
 	signal(SIGPIPE, SIG_IGN);
