@@ -441,7 +441,12 @@ static void __attribute__((noreturn)) flooder(int idx, int start_fd)
 		gpucmd_response_free(r);
 		head = (head + 1) % FLOOD_DEPTH;
 		inflight--;
-		n += FLOOD_BATCH;
+		/*
+		 * The parent's window ends at stop: what drains after it
+		 * (up to FLOOD_DEPTH batches) is not counted against it.
+		 */
+		if (!atomic_load(&sh->stop))
+			n += FLOOD_BATCH;
 	}
 	sh->count[SCALE_MAX_CLIENTS + idx] = n;
 	gpucmd_close(c);
