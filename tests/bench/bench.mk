@@ -23,6 +23,9 @@ endif
 
 .PHONY: bench bench-quick
 
+# make check runs tests/integration/bench_smoke.sh, which needs the bench.
+tests: $(BUILD)/gpucmd-bench
+
 $(BUILD)/gpucmd-bench: $(BENCH_OBJ) $(BUILD)/libgpucmd.a $(BUILD)/libgpucmdd.a
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(BENCH_OBJ) $(BUILD)/libgpucmd.a \
