@@ -397,6 +397,34 @@ static void on_turns(uv_idle_t *h)
 
 /* ---- accepting ----------------------------------------------------------- */
 
+/*
+ * A connection that has not said Hello yet belongs to no service, so no
+ * service's share of max_connections bounds it: one uid that kept
+ * reopening silent sockets (each closed at the Hello deadline) could hold
+ * every place and keep everyone else out.  One uid's silent connections
+ * may take half of max_connections; s, a non-admin's, is refused (true)
+ * past that.  A walk of at most max_connections sessions per accept.
+ */
+static bool silent_over(struct server *srv, struct session *s)
+{
+	uint32_t cap = srv->cfg.limits.max_connections / 2, silent = 0;
+
+	if (cap == 0)
+		cap = 1;
+	for (const struct session *t = srv->sessions; t != NULL; t = t->next)
+		if (t != s && t->state == SESSION_HELLO && t->uid == s->uid)
+			silent++;
+	if (silent < cap)
+		return false;
+	session_refuse(s, GPUCMD_ELIMIT,
+		       "uid %u has %u connections that have not said Hello "
+		       "yet, the most one uid may (half of max_connections, "
+		       "%u): say Hello at once after connecting",
+		       (unsigned)s->uid, silent,
+		       srv->cfg.limits.max_connections);
+	return true;
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
 	struct server *srv = listener->data;
@@ -457,6 +485,8 @@ static void on_connection(uv_stream_t *listener, int status)
 			       srv->cfg.limits.max_connections);
 		return;
 	}
+	if (!session_is_admin(s) && silent_over(srv, s))
+		return;
 	session_start(s);
 }
 

@@ -2156,6 +2156,54 @@ START_TEST(silent_connections_do_not_lock_everyone_out)
 }
 END_TEST
 
+/*
+ * nobody holds two silent sockets, half of max_connections = 4: a third
+ * connection of its own is refused with the numbers; then, while the two
+ * are held, the parent lets another uid in.
+ */
+static int nobody_holds_half_silent(const struct child_ctx *cx, void *arg)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd[2], rc;
+
+	(void)arg;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", the_daemon.sock);
+	for (int i = 0; i < 2; i++) {
+		fd[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd[i] < 0 ||
+		    connect(fd[i], (struct sockaddr *)&sa, sizeof(sa)) != 0)
+			return child_fail(cx, 40, "silent connect %d: %s", i,
+					  strerror(errno));
+	}
+	/* Accepted in order: the two are counted when the third comes. */
+	rc = refused(cx, "anyone", GPUCMD_ELIMIT, "have not said Hello",
+		     "half of max_connections, 4");
+	if (rc == 0)
+		rc = child_handshake(cx);
+	close(fd[0]);
+	close(fd[1]);
+	return rc;
+}
+
+START_TEST(one_uids_silent_connections_leave_room_for_others)
+{
+	struct as_user nobody, other;
+	struct child ch;
+
+	SKIP_UNLESS_ROOT(&nobody);
+	other = nobody;
+	other.uid = other.gid = 4242;	/* any uid but nobody's and root's */
+	start_with("[daemon]\nsocket_mode = 0666\n"
+		   "[limits]\nmax_connections = 4\n");
+	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
+	child_start(&ch, &nobody, nobody_holds_half_silent, NULL);
+	child_wait_ready(&ch);
+	child_run(&other, nobody_admitted, NULL);
+	child_go(&ch);
+	child_finish(&ch);
+}
+END_TEST
+
 START_TEST(uids_and_gids_decide_who_joins)
 {
 	struct as_user nobody, grouped;
@@ -3695,6 +3743,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, admin_group_members_are_admins);
 	tcase_add_test(tc, default_uids_guard_unlisted_services);
 	tcase_add_test(tc, silent_connections_do_not_lock_everyone_out);
+	tcase_add_test(tc, one_uids_silent_connections_leave_room_for_others);
 	tcase_add_test(tc, admin_observer_joins_no_service);
 	tcase_add_test(tc, observer_may_only_read_and_administer);
 	tcase_add_test(tc, observer_requests_with_an_evict_make_no_stream);
