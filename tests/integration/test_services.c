@@ -1961,6 +1961,16 @@ static bool nobody_user(struct as_user *u)
 		}                                                             \
 	} while (0)
 
+/*
+ * A daemon on text that other uids can reach: mkdtemp made its directory
+ * 0700, so let them in (the socket's own mode is the config's).
+ */
+static void start_for_others(const char *text)
+{
+	start_with(text);
+	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
+}
+
 /* The config of the access tests; %u is nobody's gid. */
 static void start_access_daemon(const struct as_user *nobody)
 {
@@ -1982,9 +1992,7 @@ static void start_access_daemon(const struct as_user *nobody)
 		 "uids = 1234\n"
 		 "gids = 4321\n",
 		 (unsigned)nobody->gid);
-	start_with(text);
-	/* mkdtemp made the daemon's directory 0700: let nobody in. */
-	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
+	start_for_others(text);
 }
 
 /* Connect as service; it must be refused with code and needles in msg. */
@@ -2122,9 +2130,8 @@ START_TEST(silent_connections_do_not_lock_everyone_out)
 	uint64_t t0;
 
 	SKIP_UNLESS_ROOT(&nobody);
-	start_with("[daemon]\nsocket_mode = 0666\n"
+	start_for_others("[daemon]\nsocket_mode = 0666\n"
 		   "[limits]\nmax_connections = 3\n");
-	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
 	t0 = harness_now_us();
 	for (int i = 0; i < 3; i++)
 		idle[i] = idle_connect();
@@ -2193,9 +2200,8 @@ START_TEST(one_uids_silent_connections_leave_room_for_others)
 	SKIP_UNLESS_ROOT(&nobody);
 	other = nobody;
 	other.uid = other.gid = 4242;	/* any uid but nobody's and root's */
-	start_with("[daemon]\nsocket_mode = 0666\n"
+	start_for_others("[daemon]\nsocket_mode = 0666\n"
 		   "[limits]\nmax_connections = 4\n");
-	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
 	child_start(&ch, &nobody, nobody_holds_half_silent, NULL);
 	child_wait_ready(&ch);
 	child_run(&other, nobody_admitted, NULL);
@@ -2388,11 +2394,10 @@ START_TEST(default_uids_guard_unlisted_services)
 	struct gpucmd_conn *c;
 
 	SKIP_UNLESS_ROOT(&nobody);
-	start_with("[daemon]\nsocket_mode = 0666\n"
+	start_for_others("[daemon]\nsocket_mode = 0666\n"
 		   "[services]\nunknown = allow\ndefault_uids = 1234\n"
 		   "[service open]\nuids = nobody\n"
 		   "[service plain]\nweight = 2\n");
-	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
 	child_run(&nobody, nobody_without_default_uid, NULL);
 	memset(&other, 0, sizeof(other));
 	other.uid = 1234;
@@ -2448,8 +2453,7 @@ START_TEST(admin_group_members_are_admins)
 		 "[daemon]\nsocket_mode = 0666\nadmin_group = users\n"
 		 "[services]\nunknown = refuse\n"
 		 "[service mine]\nuids = 1234\n");
-	start_with(text);
-	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
+	start_for_others(text);
 	member = nobody;
 	member.groups[0] = gr->gr_gid;
 	member.ngroups = 1;
@@ -2753,10 +2757,9 @@ START_TEST(max_connections_per_service)
 	char msg[512];
 
 	SKIP_UNLESS_ROOT(&nobody);
-	start_with("[daemon]\nsocket_mode = 0666\n"
+	start_for_others("[daemon]\nsocket_mode = 0666\n"
 		   "[limits]\nmax_connections = 8\n"
 		   "[service capped]\nmax_connections = 2\n");
-	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
 	child_start(&ch, &nobody, nobody_fills_a_service, NULL);
 	child_wait_ready(&ch);
 	/* An admin may still join the full service, to look and evict. */
@@ -2821,9 +2824,8 @@ START_TEST(a_tenant_cannot_fault_the_shared_context)
 	char msg[512];
 
 	SKIP_UNLESS_ROOT(&nobody);
-	start_with("[daemon]\nsocket_mode = 0666\n"
+	start_for_others("[daemon]\nsocket_mode = 0666\n"
 		   "[service untrusted]\nmax_modules = 0\n");
-	ck_assert_int_eq(chmod(the_daemon.dir, 0755), 0);
 	child_run(&nobody, nobody_faults, NULL);
 	/* Every other service is still served, by the same daemon. */
 	ck_assert_msg(try_connect("bystander", &c, msg, sizeof(msg)) == 0, "%s",
