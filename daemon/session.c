@@ -59,7 +59,6 @@ struct write_req {
 	struct reply_owner owners[];
 };
 
-
 /*
  * The lines of connections coming and going (joined, left, closed, and
  * why), which a client can cause at will: at most 200 in 10 s (log.h).
@@ -556,7 +555,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 void session_close(struct session *s, const char *why)
 {
 	uv_shutdown_t *req;
-	bool had_unwritten;
+	bool had_unwritten, logged;
 
 	if (s->state == SESSION_CLOSING)
 		return;
@@ -571,19 +570,22 @@ void session_close(struct session *s, const char *why)
 	s->close_why = NULL;
 	if (s->state == SESSION_CLOSING)
 		return;	/* the flush found the socket broken, and closed */
+	/* A line for a joined connection, and for a refused one. */
+	logged = (s->state == SESSION_READY || why != NULL) &&
+		 log_limit_take(&conn_lines);
 	if (s->state == SESSION_READY) {
 		struct service *svc = s->econn.service;
 
-		if (why != NULL && log_limit_take(&conn_lines))
+		if (logged && why != NULL)
 			log_notice("connection %llu (%s, service %s) closed: %s",
 				   (unsigned long long)s->id, s->peer,
 				   svc->name, why);
-		else if (why == NULL && log_limit_take(&conn_lines))
+		else if (logged)
 			log_info("connection %llu (%s, service %s) left",
 				 (unsigned long long)s->id, s->peer,
 				 svc->name);
 		atomic_fetch_sub(&svc->connections, 1);
-	} else if (why != NULL && log_limit_take(&conn_lines)) {
+	} else if (logged) {
 		log_info("connection %llu (%s) closed before its handshake: %s",
 			 (unsigned long long)s->id, s->peer, why);
 	}
@@ -905,10 +907,12 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 	max = atomic_load(&svc->max_connections);
 	if (!admin && max != 0 && atomic_load(&svc->connections) >= max) {
 		session_refuse(s, GPUCMD_ELIMIT,
-			       "service '%s' has %u connections open, the most "
-			       "it may (max_connections in %s)",
-			       svc->name, (unsigned)atomic_load(&svc->connections),
-			       cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH);
+			       "service '%s' has %u connections open, and its "
+			       "max_connections in %s is %u: close one, or "
+			       "raise it", svc->name,
+			       (unsigned)atomic_load(&svc->connections),
+			       cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH,
+			       max);
 		service_leave(svc);
 		return NULL;
 	}
