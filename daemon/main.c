@@ -420,16 +420,12 @@ int main(int argc, char **argv)
 	if (early.check_only) {
 		if (rc == 0)
 			rc = check_host(&cfg);
-		if (rc == 0 && early.absent)
-			printf("%s: no such file, so the built-in defaults: ok "
-			       "(%u services, backend %s, socket %s)\n",
-			       early.config, cfg.nservices,
-			       config_backend_name(cfg.backend),
-			       cfg.socket_path);
-		else if (rc == 0)
-			printf("%s: ok (%u services, backend %s, socket %s)\n",
-			       early.config, cfg.nservices,
-			       config_backend_name(cfg.backend),
+		if (rc == 0)
+			printf("%s: %sok (%u services, backend %s, socket %s)\n",
+			       early.config,
+			       early.absent ? "no such file, so the built-in "
+					      "defaults: " : "",
+			       cfg.nservices, config_backend_name(cfg.backend),
 			       cfg.socket_path);
 		config_free(&cfg);
 		return rc;

@@ -974,28 +974,27 @@ static void on_tick(uv_timer_t *t)
 	struct server *srv = t->data;
 	char buf[256];
 
-	if (srv->stopping) {
-		/*
-		 * The drain waits for work a client queued (a spin may run a
-		 * minute): say so, in systemctl status and every 10 s in
-		 * the log, so that a slow stop does not look wedged.
-		 */
+	/*
+	 * While stopping, the drain waits for work a client queued (a spin
+	 * may run a minute): say so, in systemctl status and every 10 s in
+	 * the log, so that a slow stop does not look wedged.
+	 */
+	if (srv->stopping)
 		snprintf(buf, sizeof(buf), "stopping: waiting for the batches "
 			 "in flight of %u connection%s (a second SIGTERM or "
 			 "SIGINT exits now)", srv->nsessions,
 			 srv->nsessions == 1 ? "" : "s");
-		sd_status("%s", buf);
-		if (sd_watchdog_usec() != 0)
-			sd_watchdog_ping();
-		if (++srv->stop_ticks % (10000 / SERVER_TICK_MS) == 0)
-			log_notice("%s", buf);
-		return;
-	}
-	status_line(srv, buf, sizeof(buf));
+	else
+		status_line(srv, buf, sizeof(buf));
 	sd_status("%s", buf);
 	if (sd_watchdog_usec() != 0)
 		sd_watchdog_ping();
 	session_log_flush();
+	if (srv->stopping) {
+		if (++srv->stop_ticks % (10000 / SERVER_TICK_MS) == 0)
+			log_notice("%s", buf);
+		return;
+	}
 	expire_sessions(srv);
 	/* Frame buffers kept for large transfers go back when unused. */
 	frame_buf_trim(SERVER_BUF_IDLE_NS);
