@@ -297,6 +297,14 @@ static bool cuda_is_sticky(CUresult r)
 	case CUDA_ERROR_LAUNCH_FAILED:
 	case CUDA_ERROR_ASSERT:
 	case CUDA_ERROR_ECC_UNCORRECTABLE:
+	/*
+	 * cuda.h does not say what follows an uncorrectable NVLink error;
+	 * it is the link's counterpart of an uncorrectable ECC error (an
+	 * Xid that wants the GPU reset).  Taken as sticky: a context wrongly
+	 * kept would answer every later call of every service with it,
+	 * while a daemon wrongly restarted costs one restart.
+	 */
+	case CUDA_ERROR_NVLINK_UNCORRECTABLE:
 		return true;
 	/*
 	 * cuda.h of each: "any further CUDA work will return the same error"

@@ -1774,13 +1774,18 @@ FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
 	 * FAKECUDA_FAULT_AT_LAUNCH: fault() faults at once, before the call
 	 * returns, so the caller's next call finds the context lost (on a
 	 * GPU a fast fault can beat the next call; on the stream thread it
-	 * usually does not).
+	 * usually does not).  FAKECUDA_FAULT_CODE names the sticky CUresult
+	 * (a number; CUDA_ERROR_LAUNCH_FAILED by default), for the other
+	 * errors that lose a context.
 	 */
 	if (f->kernel && f->kernel->run == fake_k_fault &&
 	    getenv("FAKECUDA_FAULT_AT_LAUNCH") != NULL) {
+		const char *code = getenv("FAKECUDA_FAULT_CODE");
+
 		fprintf(stderr, "fakecuda: kernel %s faulted at launch: the "
 			"context is lost\n", f->name);
-		fake_sticky_set(CUDA_ERROR_LAUNCH_FAILED);
+		fake_sticky_set(code != NULL && atoi(code) > 0 ?
+				(CUresult)atoi(code) : CUDA_ERROR_LAUNCH_FAILED);
 		return CUDA_SUCCESS;
 	}
 	op = fake_op_new(FAKE_OP_KERNEL);

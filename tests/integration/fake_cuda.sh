@@ -340,8 +340,11 @@ pid=
 # enqueued the batch's completion), and with FAKECUDA_FAULT_AT_LAUNCH, as
 # if it faulted at once, so that the completion itself is refused with the
 # fault's code (what a fast fault on a GPU does; under TSan the first way
-# did it too, and the batch got GPUCMD_EDRIVER).
-for mode in "" FAKECUDA_FAULT_AT_LAUNCH=1; do
+# did it too, and the batch got GPUCMD_EDRIVER).  And once with an
+# uncorrectable NVLink error (220), which cuda.h does not call sticky but
+# the daemon takes as such.
+for mode in "" FAKECUDA_FAULT_AT_LAUNCH=1 \
+	"FAKECUDA_FAULT_AT_LAUNCH=1 FAKECUDA_FAULT_CODE=220"; do
 	rm -f "$sock"
 	env $mode "$BUILD/gpucmdd" --socket "$sock" --backend cuda \
 		>"$dir/log" 2>&1 &
