@@ -495,6 +495,8 @@ static void on_closed(uv_handle_t *h)
 	free(s->outq.owners);
 	free(s->rbuf);
 	frame_buf_free(s->body);
+	if (s->groups != s->groups_here)
+		free(s->groups);
 	free(s);
 }
 
@@ -2285,43 +2287,66 @@ int session_read_direct(struct session *s)
 
 /*
  * The peer's supplementary groups as they were when it connected
- * (SO_PEERGROUPS, like SO_PEERCRED): /proc/PID/status, read now, could be
- * another process's once the client has exited and its pid is reused.
- * True when the socket told them (up to the room in s->groups).
- */
-static bool peer_groups(struct session *s)
-{
-	gid_t g[256];
-	socklen_t len = sizeof(g);
-	size_t n;
-
-	if (s->fd < 0 ||
-	    getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) != 0)
-		return false;
-	n = len / sizeof(g[0]);
-	for (size_t i = 0; i < n; i++) {
-		if (s->ngroups == sizeof(s->groups) / sizeof(s->groups[0]))
-			break;
-		s->groups[s->ngroups++] = (uint32_t)g[i];
-	}
-	return true;
-}
-
-/*
- * The peer's supplementary groups: SO_PEERCRED gives only the primary gid,
- * and service access and the admin group are often granted through
- * supplementary ones.
+ * (SO_PEERGROUPS, like SO_PEERCRED), all of them: a group past some room
+ * could be the one that grants a service or admin.  /proc/PID/status,
+ * read now, could be another process's once the client has exited and
+ * its pid is reused, so it is read only where the kernel (before 4.13)
+ * cannot tell.
  */
 static void read_groups(struct session *s)
 {
+	gid_t here[64], *g = here;
+	socklen_t len = sizeof(here);
 	char path[64], line[1024];
+	size_t n, room = sizeof(s->groups_here) / sizeof(s->groups_here[0]);
 	FILE *f;
 
+	s->groups = s->groups_here;
 	s->groups[0] = (uint32_t)s->gid;
 	s->ngroups = 1;
-	if (peer_groups(s))
+	if (s->fd < 0)
 		return;
-	/* Kernels before 4.13, or more than 256 groups (ERANGE). */
+	if (getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) == 0) {
+		/* All of them fit here. */
+	} else if (errno == ERANGE) {
+		/* len is now what they take. */
+		g = malloc(len);
+		if (g == NULL ||
+		    getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) != 0) {
+			log_warn("connection %llu (%s): cannot read its %zu "
+				 "supplementary groups: it is taken as in its "
+				 "primary group only",
+				 (unsigned long long)s->id, s->peer,
+				 (size_t)len / sizeof(gid_t));
+			free(g);
+			return;
+		}
+	} else if (errno == ENOPROTOOPT) {
+		goto proc;
+	} else {
+		return;
+	}
+	n = len / sizeof(g[0]);
+	if (n + 1 > room) {
+		uint32_t *heap = malloc((n + 1) * sizeof(*heap));
+
+		if (heap == NULL) {
+			log_warn("connection %llu (%s): no memory for its %zu "
+				 "supplementary groups: only the first %zu "
+				 "count", (unsigned long long)s->id, s->peer,
+				 n, room - 1);
+			n = room - 1;
+		} else {
+			heap[0] = s->groups[0];
+			s->groups = heap;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		s->groups[s->ngroups++] = (uint32_t)g[i];
+	if (g != here)
+		free(g);
+	return;
+proc:
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)s->pid);
 	f = fopen(path, "re");
 	if (f == NULL)
@@ -2333,10 +2358,11 @@ static void read_groups(struct session *s)
 			continue;
 		p = line + 7;
 		for (;;) {
-			unsigned long g = strtoul(p, &end, 10);
-			if (end == p || s->ngroups == sizeof(s->groups) / sizeof(s->groups[0]))
+			unsigned long gid = strtoul(p, &end, 10);
+
+			if (end == p || s->ngroups == room)
 				break;
-			s->groups[s->ngroups++] = (uint32_t)g;
+			s->groups[s->ngroups++] = (uint32_t)gid;
 			p = end;
 		}
 		break;
@@ -2374,9 +2400,9 @@ void session_identify(struct session *s)
 		s->uid = (uid_t)-1;
 		s->gid = (gid_t)-1;
 	}
-	read_groups(s);
 	snprintf(s->peer, sizeof(s->peer), "pid %d uid %d", (int)s->pid,
 		 (int)s->uid);
+	read_groups(s);
 }
 
 int session_start(struct session *s)

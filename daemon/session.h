@@ -70,8 +70,9 @@ struct session {
 	uid_t uid;
 	gid_t gid;
 	pid_t pid;
-	uint32_t groups[64];		/* primary and supplementary gids */
+	uint32_t *groups;		/* primary and supplementary gids: */
 	size_t ngroups;
+	uint32_t groups_here[64];	/* groups points here, or to the heap */
 	enum session_state state;
 	bool reading;
 	bool device_open;		/* the executor knows this session */

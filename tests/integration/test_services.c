@@ -1801,7 +1801,7 @@ END_TEST
 struct as_user {
 	uid_t uid;
 	gid_t gid;
-	gid_t groups[4];
+	gid_t groups[300];
 	int ngroups;
 };
 
@@ -2222,6 +2222,16 @@ START_TEST(uids_and_gids_decide_who_joins)
 	grouped = nobody;
 	grouped.groups[0] = 4321;
 	grouped.ngroups = 1;
+	child_run(&grouped, nobody_with_group, NULL);
+	/*
+	 * The group that grants comes last of 300 (the kernel sorts them):
+	 * past the 256 that SO_PEERGROUPS answers at the daemon's first ask
+	 * (ERANGE) and the 64 a session keeps in place.
+	 */
+	for (int i = 0; i < 299; i++)
+		grouped.groups[i] = (gid_t)(3000 + i);
+	grouped.groups[299] = 4321;
+	grouped.ngroups = 300;
 	child_run(&grouped, nobody_with_group, NULL);
 
 	/* Root is an admin: every service, listed or not, admits it. */
