@@ -1130,7 +1130,9 @@ static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 	st->uptime_ms = executor_uptime_ms(b->ex);
 	st->services = b->conn->admin ? service_count() : 1;
 	st->connections = conns;
-	st->batches = executor_batches(b->ex);
+	/* Another service's count would tell a tenant how busy it is. */
+	st->batches = b->conn->admin ? executor_batches(b->ex)
+				     : b->conn->service->batches;
 	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_STATUS;
 	b->results[i].status = st;
 	return 0;

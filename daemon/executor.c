@@ -618,6 +618,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 		link_set(ex, conn->set);
 	}
 	atomic_fetch_add(&ex->batches, 1);
+	conn->service->batches++;
 	atomic_store_explicit(&conn->quiet, false, memory_order_relaxed);
 	dispatch_batch(&ex->cmd, b);
 	/*

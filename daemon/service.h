@@ -105,6 +105,7 @@ struct service {
 	struct service *next_active;	/* in the executor's round */
 	bool active;			/* in the rounds (rounds.h) */
 	bool emptied;			/* ...without a batch (rounds.h) */
+	uint64_t batches;		/* its connections ran (status) */
 	uint64_t bytes_in_use;
 	uint64_t allocations;
 	uint64_t peak_bytes_in_use;

@@ -2347,6 +2347,11 @@ static int nobody_status(const struct child_ctx *cx, void *arg)
 				  "bytes in use, all of them another "
 				  "service's (rootonly)",
 				  (unsigned long long)st.bytes_in_use);
+	/* Nor how busy they are: its batches are its own, this one. */
+	if (st.batches != 1)
+		return child_fail(cx, 62, "a non-admin's first status counts "
+				  "%llu batches, not its own 1",
+				  (unsigned long long)st.batches);
 	gpucmd_close(c);
 	return 0;
 }
@@ -2355,12 +2360,17 @@ START_TEST(status_shows_a_tenant_only_its_own_memory)
 {
 	struct as_user nobody;
 	struct gpucmd_conn *root;
+	struct gpucmd_status st;
 
 	SKIP_UNLESS_ROOT(&nobody);
 	start_access_daemon(&nobody);
 	root = connect_as("rootonly");
 	alloc_ok(root, 1, 5000);
+	alloc_ok(root, 2, 5000);
 	child_run(&nobody, nobody_status, NULL);
+	/* An admin's count is the daemon's: two, nobody's one, this one. */
+	ck_assert_int_eq(gpucmd_status(root, &st), 0);
+	ck_assert_uint_eq(st.batches, 4);
 	gpucmd_close(root);
 }
 END_TEST
