@@ -503,7 +503,8 @@ static int report_text(const struct report_view *v,
 		       tool_size(rep->pinned_host.bytes_in_use, o->exact, b,
 				 sizeof(b)));
 	else
-		printf("daemon overhead: n/a (not reported by this gpucmdd)\n\n");
+		printf("daemon overhead: n/a (shown to administrators only, "
+		       "or not reported by this gpucmdd)\n\n");
 
 	table_init(&t, NCOLS, service_headings);
 	for (size_t i = 0; i < v->n; i++) {

@@ -1054,7 +1054,8 @@ static int op_memory_report(struct command_ctx *ctx, struct batch *b,
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	gpucmd__memory_usage__init(st.totals->usage);
 	st.rep->totals = st.totals;
-	if (ctx->pinned != NULL) {
+	/* How much of it is staging reads tells how busy the others are. */
+	if (ctx->pinned != NULL && b->conn->admin) {
 		struct memory_usage pu;
 
 		st.rep->pinned_host = arena_alloc(b, sizeof(*st.rep->pinned_host));

@@ -2284,6 +2284,10 @@ static int nobody_report(const struct child_ctx *cx, void *arg)
 				  "in %llu allocations: other services leak",
 				  (unsigned long long)rep->totals.bytes_in_use,
 				  (unsigned long long)rep->totals.allocations);
+	if (rep->has_pinned_host)
+		return child_fail(cx, 55, "a non-admin sees the daemon's pinned "
+				  "pool: %llu bytes in use",
+				  (unsigned long long)rep->pinned_host.bytes_in_use);
 	gpucmd_report_free(rep);
 	/* Hold the memory while the admin looks. */
 	if ((rc = child_handshake(cx)) != 0)
@@ -2323,6 +2327,7 @@ START_TEST(reports_show_own_service_unless_admin)
 	ck_assert_ptr_nonnull(find_service(rep, "other"));
 	ck_assert_uint_eq(rep->totals.bytes_in_use, 3000);
 	ck_assert_uint_eq(rep->totals.allocations, 2);
+	ck_assert_int_eq(rep->has_pinned_host, 1);
 	gpucmd_report_free(rep);
 	child_go(&ch);
 	child_finish(&ch);
