@@ -789,6 +789,15 @@ static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b,
 	rc = builtin_check(k, vals, b->message, sizeof(b->message));
 	if (rc != 0)
 		return rc;
+	if (k->tenant_max_arg0 != 0 && vals[0].u32 > k->tenant_max_arg0 &&
+	    !b->conn->admin)
+		return fail(b, GPUCMD_ELIMIT,
+			    "%s of %u us is over a service's limit of %u us "
+			    "a launch (while it runs it holds the device from "
+			    "the other services): split it into launches of "
+			    "%u us or less; an admin may spin up to %u us",
+			    k->name, vals[0].u32, k->tenant_max_arg0,
+			    k->tenant_max_arg0, k->max_arg0);
 	fn = b->last_kernel == k ? b->last_fn : NULL;
 	if (fn == NULL) {
 		rc = ctx->driver->ops->builtin_function(ctx->driver, k->name,

@@ -2868,6 +2868,69 @@ START_TEST(a_tenant_cannot_fault_the_shared_context)
 }
 END_TEST
 
+/* nobody spins as long as a tenant may, then a microsecond longer. */
+static int nobody_spins(const struct child_ctx *cx, void *arg)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_arg us = { .kind = GPUCMD_ARG_U32, .v.u32 = 10000 };
+	struct gpucmd_conn *c = NULL;
+	struct gpucmd_batch *b = NULL;
+	struct gpucmd_response *r = NULL;
+	const char *msg;
+	int rc;
+
+	(void)arg;
+	if ((rc = admitted(cx, "untrusted", &c)) != 0)
+		return rc;
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_kernel(b, "spin", one, one, &us, 1);
+	gpucmd_batch_sync(b);
+	if (gpucmd_run(b, &r) != 0 || gpucmd_response_error(r) != 0)
+		return child_fail(cx, 70, "a tenant's spin(10000): %s",
+				  r ? gpucmd_response_message(r) : "no reply");
+	gpucmd_response_free(r);
+	us.v.u32 = 10001;
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_kernel(b, "spin", one, one, &us, 1);
+	if (gpucmd_run(b, &r) != 0)
+		return child_fail(cx, 71, "no reply to spin(10001)");
+	msg = gpucmd_response_message(r);
+	if (gpucmd_response_error(r) != GPUCMD_ELIMIT ||
+	    strstr(msg, "spin of 10001 us is over a service's limit of 10000 "
+			"us") == NULL ||
+	    strstr(msg, "an admin may spin up to 60000000 us") == NULL)
+		return child_fail(cx, 72, "a tenant's spin(10001): %s (%s)",
+				  gpucmd_errname(gpucmd_response_error(r)), msg);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+	return 0;
+}
+
+/* A tenant's launch holds the device from the others: spin is kept short. */
+START_TEST(a_tenants_spin_is_kept_short)
+{
+	static const uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_arg us = { .kind = GPUCMD_ARG_U32, .v.u32 = 10001 };
+	struct as_user nobody;
+	struct gpucmd_conn *c;
+	struct gpucmd_batch *b = NULL;
+	char msg[512];
+
+	SKIP_UNLESS_ROOT(&nobody);
+	start_for_others("[daemon]\nsocket_mode = 0666\n"
+			 "[service untrusted]\nmax_modules = 0\n");
+	child_run(&nobody, nobody_spins, NULL);
+	/* An admin may spin longer, in the same service. */
+	ck_assert_msg(try_connect("untrusted", &c, msg, sizeof(msg)) == 0, "%s",
+		      msg);
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_kernel(b, "spin", one, one, &us, 1);
+	gpucmd_batch_sync(b);
+	gpucmd_response_free(run_ok(b));
+	gpucmd_close(c);
+}
+END_TEST
+
 /* ---- handle limit ----------------------------------------------------------- */
 
 /* max_handles: the next handle fails with the count and the key's name. */
@@ -3806,6 +3869,7 @@ static Suite *make_suite(void)
 	tcase_add_checked_fixture(tc, conf_setup, conf_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, a_tenant_cannot_fault_the_shared_context);
+	tcase_add_test(tc, a_tenants_spin_is_kept_short);
 	suite_add_tcase(s, tc);
 	return s;
 }

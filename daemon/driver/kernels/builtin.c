@@ -9,15 +9,19 @@
 #include "gpucmd.h"
 
 static const struct builtin_kernel builtins[] = {
-	{ "fill_u32", "Buu", "fill_u32(buf, value:u32, count:u32)", 0, false },
-	{ "copy", "BbU", "copy(dst, src, bytes:u64)", 0, false },
-	{ "add_f32", "Bbbu", "add_f32(out, a, b, n:u32)", 0, false },
-	{ "scale_f32", "Bfu", "scale_f32(buf, factor:f32, n:u32)", 0, false },
-	{ "saxpy_f32", "Bbfu", "saxpy_f32(y, x, a:f32, n:u32)", 0, false },
-	{ "reduce_sum_f32", "Bbu", "reduce_sum_f32(out, in, n:u32)", 0, false },
-	{ "spin", "u", "spin(usec:u32)", BUILTIN_SPIN_MAX_USEC, false },
-	{ "fault", "", "fault()", 0, true },
-	{ NULL, NULL, NULL, 0, false },
+	{ "fill_u32", "Buu", "fill_u32(buf, value:u32, count:u32)", 0, 0,
+	  false },
+	{ "copy", "BbU", "copy(dst, src, bytes:u64)", 0, 0, false },
+	{ "add_f32", "Bbbu", "add_f32(out, a, b, n:u32)", 0, 0, false },
+	{ "scale_f32", "Bfu", "scale_f32(buf, factor:f32, n:u32)", 0, 0,
+	  false },
+	{ "saxpy_f32", "Bbfu", "saxpy_f32(y, x, a:f32, n:u32)", 0, 0, false },
+	{ "reduce_sum_f32", "Bbu", "reduce_sum_f32(out, in, n:u32)", 0, 0,
+	  false },
+	{ "spin", "u", "spin(usec:u32)", BUILTIN_SPIN_MAX_USEC,
+	  BUILTIN_SPIN_TENANT_MAX_USEC, false },
+	{ "fault", "", "fault()", 0, 0, true },
+	{ NULL, NULL, NULL, 0, 0, false },
 };
 
 const struct builtin_kernel *builtin_find(const char *name)

@@ -34,6 +34,13 @@
 #define BUILTIN_MAX_ARGS 8
 /* spin() refuses longer waits: one launch may not hold a stream for minutes. */
 #define BUILTIN_SPIN_MAX_USEC 60000000u
+/*
+ * A tenant's (not an admin's) spin() is shorter: while it runs it holds
+ * the SMs it was given (the stream worker's CPU on the host backend) from
+ * every other service, and spin is how a service given the built-ins only
+ * (max_modules = 0) could otherwise take the device for a minute a launch.
+ */
+#define BUILTIN_SPIN_TENANT_MAX_USEC 10000u
 
 /* One argument value as the daemon decoded it. */
 union builtin_value {
@@ -50,6 +57,8 @@ struct builtin_kernel {
 	const char *usage;	/* e.g. "fill_u32(buf, value:u32, count:u32)" */
 	/* The largest value of its first (u32) argument; 0: any. */
 	uint32_t max_arg0;
+	/* ... for a connection that is not an admin's; 0: max_arg0. */
+	uint32_t tenant_max_arg0;
 	/*
 	 * It faults the stream on purpose (fault(), for tests).  Where a
 	 * fault loses the device context (CUDA) that is every service's
