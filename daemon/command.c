@@ -108,7 +108,9 @@ int command_install_memory_pools(struct command *cmd,
 			 "pools in use: stream %u released buffers that work "
 			 "queued before the release still uses, so the old "
 			 "layout stays until that work is done; sync the "
-			 "stream first", cmd->current->number);
+			 "stream in an earlier request (ops after a sync in "
+			 "the same request do not wait for it)",
+			 cmd->current->number);
 	} else if (rc == GPUCMD_EPOOLSINUSE) {
 		struct memory_usage u;
 
@@ -118,7 +120,8 @@ int command_install_memory_pools(struct command *cmd,
 			 "still in stream %u's pools, live buffers or released "
 			 "ones that work queued on the device still uses, so "
 			 "the old layout stays; release every buffer of the "
-			 "stream and sync it first",
+			 "stream and sync it in an earlier request (ops after "
+			 "a sync in the same request do not wait for it)",
 			 (unsigned long long)u.allocations,
 			 (unsigned long long)in_use, cmd->current->number);
 	}

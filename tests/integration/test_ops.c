@@ -584,6 +584,21 @@ START_TEST(install_pools_refused_while_in_use)
 		ck_assert_int_eq(idx, 2);
 		ck_assert_msg(strstr(last_message, "sync the stream") != NULL,
 			      "%s", last_message);
+		/*
+		 * A sync in the same request does not make the layout wait
+		 * for it (the device thread never waits on the device): the
+		 * message says to sync in an earlier request, as it must.
+		 */
+		b = batch(c, 0);
+		gpucmd_batch_empty(b, 5, 4096);
+		gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+		gpucmd_batch_release(b, 5);
+		gpucmd_batch_sync(b);
+		gpucmd_batch_install_pools(b, "custom", pools, 3);
+		ck_assert_int_eq(run_code(b, &idx), GPUCMD_EPOOLSINUSE);
+		ck_assert_int_eq(idx, 4);
+		ck_assert_msg(strstr(last_message, "in an earlier request") !=
+			      NULL, "%s", last_message);
 	}
 	b = batch(c, 0);
 	gpucmd_batch_sync(b);
