@@ -1034,10 +1034,10 @@ int command_kernel(struct command *cmd, struct driver_function *kernel,
 	rc = d->ops->launch(d, cmd->current->ds, kernel, grid, block,
 			    shared_bytes, params, param_sizes, nparams);
 	if (rc != 0) {
+		/* The driver's sentence, when it has one, says it all. */
 		snprintf(cmd->msg, sizeof(cmd->msg),
-			 "launch refused by the driver: %s%s%s",
-			 gpucmd_strerror(rc), d->error[0] ? ": " : "",
-			 d->error);
+			 "launch refused by the driver: %s",
+			 d->error[0] ? d->error : gpucmd_strerror(rc));
 		return rc == GPUCMD_EINVAL ? GPUCMD_ELAUNCH : rc;
 	}
 	return 0;

@@ -543,6 +543,8 @@ START_TEST(client_errors)
 	struct gpucmd_batch *b;
 	struct gpucmd_arg fill[3] = { buf_arg(1), u32_arg(1), u32_arg(1000) };
 	struct gpucmd_arg wrong[2] = { buf_arg(1), u32_arg(1) };
+	/* 400 bytes: what handle 1 holds once the first batch made it. */
+	struct gpucmd_arg fill100[3] = { buf_arg(1), u32_arg(1), u32_arg(100) };
 	uint32_t zero[3] = { 0, 1, 1 };
 
 	/* A handle never allocated. */
@@ -568,6 +570,25 @@ START_TEST(client_errors)
 	gpucmd_batch_new(c, 0, &b);
 	gpucmd_batch_kernel(b, "fill_u32", zero, B64, fill, 3);
 	expect_fail(b, 0, GPUCMD_ELAUNCH, "zero dimension");
+	/*
+	 * The driver's own sentence (the host's or CUDA's), once: not
+	 * "launch refused: " from gpucmd_strerror() before it as well.
+	 */
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_kernel_shared(b, "fill_u32", G1, B64, 1u << 30, fill100,
+				   3);
+	{
+		struct gpucmd_response *r = NULL;
+		const char *m;
+
+		ck_assert_int_eq(gpucmd_run(b, &r), 0);
+		ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_ELAUNCH);
+		m = gpucmd_response_message(r);
+		ck_assert_msg(strncmp(m, "launch refused by the driver: ", 30) ==
+			      0 && strstr(m, "1073741824 bytes") != NULL &&
+			      strstr(m, "launch refused: ") == NULL, "%s", m);
+		gpucmd_response_free(r);
+	}
 
 	/* Handle 0 (refused by the library), a live handle again, reads out
 	 * of bounds. */
