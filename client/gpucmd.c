@@ -11,13 +11,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "cmd.h"
 
@@ -274,6 +277,63 @@ int tool_exit_status(int code)
 	}
 }
 
+/*
+ * Why a socket at path is not open to this user, from what stat says: the
+ * socket's mode, owner and group, and who may connect; or the directory in
+ * the way.  Where the package set it up, group gpucmd.
+ */
+static void say_no_access(const char *path)
+{
+	struct stat st;
+	const struct group *gr;
+	const struct passwd *pw;
+	char gname[64], uname[64];
+
+	if (stat(path, &st) != 0) {
+		if (errno == EACCES)
+			fprintf(stderr, "gpucmd: a directory on the way to %s "
+				"is not open to this user\n", path);
+		else
+			fprintf(stderr, "gpucmd: the socket is not open to this "
+				"user\n");
+		return;
+	}
+	gr = getgrgid(st.st_gid);
+	pw = getpwuid(st.st_uid);
+	if (gr != NULL)
+		snprintf(gname, sizeof(gname), "%s", gr->gr_name);
+	else
+		snprintf(gname, sizeof(gname), "%u", (unsigned)st.st_gid);
+	if (pw != NULL)
+		snprintf(uname, sizeof(uname), "%s", pw->pw_name);
+	else
+		snprintf(uname, sizeof(uname), "%u", (unsigned)st.st_uid);
+	fprintf(stderr, "gpucmd: the socket (mode %04o, owner %s, group %s) is "
+		"not open to this user; ", (unsigned)(st.st_mode & 07777),
+		uname, gname);
+	if (st.st_mode & S_IWGRP)
+		fprintf(stderr, "members of group %s may connect (adduser "
+			"USER %s, then log in again)\n", gname, gname);
+	else
+		fprintf(stderr, "only %s may connect (socket_mode in "
+			"gpucmdd.conf, or SocketMode= of the socket unit)\n",
+			uname);
+}
+
+/* Whether path exists and is not a socket: then say what it is. */
+static bool say_not_socket(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0 || S_ISSOCK(st.st_mode))
+		return false;
+	fprintf(stderr, "gpucmd: %s is %s, not a socket: check --socket and "
+		"$GPUCMD_SOCKET\n", path,
+		S_ISDIR(st.st_mode) ? "a directory" :
+		S_ISREG(st.st_mode) ? "a regular file" : "a special file");
+	return true;
+}
+
 static int connect_with(const struct tool_opts *o, const char *service,
 			unsigned flags, struct gpucmd_conn **out)
 {
@@ -311,8 +371,10 @@ static int connect_with(const struct tool_opts *o, const char *service,
 		return TOOL_EXIT_USAGE;
 	}
 	if (r == -EACCES || r == -EPERM)
-		fprintf(stderr, "gpucmd: the socket is not open to this user; "
-			"members of the gpucmd group may connect\n");
+		say_no_access(path);
+	else if ((r == -ECONNREFUSED || r == -ENOTSOCK) &&
+		 say_not_socket(path))
+		return TOOL_EXIT_UNAVAILABLE;
 	else if (r == GPUCMD_EPROTO)
 		fprintf(stderr, "gpucmd: something else listens there: check "
 			"--socket and $GPUCMD_SOCKET\n");

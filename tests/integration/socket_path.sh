@@ -8,7 +8,9 @@
 #   - a directory that does not exist is named as the reason (libuv would
 #     report EACCES), exit 1;
 #   - socket_mode and socket_group set the socket's mode and group, and a
-#     socket_group that does not exist is named as the reason, exit 1.
+#     socket_group that does not exist is named as the reason, exit 1;
+#   - gpucmd on a path that is not a socket says what it is, and on a
+#     socket not open to its user the socket's mode, owner and group (69).
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 lib_init sockpath
@@ -65,6 +67,17 @@ echo "keep me" >"$dir/file"
 refused file "$dir/file" "$dir/file exists and is not a socket"
 [ "$(cat "$dir/file")" = "keep me" ] || fail "the regular file was changed"
 
+# gpucmd pointed at something that is not a socket says what it is.
+for what in "$dir/file:a regular file" "$dir:a directory"; do
+	err=$("$BUILD/gpucmd" --socket "${what%%:*}" status 2>&1)
+	rc=$?
+	[ $rc -eq 69 ] || fail "gpucmd on ${what#*:}: exit $rc ('$err')"
+	case "$err" in
+	*"${what%%:*} is ${what#*:}, not a socket: check --socket"*) ;;
+	*) fail "gpucmd on ${what#*:}: '$err'" ;;
+	esac
+done
+
 # A directory that does not exist is the reason given.
 refused nodir "$dir/missing/s.sock" \
 	"the directory $dir/missing does not exist"
@@ -85,6 +98,29 @@ start grouped
 	fail "the socket's group is $(stat -c %G "$sock"), not $group"
 [ "$(stat -c %a "$sock")" = 600 ] ||
 	fail "the socket's mode is $(stat -c %a "$sock"), not 600 (socket_mode)"
+# gpucmd as a user the socket is not open to says the socket's mode, owner
+# and group and who may connect, and then a directory in the way (root
+# only, to become someone else)
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1; then
+	nobody() {
+		setpriv --reuid=65534 --regid=65534 --clear-groups \
+			"$BUILD/gpucmd" --socket "$sock" status 2>&1
+	}
+	chmod 0755 "$dir"
+	err=$(nobody)
+	rc=$?
+	[ $rc -eq 69 ] || fail "a socket not open to the user: exit $rc ('$err')"
+	case "$err" in
+	*"the socket (mode 0600, owner root, group $group) is not open to this user; only root may connect"*) ;;
+	*) fail "a socket not open to the user: '$err'" ;;
+	esac
+	chmod 0700 "$dir"
+	err=$(nobody)
+	case "$err" in
+	*"a directory on the way to $sock is not open to this user"*) ;;
+	*) fail "a socket in a directory closed to the user: '$err'" ;;
+	esac
+fi
 stop_daemon
 printf '[daemon]\nsocket_group = no-such-group-gpucmd\n' >"$dir/nogroup.conf"
 conf=$dir/nogroup.conf
@@ -92,4 +128,4 @@ refused nogroup "$sock" \
 	"socket_group 'no-such-group-gpucmd' does not exist"
 
 [ -n "${SOCKPATH_DEBUG:-}" ] && tail -n 3 "$dir"/*.log
-echo "ok: live socket kept, stale socket replaced, file and missing directory refused, socket mode and group set, unknown group refused"
+echo "ok: live socket kept, stale socket replaced, file and missing directory refused, socket mode and group set, unknown group refused, gpucmd says why it cannot connect"
