@@ -2142,9 +2142,24 @@ static int unanswered(struct exec *x, const struct group *g,
 	request_lines(g, rq, what, sizeof(what));
 	status = tool_fail_why(what, err, err == GPUCMD_EDISCONNECTED ? why
 								    : NULL);
-	if (err == GPUCMD_ELIMIT)
-		fprintf(stderr, "gpucmd: the request is over max_frame_bytes; "
-			"split the group with submit\n");
+	if (err == GPUCMD_ELIMIT) {
+		uint64_t data = 0;
+
+		/* The bytes it carries in the frame, which put it over. */
+		for (size_t i = rq->first; i < rq->first + rq->n; i++) {
+			const struct op *o = &g->ops[i];
+
+			if (((o->kind == OP_WRITE || o->kind == OP_CREATE) &&
+			     o->via == VIA_INLINE) || o->kind == OP_MODULE)
+				data += o->data_len;
+		}
+		fprintf(stderr, "gpucmd: the request carries %" PRIu64 " bytes "
+			"of data in its frame, over the daemon's "
+			"max_frame_bytes of %" PRIu32 " with its framing; split "
+			"the group with submit\n", data,
+			x->conn != NULL ?
+			gpucmd_info(x->conn)->max_frame_bytes : 0);
+	}
 	return status;
 }
 

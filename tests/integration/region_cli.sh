@@ -151,6 +151,26 @@ out=$(g exec "$dir/many.gs") || fail "40 KiB beside 64 regions: exit $?"
 [ "$out" = "a: 40960 bytes -> $dir/o40b" ] || fail "40 KiB beside 64 regions: '$out'"
 cmp "$dir/m40" "$dir/o40b" || fail "40 KiB beside 64 regions: the bytes differ"
 
+# 6d'. writes each small enough for the frame (no region) whose data only
+#      together are over max_frame_bytes: refused when sent (exit 1), with
+#      the bytes the request carries and the daemon's limit
+head -c 30000 /dev/urandom >"$dir/m30" || fail "cannot make the 30000-byte file"
+{
+	echo "empty a 1200000"
+	i=0
+	while [ $i -lt 40 ]; do
+		echo "write a $((i * 30000)) file:$dir/m30"
+		i=$((i + 1))
+	done
+} >"$dir/together.gs"
+err=$(g exec "$dir/together.gs" 2>&1 >/dev/null)
+rc=$?
+[ $rc -eq 1 ] || fail "40 writes of 30000 bytes in one 1 MiB frame: exit $rc ('$err')"
+case "$err" in
+*"the request carries 1200000 bytes of data in its frame, over the daemon's max_frame_bytes of 1048576"*"split the group with submit"*) ;;
+*) fail "40 writes of 30000 bytes in one 1 MiB frame: '$err'" ;;
+esac
+
 # 6e. a large file: operand is read into the scratch region when its group
 #     runs, not held in the tool's memory as well: the peak RSS (GNU
 #     time's %M, KiB) of a 32 MiB write grows by the file once, not twice
