@@ -86,8 +86,10 @@ int cmd_ping(const struct tool_opts *o, int argc, char **argv)
 			if (tool_parse_u64(optarg, 0, &count) < 0 ||
 			    count == 0 || count > UINT32_MAX)
 				return tool_usage(argv[0], ping_usage, TOOL_EXIT_USAGE,
-						  "bad count '%s'",
-						  optarg);
+						  "bad count '%s' (a number "
+						  "of round trips from 1 to "
+						  "%" PRIu32 ")",
+						  optarg, UINT32_MAX);
 			break;
 		case 'h':
 			return tool_usage(argv[0], ping_usage, TOOL_EXIT_OK, NULL);

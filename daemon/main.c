@@ -156,8 +156,10 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 				return 2;
 			}
 			if (strlen(optarg) >= sizeof(cfg->socket_path)) {
-				fprintf(stderr, "gpucmdd: socket path is longer "
-					"than %zu bytes\n",
+				fprintf(stderr, "gpucmdd: socket path '%s' is %zu "
+					"bytes, longer than the %zu a Unix "
+					"socket takes\n", optarg,
+					strlen(optarg),
 					sizeof(cfg->socket_path) - 1);
 				return 2;
 			}
@@ -175,8 +177,8 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 			break;
 		case 'd':
 			if (parse_count(optarg, 0, 1024, &u) != 0) {
-				fprintf(stderr, "gpucmdd: bad device index '%s'\n",
-					optarg);
+				fprintf(stderr, "gpucmdd: bad --device '%s' (a GPU "
+					"index from 0 to 1024)\n", optarg);
 				return 2;
 			}
 			cfg->device = (int)u;
@@ -192,8 +194,8 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 		case OPT_MAX_CONNECTIONS:
 			if (parse_count(optarg, 1, 1u << 20,
 					&cfg->limits.max_connections) != 0) {
-				fprintf(stderr, "gpucmdd: bad --max-connections '%s'\n",
-					optarg);
+				fprintf(stderr, "gpucmdd: bad --max-connections '%s' "
+					"(1 to 1048576)\n", optarg);
 				return 2;
 			}
 			break;
@@ -231,8 +233,9 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 		case 'l':
 			v = log_level_parse(optarg);
 			if (v < 0) {
-				fprintf(stderr, "gpucmdd: unknown log level '%s'\n",
-					optarg);
+				fprintf(stderr, "gpucmdd: unknown log level '%s' "
+					"(error, warning, notice, info or "
+					"debug)\n", optarg);
 				return 2;
 			}
 			cfg->log_level = v;

@@ -434,6 +434,21 @@ out=$(g evict held) || fail "evict held (none open) exited $?"
 [ $? -eq 2 ] || fail "--socket '' is not a usage error: $(cat "$dir/err")"
 grep -q "^gpucmd: --socket needs a path (an empty one was given)$" "$dir/err" ||
 	fail "--socket '': $(cat "$dir/err")"
+# A value out of range says the range (ping's count, gpucmdd's flags).
+g ping -c 0 >/dev/null 2>"$dir/err"
+[ $? -eq 2 ] || fail "ping -c 0 is not a usage error"
+grep -q "bad count '0' (a number of round trips from 1 to 4294967295)" "$dir/err" ||
+	fail "ping -c 0: $(cat "$dir/err")"
+: >"$dir/none.conf"
+for bad in "--device 5000:a GPU index from 0 to 1024" \
+	"--log-level loud:error, warning, notice, info or debug" \
+	"--max-connections 0:1 to 1048576"; do
+	# shellcheck disable=SC2086 # the flag and its value, two words
+	"$BUILD/gpucmdd" -c "$dir/none.conf" ${bad%%:*} --check-config \
+		>/dev/null 2>"$dir/err"
+	[ $? -eq 2 ] || fail "gpucmdd ${bad%%:*} is not a usage error"
+	grep -qF "(${bad#*:})" "$dir/err" || fail "gpucmdd ${bad%%:*}: $(cat "$dir/err")"
+done
 g memory-report --prometheus --watch 1 >"$dir/out" 2>"$dir/err"
 [ $? -eq 2 ] || fail "--prometheus --watch into a file is not a usage error"
 [ -s "$dir/out" ] && fail "--prometheus --watch into a file wrote: $(head -3 "$dir/out")"
