@@ -1534,7 +1534,8 @@ static int parse_group(struct script *s, struct group *g)
 				return -1;
 			if (n > UINT32_MAX)
 				return parse_error(s, 1, "stream %" PRIu64
-						   " is out of range", n);
+						   " is out of range (0 to %"
+						   PRIu32 ")", n, UINT32_MAX);
 			s->stream = (uint32_t)n;
 			continue;
 		}

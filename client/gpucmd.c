@@ -116,8 +116,8 @@ static void main_usage(FILE *f)
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-14s  %s\n", commands[i].name,
 			commands[i].summary);
-	fprintf(f, "\n'gpucmd COMMAND --help' describes a command; "
-		   "man gpucmd has the details.\n");
+	fprintf(f, "\n'gpucmd COMMAND --help' (or 'gpucmd help COMMAND') "
+		   "describes a command;\nman gpucmd has the details.\n");
 }
 
 int main(int argc, char **argv)
@@ -141,6 +141,8 @@ int main(int argc, char **argv)
 	int c;
 
 	keep_std_fds();
+	/* getopt's own complaints start with it, as every other message. */
+	argv[0] = (char *)"gpucmd";
 	while ((c = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':

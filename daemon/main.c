@@ -406,6 +406,8 @@ int main(int argc, char **argv)
 	uv_loop_t loop;
 	int rc;
 
+	/* getopt's own complaints start with it, as every other message. */
+	argv[0] = (char *)"gpucmdd";
 	config_defaults(&cfg);
 	early_args(argc, argv, &early);
 	/* A bad command line is reported as such, before any file. */

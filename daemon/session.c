@@ -909,10 +909,11 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 	max = atomic_load(&svc->max_connections);
 	if (!admin && max != 0 && atomic_load(&svc->connections) >= max) {
 		session_refuse(s, GPUCMD_ELIMIT,
-			       "service '%s' has %u connections open, and its "
+			       "service '%s' has %u connection%s open, and its "
 			       "max_connections in %s is %u: close one, or "
 			       "raise it", svc->name,
 			       (unsigned)atomic_load(&svc->connections),
+			       atomic_load(&svc->connections) == 1 ? "" : "s",
 			       cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH,
 			       max);
 		service_leave(svc);

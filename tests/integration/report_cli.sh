@@ -449,6 +449,16 @@ for bad in "--device 5000:a GPU index from 0 to 1024" \
 	[ $? -eq 2 ] || fail "gpucmdd ${bad%%:*} is not a usage error"
 	grep -qF "(${bad#*:})" "$dir/err" || fail "gpucmdd ${bad%%:*}: $(cat "$dir/err")"
 done
+# getopt's complaints name the program as every other message does, not
+# the path it was started by.
+"$dir/gpucmd" --bogus >/dev/null 2>"$dir/err"
+[ $? -eq 2 ] || fail "gpucmd --bogus is not a usage error"
+grep -q "^gpucmd: unrecognized option '--bogus'" "$dir/err" ||
+	fail "gpucmd --bogus: $(cat "$dir/err")"
+"$BUILD/gpucmdd" --bogus >/dev/null 2>"$dir/err"
+[ $? -eq 2 ] || fail "gpucmdd --bogus is not a usage error"
+grep -q "^gpucmdd: unrecognized option '--bogus'" "$dir/err" ||
+	fail "gpucmdd --bogus: $(cat "$dir/err")"
 g memory-report --prometheus --watch 1 >"$dir/out" 2>"$dir/err"
 [ $? -eq 2 ] || fail "--prometheus --watch into a file is not a usage error"
 [ -s "$dir/out" ] && fail "--prometheus --watch into a file wrote: $(head -3 "$dir/out")"

@@ -2752,7 +2752,8 @@ static int nobody_fills_a_service(const struct child_ctx *cx, void *arg)
 	(void)arg;
 	if ((rc = admitted(cx, "capped", &c[0])) != 0 ||
 	    (rc = admitted(cx, "capped", &c[1])) != 0 ||
-	    (rc = refused(cx, "capped", GPUCMD_ELIMIT, "'capped'",
+	    (rc = refused(cx, "capped", GPUCMD_ELIMIT,
+			  "'capped' has 2 connections open",
 			  "max_connections")) != 0 ||
 	    (rc = admitted(cx, "bystander", NULL)) != 0)
 		return rc;
