@@ -374,17 +374,20 @@ static int check_host(const struct config *cfg)
 
 	if (cfg->socket_group[0] != '\0' &&
 	    getgrnam(cfg->socket_group) == NULL) {
-		fprintf(stderr, "gpucmdd: socket_group '%s' does not exist: "
-			"create it (the package's sysusers.d does) or change "
-			"the setting; the daemon would not start (under "
+		fprintf(stderr, "gpucmdd: %s: socket_group '%s' does not "
+			"exist: create it (the package's sysusers.d does) or "
+			"change the setting; the daemon would not start (under "
 			"socket activation the socket unit's SocketGroup= "
-			"applies instead)\n", cfg->socket_group);
+			"applies instead)\n",
+			cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH,
+			cfg->socket_group);
 		rc = 1;
 	}
 	if (cfg->admin_group[0] != '\0' && getgrnam(cfg->admin_group) == NULL)
-		fprintf(stderr, "gpucmdd: warning: admin_group '%s' does not "
-			"exist: only root and the daemon's user will be "
-			"admins\n", cfg->admin_group);
+		fprintf(stderr, "gpucmdd: %s: warning: admin_group '%s' does "
+			"not exist: only root and the daemon's user will be "
+			"admins\n", cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH,
+			cfg->admin_group);
 	if (pages > 0 && page > 0 &&
 	    cfg->host_memory / (uint64_t)page > (uint64_t)pages)
 		fprintf(stderr, "gpucmdd: warning: host_memory %llu MiB is "

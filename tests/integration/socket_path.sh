@@ -126,6 +126,13 @@ printf '[daemon]\nsocket_group = no-such-group-gpucmd\n' >"$dir/nogroup.conf"
 conf=$dir/nogroup.conf
 refused nogroup "$sock" \
 	"socket_group 'no-such-group-gpucmd' does not exist"
+# --check-config names the file, as for every other error in it.
+err=$("$BUILD/gpucmdd" -c "$conf" --check-config 2>&1) &&
+	fail "--check-config passed a missing socket_group"
+case "$err" in
+*"$conf: socket_group 'no-such-group-gpucmd' does not exist"*) ;;
+*) fail "--check-config of a missing socket_group: '$err'" ;;
+esac
 
 [ -n "${SOCKPATH_DEBUG:-}" ] && tail -n 3 "$dir"/*.log
 echo "ok: live socket kept, stale socket replaced, file and missing directory refused, socket mode and group set, unknown group refused, gpucmd says why it cannot connect"
