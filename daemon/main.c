@@ -351,7 +351,10 @@ static int probe(const struct config *cfg)
 
 	rc = executor_start(cfg, &cb, &ex, why, sizeof(why));
 	if (rc != 0) {
-		fprintf(stderr, "gpucmdd: no usable device: %s\n", why);
+		/* The CUDA backend's why says it already. */
+		fprintf(stderr, "gpucmdd: %s%s\n",
+			strstr(why, "no usable") ? "" : "no usable device: ",
+			why);
 		return 1;
 	}
 	p = executor_properties(ex);
