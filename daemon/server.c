@@ -811,9 +811,34 @@ static void on_sighup(uv_signal_t *sig, int signum)
 	sd_ready(buf);
 }
 
+/* "1 connection", "3 connections": n and its noun, in buf (returned). */
+static const char *counted(char *buf, size_t len, uint64_t n,
+			   const char *one, const char *many)
+{
+	snprintf(buf, len, "%llu %s", (unsigned long long)n,
+		 n == 1 ? one : many);
+	return buf;
+}
+
+/*
+ * What a stop waits for, "the batches in flight of 3 connections": the
+ * drain's STATUS= line and log, and the line of an exit that cuts it short.
+ */
+static const char *drain_what(const struct server *srv, char *buf,
+			      size_t len)
+{
+	char n[32];
+
+	snprintf(buf, len, "the batches in flight of %s",
+		 counted(n, sizeof(n), srv->nsessions, "connection",
+			 "connections"));
+	return buf;
+}
+
 static void on_signal(uv_signal_t *sig, int signum)
 {
 	struct server *srv = sig->data;
+	char what[96];
 
 	/*
 	 * A second signal while batches drain (a long spin, an operator's
@@ -821,14 +846,13 @@ static void on_signal(uv_signal_t *sig, int signum)
 	 * would, but with a line that says what was left.
 	 */
 	if (srv->stopping) {
-		log_warn("%s again: exiting now, without waiting for the "
-			 "batches in flight of %u connection%s",
-			 strsignal(signum), srv->nsessions,
-			 srv->nsessions == 1 ? "" : "s");
+		log_warn("%s again: exiting now, without waiting for %s",
+			 strsignal(signum), drain_what(srv, what, sizeof(what)));
 		_exit(1);
 	}
-	log_notice("%s: shutting down (%u connections open)",
-		   strsignal(signum), srv->nsessions);
+	log_notice("%s: shutting down (%s open)", strsignal(signum),
+		   counted(what, sizeof(what), srv->nsessions, "connection",
+			   "connections"));
 	server_stop(srv);
 }
 
@@ -972,7 +996,7 @@ static void expire_sessions(struct server *srv)
 static void on_tick(uv_timer_t *t)
 {
 	struct server *srv = t->data;
-	char buf[256];
+	char buf[256], what[96];
 
 	/*
 	 * While stopping, the drain waits for work a client queued (a spin
@@ -980,10 +1004,9 @@ static void on_tick(uv_timer_t *t)
 	 * the log, so that a slow stop does not look wedged.
 	 */
 	if (srv->stopping)
-		snprintf(buf, sizeof(buf), "stopping: waiting for the batches "
-			 "in flight of %u connection%s (a second SIGTERM or "
-			 "SIGINT exits now)", srv->nsessions,
-			 srv->nsessions == 1 ? "" : "s");
+		snprintf(buf, sizeof(buf), "stopping: waiting for %s (a second "
+			 "SIGTERM or SIGINT exits now)",
+			 drain_what(srv, what, sizeof(what)));
 	else
 		status_line(srv, buf, sizeof(buf));
 	sd_status("%s", buf);
