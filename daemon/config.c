@@ -43,6 +43,7 @@ void config_defaults(struct config *cfg)
 	snprintf(cfg->layout, sizeof(cfg->layout), "subslices");
 	cfg->spin_us = SPIN_DEFAULT_US;
 	cfg->host_stream_nice = CONFIG_HOST_STREAM_NICE;
+	cfg->stop_timeout = CONFIG_STOP_TIMEOUT;
 	cfg->unknown_services = CONFIG_UNKNOWN_ALLOW;
 	cfg->default_service.weight = 1;
 	cfg->default_service.max_modules = CONFIG_DEFAULT_MAX_MODULES;
@@ -600,6 +601,9 @@ static int handle_key(void *user, const char *section, const char *name,
 		if (strcmp(name, "host_stream_nice") == 0)
 			return set_u32(st, name, v, 0, 19,
 				       &cfg->host_stream_nice);
+		if (strcmp(name, "stop_timeout") == 0)
+			return set_u32(st, name, v, 0, CONFIG_STOP_TIMEOUT_MAX,
+				       &cfg->stop_timeout);
 		if (strcmp(name, "layout") == 0) {
 			if (strcmp(v, "subslices") != 0 &&
 			    strcmp(v, "exclusive") != 0)

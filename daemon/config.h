@@ -47,6 +47,15 @@ struct config_limits {
 #define CONFIG_DEFAULT_PATH "/etc/gpucmd/gpucmdd.conf"
 /* Default [daemon] host_stream_nice: how much nicer host workers run. */
 #define CONFIG_HOST_STREAM_NICE 10
+/*
+ * Default [daemon] stop_timeout: seconds a stop waits for the batches in
+ * flight before the daemon exits 1 anyway, naming who held it up.  Below
+ * the packaged units' TimeoutStopSec=90 with room to spare, so that the
+ * daemon's own line, not a bare SIGKILL, ends a stop that runs over.
+ */
+#define CONFIG_STOP_TIMEOUT 60
+/* The largest stop_timeout (0 turns the deadline off instead). */
+#define CONFIG_STOP_TIMEOUT_MAX 3600
 
 /* A [service NAME] section. */
 struct config_service {
@@ -116,6 +125,7 @@ struct config {
 	char layout[16];		/* default pool layout: subslices, exclusive */
 	uint32_t spin_us;		/* busy wait before a thread sleeps (spin.h) */
 	uint32_t host_stream_nice;	/* host backend workers' nice (driver.h) */
+	uint32_t stop_timeout;		/* seconds a stop drains, 0 = no limit */
 	struct config_limits limits;
 	enum config_unknown unknown_services;
 	struct config_service default_service;	/* limits of unlisted services */

@@ -2,7 +2,8 @@
  * main.c - gpucmdd: parse the command line, open the device, serve.
  *
  * Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the
- * daemon cannot start (the reason is logged), 2 for a usage error.
+ * daemon cannot start or a stop is cut short (a second signal, [daemon]
+ * stop_timeout, a lost device; the reason is logged), 2 for a usage error.
  */
 #include <errno.h>
 #include <getopt.h>

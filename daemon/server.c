@@ -776,6 +776,8 @@ int server_reload(struct server *srv)
 	 */
 	warn_restart_keys(&srv->cfg, &next);
 	srv->cfg.limits = next.limits;
+	/* Read only when a stop begins, and SIGHUP is ignored after that. */
+	srv->cfg.stop_timeout = next.stop_timeout;
 	srv->cfg.unknown_services = next.unknown_services;
 	srv->cfg.default_service = next.default_service;
 	snprintf(srv->cfg.admin_group, sizeof(srv->cfg.admin_group), "%s",
@@ -835,6 +837,36 @@ static const char *drain_what(const struct server *srv, char *buf,
 	return buf;
 }
 
+/* Whole seconds, rounded up, until the stop's deadline; 0 once past it. */
+static uint64_t stop_left_s(struct server *srv)
+{
+	uint64_t end = srv->stop_began_ms +
+		       (uint64_t)srv->cfg.stop_timeout * 1000u;
+	uint64_t now = uv_now(srv->loop);
+
+	return now >= end ? 0 : (end - now + 999) / 1000;
+}
+
+/*
+ * The drain's progress, for STATUS= and every 10 s the log: what it waits
+ * for and how long it still will, so that a slow stop does not look wedged.
+ */
+static void stop_status(struct server *srv, char *buf, size_t len)
+{
+	char what[96];
+
+	if (srv->cfg.stop_timeout == 0)
+		snprintf(buf, len, "stopping: waiting for %s, with no deadline "
+			 "(stop_timeout = 0; a second SIGTERM or SIGINT exits "
+			 "now)", drain_what(srv, what, sizeof(what)));
+	else
+		snprintf(buf, len, "stopping: waiting for %s, %llu s left "
+			 "before the daemon exits anyway (stop_timeout; a "
+			 "second SIGTERM or SIGINT exits now)",
+			 drain_what(srv, what, sizeof(what)),
+			 (unsigned long long)stop_left_s(srv));
+}
+
 static void on_signal(uv_signal_t *sig, int signum)
 {
 	struct server *srv = sig->data;
@@ -856,13 +888,111 @@ static void on_signal(uv_signal_t *sig, int signum)
 	server_stop(srv);
 }
 
+/*
+ * Services named in the line that ends a stop at its deadline: a few, so
+ * that the line stays one line with every connection of a large daemon.
+ */
+#define STOP_NAMED_SERVICES 8
+/* Connections the deadline lists one line each; the rest are counted. */
+#define STOP_LISTED_CONNECTIONS 32
+
+/*
+ * One connection that held the stop up to its deadline: draining (the
+ * usual case: its batches run), or closed and not yet gone.  Its service
+ * stays while it is on the list (service.h, holders), closed or not.
+ */
+static void stop_log_session(const struct session *s, uint64_t waited_ms)
+{
+	const char *svc = s->econn.service != NULL ? s->econn.service->name
+						   : "(none)";
+	const char *why = "";
+	char n[32];
+
+	if (s->state == SESSION_CLOSING)
+		why = s->device_open ? "; it had closed, and the device "
+				       "thread had not freed its memory yet"
+				     : "; it had closed, and its last replies "
+				       "were not written yet";
+	log_warn("stop_timeout: connection %llu (%s, service %s) still had "
+		 "%s in flight, %.1f s into the stop%s",
+		 (unsigned long long)s->id, s->peer, svc,
+		 counted(n, sizeof(n), s->in_flight, "batch", "batches"),
+		 (double)waited_ms / 1000.0, why);
+}
+
+/*
+ * [daemon] stop_timeout passed and connections still hold work (a client's
+ * long spin, many launches queued): say who, with numbers, and exit 1 as a
+ * second SIGTERM does.  Nothing waits for the device thread, which may be
+ * inside a kernel that cannot be cut short: that is why there is a
+ * deadline.
+ */
+static void on_stop_deadline(uv_timer_t *t)
+{
+	struct server *srv = t->data;
+	const struct service *named[STOP_NAMED_SERVICES];
+	uint64_t waited = uv_now(srv->loop) - srv->stop_began_ms;
+	uint64_t batches = 0;
+	uint32_t listed = 0, nnamed = 0;
+	bool more_services = false;
+	/* Room for every name with its ", ": snprintf never truncates. */
+	char services[STOP_NAMED_SERVICES * (SERVICE_NAME_MAX + 2) + 1];
+	char nb[32], nc[32];
+	size_t used = 0;
+
+	/* The last session went in this turn of the loop, which now ends. */
+	if (srv->nsessions == 0)
+		return;
+	services[0] = '\0';
+	for (const struct session *s = srv->sessions; s != NULL; s = s->next) {
+		const struct service *svc = s->econn.service;
+		uint32_t i;
+
+		batches += s->in_flight;
+		if (listed++ < STOP_LISTED_CONNECTIONS)
+			stop_log_session(s, waited);
+		if (svc == NULL)
+			continue;
+		for (i = 0; i < nnamed && named[i] != svc; i++)
+			;
+		if (i < nnamed)
+			continue;
+		if (nnamed == STOP_NAMED_SERVICES) {
+			more_services = true;
+			continue;
+		}
+		named[nnamed++] = svc;
+		used += (size_t)snprintf(services + used,
+					 sizeof(services) - used, "%s%s",
+					 used != 0 ? ", " : "", svc->name);
+	}
+	if (listed > STOP_LISTED_CONNECTIONS)
+		log_warn("stop_timeout: and %u more connections",
+			 listed - STOP_LISTED_CONNECTIONS);
+	counted(nb, sizeof(nb), batches, "batch", "batches");
+	counted(nc, sizeof(nc), srv->nsessions, "connection", "connections");
+	log_err("stop_timeout (%u s) passed with %s in flight on %s "
+		"(%s%s%s): exiting with status 1 without waiting for them",
+		srv->cfg.stop_timeout, nb, nc,
+		nnamed == 0   ? "no service"
+		: nnamed == 1 ? "service "
+			      : "services ",
+		services, more_services ? ", ..." : "");
+	sd_status("stopped at stop_timeout (%u s) with %s in flight on %s",
+		  srv->cfg.stop_timeout, nb, nc);
+	session_log_flush();
+	_exit(1);
+}
+
 void server_stop(struct server *srv)
 {
 	struct session *s, *next;
+	char buf[256];
 
 	if (srv->stopping)
 		return;
 	srv->stopping = true;
+	srv->stop_began_ms = uv_now(srv->loop);
 	sd_stopping();
 	if (srv->listening) {
 		uv_close((uv_handle_t *)&srv->listener, NULL);
@@ -874,8 +1004,17 @@ void server_stop(struct server *srv)
 		next = s->next;
 		session_drain(s);
 	}
-	if (srv->nsessions == 0)
+	if (srv->nsessions == 0) {
 		uv_stop(srv->loop);
+		return;
+	}
+	if (srv->cfg.stop_timeout != 0)
+		uv_timer_start(&srv->stop_deadline, on_stop_deadline,
+			       (uint64_t)srv->cfg.stop_timeout * 1000u, 0);
+	/* The time left at once, not at the next tick. */
+	stop_status(srv, buf, sizeof(buf));
+	sd_status("%s", buf);
+	log_notice("%s", buf);
 }
 
 int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
@@ -924,8 +1063,13 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 	uv_signal_init(loop, &srv->sighup);
 	srv->sighup.data = srv;
 	uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
+	/* Started by server_stop; the drain ends the loop, not the timer. */
+	uv_timer_init(loop, &srv->stop_deadline);
+	srv->stop_deadline.data = srv;
+	uv_unref((uv_handle_t *)&srv->stop_deadline);
 	rc = listen_socket(srv, why, why_len);
 	if (rc != 0) {
+		uv_close((uv_handle_t *)&srv->stop_deadline, NULL);
 		uv_close((uv_handle_t *)&srv->wakeup, NULL);
 		uv_close((uv_handle_t *)&srv->spin, NULL);
 		uv_close((uv_handle_t *)&srv->turns, NULL);
@@ -996,17 +1140,15 @@ static void expire_sessions(struct server *srv)
 static void on_tick(uv_timer_t *t)
 {
 	struct server *srv = t->data;
-	char buf[256], what[96];
+	char buf[256];
 
 	/*
 	 * While stopping, the drain waits for work a client queued (a spin
 	 * may run a minute): say so, in systemctl status and every 10 s in
-	 * the log, so that a slow stop does not look wedged.
+	 * the log, with the time left (stop_status).
 	 */
 	if (srv->stopping)
-		snprintf(buf, sizeof(buf), "stopping: waiting for %s (a second "
-			 "SIGTERM or SIGINT exits now)",
-			 drain_what(srv, what, sizeof(what)));
+		stop_status(srv, buf, sizeof(buf));
 	else
 		status_line(srv, buf, sizeof(buf));
 	sd_status("%s", buf);

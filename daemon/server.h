@@ -10,7 +10,11 @@
  *
  * Shutdown (SIGTERM, SIGINT): stop accepting, close every session (each
  * waits for its batches to complete and its memory to be freed), then stop
- * the executor and leave the loop; the exit status is 0.
+ * the executor and leave the loop; the exit status is 0.  The wait has a
+ * deadline, [daemon] stop_timeout: when it passes, or at a second signal,
+ * the daemon logs which connections still had work in flight and exits 1
+ * at once (_exit: the device thread may be inside a kernel that cannot be
+ * stopped, so nothing waits for it).
  */
 #pragma once
 
@@ -63,6 +67,7 @@ struct server {
 	uv_signal_t sigterm;
 	uv_signal_t sighup;
 	uv_timer_t watchdog;		/* WATCHDOG=1 and STATUS= refresh */
+	uv_timer_t stop_deadline;	/* [daemon] stop_timeout, once stopping */
 	bool activated;			/* the socket came from systemd */
 	struct config cfg;
 	int64_t admin_gid;		/* -1: no admin group */
@@ -79,6 +84,7 @@ struct server {
 	bool listening;
 	bool stopping;
 	uint32_t stop_ticks;	/* ticks since server_stop (drain progress) */
+	uint64_t stop_began_ms;		/* uv_now at server_stop */
 	int exit_code;			/* server_run's result */
 	/*
 	 * Rebuild the settings for a reload: defaults, the file, then the

@@ -9,7 +9,10 @@
 #     READY=1 once the file is read, for a file that loads and for one the
 #     daemon refuses (it serves on with its settings);
 #   - SIGTERM with a batch in flight: STOPPING=1, a STATUS=stopping: line
-#     while it waits, pings going on; a second SIGTERM exits 1 at once;
+#     while it waits that counts down the seconds to stop_timeout, pings
+#     going on; a second SIGTERM exits 1 at once;
+#   - SIGTERM with a batch that runs past [daemon] stop_timeout: exit 1 at
+#     the deadline, a last STATUS= and a log line that name what was left;
 #   - SIGTERM: STOPPING=1, then exit status 0;
 #   - without WATCHDOG_USEC no WATCHDOG=1 is sent.
 # python3 listens on the socket (each datagram is appended to a file).
@@ -109,7 +112,9 @@ wait_for wd '^STATUS=serving .*: 1 connections'
 sleep 1
 kill -TERM "$pid"
 wait_for wd '^STOPPING=1$'
-wait_for wd '^STATUS=stopping: waiting for the batches in flight of 1 connection '
+# The default stop_timeout (60 s): the seconds left count down.
+wait_for wd '^STATUS=stopping: waiting for the batches in flight of 1 connection, 60 s left before the daemon exits anyway \(stop_timeout; '
+wait_for wd '^STATUS=stopping: waiting for the batches in flight of 1 connection, 5[0-9] s left '
 pings=$(grep -c '^WATCHDOG=1$' "$dir/wd.msgs")
 until_ok "the watchdog pings stopped while the stop waits" three_more
 kill -TERM "$pid"
@@ -120,6 +125,40 @@ grep -q 'again: exiting now, without waiting for the batches in flight of 1 conn
 wait "$spinner" && fail "the client of the abandoned spin succeeded"
 pid=
 grep -q '^STOPPING=1$' "$dir/wd.msgs" || fail "no STOPPING=1 after SIGTERM"
+kill "$pids" 2>/dev/null
+wait "$pids" 2>/dev/null
+pids=""
+
+# ---- a stop past stop_timeout ---------------------------------------------
+# A 20 s spin holds the stop past stop_timeout = 1: the daemon exits 1 at
+# the deadline by itself, with a STATUS= and log lines that say what it
+# left and whose it was, rather than waiting for systemd's SIGKILL.
+listen dl
+printf '[daemon]\nstop_timeout = 1\n' >"$dir/dl.conf"
+NOTIFY_SOCKET=$dir/dl.notify "$BUILD/gpucmdd" --socket "$dir/dl.sock" \
+	--config "$dir/dl.conf" --backend host --host-memory 64M \
+	2>"$dir/dl.log" &
+pid=$!
+wait_for dl '^READY=1$'
+printf 'kernel spin grid=1 block=1 u32:20000000\nsync\n' |
+	"$BUILD/gpucmd" --socket "$dir/dl.sock" --service holder exec \
+	>/dev/null 2>&1 &
+spinner=$!
+until_ok "the spin's connection did not join" \
+	grep -q 'joined service holder' "$dir/dl.log"
+sleep 0.5
+kill -TERM "$pid"
+wait_exit "the daemon, at stop_timeout,"
+[ "$status" -eq 1 ] || fail "a stop past stop_timeout: exit $status, not 1"
+grep -q '^STATUS=stopping: waiting for the batches in flight of 1 connection, 1 s left ' \
+	"$dir/dl.msgs" || fail "no STATUS= with the second left before stop_timeout"
+grep -q '^STATUS=stopped at stop_timeout (1 s) with 1 batch in flight on 1 connection$' \
+	"$dir/dl.msgs" || fail "no last STATUS= at stop_timeout"
+grep -q 'stop_timeout: connection [0-9]* (pid [0-9]* uid [0-9]*, service holder) still had 1 batch in flight, ' \
+	"$dir/dl.log" || fail "no log line naming the connection left at stop_timeout"
+grep -q 'stop_timeout (1 s) passed with 1 batch in flight on 1 connection (service holder): exiting with status 1' \
+	"$dir/dl.log" || fail "no log line summing up at stop_timeout"
+wait "$spinner" && fail "the client of the spin cut off at stop_timeout succeeded"
 kill "$pids" 2>/dev/null
 wait "$pids" 2>/dev/null
 pids=""
@@ -158,5 +197,5 @@ grep -q 'reload failed' "$dir/plain.log" || fail "reload 2: the refused file is 
 	fail "the daemon does not answer after a refused reload"
 stop_daemon
 grep -q '^STOPPING=1$' "$dir/plain.msgs" || fail "no STOPPING=1 after SIGTERM (no watchdog)"
-echo "ok: STATUS, READY, WATCHDOG (only when asked), live STATUS, RELOADING, STOPPING"
+echo "ok: STATUS, READY, WATCHDOG (only when asked), live STATUS, RELOADING, STOPPING, stop_timeout"
 exit 0

@@ -149,6 +149,7 @@ START_TEST(defaults_are_the_documented_ones)
 	ck_assert_str_eq(cfg.layout, "subslices");
 	ck_assert_uint_eq(cfg.spin_us, 50);
 	ck_assert_uint_eq(cfg.host_stream_nice, 10);
+	ck_assert_uint_eq(cfg.stop_timeout, 60);
 	ck_assert_uint_eq(cfg.limits.max_connections, 256);
 	ck_assert_uint_eq(cfg.limits.max_frame_bytes, 64 * MIB);
 	ck_assert_uint_eq(cfg.limits.max_ops_per_batch, 65536);
@@ -291,6 +292,7 @@ START_TEST(every_key)
 		"layout = exclusive\n"
 		"spin_us = 0\n"
 		"host_stream_nice = 0\n"
+		"stop_timeout = 5\n"
 		"\n"
 		"[limits]\n"
 		"max_connections = 1000\n"
@@ -332,6 +334,7 @@ START_TEST(every_key)
 	ck_assert_str_eq(cfg.layout, "exclusive");
 	ck_assert_uint_eq(cfg.spin_us, 0);
 	ck_assert_uint_eq(cfg.host_stream_nice, 0);
+	ck_assert_uint_eq(cfg.stop_timeout, 5);
 	ck_assert_uint_eq(cfg.limits.max_connections, 1000);
 	ck_assert_uint_eq(cfg.limits.max_frame_bytes, MIB);
 	ck_assert_uint_eq(cfg.limits.max_ops_per_batch, 4096);
@@ -1207,6 +1210,9 @@ START_TEST(bad_values)
 	expect_bad("[daemon]\nlayout = striped\n", 2, "layout = striped");
 	expect_bad("[daemon]\nspin_us = 10001\n", 2, "spin_us");
 	expect_bad("[daemon]\nhost_stream_nice = 20\n", 2, "host_stream_nice");
+	expect_bad("[daemon]\nstop_timeout = 3601\n", 2,
+		   "stop_timeout = 3601: expected a number from 0 to 3600");
+	expect_bad("[daemon]\nstop_timeout = -1\n", 2, "stop_timeout");
 	expect_bad("[services]\nunknown = maybe\n", 2,
 		   "unknown = maybe: expected allow or refuse");
 	/* Strings longer than their field. */
