@@ -3780,6 +3780,144 @@ START_TEST(sigterm_drains_in_flight_batches)
 }
 END_TEST
 
+/*
+ * Submit {spin(us); sync} as service's connection c, and return once the
+ * daemon has taken it: a ping on another stream, read after it, came back.
+ */
+static uint64_t spin_taken(struct gpucmd_conn *c, uint32_t us)
+{
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = us };
+	struct gpucmd_batch *b;
+	uint64_t id;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
+	gpucmd_batch_ping(b);
+	gpucmd_response_free(run_ok(b));
+	return id;
+}
+
+/*
+ * gpucmdd(8), SIGNALS, and gpucmdd.conf(5), stop_timeout: a stop that a
+ * long batch holds past [daemon] stop_timeout ends with status 1, a line
+ * for the connection that held it (its service, its batches in flight) and
+ * one that sums up, instead of running on to systemd's SIGKILL.  The spin
+ * (30 s) would hold a stop without a deadline past daemon_wait_exit's 20 s,
+ * so an exit 1 within the bound is the deadline's doing.
+ */
+START_TEST(stop_timeout_ends_a_drain_that_runs_over)
+{
+	struct gpucmd_conn *c;
+	struct gpucmd_response *r = NULL;
+	uint64_t id, t0, took;
+	int rc, status;
+
+	start_with("[daemon]\nstop_timeout = 1\n[service holder]\nweight = 1\n");
+	c = connect_as("holder");
+	id = spin_taken(c, 30000000);
+
+	t0 = harness_now_us();
+	ck_assert_int_eq(kill(the_daemon.pid, SIGTERM), 0);
+	status = daemon_wait_exit(&the_daemon);
+	took = harness_now_us() - t0;
+	ck_assert_msg(status == 1, "gpucmdd exited %d at stop_timeout, not 1 "
+		      "(see %s)", status, the_daemon.log);
+	/* Not before the deadline; long before the spin would have ended. */
+	ck_assert_msg(took >= 900000 && took < 15000000,
+		      "the stop took %.1f s with stop_timeout = 1",
+		      (double)took / 1e6);
+	ck_assert_int_eq(harness_log_count("1 s left before the daemon exits "
+					   "anyway (stop_timeout"), 1);
+	ck_assert_int_eq(harness_log_count("service holder) still had 1 batch "
+					   "in flight, "), 1);
+	ck_assert_int_eq(harness_log_count("stop_timeout (1 s) passed with 1 "
+					   "batch in flight on 1 connection "
+					   "(service holder): exiting with "
+					   "status 1"), 1);
+	/* The client learns that its batch will not be answered. */
+	rc = gpucmd_wait(c, id, &r);
+	ck_assert_msg(rc == GPUCMD_EDISCONNECTED,
+		      "the batch cut off at stop_timeout: %s, not "
+		      "GPUCMD_EDISCONNECTED", gpucmd_errname(rc));
+	ck_assert_ptr_null(r);
+	gpucmd_close(c);
+	daemon_cleanup_dir(&the_daemon);
+}
+END_TEST
+
+/*
+ * A drain that ends within stop_timeout is the clean stop it always was
+ * (exit 0, the batch answered, no deadline lines), with a deadline set and
+ * with none (stop_timeout = 0), each saying so as the stop begins.
+ */
+static void drain_within(const char *conf, const char *says)
+{
+	struct gpucmd_conn *c;
+	struct gpucmd_response *r = NULL;
+	uint64_t id;
+	int rc, status;
+
+	start_with(conf);
+	c = connect_as("quick");
+	id = spin_taken(c, 300000);
+	ck_assert_int_eq(kill(the_daemon.pid, SIGTERM), 0);
+	rc = gpucmd_wait(c, id, &r);
+	ck_assert_msg(rc == 0, "no reply to the batch in flight at SIGTERM: %s",
+		      gpucmd_errname(rc));
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+	status = daemon_wait_exit(&the_daemon);
+	ck_assert_msg(status == 0, "gpucmdd exited %d after a drain within "
+		      "stop_timeout, not 0 (see %s)", status, the_daemon.log);
+	ck_assert_msg(harness_log_count(says) == 1, "the log does not say '%s' "
+		      "as the stop begins (see %s)", says, the_daemon.log);
+	ck_assert_int_eq(harness_log_count("stop_timeout:"), 0);
+	ck_assert_int_eq(harness_log_count("passed with"), 0);
+	daemon_cleanup_dir(&the_daemon);
+}
+
+START_TEST(drain_within_stop_timeout_exits_0)
+{
+	drain_within("[daemon]\nstop_timeout = 10\n[service quick]\nweight = 1\n",
+		     "10 s left before the daemon exits anyway (stop_timeout;");
+	drain_within("[daemon]\nstop_timeout = 0\n[service quick]\nweight = 1\n",
+		     "with no deadline (stop_timeout = 0;");
+}
+END_TEST
+
+/*
+ * A reload takes a new stop_timeout, for the next stop, without a word
+ * about a restart (gpucmdd.conf(5), RELOADING).
+ */
+START_TEST(sighup_takes_a_new_stop_timeout)
+{
+	struct gpucmd_conn *c;
+	int reloads, warned, status;
+
+	start_with("[service holder]\nweight = 1\n");
+	warned = harness_log_count("only a restart");
+	reloads = harness_log_count("reloaded");
+	conf_write("[daemon]\nstop_timeout = 1\n[service holder]\nweight = 1\n");
+	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
+	harness_wait_log("reloaded", reloads);
+	ck_assert_int_eq(harness_log_count("only a restart"), warned);
+
+	c = connect_as("holder");
+	(void)spin_taken(c, 30000000);
+	ck_assert_int_eq(kill(the_daemon.pid, SIGTERM), 0);
+	status = daemon_wait_exit(&the_daemon);
+	ck_assert_msg(status == 1, "gpucmdd exited %d at the reloaded "
+		      "stop_timeout, not 1 (see %s)", status, the_daemon.log);
+	ck_assert_int_eq(harness_log_count("stop_timeout (1 s) passed"), 1);
+	gpucmd_close(c);
+	daemon_cleanup_dir(&the_daemon);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("services");
@@ -3863,6 +4001,9 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, flood_does_not_starve_another_service);
 	tcase_add_test(tc, deep_flood_does_not_starve_another_service);
 	tcase_add_test(tc, sigterm_drains_in_flight_batches);
+	tcase_add_test(tc, stop_timeout_ends_a_drain_that_runs_over);
+	tcase_add_test(tc, drain_within_stop_timeout_exits_0);
+	tcase_add_test(tc, sighup_takes_a_new_stop_timeout);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("faults");
