@@ -10,7 +10,7 @@
 #     User/Group gpucmd, socket mode 0660 group gpucmd, the socket paths,
 #     --device %i, hardening, a reload that checks the file before it
 #     signals), and both services share one [Service] section apart from
-#     ExecStart;
+#     ExecStart; TimeoutStopSec= is above the default [daemon] stop_timeout;
 #   - sysusers.d creates the user and group the units name, and tmpfiles.d
 #     creates the socket directory with that owner (in a scratch --root);
 #   - `systemd-analyze security --offline` rates the service 2.0 or better.
@@ -97,6 +97,20 @@ has gpucmdd.service ExecStart=/usr/sbin/gpucmdd
 has gpucmdd@.service 'ExecStart=/usr/sbin/gpucmdd --backend cuda --device %i --socket /run/gpucmd/gpu%i.sock'
 has gpucmdd.service Requires=gpucmdd.socket
 has gpucmdd@.service Requires=gpucmdd@%i.socket
+# The daemon's own stop deadline ([daemon] stop_timeout) comes before
+# systemd's SIGKILL, so that a stop that runs over ends with the line that
+# names who held it up: its default (config.h, and the example config that
+# shows it) is below TimeoutStopSec= of both services.
+stop_default=$(sed -n 's/^#define CONFIG_STOP_TIMEOUT \([0-9][0-9]*\)$/\1/p' daemon/config.h)
+[ -n "$stop_default" ] || fail "no CONFIG_STOP_TIMEOUT in daemon/config.h"
+grep -qx ";stop_timeout = $stop_default" packaging/gpucmdd.conf.example ||
+	fail "the example config does not show stop_timeout = $stop_default"
+for u in gpucmdd.service gpucmdd@.service; do
+	tss=$(sed -n 's/^TimeoutStopSec=\([0-9][0-9]*\)$/\1/p' "$src/$u")
+	[ -n "$tss" ] || fail "$u: no TimeoutStopSec= in whole seconds"
+	[ "$stop_default" -lt "$tss" ] ||
+		fail "$u: TimeoutStopSec=$tss is not above stop_timeout's default $stop_default"
+done
 # One hardening block for both: only ExecStart may differ.
 sed -n '/^\[Service\]/,/^\[Install\]/p' "$src/gpucmdd.service" | grep -v '^ExecStart=' >"$dir/a"
 sed -n '/^\[Service\]/,/^\[Install\]/p' "$src/gpucmdd@.service" | grep -v '^ExecStart=' >"$dir/b"
