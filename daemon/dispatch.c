@@ -2124,6 +2124,7 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 		}
 	}
 	b->nresults = i;
+	b->ran = i;
 	if (rc != 0) {
 		b->error = rc;
 		b->failed_index = (uint32_t)i;

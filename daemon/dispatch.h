@@ -33,6 +33,13 @@ struct batch {
 	bool dispatched;		/* every op has run */
 	bool held;			/* no completion could be enqueued: kept for good */
 	size_t nresults;		/* ops that ran */
+	/*
+	 * Ops dispatch ran, which a later error (a fault reported at the
+	 * batch's read or sync, a completion that could not be enqueued)
+	 * does not change, though it trims the results: what a response
+	 * that was lost can still say (executor.h, reply_lost).
+	 */
+	size_t ran;
 	Gpucmd__OpResult *results;	/* one per op */
 	Gpucmd__OpResult **result_ptrs;
 	struct host_bytes *reads;	/* per op; read data */

@@ -209,13 +209,48 @@ static struct reply_pieces *encode_pieces(struct executor *ex,
 	return rp;
 }
 
+void reply_lost_message(const struct reply_lost *l, char *buf, size_t len)
+{
+	const char *what = "their results are lost";
+	const char *redo = "repeat any read or report whose result you need "
+			   "(a smaller one needs less of the daemon's memory) "
+			   "once the host has memory again";
+	unsigned long long id = (unsigned long long)l->id;
+
+	if (l->error == 0)
+		snprintf(buf, len, "gpucmdd's host ran out of memory answering "
+			 "request %llu: all %u of its ops ran, but %s; %s",
+			 id, l->nops, what, redo);
+	else if (l->ran == 0)
+		snprintf(buf, len, "gpucmdd's host ran out of memory answering "
+			 "request %llu: none of its ops ran, it failed with %s "
+			 "at op %u, and the reason is lost; send it again to "
+			 "see why once the host has memory again",
+			 id, gpucmd_errname(l->error), l->failed_index);
+	else if (l->ran == l->nops)
+		snprintf(buf, len, "gpucmdd's host ran out of memory answering "
+			 "request %llu: all %u of its ops ran, and it failed "
+			 "with %s at op %u, but %s, and the reason with them; "
+			 "%s", id, l->nops, gpucmd_errname(l->error),
+			 l->failed_index, what, redo);
+	else
+		snprintf(buf, len, "gpucmdd's host ran out of memory answering "
+			 "request %llu: the ops before op %u ran, then it "
+			 "failed with %s at op %u and the rest did not run, but "
+			 "%s, and the reason with them; %s",
+			 id, l->ran, gpucmd_errname(l->error), l->failed_index,
+			 what, redo);
+}
+
 /*
- * Hand the loop a response for b (buf or pieces, or neither) and/or b's
- * completion, which gives the batch's bytes back to its connection's
- * budget first: the outbox's lock publishes the count with the message.
+ * Hand the loop a response for b (buf, pieces or lost, or none of them)
+ * and/or b's completion, which gives the batch's bytes back to its
+ * connection's budget first: the outbox's lock publishes the count with
+ * the message.
  */
 static void post_reply(struct executor *ex, struct batch *b, uint8_t *buf,
-		       size_t len, struct reply_pieces *pieces, bool completed)
+		       size_t len, struct reply_pieces *pieces,
+		       const struct reply_lost *lost, bool completed)
 {
 	if (completed) {
 		atomic_fetch_add_explicit(&b->conn->bytes_done, b->cost,
@@ -224,7 +259,8 @@ static void post_reply(struct executor *ex, struct batch *b, uint8_t *buf,
 					  b->cost, memory_order_relaxed);
 		b->cost = 0;
 	}
-	ex->cb.reply(b->conn->conn, buf, len, pieces, completed, ex->cb.arg);
+	ex->cb.reply(b->conn->conn, buf, len, pieces, lost, completed,
+		     ex->cb.arg);
 }
 
 /*
@@ -239,6 +275,7 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed,
 	Gpucmd__Frame frame = GPUCMD__FRAME__INIT;
 	Gpucmd__Response resp = GPUCMD__RESPONSE__INIT;
 	Gpucmd__Error err = GPUCMD__ERROR__INIT;
+	struct reply_lost lost;
 	struct reply_pieces *pieces;
 	uint8_t *buf = NULL;
 	size_t len = 0;
@@ -258,30 +295,51 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed,
 	pieces = device_done ? encode_pieces(ex, b, &frame) : NULL;
 	if (pieces != NULL) {
 		b->replied = true;
-		post_reply(ex, b, NULL, 0, pieces, completed);
+		post_reply(ex, b, NULL, 0, pieces, NULL, completed);
 		return;
 	}
 	rc = frame_encode_buf(&frame, &buf, &len);
-	if (rc != 0) {
-		/* Results too large for a frame: answer with the reason. */
+	if (rc == 0) {
+		b->replied = true;
+		post_reply(ex, b, buf, len, NULL, NULL, completed);
+		return;
+	}
+	lost.id = resp.id;
+	lost.nops = b->req != NULL ? (uint32_t)b->req->n_ops : 0;
+	lost.ran = (uint32_t)b->ran;
+	lost.error = b->error;
+	lost.failed_index = b->failed_index;
+	/* A short error instead, which says why the results are not there. */
+	if (rc == GPUCMD_ELIMIT) {
 		snprintf(b->message, sizeof(b->message),
 			 "the response is too large for one frame: read "
 			 "less per batch");
 		err.code = GPUCMD_ELIMIT;
-		err.message = b->message;
-		resp.error = &err;
 		resp.failed_index = 0;
-		resp.n_results = 0;
-		rc = frame_encode_buf(&frame, &buf, &len);
+	} else {
+		reply_lost_message(&lost, b->message, sizeof(b->message));
+		err.code = GPUCMD_ENOMEM;
+		resp.failed_index = lost.ran;
 	}
-	if (rc != 0) {
-		log_err("connection %llu: cannot encode a response (%s)",
-			(unsigned long long)b->conn->id, gpucmd_strerror(rc));
-		buf = NULL;
-		len = 0;
-	}
+	err.message = b->message;
+	resp.error = &err;
+	resp.n_results = 0;
+	rc = frame_encode_buf(&frame, &buf, &len);
 	b->replied = true;
-	post_reply(ex, b, buf, len, NULL, completed);
+	if (rc == 0) {
+		post_reply(ex, b, buf, len, NULL, NULL, completed);
+		return;
+	}
+	/*
+	 * Not even that: the host is out of memory.  The loop answers for
+	 * the request (or closes the connection), so that the client is not
+	 * left waiting for it.
+	 */
+	log_err("connection %llu: cannot encode the response to request %llu "
+		"(%s); the loop answers it",
+		(unsigned long long)b->conn->id, (unsigned long long)resp.id,
+		gpucmd_strerror(rc));
+	post_reply(ex, b, NULL, 0, NULL, &lost, completed);
 }
 
 /* What the batch's load_module ops did not file in the cache. */
@@ -435,7 +493,7 @@ static void finish_batch(struct executor *ex, struct batch *b)
 		finish_profiles(ex, b);
 		send_reply(ex, b, true, true);
 	} else {
-		post_reply(ex, b, NULL, 0, NULL, true);
+		post_reply(ex, b, NULL, 0, NULL, NULL, true);
 	}
 	streams_flush_drops(b->conn->set);
 	free_batch(ex, b);

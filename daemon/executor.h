@@ -45,16 +45,45 @@ struct frame_pieces;
 const struct frame_pieces *reply_pieces_frame(const struct reply_pieces *rp);
 void reply_pieces_free(struct reply_pieces *rp);
 
+/*
+ * A response the device thread could not encode, not even as a short error
+ * (the host out of memory): what is known of its batch, posted in the
+ * response's place.  The loop then answers the request itself with
+ * GPUCMD_ENOMEM, saying which ops ran, or, when that cannot be encoded
+ * either, closes the connection (session.c, answer_lost): a client never
+ * waits for an answer that will not come.  No memory is needed to post it:
+ * it travels inside the outbox message set aside at submit (server.c).
+ */
+struct reply_lost {
+	uint64_t id;		/* the request's */
+	uint32_t nops;		/* ops in the batch */
+	uint32_t ran;		/* of those, how many ran: 0 to nops */
+	int error;		/* the batch's own outcome: 0 or its code */
+	uint32_t failed_index;	/* with error: the op its response names */
+};
+
+/**
+ * The sentence of the GPUCMD_ENOMEM response that answers for a lost one:
+ * what ran, what failed, what to do (any thread).
+ */
+void reply_lost_message(const struct reply_lost *lost, char *buf,
+			size_t len);
+
 /* How the executor talks back to the loop (called on the device thread). */
 struct executor_callbacks {
 	/*
-	 * A response frame for conn, flat (buf from frame_buf_alloc: free it
-	 * with frame_buf_free) or in pieces (buf NULL, pieces set: free it
-	 * with reply_pieces_free); ownership passes.  And/or completed=true
-	 * when one of conn's batches finished.
+	 * A response for conn: a frame, flat (buf from frame_buf_alloc: free
+	 * it with frame_buf_free) or in pieces (buf NULL, pieces set: free
+	 * it with reply_pieces_free), whose ownership passes; or lost, with
+	 * buf and pieces NULL, when the frame could not be made (the callee
+	 * copies it).  And/or completed=true when one of conn's batches
+	 * finished.  buf, pieces and lost are all NULL only for a
+	 * completion alone: a response is never dropped on the way.
 	 */
 	void (*reply)(void *conn, uint8_t *buf, size_t len,
-		      struct reply_pieces *pieces, bool completed, void *arg);
+		      struct reply_pieces *pieces,
+		      const struct reply_lost *lost, bool completed,
+		      void *arg);
 	/* conn's device state is gone: the loop may free conn. */
 	void (*closed)(void *conn, void *arg);
 	/*

@@ -316,10 +316,13 @@ static int rebuild(struct config *cfg, char *err, size_t err_len)
 
 /* --probe: open the backend as the daemon would, say what it is, close. */
 static void probe_reply(void *conn, uint8_t *buf, size_t len,
-			struct reply_pieces *pieces, bool completed, void *arg)
+			struct reply_pieces *pieces,
+			const struct reply_lost *lost, bool completed,
+			void *arg)
 {
 	(void)conn;
 	(void)len;
+	(void)lost;
 	(void)completed;
 	(void)arg;
 	frame_buf_free(buf);

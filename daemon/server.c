@@ -28,6 +28,13 @@ struct outbox_msg {
 	uint8_t *buf;
 	size_t len;
 	struct reply_pieces *pieces;
+	/*
+	 * With has_lost, the response could not be made: lost says what the
+	 * loop answers instead (executor.h).  Kept here, not allocated, so
+	 * that the host out of memory cannot lose it too.
+	 */
+	bool has_lost;
+	struct reply_lost lost;
 	bool completed;
 	bool closed;
 	struct outbox_msg *next;
@@ -70,7 +77,8 @@ static void post_locked(struct server *srv, struct outbox_msg *m)
 }
 
 static void on_exec_reply(void *conn, uint8_t *buf, size_t len,
-			  struct reply_pieces *pieces, bool completed,
+			  struct reply_pieces *pieces,
+			  const struct reply_lost *lost, bool completed,
 			  void *arg)
 {
 	struct server *srv = arg;
@@ -87,6 +95,9 @@ static void on_exec_reply(void *conn, uint8_t *buf, size_t len,
 	m->buf = buf;
 	m->len = len;
 	m->pieces = pieces;
+	m->has_lost = lost != NULL;
+	if (lost != NULL)
+		m->lost = *lost;
 	m->completed = completed;
 	m->closed = false;
 	post_locked(srv, m);
@@ -230,6 +241,7 @@ static void on_wakeup(uv_async_t *async)
 			struct session *s = m->session;
 
 			session_reply(s, m->buf, m->len, m->pieces,
+				      m->has_lost ? &m->lost : NULL,
 				      m->completed);
 			/*
 			 * A session's run of replies in this wake-up: one

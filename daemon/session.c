@@ -453,6 +453,45 @@ void session_flush(struct session *s)
 	}
 }
 
+/*
+ * The response to request lost->id could not be made (the host out of
+ * memory: executor.h, reply_lost).
+ * Try once more, with a short GPUCMD_ENOMEM that says what ran; failing
+ * that, the client must not wait for ever for the answer: the connection
+ * closes, and the client reads the end of the stream.  Written at once,
+ * after the replies queued before it: this may come outside a wake-up,
+ * and nothing else would flush it then.
+ */
+static void answer_lost(struct session *s, const struct reply_lost *lost)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
+	Gpucmd__Response r = GPUCMD__RESPONSE__INIT;
+	Gpucmd__Error e = GPUCMD__ERROR__INIT;
+	char msg[512];
+	uint8_t *buf;
+	size_t len;
+
+	reply_lost_message(lost, msg, sizeof(msg));
+	e.code = GPUCMD_ENOMEM;
+	e.message = msg;
+	r.id = lost->id;
+	r.error = &e;
+	/* The ops before it ran; it and those after did not. */
+	r.failed_index = lost->ran;
+	f.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
+	f.response = &r;
+	if (frame_encode_buf(&f, &buf, &len) != 0) {
+		snprintf(msg, sizeof(msg),
+			 "the host is out of memory: the response to request "
+			 "%llu could not be made, not even as an error, and "
+			 "the client is not left waiting for it",
+			 (unsigned long long)lost->id);
+		session_close(s, msg);
+		return;
+	}
+	send_buf(s, buf, len);
+}
+
 static void send_frame(struct session *s, const Gpucmd__Frame *f)
 {
 	uint8_t *buf;
@@ -815,7 +854,8 @@ static void wake_budget_waiters(struct service *svc)
 }
 
 void session_reply(struct session *s, uint8_t *buf, size_t len,
-		   struct reply_pieces *pieces, bool completed)
+		   struct reply_pieces *pieces, const struct reply_lost *lost,
+		   bool completed)
 {
 	if (s->state == SESSION_CLOSING) {
 		struct reply_owner o = { buf, pieces };
@@ -823,6 +863,8 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
 		drop_replies(&o, 1);
 	} else if (buf != NULL || pieces != NULL) {
 		queue_reply(s, buf, len, pieces);
+	} else if (lost != NULL) {
+		answer_lost(s, lost);
 	}
 	if (!completed)
 		return;

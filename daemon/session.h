@@ -228,12 +228,13 @@ void session_close(struct session *s, const char *why);
  */
 void session_drain(struct session *s);
 /**
- * A response (flat buf, or pieces; ownership passes) and/or a completion
- * from the executor arrived for s.  The response is queued: session_flush
- * writes it.
+ * A response (flat buf, or pieces; ownership passes; or lost, one that
+ * could not be made, answered here) and/or a completion from the executor
+ * arrived for s.  The response is queued: session_flush writes it.
  */
 void session_reply(struct session *s, uint8_t *buf, size_t len,
-		   struct reply_pieces *pieces, bool completed);
+		   struct reply_pieces *pieces, const struct reply_lost *lost,
+		   bool completed);
 /**
  * Read s's socket once without waiting (recvmsg, MSG_DONTWAIT) and handle
  * what came as libuv's read callback would: the loop's spin calls it for

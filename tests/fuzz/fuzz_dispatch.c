@@ -152,11 +152,15 @@ static uint8_t *flatten(struct reply_pieces *pieces, size_t *len)
 }
 
 static void on_reply(void *conn, uint8_t *buf, size_t len,
-		     struct reply_pieces *pieces, bool completed, void *arg)
+		     struct reply_pieces *pieces, const struct reply_lost *lost,
+		     bool completed, void *arg)
 {
 	struct fconn *c = conn;
 
 	(void)arg;
+	/* Only the host out of memory loses a response: never here. */
+	expectf(lost == NULL, "request %llu's response was lost",
+		lost != NULL ? (unsigned long long)lost->id : 0ull);
 	if (pieces != NULL) {
 		expectf(buf == NULL, "a reply both flat and in pieces");
 		buf = flatten(pieces, &len);
