@@ -455,7 +455,7 @@ void session_flush(struct session *s)
 
 /*
  * The response to request lost->id could not be made (the host out of
- * memory: executor.h, reply_lost).
+ * memory: executor.h, reply_lost), by the device thread or by the loop.
  * Try once more, with a short GPUCMD_ENOMEM that says what ran; failing
  * that, the client must not wait for ever for the answer: the connection
  * closes, and the client reads the end of the stream.  Written at once,
@@ -497,11 +497,23 @@ static void send_frame(struct session *s, const Gpucmd__Frame *f)
 	uint8_t *buf;
 	size_t len;
 
-	if (frame_encode_buf(f, &buf, &len) != 0) {
+	if (frame_encode_buf(f, &buf, &len) == 0) {
+		send_buf(s, buf, len);
+	} else if (f->msg_case == GPUCMD__FRAME__MSG_RESPONSE) {
+		/* The loop's own answers: every result is of an op that ran. */
+		const Gpucmd__Response *r = f->response;
+		struct reply_lost lost = {
+			.id = r->id,
+			.nops = (uint32_t)r->n_results,
+			.ran = (uint32_t)r->n_results,
+			.error = r->error != NULL ? r->error->code : 0,
+			.failed_index = r->failed_index,
+		};
+
+		answer_lost(s, &lost);
+	} else {
 		session_close(s, "cannot encode a frame");
-		return;
 	}
-	send_buf(s, buf, len);
 }
 
 static void send_error(struct session *s, int code, const char *msg)

@@ -608,6 +608,44 @@ START_TEST(loop_closes_when_nothing_can_be_encoded)
 }
 END_TEST
 
+/*
+ * A batch the loop answers itself (pings): its response too is answered
+ * with GPUCMD_ENOMEM when it cannot be encoded, and closes the connection
+ * when that cannot either.
+ */
+START_TEST(loop_answer_lost_too)
+{
+	struct gpucmd_response *resp;
+	struct gpucmd_batch *b;
+	struct gpucmd_conn *c;
+	uint64_t id;
+
+	daemon_up();
+	c = client();
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	arm(1);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	ck_assert_int_eq(gpucmd_wait(c, id, &resp), 0);
+	ck_assert_int_eq(atomic_load(&encodes), 2);
+	ck_assert_int_eq(gpucmd_response_error(resp), GPUCMD_ENOMEM);
+	ck_assert_int_eq(gpucmd_response_failed_index(resp), 2);
+	ck_assert_ptr_nonnull(strstr(gpucmd_response_message(resp),
+				     "all 2 of its ops ran"));
+	gpucmd_response_free(resp);
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	arm(2);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	ck_assert_int_eq(gpucmd_wait(c, id, &resp), GPUCMD_EDISCONNECTED);
+	ck_assert_int_eq(atomic_load(&encodes), 2);
+	gpucmd_close(c);
+	daemon_down();
+}
+END_TEST
+
 static Suite *executor_suite(void)
 {
 	Suite *s = suite_create("executor");
@@ -625,6 +663,7 @@ static Suite *executor_suite(void)
 	tcase_add_test(tc, loop_answers_a_lost_response);
 	tcase_add_test(tc, device_thread_answers_with_enomem);
 	tcase_add_test(tc, loop_closes_when_nothing_can_be_encoded);
+	tcase_add_test(tc, loop_answer_lost_too);
 	suite_add_tcase(s, tc);
 	return s;
 }
