@@ -120,10 +120,12 @@ static int memfd_map(size_t size, int *fd_out, uint8_t **base_out)
 }
 
 /*
- * Wait for request id and return the batch's outcome (its message kept).
- * A timeout closes the connection (conn_fail_timeout).
+ * Wait for request id and return the batch's outcome (its message kept),
+ * and in *ran (when not NULL) how many of its ops ran: on a failure, those
+ * before failed_index.  A timeout closes the connection
+ * (conn_fail_timeout).
  */
-static int wait_checked(struct gpucmd_conn *conn, uint64_t id)
+static int wait_checked(struct gpucmd_conn *conn, uint64_t id, size_t *ran)
 {
 	struct gpucmd_response *resp;
 	int r = gpucmd_wait(conn, id, &resp);
@@ -132,6 +134,9 @@ static int wait_checked(struct gpucmd_conn *conn, uint64_t id)
 		return conn_fail_timeout(conn, r);
 	r = gpucmd_response_error(resp);
 	conn_set_message(conn, r != 0 ? gpucmd_response_message(resp) : "");
+	if (ran != NULL)
+		*ran = r != 0 ? (size_t)gpucmd_response_failed_index(resp)
+			      : gpucmd_response_count(resp);
 	gpucmd_response_free(resp);
 	return r;
 }
@@ -142,7 +147,7 @@ static int run_checked(struct gpucmd_conn *conn, struct gpucmd_batch *b)
 	uint64_t id;
 	int r = gpucmd_submit(b, &id);
 
-	return r < 0 ? r : wait_checked(conn, id);
+	return r < 0 ? r : wait_checked(conn, id, NULL);
 }
 
 /* Create, attach and record region id of size bytes (any id). */
@@ -153,6 +158,8 @@ static int regions_attach(struct gpucmd_conn *conn, uint64_t id, size_t size,
 	struct regions_entry *e;
 	struct gpucmd_batch *b;
 	uint8_t *base = NULL;
+	uint64_t rid;
+	size_t ran = 0;
 	int fd = -1, r;
 
 	if (regions_find(t, id) != NULL)
@@ -169,7 +176,19 @@ static int regions_attach(struct gpucmd_conn *conn, uint64_t id, size_t size,
 		if (r < 0)
 			gpucmd_batch_free(b);
 		else
-			r = run_checked(conn, b);
+			r = gpucmd_submit(b, &rid);
+		if (r == 0)
+			r = wait_checked(conn, rid, &ran);
+	}
+	/*
+	 * The attach ran, but its answer was lost (the daemon's host out of
+	 * memory: GPUCMD_ENOMEM past the op): the daemon holds the region.
+	 * Forgotten here, it would keep the id and the service's quota there
+	 * with nothing left to release it, so it is kept, as created.
+	 */
+	if (r < 0 && ran > 0) {
+		conn_set_message(conn, "");
+		r = 0;
 	}
 	if (r < 0) {
 		munmap(base, size);
@@ -379,7 +398,7 @@ static int drain(struct gpucmd_conn *conn, struct piece *pieces, int err)
 			continue;
 		pieces[k].busy = 0;
 		if (err == 0) {
-			err = wait_checked(conn, pieces[k].id);
+			err = wait_checked(conn, pieces[k].id, NULL);
 			continue;
 		}
 		r = gpucmd_wait(conn, pieces[k].id, &resp);
@@ -448,14 +467,14 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
 		/* The half is free once its last write answered. */
 		if (p->busy) {
 			p->busy = 0;
-			r = wait_checked(conn, p->id);
+			r = wait_checked(conn, p->id, NULL);
 			if (r < 0)
 				break;
 		}
 		/* No place for two in flight (max_in_flight): one at a time. */
 		if (pieces[k ^ 1].busy && !conn_has_room(conn, 1)) {
 			pieces[k ^ 1].busy = 0;
-			r = wait_checked(conn, pieces[k ^ 1].id);
+			r = wait_checked(conn, pieces[k ^ 1].id, NULL);
 			if (r < 0)
 				break;
 		}
@@ -496,7 +515,7 @@ static int collect_read(struct gpucmd_conn *conn,
 	int r;
 
 	p->busy = 0;
-	r = wait_checked(conn, p->id);
+	r = wait_checked(conn, p->id, NULL);
 	if (r == 0)
 		memcpy((uint8_t *)out + p->at, e->base + p->roff, p->len);
 	return r;

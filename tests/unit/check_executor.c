@@ -646,6 +646,32 @@ START_TEST(loop_answer_lost_too)
 }
 END_TEST
 
+/*
+ * gpucmd_region_create whose attach ran but whose answer was lost: the
+ * daemon holds the region, so libgpucmd keeps it too, as created (a
+ * forgotten one would keep its id taken there).  It is usable, and
+ * releasing it succeeds on both sides.
+ */
+START_TEST(region_attach_whose_answer_was_lost_is_kept)
+{
+	struct gpucmd_conn *c;
+	void *p = NULL;
+
+	daemon_up();
+	c = client();
+	arm(2);
+	ck_assert_int_eq(gpucmd_region_create(c, 7, 4096, &p), 0);
+	ck_assert_int_eq(atomic_load(&encodes), 3);
+	ck_assert_ptr_nonnull(p);
+	memset(p, 0x42, 4096);
+	ck_assert_int_eq(gpucmd_region_release(c, 7), 0);
+	ck_assert_int_eq(gpucmd_region_create(c, 7, 4096, &p), 0);
+	ck_assert_int_eq(gpucmd_region_release(c, 7), 0);
+	gpucmd_close(c);
+	daemon_down();
+}
+END_TEST
+
 static Suite *executor_suite(void)
 {
 	Suite *s = suite_create("executor");
@@ -664,6 +690,7 @@ static Suite *executor_suite(void)
 	tcase_add_test(tc, device_thread_answers_with_enomem);
 	tcase_add_test(tc, loop_closes_when_nothing_can_be_encoded);
 	tcase_add_test(tc, loop_answer_lost_too);
+	tcase_add_test(tc, region_attach_whose_answer_was_lost_is_kept);
 	suite_add_tcase(s, tc);
 	return s;
 }
