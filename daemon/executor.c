@@ -1058,11 +1058,26 @@ int executor_submit(struct executor *ex, struct executor_conn *conn,
 	return enqueue(ex, b);
 }
 
+int executor_conn_prepare(struct executor_conn *conn)
+{
+	if (conn->close_job == NULL)
+		conn->close_job = calloc(1, sizeof(*conn->close_job));
+	return conn->close_job != NULL ? 0 : GPUCMD_ENOMEM;
+}
+
+void executor_conn_unprepare(struct executor_conn *conn)
+{
+	free(conn->close_job);
+	conn->close_job = NULL;
+}
+
 int executor_close(struct executor *ex, struct executor_conn *conn)
 {
-	struct batch *b = calloc(1, sizeof(*b));
+	struct batch *b = conn->close_job;
 
-	if (b == NULL)
+	/* Set aside at the start (executor_conn_prepare), if it was. */
+	conn->close_job = NULL;
+	if (b == NULL && (b = calloc(1, sizeof(*b))) == NULL)
 		return GPUCMD_ENOMEM;
 	b->ex = ex;
 	b->conn = conn;

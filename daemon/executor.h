@@ -104,6 +104,13 @@ struct executor_conn {
 	struct stream_set *set;		/* device thread only */
 	struct executor_conn *next_closing; /* device thread only */
 	/*
+	 * The job executor_close queues, set aside by executor_conn_prepare
+	 * before the connection's first batch: a teardown that could not be
+	 * queued for want of memory would leave the client hanging and its
+	 * device memory held.
+	 */
+	struct batch *close_job;
+	/*
 	 * Written by the device thread before each batch's last reply: no
 	 * stream of the connection records a graph, holds an unreported
 	 * fault or has work in flight, and the device is not lost.  When the
@@ -152,6 +159,13 @@ struct module_cache *executor_modules(struct executor *ex);
  * idle, its memory is freed and callbacks.closed(conn) runs.
  */
 int executor_close(struct executor *ex, struct executor_conn *conn);
+/**
+ * Set aside what executor_close will need: before the connection is known
+ * to the executor.  GPUCMD_ENOMEM when the host has no memory for it.
+ * executor_conn_unprepare gives it back for a connection that never was.
+ */
+int executor_conn_prepare(struct executor_conn *conn);
+void executor_conn_unprepare(struct executor_conn *conn);
 /** Batches run since start (any thread). */
 uint64_t executor_batches(const struct executor *ex);
 /** Milliseconds since the executor started (any thread). */

@@ -548,6 +548,8 @@ static void on_closed(uv_handle_t *h)
 	frame_buf_free(s->body);
 	if (s->groups != s->groups_here)
 		free(s->groups);
+	/* Refused after it was set aside: the executor never saw it. */
+	executor_conn_unprepare(&s->econn);
 	free(s);
 }
 
@@ -1005,6 +1007,13 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	 * very report it came for.  Anyone else joins as always: observing
 	 * is only for those who may see every service.
 	 */
+	/* Its end must never wait for memory: set aside now. */
+	if (executor_conn_prepare(&s->econn) != 0) {
+		session_refuse(s, GPUCMD_ENOMEM,
+			       "gpucmdd's host is out of memory: try again "
+			       "later");
+		return;
+	}
 	if (hello->observe && admin)
 		svc = service_observers();
 	else if ((svc = join(s, hello, admin)) == NULL)
