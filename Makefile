@@ -115,10 +115,18 @@ deps:
 
 # ---- generated protocol code ----------------------------------------------
 
-$(BUILD)/proto/gpucmd.pb-c.c $(BUILD)/proto/gpucmd.pb-c.h: proto/gpucmd.proto
+# One protoc-c run writes both files.  Named as two targets of one rule,
+# a parallel make ran it twice at once (each target its own run), and a
+# compile could read a half-written file; the header follows the source.
+$(BUILD)/proto/gpucmd.pb-c.c: proto/gpucmd.proto
 	$(call msg,PROTOC,$<)
 	$(Q)mkdir -p $(BUILD)/proto
 	$(Q)protoc-c --proto_path=proto --c_out=$(BUILD)/proto $<
+
+$(BUILD)/proto/gpucmd.pb-c.h: $(BUILD)/proto/gpucmd.pb-c.c
+	$(Q)test -f $@ || protoc-c --proto_path=proto --c_out=$(BUILD)/proto \
+		proto/gpucmd.proto
+	$(Q)touch $@
 
 # Every object may include the generated header.
 $(BUILD)/obj/%.o: %.c | $(BUILD)/proto/gpucmd.pb-c.h
