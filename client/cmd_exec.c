@@ -2105,8 +2105,14 @@ static int print_request(struct exec *x, const struct group *g,
 	}
 	if (code == 0)
 		return status;
-	/* A daemon that names no valid op gets the request's first line. */
-	if (failed < 0 || (size_t)failed >= rq->n)
+	/*
+	 * One past the last op: every op ran, and what followed failed (the
+	 * daemon's host out of memory for the answer); the last op's line.
+	 * A daemon that names no valid op gets the request's first line.
+	 */
+	if (failed >= 0 && (size_t)failed == rq->n && rq->n > 0)
+		failed = (int)rq->n - 1;
+	else if (failed < 0 || (size_t)failed >= rq->n)
 		failed = 0;
 	print_op_error(x, &g->ops[rq->first + (size_t)failed], failed, code,
 		       gpucmd_response_message(resp));
