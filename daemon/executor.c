@@ -311,11 +311,14 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed,
 	lost.failed_index = b->failed_index;
 	/* A short error instead, which says why the results are not there. */
 	if (rc == GPUCMD_ELIMIT) {
+		/* Dispatch's reply_cap keeps this from happening. */
 		snprintf(b->message, sizeof(b->message),
-			 "the response is too large for one frame: read "
-			 "less per batch");
+			 "the response is too large for one frame: the first "
+			 "%u of the %u ops ran, but their results are lost; "
+			 "read less per batch", lost.ran, lost.nops);
 		err.code = GPUCMD_ELIMIT;
-		resp.failed_index = 0;
+		/* As for a lost response: what ran, not "refused". */
+		resp.failed_index = lost.ran;
 	} else {
 		reply_lost_message(&lost, b->message, sizeof(b->message));
 		err.code = GPUCMD_ENOMEM;

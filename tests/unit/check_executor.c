@@ -43,6 +43,7 @@
 
 static atomic_int fail_left;	/* response encodings still to fail */
 static atomic_int encodes;	/* response encodings tried since arm() */
+static atomic_int fail_code = -ENOMEM;	/* what a failing one returns */
 
 int __real_frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out,
 			    size_t *len);
@@ -57,7 +58,7 @@ int __wrap_frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out,
 		while (left > 0)
 			if (atomic_compare_exchange_weak(&fail_left, &left,
 							 left - 1))
-				return -ENOMEM;
+				return atomic_load(&fail_code);
 	}
 	return __real_frame_encode_buf(f, out, len);
 }
@@ -66,6 +67,7 @@ int __wrap_frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out,
 static void arm(int n)
 {
 	atomic_store(&encodes, 0);
+	atomic_store(&fail_code, -ENOMEM);
 	atomic_store(&fail_left, n);
 }
 
@@ -349,6 +351,40 @@ START_TEST(executor_short_error_says_enomem)
 			 "lost; repeat any read or report whose result you "
 			 "need (a smaller one needs less of the daemon's "
 			 "memory) once the host has memory again");
+	executor_down();
+}
+END_TEST
+
+/*
+ * A response too large for a frame (dispatch's reply_cap keeps it from
+ * happening): every op ran, and the short error says so, with the
+ * count, rather than "refused" (failed_index 0).
+ */
+START_TEST(executor_too_large_says_what_ran)
+{
+	Gpucmd__Op o[3] = { op(GPUCMD__OP__OP_EMPTY, &op_empty_1),
+			    op(GPUCMD__OP__OP_WRITE, &op_write_1),
+			    op(GPUCMD__OP__OP_READ, &op_read_1) };
+	Gpucmd__Op *ops[3] = { &o[0], &o[1], &o[2] };
+	const Gpucmd__Response *r;
+
+	executor_up();
+	arm(1);
+	atomic_store(&fail_code, GPUCMD_ELIMIT);
+	submit_ops(13, ops, 3);
+	wait_posts(1);
+	ck_assert(rec.posts[0].frame);
+	ck_assert_ptr_nonnull(rec.posts[0].decoded);
+	r = rec.posts[0].decoded->response;
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code, GPUCMD_ELIMIT);
+	ck_assert_uint_eq(r->failed_index, 3);
+	ck_assert_uint_eq(r->n_results, 0);
+	ck_assert_str_eq(r->error->message,
+			 "the response is too large for one frame: the first "
+			 "3 of the 3 ops ran, but their results are lost; "
+			 "read less per batch");
 	executor_down();
 }
 END_TEST
@@ -681,6 +717,7 @@ static Suite *executor_suite(void)
 	tcase_add_test(tc, executor_posts_what_ran);
 	tcase_add_test(tc, executor_early_answer_lost);
 	tcase_add_test(tc, executor_short_error_says_enomem);
+	tcase_add_test(tc, executor_too_large_says_what_ran);
 	tcase_add_test(tc, lost_message_says_what_is_known);
 	suite_add_tcase(s, tc);
 
