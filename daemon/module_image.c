@@ -322,20 +322,19 @@ static uint64_t ptx_statement(struct span st, bool *unknown)
 	return ptx_declarators(&s, elem * vec, align);
 }
 
-/* The .global bytes of PTX text; *unknown set when a part was not read. */
-static uint64_t ptx_static_bytes(const char *p, size_t len, bool *unknown)
+/*
+ * PTX text with its comments and strings out (each becomes a space), in a
+ * buffer the caller frees, *out_len bytes long (and NUL-terminated); NULL
+ * when there is no memory.
+ */
+static char *ptx_clean(const char *p, size_t len, size_t *out_len)
 {
 	const char *end = p + len;
-	uint64_t total = 0;
-	char *clean;
+	char *clean = malloc(len + 1);
 	size_t k = 0;
 
-	/* Comments out (each becomes a space), then statement by statement. */
-	clean = malloc(len + 1);
-	if (clean == NULL) {
-		*unknown = true;
-		return 0;
-	}
+	if (clean == NULL)
+		return NULL;
 	while (p < end) {
 		if (end - p >= 2 && p[0] == '/' && p[1] == '/') {
 			while (p < end && *p != '\n')
@@ -359,6 +358,23 @@ static uint64_t ptx_static_bytes(const char *p, size_t len, bool *unknown)
 			clean[k++] = *p++;
 		}
 	}
+	clean[k] = '\0';
+	*out_len = k;
+	return clean;
+}
+
+/* The .global bytes of PTX text; *unknown set when a part was not read. */
+static uint64_t ptx_static_bytes(const char *p, size_t len, bool *unknown)
+{
+	uint64_t total = 0;
+	size_t k;
+	char *clean = ptx_clean(p, len, &k);
+
+	if (clean == NULL) {
+		*unknown = true;
+		return 0;
+	}
+	/* Statement by statement. */
 	for (size_t i = 0, from = 0; i <= k; i++) {
 		if (i == k || clean[i] == ';') {
 			struct span st = { clean + from, clean + i };
@@ -383,45 +399,79 @@ static bool name_is(const char *nm, size_t room, const char *lit)
 	return room >= n && memcmp(nm, lit, n) == 0;
 }
 
-/* The .nv.global sections of a little-endian ELF64; false: not readable. */
-static bool elf_static_bytes(const uint8_t *b, size_t len, uint64_t *out)
+/* The section headers of a little-endian ELF64, checked to lie inside it. */
+struct elf {
+	const uint8_t *b;
+	size_t len;
+	const uint8_t *sh;		/* the first section header */
+	size_t shentsize;
+	size_t shnum;
+	const uint8_t *strs;		/* the section name table */
+	uint64_t strs_size;
+};
+
+/* Read b's headers into e; false: not an ELF64 this can read. */
+static bool elf_open(const uint8_t *b, size_t len, struct elf *e)
 {
-	uint64_t shoff, total = 0;
-	size_t shentsize, shnum, shstrndx;
-	const uint8_t *strs;
-	uint64_t strs_off, strs_size;
+	uint64_t shoff, strs_off;
+	size_t shstrndx;
 
 	if (len < 64 || memcmp(b, elf_magic, 4) != 0 || b[4] != 2 ||
 	    b[5] != 1)
 		return false;	/* ELF64, little-endian only */
 	shoff = le(b + 0x28, 8);
-	shentsize = (size_t)le(b + 0x3a, 2);
-	shnum = (size_t)le(b + 0x3c, 2);
+	e->shentsize = (size_t)le(b + 0x3a, 2);
+	e->shnum = (size_t)le(b + 0x3c, 2);
 	shstrndx = (size_t)le(b + 0x3e, 2);
-	if (shentsize < 64 || shnum == 0 || shstrndx >= shnum ||
-	    shoff > len || (len - shoff) / shentsize < shnum)
+	if (e->shentsize < 64 || e->shnum == 0 || shstrndx >= e->shnum ||
+	    shoff > len || (len - shoff) / e->shentsize < e->shnum)
 		return false;
-	strs_off = le(b + shoff + shstrndx * shentsize + 0x18, 8);
-	strs_size = le(b + shoff + shstrndx * shentsize + 0x20, 8);
-	if (strs_off > len || strs_size > len - strs_off)
+	e->b = b;
+	e->len = len;
+	e->sh = b + shoff;
+	strs_off = le(e->sh + shstrndx * e->shentsize + 0x18, 8);
+	e->strs_size = le(e->sh + shstrndx * e->shentsize + 0x20, 8);
+	if (strs_off > len || e->strs_size > len - strs_off)
 		return false;
-	strs = b + strs_off;
-	for (size_t i = 0; i < shnum; i++) {
-		const uint8_t *sh = b + shoff + i * shentsize;
-		uint64_t name = le(sh, 4);
+	e->strs = b + strs_off;
+	return true;
+}
+
+/*
+ * The name of section header sh: its bytes in the table and the room left
+ * there (what follows may not be NUL-terminated); false when it points
+ * outside.  The name is compared within that room, terminator included,
+ * and read once: the bytes may be a client's region, which it can change
+ * while they are read (a strnlen, then a strcmp, could run past the table,
+ * and past the mapping).
+ */
+static bool elf_section_name(const struct elf *e, const uint8_t *sh,
+			     const char **nm, size_t *room)
+{
+	uint64_t name = le(sh, 4);
+
+	if (name >= e->strs_size)
+		return false;
+	*nm = (const char *)e->strs + name;
+	*room = (size_t)(e->strs_size - name);
+	return true;
+}
+
+/* The .nv.global sections of a little-endian ELF64; false: not readable. */
+static bool elf_static_bytes(const uint8_t *b, size_t len, uint64_t *out)
+{
+	struct elf e;
+	uint64_t total = 0;
+
+	if (!elf_open(b, len, &e))
+		return false;
+	for (size_t i = 0; i < e.shnum; i++) {
+		const uint8_t *sh = e.sh + i * e.shentsize;
 		const char *nm;
 		size_t room;
 
-		if (name >= strs_size)
+		if (!elf_section_name(&e, sh, &nm, &room))
 			continue;
-		nm = (const char *)strs + name;
-		room = (size_t)(strs_size - name);
-		/*
-		 * Compared within the table, terminator included, and read
-		 * once: the bytes may be a client's region, which it can
-		 * change while they are read (a strnlen, then a strcmp,
-		 * could run past the table, and past the mapping).
-		 */
 		if (name_is(nm, room, ".nv.global") ||
 		    name_is(nm, room, ".nv.global.init"))
 			total = sat_add(total, le(sh + 0x20, 8));
@@ -503,6 +553,78 @@ static bool fatbin_entry(uint64_t kind, const uint8_t *p, size_t n,
 	return !unknown;
 }
 
+/* What fatbin_walk hands each entry to. */
+typedef void fatbin_entry_fn(void *arg, uint64_t kind, const uint8_t *p,
+			     size_t n);
+
+/*
+ * Hand fn(arg, ...) each PTX or ELF entry of fatbin b, with its payload
+ * plain (as stored, or zstd-expanded within the image's budget), or with
+ * p NULL when it cannot be read.  False when the fatbin's headers are
+ * malformed: the entries past the first bad one are not seen.
+ */
+static bool fatbin_walk(const uint8_t *b, size_t len, fatbin_entry_fn *fn,
+			void *arg)
+{
+	uint64_t hsize, fsize, off;
+	uint64_t budget = sat_mul(len, FATBIN_EXPAND_RATIO);
+
+	if (budget > FATBIN_MAX_EXPANDED)
+		budget = FATBIN_MAX_EXPANDED;
+	if (len < 16)
+		return false;
+	hsize = le(b + 6, 2);
+	fsize = le(b + 8, 8);
+	if (hsize < 16 || hsize > len || fsize > len - hsize)
+		return false;
+	for (off = hsize; off + 0x40 <= hsize + fsize;) {
+		const uint8_t *e = b + off;
+		uint64_t kind = le(e, 2), ehsize = le(e + 4, 4);
+		uint64_t psize = le(e + 8, 8), flags = le(e + 0x28, 8);
+		const uint8_t *payload;
+
+		if (ehsize < 0x40 || ehsize > hsize + fsize - off ||
+		    psize > hsize + fsize - off - ehsize)
+			return false;
+		payload = e + ehsize;
+		if (kind != FATBIN_KIND_ELF && kind != FATBIN_KIND_PTX) {
+			/* not device code */
+		} else if ((flags & FATBIN_COMPRESSED) == 0) {
+			fn(arg, kind, payload, (size_t)psize);
+		} else if (flags & FATBIN_ZSTD) {
+			size_t n = 0;
+			uint8_t *plain = fatbin_expand(payload, (size_t)psize,
+						       &budget, &n);
+
+			fn(arg, kind, plain, n);
+			free(plain);
+		} else {
+			fn(arg, kind, NULL, 0);
+		}
+		off += ehsize + psize;
+	}
+	return true;
+}
+
+/* The static bytes of a fatbin so far (fatbin_walk's arg). */
+struct fatbin_bytes {
+	uint64_t most;
+	bool read_one;
+};
+
+static void fatbin_bytes_entry(void *arg, uint64_t kind, const uint8_t *p,
+			       size_t n)
+{
+	struct fatbin_bytes *fb = arg;
+	uint64_t v = 0;
+	bool ok = p != NULL && fatbin_entry(kind, p, n, &v);
+
+	/* A part read of PTX is still a lower bound. */
+	fb->read_one = fb->read_one || ok;
+	if (v > fb->most)
+		fb->most = v;
+}
+
 /*
  * Every entry of one fatbin comes from one translation unit, so its
  * globals are the same whichever the driver loads: the largest readable
@@ -511,54 +633,11 @@ static bool fatbin_entry(uint64_t kind, const uint8_t *p, size_t n,
 static uint64_t fatbin_static_bytes(const uint8_t *b, size_t len,
 				    enum module_image_known *known)
 {
-	uint64_t hsize, fsize, off, most = 0;
-	uint64_t budget = sat_mul(len, FATBIN_EXPAND_RATIO);
-	bool read_one = false;
+	struct fatbin_bytes fb = { 0, false };
 
-	if (budget > FATBIN_MAX_EXPANDED)
-		budget = FATBIN_MAX_EXPANDED;
-	if (len < 16)
-		goto unknown;
-	hsize = le(b + 6, 2);
-	fsize = le(b + 8, 8);
-	if (hsize < 16 || hsize > len || fsize > len - hsize)
-		goto unknown;
-	for (off = hsize; off + 0x40 <= hsize + fsize;) {
-		const uint8_t *e = b + off;
-		uint64_t kind = le(e, 2), ehsize = le(e + 4, 4);
-		uint64_t psize = le(e + 8, 8), flags = le(e + 0x28, 8), v = 0;
-		const uint8_t *payload;
-		bool ok = false;
-
-		if (ehsize < 0x40 || ehsize > hsize + fsize - off ||
-		    psize > hsize + fsize - off - ehsize)
-			goto unknown;
-		payload = e + ehsize;
-		if ((flags & FATBIN_COMPRESSED) == 0) {
-			ok = fatbin_entry(kind, payload, (size_t)psize, &v);
-		} else if (flags & FATBIN_ZSTD) {
-			size_t n = 0;
-			uint8_t *plain = fatbin_expand(payload, (size_t)psize,
-						       &budget, &n);
-
-			if (plain != NULL)
-				ok = fatbin_entry(kind, plain, n, &v);
-			free(plain);
-		}
-		if (kind == FATBIN_KIND_ELF || kind == FATBIN_KIND_PTX) {
-			/* A part read of PTX is still a lower bound. */
-			read_one = read_one || ok;
-			if (v > most)
-				most = v;
-		}
-		off += ehsize + psize;
-	}
-	if (!read_one)
+	if (!fatbin_walk(b, len, fatbin_bytes_entry, &fb) || !fb.read_one)
 		*known = MODULE_IMAGE_UNKNOWN;
-	return most;
-unknown:
-	*known = MODULE_IMAGE_UNKNOWN;
-	return most;
+	return fb.most;
 }
 
 uint64_t module_image_static_bytes(const void *image, size_t len,
@@ -586,3 +665,4 @@ uint64_t module_image_static_bytes(const void *image, size_t len,
 		*known = k;
 	return v;
 }
+
