@@ -7,6 +7,7 @@
 #include "module_image.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -666,3 +667,530 @@ uint64_t module_image_static_bytes(const void *image, size_t len,
 	return v;
 }
 
+/* ---- kernel parameters ---------------------------------------------------- */
+
+/* One kernel's parameters, as one part of an image declares them. */
+struct kernel_params {
+	char *name;
+	bool known;		/* false: parts of the image disagree */
+	size_t n;
+	size_t *size;
+};
+
+struct module_image_params {
+	struct kernel_params *k;	/* sorted by name, once read */
+	size_t count;
+	size_t cap;
+	bool oom;			/* an allocation failed while reading */
+};
+
+/* Note that name (len bytes) takes n parameters of size[i] bytes. */
+static void params_add(struct module_image_params *t, const char *name,
+		       size_t len, const size_t *size, size_t n)
+{
+	struct kernel_params *k;
+
+	if (t->oom)
+		return;
+	if (t->count == t->cap) {
+		size_t cap = t->cap ? t->cap * 2 : 16;
+		struct kernel_params *more = realloc(t->k, cap * sizeof(*more));
+
+		if (more == NULL) {
+			t->oom = true;
+			return;
+		}
+		t->k = more;
+		t->cap = cap;
+	}
+	k = &t->k[t->count];
+	k->name = malloc(len + 1);
+	k->size = malloc(n ? n * sizeof(*size) : 1);
+	if (k->name == NULL || k->size == NULL) {
+		free(k->name);
+		free(k->size);
+		t->oom = true;
+		return;
+	}
+	memcpy(k->name, name, len);
+	k->name[len] = '\0';
+	if (n > 0)
+		memcpy(k->size, size, n * sizeof(*size));
+	k->n = n;
+	k->known = true;
+	t->count++;
+}
+
+/* Append v to the n sizes at *a (room for *cap); false: no memory. */
+static bool sizes_push(size_t **a, size_t *n, size_t *cap, size_t v)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 8;
+		size_t *more = realloc(*a, c * sizeof(*more));
+
+		if (more == NULL)
+			return false;
+		*a = more;
+		*cap = c;
+	}
+	(*a)[(*n)++] = v;
+	return true;
+}
+
+/* ---- PTX .entry parameter lists */
+
+/*
+ * The next word of s up to a '.' past its first character, so that
+ * directives written together (".v4.u32") read as two.
+ */
+static size_t next_piece(struct span *s, const char **w)
+{
+	skip_space(s);
+	*w = s->p;
+	if (s->p < s->end && *s->p == '.')
+		s->p++;
+	while (s->p < s->end &&
+	       (isalnum((unsigned char)*s->p) || *s->p == '_' ||
+		*s->p == '$' || *s->p == '%'))
+		s->p++;
+	return (size_t)(s->p - *w);
+}
+
+/* A PTX identifier: no directive, no number, no dot inside. */
+static bool ptx_ident(const char *w, size_t n)
+{
+	if (n == 0 || w[0] == '.' || isdigit((unsigned char)w[0]))
+		return false;
+	return memchr(w, '.', n) == NULL;
+}
+
+/*
+ * The bytes of one parameter of an .entry list at s (".param", its
+ * directives, its name, its array dimensions), or 0 when this cannot read
+ * it: a type it does not know or an opaque one (.texref and the like have
+ * no size the launch could check), an attribute it does not know, an array
+ * without a size.
+ */
+static uint64_t ptx_param(struct span *s)
+{
+	uint64_t elem = 0, vec = 1, count = 1, v;
+	bool ptr = false;
+	const char *w;
+	size_t n;
+
+	n = next_piece(s, &w);
+	if (!word_is(w, n, ".param"))
+		return 0;
+	for (;;) {
+		const char *save = s->p;
+
+		n = next_piece(s, &w);
+		if (n == 0 || w[0] != '.') {
+			s->p = save;
+			break;
+		}
+		if (word_is(w, n, ".align")) {
+			if (!parse_number(s, &v) || v == 0)
+				return 0;
+		} else if (word_is(w, n, ".ptr")) {
+			/* ".u64 .ptr .global .align 8": what the pointer
+			 * points at, not the parameter. */
+			ptr = true;
+		} else if (ptr && (word_is(w, n, ".global") ||
+				   word_is(w, n, ".shared") ||
+				   word_is(w, n, ".const") ||
+				   word_is(w, n, ".local"))) {
+			/* the pointee's state space */
+		} else if (word_is(w, n, ".v2") || word_is(w, n, ".v4")) {
+			vec = (uint64_t)(w[2] - '0');
+		} else if (elem == 0 && !word_is(w, n, ".pred") &&
+			   !word_is(w, n, ".texref") &&
+			   !word_is(w, n, ".samplerref") &&
+			   !word_is(w, n, ".surfref") &&
+			   ptx_type_size(w, n) != 0) {
+			elem = ptx_type_size(w, n);
+		} else {
+			return 0;
+		}
+	}
+	n = next_word(s, &w);
+	if (elem == 0 || !ptx_ident(w, n))
+		return 0;
+	for (;;) {
+		skip_space(s);
+		if (s->p >= s->end || *s->p != '[')
+			break;
+		s->p++;
+		if (!parse_number(s, &v) || v == 0)
+			return 0;
+		skip_space(s);
+		if (s->p >= s->end || *s->p != ']')
+			return 0;
+		s->p++;
+		count = sat_mul(count, v);
+	}
+	return sat_mul(sat_mul(elem, vec), count);
+}
+
+/*
+ * The kernel whose ".entry" s is just past: its name, then its parameter
+ * list in parentheses, or none at all (the list is optional: then the
+ * body or a performance directive follows).  A list this cannot read to
+ * its ')' notes nothing.
+ */
+static void ptx_entry(struct span *s, struct module_image_params *t)
+{
+	const char *name;
+	size_t name_len = next_word(s, &name);
+	size_t *size = NULL, n = 0, cap = 0;
+
+	if (!ptx_ident(name, name_len))
+		return;
+	skip_space(s);
+	if (s->p < s->end && *s->p == '(') {
+		s->p++;
+		skip_space(s);
+		if (s->p < s->end && *s->p == ')')
+			s->p++;
+		else
+			for (;;) {
+				uint64_t bytes = ptx_param(s);
+
+				if (bytes == 0 || bytes > SIZE_MAX)
+					goto out;
+				if (!sizes_push(&size, &n, &cap,
+						(size_t)bytes)) {
+					t->oom = true;
+					goto out;
+				}
+				skip_space(s);
+				if (s->p < s->end && *s->p == ',') {
+					s->p++;
+				} else if (s->p < s->end && *s->p == ')') {
+					s->p++;
+					break;
+				} else {
+					goto out;
+				}
+			}
+	} else if (s->p >= s->end || (*s->p != '{' && *s->p != '.')) {
+		return;
+	}
+	params_add(t, name, name_len, size, n);
+out:
+	free(size);
+}
+
+/*
+ * The kernels of PTX text: each .entry outside any braces (a function's
+ * body, an initializer), comments and strings out.
+ */
+static void ptx_params(const char *p, size_t len,
+		       struct module_image_params *t)
+{
+	size_t k;
+	char *clean = ptx_clean(p, len, &k);
+	struct span s;
+	int depth = 0;
+
+	if (clean == NULL) {
+		t->oom = true;
+		return;
+	}
+	s.p = clean;
+	s.end = clean + k;
+	while (s.p < s.end && !t->oom) {
+		const char *w;
+		size_t n;
+
+		if (*s.p == '{') {
+			depth++;
+			s.p++;
+		} else if (*s.p == '}') {
+			if (depth > 0)
+				depth--;
+			s.p++;
+		} else if (!isalnum((unsigned char)*s.p) && *s.p != '.' &&
+			   *s.p != '_' && *s.p != '$' && *s.p != '%') {
+			s.p++;
+		} else {
+			n = next_word(&s, &w);
+			if (depth == 0 && word_is(w, n, ".entry"))
+				ptx_entry(&s, t);
+		}
+	}
+	free(clean);
+}
+
+/* ---- cubin .nv.info.<kernel> attributes */
+
+#define SHT_CUDA_INFO 0x70000000u
+/* Attribute formats: no value, a byte, a half word (each 4 bytes in all),
+ * or a value of the length that follows. */
+#define EIFMT_NVAL 1
+#define EIFMT_BVAL 2
+#define EIFMT_HVAL 3
+#define EIFMT_SVAL 4
+#define EIATTR_PARAM_CBANK 0x0a		/* symbol, offset:16, size:16 */
+#define EIATTR_KPARAM_INFO 0x17		/* index, ordinal:16, offset:16, flags:32 */
+#define EIATTR_CBANK_PARAM_SIZE 0x19	/* the parameters' bytes in all */
+#define EIATTR_KPARAM_INFO_V2 0x45	/* index, ordinal:16, offset:16, size:16, flags:16 */
+#define KPARAM_RECORD 12
+
+/* One parameter as a KPARAM record says. */
+struct kparam {
+	uint64_t offset;
+	uint64_t size;
+	bool seen;
+};
+
+/*
+ * The parameters of the kernel whose .nv.info.<name> section is p (n
+ * bytes): one KPARAM record per parameter, in any order.  Taken only when
+ * the section parses to its end, the ordinals are 0..count-1 once each,
+ * every size is non-zero, each parameter starts past the end of the one
+ * before, and the last ends where EIATTR_CBANK_PARAM_SIZE (and
+ * EIATTR_PARAM_CBANK, when there) says the parameters end: anything less
+ * is a layout this does not know.  A kernel without records may take no
+ * parameters or be described some other way, and is left unknown.
+ */
+static void elf_kernel_params(const char *name, size_t name_len,
+			      const uint8_t *p, size_t n,
+			      struct module_image_params *t)
+{
+	struct kparam *kp;
+	size_t *size = NULL, count = 0, max = n / (4 + KPARAM_RECORD);
+	uint64_t cbank_size = 0, bank_size = 0, end = 0;
+	bool has_cbank_size = false, has_bank = false, ok = false;
+
+	if (max == 0)
+		return;
+	kp = calloc(max, sizeof(*kp));
+	if (kp == NULL) {
+		t->oom = true;
+		return;
+	}
+	for (size_t q = 0; q < n;) {
+		unsigned fmt, attr;
+		const uint8_t *v;
+		size_t vlen = 2;
+
+		if (n - q < 4)
+			goto out;
+		fmt = p[q];
+		attr = p[q + 1];
+		v = p + q + 2;
+		if (fmt == EIFMT_SVAL) {
+			vlen = (size_t)le(p + q + 2, 2);
+			v = p + q + 4;
+			if (vlen > n - q - 4)
+				goto out;
+			q += 4 + vlen;
+		} else if (fmt == EIFMT_NVAL || fmt == EIFMT_BVAL ||
+			   fmt == EIFMT_HVAL) {
+			q += 4;
+		} else {
+			goto out;
+		}
+		if (attr == EIATTR_KPARAM_INFO ||
+		    attr == EIATTR_KPARAM_INFO_V2) {
+			uint64_t ord, sz;
+
+			if (fmt != EIFMT_SVAL || vlen != KPARAM_RECORD)
+				goto out;
+			ord = le(v + 4, 2);
+			sz = attr == EIATTR_KPARAM_INFO ? le(v + 8, 4) >> 18
+							: le(v + 8, 2);
+			/* At most max records fit: a larger ordinal leaves
+			 * a gap. */
+			if (ord >= max || kp[ord].seen || sz == 0)
+				goto out;
+			kp[ord].offset = le(v + 6, 2);
+			kp[ord].size = sz;
+			kp[ord].seen = true;
+			count++;
+		} else if (attr == EIATTR_CBANK_PARAM_SIZE) {
+			if (fmt != EIFMT_HVAL)
+				goto out;
+			cbank_size = le(v, 2);
+			has_cbank_size = true;
+		} else if (attr == EIATTR_PARAM_CBANK) {
+			if (fmt != EIFMT_SVAL || vlen != 8)
+				goto out;
+			bank_size = le(v + 6, 2);
+			has_bank = true;
+		}
+	}
+	if (count == 0 || !has_cbank_size ||
+	    (has_bank && bank_size != cbank_size))
+		goto out;
+	size = malloc(count * sizeof(*size));
+	if (size == NULL) {
+		t->oom = true;
+		goto out;
+	}
+	for (size_t i = 0; i < count; i++) {
+		if (!kp[i].seen || kp[i].offset < end)
+			goto out;
+		end = kp[i].offset + kp[i].size;
+		size[i] = (size_t)kp[i].size;
+	}
+	ok = end == cbank_size;
+out:
+	if (ok)
+		params_add(t, name, name_len, size, count);
+	free(size);
+	free(kp);
+}
+
+/*
+ * The kernels of a little-endian ELF64 (a cubin): its .nv.info.<name>.
+ * The sections of a cubin do not overlap, nor do their names, so all the
+ * names and attributes read here fit in the image once: so much is read
+ * at most (headers that all point at the same megabyte would otherwise
+ * have it walked once each, on the device thread).
+ */
+static void elf_params(const uint8_t *b, size_t len,
+		       struct module_image_params *t)
+{
+	static const char prefix[] = ".nv.info.";
+	const size_t plen = sizeof(prefix) - 1;
+	uint64_t names_left, data_left = len;
+	struct elf e;
+
+	if (!elf_open(b, len, &e))
+		return;
+	names_left = e.strs_size;
+	for (size_t i = 0; i < e.shnum && !t->oom; i++) {
+		const uint8_t *sh = e.sh + i * e.shentsize;
+		uint64_t off = le(sh + 0x18, 8), size = le(sh + 0x20, 8);
+		const char *nm, *end;
+		size_t room;
+
+		if (le(sh + 4, 4) != SHT_CUDA_INFO ||
+		    !elf_section_name(&e, sh, &nm, &room) || room <= plen ||
+		    memcmp(nm, prefix, plen) != 0 || off > len ||
+		    size > len - off)
+			continue;
+		if (room - plen > names_left)
+			room = (size_t)names_left + plen;
+		end = memchr(nm + plen, '\0', room - plen);
+		if (end == NULL || size > data_left)
+			return;	/* past what one image holds */
+		names_left -= (uint64_t)(end - nm - plen) + 1;
+		data_left -= size;
+		if (end > nm + plen)
+			elf_kernel_params(nm + plen, (size_t)(end - nm - plen),
+					  b + off, (size_t)size, t);
+	}
+}
+
+/* ---- the table */
+
+static void fatbin_params_entry(void *arg, uint64_t kind, const uint8_t *p,
+				size_t n)
+{
+	if (p == NULL)
+		return;
+	if (kind == FATBIN_KIND_ELF)
+		elf_params(p, n, arg);
+	else
+		ptx_params((const char *)p, strnlen((const char *)p, n), arg);
+}
+
+static int params_by_name(const void *a, const void *b)
+{
+	const struct kernel_params *x = a, *y = b;
+
+	return strcmp(x->name, y->name);
+}
+
+static bool params_equal(const struct kernel_params *a,
+			 const struct kernel_params *b)
+{
+	return a->n == b->n &&
+	       (a->n == 0 || memcmp(a->size, b->size,
+				    a->n * sizeof(*a->size)) == 0);
+}
+
+/*
+ * Sort t by name and keep one entry per kernel: the parts of an image
+ * (fatbin entries, a name declared twice) must agree, or the kernel is
+ * unknown.
+ */
+static void params_merge(struct module_image_params *t)
+{
+	size_t out = 0;
+
+	if (t->count == 0)
+		return;
+	qsort(t->k, t->count, sizeof(*t->k), params_by_name);
+	for (size_t i = 1; i < t->count; i++) {
+		struct kernel_params *keep = &t->k[out];
+
+		if (strcmp(t->k[i].name, keep->name) == 0) {
+			if (!params_equal(&t->k[i], keep))
+				keep->known = false;
+			free(t->k[i].name);
+			free(t->k[i].size);
+		} else {
+			t->k[++out] = t->k[i];
+		}
+	}
+	t->count = out + 1;
+}
+
+int module_image_params_read(const void *image, size_t len,
+			     struct module_image_params **out)
+{
+	struct module_image_params *t = calloc(1, sizeof(*t));
+	const uint8_t *b = image;
+
+	if (t == NULL)
+		return -ENOMEM;
+	if (image == NULL || len == 0) {
+		/* nothing */
+	} else if (len >= 4 && le(b, 4) == FATBIN_MAGIC) {
+		(void)fatbin_walk(b, len, fatbin_params_entry, t);
+	} else if (len >= 4 && memcmp(b, elf_magic, 4) == 0) {
+		elf_params(b, len, t);
+	} else {
+		ptx_params(image, strnlen(image, len), t);
+	}
+	if (t->oom) {
+		module_image_params_free(t);
+		return -ENOMEM;
+	}
+	params_merge(t);
+	*out = t;
+	return 0;
+}
+
+bool module_image_params_find(const struct module_image_params *t,
+			      const char *name, size_t *n,
+			      const size_t **sizes)
+{
+	struct kernel_params key = { .name = (char *)name };
+	const struct kernel_params *k;
+
+	if (t == NULL || t->count == 0)
+		return false;
+	k = bsearch(&key, t->k, t->count, sizeof(*t->k), params_by_name);
+	if (k == NULL || !k->known)
+		return false;
+	*n = k->n;
+	*sizes = k->size;
+	return true;
+}
+
+void module_image_params_free(struct module_image_params *t)
+{
+	if (t == NULL)
+		return;
+	for (size_t i = 0; i < t->count; i++) {
+		free(t->k[i].name);
+		free(t->k[i].size);
+	}
+	free(t->k);
+	free(t);
+}

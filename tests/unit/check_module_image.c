@@ -3,8 +3,13 @@
  * (daemon/module_image.c): PTX declarations of every shape the PTX ISA
  * allows at module scope, a real sm_90 cubin and fatbins (plain and zstd-
  * compressed, tests/unit/fixtures), and images that lie about their sizes.
+ * Then (tcase params) the parameter lists of their kernels: what nvcc
+ * writes as PTX, cubin and fatbin (fixtures/params.cu), the PTX shapes the
+ * ISA allows, and what must leave a kernel unknown rather than checked
+ * against the wrong numbers.
  */
 #include <check.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,6 +355,556 @@ START_TEST(images_that_lie)
 }
 END_TEST
 
+/* ---- kernel parameters ---------------------------------------------- */
+
+static struct module_image_params *params_of(const void *image, size_t len)
+{
+	struct module_image_params *t = NULL;
+
+	ck_assert_int_eq(module_image_params_read(image, len, &t), 0);
+	ck_assert_ptr_nonnull(t);
+	return t;
+}
+
+static struct module_image_params *ptx_params(const char *text)
+{
+	return params_of(text, strlen(text));
+}
+
+/*
+ * t knows kernel name takes the n parameters of sizes, when n >= 0; it
+ * does not know the kernel at all when n < 0.
+ */
+static void expect_params(const struct module_image_params *t,
+			  const char *name, int n, const size_t *want)
+{
+	const size_t *sizes = NULL;
+	size_t got = 0;
+	bool known = module_image_params_find(t, name, &got, &sizes);
+
+	if (n < 0) {
+		ck_assert_msg(!known, "%s: known (%zu parameters), want "
+			      "unknown", name, got);
+		return;
+	}
+	ck_assert_msg(known, "%s: unknown, want %d parameters", name, n);
+	ck_assert_msg(got == (size_t)n, "%s: %zu parameters, want %d", name,
+		      got, n);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(sizes[i] == want[i],
+			      "%s: parameter %d is %zu bytes, want %zu", name,
+			      i, sizes[i], want[i]);
+}
+
+#define EXPECT(t, name, ...)                                               \
+	do {                                                                \
+		static const size_t want_[] = { __VA_ARGS__ };              \
+		expect_params(t, name,                                      \
+			      (int)(sizeof(want_) / sizeof(want_[0])),      \
+			      want_);                                       \
+	} while (0)
+#define EXPECT_NONE(t, name) expect_params(t, name, 0, NULL)
+#define EXPECT_UNKNOWN(t, name) expect_params(t, name, -1, NULL)
+
+/* What fixtures/params.cu declares, whichever way nvcc wrote it. */
+static void expect_params_cu(const struct module_image_params *t)
+{
+	EXPECT(t, "ptrs", 8, 8, 4);
+	/* char short int long-long float double __half bool int* */
+	EXPECT(t, "mixed", 1, 2, 4, 8, 4, 8, 2, 1, 8);
+	/* struct {float a, b, c}, an __align__(16) struct of 32, of 1, int* */
+	EXPECT(t, "structs", 12, 32, 1, 8);
+	EXPECT(t, "grid_const", 12, 8);
+	/* 5000 bytes: in a cubin, an EIATTR_KPARAM_INFO_V2 record */
+	EXPECT(t, "large", 5000, 8);
+	EXPECT(t, "_Z7mangledPi6float24int4", 8, 8, 16);
+	/* Names are whole: no prefix, no other spelling. */
+	EXPECT_UNKNOWN(t, "mangled");
+	EXPECT_UNKNOWN(t, "ptr");
+	EXPECT_UNKNOWN(t, "ptrs2");
+	EXPECT_UNKNOWN(t, "");
+}
+
+START_TEST(params_of_nvcc_output)
+{
+	static const char *const names[] = { "params.ptx",
+					     "params.sm_90.cubin",
+					     "params.zstd.fatbin" };
+
+	for (size_t i = 0; i < 3; i++) {
+		size_t len;
+		uint8_t *b = fixture(names[i], &len);
+		struct module_image_params *t = params_of(b, len);
+
+		expect_params_cu(t);
+		/*
+		 * A kernel without parameters: the PTX says so; a cubin has
+		 * no record to say it with (fatbin: its PTX entry says it).
+		 */
+		if (i == 1)
+			EXPECT_UNKNOWN(t, "none");
+		else
+			EXPECT_NONE(t, "none");
+		module_image_params_free(t);
+		free(b);
+	}
+}
+END_TEST
+
+START_TEST(params_ptx_shapes)
+{
+	struct module_image_params *t = ptx_params(
+		".version 8.0\n.target sm_90\n.address_size 64\n"
+		/* what nvcc writes for sm_100, and older PTX */
+		".visible .entry ptrs(\n"
+		"\t.param .u64 .ptr .align 1 ptrs_param_0,\n"
+		"\t.param .u64 .ptr .global .align 8 ptrs_param_1,\n"
+		"\t.param .b32 ptrs_param_2\n)\n{\n\tret;\n}\n"
+		".entry arrays(.param .align 16 .b8 s[32], .param .b8 m[2][3],"
+		" .param .align 0x10 .b8 h[0x20])\n{\n\tret;\n}\n"
+		".weak .entry vectors(.param .v2 .f32 v, .param .v4.u32 w, "
+		".param.u64 dotted)\n{\n\tret;\n}\n"
+		/* comments and line breaks anywhere */
+		".entry commented( // one\n\t.param .u32 a, /* .param .u32 "
+		"x, */ .param /* in */ .u16 b // two\n)\n{\n\tret;\n}\n"
+		/* no list, an empty one, performance directives */
+		".entry bare .maxntid 128, 1, 1\n{\n\tret;\n}\n"
+		".entry empty()\n.reqntid 32\n{\n\tret;\n}\n"
+		".entry packed(.param .s8 c,.param .f64 d){ret;}");
+
+	EXPECT(t, "ptrs", 8, 8, 4);
+	EXPECT(t, "arrays", 32, 6, 32);
+	EXPECT(t, "vectors", 8, 16, 8);
+	EXPECT(t, "commented", 4, 2);
+	EXPECT_NONE(t, "bare");
+	EXPECT_NONE(t, "empty");
+	EXPECT(t, "packed", 1, 8);
+	module_image_params_free(t);
+}
+END_TEST
+
+/* Functions, bodies and module-scope variables are no kernels. */
+START_TEST(params_ptx_what_is_no_kernel)
+{
+	struct module_image_params *t = ptx_params(
+		".extern .func (.param .b32 r) helper (.param .b32 x);\n"
+		".global .u32 table[2] = {1, 2};\n"
+		".func (.param .b32 r) f(.param .b32 x)\n{\n"
+		"\t// .entry commented(.param .u32 a)\n\tret;\n}\n"
+		".func g()\n{\n\t.entry inner(.param .u32 a)\n}\n"
+		".entry k(.param .u32 a)\n{\n\tret;\n}\n"
+		".file 1 \".entry quoted(.param .u32 a)\"\n");
+
+	EXPECT(t, "k", 4);
+	EXPECT_UNKNOWN(t, "helper");
+	EXPECT_UNKNOWN(t, "f");
+	EXPECT_UNKNOWN(t, "commented");
+	EXPECT_UNKNOWN(t, "quoted");
+	EXPECT_UNKNOWN(t, "inner");
+	EXPECT_UNKNOWN(t, "table");
+	module_image_params_free(t);
+}
+END_TEST
+
+/*
+ * A list the scanner cannot read to its end leaves that kernel unknown,
+ * never checked against a wrong count, and the kernels beside it known.
+ */
+START_TEST(params_ptx_unreadable_is_unknown)
+{
+	static const char *const lists[] = {
+		"(.param .texref t)",		/* opaque: no size to check */
+		"(.param .samplerref t)",
+		"(.param .pred p)",
+		"(.param .u32 a[])",		/* no size */
+		"(.param .u32 a[0])",
+		"(.param .u32 a[n])",
+		"(.param .future .u32 a)",	/* a directive it does not know */
+		"(.param .attribute(.x) .u32 a)",
+		"(.param .global .u32 a)",	/* a space but no .ptr */
+		"(.param .align .u32 a)",
+		"(.param .u32)",		/* no name */
+		"(.param .u32 .u64 a)",		/* two types */
+		"(.param .u32 a .param .u32 b)", /* no comma */
+		"(.param .u32 a,)",
+		"(.reg .u32 a)",
+		"(.param .u32 a",		/* cut short */
+		"(.param .u32 1a)",
+		"(.param .u32 a.b)",
+		"; .param .u32 a",
+	};
+	char text[256];
+
+	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+		struct module_image_params *t;
+
+		snprintf(text, sizeof(text), ".entry before(.param .u64 p)"
+			 "{ret;}\n.entry k%s\n{\n\tret;\n}\n"
+			 ".entry after(.param .u16 h){ret;}", lists[i]);
+		t = ptx_params(text);
+		ck_assert_msg(!module_image_params_find(t, "k", &(size_t){ 0 },
+							&(const size_t *){ NULL }),
+			      "%s: known", lists[i]);
+		EXPECT(t, "before", 8);
+		EXPECT(t, "after", 2);
+		module_image_params_free(t);
+	}
+}
+END_TEST
+
+/* A kernel declared twice must be declared alike to be known. */
+START_TEST(params_ptx_twice)
+{
+	struct module_image_params *t = ptx_params(
+		".entry same(.param .u32 a){ret;}\n"
+		".entry differ(.param .u32 a){ret;}\n"
+		".entry same(.param .b32 b){ret;}\n"
+		".entry differ(.param .u64 a){ret;}\n"
+		".entry count(.param .u32 a){ret;}\n"
+		".entry count(.param .u32 a, .param .u32 b){ret;}\n"
+		/* unreadable once: the readable one stands */
+		".entry once(.param .u32 a){ret;}\n"
+		".entry once(.param .texref t){ret;}\n");
+
+	EXPECT(t, "same", 4);
+	EXPECT_UNKNOWN(t, "differ");
+	EXPECT_UNKNOWN(t, "count");
+	EXPECT(t, "once", 4);
+	module_image_params_free(t);
+}
+END_TEST
+
+START_TEST(params_of_nothing)
+{
+	struct module_image_params *t = params_of(NULL, 0);
+
+	EXPECT_UNKNOWN(t, "k");
+	module_image_params_free(t);
+	t = ptx_params("");
+	EXPECT_UNKNOWN(t, "k");
+	module_image_params_free(t);
+	ck_assert(!module_image_params_find(NULL, "k", &(size_t){ 0 },
+					    &(const size_t *){ NULL }));
+	module_image_params_free(NULL);
+}
+END_TEST
+
+/* The section of ELF image b named name: *off and *size, else fails. */
+static void elf_section(const uint8_t *b, size_t len, const char *name,
+			size_t *off, size_t *size)
+{
+	uint64_t shoff = 0, stroff;
+	unsigned shentsize = b[0x3a] | b[0x3b] << 8;
+	unsigned shnum = b[0x3c] | b[0x3d] << 8;
+	unsigned shstrndx = b[0x3e] | b[0x3f] << 8;
+
+	memcpy(&shoff, b + 0x28, 8);
+	memcpy(&stroff, b + shoff + shstrndx * shentsize + 0x18, 8);
+	for (unsigned i = 0; i < shnum; i++) {
+		const uint8_t *sh = b + shoff + i * shentsize;
+		uint32_t nm;
+
+		memcpy(&nm, sh, 4);
+		if (strcmp((const char *)b + stroff + nm, name) == 0) {
+			uint64_t o, n;
+
+			memcpy(&o, sh + 0x18, 8);
+			memcpy(&n, sh + 0x20, 8);
+			ck_assert_uint_le(o + n, len);
+			*off = (size_t)o;
+			*size = (size_t)n;
+			return;
+		}
+	}
+	ck_abort_msg("no section %s", name);
+}
+
+/* The value of the first attribute attr of the .nv.info section at p. */
+static uint8_t *nv_attr(uint8_t *p, size_t n, unsigned attr, unsigned nth)
+{
+	for (size_t q = 0; q + 4 <= n;) {
+		size_t step = p[q] == 4 ? 4 + (size_t)(p[q + 2] | p[q + 3] << 8)
+					: 4;
+
+		if (p[q + 1] == attr && nth-- == 0)
+			return p + q + (p[q] == 4 ? 4 : 2);
+		q += step;
+	}
+	ck_abort_msg("no attribute 0x%x", attr);
+	return NULL;
+}
+
+#define KPARAM 0x17
+#define CBANK_PARAM_SIZE 0x19
+#define PARAM_CBANK 0x0a
+
+/*
+ * The records of .nv.info.ptrs in the fixture, changed: sizes are read
+ * from them (a record made wider, with the totals to match, reads wider),
+ * and records that do not add up leave ptrs unknown and the other kernels
+ * known.
+ */
+START_TEST(params_cubin_records)
+{
+	size_t len, off, n;
+	uint8_t *b = fixture("params.sm_90.cubin", &len);
+	uint8_t *c = malloc(len), *sec, *rec;
+	struct module_image_params *t;
+
+	ck_assert_ptr_nonnull(c);
+	elf_section(b, len, ".nv.info.ptrs", &off, &n);
+
+	/* ptrs(int *, const float *, unsigned): ordinal 2, the unsigned,
+	 * is the first record nvcc writes; its size is flags >> 18. */
+	memcpy(c, b, len);
+	sec = c + off;
+	rec = nv_attr(sec, n, KPARAM, 0);
+	ck_assert_uint_eq(rec[4], 2);
+	ck_assert_uint_eq(rec[6], 16);
+	ck_assert_uint_eq((rec[8] | rec[9] << 8 | rec[10] << 16 |
+			   (uint32_t)rec[11] << 24) >> 18, 4);
+	rec[10] = (uint8_t)((rec[10] & 0x03) | (8 << 2));	/* 8 bytes */
+	nv_attr(sec, n, CBANK_PARAM_SIZE, 0)[0] = 24;
+	nv_attr(sec, n, PARAM_CBANK, 0)[6] = 24;
+	t = params_of(c, len);
+	EXPECT(t, "ptrs", 8, 8, 8);
+	module_image_params_free(t);
+
+	/* Wider without the totals: the layout does not add up. */
+	nv_attr(sec, n, CBANK_PARAM_SIZE, 0)[0] = 20;
+	nv_attr(sec, n, PARAM_CBANK, 0)[6] = 20;
+	t = params_of(c, len);
+	EXPECT_UNKNOWN(t, "ptrs");
+	EXPECT(t, "mixed", 1, 2, 4, 8, 4, 8, 2, 1, 8);
+	module_image_params_free(t);
+
+	/* The same totals and sizes, but the PARAM_CBANK size disagrees. */
+	memcpy(c, b, len);
+	nv_attr(c + off, n, PARAM_CBANK, 0)[6] = 24;
+	t = params_of(c, len);
+	EXPECT_UNKNOWN(t, "ptrs");
+	module_image_params_free(t);
+
+	/* An ordinal twice (and so one missing). */
+	memcpy(c, b, len);
+	nv_attr(c + off, n, KPARAM, 0)[4] = 1;
+	t = params_of(c, len);
+	EXPECT_UNKNOWN(t, "ptrs");
+	module_image_params_free(t);
+
+	/* Parameters that overlap (ordinal 1 at 4, inside ordinal 0). */
+	memcpy(c, b, len);
+	rec = nv_attr(c + off, n, KPARAM, 1);
+	ck_assert_uint_eq(rec[4], 1);
+	rec[6] = 4;
+	t = params_of(c, len);
+	EXPECT_UNKNOWN(t, "ptrs");
+	module_image_params_free(t);
+
+	/* An attribute format it does not know: the walk cannot go on. */
+	memcpy(c, b, len);
+	nv_attr(c + off, n, CBANK_PARAM_SIZE, 0)[-2] = 7;
+	t = params_of(c, len);
+	EXPECT_UNKNOWN(t, "ptrs");
+	module_image_params_free(t);
+
+	/* No CBANK_PARAM_SIZE to check the records against. */
+	memcpy(c, b, len);
+	nv_attr(c + off, n, CBANK_PARAM_SIZE, 0)[-1] = 0x7f;
+	t = params_of(c, len);
+	EXPECT_UNKNOWN(t, "ptrs");
+	EXPECT(t, "structs", 12, 32, 1, 8);
+	module_image_params_free(t);
+
+	/* A record of another length. */
+	memcpy(c, b, len);
+	nv_attr(c + off, n, KPARAM, 0)[-2] = 8;
+	t = params_of(c, len);
+	EXPECT_UNKNOWN(t, "ptrs");
+	module_image_params_free(t);
+
+	/*
+	 * A V2 record (large: 5000 bytes) has its size in 16 bits and flags
+	 * above them, which sm_100 sets for pointers (0x0500).
+	 */
+	memcpy(c, b, len);
+	elf_section(b, len, ".nv.info.large", &off, &n);
+	rec = nv_attr(c + off, n, 0x45, 0);
+	ck_assert_uint_eq(rec[4], 1);
+	ck_assert_uint_eq(rec[8], 8);
+	rec[11] = 0x05;
+	t = params_of(c, len);
+	EXPECT(t, "large", 5000, 8);
+	module_image_params_free(t);
+
+	free(c);
+	free(b);
+}
+END_TEST
+
+/*
+ * An ELF whose section headers all point at the same megabyte of
+ * attributes (and, half of them, at one name a megabyte long): read once
+ * each, some 4 billion steps on the device thread.  What a cubin's
+ * sections hold fits in the image once, and no more is read.
+ */
+START_TEST(params_cubin_walk_is_bounded)
+{
+	const size_t mib = 1u << 20, nsec = 16384;
+	const size_t strs = 64, strs_size = 12 + mib + 1;
+	const size_t data = strs + ((strs_size + 7) & ~(size_t)7);
+	const size_t shoff = data + mib, len = shoff + nsec * 64;
+	uint8_t *b = calloc(1, len);
+	struct module_image_params *t;
+	struct timespec t0, t1;
+	double secs;
+
+	ck_assert_ptr_nonnull(b);
+	memcpy(b, "\x7f" "ELF\x02\x01\x01", 7);
+	put_le(b + 0x28, shoff, 8);
+	put_le(b + 0x3a, 64, 2);
+	put_le(b + 0x3c, nsec, 2);
+	put_le(b + 0x3e, 0, 2);		/* the names: section 0 */
+	memcpy(b + strs + 1, ".nv.info.k", 10);
+	memcpy(b + strs + 12, ".nv.info.", 9);
+	memset(b + strs + 21, 'k', mib - 9);
+	for (size_t q = 0; q < mib; q += 4) {
+		b[data + q] = 3;	/* EIFMT_HVAL */
+		b[data + q + 1] = 0x1b;	/* EIATTR_MAXREG_COUNT */
+	}
+	put_le(b + shoff + 4, 3, 4);
+	put_le(b + shoff + 0x18, strs, 8);
+	put_le(b + shoff + 0x20, strs_size, 8);
+	for (size_t i = 1; i < nsec; i++) {
+		uint8_t *sh = b + shoff + i * 64;
+
+		put_le(sh, i % 2 ? 1 : 12, 4);
+		put_le(sh + 4, 0x70000000, 4);
+		put_le(sh + 0x18, data, 8);
+		put_le(sh + 0x20, mib, 8);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t = params_of(b, len);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	secs = (double)(t1.tv_sec - t0.tv_sec) +
+	       (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	ck_assert_msg(secs < 5.0, "%zu bytes took %.1f s", len, secs);
+	/* No records: nothing known, and nothing made up. */
+	EXPECT_UNKNOWN(t, "k");
+	module_image_params_free(t);
+	free(b);
+}
+END_TEST
+
+/* The bytes of a fatbin whose entries are these (kind, flags, bytes). */
+struct fb_entry {
+	uint16_t kind;
+	uint64_t flags;
+	const void *p;
+	size_t n;
+};
+
+static uint8_t *fatbin_of(const struct fb_entry *e, size_t count,
+			  size_t *len)
+{
+	size_t total = 16;
+	uint8_t *b, *q;
+
+	for (size_t i = 0; i < count; i++)
+		total += 0x40 + ((e[i].n + 7) & ~(size_t)7);
+	b = calloc(1, total);
+	ck_assert_ptr_nonnull(b);
+	put_le(b, 0xBA55ED50u, 4);
+	put_le(b + 4, 1, 2);
+	put_le(b + 6, 16, 2);
+	put_le(b + 8, total - 16, 8);
+	q = b + 16;
+	for (size_t i = 0; i < count; i++) {
+		size_t pn = (e[i].n + 7) & ~(size_t)7;
+
+		put_le(q, e[i].kind, 2);
+		put_le(q + 4, 0x40, 4);
+		put_le(q + 8, pn, 8);
+		put_le(q + 0x28, e[i].flags, 8);
+		memcpy(q + 0x40, e[i].p, e[i].n);
+		q += 0x40 + pn;
+	}
+	*len = total;
+	return b;
+}
+
+/*
+ * A fatbin's entries come from one source: a kernel is known when the
+ * entries that describe it agree, unknown when they do not.
+ */
+START_TEST(params_fatbin_entries_agree)
+{
+	static const char a[] = ".entry k(.param .u64 p, .param .u32 n){ret;}"
+				".entry only_a(.param .u32 n){ret;}"
+				".entry differ(.param .u32 n){ret;}";
+	static const char b2[] = ".entry k(.param .u64 p, .param .b32 n){ret;}"
+				 ".entry differ(.param .u64 n){ret;}";
+	size_t clen, len;
+	uint8_t *cubin = fixture("params.sm_90.cubin", &clen);
+	struct fb_entry e[] = {
+		{ 1, 0, a, sizeof(a) },
+		{ 1, 0, b2, sizeof(b2) },
+		{ 2, 0, cubin, clen },
+		/* the older compression: not read, and no harm */
+		{ 1, 0x2000, "garbage", 8 },
+	};
+	uint8_t *f = fatbin_of(e, 4, &len);
+	struct module_image_params *t = params_of(f, len);
+
+	EXPECT(t, "k", 8, 4);
+	EXPECT(t, "only_a", 4);
+	EXPECT_UNKNOWN(t, "differ");
+	expect_params_cu(t);
+	module_image_params_free(t);
+	free(f);
+	free(cubin);
+}
+END_TEST
+
+/* Truncations and corruptions of the fixtures: no crash, no leak. */
+START_TEST(params_of_images_that_lie)
+{
+	static const char *const names[] = { "params.ptx",
+					     "params.sm_90.cubin",
+					     "params.zstd.fatbin" };
+
+	for (size_t i = 0; i < 3; i++) {
+		size_t len, n;
+		const size_t *sizes;
+		uint8_t *b = fixture(names[i], &len);
+		uint8_t *c = malloc(len);
+
+		ck_assert_ptr_nonnull(c);
+		for (size_t cut = 0; cut < len; cut += 5) {
+			struct module_image_params *t = params_of(b, cut);
+
+			(void)module_image_params_find(t, "mixed", &n, &sizes);
+			module_image_params_free(t);
+		}
+		srand(11);
+		for (int r = 0; r < 2000; r++) {
+			struct module_image_params *t;
+
+			memcpy(c, b, len);
+			for (int f = 0; f < 4; f++)
+				c[(size_t)rand() % len] = (uint8_t)rand();
+			t = params_of(c, len);
+			if (module_image_params_find(t, "ptrs", &n, &sizes))
+				for (size_t k = 0; k < n; k++)
+					ck_assert_uint_gt(sizes[k], 0);
+			module_image_params_free(t);
+		}
+		free(c);
+		free(b);
+	}
+}
+END_TEST
+
 static Suite *module_image_suite(void)
 {
 	Suite *s = suite_create("module_image");
@@ -367,6 +922,20 @@ static Suite *module_image_suite(void)
 	tcase_add_test(tc, images_that_lie);
 	tcase_add_test(tc, fatbin_expansion_is_bounded);
 	tcase_add_test(tc, fatbin_bomb_is_quick);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("params");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, params_of_nvcc_output);
+	tcase_add_test(tc, params_ptx_shapes);
+	tcase_add_test(tc, params_ptx_what_is_no_kernel);
+	tcase_add_test(tc, params_ptx_unreadable_is_unknown);
+	tcase_add_test(tc, params_ptx_twice);
+	tcase_add_test(tc, params_of_nothing);
+	tcase_add_test(tc, params_cubin_records);
+	tcase_add_test(tc, params_cubin_walk_is_bounded);
+	tcase_add_test(tc, params_fatbin_entries_agree);
+	tcase_add_test(tc, params_of_images_that_lie);
 	suite_add_tcase(s, tc);
 	return s;
 }
