@@ -15,7 +15,19 @@ $(FAKECUDA_LIB): tests/fakecuda/libcuda.c daemon/driver/cuda_api.h
 	$(Q)$(CC) $(ALL_CFLAGS) -MF $(BUILD)/fakecuda/libcuda.d -shared \
 		-Wl,-soname,libcuda.so.1 $(ALL_LDFLAGS) -o $@ $< -lpthread
 
-.PHONY: fakecuda
-fakecuda: $(FAKECUDA_LIB)
+# The same fake as a driver older than CUDA 12.4 (Debian bookworm's 535 is
+# 12.2): no cuFuncGetParamInfo, so the backend checks a launch's arguments
+# against what the module image declares (tests/integration/fake_cuda.sh).
+FAKECUDA_OLD_LIB := $(BUILD)/fakecuda/cuda-12.2/libcuda.so.1
 
-tests: $(FAKECUDA_LIB)
+$(FAKECUDA_OLD_LIB): tests/fakecuda/libcuda.c daemon/driver/cuda_api.h
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) -DFAKECUDA_NO_PARAM_INFO \
+		-MF $(BUILD)/fakecuda/cuda-12.2/libcuda.d -shared \
+		-Wl,-soname,libcuda.so.1 $(ALL_LDFLAGS) -o $@ $< -lpthread
+
+.PHONY: fakecuda
+fakecuda: $(FAKECUDA_LIB) $(FAKECUDA_OLD_LIB)
+
+tests: $(FAKECUDA_LIB) $(FAKECUDA_OLD_LIB)

@@ -48,9 +48,14 @@
  *    tests' own PTX kernel: p[i] += 1 for i < n) are interpreted by name,
  *    reading kernelParams by their signature, which cuFuncGetParamInfo
  *    describes.  Launching any other function succeeds and does nothing,
- *    and cuFuncGetParamInfo knows nothing of it (CUDA_ERROR_NOT_SUPPORTED).  fault() ends with CUDA_ERROR_LAUNCH_FAILED,
- *    which is sticky: every later call returns it, stream callbacks get it
- *    as their status, and host functions are no longer called.
+ *    and cuFuncGetParamInfo knows nothing of it (CUDA_ERROR_NOT_SUPPORTED).
+ *    fault() ends with CUDA_ERROR_LAUNCH_FAILED, which is sticky: every
+ *    later call returns it, stream callbacks get it as their status, and
+ *    host functions are no longer called.
+ *  - Built with FAKECUDA_NO_PARAM_INFO (fakecuda.mk's cuda-12.2 copy) it
+ *    is a driver older than CUDA 12.4: cuFuncGetParamInfo is not exported
+ *    at all, and the backend must check launches by what the module image
+ *    declares.
  *  - Not modelled: the legacy NULL stream's implicit synchronisation (the
  *    NULL stream is one more stream), per-thread default streams, more than
  *    one context, peer access, timing of anything.
@@ -1710,6 +1715,7 @@ FAKE_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc,
 	return CUDA_SUCCESS;
 }
 
+#ifndef FAKECUDA_NO_PARAM_INFO
 /*
  * The parameters of a kernel the fake interprets, laid out as nvcc does
  * (each aligned to its size); past the last one CUDA_ERROR_INVALID_VALUE,
@@ -1743,6 +1749,7 @@ FAKE_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex,
 		offset += size;
 	}
 }
+#endif /* FAKECUDA_NO_PARAM_INFO */
 
 FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
 				    unsigned int gridDimY,
