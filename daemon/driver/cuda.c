@@ -87,7 +87,8 @@ _Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t),
  * mechanism (see cuda_host_callback) and cuLaunchHostFunc its stand-in for a
  * future driver that drops it; one of the two must exist.
  * cuFuncGetParamInfo (CUDA 12.4 drivers on) lets launch check a client's
- * arguments against the kernel's parameters (cuda_function_params).
+ * arguments against the kernel's parameters (cuda_function_params); older
+ * drivers lack it, and the module image's declarations stand in.
  */
 #define CUDA_FUNCTIONS(X)						\
 	X(cuGetErrorName, NULL, true)					\
@@ -234,9 +235,10 @@ struct driver_function {
 	 * default 48 KiB); raising it is a driver call, so it is done once. */
 	uint32_t shared_limit;
 	/*
-	 * The kernel's parameters, looked up on its first launch
-	 * (cuda_function_params): params_known once the driver described
-	 * them, then nparams and each one's size in bytes.
+	 * The kernel's parameters: params_known once the module image
+	 * (cuda_module_function) or the driver, on the first launch
+	 * (cuda_function_params), described them, then nparams and each
+	 * one's size in bytes.
 	 */
 	bool params_looked_up;
 	bool params_known;
@@ -250,6 +252,8 @@ struct driver_module {
 	CUmodule module;
 	/* Its globals' device memory, read from the image loaded. */
 	uint64_t static_bytes;
+	/* Its kernels' parameters, as the image loaded declares them. */
+	struct module_image_params *params;
 	/* Functions handed out, owned by the module: driver.h has no
 	 * function_free, so they live until module_unload. */
 	struct driver_function *functions;
@@ -1253,6 +1257,7 @@ static int cuda_module_load_image(struct cuda_driver *cd,
 	char *image = NULL;
 	size_t image_len = len;
 	uint64_t static_bytes;
+	struct module_image_params *params = NULL;
 	CUmodule module = NULL;
 	int rc;
 
@@ -1291,18 +1296,32 @@ static int cuda_module_load_image(struct cuda_driver *cd,
 	}
 
 	static_bytes = module_image_static_bytes(image, image_len, NULL);
+	/*
+	 * Read from the copy (or what NVRTC made): the bytes the driver
+	 * loads, which a client cannot change under the daemon.
+	 */
+	rc = module_image_params_read(image, image_len, &params);
+	if (rc) {
+		free(image);
+		cuda_set_error(cd, "out of host memory for the module");
+		return rc;
+	}
 	rc = cuda_load_image(cd, image, &module, log, log_len);
 	free(image);
-	if (rc)
+	if (rc) {
+		module_image_params_free(params);
 		return rc;
+	}
 	m = calloc(1, sizeof(*m));
 	if (!m) {
 		cd->cu.cuModuleUnload(module);
+		module_image_params_free(params);
 		cuda_set_error(cd, "out of host memory for the module");
 		return -ENOMEM;
 	}
 	m->module = module;
 	m->static_bytes = static_bytes;
+	m->params = params;
 	*out = m;
 	return 0;
 }
@@ -1371,6 +1390,7 @@ static void cuda_module_unload(struct driver *d, struct driver_module *m)
 	}
 	if (cd->cu.cuCtxSetCurrent(cd->ctx) == CUDA_SUCCESS)
 		cd->cu.cuModuleUnload(m->module);
+	module_image_params_free(m->params);
 	free(m);
 }
 
@@ -1402,6 +1422,32 @@ static int cuda_function_get(struct cuda_driver *cd, CUmodule module,
 	return 0;
 }
 
+/*
+ * What m's image declares of f's parameters (module_image.h), for launch
+ * to check where the driver cannot say (cuda_function_params).
+ */
+static int cuda_function_image_params(struct cuda_driver *cd,
+				      const struct driver_module *m,
+				      struct driver_function *f)
+{
+	const size_t *sizes;
+	size_t n;
+
+	if (!module_image_params_find(m->params, f->name, &n, &sizes))
+		return 0;
+	f->param_size = malloc(n ? n * sizeof(*sizes) : 1);
+	if (!f->param_size) {
+		cuda_set_error(cd, "out of host memory for the parameters of "
+			       "kernel %s", f->name);
+		return -ENOMEM;
+	}
+	if (n)
+		memcpy(f->param_size, sizes, n * sizeof(*sizes));
+	f->nparams = n;
+	f->params_known = true;
+	return 0;
+}
+
 static int cuda_module_function(struct driver *d, struct driver_module *m,
 				const char *name, struct driver_function **out)
 {
@@ -1419,6 +1465,11 @@ static int cuda_module_function(struct driver *d, struct driver_module *m,
 	rc = cuda_function_get(cd, m->module, name, &f);
 	if (rc)
 		return rc;
+	rc = cuda_function_image_params(cd, m, f);
+	if (rc) {
+		cuda_function_free(f);
+		return rc;
+	}
 	f->next = m->functions;
 	m->functions = f;
 	*out = f;
@@ -1529,8 +1580,11 @@ static int cuda_launch_fail(struct cuda_driver *cd, const char *call,
  * garbage count can fault and lose the context for every service.
  *
  * An index past the last parameter is CUDA_ERROR_INVALID_VALUE, which is
- * how the count is found.  Where the driver cannot say (older than CUDA
- * 12.4, or any other refusal), nothing is checked, as before.
+ * how the count is found.  The driver's answer replaces what the module
+ * image declares (cuda_function_image_params): it describes the code it
+ * loaded.  Where the driver cannot say (older than CUDA 12.4, or any
+ * other refusal), the image's declaration is checked, when it could be
+ * read; else nothing is, as before.
  */
 static int cuda_function_params(struct cuda_driver *cd,
 				struct driver_function *f)
@@ -1542,7 +1596,7 @@ static int cuda_function_params(struct cuda_driver *cd,
 		return 0;
 	if (!cd->cu.cuFuncGetParamInfo) {
 		f->params_looked_up = true;
-		return 0;
+		return 0;	/* the image's, if any */
 	}
 	for (;;) {
 		size_t offset = 0, size = 0;
@@ -1557,7 +1611,7 @@ static int cuda_function_params(struct cuda_driver *cd,
 				return cuda_launch_fail(cd, "cuFuncGetParamInfo",
 							r);
 			f->params_looked_up = true;
-			return 0;
+			return 0;	/* the image's, if any */
 		}
 		if (n == cap) {
 			size_t *more;
@@ -1575,6 +1629,7 @@ static int cuda_function_params(struct cuda_driver *cd,
 		}
 		sizes[n++] = size;
 	}
+	free(f->param_size);
 	f->param_size = sizes;
 	f->nparams = n;
 	f->params_known = true;

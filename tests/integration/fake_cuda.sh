@@ -8,7 +8,8 @@
 # It starts its own daemon on a private socket and checks answers known to
 # the bit; then it runs exec_cli.sh, region_cli.sh and report_cli.sh, and
 # the Check binaries that pass on the fake (FAKE_CUDA_BINARIES below), with
-# GPUCMD_TEST_BACKEND=cuda; last, a fault, which ends the daemon.  Exit 77
+# GPUCMD_TEST_BACKEND=cuda; then launches on the fake built as a driver
+# without cuFuncGetParamInfo; last, a fault, which ends the daemon.  Exit 77
 # when the fake or the daemon's CUDA backend is missing (make CUDA=no).
 #
 # What the fake does not do (tests/fakecuda/libcuda.c): run real kernels
@@ -180,6 +181,19 @@ create b hex:00000000
 kernel fill_u32 grid=1 block=1 b u32:7 u32:1
 read b
 EOF
+# Where the driver describes a kernel, it wins over what the image declares:
+# this add_one's PTX lists a third parameter the fake's kernel (the code
+# that runs) does not take.
+sed 's/add_one_param_1$/add_one_param_1,\n\t.param .u32 add_one_param_2/' \
+	"$dir/add_one.ptx" >"$dir/add_one3.ptx"
+grep -q add_one_param_2 "$dir/add_one3.ptx" ||
+	fail "add_one3.ptx: $(cat "$dir/add_one3.ptx")"
+expect "the driver's parameters over the image's" "0100000002000000" <<EOF
+module m ptx:file:$dir/add_one3.ptx
+create b hex:0000000001000000
+kernel m.add_one grid=1 block=32 b u32:2
+read b
+EOF
 
 # ---- module globals and the quota ---------------------------------------------
 
@@ -329,6 +343,87 @@ printf 'empty q 12M\nwrite q file:%s\n' "$dir/pin_big" |
 	fail "12 MiB through an 8 MiB frame succeeded"
 grep -q "GPUCMD_ENOMEM" "$dir/out" && grep -q "pinned memory" "$dir/out" ||
 	fail "the refusal of 12 MiB does not name the memory: $(cat "$dir/out")"
+kill "$pid"
+wait "$pid" 2>/dev/null
+pid=
+
+# ---- a driver older than CUDA 12.4 --------------------------------------------
+# It has no cuFuncGetParamInfo (Debian bookworm's 535 is CUDA 12.2): the
+# backend checks a launch against the parameters the module image declares
+# (module_image.h), a PTX .entry list, a cubin's KPARAM records, a fatbin's
+# entries.  Unchecked, add_one given one argument makes the driver (here the
+# fake, in the daemon) read kernelParams[1] past the daemon's array.
+OLD=$BUILD/fakecuda/cuda-12.2
+[ -f "$OLD/libcuda.so.1" ] ||
+	fail "$OLD/libcuda.so.1 is missing (make fakecuda)"
+rm -f "$sock"
+LD_LIBRARY_PATH=$OLD:$LD_LIBRARY_PATH "$BUILD/gpucmdd" --socket "$sock" \
+	--backend cuda >"$dir/log" 2>&1 &
+pid=$!
+wait_socket "$sock"
+for args in "b" "b u32:2 u32:3" "b u64:2"; do
+	err=$(printf 'module m ptx:file:%s\ncreate b hex:00000000\nkernel m.add_one grid=1 block=32 %s\nsync\n' \
+		"$dir/add_one.ptx" "$args" | g exec - 2>&1 >/dev/null) &&
+		fail "add_one with arguments '$args' was launched (no cuFuncGetParamInfo)"
+	case "$err" in
+	*GPUCMD_ELAUNCH*"kernel add_one takes 2 arguments, not 1"*) ;;
+	*GPUCMD_ELAUNCH*"kernel add_one takes 2 arguments, not 3"*) ;;
+	*GPUCMD_ELAUNCH*"argument 1 of kernel add_one is a value of 8 bytes, but the kernel's parameter 1 takes 4"*) ;;
+	*) fail "add_one with arguments '$args' (no cuFuncGetParamInfo): '$err'" ;;
+	esac
+done
+expect "add_one checked by its PTX" "0100000002000000" <<EOF
+module m ptx:file:$dir/add_one.ptx
+create b hex:0000000001000000
+kernel m.add_one grid=1 block=32 b u32:2
+read b
+EOF
+# nvcc's own output (tests/unit/fixtures/params.cu): ptrs(int *, const
+# float *, unsigned) and mixed(char, short, int, long long, float, double,
+# __half, bool, int *), whose fourth parameter takes 8 bytes.
+fx=$(dirname "$0")/../unit/fixtures
+for img in "cubin:file:$fx/params.sm_90.cubin" \
+	"fatbin:file:$fx/params.zstd.fatbin"; do
+	for bad in "ptrs b" \
+		"mixed u32:1 u32:2 u32:3 u32:4 f32:1 u64:0 u32:0 u32:1 b"; do
+		err=$(printf 'module m %s\nempty b 16\nkernel m.%s grid=1 block=1 %s\nsync\n' \
+			"$img" "${bad%% *}" "${bad#* }" | g exec - 2>&1 >/dev/null) &&
+			fail "$img: '$bad' was launched"
+		case "$err" in
+		*GPUCMD_ELAUNCH*"kernel ptrs takes 3 arguments, not 1"*) ;;
+		*GPUCMD_ELAUNCH*"argument 3 of kernel mixed is a value of 4 bytes, but the kernel's parameter 3 takes 8"*) ;;
+		*) fail "$img: '$bad': '$err'" ;;
+		esac
+	done
+	expect "$img, launched as declared" "00000000" <<EOF
+module m $img
+create b hex:00000000
+kernel m.ptrs grid=1 block=1 b b u32:1
+kernel m.mixed grid=1 block=1 u32:1 u32:2 u32:3 u64:4 f32:1 u64:0 u32:0 u32:1 b
+read b
+EOF
+done
+# A list the scanner cannot read leaves the kernel unchecked, as before:
+# never a refusal the driver would not make.
+cat >"$dir/opaque.ptx" <<'PTX'
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry opaque(
+	.param .texref t,
+	.param .u32 n
+)
+{
+	ret;
+}
+PTX
+expect "a kernel whose parameters cannot be read" "00000000" <<EOF
+module m ptx:file:$dir/opaque.ptx
+create b hex:00000000
+kernel m.opaque grid=1 block=1 u32:1
+read b
+EOF
+grep 'fakecuda:' "$dir/log" && fail "the backend made calls the driver refuses"
 kill "$pid"
 wait "$pid" 2>/dev/null
 pid=
