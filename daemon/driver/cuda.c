@@ -211,6 +211,14 @@ struct cuda_driver {
 	 * attempt at once (compiles and loads themselves run in parallel).
 	 */
 	pthread_mutex_t module_lock;
+
+	/*
+	 * kernelParams for a kernel whose parameters nobody could tell
+	 * (cuda_padded_params): every slot past the client's arguments
+	 * points at pad_zero.  Made on the first such launch; device thread.
+	 */
+	void **pad_params;
+	void *pad_zero;
 };
 
 /*
@@ -658,6 +666,8 @@ static void cuda_close(struct driver *d)
 	if (cd->libnvrtc)
 		dlclose(cd->libnvrtc);
 	free(cd->builtin_fns);
+	free(cd->pad_params);
+	free(cd->pad_zero);
 	pthread_mutex_destroy(&cd->module_lock);
 	free(cd);
 }
@@ -1647,6 +1657,51 @@ static bool cuda_param_fits(size_t given, size_t want)
 	return given == want || (want < 4 && given == 4);
 }
 
+/*
+ * The most parameter bytes a kernel may declare (CUDA 12.1 on Volta and
+ * later; 4096 before), so also the most parameters: each takes a byte at
+ * least.
+ */
+#define CUDA_PARAM_BYTES_MAX 32764
+
+/*
+ * kernelParams for a launch of a kernel whose parameters neither the
+ * driver (cuFuncGetParamInfo) nor the module image could tell.  The
+ * driver reads one slot per parameter the kernel declares, whatever the
+ * client sent: past the client's arguments it would read the device
+ * thread's stack and whatever those slots point at, and hand that to the
+ * kernel.  Here every slot past them points at zeros, so a kernel given
+ * too few arguments reads 0s.  NULL when the host has no memory for the
+ * table (the launch is refused).
+ */
+static void **cuda_padded_params(struct cuda_driver *cd, void **params,
+				 size_t nparams)
+{
+	if (!cd->pad_params) {
+		cd->pad_zero = calloc(1, CUDA_PARAM_BYTES_MAX);
+		cd->pad_params = malloc(CUDA_PARAM_BYTES_MAX *
+					sizeof(*cd->pad_params));
+		if (!cd->pad_zero || !cd->pad_params) {
+			free(cd->pad_zero);
+			free(cd->pad_params);
+			cd->pad_zero = NULL;
+			cd->pad_params = NULL;
+			return NULL;
+		}
+		for (size_t i = 0; i < CUDA_PARAM_BYTES_MAX; i++)
+			cd->pad_params[i] = cd->pad_zero;
+	}
+	memcpy(cd->pad_params, params, nparams * sizeof(*params));
+	return cd->pad_params;
+}
+
+/* The table back to zeros, so that no launch reads another's arguments. */
+static void cuda_padded_params_clear(struct cuda_driver *cd, size_t nparams)
+{
+	for (size_t i = 0; i < nparams; i++)
+		cd->pad_params[i] = cd->pad_zero;
+}
+
 static int cuda_launch(struct driver *d, struct driver_stream *s,
 		       struct driver_function *f, const uint32_t grid[3],
 		       const uint32_t block[3], uint32_t shared_bytes,
@@ -1702,9 +1757,23 @@ static int cuda_launch(struct driver *d, struct driver_stream *s,
 		}
 		f->shared_limit = shared_bytes;
 	}
+	if (!f->params_known) {
+		params = cuda_padded_params(cd, params, nparams);
+		if (!params) {
+			cuda_set_error(cd, "out of host memory to launch kernel "
+				       "%s, whose parameters cannot be checked",
+				       f->name);
+			return -ENOMEM;
+		}
+	}
+	/* The driver copies the values at the call. */
 	r = cd->cu.cuLaunchKernel(f->function, grid[0], grid[1], grid[2],
 				  block[0], block[1], block[2], shared_bytes,
-				  s->stream, nparams ? params : NULL, NULL);
+				  s->stream,
+				  nparams || !f->params_known ? params : NULL,
+				  NULL);
+	if (!f->params_known)
+		cuda_padded_params_clear(cd, nparams);
 	if (r != CUDA_SUCCESS) {
 		/* The numbers the driver judged, for the client. */
 		char call[160];

@@ -423,6 +423,28 @@ create b hex:00000000
 kernel m.opaque grid=1 block=1 u32:1
 read b
 EOF
+# Unchecked, a launch with too few arguments gets zeros past them, never
+# what the slots of the daemon's array last held: here, the u32:1 of the
+# launch before it, which would have added one more.
+cat >"$dir/opaque_add_one.ptx" <<'PTX'
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry add_one(
+	.param .texref p,
+	.param .u32 n
+)
+{
+	ret;
+}
+PTX
+expect "an unchecked kernel given too few arguments reads zeros" "01000000" <<EOF
+module m ptx:file:$dir/opaque_add_one.ptx
+create b hex:00000000
+kernel m.add_one grid=1 block=1 b u32:1
+kernel m.add_one grid=1 block=1 b
+read b
+EOF
 grep 'fakecuda:' "$dir/log" && fail "the backend made calls the driver refuses"
 kill "$pid"
 wait "$pid" 2>/dev/null
