@@ -166,16 +166,22 @@ esac
 # its parameter: one too few, too many or too wide is refused (through
 # cuFuncGetParamInfo), where the driver would read past the daemon's array
 # and the kernel fault for every client.
-for args in "b" "b u32:2 u32:3" "b u64:2"; do
-	err=$(printf 'module m ptx:file:%s\ncreate b hex:00000000\nkernel m.add_one grid=1 block=32 %s\nsync\n' \
-		"$dir/add_one.ptx" "$args" | g exec - 2>&1 >/dev/null) &&
-		fail "add_one with arguments '$args' was launched"
-	case "$err" in
-	*GPUCMD_ELAUNCH*"kernel add_one takes 2 arguments, not"*) ;;
-	*GPUCMD_ELAUNCH*"argument 1 of kernel add_one is a value of 8 bytes"*) ;;
-	*) fail "add_one with arguments '$args': '$err'" ;;
-	esac
-done
+# add_one given one argument, three, or a u64 for its u32, refused with
+# the numbers ($1 says which way the daemon knew them).
+bad_add_one_refused() {
+	for args in "b" "b u32:2 u32:3" "b u64:2"; do
+		err=$(printf 'module m ptx:file:%s\ncreate b hex:00000000\nkernel m.add_one grid=1 block=32 %s\nsync\n' \
+			"$dir/add_one.ptx" "$args" | g exec - 2>&1 >/dev/null) &&
+			fail "add_one with arguments '$args' was launched ($1)"
+		case "$err" in
+		*GPUCMD_ELAUNCH*"kernel add_one takes 2 arguments, not 1"*) ;;
+		*GPUCMD_ELAUNCH*"kernel add_one takes 2 arguments, not 3"*) ;;
+		*GPUCMD_ELAUNCH*"argument 1 of kernel add_one is a value of 8 bytes, but the kernel's parameter 1 takes 4"*) ;;
+		*) fail "add_one with arguments '$args' ($1): '$err'" ;;
+		esac
+	done
+}
+bad_add_one_refused "cuFuncGetParamInfo"
 expect "served after refused launches" "07000000" <<'EOF'
 create b hex:00000000
 kernel fill_u32 grid=1 block=1 b u32:7 u32:1
@@ -361,17 +367,7 @@ LD_LIBRARY_PATH=$OLD:$LD_LIBRARY_PATH "$BUILD/gpucmdd" --socket "$sock" \
 	--backend cuda >"$dir/log" 2>&1 &
 pid=$!
 wait_socket "$sock"
-for args in "b" "b u32:2 u32:3" "b u64:2"; do
-	err=$(printf 'module m ptx:file:%s\ncreate b hex:00000000\nkernel m.add_one grid=1 block=32 %s\nsync\n' \
-		"$dir/add_one.ptx" "$args" | g exec - 2>&1 >/dev/null) &&
-		fail "add_one with arguments '$args' was launched (no cuFuncGetParamInfo)"
-	case "$err" in
-	*GPUCMD_ELAUNCH*"kernel add_one takes 2 arguments, not 1"*) ;;
-	*GPUCMD_ELAUNCH*"kernel add_one takes 2 arguments, not 3"*) ;;
-	*GPUCMD_ELAUNCH*"argument 1 of kernel add_one is a value of 8 bytes, but the kernel's parameter 1 takes 4"*) ;;
-	*) fail "add_one with arguments '$args' (no cuFuncGetParamInfo): '$err'" ;;
-	esac
-done
+bad_add_one_refused "no cuFuncGetParamInfo: the PTX's list"
 expect "add_one checked by its PTX" "0100000002000000" <<EOF
 module m ptx:file:$dir/add_one.ptx
 create b hex:0000000001000000

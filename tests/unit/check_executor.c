@@ -318,11 +318,12 @@ START_TEST(executor_early_answer_lost)
 END_TEST
 
 /*
- * Only the response cannot be encoded: the device thread's short error
- * answers, GPUCMD_ENOMEM with what ran (failed_index past the last op that
- * ran), and nothing is posted as lost.
+ * Request id of an empty, a write and a read, whose response fails to
+ * encode once with code: the device thread's short error answers (and
+ * nothing is posted as lost) with code2, no results, failed_index 3 (every
+ * op ran) and msg.
  */
-START_TEST(executor_short_error_says_enomem)
+static void short_error(uint64_t id, int code, int code2, const char *msg)
 {
 	Gpucmd__Op o[3] = { op(GPUCMD__OP__OP_EMPTY, &op_empty_1),
 			    op(GPUCMD__OP__OP_WRITE, &op_write_1),
@@ -332,7 +333,8 @@ START_TEST(executor_short_error_says_enomem)
 
 	executor_up();
 	arm(1);
-	submit_ops(12, ops, 3);
+	atomic_store(&fail_code, code);
+	submit_ops(id, ops, 3);
 	wait_posts(1);
 	ck_assert_int_eq(atomic_load(&encodes), 2);
 	ck_assert(rec.posts[0].frame);
@@ -340,52 +342,38 @@ START_TEST(executor_short_error_says_enomem)
 	ck_assert_ptr_nonnull(rec.posts[0].decoded);
 	r = rec.posts[0].decoded->response;
 	ck_assert_ptr_nonnull(r);
-	ck_assert_uint_eq(r->id, 12);
+	ck_assert_uint_eq(r->id, id);
 	ck_assert_ptr_nonnull(r->error);
-	ck_assert_int_eq(r->error->code, GPUCMD_ENOMEM);
+	ck_assert_int_eq(r->error->code, code2);
 	ck_assert_uint_eq(r->failed_index, 3);
 	ck_assert_uint_eq(r->n_results, 0);
-	ck_assert_str_eq(r->error->message,
-			 "gpucmdd's host ran out of memory answering request "
-			 "12: all 3 of its ops ran, but their results are "
-			 "lost; repeat any read or report whose result you "
-			 "need (a smaller one needs less of the daemon's "
-			 "memory) once the host has memory again");
+	ck_assert_str_eq(r->error->message, msg);
 	executor_down();
+}
+
+/* Only the response cannot be encoded: GPUCMD_ENOMEM says what ran. */
+START_TEST(executor_short_error_says_enomem)
+{
+	short_error(12, -ENOMEM, GPUCMD_ENOMEM,
+		    "gpucmdd's host ran out of memory answering request 12: "
+		    "all 3 of its ops ran, but their results are lost; repeat "
+		    "any read or report whose result you need (a smaller one "
+		    "needs less of the daemon's memory) once the host has "
+		    "memory again");
 }
 END_TEST
 
 /*
  * A response too large for a frame (dispatch's reply_cap keeps it from
- * happening): every op ran, and the short error says so, with the
- * count, rather than "refused" (failed_index 0).
+ * happening): every op ran, and the short error says so, with the count,
+ * rather than "refused" (failed_index 0).
  */
 START_TEST(executor_too_large_says_what_ran)
 {
-	Gpucmd__Op o[3] = { op(GPUCMD__OP__OP_EMPTY, &op_empty_1),
-			    op(GPUCMD__OP__OP_WRITE, &op_write_1),
-			    op(GPUCMD__OP__OP_READ, &op_read_1) };
-	Gpucmd__Op *ops[3] = { &o[0], &o[1], &o[2] };
-	const Gpucmd__Response *r;
-
-	executor_up();
-	arm(1);
-	atomic_store(&fail_code, GPUCMD_ELIMIT);
-	submit_ops(13, ops, 3);
-	wait_posts(1);
-	ck_assert(rec.posts[0].frame);
-	ck_assert_ptr_nonnull(rec.posts[0].decoded);
-	r = rec.posts[0].decoded->response;
-	ck_assert_ptr_nonnull(r);
-	ck_assert_ptr_nonnull(r->error);
-	ck_assert_int_eq(r->error->code, GPUCMD_ELIMIT);
-	ck_assert_uint_eq(r->failed_index, 3);
-	ck_assert_uint_eq(r->n_results, 0);
-	ck_assert_str_eq(r->error->message,
-			 "the response is too large for one frame: the first "
-			 "3 of the 3 ops ran, but their results are lost; "
-			 "read less per batch");
-	executor_down();
+	short_error(13, GPUCMD_ELIMIT, GPUCMD_ELIMIT,
+		    "the response is too large for one frame: the first 3 of "
+		    "the 3 ops ran, but their results are lost; read less per "
+		    "batch");
 }
 END_TEST
 
