@@ -999,6 +999,13 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 			       GPUCMD_PROTOCOL_VERSION);
 		return;
 	}
+	/* Its end must never wait for memory: set aside now. */
+	if (executor_conn_prepare(&s->econn) != 0) {
+		session_refuse(s, GPUCMD_ENOMEM,
+			       "gpucmdd's host is out of memory: try again "
+			       "later");
+		return;
+	}
 	/*
 	 * An admin who only reads reports and runs admin ops (observe: the
 	 * gpucmd reports, evict and cleanup ask for it) joins no service.
@@ -1007,13 +1014,6 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	 * very report it came for.  Anyone else joins as always: observing
 	 * is only for those who may see every service.
 	 */
-	/* Its end must never wait for memory: set aside now. */
-	if (executor_conn_prepare(&s->econn) != 0) {
-		session_refuse(s, GPUCMD_ENOMEM,
-			       "gpucmdd's host is out of memory: try again "
-			       "later");
-		return;
-	}
 	if (hello->observe && admin)
 		svc = service_observers();
 	else if ((svc = join(s, hello, admin)) == NULL)
