@@ -62,6 +62,11 @@ int config_backend_parse(const char *s)
 	return -1;
 }
 
+const char *config_file(const struct config *cfg)
+{
+	return cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH;
+}
+
 const char *config_backend_name(enum config_backend b)
 {
 	switch (b) {

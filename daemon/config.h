@@ -153,6 +153,8 @@ const struct config_service *config_find_service(const struct config *cfg,
 int config_backend_parse(const char *s);
 /** Name of a backend choice. */
 const char *config_backend_name(enum config_backend b);
+/** The file cfg was read from, or would be (the default place), for messages. */
+const char *config_file(const struct config *cfg);
 /**
  * Parse a size with an optional K/M/G/T suffix (powers of 1024): 0, or -1
  * when s is not a size.

@@ -386,15 +386,13 @@ static int check_host(const struct config *cfg)
 			"change the setting; the daemon would not start (under "
 			"socket activation the socket unit's SocketGroup= "
 			"applies instead)\n",
-			cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH,
-			cfg->socket_group);
+			config_file(cfg), cfg->socket_group);
 		rc = 1;
 	}
 	if (cfg->admin_group[0] != '\0' && getgrnam(cfg->admin_group) == NULL)
 		fprintf(stderr, "gpucmdd: %s: warning: admin_group '%s' does "
 			"not exist: only root and the daemon's user will be "
-			"admins\n", cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH,
-			cfg->admin_group);
+			"admins\n", config_file(cfg), cfg->admin_group);
 	if (pages > 0 && page > 0 &&
 	    cfg->host_memory / (uint64_t)page > (uint64_t)pages)
 		fprintf(stderr, "gpucmdd: warning: host_memory %llu MiB is "

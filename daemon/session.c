@@ -927,8 +927,7 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 				       "daemon refuses unknown services: add a "
 				       "[service %s] section to %s",
 				       hello->service, hello->service,
-				       cfg->path[0] ? cfg->path
-						    : CONFIG_DEFAULT_PATH);
+				       config_file(cfg));
 			return NULL;
 		}
 		cs = &cfg->default_service;
@@ -941,7 +940,7 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 			       "them",
 			       (unsigned)s->uid, (unsigned)s->gid,
 			       hello->service,
-			       cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH);
+			       config_file(cfg));
 		return NULL;
 	}
 	svc = service_join(hello->service, cs);
@@ -970,7 +969,7 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 			       "raise it", svc->name,
 			       (unsigned)atomic_load(&svc->connections),
 			       atomic_load(&svc->connections) == 1 ? "" : "s",
-			       cfg->path[0] ? cfg->path : CONFIG_DEFAULT_PATH,
+			       config_file(cfg),
 			       max);
 		service_leave(svc);
 		return NULL;
