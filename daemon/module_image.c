@@ -925,8 +925,13 @@ static void ptx_params(const char *p, size_t len,
 /* ---- cubin .nv.info.<kernel> attributes */
 
 #define SHT_CUDA_INFO 0x70000000u
-/* Attribute formats: no value, a byte, a half word (each 4 bytes in all),
- * or a value of the length that follows. */
+/*
+ * Attribute formats: no value, a byte, a half word (each 4 bytes in all),
+ * or a value of the length that follows.  The no-value records are 4 bytes
+ * too: nvcc 13's sm_75 and sm_80 cubins have them (attributes 0x04, 0x35)
+ * before the parameter records, and only at 4 do the sections parse to
+ * their ends (check_module_image, fixtures/params.sm_80.cubin).
+ */
 #define EIFMT_NVAL 1
 #define EIFMT_BVAL 2
 #define EIFMT_HVAL 3
