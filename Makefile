@@ -5,6 +5,7 @@
 #   make check           every test that needs no GPU; ends with "N passed, N failed"
 #   make check-gpu       the integration suite on the CUDA backend (77 without a GPU)
 #   make bench           build and run gpucmd-bench
+#   make examples        the client examples of examples/ into build/examples/
 #   make install         PREFIX=/usr/local DESTDIR=
 #
 # Switches: V=1 (show commands), SANITIZER=address,undefined | thread,
@@ -103,9 +104,12 @@ INTEG_SRC := $(wildcard tests/integration/*.c)
 INTEG_BIN := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(filter-out tests/integration/harness.c,$(INTEG_SRC)))
 BENCH_SRC := $(wildcard tests/bench/*.c)
 
+EXAMPLE_SRC := $(wildcard examples/*.c)
+EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
+
 BINS := $(BUILD)/gpucmdd $(BUILD)/gpucmd $(BUILD)/libgpucmd.so $(BUILD)/libgpucmd.a
 
-.PHONY: all run check check-unit check-integration check-gpu check-valgrind lint install uninstall clean deps tests
+.PHONY: all run check check-unit check-integration check-gpu check-valgrind lint install uninstall clean deps tests examples
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -165,6 +169,22 @@ $(BUILD)/gpucmd: $(TOOL_OBJ) $(BUILD)/libgpucmd.a
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(shell pkg-config --libs libprotobuf-c) $(LIBS)
 
+# ---- examples -------------------------------------------------------------
+
+# Built as a user builds a client: the public header only (no daemon or
+# client internals on the include path, no _GNU_SOURCE), the static library
+# and what it needs.  tests/integration/examples.sh runs them.
+EXAMPLE_CFLAGS := -std=c11 $(WARN) $(CFLAGS) -Iinclude \
+	$(if $(SANITIZER),-fsanitize=$(SANITIZER) -fno-omit-frame-pointer)
+
+examples: $(EXAMPLE_BIN)
+
+$(BUILD)/examples/%: examples/%.c include/gpucmd.h $(BUILD)/libgpucmd.a
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(EXAMPLE_CFLAGS) -o $@ $< $(BUILD)/libgpucmd.a $(ALL_LDFLAGS) \
+		$(shell pkg-config --libs libprotobuf-c) -lpthread
+
 # ---- tests ----------------------------------------------------------------
 
 # Link flags of one unit suite.  check_executor fails the daemon's response
@@ -188,7 +208,7 @@ $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(BUILD)/lib
 	$(Q)$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Wno-missing-prototypes -Itests/integration -o $@ $< \
 		$(BUILD)/libgpucmd.a $(ALL_LDFLAGS) $(CHECK_LIBS) $(shell pkg-config --libs libprotobuf-c) $(LIBS)
 
-tests: all $(UNIT_BIN) $(INTEG_BIN) $(BUILD)/soak
+tests: all $(UNIT_BIN) $(INTEG_BIN) $(BUILD)/soak $(EXAMPLE_BIN)
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory tests

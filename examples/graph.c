@@ -1,0 +1,251 @@
+/*
+ * graph.c - capture a request's work once as a graph, replay it per
+ * request, and handle the errors the daemon answers with.
+ *
+ * As with CUDA graphs, everything the graph uses is allocated before the
+ * capture (allocation is refused while a stream records).  Unlike a CUDA
+ * graph's memcpy node, a write recorded into a graph keeps its bytes as
+ * they were at capture time, even a write from a shared region: replays
+ * write those same bytes.  So the graph holds only the kernels, and each
+ * request is one batch: write the input from a shared region, replay the
+ * graph, read the result.
+ *
+ * The second half provokes three refusals a service meets in practice
+ * and prints what the library and the daemon say about them: an unknown
+ * graph, a buffer released while a graph uses it, and a launch past the
+ * end of a buffer.  Each leaves the connection usable, which
+ * gpucmd_conn_error() confirms.  Prints "OK" and exits 0, else says what
+ * failed and exits 1.
+ *
+ *   cc -o graph graph.c -Iinclude build/libgpucmd.a \
+ *	$(pkg-config --libs libprotobuf-c) -lpthread
+ *   GPUCMD_SOCKET=/run/gpucmd/gpucmd.sock ./graph [requests]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gpucmd.h>
+
+#define N 1024
+#define BYTES (N * sizeof(float))
+
+enum { H_X = 1, H_W, H_Y, H_SUM };
+#define GRAPH 7
+#define REGION 1
+
+static const uint32_t grid[3] = { 4, 1, 1 }, block[3] = { 256, 1, 1 };
+
+static void die(struct gpucmd_conn *conn, const char *what, int rc)
+{
+	const char *why = "";
+
+	fprintf(stderr, "graph: %s: %s (%s)", what, gpucmd_errname(rc),
+		gpucmd_strerror(rc));
+	if (*gpucmd_last_message(conn))
+		fprintf(stderr, ": %s", gpucmd_last_message(conn));
+	if (gpucmd_conn_error(conn, &why))
+		fprintf(stderr, " [connection closed: %s]", why);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static struct gpucmd_arg buf(uint64_t handle)
+{
+	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_BUFFER, .v.handle = handle };
+}
+
+static struct gpucmd_arg u32(uint32_t v)
+{
+	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_U32, .v.u32 = v };
+}
+
+static struct gpucmd_arg f32(float v)
+{
+	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_F32, .v.f32 = v };
+}
+
+/*
+ * Run a batch that must succeed; the response is the caller's.  built is
+ * the first failure of the builders that made b, if any: it is reported
+ * here, with the batch freed.
+ */
+static struct gpucmd_response *run(struct gpucmd_conn *conn,
+				   struct gpucmd_batch *b, int built,
+				   const char *what)
+{
+	struct gpucmd_response *r;
+	int rc;
+
+	if (built < 0) {
+		gpucmd_batch_free(b);
+		die(conn, what, built);
+	}
+	if ((rc = gpucmd_run(b, &r)) < 0)
+		die(conn, what, rc);
+	if ((rc = gpucmd_response_error(r)) != 0) {
+		fprintf(stderr, "graph: %s: op %d: %s: %s\n", what,
+			gpucmd_response_failed_index(r), gpucmd_errname(rc),
+			gpucmd_response_message(r));
+		exit(1);
+	}
+	return r;
+}
+
+/*
+ * Run a batch that must fail with code want at operation index; print
+ * the daemon's message, and check that the connection lives on.
+ */
+static void expect_refusal(struct gpucmd_conn *conn, struct gpucmd_batch *b,
+			   int want, int index, const char *what)
+{
+	struct gpucmd_response *r;
+	int rc;
+
+	if ((rc = gpucmd_run(b, &r)) < 0)
+		die(conn, what, rc);
+	rc = gpucmd_response_error(r);
+	if (rc != want || gpucmd_response_failed_index(r) != index) {
+		fprintf(stderr, "graph: %s: got %s at op %d, want %s at op %d\n",
+			what, gpucmd_errname(rc),
+			gpucmd_response_failed_index(r), gpucmd_errname(want),
+			index);
+		exit(1);
+	}
+	printf("expected refusal, %s: op %d: %s: %s\n", what, index,
+	       gpucmd_errname(rc), gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	if ((rc = gpucmd_conn_error(conn, NULL)) != 0)
+		die(conn, "the connection died after a refusal", rc);
+}
+
+static struct gpucmd_batch *batch(struct gpucmd_conn *conn)
+{
+	struct gpucmd_batch *b;
+	int rc;
+
+	if ((rc = gpucmd_batch_new(conn, 0, &b)) < 0)
+		die(conn, "batch_new", rc);
+	return b;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned requests = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 32;
+	struct gpucmd_arg scale[] = { buf(H_X), f32(0.5f), u32(N) };
+	struct gpucmd_arg add[] = { buf(H_Y), buf(H_X), buf(H_W), u32(N) };
+	struct gpucmd_arg sum[] = { buf(H_SUM), buf(H_Y), u32(N) };
+	struct gpucmd_arg past_end[] = { buf(H_Y), buf(H_X), buf(H_W), u32(N + 1) };
+	struct gpucmd_conn *conn;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	float *in, w[N];
+	void *p;
+	char msg[256];
+	int rc;
+
+	rc = gpucmd_connect(NULL, "example-graph", &conn, msg, sizeof(msg));
+	if (rc < 0) {
+		fprintf(stderr, "graph: cannot connect: %s: %s\n",
+			gpucmd_errname(rc), msg);
+		return 1;
+	}
+	if ((rc = gpucmd_region_create(conn, REGION, BYTES, &p)) < 0)
+		die(conn, "region_create", rc);
+	in = p;
+
+	/* Allocate everything first, then record: x = region; x *= 0.5;
+	 * y = x + w; sum = reduce(y). */
+	for (size_t i = 0; i < N; i++)
+		w[i] = (float)(i % 3);
+	b = batch(conn);
+	(void)((rc = gpucmd_batch_empty(b, H_X, BYTES)) < 0 ||
+	       (rc = gpucmd_batch_create_with_data(b, H_W, w, sizeof(w))) < 0 ||
+	       (rc = gpucmd_batch_empty(b, H_Y, BYTES)) < 0 ||
+	       (rc = gpucmd_batch_empty(b, H_SUM, sizeof(float))) < 0 ||
+	       (rc = gpucmd_batch_capture_begin(b)) < 0 ||
+	       (rc = gpucmd_batch_kernel(b, "scale_f32", grid, block, scale, 3)) < 0 ||
+	       (rc = gpucmd_batch_kernel(b, "add_f32", grid, block, add, 4)) < 0 ||
+	       (rc = gpucmd_batch_kernel(b, "reduce_sum_f32", grid, block, sum, 3)) < 0 ||
+	       (rc = gpucmd_batch_capture_end(b, GRAPH)) < 0);
+	gpucmd_response_free(run(conn, b, rc, "capture"));
+
+	for (unsigned req = 0; req < requests; req++) {
+		const void *data;
+		size_t len;
+		double want_sum = 0;
+		float s;
+
+		for (size_t i = 0; i < N; i++)
+			in[i] = (float)(2 * ((i + req) % 11));
+		b = batch(conn);
+		(void)((rc = gpucmd_batch_write_region(b, H_X, 0, REGION, 0, BYTES)) < 0 ||
+		       (rc = gpucmd_batch_graph_launch(b, GRAPH)) < 0 ||
+		       (rc = gpucmd_batch_read(b, H_Y, 0, BYTES)) < 0 ||
+		       (rc = gpucmd_batch_read(b, H_SUM, 0, sizeof(float))) < 0);
+		r = run(conn, b, rc, "replay");
+		if (gpucmd_response_data(r, 2, &data, &len) < 0 ||
+		    len != BYTES) {
+			fprintf(stderr, "graph: request %u: no y\n", req);
+			return 1;
+		}
+		for (size_t i = 0; i < N; i++) {
+			float y, want = in[i] * 0.5f + w[i];
+
+			memcpy(&y, (const char *)data + i * sizeof(y), sizeof(y));
+			if (y != want) {
+				fprintf(stderr,
+					"graph: request %u: y[%zu] is %g, want %g\n",
+					req, i, y, want);
+				return 1;
+			}
+			want_sum += want;
+		}
+		if (gpucmd_response_data(r, 3, &data, &len) < 0 ||
+		    len != sizeof(s)) {
+			fprintf(stderr, "graph: request %u: no sum\n", req);
+			return 1;
+		}
+		memcpy(&s, data, sizeof(s));
+		if (s != (float)want_sum) {
+			fprintf(stderr, "graph: request %u: sum %g, want %g\n",
+				req, s, want_sum);
+			return 1;
+		}
+		gpucmd_response_free(r);
+	}
+	printf("graph: %u replays checked\n", requests);
+
+	/* Refusals: each names the operation and says why. */
+	b = batch(conn);
+	rc = gpucmd_batch_graph_launch(b, GRAPH + 1);
+	if (rc < 0)
+		die(conn, "graph_launch", rc);
+	expect_refusal(conn, b, GPUCMD_ENOTFOUND, 0, "an unknown graph");
+
+	b = batch(conn);
+	if ((rc = gpucmd_batch_sync(b)) < 0 ||
+	    (rc = gpucmd_batch_release(b, H_W)) < 0)
+		die(conn, "release", rc);
+	expect_refusal(conn, b, GPUCMD_EBUSY, 1, "releasing what a graph uses");
+
+	b = batch(conn);
+	rc = gpucmd_batch_kernel(b, "add_f32", grid, block, past_end, 4);
+	if (rc < 0)
+		die(conn, "kernel", rc);
+	expect_refusal(conn, b, GPUCMD_EINVAL, 0, "a launch past a buffer's end");
+
+	/* Once the graph is gone its buffers may go too. */
+	b = batch(conn);
+	(void)((rc = gpucmd_batch_graph_destroy(b, GRAPH)) < 0 ||
+	       (rc = gpucmd_batch_release(b, H_X)) < 0 ||
+	       (rc = gpucmd_batch_release(b, H_W)) < 0 ||
+	       (rc = gpucmd_batch_release(b, H_Y)) < 0 ||
+	       (rc = gpucmd_batch_release(b, H_SUM)) < 0);
+	gpucmd_response_free(run(conn, b, rc, "teardown"));
+	if ((rc = gpucmd_region_release(conn, REGION)) < 0)
+		die(conn, "region_release", rc);
+	gpucmd_close(conn);
+	printf("graph: OK\n");
+	return 0;
+}

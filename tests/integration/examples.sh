@@ -1,0 +1,80 @@
+#!/bin/sh
+# examples.sh - the client programs of examples/ (make examples) against a
+# daemon on a private socket: each exits 0, prints its "OK" line, and says
+# nothing on stderr.  graph also prints the three refusals it provokes,
+# each with the daemon's message.  A second run of inference finds the
+# daemon serving still, and with the threads example at once, the two
+# services do not disturb each other.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+lib_init examples
+for e in inference threads graph; do
+	[ -x "$BUILD/examples/$e" ] ||
+		fail "$BUILD/examples/$e is missing: run make examples first"
+done
+start_daemon
+export GPUCMD_SOCKET="$sock"
+
+# run NAME ARG...: the example, its stdout in $dir/NAME.out; fails unless
+# it exits 0 with an empty stderr
+run() {
+	name=$1
+	shift
+	"$BUILD/examples/$name" "$@" >"$dir/$name.out" 2>"$dir/$name.log"
+	rc=$?
+	[ $rc -eq 0 ] || fail "examples/$name $* exited $rc: $(cat "$dir/$name.log")"
+	[ -s "$dir/$name.log" ] && fail "examples/$name $* wrote to stderr"
+	return 0
+}
+
+# expect NAME TEXT: a line of NAME's output is TEXT
+expect() {
+	grep -qxF "$2" "$dir/$1.out" ||
+		fail "examples/$1 did not print '$2': $(cat "$dir/$1.out")"
+}
+
+run inference 40
+expect inference "inference: 40 requests, 4 in flight: OK"
+grep -q '^connected to .* (host backend) as service example-inference$' \
+	"$dir/inference.out" ||
+	[ "${GPUCMD_TEST_BACKEND:-host}" != host ] ||
+	fail "inference did not name its service: $(cat "$dir/inference.out")"
+
+run threads 4 25
+expect threads "threads: 4 threads x 25 rounds, 2 streams each: OK"
+
+run graph 20
+expect graph "graph: 20 replays checked"
+expect graph "expected refusal, an unknown graph: op 0: GPUCMD_ENOTFOUND: graph 8 does not exist on this connection"
+grep -q '^expected refusal, releasing what a graph uses: op 1: GPUCMD_EBUSY: handle 2 is used by 1 graph' \
+	"$dir/graph.out" || fail "graph: no EBUSY refusal: $(cat "$dir/graph.out")"
+expect graph "expected refusal, a launch past a buffer's end: op 0: GPUCMD_EINVAL: kernel add_f32 argument 0 (handle 3) needs 4100 bytes, the buffer has 4096"
+expect graph "graph: OK"
+
+# Two services at once: neither sees the other's work.
+"$BUILD/examples/threads" 8 20 >"$dir/threads2.out" 2>"$dir/threads2.log" &
+tpid=$!
+pids="$pids $tpid"
+run inference 100
+expect inference "inference: 100 requests, 4 in flight: OK"
+wait "$tpid"
+rc=$?
+[ $rc -eq 0 ] || fail "threads beside inference exited $rc: $(cat "$dir/threads2.log")"
+grep -qxF "threads: 8 threads x 20 rounds, 2 streams each: OK" "$dir/threads2.out" ||
+	fail "threads beside inference printed: $(cat "$dir/threads2.out")"
+
+# Every example closed what it opened: once the daemon has freed what the
+# closed connections held (when their streams are idle), nothing is left.
+i=0
+while :; do
+	totals=$(g memory-report --json | grep -o '"totals":{[^}]*}') ||
+		fail "memory-report has no totals"
+	case "$totals" in
+	*'"connections":0,"allocations":0,"bytes_in_use":0,'*'"region_bytes":0,"regions":0,'*) break ;;
+	esac
+	i=$((i + 1))
+	[ $i -gt 100 ] && fail "left behind after the examples: $totals"
+	sleep 0.1
+done
+stop_daemon
+echo "examples: ok"
