@@ -239,7 +239,9 @@ struct gpucmd_arg {
 
 /*
  * Launch kernel name (a built-in: fill_u32, copy, add_f32, scale_f32,
- * saxpy_f32, reduce_sum_f32, spin, fault) with grid x block threads.
+ * saxpy_f32, reduce_sum_f32, spin, fault; gpucmd(1) says what each takes
+ * and computes) with grid x block threads (NULL: 1, 1, 1).  A built-in
+ * covers all of its elements whatever the geometry.
  */
 GPUCMD_EXTERN int gpucmd_batch_kernel(struct gpucmd_batch *b, const char *name,
 				      const uint32_t grid[3],
