@@ -482,7 +482,9 @@ GPUCMD_EXTERN int gpucmd_batch_profile_end(struct gpucmd_batch *b,
  * and capture_end are recorded, not run, into a graph the client names.
  * While recording, allocation, reads, sync and profiles are refused with
  * GPUCMD_EINVAL (reserve memory before), and releasing a handle a graph
- * uses is GPUCMD_EBUSY until the graph is destroyed.
+ * uses is GPUCMD_EBUSY until the graph is destroyed.  A recorded write,
+ * from a region too, keeps its bytes as they were at the capture: every
+ * replay writes those (per-replay input goes in a write before the launch).
  */
 
 /* Start recording the stream. */
