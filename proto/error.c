@@ -45,14 +45,21 @@ static const struct error_name *find(int code)
 	return NULL;
 }
 
+/*
+ * strerrordesc_np, not strerror: its text is static, and one that names no
+ * error is NULL, where strerror writes "Unknown error N" into a buffer the
+ * next call overwrites.  A caller may keep what this returns.
+ */
 GPUCMD_EXTERN const char *gpucmd_strerror(int code)
 {
 	const struct error_name *e = find(code);
 
 	if (e != NULL)
 		return e->text;
-	if (code < 0 && code > -4096)
-		return strerror(-code);
+	if (code < 0 && code > -4096) {
+		const char *d = strerrordesc_np(-code);
+		return d != NULL ? d : "unknown error";
+	}
 	return "unknown error";
 }
 

@@ -783,6 +783,27 @@ START_TEST(bad_service_name_refused)
 }
 END_TEST
 
+/*
+ * gpucmd_strerror's text is static, as the header says: a caller may keep
+ * it, print two at once, or call it from several threads.  A negative
+ * errno that names no error used to come from strerror(), whose "Unknown
+ * error N" lives in a buffer that the next such call overwrites.
+ */
+START_TEST(error_texts_are_static)
+{
+	const char *a = gpucmd_strerror(-4000);
+	const char *b = gpucmd_strerror(-4001);
+
+	ck_assert_str_eq(a, "unknown error");
+	ck_assert_str_eq(b, "unknown error");
+	ck_assert_str_eq(gpucmd_strerror(-ENOENT), "No such file or directory");
+	ck_assert_str_eq(gpucmd_errname(-ENOENT), "ENOENT");
+	ck_assert_str_eq(gpucmd_strerror(GPUCMD_EBUSY), "busy");
+	ck_assert_str_eq(gpucmd_strerror(1), "unknown error");
+	ck_assert_str_eq(gpucmd_errname(-4000), "EUNKNOWN");
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("basic");
@@ -804,6 +825,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, pipelined_out_of_order);
 	tcase_add_test(tc, status_and_report);
 	tcase_add_test(tc, bad_service_name_refused);
+	tcase_add_test(tc, error_texts_are_static);
 	suite_add_tcase(s, tc);
 	return s;
 }
