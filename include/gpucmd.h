@@ -534,7 +534,7 @@ GPUCMD_EXTERN const char *gpucmd_response_message(const struct gpucmd_response *
 GPUCMD_EXTERN const char *gpucmd_last_message(const struct gpucmd_conn *conn);
 /* Index of the failing operation, or -1 when the batch succeeded. */
 GPUCMD_EXTERN int gpucmd_response_failed_index(const struct gpucmd_response *r);
-/* Number of results (one per operation that ran). */
+/* Number of results (one per operation that ran; result i is op i's). */
 GPUCMD_EXTERN size_t gpucmd_response_count(const struct gpucmd_response *r);
 /* Bytes returned by a read at result index i (GPUCMD_EINVAL if not a read). */
 GPUCMD_EXTERN int gpucmd_response_data(const struct gpucmd_response *r,
