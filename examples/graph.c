@@ -50,21 +50,6 @@ static void die(struct gpucmd_conn *conn, const char *what, int rc)
 	exit(1);
 }
 
-static struct gpucmd_arg buf(uint64_t handle)
-{
-	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_BUFFER, .v.handle = handle };
-}
-
-static struct gpucmd_arg u32(uint32_t v)
-{
-	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_U32, .v.u32 = v };
-}
-
-static struct gpucmd_arg f32(float v)
-{
-	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_F32, .v.f32 = v };
-}
-
 /*
  * Run a batch that must succeed; the response is the caller's.  built is
  * the first failure of the builders that made b, if any: it is reported
@@ -106,10 +91,10 @@ static void expect_refusal(struct gpucmd_conn *conn, struct gpucmd_batch *b,
 		die(conn, what, rc);
 	rc = gpucmd_response_error(r);
 	if (rc != want || gpucmd_response_failed_index(r) != index) {
-		fprintf(stderr, "graph: %s: got %s at op %d, want %s at op %d\n",
-			what, gpucmd_errname(rc),
-			gpucmd_response_failed_index(r), gpucmd_errname(want),
-			index);
+		fprintf(stderr,
+			"graph: %s: got %s at op %d, want %s at op %d\n", what,
+			gpucmd_errname(rc), gpucmd_response_failed_index(r),
+			gpucmd_errname(want), index);
 		exit(1);
 	}
 	printf("expected refusal, %s: op %d: %s: %s\n", what, index,
@@ -131,11 +116,19 @@ static struct gpucmd_batch *batch(struct gpucmd_conn *conn)
 
 int main(int argc, char **argv)
 {
-	unsigned requests = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 32;
-	struct gpucmd_arg scale[] = { buf(H_X), f32(0.5f), u32(N) };
-	struct gpucmd_arg add[] = { buf(H_Y), buf(H_X), buf(H_W), u32(N) };
-	struct gpucmd_arg sum[] = { buf(H_SUM), buf(H_Y), u32(N) };
-	struct gpucmd_arg past_end[] = { buf(H_Y), buf(H_X), buf(H_W), u32(N + 1) };
+	unsigned requests =
+		argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 32;
+	struct gpucmd_arg scale[] = { gpucmd_arg_buffer(H_X),
+				      gpucmd_arg_f32(0.5f), gpucmd_arg_u32(N) };
+	struct gpucmd_arg add[] = { gpucmd_arg_buffer(H_Y),
+				    gpucmd_arg_buffer(H_X),
+				    gpucmd_arg_buffer(H_W), gpucmd_arg_u32(N) };
+	struct gpucmd_arg sum[] = { gpucmd_arg_buffer(H_SUM),
+				    gpucmd_arg_buffer(H_Y), gpucmd_arg_u32(N) };
+	struct gpucmd_arg past_end[] = { gpucmd_arg_buffer(H_Y),
+					 gpucmd_arg_buffer(H_X),
+					 gpucmd_arg_buffer(H_W),
+					 gpucmd_arg_u32(N + 1) };
 	struct gpucmd_conn *conn;
 	struct gpucmd_batch *b;
 	struct gpucmd_response *r;
@@ -164,9 +157,12 @@ int main(int argc, char **argv)
 	       (rc = gpucmd_batch_empty(b, H_Y, BYTES)) < 0 ||
 	       (rc = gpucmd_batch_empty(b, H_SUM, sizeof(float))) < 0 ||
 	       (rc = gpucmd_batch_capture_begin(b)) < 0 ||
-	       (rc = gpucmd_batch_kernel(b, "scale_f32", grid, block, scale, 3)) < 0 ||
-	       (rc = gpucmd_batch_kernel(b, "add_f32", grid, block, add, 4)) < 0 ||
-	       (rc = gpucmd_batch_kernel(b, "reduce_sum_f32", grid, block, sum, 3)) < 0 ||
+	       (rc = gpucmd_batch_kernel(b, "scale_f32", grid, block, scale,
+					 3)) < 0 ||
+	       (rc = gpucmd_batch_kernel(b, "add_f32", grid, block, add, 4)) <
+		       0 ||
+	       (rc = gpucmd_batch_kernel(b, "reduce_sum_f32", grid, block, sum,
+					 3)) < 0 ||
 	       (rc = gpucmd_batch_capture_end(b, GRAPH)) < 0);
 	gpucmd_response_free(run(conn, b, rc, "capture"));
 
@@ -179,10 +175,12 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < N; i++)
 			in[i] = (float)(2 * ((i + req) % 11));
 		b = batch(conn);
-		(void)((rc = gpucmd_batch_write_region(b, H_X, 0, REGION, 0, BYTES)) < 0 ||
+		(void)((rc = gpucmd_batch_write_region(b, H_X, 0, REGION, 0,
+						       BYTES)) < 0 ||
 		       (rc = gpucmd_batch_graph_launch(b, GRAPH)) < 0 ||
 		       (rc = gpucmd_batch_read(b, H_Y, 0, BYTES)) < 0 ||
-		       (rc = gpucmd_batch_read(b, H_SUM, 0, sizeof(float))) < 0);
+		       (rc = gpucmd_batch_read(b, H_SUM, 0, sizeof(float))) <
+			       0);
 		r = run(conn, b, rc, "replay");
 		if (gpucmd_response_data(r, 2, &data, &len) < 0 ||
 		    len != BYTES) {
@@ -192,7 +190,8 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < N; i++) {
 			float y, want = in[i] * 0.5f + w[i];
 
-			memcpy(&y, (const char *)data + i * sizeof(y), sizeof(y));
+			memcpy(&y, (const char *)data + i * sizeof(y),
+			       sizeof(y));
 			if (y != want) {
 				fprintf(stderr,
 					"graph: request %u: y[%zu] is %g, want %g\n",
@@ -233,7 +232,8 @@ int main(int argc, char **argv)
 	rc = gpucmd_batch_kernel(b, "add_f32", grid, block, past_end, 4);
 	if (rc < 0)
 		die(conn, "kernel", rc);
-	expect_refusal(conn, b, GPUCMD_EINVAL, 0, "a launch past a buffer's end");
+	expect_refusal(conn, b, GPUCMD_EINVAL, 0,
+		       "a launch past a buffer's end");
 
 	/* Once the graph is gone its buffers may go too. */
 	b = batch(conn);

@@ -26,9 +26,9 @@
 
 #include <gpucmd.h>
 
-#define N 16384			/* elements of x, w and y */
+#define N 16384 /* elements of x, w and y */
 #define BYTES (N * sizeof(float))
-#define DEPTH 4			/* batches in flight */
+#define DEPTH 4 /* batches in flight */
 #define ALPHA 2.0f
 
 /* Handles and ids are ours to choose; 0 is never valid. */
@@ -65,21 +65,6 @@ static void check_response(struct gpucmd_response *r, const char *what)
 	exit(1);
 }
 
-static struct gpucmd_arg buf(uint64_t handle)
-{
-	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_BUFFER, .v.handle = handle };
-}
-
-static struct gpucmd_arg u32(uint32_t v)
-{
-	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_U32, .v.u32 = v };
-}
-
-static struct gpucmd_arg f32(float v)
-{
-	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_F32, .v.f32 = v };
-}
-
 static float weight(size_t i)
 {
 	return (float)(i % 7);
@@ -99,19 +84,26 @@ static int queue_request(struct gpucmd_batch *b, unsigned slot)
 {
 	uint64_t x = H_X0 + slot, y = H_Y0 + slot;
 	size_t off = (size_t)slot * 2 * BYTES;
-	struct gpucmd_arg cp[] = { buf(y), buf(H_W),
-				   { .kind = GPUCMD_ARG_U64, .v.u64 = BYTES } };
-	struct gpucmd_arg ax[] = { buf(y), buf(x), f32(ALPHA), u32(N) };
-	struct gpucmd_arg ab[] = { buf(y), buf(y), buf(H_BIAS), u32(N) };
-	struct gpucmd_arg rs[] = { buf(H_SUM0 + slot), buf(y), u32(N) };
+	struct gpucmd_arg cp[] = { gpucmd_arg_buffer(y), gpucmd_arg_buffer(H_W),
+				   gpucmd_arg_u64(BYTES) };
+	struct gpucmd_arg ax[] = { gpucmd_arg_buffer(y), gpucmd_arg_buffer(x),
+				   gpucmd_arg_f32(ALPHA), gpucmd_arg_u32(N) };
+	struct gpucmd_arg ab[] = { gpucmd_arg_buffer(y), gpucmd_arg_buffer(y),
+				   gpucmd_arg_buffer(H_BIAS),
+				   gpucmd_arg_u32(N) };
+	struct gpucmd_arg rs[] = { gpucmd_arg_buffer(H_SUM0 + slot),
+				   gpucmd_arg_buffer(y), gpucmd_arg_u32(N) };
 	int rc;
 
 	if ((rc = gpucmd_batch_write_region(b, x, 0, REGION, off, BYTES)) < 0 ||
 	    (rc = gpucmd_batch_kernel(b, "copy", grid, block, cp, 3)) < 0 ||
-	    (rc = gpucmd_batch_kernel(b, "saxpy_f32", grid, block, ax, 4)) < 0 ||
+	    (rc = gpucmd_batch_kernel(b, "saxpy_f32", grid, block, ax, 4)) <
+		    0 ||
 	    (rc = gpucmd_batch_kernel(b, "add_f32", grid, block, ab, 4)) < 0 ||
-	    (rc = gpucmd_batch_kernel(b, "reduce_sum_f32", grid, block, rs, 3)) < 0 ||
-	    (rc = gpucmd_batch_read_region(b, y, 0, BYTES, REGION, off + BYTES)) < 0 ||
+	    (rc = gpucmd_batch_kernel(b, "reduce_sum_f32", grid, block, rs,
+				      3)) < 0 ||
+	    (rc = gpucmd_batch_read_region(b, y, 0, BYTES, REGION,
+					   off + BYTES)) < 0 ||
 	    (rc = gpucmd_batch_read(b, H_SUM0 + slot, 0, sizeof(float))) < 0)
 		return rc;
 	return 0;
@@ -121,7 +113,8 @@ static int queue_request(struct gpucmd_batch *b, unsigned slot)
 static int check_answer(struct gpucmd_response *r, unsigned req,
 			const unsigned char *region, unsigned slot)
 {
-	const float *y = (const float *)(region + (size_t)slot * 2 * BYTES + BYTES);
+	const float *y =
+		(const float *)(region + (size_t)slot * 2 * BYTES + BYTES);
 	const void *data;
 	size_t len;
 	double want_sum = 0;
@@ -156,7 +149,8 @@ static int check_answer(struct gpucmd_response *r, unsigned req,
 
 int main(int argc, char **argv)
 {
-	unsigned requests = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 64;
+	unsigned requests =
+		argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 64;
 	struct gpucmd_conn *conn;
 	struct gpucmd_batch *b;
 	struct gpucmd_response *r;
@@ -190,8 +184,10 @@ int main(int argc, char **argv)
 	if ((rc = gpucmd_batch_empty(b, H_W, BYTES)) < 0 ||
 	    (rc = gpucmd_batch_empty(b, H_BIAS, BYTES)) < 0 ||
 	    (rc = gpucmd_batch_kernel(b, "fill_u32", grid, block,
-				      (struct gpucmd_arg[]){ buf(H_BIAS),
-							     u32(0x3f800000), u32(N) },
+				      (struct gpucmd_arg[]){
+					      gpucmd_arg_buffer(H_BIAS),
+					      gpucmd_arg_u32(0x3f800000),
+					      gpucmd_arg_u32(N) },
 				      3)) < 0) {
 		gpucmd_batch_free(b);
 		die(conn, "building the setup batch", rc);
@@ -214,7 +210,8 @@ int main(int argc, char **argv)
 	free(host);
 
 	/* Per slot: BYTES of input, then BYTES of output. */
-	if ((rc = gpucmd_region_create(conn, REGION, DEPTH * 2 * BYTES, &p)) < 0)
+	if ((rc = gpucmd_region_create(conn, REGION, DEPTH * 2 * BYTES, &p)) <
+	    0)
 		die(conn, "region_create", rc);
 	region = p;
 
@@ -252,7 +249,7 @@ int main(int argc, char **argv)
 
 	if ((rc = gpucmd_region_release(conn, REGION)) < 0)
 		die(conn, "region_release", rc);
-	gpucmd_close(conn);	/* the daemon frees every handle we held */
+	gpucmd_close(conn); /* the daemon frees every handle we held */
 	printf("inference: %u requests, %d in flight: OK\n", requests, DEPTH);
 	return 0;
 }

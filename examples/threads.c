@@ -34,7 +34,7 @@
 #define MAX_THREADS 16
 
 enum { H_A = 1, H_B, H_O, H_SUM };
-enum { PRODUCER = 1, CONSUMER = 2 };	/* stream numbers */
+enum { PRODUCER = 1, CONSUMER = 2 }; /* stream numbers */
 
 struct worker {
 	pthread_t thread;
@@ -46,21 +46,6 @@ struct worker {
 
 static const uint32_t grid[3] = { 16, 1, 1 }, block[3] = { 256, 1, 1 };
 
-static struct gpucmd_arg buf(uint64_t handle)
-{
-	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_BUFFER, .v.handle = handle };
-}
-
-static struct gpucmd_arg u32(uint32_t v)
-{
-	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_U32, .v.u32 = v };
-}
-
-static struct gpucmd_arg f32(float v)
-{
-	return (struct gpucmd_arg){ .kind = GPUCMD_ARG_F32, .v.f32 = v };
-}
-
 static uint32_t f32_bits(float f)
 {
 	uint32_t u;
@@ -70,8 +55,8 @@ static uint32_t f32_bits(float f)
 }
 
 /* Record a call's failure, with the daemon's sentence, in w->error. */
-static int fail_rc(struct worker *w, struct gpucmd_conn *conn,
-		   const char *what, int rc)
+static int fail_rc(struct worker *w, struct gpucmd_conn *conn, const char *what,
+		   int rc)
 {
 	const char *why = "";
 
@@ -111,12 +96,20 @@ static int round_trip(struct worker *w, struct gpucmd_conn *conn,
 	 * that ran before the producer would read a wrong value.
 	 */
 	float k = (float)(w->index + 1 + round), want = k * 3 + (float)round;
-	struct gpucmd_arg spin[] = { u32(500) };
-	struct gpucmd_arg fill_a[] = { buf(H_A), u32(f32_bits(k)), u32(N) };
-	struct gpucmd_arg scale_a[] = { buf(H_A), f32(3), u32(N) };
-	struct gpucmd_arg fill_b[] = { buf(H_B), u32(f32_bits((float)round)), u32(N) };
-	struct gpucmd_arg add[] = { buf(H_O), buf(H_A), buf(H_B), u32(N) };
-	struct gpucmd_arg sum[] = { buf(H_SUM), buf(H_O), u32(N) };
+	struct gpucmd_arg spin[] = { gpucmd_arg_u32(500) };
+	struct gpucmd_arg fill_a[] = { gpucmd_arg_buffer(H_A),
+				       gpucmd_arg_u32(f32_bits(k)),
+				       gpucmd_arg_u32(N) };
+	struct gpucmd_arg scale_a[] = { gpucmd_arg_buffer(H_A),
+					gpucmd_arg_f32(3), gpucmd_arg_u32(N) };
+	struct gpucmd_arg fill_b[] = { gpucmd_arg_buffer(H_B),
+				       gpucmd_arg_u32(f32_bits((float)round)),
+				       gpucmd_arg_u32(N) };
+	struct gpucmd_arg add[] = { gpucmd_arg_buffer(H_O),
+				    gpucmd_arg_buffer(H_A),
+				    gpucmd_arg_buffer(H_B), gpucmd_arg_u32(N) };
+	struct gpucmd_arg sum[] = { gpucmd_arg_buffer(H_SUM),
+				    gpucmd_arg_buffer(H_O), gpucmd_arg_u32(N) };
 	struct gpucmd_batch *p, *c;
 	struct gpucmd_response *r;
 	uint64_t pid, cid;
@@ -132,8 +125,10 @@ static int round_trip(struct worker *w, struct gpucmd_conn *conn,
 	if ((rc = gpucmd_batch_new(conn, PRODUCER, &p)) < 0)
 		return fail_rc(w, conn, "batch_new", rc);
 	if ((rc = gpucmd_batch_kernel(p, "spin", NULL, NULL, spin, 1)) < 0 ||
-	    (rc = gpucmd_batch_kernel(p, "fill_u32", grid, block, fill_a, 3)) < 0 ||
-	    (rc = gpucmd_batch_kernel(p, "scale_f32", grid, block, scale_a, 3)) < 0) {
+	    (rc = gpucmd_batch_kernel(p, "fill_u32", grid, block, fill_a, 3)) <
+		    0 ||
+	    (rc = gpucmd_batch_kernel(p, "scale_f32", grid, block, scale_a,
+				      3)) < 0) {
 		gpucmd_batch_free(p);
 		return fail_rc(w, conn, "building the producer", rc);
 	}
@@ -142,9 +137,11 @@ static int round_trip(struct worker *w, struct gpucmd_conn *conn,
 		gpucmd_batch_free(p);
 		return fail_rc(w, conn, "batch_new", rc);
 	}
-	if ((rc = gpucmd_batch_kernel(c, "fill_u32", grid, block, fill_b, 3)) < 0 ||
+	if ((rc = gpucmd_batch_kernel(c, "fill_u32", grid, block, fill_b, 3)) <
+		    0 ||
 	    (rc = gpucmd_batch_kernel(c, "add_f32", grid, block, add, 4)) < 0 ||
-	    (rc = gpucmd_batch_kernel(c, "reduce_sum_f32", grid, block, sum, 3)) < 0 ||
+	    (rc = gpucmd_batch_kernel(c, "reduce_sum_f32", grid, block, sum,
+				      3)) < 0 ||
 	    (rc = gpucmd_batch_read(c, H_O, 0, BYTES)) < 0 ||
 	    (rc = gpucmd_batch_read(c, H_SUM, 0, sizeof(float))) < 0) {
 		gpucmd_batch_free(p);
@@ -173,8 +170,8 @@ static int round_trip(struct worker *w, struct gpucmd_conn *conn,
 		memcpy(&o, (const char *)data + i * sizeof(o), sizeof(o));
 		if (len != BYTES || o != want) {
 			snprintf(w->error, sizeof(w->error),
-				 "round %u: o[%zu] is %g, want %g", round, i,
-				 o, want);
+				 "round %u: o[%zu] is %g, want %g", round, i, o,
+				 want);
 			rc = -1;
 		}
 	}

@@ -238,6 +238,55 @@ struct gpucmd_arg {
 };
 
 /*
+ * One argument of each kind, for an argument list written in place:
+ * struct gpucmd_arg args[] = { gpucmd_arg_buffer(h), gpucmd_arg_u32(n) };
+ */
+static inline struct gpucmd_arg gpucmd_arg_buffer(uint64_t handle)
+{
+	struct gpucmd_arg a;
+
+	a.kind = GPUCMD_ARG_BUFFER;
+	a.v.handle = handle;
+	return a;
+}
+
+static inline struct gpucmd_arg gpucmd_arg_u32(uint32_t v)
+{
+	struct gpucmd_arg a;
+
+	a.kind = GPUCMD_ARG_U32;
+	a.v.u32 = v;
+	return a;
+}
+
+static inline struct gpucmd_arg gpucmd_arg_i32(int32_t v)
+{
+	struct gpucmd_arg a;
+
+	a.kind = GPUCMD_ARG_I32;
+	a.v.i32 = v;
+	return a;
+}
+
+static inline struct gpucmd_arg gpucmd_arg_u64(uint64_t v)
+{
+	struct gpucmd_arg a;
+
+	a.kind = GPUCMD_ARG_U64;
+	a.v.u64 = v;
+	return a;
+}
+
+static inline struct gpucmd_arg gpucmd_arg_f32(float v)
+{
+	struct gpucmd_arg a;
+
+	a.kind = GPUCMD_ARG_F32;
+	a.v.f32 = v;
+	return a;
+}
+
+/*
  * Launch kernel name (a built-in: fill_u32, copy, add_f32, scale_f32,
  * saxpy_f32, reduce_sum_f32, spin, fault; gpucmd(1) says what each takes
  * and computes) with grid x block threads (NULL: 1, 1, 1).  A built-in
