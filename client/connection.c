@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1177,6 +1178,16 @@ void conn_set_message(struct gpucmd_conn *c, const char *msg)
 {
 	snprintf(c->last_message, sizeof(c->last_message), "%s",
 		 msg != NULL ? msg : "");
+}
+
+int conn_refuse(struct gpucmd_conn *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->last_message, sizeof(c->last_message), fmt, ap);
+	va_end(ap);
+	return code;
 }
 
 GPUCMD_EXTERN const char *gpucmd_last_message(const struct gpucmd_conn *c)

@@ -75,3 +75,6 @@ bool conn_has_room(const struct gpucmd_conn *c, size_t n);
 bool conn_none_open(void);
 /** Remember the daemon's message of a failure (gpucmd_last_message). */
 void conn_set_message(struct gpucmd_conn *conn, const char *msg);
+/** Refuse a call on this side: keep the sentence (printf), return code. */
+int conn_refuse(struct gpucmd_conn *conn, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));

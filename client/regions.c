@@ -163,13 +163,18 @@ static int regions_attach(struct gpucmd_conn *conn, uint64_t id, size_t size,
 	int fd = -1, r;
 
 	if (regions_find(t, id) != NULL)
-		return GPUCMD_EEXIST;
+		return conn_refuse(conn, GPUCMD_EEXIST,
+				   "region %llu is already attached on this "
+				   "connection: release it first, or use "
+				   "another id", (unsigned long long)id);
 	r = regions_reserve(t);
 	if (r < 0)
-		return r;
+		return conn_refuse(conn, r, "no memory for the region table");
 	r = memfd_map(size, &fd, &base);
 	if (r < 0)
-		return r;
+		return conn_refuse(conn, r, "region %llu: cannot make and map "
+				   "a memfd of %zu bytes: %s",
+				   (unsigned long long)id, size, strerror(-r));
 	r = gpucmd_batch_new(conn, 0, &b);
 	if (r == 0) {
 		r = batch_add_region_attach(b, id, size, fd);
@@ -211,7 +216,10 @@ static int regions_release(struct gpucmd_conn *conn, uint64_t id)
 	int r;
 
 	if (regions_find(conn_regions(conn), id) == NULL)
-		return GPUCMD_ENOTFOUND;
+		return conn_refuse(conn, GPUCMD_ENOTFOUND,
+				   "region %llu is not attached on this "
+				   "connection (gpucmd_region_create)",
+				   (unsigned long long)id);
 	r = gpucmd_batch_new(conn, 0, &b);
 	if (r < 0)
 		return r;
@@ -236,11 +244,19 @@ GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
 	struct regions_entry *e;
 	int r;
 
-	if (conn == NULL || ptr == NULL || id == 0 ||
-	    id >= GPUCMD_REGION_ID_RESERVED || size == 0 ||
-	    size > (size_t)INT64_MAX)
+	if (conn == NULL || ptr == NULL)
 		return GPUCMD_EINVAL;
 	conn_set_message(conn, "");
+	if (id == 0 || id >= GPUCMD_REGION_ID_RESERVED)
+		return conn_refuse(conn, GPUCMD_EINVAL,
+				   "region id %llu: an id is 1 to 2^63 - 1 "
+				   "(GPUCMD_REGION_ID_RESERVED and above are "
+				   "the library's)", (unsigned long long)id);
+	if (size == 0 || size > (size_t)INT64_MAX)
+		return conn_refuse(conn, GPUCMD_EINVAL,
+				   "region %llu: a size of %zu bytes; a region "
+				   "has 1 to 2^63 - 1", (unsigned long long)id,
+				   size);
 	r = regions_attach(conn, id, size, &e);
 	/*
 	 * The library's scratch region (idle between calls) may hold the
@@ -260,9 +276,14 @@ GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
 
 GPUCMD_EXTERN int gpucmd_region_release(struct gpucmd_conn *conn, uint64_t id)
 {
-	if (conn == NULL || id == 0 || id >= GPUCMD_REGION_ID_RESERVED)
+	if (conn == NULL)
 		return GPUCMD_EINVAL;
 	conn_set_message(conn, "");
+	if (id == 0 || id >= GPUCMD_REGION_ID_RESERVED)
+		return conn_refuse(conn, GPUCMD_EINVAL,
+				   "region id %llu: an id is 1 to 2^63 - 1 "
+				   "(GPUCMD_REGION_ID_RESERVED and above are "
+				   "the library's)", (unsigned long long)id);
 	return regions_release(conn, id);
 }
 
@@ -440,9 +461,14 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
 	size_t chunk, done;
 	int r = 0, k;
 
-	if (conn == NULL || handle == 0 || (data == NULL && len > 0))
+	if (conn == NULL)
 		return GPUCMD_EINVAL;
 	conn_set_message(conn, "");
+	if (handle == 0 || (data == NULL && len > 0))
+		return conn_refuse(conn, GPUCMD_EINVAL, "gpucmd_write_buffer: "
+				   "%s", handle == 0 ? "handle 0 names no "
+				   "buffer" : "no data for a length of more "
+				   "than 0");
 	if (len <= inline_limit(conn))
 		return write_inline(conn, stream, handle, offset, data, len);
 	r = scratch_get(conn, len, &e);
@@ -542,8 +568,8 @@ static int read_inline(struct gpucmd_conn *conn, uint32_t stream,
 	if (r < 0)
 		return conn_fail_timeout(conn, r);
 	r = gpucmd_response_error(resp);
-	if (r != 0)
-		conn_set_message(conn, gpucmd_response_message(resp));
+	/* "" on success: a scratch region refused before may have said why. */
+	conn_set_message(conn, r != 0 ? gpucmd_response_message(resp) : "");
 	if (r == 0 && (gpucmd_response_data(resp, 0, &data, &got) < 0 ||
 		       got != len))
 		r = GPUCMD_EPROTO;
@@ -562,9 +588,14 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
 	size_t chunk, next;
 	int r, k;
 
-	if (conn == NULL || handle == 0 || (out == NULL && len > 0))
+	if (conn == NULL)
 		return GPUCMD_EINVAL;
 	conn_set_message(conn, "");
+	if (handle == 0 || (out == NULL && len > 0))
+		return conn_refuse(conn, GPUCMD_EINVAL, "gpucmd_read_buffer: "
+				   "%s", handle == 0 ? "handle 0 names no "
+				   "buffer" : "nowhere to put a length of more "
+				   "than 0");
 	if (len <= inline_limit(conn))
 		return read_inline(conn, stream, handle, offset, len, out);
 	r = scratch_get(conn, len, &e);

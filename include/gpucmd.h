@@ -577,8 +577,9 @@ GPUCMD_EXTERN const char *gpucmd_response_message(const struct gpucmd_response *
  * code (gpucmd_region_create, gpucmd_region_release, gpucmd_write_buffer,
  * gpucmd_read_buffer, gpucmd_evict, gpucmd_cleanup, gpucmd_status,
  * gpucmd_memory_report and the other reports): what happened, with the
- * numbers.  "" when that call succeeded or the failure came from this
- * side.  Valid until the next such call on conn.
+ * numbers; for the region and transfer calls, also the library's own
+ * refusals (a bad id, an id already attached).  "" when that call
+ * succeeded.  Valid until the next such call on conn.
  */
 GPUCMD_EXTERN const char *gpucmd_last_message(const struct gpucmd_conn *conn);
 /* Index of the failing operation, or -1 when the batch succeeded. */

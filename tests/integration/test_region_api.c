@@ -88,6 +88,14 @@ static void spin_op(struct gpucmd_batch *b, uint32_t usec)
  * part of it, compare byte for byte, and check the bytes around the range
  * were not touched.  create_region makes a buffer from a range too.
  */
+/* The library's last sentence on c contains want. */
+static void expect_message(struct gpucmd_conn *c, const char *want)
+{
+	ck_assert_msg(strstr(gpucmd_last_message(c), want) != NULL,
+		      "message '%s', expected it to contain '%s'",
+		      gpucmd_last_message(c), want);
+}
+
 START_TEST(round_trips_of_every_size)
 {
 	static const size_t sizes[] = { 1, 7, 4095, 4096, 65537, MIB,
@@ -222,15 +230,32 @@ START_TEST(bounds_and_id_errors)
 	rc = run_code(b, msg, sizeof(msg));
 	ck_assert_int_eq(rc, GPUCMD_ENOTFOUND);
 	ck_assert_msg(strstr(msg, "region 99") != NULL, "message: %s", msg);
-	/* Ids: 0 and the library's are refused here, a live one is taken. */
+	/*
+	 * Ids: 0 and the library's are refused here, a live one is taken;
+	 * each refusal of this side says why, as the daemon's do.
+	 */
 	ck_assert_int_eq(gpucmd_region_create(c, 0, 4096, &p), GPUCMD_EINVAL);
+	expect_message(c, "region id 0: an id is 1 to 2^63 - 1");
 	ck_assert_int_eq(gpucmd_region_create(c, GPUCMD_REGION_ID_RESERVED, 4096, &p),
 			 GPUCMD_EINVAL);
+	expect_message(c, "GPUCMD_REGION_ID_RESERVED and above are the library's");
 	ck_assert_int_eq(gpucmd_region_create(c, 4, 0, &p), GPUCMD_EINVAL);
+	expect_message(c, "region 4: a size of 0 bytes");
 	ck_assert_int_eq(gpucmd_region_create(c, 3, 4096, &p), GPUCMD_EEXIST);
+	expect_message(c, "region 3 is already attached on this connection");
 	ck_assert_int_eq(gpucmd_region_release(c, 42), GPUCMD_ENOTFOUND);
+	expect_message(c, "region 42 is not attached on this connection");
 	ck_assert_int_eq(gpucmd_region_release(c, GPUCMD_REGION_ID_RESERVED),
 			 GPUCMD_EINVAL);
+	expect_message(c, "an id is 1 to 2^63 - 1");
+	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 0, 0, "x", 1), GPUCMD_EINVAL);
+	expect_message(c, "gpucmd_write_buffer: handle 0 names no buffer");
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, 8, NULL), GPUCMD_EINVAL);
+	expect_message(c, "gpucmd_read_buffer: nowhere to put");
+	/* A call that succeeds leaves no sentence behind. */
+	ck_assert_int_eq(gpucmd_region_create(c, 4, 4096, &p), 0);
+	ck_assert_str_eq(gpucmd_last_message(c), "");
+	ck_assert_int_eq(gpucmd_region_release(c, 4), 0);
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_write_region(b, 1, 0, 0, 0, 8), GPUCMD_EINVAL);
 	ck_assert_int_eq(gpucmd_batch_read_region(b, 1, 0, 8, 0, 0), GPUCMD_EINVAL);
