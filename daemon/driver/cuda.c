@@ -68,6 +68,7 @@ int driver_cuda_create(const struct driver_options *opt, struct driver **out,
 
 #include "kernels/builtin.h"
 #include "kernels/builtin_ptx.h"
+#include "log.h"
 #include "module_image.h"
 
 _Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t),
@@ -1596,6 +1597,24 @@ static int cuda_launch_fail(struct cuda_driver *cd, const char *call,
  * other refusal), the image's declaration is checked, when it could be
  * read; else nothing is, as before.
  */
+/*
+ * The image's declaration against the driver's answer, in the debug log:
+ * only drivers without cuFuncGetParamInfo check launches against the
+ * image, so a GPU with one is where module_image's reading of real
+ * cubins and PTX is compared with the driver's (tests/gpu/run.sh).
+ */
+static void cuda_params_compare(const struct driver_function *f,
+				const size_t *sizes, size_t n)
+{
+	bool same = f->nparams == n;
+
+	for (size_t i = 0; same && i < n; i++)
+		same = f->param_size[i] == sizes[i];
+	log_debug("kernel %s: the module image declares %zu parameters, "
+		  "the driver %zu: %s", f->name, f->nparams, n,
+		  same ? "they agree" : "they disagree");
+}
+
 static int cuda_function_params(struct cuda_driver *cd,
 				struct driver_function *f)
 {
@@ -1639,6 +1658,8 @@ static int cuda_function_params(struct cuda_driver *cd,
 		}
 		sizes[n++] = size;
 	}
+	if (f->params_known)
+		cuda_params_compare(f, sizes, n);
 	free(f->param_size);
 	f->param_size = sizes;
 	f->nparams = n;

@@ -200,6 +200,12 @@ create b hex:0000000001000000
 kernel m.add_one grid=1 block=32 b u32:2
 read b
 EOF
+# Both answers go to the debug log, for tests/gpu/run.sh to compare on a
+# driver that gives them: the plain add_one's agree, this one's do not.
+grep -q 'kernel add_one: the module image declares 2 parameters, the driver 2: they agree' "$dir/log" ||
+	fail "no agreeing comparison in the log: $(grep 'module image declares' "$dir/log")"
+grep -q 'kernel add_one: the module image declares 3 parameters, the driver 2: they disagree' "$dir/log" ||
+	fail "no disagreeing comparison in the log: $(grep 'module image declares' "$dir/log")"
 
 # ---- module globals and the quota ---------------------------------------------
 
