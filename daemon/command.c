@@ -129,6 +129,14 @@ int command_install_memory_pools(struct command *cmd,
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "cannot install the pool layout: %s",
 			 gpucmd_strerror(rc));
+	/*
+	 * As in the reference, the layout is also the one the streams made
+	 * later get (its server keeps it as an override): here those of
+	 * this connection, the reference's server being one client's.  The
+	 * connection's other streams keep theirs.
+	 */
+	if (rc == 0)
+		cmd->set->layout = *config;
 	return rc;
 }
 

@@ -157,6 +157,7 @@ void command_allocation_mode(struct command *cmd,
 /**
  * install_memory_pools: rebuild the current stream's pools with config,
  * keeping the old layout when something lives in them (GPUCMD_EPOOLSINUSE).
+ * Once installed, it is also the layout of the connection's later streams.
  * Presets are sized from the device, with pages scaled to the service's
  * quota (streams_layout_props).
  */

@@ -156,6 +156,7 @@ struct stream_set {
 	struct module_ref *modules;		/* modules this connection loaded */
 	struct module_drop *dropped_modules;	/* unloaded, maybe still running */
 	struct region *released_regions;	/* waiting for their fences */
+	/* New streams' layout: the config's, or the last one installed. */
 	struct memory_configuration layout;
 	struct memory_device_properties props;	/* the device's */
 	bool closing;			/* its connection is gone: work drains */

@@ -77,6 +77,75 @@ static void end_and_destroy(struct gpucmd_conn *c, uint64_t id)
 	run_done(b);
 }
 
+/* The pool kinds of sr, in routing order, as one string "sliced,direct,...". */
+static const char *pool_kinds(const struct gpucmd_stream_report *sr)
+{
+	static char kinds[512];
+
+	kinds[0] = '\0';
+	for (size_t p = 0; p < sr->npools; p++)
+		snprintf(kinds + strlen(kinds), sizeof(kinds) - strlen(kinds),
+			 "%s%s", p ? "," : "", sr->pools[p].kind);
+	return kinds;
+}
+
+static struct gpucmd_stream_report *stream_report(struct gpucmd_conn *c,
+						  uint32_t stream);
+
+/*
+ * As in the reference (cubecl-runtime.md §4.9, §11.7): an installed layout
+ * rebuilds the caller's stream and is the layout of the streams the
+ * connection makes later; its other streams keep theirs, and so do other
+ * connections.
+ */
+START_TEST(installed_layout_applies_to_later_streams)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_conn *other = connect_as("ops");
+	const struct gpucmd_pool_options pools[] = {
+		{ .kind = "sliced", .page_size = 1 << 20, .max_slice = 256 << 10 },
+		{ .kind = "direct" },
+	};
+	struct gpucmd_stream_report *sr;
+	struct gpucmd_batch *b;
+	char before[512];
+
+	sr = stream_report(c, 1);
+	snprintf(before, sizeof(before), "%s", pool_kinds(sr));
+	ck_assert_uint_gt(sr->npools, 3);
+	gpucmd_stream_report_free(sr);
+	b = batch(c, 0);
+	gpucmd_batch_install_pools(b, "custom", pools, 2);
+	run_done(b);
+	sr = stream_report(c, 0);
+	ck_assert_str_eq(pool_kinds(sr), "sliced,direct,persistent");
+	gpucmd_stream_report_free(sr);
+	/* A stream made after the install gets the installed layout. */
+	sr = stream_report(c, 2);
+	ck_assert_str_eq(pool_kinds(sr), "sliced,direct,persistent");
+	ck_assert_uint_eq(sr->pools[0].page_size, 1 << 20);
+	ck_assert_uint_eq(sr->pools[0].max_slice, 256 << 10);
+	gpucmd_stream_report_free(sr);
+	/* One made before keeps its own, as does another connection. */
+	sr = stream_report(c, 1);
+	ck_assert_str_eq(pool_kinds(sr), before);
+	gpucmd_stream_report_free(sr);
+	sr = stream_report(other, 2);
+	ck_assert_str_eq(pool_kinds(sr), before);
+	gpucmd_stream_report_free(sr);
+	/* A refused install changes nothing for later streams either. */
+	b = batch(c, 1);
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_batch_install_pools(b, "exclusive", NULL, 0);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EPOOLSINUSE);
+	sr = stream_report(c, 3);
+	ck_assert_str_eq(pool_kinds(sr), "sliced,direct,persistent");
+	gpucmd_stream_report_free(sr);
+	gpucmd_close(other);
+	gpucmd_close(c);
+}
+END_TEST
+
 static struct gpucmd_memory_usage usage(struct gpucmd_conn *c, uint32_t stream)
 {
 	struct gpucmd_batch *b = batch(c, stream);
@@ -1908,6 +1977,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, flush_drops_deferred_during_capture);
 	tcase_add_test(tc, persistent_mode_nests);
 	tcase_add_test(tc, install_pools_refused_while_in_use);
+	tcase_add_test(tc, installed_layout_applies_to_later_streams);
 	tcase_add_test(tc, reserve_cpu_answers);
 	tcase_add_test(tc, strided_write_read_round_trip);
 	tcase_add_test(tc, strided_errors);
