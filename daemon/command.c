@@ -807,8 +807,9 @@ int command_check_layout(const struct copy_descriptor *desc, uint64_t size,
 		goto too_large;
 	*dense = bytes;
 	if (elems == 0) {
+		/* A copy of nothing still names a place: the end at most. */
 		*span = 0;
-		return 0;
+		goto bounds;
 	}
 	if (!mul_ok(desc->shape[r - 1], desc->elem_size, &width))
 		goto too_large;
@@ -822,6 +823,7 @@ int command_check_layout(const struct copy_descriptor *desc, uint64_t size,
 	} else {
 		*span = width;
 	}
+bounds:
 	if (__builtin_add_overflow(desc->offset, *span, &end) || end > size) {
 		snprintf(msg, msg_len,
 			 "copy out of bounds: %llu bytes at offset %llu of "

@@ -834,6 +834,50 @@ START_TEST(strided_errors)
 }
 END_TEST
 
+/*
+ * A copy of nothing still names a place in the buffer: its offset may be
+ * the buffer's end, not past it, as for any other copy.
+ */
+START_TEST(empty_copies_check_their_offset)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_layout none = {	/* no rows */
+		.rank = 2, .shape = { 0, 4 }, .strides = { 8, 1 },
+		.elem_size = 4,
+	};
+	struct gpucmd_response *r;
+	struct gpucmd_batch *b;
+	const void *data;
+	size_t len;
+	int idx;
+
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 100);
+	gpucmd_batch_read(b, 1, 100, 0);
+	gpucmd_batch_write(b, 1, 100, NULL, 0);
+	gpucmd_batch_read_layout(b, 1, 100, &none);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+	ck_assert_uint_eq(len, 0);
+	gpucmd_response_free(r);
+	b = batch(c, 0);
+	gpucmd_batch_read(b, 1, 101, 0);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	ck_assert_msg(strstr(last_message, "offset 101") != NULL, "%s",
+		      last_message);
+	b = batch(c, 0);
+	gpucmd_batch_write(b, 1, UINT64_MAX, NULL, 0);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	b = batch(c, 0);
+	gpucmd_batch_read_layout(b, 1, 4096, &none);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	b = batch(c, 0);
+	gpucmd_batch_write_layout(b, 1, 4096, &none, NULL, 0);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	gpucmd_close(c);
+}
+END_TEST
+
 /* ---- profiles --------------------------------------------------------------- */
 
 START_TEST(profile_times_a_spin)
@@ -1981,6 +2025,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, reserve_cpu_answers);
 	tcase_add_test(tc, strided_write_read_round_trip);
 	tcase_add_test(tc, strided_errors);
+	tcase_add_test(tc, empty_copies_check_their_offset);
 	tcase_add_test(tc, profile_times_a_spin);
 	tcase_add_test(tc, profile_errors);
 	tcase_add_test(tc, refused_launch_invalidates_profile);
