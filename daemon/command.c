@@ -98,6 +98,18 @@ int command_install_memory_pools(struct command *cmd,
 	uint64_t in_use = 0;
 	int rc;
 
+	/*
+	 * The recording may name memory the pools think free: the old
+	 * layout stays, and no release or sync would change that.
+	 */
+	if (cmd->current->capturing) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "pools in use: stream %u records a graph, which may "
+			 "name memory in its pools, so the old layout stays; "
+			 "install the layout after capture_end",
+			 cmd->current->number);
+		return GPUCMD_EPOOLSINUSE;
+	}
 	streams_layout_props(cmd->set, &props);
 	command_flush_drops(cmd);
 	rc = memory_manager_install_pools(cmd->current->memory, config, &props,

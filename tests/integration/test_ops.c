@@ -1426,6 +1426,16 @@ START_TEST(capture_refuses_reads_syncs_allocations)
 	b = batch(c, 0);
 	gpucmd_batch_capture_begin(b);
 	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	/*
+	 * The pools are not rebuilt under a recording, whatever they hold:
+	 * the refusal says so, not that buffers are in use.
+	 */
+	b = batch(c, 0);
+	gpucmd_batch_install_pools(b, "exclusive", NULL, 0);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EPOOLSINUSE);
+	ck_assert_msg(strstr(last_message, "records a graph") != NULL &&
+		      strstr(last_message, "capture_end") != NULL, "%s",
+		      last_message);
 	/* Memory reserved before the capture may be bound during it. */
 	b = batch(c, 0);
 	gpucmd_batch_bind(b, 2, 4);
