@@ -723,13 +723,26 @@ START_TEST(reserve_cpu_answers)
 
 	gpucmd_batch_reserve_cpu(b, 4096);
 	gpucmd_batch_reserve_cpu(b, 3 << 20);
+	gpucmd_batch_reserve_cpu(b, 200 << 20);
 	r = run_ok(b);
 	ck_assert_int_eq(gpucmd_response_cpu(r, 0, &cpu), 0);
 	ck_assert_int_eq(gpucmd_response_cpu(r, 1, &big), 0);
 	ck_assert_uint_eq(cpu.size, 4096);
 	ck_assert_uint_eq(big.size, 3 << 20);
-	ck_assert(cpu.pinned == 0 || cpu.pinned == 1);
+	/* The pinned pool (256M by default) serves what it can ... */
+	ck_assert_int_eq(cpu.pinned, 1);
+	ck_assert_int_eq(big.pinned, 1);
+	/* ... and a request over 100M comes from the heap, whole. */
+	ck_assert_int_eq(gpucmd_response_cpu(r, 2, &big), 0);
+	ck_assert_uint_eq(big.size, 200 << 20);
+	ck_assert_int_eq(big.pinned, 0);
 	gpucmd_response_free(r);
+	/* Above what one frame carries it is refused, not answered. */
+	b = batch(c, 0);
+	gpucmd_batch_reserve_cpu(b, (1ull << 30) + 1);
+	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EINVAL);
+	ck_assert_msg(strstr(last_message, "1 GiB") != NULL, "%s",
+		      last_message);
 	gpucmd_close(c);
 }
 END_TEST
