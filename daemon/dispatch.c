@@ -1436,6 +1436,12 @@ static int op_profile_begin(struct command_ctx *ctx, struct batch *b,
 	p->id = op->profile;
 	p->stream = b->stream;
 	p->valid = true;
+	/*
+	 * A fault reported by this fence or a later one may be in the work
+	 * the profile times (the one before the begin in this batch too:
+	 * a fence covers its whole batch).
+	 */
+	p->from_seq = stream_next_fence(b->stream);
 	p->next = set->profiles;
 	set->profiles = p;
 	set->nprofiles++;
@@ -1488,6 +1494,8 @@ static int op_profile_end(struct command_ctx *ctx, struct batch *b, size_t i,
 	res->start = p->start;
 	res->valid = p->valid;
 	snprintf(res->reason, sizeof(res->reason), "%s", p->reason);
+	res->stream = p->stream;
+	res->from_seq = p->from_seq;
 	res->next = b->profiles;
 	b->profiles = res;
 	free(p);

@@ -72,6 +72,9 @@ struct profile_result {
 	struct driver_event *end;
 	bool valid;
 	char reason[128];
+	/* Invalid too when a fence of stream from from_seq on faulted. */
+	const struct stream *stream;
+	uint64_t from_seq;
 	struct profile_result *next;
 };
 

@@ -459,6 +459,19 @@ static void finish_profiles(struct executor *ex, struct batch *b)
 
 		if (w == NULL)
 			continue;
+		/*
+		 * Work that faulted between its begin and its end (the
+		 * batch's fences have passed, and a stream's pass in order):
+		 * as in the reference, whose surfaced errors mark every open
+		 * profile, the time is not the work's.
+		 */
+		if (p->valid && p->stream->fault_seq != 0 &&
+		    p->stream->fault_seq >= p->from_seq) {
+			p->valid = false;
+			snprintf(p->reason, sizeof(p->reason),
+				 "work on stream %u faulted while the profile "
+				 "was open", p->stream->number);
+		}
 		w->valid = p->valid;
 		if (p->valid && d->ops->event_elapsed(d, p->start, p->end, &ms) != 0) {
 			w->valid = false;
@@ -608,6 +621,7 @@ static void complete_fence(struct executor *ex, struct fence *f)
 		s->completed_cursor = f->cursor;
 	if (f->status != 0) {
 		s->fault_pending = true;
+		s->fault_seq = f->seq;
 		device_lost(ex, b, s);
 	}
 	/*

@@ -88,6 +88,8 @@ struct profile {
 	struct driver_event *start;
 	bool valid;			/* false once a launch on its stream was refused */
 	char reason[128];
+	/* The stream's first fence that may cover work timed by it. */
+	uint64_t from_seq;
 	struct profile *next;
 };
 
@@ -117,6 +119,7 @@ struct stream {
 	 */
 	uint64_t ordered_free;
 	bool fault_pending;		/* a fault not yet reported to a sync/read */
+	uint64_t fault_seq;		/* the last fence that reported a fault */
 	bool capturing;			/* recording a graph */
 	struct graph *recording;	/* what the capture holds on to */
 };

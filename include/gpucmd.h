@@ -516,7 +516,8 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
 /*
  * Profiles time the device between begin and end on one stream (ids are
  * the client's, per connection).  A launch the driver refuses on the
- * stream in between makes the result invalid, with the reason.
+ * stream in between, or work on it that faults from the batch of the begin
+ * to that of the end, makes the result invalid, with the reason.
  */
 
 /* Open profile on the stream (GPUCMD_EEXIST if it is open). */
@@ -605,7 +606,7 @@ GPUCMD_EXTERN int gpucmd_response_value(const struct gpucmd_response *r,
 /* A closed profile. */
 struct gpucmd_profile {
 	double device_ms;	/* device time between begin and end */
-	int valid;		/* 0: a launch in between was refused */
+	int valid;		/* 0: a launch in between was refused, or faulted */
 	const char *reason;	/* why not valid, "" when valid (lives with r) */
 };
 /* The profile returned by a profile_end at result i. */

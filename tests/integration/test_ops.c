@@ -988,6 +988,80 @@ START_TEST(refused_launch_invalidates_profile)
 }
 END_TEST
 
+/*
+ * Work that faults while a profile is open leaves nothing worth timing: the
+ * reference marks every open profile errored when the fault surfaces, and
+ * so does the daemon, for the profiles of the stream that faulted.  The
+ * fault is still reported to the stream's next sync.
+ */
+START_TEST(faulted_work_invalidates_profile)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_arg spin = u32_arg(100);
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	struct gpucmd_profile p;
+	int idx;
+
+	/* On CUDA a fault loses the device, and the daemon with it. */
+	if (strcmp(gpucmd_info(c)->backend, "host") != 0) {
+		printf("skipped: faults are fatal on the %s backend\n",
+		       gpucmd_info(c)->backend);
+		gpucmd_close(c);
+		return;
+	}
+	/* In one batch. */
+	b = batch(c, 0);
+	gpucmd_batch_profile_begin(b, 1);
+	gpucmd_batch_kernel(b, "fault", ONE, ONE, NULL, 0);
+	gpucmd_batch_profile_end(b, 1);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_profile(r, 2, &p), 0);
+	ck_assert_int_eq(p.valid, 0);
+	ck_assert_msg(strstr(p.reason, "fault") != NULL, "reason: %s",
+		      p.reason);
+	gpucmd_response_free(r);
+	b = batch(c, 0);
+	gpucmd_batch_sync(b);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ESTREAM);
+	/* Over three, with the fault's sync on another stream's profile. */
+	b = batch(c, 0);
+	gpucmd_batch_profile_begin(b, 2);
+	run_done(b);
+	b = batch(c, 1);
+	gpucmd_batch_profile_begin(b, 3);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_kernel(b, "fault", ONE, ONE, NULL, 0);
+	gpucmd_batch_sync(b);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ESTREAM);
+	b = batch(c, 0);
+	gpucmd_batch_profile_end(b, 2);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_profile(r, 0, &p), 0);
+	ck_assert_int_eq(p.valid, 0);
+	gpucmd_response_free(r);
+	b = batch(c, 1);
+	gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+	gpucmd_batch_profile_end(b, 3);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_profile(r, 1, &p), 0);
+	ck_assert_msg(p.valid == 1, "reason: %s", p.reason);
+	gpucmd_response_free(r);
+	/* A profile opened after the fault was reported times again. */
+	b = batch(c, 0);
+	gpucmd_batch_profile_begin(b, 4);
+	gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+	gpucmd_batch_profile_end(b, 4);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_profile(r, 2, &p), 0);
+	ck_assert_msg(p.valid == 1, "reason: %s", p.reason);
+	ck_assert(p.device_ms > 0);
+	gpucmd_response_free(r);
+	gpucmd_close(c);
+}
+END_TEST
+
 /* ---- graphs ----------------------------------------------------------------- */
 
 enum { GN = 256 };
@@ -2052,6 +2126,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, profile_times_a_spin);
 	tcase_add_test(tc, profile_errors);
 	tcase_add_test(tc, refused_launch_invalidates_profile);
+	tcase_add_test(tc, faulted_work_invalidates_profile);
 	tcase_add_test(tc, graph_replay_equals_eager);
 	tcase_add_test(tc, graph_holds_its_handles);
 	tcase_add_test(tc, capture_refuses_reads_syncs_allocations);
