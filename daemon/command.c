@@ -404,6 +404,7 @@ static int reserve(struct command *cmd, uint64_t size,
 {
 	struct service *svc = cmd->service;
 	struct memory_manager *mm = cmd->current->memory;
+	uint64_t total = cmd->ctx->driver->props.total_memory;
 	uint64_t released, ordered;
 	bool over;
 	int rc;
@@ -414,6 +415,20 @@ static int reserve(struct command *cmd, uint64_t size,
 			 "graph: reserve the memory before capture_begin",
 			 (unsigned long long)size, cmd->current->number);
 		return GPUCMD_EINVAL;
+	}
+	/*
+	 * The seed's BufferTooBig: no device could ever fit it.  The pools
+	 * say so for the sizes they never take, but a persistent mode or a
+	 * direct pool takes any size, and the refusal would come from the
+	 * device after a reclaim of every connection's idle memory that
+	 * could not help.
+	 */
+	if (total != 0 && size > total) {
+		snprintf(cmd->msg, sizeof(cmd->msg),
+			 "buffer too big: %llu bytes is more than the device "
+			 "has (%llu bytes); split the buffer",
+			 (unsigned long long)size, (unsigned long long)total);
+		return GPUCMD_ETOOBIG;
 	}
 
 	/*

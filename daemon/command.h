@@ -164,8 +164,8 @@ void command_allocation_mode(struct command *cmd,
 int command_install_memory_pools(struct command *cmd,
 				 const struct memory_configuration *config);
 /**
- * reserve: size bytes on the current stream.  GPUCMD_ETOOBIG when no pool
- * could ever fit it; GPUCMD_EQUOTA over the service's limit; any other
+ * reserve: size bytes on the current stream.  GPUCMD_ETOOBIG when no pool,
+ * or no device of this size, could ever fit it; GPUCMD_EQUOTA over the service's limit; any other
  * failure is retried once after a cleanup.
  */
 /**

@@ -50,7 +50,7 @@ extern "C" {
 enum gpucmd_error {
 	GPUCMD_OK = 0,
 	GPUCMD_ENOTFOUND = -1001,	/* storage handle not found */
-	GPUCMD_ETOOBIG = -1002,		/* buffer too big for any pool */
+	GPUCMD_ETOOBIG = -1002,		/* too big for any pool, or the device */
 	GPUCMD_ENOMEM = -1003,		/* device out of memory */
 	GPUCMD_ECAPACITY = -1004,	/* pool capacity exceeded */
 	GPUCMD_ESTRIDES = -1005,	/* unsupported strides / layout */
@@ -341,7 +341,7 @@ GPUCMD_EXTERN int gpucmd_batch_kernel_module(struct gpucmd_batch *b,
  * (non-zero; GPUCMD_EEXIST while live), and bind turns one into a handle.
  */
 
-/* Reserve size bytes as reservation (GPUCMD_ETOOBIG: no pool fits). */
+/* Reserve size bytes as reservation (GPUCMD_ETOOBIG: nothing could fit it). */
 GPUCMD_EXTERN int gpucmd_batch_reserve(struct gpucmd_batch *b,
 				       uint64_t reservation, uint64_t size);
 /* Give reservation's memory to handle (unknown or bound: GPUCMD_EINVAL). */

@@ -353,6 +353,54 @@ START_TEST(reserve_too_big)
 }
 END_TEST
 
+static struct gpucmd_memory_usage usage(struct gpucmd_conn *c, uint32_t stream);
+
+/*
+ * The seed's BufferTooBig: no device could ever fit it.  A size over the
+ * device's memory is that in every mode and layout, persistent and direct
+ * ones too, whose pools take any size: it is refused at once, without
+ * taking back the memory other connections keep for reuse first.
+ */
+START_TEST(reserve_over_the_device_is_too_big)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_conn *other = connect_as("ops");
+	uint64_t total = gpucmd_info(c)->device_total_memory;
+	const struct gpucmd_pool_options direct = { .kind = "direct" };
+	struct gpucmd_memory_usage u;
+	struct gpucmd_batch *b;
+	uint64_t kept;
+	int idx;
+
+	/* Memory the other connection keeps with nothing live in it. */
+	b = batch(other, 0);
+	gpucmd_batch_empty(b, 1, 1 << 20);
+	gpucmd_batch_release(b, 1);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	u = usage(other, 0);
+	ck_assert_uint_eq(u.bytes_in_use, 0);
+	kept = u.bytes_reserved;
+	ck_assert_uint_gt(kept, 0);
+	b = batch(c, 0);
+	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_PERSISTENT);
+	gpucmd_batch_empty(b, 2, total + 1);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ETOOBIG);
+	ck_assert_int_eq(idx, 1);
+	ck_assert_msg(strstr(last_message, "too big") != NULL, "%s",
+		      last_message);
+	b = batch(c, 1);
+	gpucmd_batch_install_pools(b, "custom", &direct, 1);
+	gpucmd_batch_reserve(b, 3, 2 * total);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ETOOBIG);
+	ck_assert_int_eq(idx, 1);
+	u = usage(other, 0);
+	ck_assert_uint_eq(u.bytes_reserved, kept);
+	gpucmd_close(other);
+	gpucmd_close(c);
+}
+END_TEST
+
 /* ---- cursor and reports --------------------------------------------------- */
 
 START_TEST(cursor_counts_ops)
@@ -2111,6 +2159,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, reserve_bind_write_read);
 	tcase_add_test(tc, bind_unknown_or_used_reservation);
 	tcase_add_test(tc, reserve_too_big);
+	tcase_add_test(tc, reserve_over_the_device_is_too_big);
 	tcase_add_test(tc, cursor_counts_ops);
 	tcase_add_test(tc, stream_report_adds_up);
 	tcase_add_test(tc, memory_cleanup_returns_free_pages);
