@@ -124,17 +124,24 @@ int command_install_memory_pools(struct command *cmd,
 			 "the same request do not wait for it)",
 			 cmd->current->number);
 	} else if (rc == GPUCMD_EPOOLSINUSE) {
-		struct memory_usage u;
+		struct memory_pool_report pools[MEMORY_MAX_POOLS + 1];
+		size_t n = memory_manager_report(cmd->current->memory, pools,
+						 MEMORY_MAX_POOLS + 1);
+		uint64_t allocs = 0;
 
-		memory_manager_usage(cmd->current->memory, &u);
+		/* The dynamic pools', as in_use: the persistent pool stays. */
+		for (size_t i = 0; i < n && i < MEMORY_MAX_POOLS + 1; i++)
+			if (pools[i].kind != MEMORY_POOL_PERSISTENT)
+				allocs += pools[i].usage.allocations;
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "pools in use: %llu allocations (%llu bytes) are "
 			 "still in stream %u's pools, live buffers or released "
 			 "ones that work queued on the device still uses, so "
-			 "the old layout stays; release every buffer of the "
-			 "stream and sync it in an earlier request (ops after "
-			 "a sync in the same request do not wait for it)",
-			 (unsigned long long)u.allocations,
+			 "the old layout stays; release the stream's buffers "
+			 "(those of persistent mode may stay) and sync it in "
+			 "an earlier request (ops after a sync in the same "
+			 "request do not wait for it)",
+			 (unsigned long long)allocs,
 			 (unsigned long long)in_use, cmd->current->number);
 	}
 	else if (rc != 0)

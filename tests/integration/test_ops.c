@@ -758,6 +758,21 @@ START_TEST(install_pools_refused_while_in_use)
 	b = batch(c, 1);
 	gpucmd_batch_install_pools(b, "mystery", NULL, 0);
 	ck_assert_int_eq(run_code(b, NULL), GPUCMD_EINVAL);
+	/*
+	 * The persistent pool stays across layouts: what lives in it does
+	 * not hold the layout back, nor counts in the refusal's numbers.
+	 */
+	b = batch(c, 3);
+	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_PERSISTENT);
+	gpucmd_batch_empty(b, 6, 1000);
+	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_AUTO);
+	gpucmd_batch_install_pools(b, "exclusive", NULL, 0);
+	gpucmd_batch_reserve(b, 7, 64);
+	gpucmd_batch_install_pools(b, "subslices", NULL, 0);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EPOOLSINUSE);
+	ck_assert_int_eq(idx, 5);
+	ck_assert_msg(strstr(last_message, " 1 allocations (64 bytes)") != NULL,
+		      "%s", last_message);
 	gpucmd_close(c);
 }
 END_TEST
