@@ -480,6 +480,34 @@ static void add_fence(struct drop_fence *f, uint32_t *n, const struct stream *s,
 	(*n)++;
 }
 
+/* Everything s was given so far has run (its fences passed). */
+static bool stream_done(const struct stream *s)
+{
+	return !s->capturing && s->completed == s->submitted &&
+	       s->completed_cursor >= s->cursor;
+}
+
+/*
+ * Whether the device is known to be done with h, as streams_release's
+ * fences would tell once passed: the owner and current have run all they
+ * were given (a kernel may hold the buffer's address without naming it),
+ * and its last write and the reads since (the write waited for what came
+ * before) ran under fences that have passed, as wait_for judges a use.
+ */
+static bool uses_completed(const struct stream_set *set,
+			   const struct stream *current, const struct handle *h)
+{
+	if (!stream_done(h->owner) || !stream_done(current) ||
+	    h->writer_slot < 0 ||
+	    h->writer_cursor > set->slots[h->writer_slot]->completed_cursor)
+		return false;
+	for (uint32_t i = 0; i < h->nreaders; i++)
+		if (h->readers[i].cursor >
+		    set->slots[h->readers[i].slot]->completed_cursor)
+			return false;
+	return true;
+}
+
 int streams_release(struct stream_set *set, struct stream *current,
 		    struct handle *h)
 {
@@ -489,6 +517,16 @@ int streams_release(struct stream_set *set, struct stream *current,
 
 	if (h->graph_refs > 0)
 		return GPUCMD_EBUSY;
+	/*
+	 * Every use has finished (a sync in an earlier request saw to it),
+	 * and nothing was queued since: the memory is free now, for a
+	 * cleanup or a layout later in this very batch too, not only once
+	 * the batch's own fence has passed.
+	 */
+	if (uses_completed(set, current, h)) {
+		memory_manager_release(h->owner->memory, h->alloc.slice);
+		goto released;
+	}
 
 	/*
 	 * Everyone who may still touch the memory: the owner (it zeroed and
@@ -533,6 +571,7 @@ int streams_release(struct stream_set *set, struct stream *current,
 		if (rc != 0)
 			return rc;
 	}
+released:
 	handle_table_remove(set->handles, h->id);
 	service_uncharge(set->service, h->alloc.size);
 	handle_free(h);

@@ -532,6 +532,70 @@ START_TEST(memory_cleanup_returns_free_pages)
 }
 END_TEST
 
+/*
+ * A buffer whose every use the device is known to have finished (a sync
+ * in an earlier request covered it) holds nothing once released, even
+ * while the release's own request is still running: a cleanup or a new
+ * layout after it in the same request sees the memory free, as the seed
+ * has it ("nothing still needs", "keeping the old one when something is
+ * still live").  One used in the same request still waits for its work.
+ */
+START_TEST(release_after_finished_uses_frees_at_once)
+{
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_arg fill[3] = { buf_arg(2), u32_arg(7), u32_arg(4) };
+	struct gpucmd_arg spin = u32_arg(200000);
+	struct gpucmd_memory_usage u;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	int idx;
+
+	/* Its own stream's buffer, then a layout in the same request. */
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 1, 1 << 20);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 1);
+	gpucmd_batch_install_pools(b, "exclusive", NULL, 0);
+	gpucmd_batch_memory_usage(b);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 2, &u), 0);
+	ck_assert_uint_eq(u.allocations, 0);
+	ck_assert_uint_eq(u.bytes_reserved, 0);
+	gpucmd_response_free(r);
+	/* Written on another stream, released and cleaned up on its own. */
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 2, 64 << 10);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 1);
+	gpucmd_batch_kernel(b, "fill_u32", ONE, B64, fill, 3);
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 2);
+	gpucmd_batch_memory_cleanup(b);
+	gpucmd_batch_memory_usage(b);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_usage(r, 2, &u), 0);
+	ck_assert_uint_eq(u.allocations, 0);
+	ck_assert_uint_eq(u.bytes_in_use, 0);
+	ck_assert_uint_eq(u.bytes_reserved, 0);
+	gpucmd_response_free(r);
+	/* Used by work of the same request: it waits for that work. */
+	b = batch(c, 0);
+	gpucmd_batch_empty(b, 3, 4096);
+	gpucmd_batch_kernel(b, "spin", ONE, ONE, &spin, 1);
+	gpucmd_batch_read(b, 3, 0, 16);
+	gpucmd_batch_release(b, 3);
+	gpucmd_batch_install_pools(b, "subslices", NULL, 0);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EPOOLSINUSE);
+	ck_assert_int_eq(idx, 4);
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(cleanup_of_the_service)
 {
 	struct gpucmd_conn *c = connect_as("tidy");
@@ -2178,6 +2242,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, cursor_counts_ops);
 	tcase_add_test(tc, stream_report_adds_up);
 	tcase_add_test(tc, memory_cleanup_returns_free_pages);
+	tcase_add_test(tc, release_after_finished_uses_frees_at_once);
 	tcase_add_test(tc, cleanup_of_the_service);
 	tcase_add_test(tc, flush_drops_deferred_during_capture);
 	tcase_add_test(tc, persistent_mode_nests);
