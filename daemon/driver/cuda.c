@@ -61,6 +61,7 @@ int driver_cuda_create(const struct driver_options *opt, struct driver **out,
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -179,6 +180,34 @@ struct nvrtc_api {
 /* JIT error log kept per module load; the caller's buffer may be smaller. */
 #define CUDA_JIT_LOG_BYTES 8192
 
+/*
+ * The memory frees of the device thread, made on a thread of their own.
+ * cuMemFree and cuMemFreeHost wait for the whole device (CUDA's frees
+ * synchronize the context, and fakecuda's do too), not only for work that
+ * uses the memory: on the device thread, a connection closing with pages,
+ * a cleanup, or the give-back before an out-of-memory answer would hold
+ * every service's batches until another service's longest kernel ended.
+ * Memory reaches the frees only once its fences say the device is done
+ * with it, so freeing it later is safe; an allocation the device refuses
+ * meanwhile waits for the frees queued and tries once more
+ * (cuda_frees_wait), as it would have found them done before.
+ */
+struct cuda_free {
+	CUdeviceptr device;	/* or 0 */
+	void *host;		/* pinned host memory (cuMemHostAlloc), or NULL */
+};
+
+struct cuda_reaper {
+	pthread_mutex_t lock;
+	pthread_cond_t work;	/* frees queued, or stop */
+	pthread_cond_t done;	/* the queue ran dry */
+	struct cuda_free *queue;
+	size_t n, cap;
+	bool busy;		/* a free taken off the queue is running */
+	bool started, stop;
+	pthread_t thread;
+};
+
 struct cuda_driver {
 	struct driver base;		/* first: d is a struct cuda_driver * */
 	struct cuda_api cu;
@@ -220,6 +249,8 @@ struct cuda_driver {
 	 */
 	void **pad_params;
 	void *pad_zero;
+
+	struct cuda_reaper reaper;	/* frees off the device thread */
 };
 
 /*
@@ -577,6 +608,121 @@ static int cuda_properties(struct cuda_driver *cd, struct driver_properties *p)
  * Must be called on the device thread: the context is made current on the
  * calling thread, and every later call of this backend relies on that.
  */
+/* ---- frees off the device thread (struct cuda_reaper) ------------------ */
+
+static void *cuda_reaper_main(void *arg)
+{
+	struct cuda_driver *cd = arg;
+	struct cuda_reaper *rp = &cd->reaper;
+	CUresult ctx = cd->cu.cuCtxSetCurrent(cd->ctx);
+
+	pthread_mutex_lock(&rp->lock);
+	for (;;) {
+		struct cuda_free f;
+		CUresult r;
+
+		while (rp->n == 0 && !rp->stop)
+			pthread_cond_wait(&rp->work, &rp->lock);
+		if (rp->n == 0)
+			break;
+		f = rp->queue[--rp->n];
+		rp->busy = true;
+		pthread_mutex_unlock(&rp->lock);
+		r = ctx != CUDA_SUCCESS ? ctx
+		    : f.host   ? cd->cu.cuMemFreeHost(f.host)
+			       : cd->cu.cuMemFree(f.device);
+		/*
+		 * Not the device thread's error buffer, which is its own: a
+		 * fault shows there anyway, at its next call.
+		 */
+		if (r != CUDA_SUCCESS) {
+			char what[256];
+
+			cuda_describe(&cd->cu, r, what, sizeof(what));
+			log_warn("%s: %s", ctx != CUDA_SUCCESS ? "cuCtxSetCurrent"
+					   : f.host ? "cuMemFreeHost" : "cuMemFree",
+				 what);
+		}
+		pthread_mutex_lock(&rp->lock);
+		rp->busy = false;
+		if (rp->n == 0)
+			pthread_cond_broadcast(&rp->done);
+	}
+	pthread_mutex_unlock(&rp->lock);
+	return NULL;
+}
+
+/*
+ * Queue f for the reaper, starting it on the first free: 0, or -errno
+ * when neither the thread nor room for f could be had, and the caller
+ * frees it itself.
+ */
+static int cuda_reaper_push(struct cuda_driver *cd, struct cuda_free f)
+{
+	struct cuda_reaper *rp = &cd->reaper;
+	int rc = 0;
+
+	pthread_mutex_lock(&rp->lock);
+	if (!rp->started) {
+		sigset_t all, old;
+
+		/* Signals are the loop's. */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		rc = -pthread_create(&rp->thread, NULL, cuda_reaper_main, cd);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		rp->started = rc == 0;
+	}
+	if (rc == 0 && rp->n == rp->cap) {
+		size_t cap = rp->cap ? 2 * rp->cap : 64;
+		struct cuda_free *q = realloc(rp->queue, cap * sizeof(*q));
+
+		if (q == NULL) {
+			rc = -ENOMEM;
+		} else {
+			rp->queue = q;
+			rp->cap = cap;
+		}
+	}
+	if (rc == 0) {
+		rp->queue[rp->n++] = f;
+		pthread_cond_signal(&rp->work);
+	}
+	pthread_mutex_unlock(&rp->lock);
+	return rc;
+}
+
+/* Wait until the frees queued so far are done: whether there were any. */
+static bool cuda_frees_wait(struct cuda_driver *cd)
+{
+	struct cuda_reaper *rp = &cd->reaper;
+	bool any;
+
+	pthread_mutex_lock(&rp->lock);
+	any = rp->n > 0 || rp->busy;
+	while (rp->n > 0 || rp->busy)
+		pthread_cond_wait(&rp->done, &rp->lock);
+	pthread_mutex_unlock(&rp->lock);
+	return any;
+}
+
+/* The reaper's last frees, then the thread; before the context goes. */
+static void cuda_reaper_stop(struct cuda_driver *cd)
+{
+	struct cuda_reaper *rp = &cd->reaper;
+
+	pthread_mutex_lock(&rp->lock);
+	rp->stop = true;
+	pthread_cond_signal(&rp->work);
+	pthread_mutex_unlock(&rp->lock);
+	if (rp->started)
+		pthread_join(rp->thread, NULL);
+	free(rp->queue);
+	pthread_cond_destroy(&rp->work);
+	pthread_cond_destroy(&rp->done);
+	pthread_mutex_destroy(&rp->lock);
+}
+
 static int cuda_builtin_load(struct cuda_driver *cd);
 
 static int cuda_open(struct driver *d, int device,
@@ -639,6 +785,7 @@ static void cuda_close(struct driver *d)
 {
 	struct cuda_driver *cd = cuda_of(d);
 
+	cuda_reaper_stop(cd);
 	if (cd->ctx) {
 		/*
 		 * The executor is stopped from the loop's thread (or main's,
@@ -872,6 +1019,9 @@ static int cuda_mem_alloc(struct driver *d, uint64_t size, uint64_t *ptr)
 		return GPUCMD_EINVAL;
 	}
 	r = cd->cu.cuMemAlloc(&p, (size_t)size);
+	/* Memory on its way back (cuda_reaper_push) counts as free. */
+	if (r == CUDA_ERROR_OUT_OF_MEMORY && cuda_frees_wait(cd))
+		r = cd->cu.cuMemAlloc(&p, (size_t)size);
 	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
 		size_t free_bytes = 0;
 		size_t total_bytes = 0;
@@ -902,9 +1052,9 @@ static void cuda_mem_free(struct driver *d, uint64_t ptr)
 {
 	struct cuda_driver *cd = cuda_of(d);
 
-	/* cuMemFree waits for work using the memory: callers free pages
-	 * rarely, and only once the drop queue says the device is done. */
-	if (ptr)
+	/* Callers free pages only once the drop queue says they are idle. */
+	if (ptr && cuda_reaper_push(cd, (struct cuda_free){
+			   .device = (CUdeviceptr)ptr }) != 0)
 		CU_CHECK(cd, cuMemFree, (CUdeviceptr)ptr);
 }
 
@@ -926,12 +1076,16 @@ static int cuda_host_alloc(struct driver *d, size_t size, void **ptr)
 	return 0;
 }
 
-/* Also at teardown, from the thread that stops the executor. */
+/*
+ * Also at teardown, from the thread that stops the executor (the reaper
+ * still runs then: cuda_close stops it).
+ */
 static void cuda_host_free(struct driver *d, void *ptr)
 {
 	struct cuda_driver *cd = cuda_of(d);
 
-	if (ptr && cd->cu.cuCtxSetCurrent(cd->ctx) == CUDA_SUCCESS)
+	if (ptr && cuda_reaper_push(cd, (struct cuda_free){ .host = ptr }) != 0 &&
+	    cd->cu.cuCtxSetCurrent(cd->ctx) == CUDA_SUCCESS)
 		CU_CHECK(cd, cuMemFreeHost, ptr);
 }
 
@@ -2006,6 +2160,9 @@ int driver_cuda_create(const struct driver_options *opt, struct driver **out,
 	}
 	cd->device_count = count;
 	pthread_mutex_init(&cd->module_lock, NULL);
+	pthread_mutex_init(&cd->reaper.lock, NULL);
+	pthread_cond_init(&cd->reaper.work, NULL);
+	pthread_cond_init(&cd->reaper.done, NULL);
 	*out = &cd->base;
 	return 0;
 

@@ -121,6 +121,25 @@ stream 1
 read x
 EOF
 
+# A connection that closes with device memory: its pages go back through
+# cuMemFree, which waits for the whole device (fakecuda's as CUDA's), so it
+# runs off the device thread.  On it, the close held every other service
+# until a third one's kernel ended (here, another's read took 5 s).
+printf 'kernel spin grid=1 block=1 u32:5000000\nsync\n' |
+	g exec --service slow - >/dev/null 2>"$dir/slow.err" &
+slow=$!
+sleep 0.3
+printf 'empty a 16777216\nempty b 16777216\nsync\n' |
+	g exec --service holder - >/dev/null 2>"$dir/err" ||
+	fail "holder: $(cat "$dir/err")"
+t0=$(date +%s%N)
+out=$(printf 'empty x 4\nread x\n' | g exec --service other - 2>"$dir/err") ||
+	fail "a read after a close: $(cat "$dir/err")"
+t1=$(date +%s%N)
+wait "$slow" || fail "the 5 s spin: $(cat "$dir/slow.err")"
+[ $(((t1 - t0) / 1000000)) -lt 2500 ] ||
+	fail "a read after another connection's close took $(((t1 - t0) / 1000000)) ms: the frees waited for a 5 s kernel"
+
 # ---- capture and graphs -----------------------------------------------------
 
 expect "capture, launch twice" "$(printf '%s\n' 0a0000000a000000 0b0000000b000000)" <<'EOF'
