@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -66,6 +67,17 @@ struct outbox_msg {
 
 /* Connections past max_connections that admins may still open. */
 #define SERVER_ADMIN_SPARE 4
+
+/*
+ * Descriptors below RLIMIT_NOFILE that a new connection may not take
+ * (fds_short); admins may take half of them.  The connections already
+ * open need some after their accept (the memfds of their regions arrive
+ * as descriptors), and so do a reload and the driver.  An accept that
+ * meets the limit itself gets no say: libuv closes the client's socket
+ * unanswered to get out of the EMFILE (its "emfile trick"), and the client
+ * only sees the connection end.
+ */
+#define SERVER_FD_RESERVE 32
 
 /* Append m to the outbox; srv->lock held. */
 static void post_locked(struct server *srv, struct outbox_msg *m)
@@ -437,6 +449,50 @@ static bool silent_over(struct server *srv, struct session *s)
 	return true;
 }
 
+/* Refusals for descriptors: a client may reconnect in a loop. */
+static struct log_limit fd_lines =
+	LOG_LIMIT_INIT("descriptor refusals", 10, 3);
+
+/*
+ * Whether s, just accepted, took one of the last SERVER_FD_RESERVE
+ * descriptors below RLIMIT_NOFILE: then it is refused, with the numbers,
+ * and true returned.  A new descriptor is the lowest free one, so at
+ * least its number plus one are open.  The limit is read at each accept,
+ * so that one raised while the daemon runs (prlimit) is heard at once.
+ */
+static bool fds_short(struct session *s)
+{
+	unsigned reserve = session_is_admin(s) ? SERVER_FD_RESERVE / 2
+					       : SERVER_FD_RESERVE;
+	unsigned long long open, limit;
+	struct rlimit rl;
+	uv_os_fd_t fd;
+
+	if (uv_fileno((uv_handle_t *)&s->pipe, &fd) != 0 ||
+	    getrlimit(RLIMIT_NOFILE, &rl) != 0 ||
+	    rl.rlim_cur == RLIM_INFINITY ||
+	    (rlim_t)fd + reserve < rl.rlim_cur)
+		return false;
+	open = (unsigned long long)fd + 1;
+	limit = (unsigned long long)rl.rlim_cur;
+	if (log_limit_take(&fd_lines))
+		log_warn("connection %llu (%s) refused: the daemon has at "
+			 "least %llu descriptors open and its RLIMIT_NOFILE "
+			 "is %llu, the last %u kept for the connections "
+			 "already open: raise LimitNOFILE= (or lower "
+			 "max_connections)",
+			 (unsigned long long)s->id, s->peer, open, limit,
+			 reserve);
+	session_refuse(s, GPUCMD_ELIMIT,
+		       "gpucmdd is out of file descriptors: at least %llu "
+		       "are open and its limit (RLIMIT_NOFILE) is %llu, the "
+		       "last %u kept for the connections already open: try "
+		       "again once other connections have closed, or have "
+		       "the operator raise LimitNOFILE=",
+		       open, limit, reserve);
+	return true;
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
 	struct server *srv = listener->data;
@@ -483,6 +539,8 @@ static void on_connection(uv_stream_t *listener, int status)
 		return;
 	}
 	session_identify(s);
+	if (fds_short(s))
+		return;
 	/*
 	 * Admins get a few places past the limit, so that an operator can
 	 * still look and evict when clients took every one.
@@ -1167,6 +1225,7 @@ static void on_tick(uv_timer_t *t)
 	if (sd_watchdog_usec() != 0)
 		sd_watchdog_ping();
 	session_log_flush();
+	log_limit_flush(&fd_lines);
 	if (srv->stopping) {
 		if (++srv->stop_ticks % (10000 / SERVER_TICK_MS) == 0)
 			log_notice("%s", buf);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -37,6 +38,12 @@ struct daemon_proc {
 };
 
 static struct daemon_proc the_daemon;
+
+/*
+ * RLIMIT_NOFILE for the daemons started from now on, when rlim_cur is not
+ * 0 (a test of the daemon out of descriptors); the test's own is kept.
+ */
+static struct rlimit harness_nofile;
 
 static inline const char *harness_build(void)
 {
@@ -111,6 +118,9 @@ static inline void daemon_start_args(struct daemon_proc *d, ...)
 
 		/* A test that fails skips its teardown: the daemon goes too. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (harness_nofile.rlim_cur != 0 &&
+		    setrlimit(RLIMIT_NOFILE, &harness_nofile) != 0)
+			_exit(126);
 		if (fd >= 0) {
 			dup2(fd, 2);
 			dup2(fd, 1);

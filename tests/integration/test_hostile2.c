@@ -3996,6 +3996,103 @@ START_TEST(layouts_the_copy_cannot_take)
 }
 END_TEST
 
+/* ---- what the system refuses ------------------------------------------------ */
+
+/* The daemon's RLIMIT_NOFILE in the "descriptors" tcase. */
+#define FEW_DESCRIPTORS 64
+
+static void setup_few_descriptors(void)
+{
+	harness_nofile.rlim_cur = FEW_DESCRIPTORS;
+	harness_nofile.rlim_max = FEW_DESCRIPTORS;
+	harness_setup();
+	take_baseline();
+}
+
+/*
+ * Say Hello on fd: true when the daemon welcomes it, false when it refuses
+ * it for want of descriptors, which it must say, with the numbers.
+ */
+static bool welcomed_or_out_of_descriptors(int fd)
+{
+	Gpucmd__Frame f = GPUCMD__FRAME__INIT, *w;
+	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
+	uint8_t *buf;
+	size_t len;
+	ssize_t n;
+
+	hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
+	hello.service = "many";
+	hello.client_name = "test_hostile2";
+	f.msg_case = GPUCMD__FRAME__MSG_HELLO;
+	f.hello = &hello;
+	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
+	/* A refused connection may be closed before the Hello arrives. */
+	n = send(fd, buf, len, MSG_NOSIGNAL);
+	(void)n;
+	free(buf);
+	w = recv_frame(fd);
+	ck_assert_msg(w != NULL, "the daemon closed a connection without a "
+		      "word (no Welcome, no Error)");
+	if (w->msg_case == GPUCMD__FRAME__MSG_WELCOME) {
+		frame_free(w);
+		return true;
+	}
+	ck_assert_int_eq(w->msg_case, GPUCMD__FRAME__MSG_ERROR);
+	ck_assert_msg(w->error->code == GPUCMD_ELIMIT, "code %s: %s",
+		      gpucmd_errname(w->error->code), w->error->message);
+	ck_assert_msg(strstr(w->error->message, "out of file descriptors") &&
+			      strstr(w->error->message, "(RLIMIT_NOFILE) is ") &&
+			      strstr(w->error->message, "LimitNOFILE="),
+		      "message '%s'", w->error->message);
+	frame_free(w);
+	return false;
+}
+
+/*
+ * A daemon at its RLIMIT_NOFILE refuses a new connection with an Error
+ * that names the numbers and the setting, before the accept itself could
+ * fail: libuv answers an accept that meets EMFILE by closing the client's
+ * socket unanswered, and used to, leaving the client "disconnected" and
+ * the log silent.  The operator gets a warning; the connections already
+ * open carry on, and places come back as they close.
+ */
+START_TEST(out_of_descriptors_is_said_and_passes)
+{
+	int fds[FEW_DESCRIPTORS];
+	int n;
+
+	for (n = 0; n < FEW_DESCRIPTORS; n++) {
+		fds[n] = raw_connect();
+		if (!welcomed_or_out_of_descriptors(fds[n]))
+			break;
+	}
+	ck_assert_msg(n < FEW_DESCRIPTORS, "%d connections, none refused "
+		      "under RLIMIT_NOFILE %d", n, FEW_DESCRIPTORS);
+	ck_assert_int_gt(n, 0);
+	close(fds[n]);
+	harness_wait_log("raise LimitNOFILE=", 0);
+	still_served(good);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	/* A place comes back once the daemon has seen them close. */
+	for (int i = 0; i < 500; i++) {
+		struct gpucmd_conn *c = NULL;
+		char msg[256];
+
+		if (gpucmd_connect(the_daemon.sock, "many", &c, msg,
+				   sizeof(msg)) == 0) {
+			still_served(c);
+			gpucmd_close(c);
+			break;
+		}
+		ck_assert_msg(i < 499, "no place after the hang-ups: %s", msg);
+		usleep(10000);
+	}
+	back_to_baseline();
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("hostile2");
@@ -4110,6 +4207,15 @@ static Suite *make_suite(void)
 		tcase_add_test(ft, a_frame_stopped_half_way_is_ended);
 		tcase_add_test(ft, a_trickled_frame_is_ended);
 		suite_add_tcase(s, ft);
+	}
+
+	{
+		TCase *fd = tcase_create("descriptors");
+
+		tcase_add_checked_fixture(fd, setup_few_descriptors, teardown);
+		tcase_set_timeout(fd, 60);
+		tcase_add_test(fd, out_of_descriptors_is_said_and_passes);
+		suite_add_tcase(s, fd);
 	}
 
 	tcase_add_checked_fixture(pin, setup_pinned, teardown);
