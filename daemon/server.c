@@ -449,6 +449,58 @@ static bool silent_over(struct server *srv, struct session *s)
 	return true;
 }
 
+/*
+ * Descriptors the daemon holds besides its connections' and the reserve:
+ * the loop's, the log's, the driver's, a module compiling.
+ */
+#define SERVER_FD_OWN 64
+
+/*
+ * Raise the soft RLIMIT_NOFILE to what max_connections needs, up to the
+ * hard limit.  A daemon started from a shell gets the soft 1024 that
+ * systemd and most logins give for select()'s sake (libuv polls with
+ * epoll) and would refuse connections below max_connections for want of
+ * descriptors; where the hard limit is lower still, the operator hears
+ * it now rather than from clients later.
+ */
+static void fit_nofile(const struct server *srv)
+{
+	rlim_t need = (rlim_t)srv->cfg.limits.max_connections +
+		      SERVER_ADMIN_SPARE + SERVER_FD_RESERVE + SERVER_FD_OWN;
+	struct rlimit rl;
+	rlim_t fit;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
+		return;
+	if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > rl.rlim_cur) {
+		struct rlimit want = rl;
+
+		want.rlim_cur = need;
+		if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
+			want.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &want) == 0) {
+			log_info("RLIMIT_NOFILE raised from %llu to %llu for "
+				 "max_connections %u",
+				 (unsigned long long)rl.rlim_cur,
+				 (unsigned long long)want.rlim_cur,
+				 srv->cfg.limits.max_connections);
+			rl = want;
+		}
+	}
+	if (rl.rlim_cur >= need)
+		return;
+	fit = rl.rlim_cur > SERVER_FD_RESERVE + SERVER_FD_OWN
+		      ? rl.rlim_cur - SERVER_FD_RESERVE - SERVER_FD_OWN
+		      : 0;
+	log_warn("max_connections %u needs about %llu file descriptors and "
+		 "RLIMIT_NOFILE allows %llu (hard limit %llu): connections "
+		 "past about %llu will be refused; raise LimitNOFILE= (or "
+		 "ulimit -n) or lower max_connections",
+		 srv->cfg.limits.max_connections, (unsigned long long)need,
+		 (unsigned long long)rl.rlim_cur,
+		 (unsigned long long)rl.rlim_max, (unsigned long long)fit);
+}
+
 /* Refusals for descriptors: a client may reconnect in a loop. */
 static struct log_limit fd_lines =
 	LOG_LIMIT_INIT("descriptor refusals", 10, 3);
@@ -846,6 +898,7 @@ int server_reload(struct server *srv)
 	 */
 	warn_restart_keys(&srv->cfg, &next);
 	srv->cfg.limits = next.limits;
+	fit_nofile(srv);
 	/* Read only when a stop begins, and SIGHUP is ignored after that. */
 	srv->cfg.stop_timeout = next.stop_timeout;
 	srv->cfg.unknown_services = next.unknown_services;
@@ -1104,6 +1157,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 		return -ENOMEM;
 	srv->admin_gid = resolve_admin_gid(cfg);
 	apply_services(srv);
+	fit_nofile(srv);
 	srv->out_tail = &srv->out_head;
 	pthread_mutex_init(&srv->lock, NULL);
 	sd_status("opening the device (backend %s)",

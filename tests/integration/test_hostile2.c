@@ -4071,7 +4071,7 @@ START_TEST(out_of_descriptors_is_said_and_passes)
 		      "under RLIMIT_NOFILE %d", n, FEW_DESCRIPTORS);
 	ck_assert_int_gt(n, 0);
 	close(fds[n]);
-	harness_wait_log("raise LimitNOFILE=", 0);
+	harness_wait_log("descriptors open and its RLIMIT_NOFILE", 0);
 	still_served(good);
 	for (int i = 0; i < n; i++)
 		close(fds[i]);
@@ -4089,6 +4089,52 @@ START_TEST(out_of_descriptors_is_said_and_passes)
 		ck_assert_msg(i < 499, "no place after the hang-ups: %s", msg);
 		usleep(10000);
 	}
+	back_to_baseline();
+}
+END_TEST
+
+/* RLIMIT_NOFILE 64 for the daemon, its hard limit left as it is. */
+static void setup_soft_descriptors(void)
+{
+	struct rlimit rl;
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 512)
+		ck_abort_msg("this test needs a hard RLIMIT_NOFILE of 512 at "
+			     "least, not %llu",
+			     (unsigned long long)rl.rlim_max);
+	harness_nofile.rlim_cur = FEW_DESCRIPTORS;
+	harness_nofile.rlim_max = rl.rlim_max;
+	harness_setup();
+	take_baseline();
+}
+
+/*
+ * A daemon started with a soft RLIMIT_NOFILE below what max_connections
+ * needs (a shell's 1024 under a larger max_connections; here 64 under the
+ * default 256) raises it up to its hard limit, and says so: it used to
+ * refuse connections far below max_connections.
+ */
+START_TEST(a_low_soft_descriptor_limit_is_raised)
+{
+	enum { N = 3 * FEW_DESCRIPTORS / 2 };
+	int fds[N];
+
+	/* Valgrind keeps RLIMIT_NOFILE to itself: its client cannot raise it. */
+	if (getenv("GPUCMD_TEST_VALGRIND") != NULL) {
+		printf("a_low_soft_descriptor_limit_is_raised: skipped: "
+		       "valgrind refuses the daemon's setrlimit\n");
+		return;
+	}
+	ck_assert_int_eq(harness_log_count("RLIMIT_NOFILE raised from "),
+			 1);
+	for (int i = 0; i < N; i++) {
+		fds[i] = raw_connect();
+		ck_assert_msg(welcomed_or_out_of_descriptors(fds[i]),
+			      "connection %d of %d refused", i + 1, N);
+	}
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
 	back_to_baseline();
 }
 END_TEST
@@ -4216,6 +4262,14 @@ static Suite *make_suite(void)
 		tcase_set_timeout(fd, 60);
 		tcase_add_test(fd, out_of_descriptors_is_said_and_passes);
 		suite_add_tcase(s, fd);
+	}
+	{
+		TCase *sd = tcase_create("soft_descriptors");
+
+		tcase_add_checked_fixture(sd, setup_soft_descriptors, teardown);
+		tcase_set_timeout(sd, 60);
+		tcase_add_test(sd, a_low_soft_descriptor_limit_is_raised);
+		suite_add_tcase(s, sd);
 	}
 
 	tcase_add_checked_fixture(pin, setup_pinned, teardown);
