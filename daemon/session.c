@@ -118,6 +118,22 @@ static bool peer_sends_no_more(struct session *s)
 }
 
 /*
+ * Whether the client can still read what we write: it did not close, nor
+ * shut down its reading side.  A client that shut down only its writing
+ * side (shutdown(SHUT_WR)) can, and waits for its replies.
+ */
+static bool peer_reads_on(struct session *s)
+{
+	uv_os_fd_t fd;
+	struct pollfd p = { .events = POLLOUT };
+
+	if (uv_fileno((uv_handle_t *)&s->pipe, &fd) != 0)
+		return false;
+	p.fd = fd;
+	return poll(&p, 1, 0) >= 0 && !(p.revents & (POLLHUP | POLLERR));
+}
+
+/*
  * Writing a reply failed with rc.  A client that closed its end (EPIPE,
  * ECONNRESET) may have sent requests that are not handled yet: they wait
  * in rbuf or the socket for max_in_flight, a byte budget or their turn.
@@ -815,8 +831,14 @@ static void resume_reading(struct session *s)
 	    s->budget_wait || turn_holds_reading(s))
 		return;
 	if (s->read_end) {
-		/* Every whole frame read before the end has been handled. */
-		if (!s->turn_wait)
+		/*
+		 * Every whole frame read before the end has been handled.  A
+		 * client that only shut down its writing side still reads:
+		 * its connection closes once the last reply is on its way.
+		 */
+		if (!s->turn_wait &&
+		    (s->in_flight == 0 || s->read_end_why != NULL ||
+		     !peer_reads_on(s)))
 			session_close(s, s->read_end_why);
 		return;
 	}
@@ -2196,6 +2218,18 @@ static void got_bytes(struct session *s, ssize_t nread)
 		s->read_end = true;
 		s->read_end_why = nread == UV_EOF ? NULL
 						   : uv_strerror((int)nread);
+		stop_reading(s);
+		return;
+	}
+	if (nread == UV_EOF && s->state == SESSION_READY && s->in_flight > 0 &&
+	    peer_reads_on(s)) {
+		/*
+		 * shutdown(SHUT_WR) after the last request, as a client that
+		 * wants its replies may do: they go out first, and the close
+		 * comes with the last (resume_reading).
+		 */
+		s->read_end = true;
+		s->read_end_why = NULL;
 		stop_reading(s);
 		return;
 	}

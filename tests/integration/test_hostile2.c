@@ -3996,6 +3996,75 @@ START_TEST(layouts_the_copy_cannot_take)
 }
 END_TEST
 
+/*
+ * A client that shuts down its writing side after its last request
+ * (shutdown(SHUT_WR), as a client that has no more to send may) still
+ * reads: every response comes, whole, and then the end of the stream.  The
+ * daemon used to take the end of what it read for a client gone, close at
+ * once and drop the responses of the batches still running.
+ */
+START_TEST(a_client_that_shuts_down_its_writing_side_gets_its_replies)
+{
+	enum { N = 8, LEN = 4096 };
+	struct raw_spin spin;
+	Gpucmd__OpEmpty e = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpWrite w = GPUCMD__OP_WRITE__INIT;
+	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
+	Gpucmd__Op oe = GPUCMD__OP__INIT, ow = GPUCMD__OP__INIT;
+	Gpucmd__Op orr = GPUCMD__OP__INIT;
+	static uint8_t data[LEN];
+	bool seen[4 + N] = { false };
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int fd = raw_connect();
+
+	raw_hello(fd, "halfclose");
+	memset(data, 'h', sizeof(data));
+	op_empty(&oe, &e, 1, LEN);
+	append_op(&buf, &len, 1, 0, &oe);
+	/* The requests behind it still run when the end of the stream comes. */
+	append_op(&buf, &len, 2, 0, raw_spin_op(&spin, 300000));
+	op_write(&ow, &w, 1, data, LEN);
+	append_op(&buf, &len, 3, 0, &ow);
+	rd.handle = 1;
+	rd.length = LEN;
+	orr.op_case = GPUCMD__OP__OP_READ;
+	orr.read = &rd;
+	for (uint64_t id = 4; id < 4 + N; id++)
+		append_op(&buf, &len, id, 0, &orr);
+	send_all(fd, buf, len);
+	ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+	for (int i = 1; i < 4 + N; i++) {
+		Gpucmd__Frame *r = recv_frame(fd);
+		uint64_t id;
+
+		ck_assert_msg(r != NULL, "%d of %d responses came after the "
+			      "client shut down its writing side", i - 1,
+			      3 + N);
+		ck_assert_int_eq(r->msg_case, GPUCMD__FRAME__MSG_RESPONSE);
+		id = r->response->id;
+		ck_assert_msg(id >= 1 && id < 4 + N && !seen[id],
+			      "response %llu", (unsigned long long)id);
+		seen[id] = true;
+		ck_assert_msg(r->response->error == NULL, "request %llu: %s",
+			      (unsigned long long)id,
+			      r->response->error->message);
+		if (id >= 4) {
+			ck_assert_uint_eq(r->response->n_results, 1);
+			ck_assert_uint_eq(r->response->results[0]->data.len,
+					  LEN);
+			ck_assert_int_eq(memcmp(r->response->results[0]->data.data,
+						data, LEN), 0);
+		}
+		frame_free(r);
+	}
+	expect_eof(fd);
+	close(fd);
+	free(buf);
+	back_to_baseline();
+}
+END_TEST
+
 /* ---- what the system refuses ------------------------------------------------ */
 
 /* The daemon's RLIMIT_NOFILE in the "descriptors" tcase. */
@@ -4172,6 +4241,7 @@ static Suite *make_suite(void)
 	tcase_add_test(d, descriptors_go_with_their_frame);
 	tcase_add_test(d, descriptors_behind_a_frame_waiting_for_its_turn);
 	tcase_add_test(d, end_of_stream_behind_a_frame_waiting_for_its_turn);
+	tcase_add_test(d, a_client_that_shuts_down_its_writing_side_gets_its_replies);
 	tcase_add_test(d, region_ids_taken_or_zero_are_refused);
 	tcase_add_test(d, kill_9_client_holding_memory);
 	tcase_add_test(d, kill_storm);
