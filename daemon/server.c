@@ -707,9 +707,59 @@ static int clear_stale_socket(const char *path, char *why, size_t why_len)
 	return 0;
 }
 
+/*
+ * A socket bound at the configured path with its mode and group: its
+ * descriptor, or a negative code with why filled in (and no file left).
+ */
+static int bind_path(const struct server *srv, char *why, size_t why_len)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *path = srv->cfg.socket_path;
+	int fd, rc = 0;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		rc = -errno;
+		listen_failed(path, rc, why, why_len);
+		return rc;
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		rc = -errno;
+		listen_failed(path, rc, why, why_len);
+		close(fd);
+		return rc;
+	}
+	if (chmod(path, srv->cfg.socket_mode) != 0)
+		rc = -errno;
+	if (rc == 0 && srv->cfg.socket_group[0] != '\0') {
+		struct group *g = getgrnam(srv->cfg.socket_group);
+
+		if (g == NULL) {
+			snprintf(why, why_len,
+				 "socket_group '%s' does not exist: create it "
+				 "(the package's sysusers.d does) or change "
+				 "the setting",
+				 srv->cfg.socket_group);
+			rc = GPUCMD_EINVAL;
+		} else if (chown(path, (uid_t)-1, g->gr_gid) != 0) {
+			rc = -errno;
+		}
+	}
+	if (rc != 0) {
+		if (rc != GPUCMD_EINVAL)
+			listen_failed(path, rc, why, why_len);
+		unlink(path);
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 static int listen_socket(struct server *srv, char *why, size_t why_len)
 {
 	const char *path = srv->cfg.socket_path;
+	struct stat st;
 	int rc, fd;
 
 	rc = sd_listen_fd(&fd, why, why_len);
@@ -736,36 +786,73 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 	rc = clear_stale_socket(path, why, why_len);
 	if (rc != 0)
 		return rc;
+	fd = bind_path(srv, why, why_len);
+	if (fd < 0)
+		return fd;
+	if (lstat(path, &st) == 0) {
+		srv->sock_dev = (uint64_t)st.st_dev;
+		srv->sock_ino = (uint64_t)st.st_ino;
+	}
+	/*
+	 * Opened, not bound by libuv: a pipe libuv bound removes its path
+	 * when it closes, whatever file the path names by then; server_stop
+	 * removes ours only (socket_is_ours).
+	 */
 	uv_pipe_init(srv->loop, &srv->listener, 0);
 	srv->listener.data = srv;
-	rc = uv_pipe_bind(&srv->listener, path);
-	if (rc == 0 && chmod(path, srv->cfg.socket_mode) != 0)
-		rc = -errno;
-	if (rc == 0 && srv->cfg.socket_group[0] != '\0') {
-		struct group *g = getgrnam(srv->cfg.socket_group);
-
-		if (g == NULL) {
-			snprintf(why, why_len,
-				 "socket_group '%s' does not exist: create it "
-				 "(the package's sysusers.d does) or change "
-				 "the setting",
-				 srv->cfg.socket_group);
-			uv_close((uv_handle_t *)&srv->listener, NULL);
-			return GPUCMD_EINVAL;
-		}
-		if (chown(path, (uid_t)-1, g->gr_gid) != 0)
-			rc = -errno;
-	}
-	if (rc == 0)
+	rc = uv_pipe_open(&srv->listener, fd);
+	if (rc != 0)
+		close(fd);
+	else
 		rc = uv_listen((uv_stream_t *)&srv->listener, 128,
 			       on_connection);
 	if (rc != 0) {
 		listen_failed(path, rc, why, why_len);
 		uv_close((uv_handle_t *)&srv->listener, NULL);
+		unlink(path);
 		return rc;
 	}
 	srv->listening = true;
 	return 0;
+}
+
+/*
+ * Whether the path we bound still names our socket.  Someone may remove it
+ * while the daemon runs (a cleanup of the runtime directory, an operator),
+ * and another gpucmdd may then bind the path anew: it is its socket then,
+ * which our stop must not remove.
+ */
+static bool socket_is_ours(const struct server *srv)
+{
+	struct stat st;
+
+	return lstat(srv->cfg.socket_path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+	       (uint64_t)st.st_dev == srv->sock_dev &&
+	       (uint64_t)st.st_ino == srv->sock_ino;
+}
+
+/*
+ * At the tick: say once that the socket file is gone, or is another's now,
+ * and once that it is back (a rename back).  Clients that connect by path
+ * cannot reach the daemon meanwhile; those connected carry on.
+ */
+static void socket_gone(struct server *srv)
+{
+	bool gone;
+
+	if (!srv->listening || srv->activated)
+		return;
+	gone = !socket_is_ours(srv);
+	if (gone && !srv->sock_gone)
+		log_warn("the socket %s was removed or replaced while gpucmdd "
+			 "runs: new clients cannot connect to this daemon "
+			 "(%u connections open carry on); restart it to "
+			 "listen there again",
+			 srv->cfg.socket_path, srv->nsessions);
+	else if (!gone && srv->sock_gone)
+		log_notice("the socket %s is back: clients can connect again",
+			   srv->cfg.socket_path);
+	srv->sock_gone = gone;
 }
 
 /* ---- signals and lifetime ------------------------------------------------ */
@@ -1118,10 +1205,15 @@ void server_stop(struct server *srv)
 	srv->stop_began_ms = uv_now(srv->loop);
 	sd_stopping();
 	if (srv->listening) {
+		/*
+		 * Not another daemon's, bound since ours was removed; and
+		 * before the close, while a daemon starting on the path
+		 * still finds ours live (clear_stale_socket).
+		 */
+		if (!srv->activated && socket_is_ours(srv))
+			unlink(srv->cfg.socket_path);
 		uv_close((uv_handle_t *)&srv->listener, NULL);
 		srv->listening = false;
-		if (!srv->activated)
-			unlink(srv->cfg.socket_path);
 	}
 	for (s = srv->sessions; s != NULL; s = next) {
 		next = s->next;
@@ -1286,6 +1378,7 @@ static void on_tick(uv_timer_t *t)
 		return;
 	}
 	expire_sessions(srv);
+	socket_gone(srv);
 	/* Frame buffers kept for large transfers go back when unused. */
 	frame_buf_trim(SERVER_BUF_IDLE_NS);
 }

@@ -82,6 +82,13 @@ struct server {
 	uint32_t nsessions;
 	uint64_t next_id;
 	bool listening;
+	/*
+	 * The socket file we bound (not an activated one): the stop removes
+	 * the path only while it is still this file, and the tick warns once
+	 * when it is gone (socket_gone).
+	 */
+	uint64_t sock_dev, sock_ino;
+	bool sock_gone;
 	bool stopping;
 	uint32_t stop_ticks;	/* ticks since server_stop (drain progress) */
 	uint64_t stop_began_ms;		/* uv_now at server_stop */

@@ -4,6 +4,8 @@
 #   - a second daemon on the path of a live one exits 1 and says so, and
 #     the first one goes on serving;
 #   - a socket file left by a daemon killed with SIGKILL is replaced;
+#   - a socket file removed while the daemon runs is warned about, and
+#     the daemon's stop does not remove another's socket bound since;
 #   - a path that is a regular file is left alone: exit 1, and why;
 #   - a directory that does not exist is named as the reason (libuv would
 #     report EACCES), exit 1;
@@ -59,6 +61,32 @@ pid=""
 start replacement
 grep -qF "already serving" "$dir/replacement.log" &&
 	fail "the stale socket was taken for a live daemon"
+stop_daemon
+[ -e "$sock" ] && fail "a clean shutdown left $sock behind"
+
+# A socket file removed while the daemon runs: the daemon warns (at its
+# 2 s tick), and its stop leaves alone the socket another daemon has bound
+# on the path since, which used to vanish with the first one's stop.
+start removed
+first=$pid
+pids=$first
+rm -f "$sock"
+start rebound
+second=$pid
+pids="$first $second"
+i=0
+until grep -qF "the socket $sock was removed or replaced" "$dir/removed.log"; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "no warning within 10 s that the socket went"
+	sleep 0.02
+done
+pid=$first
+stop_daemon
+[ -S "$sock" ] || fail "the first daemon's stop removed the second one's socket"
+"$BUILD/gpucmd" --socket "$sock" ping >/dev/null 2>&1 ||
+	fail "the second daemon no longer answers after the first one stopped"
+pid=$second
+pids=""
 stop_daemon
 [ -e "$sock" ] && fail "a clean shutdown left $sock behind"
 
@@ -135,4 +163,4 @@ case "$err" in
 esac
 
 [ -n "${SOCKPATH_DEBUG:-}" ] && tail -n 3 "$dir"/*.log
-echo "ok: live socket kept, stale socket replaced, file and missing directory refused, socket mode and group set, unknown group refused, gpucmd says why it cannot connect"
+echo "ok: live socket kept, stale socket replaced, removed socket warned about and another's kept, file and missing directory refused, socket mode and group set, unknown group refused, gpucmd says why it cannot connect"
