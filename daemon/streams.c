@@ -311,6 +311,14 @@ static int stream_create(struct stream_set *set, uint32_t number,
 	return 0;
 }
 
+/*
+ * Streams the system would not make (threads, host memory, the driver): a
+ * client may ask again at once, but the operator must hear of it.  Device
+ * thread only.
+ */
+static struct log_limit refused_lines =
+	LOG_LIMIT_INIT("stream creation failures", 10, 3);
+
 int streams_get(struct stream_set *set, uint32_t number, struct stream **out,
 		char *msg, size_t msg_len)
 {
@@ -337,6 +345,8 @@ int streams_get(struct stream_set *set, uint32_t number, struct stream **out,
 			 number, gpucmd_strerror(rc),
 			 set->driver->error[0] ? ": " : "",
 			 set->driver->error);
+		if (log_limit_take(&refused_lines))
+			log_warn("service %s: %s", set->service->name, msg);
 		return rc;
 	}
 	set->slots[set->nstreams++] = s;

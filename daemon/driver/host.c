@@ -205,6 +205,7 @@ struct host_driver {
 	struct driver_function *last_function;
 	pthread_mutex_t events_lock;
 	pthread_cond_t events_done;	/* a marker done, a stream stops */
+	atomic_uint workers;		/* streams' worker threads */
 };
 
 struct driver_stream {
@@ -896,6 +897,31 @@ static int host_host_callback(struct driver *d, struct driver_stream *s,
 
 /* ---- streams ----------------------------------------------------------- */
 
+/*
+ * The system would not start a stream's worker (pthread_create's rc).
+ * EAGAIN is a limit on threads: RLIMIT_NPROC counts the threads of every
+ * process of the daemon's user, and a unit's TasksMax= (the cgroup's
+ * pids.max) those of the daemon; say which and how to get out.
+ */
+static int worker_refused(struct host_driver *hd, int rc)
+{
+	struct rlimit rl;
+	char nproc[32] = "unlimited";
+
+	if (rc != EAGAIN)
+		return host_fail(hd, -rc, "cannot start the stream's worker "
+				 "thread: %s", strerror(rc));
+	if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		snprintf(nproc, sizeof(nproc), "%llu",
+			 (unsigned long long)rl.rlim_cur);
+	return host_fail(hd, -rc, "the system refused the stream a worker "
+			 "thread (the host backend runs one a stream, %u "
+			 "now): the daemon's user is at its RLIMIT_NPROC "
+			 "(%s) or its unit at TasksMax= (pids.max); release "
+			 "streams, or raise the limit",
+			 atomic_load(&hd->workers), nproc);
+}
+
 static int host_stream_create(struct driver *d, struct driver_stream **out)
 {
 	struct host_driver *hd = host_of(d);
@@ -929,9 +955,9 @@ static int host_stream_create(struct driver *d, struct driver_stream **out)
 		pthread_cond_destroy(&s->wake);
 		pthread_mutex_destroy(&s->lock);
 		free(s);
-		return host_fail(hd, -rc, "cannot start a stream worker: %s",
-				 strerror(rc));
+		return worker_refused(hd, rc);
 	}
+	atomic_fetch_add(&hd->workers, 1);
 	pthread_setname_np(s->thread, "gpucmd-stream");
 	*out = s;
 	return 0;
@@ -957,6 +983,7 @@ static void host_stream_destroy(struct driver *d, struct driver_stream *s)
 	pthread_cond_broadcast(&hd->events_done);
 	pthread_mutex_unlock(&hd->events_lock);
 	pthread_join(s->thread, NULL);
+	atomic_fetch_sub(&hd->workers, 1);
 
 	host_op_list_free(hd, &s->queue);
 	host_op_list_free(hd, &s->pending);

@@ -10,7 +10,9 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,26 @@
 #include "unit.h"
 
 #define MIB (UINT64_C(1) << 20)
+
+/*
+ * This suite is linked with -Wl,--wrap=pthread_create (Makefile, UNIT_LDFLAGS):
+ * while refuse_threads is not 0, the backend's pthread_create fails with it,
+ * as it does for a daemon at its RLIMIT_NPROC or its unit's TasksMax=.
+ */
+static atomic_int refuse_threads;
+
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr,
+			  void *(*fn)(void *), void *arg);
+
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr,
+			  void *(*fn)(void *), void *arg)
+{
+	int rc = atomic_load(&refuse_threads);
+
+	if (rc != 0)
+		return rc;
+	return __real_pthread_create(t, attr, fn, arg);
+}
 
 /* The fixture's driver and two streams. */
 static struct driver *d;
@@ -894,6 +916,37 @@ START_TEST(test_fail_alloc_at)
 }
 END_TEST
 
+/*
+ * A stream the system will not give a thread is refused with EAGAIN and a
+ * message that names the limits that cause it and the way out (it used to
+ * say "cannot start a stream worker: Resource temporarily unavailable"
+ * alone); the next stream, once threads are there again, is made.
+ */
+START_TEST(test_stream_without_a_thread)
+{
+	struct driver_stream *s3 = NULL;
+	const char *msg;
+
+	atomic_store(&refuse_threads, EAGAIN);
+	ck_assert_int_eq(d->ops->stream_create(d, &s3), -EAGAIN);
+	atomic_store(&refuse_threads, 0);
+	ck_assert_ptr_null(s3);
+	msg = driver_last_error(d);
+	ck_assert_msg(strstr(msg, "RLIMIT_NPROC") != NULL &&
+			      strstr(msg, "TasksMax=") != NULL &&
+			      strstr(msg, "one a stream, 2 now") != NULL,
+		      "message '%s'", msg);
+	atomic_store(&refuse_threads, ENOMEM);
+	ck_assert_int_eq(d->ops->stream_create(d, &s3), -ENOMEM);
+	atomic_store(&refuse_threads, 0);
+	ck_assert_ptr_nonnull(strstr(driver_last_error(d),
+				     "worker thread: Cannot allocate memory"));
+	ck_assert_int_eq(d->ops->stream_create(d, &s3), 0);
+	ck_assert_int_eq(finish(s3), 0);
+	d->ops->stream_destroy(d, s3);
+}
+END_TEST
+
 /* A host callback that records the nice value of the thread it runs on. */
 struct nice_seen {
 	struct done done;
@@ -1183,6 +1236,7 @@ static Suite *host_suite(void)
 	tcase_add_test(tc, test_stream_order);
 	tcase_add_test(tc, test_functions);
 	tcase_add_test(tc, test_launch_refused);
+	tcase_add_test(tc, test_stream_without_a_thread);
 	suite_add_tcase(s, tc);
 
 	tc = tcase("kernels", 10);
