@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1117,6 +1118,49 @@ static void free_handle(uv_handle_t *h)
 }
 
 /*
+ * Whether the daemon has fewer free descriptors below RLIMIT_NOFILE than
+ * one message may bring (REGION_MAX_PER_CONNECTION): the kernel then
+ * drops those a client sends that it cannot install, and libuv does not
+ * say so.  *open (at least that many are open: a new descriptor is the
+ * lowest free one) and *limit say how far it is.
+ */
+static bool fds_short(const struct session *s, unsigned long long *open,
+		      unsigned long long *limit)
+{
+	struct rlimit rl;
+	int probe;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return false;
+	*limit = (unsigned long long)rl.rlim_cur;
+	probe = fcntl(s->fd >= 0 ? s->fd : 0, F_DUPFD_CLOEXEC, 0);
+	if (probe < 0) {
+		*open = *limit;
+		return errno == EMFILE;
+	}
+	close(probe);
+	*open = (unsigned long long)probe;
+	return *open + REGION_MAX_PER_CONNECTION >= *limit;
+}
+
+/*
+ * A descriptor the client sent could not be taken for want of them: the
+ * connection, whose region_attach ops can no longer get the memfds meant
+ * for them, is refused; it did nothing wrong, so no protocol error.
+ */
+static void refuse_out_of_fds(struct session *s, unsigned long long open,
+			      unsigned long long limit)
+{
+	session_refuse(s, GPUCMD_ELIMIT,
+		       "gpucmdd is out of file descriptors (at least %llu "
+		       "open, its limit RLIMIT_NOFILE is %llu): memfds this "
+		       "connection sent were lost; connect again once other "
+		       "connections have closed, or have the operator raise "
+		       "LimitNOFILE=",
+		       open, limit);
+}
+
+/*
  * Descriptors that came with the bytes join s->fds, oldest first.  A client
  * may not make the daemon hold more than a request could ask for: past
  * REGION_MAX_PER_CONNECTION the extra ones are closed and the connection
@@ -1166,7 +1210,7 @@ static bool keep_pending_fds(struct session *s, size_t nread)
 	while (uv_pipe_pending_count(&s->pipe) > 0) {
 		uv_pipe_t *tmp = malloc(sizeof(*tmp));
 		uv_os_fd_t fd;
-		int rc, dup = -1;
+		int rc, dup = -1, err = 0;
 
 		if (tmp == NULL) {
 			session_refuse(s, GPUCMD_ENOMEM, "out of memory");
@@ -1176,14 +1220,23 @@ static bool keep_pending_fds(struct session *s, size_t nread)
 		rc = uv_accept((uv_stream_t *)&s->pipe, (uv_stream_t *)tmp);
 		if (rc == 0)
 			rc = uv_fileno((uv_handle_t *)tmp, &fd);
-		if (rc == 0)
+		if (rc == 0) {
 			dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+			err = errno;	/* before the close's system calls */
+		}
 		uv_close((uv_handle_t *)tmp, free_handle);
+		if (dup < 0 && rc == 0 && (err == EMFILE || err == ENFILE)) {
+			unsigned long long open = 0, limit = 0;
+
+			fds_short(s, &open, &limit);
+			refuse_out_of_fds(s, open, limit);
+			return false;
+		}
 		if (dup < 0) {
 			session_refuse(s, GPUCMD_EPROTO,
 				       "cannot take a descriptor the client "
 				       "sent: %s", rc != 0 ? uv_strerror(rc) :
-				       strerror(errno));
+				       strerror(err));
 			return false;
 		}
 		if (!keep_fd(s, dup, nread))
@@ -1223,6 +1276,12 @@ static int take_fds_n(struct session *s, uint64_t id, size_t want,
 	if (want == 0)
 		return 0;
 	if (want > mine) {
+		unsigned long long open, limit;
+
+		if (fds_short(s, &open, &limit)) {
+			refuse_out_of_fds(s, open, limit);
+			return GPUCMD_ELIMIT;
+		}
 		session_refuse(s, GPUCMD_EPROTO,
 			       "request %llu has %zu region_attach ops but "
 			       "only %u descriptors came with it: send each "
@@ -2312,6 +2371,12 @@ static bool keep_cmsg_fds(struct session *s, struct msghdr *mh,
 	 * get the descriptors meant for them, is refused.
 	 */
 	if (ok && (mh->msg_flags & MSG_CTRUNC)) {
+		unsigned long long open, limit;
+
+		if (fds_short(s, &open, &limit)) {
+			refuse_out_of_fds(s, open, limit);
+			return false;
+		}
 		session_refuse(s, GPUCMD_EPROTO,
 			       "descriptors that came with a message were "
 			       "lost: more than %d in one message, or the "

@@ -4126,9 +4126,12 @@ static bool welcomed_or_out_of_descriptors(int fd)
  * the log silent.  The operator gets a warning; the connections already
  * open carry on, and places come back as they close.
  */
-START_TEST(out_of_descriptors_is_said_and_passes)
+/*
+ * Connections into fds until the daemon refuses one for descriptors: how
+ * many it took.
+ */
+static int connect_until_out_of_descriptors(int *fds)
 {
-	int fds[FEW_DESCRIPTORS];
 	int n;
 
 	for (n = 0; n < FEW_DESCRIPTORS; n++) {
@@ -4140,6 +4143,14 @@ START_TEST(out_of_descriptors_is_said_and_passes)
 		      "under RLIMIT_NOFILE %d", n, FEW_DESCRIPTORS);
 	ck_assert_int_gt(n, 0);
 	close(fds[n]);
+	return n;
+}
+
+START_TEST(out_of_descriptors_is_said_and_passes)
+{
+	int fds[FEW_DESCRIPTORS];
+	int n = connect_until_out_of_descriptors(fds);
+
 	harness_wait_log("descriptors open and its RLIMIT_NOFILE", 0);
 	still_served(good);
 	for (int i = 0; i < n; i++)
@@ -4203,6 +4214,47 @@ START_TEST(a_low_soft_descriptor_limit_is_raised)
 			      "connection %d of %d refused", i + 1, N);
 	}
 	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	back_to_baseline();
+}
+END_TEST
+
+/*
+ * Memfds a connection sends when the daemon has no room for them: the
+ * kernel installs what fits and drops the rest, and taking them fails.
+ * That connection is refused for want of descriptors, with the numbers;
+ * it used to be told it broke the protocol, with the errno of a later
+ * system call ("cannot take a descriptor the client sent: Operation not
+ * permitted").  The others carry on.
+ */
+START_TEST(memfds_past_the_descriptor_limit_are_said)
+{
+	int fds[FEW_DESCRIPTORS];
+	int n = connect_until_out_of_descriptors(fds);
+	int z = page_memfd('z');
+	Gpucmd__Frame *f;
+	uint8_t byte = 0;
+
+	/* More than the reserve left: the first byte of a frame header. */
+	ck_assert_int_eq(send_fds(fds[0], z, 40, &byte), 1);
+	f = recv_frame(fds[0]);
+	ck_assert_msg(f != NULL, "no Error frame before the close");
+	ck_assert_int_eq(f->msg_case, GPUCMD__FRAME__MSG_ERROR);
+	ck_assert_msg(f->error->code == GPUCMD_ELIMIT &&
+			      strstr(f->error->message,
+				     "out of file descriptors (at least ") &&
+			      strstr(f->error->message, "RLIMIT_NOFILE is ") &&
+			      strstr(f->error->message, "memfds this "
+							"connection sent were "
+							"lost"),
+		      "code %s: %s", gpucmd_errname(f->error->code),
+		      f->error->message);
+	frame_free(f);
+	expect_eof(fds[0]);
+	close(fds[0]);
+	close(z);
+	still_served(good);
+	for (int i = 1; i < n; i++)
 		close(fds[i]);
 	back_to_baseline();
 }
@@ -4331,6 +4383,7 @@ static Suite *make_suite(void)
 		tcase_add_checked_fixture(fd, setup_few_descriptors, teardown);
 		tcase_set_timeout(fd, 60);
 		tcase_add_test(fd, out_of_descriptors_is_said_and_passes);
+		tcase_add_test(fd, memfds_past_the_descriptor_limit_are_said);
 		suite_add_tcase(s, fd);
 	}
 	{
