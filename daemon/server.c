@@ -4,6 +4,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <sched.h>
 #include <stdio.h>
@@ -501,6 +502,77 @@ static void fit_nofile(const struct server *srv)
 		 (unsigned long long)rl.rlim_max, (unsigned long long)fit);
 }
 
+/* How long accepting pauses after an accept failed for descriptors. */
+#define SERVER_ACCEPT_PAUSE_MS 1000
+
+/* Accepts that failed: one a loop iteration while descriptors lack. */
+static struct log_limit accept_lines =
+	LOG_LIMIT_INIT("accept failures", 10, 3);
+
+static void on_accept_resume(uv_timer_t *t);
+static void on_connection(uv_stream_t *listener, int status);
+
+static void on_listener_paused(uv_handle_t *h)
+{
+	struct server *srv = h->data;
+
+	if (!srv->stopping)
+		uv_timer_start(&srv->accept_resume, on_accept_resume,
+			       SERVER_ACCEPT_PAUSE_MS, 0);
+}
+
+/*
+ * Stop accepting for SERVER_ACCEPT_PAUSE_MS.  libuv gets out of an EMFILE
+ * in accept by closing a descriptor it keeps and the pending connections
+ * with it; when another thread takes that descriptor first, or the system
+ * file table is full (ENFILE), the accept fails again, libuv calls
+ * on_connection again at once, and the loop spins there for good, deaf
+ * to every connection.  Only a listener closed ends that: closing it keeps
+ * the socket (listen_spare) and its queue of clients, which wait.
+ */
+static void accept_pause(struct server *srv)
+{
+	if (!srv->listening || srv->listen_spare < 0)
+		return;
+	srv->listening = false;
+	srv->accept_paused = true;
+	uv_close((uv_handle_t *)&srv->listener, on_listener_paused);
+}
+
+static void on_accept_resume(uv_timer_t *t)
+{
+	struct server *srv = t->data;
+	int fd = srv->listen_spare, spare, rc;
+
+	if (srv->stopping || !srv->accept_paused)
+		return;
+	/* The listener takes fd; the socket needs a spare again. */
+	spare = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (spare < 0) {
+		uv_timer_start(t, on_accept_resume, SERVER_ACCEPT_PAUSE_MS, 0);
+		return;
+	}
+	uv_pipe_init(srv->loop, &srv->listener, 0);
+	srv->listener.data = srv;
+	rc = uv_pipe_open(&srv->listener, fd);
+	if (rc == 0)
+		rc = uv_listen((uv_stream_t *)&srv->listener, 128,
+			       on_connection);
+	if (rc != 0) {
+		if (log_limit_take(&accept_lines))
+			log_warn("cannot listen again: %s; trying again in "
+				 "%d ms", uv_strerror(rc),
+				 SERVER_ACCEPT_PAUSE_MS);
+		close(spare);
+		uv_close((uv_handle_t *)&srv->listener, on_listener_paused);
+		return;
+	}
+	srv->listen_spare = spare;
+	srv->listening = true;
+	srv->accept_paused = false;
+	log_notice("accepting connections again");
+}
+
 /* Refusals for descriptors: a client may reconnect in a loop. */
 static struct log_limit fd_lines =
 	LOG_LIMIT_INIT("descriptor refusals", 10, 3);
@@ -552,7 +624,15 @@ static void on_connection(uv_stream_t *listener, int status)
 	int rc;
 
 	if (status < 0) {
-		log_warn("accept failed: %s", uv_strerror(status));
+		bool fds = status == UV_EMFILE || status == UV_ENFILE;
+
+		if (log_limit_take(&accept_lines))
+			log_warn("accept failed: %s%s", uv_strerror(status),
+				 fds ? "; new connections wait 1 s in the "
+				       "socket's queue (raise LimitNOFILE= if "
+				       "this comes back)" : "");
+		if (fds)
+			accept_pause(srv);
 		return;
 	}
 	s = calloc(1, sizeof(*s));
@@ -781,6 +861,7 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 		}
 		srv->listening = true;
 		srv->activated = true;
+		srv->listen_spare = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 		return 0;
 	}
 	rc = clear_stale_socket(path, why, why_len);
@@ -813,6 +894,7 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 		return rc;
 	}
 	srv->listening = true;
+	srv->listen_spare = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	return 0;
 }
 
@@ -1214,6 +1296,14 @@ void server_stop(struct server *srv)
 			unlink(srv->cfg.socket_path);
 		uv_close((uv_handle_t *)&srv->listener, NULL);
 		srv->listening = false;
+	} else if (srv->accept_paused) {
+		uv_timer_stop(&srv->accept_resume);
+		if (!srv->activated && socket_is_ours(srv))
+			unlink(srv->cfg.socket_path);
+	}
+	if (srv->listen_spare >= 0) {
+		close(srv->listen_spare);
+		srv->listen_spare = -1;
 	}
 	for (s = srv->sessions; s != NULL; s = next) {
 		next = s->next;
@@ -1245,6 +1335,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 
 	memset(srv, 0, sizeof(*srv));
 	srv->loop = loop;
+	srv->listen_spare = -1;
 	if (config_copy(&srv->cfg, cfg) != 0)
 		return -ENOMEM;
 	srv->admin_gid = resolve_admin_gid(cfg);
@@ -1283,8 +1374,11 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 	uv_timer_init(loop, &srv->stop_deadline);
 	srv->stop_deadline.data = srv;
 	uv_unref((uv_handle_t *)&srv->stop_deadline);
+	uv_timer_init(loop, &srv->accept_resume);
+	srv->accept_resume.data = srv;
 	rc = listen_socket(srv, why, why_len);
 	if (rc != 0) {
+		uv_close((uv_handle_t *)&srv->accept_resume, NULL);
 		uv_close((uv_handle_t *)&srv->stop_deadline, NULL);
 		uv_close((uv_handle_t *)&srv->wakeup, NULL);
 		uv_close((uv_handle_t *)&srv->spin, NULL);
@@ -1372,6 +1466,7 @@ static void on_tick(uv_timer_t *t)
 		sd_watchdog_ping();
 	session_log_flush();
 	log_limit_flush(&fd_lines);
+	log_limit_flush(&accept_lines);
 	if (srv->stopping) {
 		if (++srv->stop_ticks % (10000 / SERVER_TICK_MS) == 0)
 			log_notice("%s", buf);

@@ -89,6 +89,16 @@ struct server {
 	 */
 	uint64_t sock_dev, sock_ino;
 	bool sock_gone;
+	/*
+	 * A second descriptor of the listening socket (-1: none), so that
+	 * accepting can pause: an accept that fails for descriptors where
+	 * libuv's own way out does not help calls on_connection again at
+	 * once, for ever.  The listener is closed instead, and made again
+	 * from this one SERVER_ACCEPT_PAUSE_MS later (accept_resume).
+	 */
+	int listen_spare;
+	uv_timer_t accept_resume;
+	bool accept_paused;
 	bool stopping;
 	uint32_t stop_ticks;	/* ticks since server_stop (drain progress) */
 	uint64_t stop_began_ms;		/* uv_now at server_stop */

@@ -26,6 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -696,6 +699,73 @@ START_TEST(region_attach_whose_answer_was_lost_is_kept)
 }
 END_TEST
 
+/* ---- an accept that keeps failing ---------------------------------------- */
+
+/*
+ * accept4 as libuv calls it: this executable's definition, exported
+ * (Makefile), comes before libc's for libuv too.  While accept_errno is not 0 it fails with it, as
+ * the kernel does for a daemon out of descriptors when libuv's way out (it
+ * closes a descriptor it keeps for this, then accepts again) cannot help:
+ * another thread took that descriptor first, or the system's file table is
+ * full (ENFILE).
+ */
+static atomic_int accept_errno;
+
+/* Visible, unlike the rest of the build: a hidden one is not exported. */
+__attribute__((visibility("default"))) int
+accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	int err = atomic_load(&accept_errno);
+
+	if (err != 0) {
+		errno = err;
+		return -1;
+	}
+	return (int)syscall(SYS_accept4, fd, addr, len, flags);
+}
+
+/*
+ * While accepts fail for descriptors, the loop goes on serving the
+ * connections it has, and once they succeed again the clients that
+ * waited in the socket's queue, and new ones, are served.  libuv calls
+ * on_connection again at once after such a failure, for as long as the
+ * listener is open: the loop used to spin there, deaf to everyone, with
+ * an "accept failed" warning each time round.
+ */
+START_TEST(accepts_failing_for_descriptors_do_not_wedge_the_loop)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct gpucmd_response *resp;
+	struct gpucmd_conn *c, *late;
+	int waiting;
+
+	daemon_up();
+	c = client();
+	atomic_store(&accept_errno, ENFILE);
+	waiting = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(waiting, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", td.sock);
+	ck_assert_int_eq(connect(waiting, (struct sockaddr *)&sa, sizeof(sa)),
+			 0);
+	/* The second round trip needs the loop past the failed accept. */
+	ck_assert_int_eq(gpucmd_wait(c, submit_write_read(c, 0x11), &resp), 0);
+	ck_assert_int_eq(gpucmd_response_error(resp), 0);
+	gpucmd_response_free(resp);
+	assert_holds(c, 0x11);
+	atomic_store(&accept_errno, 0);
+	late = client();
+	ck_assert_int_eq(gpucmd_wait(late, submit_write_read(late, 0x22),
+				     &resp), 0);
+	ck_assert_int_eq(gpucmd_response_error(resp), 0);
+	gpucmd_response_free(resp);
+	assert_holds(late, 0x22);
+	close(waiting);
+	gpucmd_close(late);
+	gpucmd_close(c);
+	daemon_down();
+}
+END_TEST
+
 static Suite *executor_suite(void)
 {
 	Suite *s = suite_create("executor");
@@ -716,6 +786,7 @@ static Suite *executor_suite(void)
 	tcase_add_test(tc, loop_closes_when_nothing_can_be_encoded);
 	tcase_add_test(tc, loop_answer_lost_too);
 	tcase_add_test(tc, region_attach_whose_answer_was_lost_is_kept);
+	tcase_add_test(tc, accepts_failing_for_descriptors_do_not_wedge_the_loop);
 	suite_add_tcase(s, tc);
 	return s;
 }
