@@ -197,6 +197,8 @@ $(BUILD)/tests/check_executor: UNIT_LDFLAGS += -Wl,--wrap=frame_encode_buf
 # ... and its own accept4 stands in for libc's in libuv, which --wrap cannot
 # reach (a shared library): exported, it comes first for libuv's calls too.
 $(BUILD)/tests/check_executor: UNIT_LDFLAGS += -Wl,--export-dynamic-symbol=accept4
+# calloc is wrapped to fail one struct session (no memory to accept with).
+$(BUILD)/tests/check_executor: UNIT_LDFLAGS += -Wl,--wrap=calloc
 # check_host refuses the backend's threads on demand (__wrap_pthread_create),
 # as a daemon at its RLIMIT_NPROC or TasksMax= would be.
 $(BUILD)/tests/check_host: UNIT_LDFLAGS += -Wl,--wrap=pthread_create

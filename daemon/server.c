@@ -617,6 +617,15 @@ static bool fds_short(struct session *s)
 	return true;
 }
 
+static void no_memory_to_accept(struct server *srv)
+{
+	if (log_limit_take(&accept_lines))
+		log_err("out of memory accepting a connection: it is closed, "
+			"and new connections wait %d ms in the socket's queue",
+			SERVER_ACCEPT_PAUSE_MS);
+	accept_pause(srv);
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
 	struct server *srv = listener->data;
@@ -635,9 +644,15 @@ static void on_connection(uv_stream_t *listener, int status)
 			accept_pause(srv);
 		return;
 	}
+	/*
+	 * A client libuv accepted and we do not take with uv_accept stops the
+	 * listener for good: libuv waits for that uv_accept before it polls
+	 * again.  Out of memory for it, accepting pauses instead, which
+	 * closes that client's socket (accept_pause).
+	 */
 	s = calloc(1, sizeof(*s));
 	if (s == NULL) {
-		log_err("out of memory accepting a connection");
+		no_memory_to_accept(srv);
 		return;
 	}
 	s->server = srv;
@@ -645,8 +660,8 @@ static void on_connection(uv_stream_t *listener, int status)
 	/* Without it the device thread could not say it is done. */
 	s->close_msg = calloc(1, sizeof(*s->close_msg));
 	if (s->close_msg == NULL) {
-		log_err("out of memory accepting a connection");
 		free(s);
+		no_memory_to_accept(srv);
 		return;
 	}
 	/* IPC mode: clients pass region memfds with SCM_RIGHTS. */

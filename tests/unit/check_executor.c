@@ -11,7 +11,9 @@
  * of a response in the daemon's code goes through __wrap_frame_encode_buf
  * below, which fails the next fail_left of them with -ENOMEM, as a host out
  * of memory would, and counts them.  libgpucmd never calls it (it encodes
- * in pieces), and Welcome frames pass.
+ * in pieces), and Welcome frames pass.  calloc is wrapped too, to fail
+ * one allocation of a struct session (__wrap_calloc), and accept4 stands
+ * in for libc's in libuv (accept_errno).
  *
  * The "executor" case drives an executor on the host backend with callbacks
  * of its own and looks at what it posts; the "loop" case runs the whole
@@ -40,6 +42,7 @@
 #include "log.h"
 #include "server.h"
 #include "service.h"
+#include "session.h"
 #include "unit.h"
 
 /* ---- the failing encoder ------------------------------------------------- */
@@ -64,6 +67,25 @@ int __wrap_frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out,
 				return atomic_load(&fail_code);
 	}
 	return __real_frame_encode_buf(f, out, len);
+}
+
+/*
+ * calloc too is wrapped (Makefile): while fail_sessions is set, the next
+ * allocation of a struct session, on_connection's, fails, as it would on
+ * a host out of memory.  Nothing else allocates one.
+ */
+static atomic_int fail_sessions;
+
+void *__real_calloc(size_t n, size_t size);
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	int one = 1;
+
+	if (n == 1 && size == sizeof(struct session) &&
+	    atomic_compare_exchange_strong(&fail_sessions, &one, 0))
+		return NULL;
+	return __real_calloc(n, size);
 }
 
 /* The next n responses the daemon encodes fail. */
@@ -766,6 +788,40 @@ START_TEST(accepts_failing_for_descriptors_do_not_wedge_the_loop)
 }
 END_TEST
 
+/*
+ * No memory for a connection libuv accepted: the daemon closes it (it has
+ * no memory to say why) and goes on accepting.  Not taken, the accepted
+ * client stopped the listener for good, libuv waiting for the uv_accept
+ * that never came: every later client waited, unanswered.
+ */
+START_TEST(no_memory_for_a_connection_does_not_stop_accepting)
+{
+	struct gpucmd_response *resp;
+	struct gpucmd_conn *c, *refused = NULL, *late;
+	char msg[256] = "";
+
+	daemon_up();
+	c = client();
+	atomic_store(&fail_sessions, 1);
+	ck_assert_int_eq(gpucmd_connect_timeout(td.sock, "lost", 10000,
+						&refused, msg, sizeof(msg)),
+			 GPUCMD_EDISCONNECTED);
+	ck_assert_int_eq(atomic_load(&fail_sessions), 0);
+	late = client();
+	ck_assert_int_eq(gpucmd_wait(late, submit_write_read(late, 0x33),
+				     &resp), 0);
+	ck_assert_int_eq(gpucmd_response_error(resp), 0);
+	gpucmd_response_free(resp);
+	assert_holds(late, 0x33);
+	ck_assert_int_eq(gpucmd_wait(c, submit_write_read(c, 0x44), &resp), 0);
+	ck_assert_int_eq(gpucmd_response_error(resp), 0);
+	gpucmd_response_free(resp);
+	gpucmd_close(late);
+	gpucmd_close(c);
+	daemon_down();
+}
+END_TEST
+
 static Suite *executor_suite(void)
 {
 	Suite *s = suite_create("executor");
@@ -787,6 +843,7 @@ static Suite *executor_suite(void)
 	tcase_add_test(tc, loop_answer_lost_too);
 	tcase_add_test(tc, region_attach_whose_answer_was_lost_is_kept);
 	tcase_add_test(tc, accepts_failing_for_descriptors_do_not_wedge_the_loop);
+	tcase_add_test(tc, no_memory_for_a_connection_does_not_stop_accepting);
 	suite_add_tcase(s, tc);
 	return s;
 }
