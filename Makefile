@@ -194,9 +194,11 @@ $(BUILD)/examples/%: examples/%.c include/gpucmd.h $(BUILD)/libgpucmd.a
 UNIT_LDFLAGS :=
 $(BUILD)/tests/check_cuda_api: CHECK_CFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/tests/check_executor: UNIT_LDFLAGS += -Wl,--wrap=frame_encode_buf
-# ... and its own accept4 stands in for libc's in libuv, which --wrap cannot
-# reach (a shared library): exported, it comes first for libuv's calls too.
+# ... and its own accept4 and pthread_create stand in for libc's in libuv,
+# which --wrap cannot reach (a shared library): exported, they come first
+# for libuv's calls too.
 $(BUILD)/tests/check_executor: UNIT_LDFLAGS += -Wl,--export-dynamic-symbol=accept4
+$(BUILD)/tests/check_executor: UNIT_LDFLAGS += -Wl,--export-dynamic-symbol=pthread_create
 # calloc is wrapped to fail one struct session (no memory to accept with).
 $(BUILD)/tests/check_executor: UNIT_LDFLAGS += -Wl,--wrap=calloc
 # check_host refuses the backend's threads on demand (__wrap_pthread_create),

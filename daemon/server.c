@@ -1337,6 +1337,33 @@ void server_stop(struct server *srv)
 	log_notice("%s", buf);
 }
 
+static void pool_nothing(uv_work_t *w)
+{
+	(void)w;
+}
+
+static void pool_started(uv_work_t *w, int status)
+{
+	(void)w;
+	(void)status;
+}
+
+/*
+ * libuv starts its thread pool, where modules compile, at the first work
+ * queued, and aborts the process when it cannot start one of its threads.
+ * Out of threads then (RLIMIT_NPROC, TasksMax=; the host backend's stream
+ * workers count too), a client's load_module would end the daemon and
+ * every other client's work with it.  Started here, before READY, the
+ * pool can only fail a start.
+ */
+static void start_pool(struct server *srv)
+{
+	srv->pool_start.data = srv;
+	/* It fails only without a work callback. */
+	(void)uv_queue_work(srv->loop, &srv->pool_start, pool_nothing,
+			    pool_started);
+}
+
 int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 		char *why, size_t why_len)
 {
@@ -1407,6 +1434,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct config *cfg,
 		config_free(&srv->cfg);
 		return rc;
 	}
+	start_pool(srv);
 	return 0;
 }
 

@@ -99,6 +99,7 @@ struct server {
 	int listen_spare;
 	uv_timer_t accept_resume;
 	bool accept_paused;
+	uv_work_t pool_start;		/* starts libuv's pool (start_pool) */
 	bool stopping;
 	uint32_t stop_ticks;	/* ticks since server_stop (drain progress) */
 	uint64_t stop_began_ms;		/* uv_now at server_stop */

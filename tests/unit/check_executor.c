@@ -21,6 +21,7 @@
  * process, and a libgpucmd client looks at what reaches it.
  */
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -822,6 +823,83 @@ START_TEST(no_memory_for_a_connection_does_not_stop_accepting)
 }
 END_TEST
 
+/*
+ * pthread_create for everyone in this process, libuv's pool included: the
+ * executable's definition, exported (Makefile), comes first.  While
+ * refuse_threads is set it fails with EAGAIN, as for a daemon at its
+ * RLIMIT_NPROC or TasksMax=; else it is the next one (libc's, or a
+ * sanitizer's).
+ */
+static atomic_int refuse_threads;
+
+__attribute__((visibility("default"))) int
+pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
+	       void *arg)
+{
+	static int (*next)(pthread_t *, const pthread_attr_t *,
+			   void *(*)(void *), void *);
+
+	if (atomic_load(&refuse_threads))
+		return EAGAIN;
+	if (next == NULL)
+		*(void **)&next = dlsym(RTLD_NEXT, "pthread_create");
+	return next(t, attr, fn, arg);
+}
+
+static const char some_ptx[] = ".version 7.0\n.target sm_50\n";
+
+/* A batch of one op, empty handle 9 of 64 bytes, on stream; its answer. */
+static struct gpucmd_response *run_empty(struct gpucmd_conn *c,
+					 uint32_t stream)
+{
+	struct gpucmd_response *resp;
+	struct gpucmd_batch *b;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, stream, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 9, 64), 0);
+	ck_assert_int_eq(gpucmd_run(b, &resp), 0);
+	return resp;
+}
+
+/*
+ * A load_module with no thread to be had: libuv starts its pool at the
+ * first work queued and aborts when it cannot start a thread, so the
+ * first module compiled then took the daemon down with every client.  The
+ * daemon starts the pool at its start: the load is answered (the host
+ * backend loads no modules), a new stream is refused for its thread with
+ * the limit named, and once threads come back it is made.
+ */
+START_TEST(a_module_compiled_out_of_threads_does_not_abort)
+{
+	struct gpucmd_response *resp;
+	struct gpucmd_batch *b;
+	struct gpucmd_conn *c;
+
+	daemon_up();
+	c = client();
+	atomic_store(&refuse_threads, 1);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_load_module(b, 7, "ptx", some_ptx,
+						  sizeof(some_ptx) - 1), 0);
+	ck_assert_int_eq(gpucmd_run(b, &resp), 0);
+	ck_assert_msg(gpucmd_response_error(resp) == GPUCMD_EUNSUPPORTED,
+		      "load_module: %s", gpucmd_response_message(resp));
+	gpucmd_response_free(resp);
+	resp = run_empty(c, 3);
+	atomic_store(&refuse_threads, 0);
+	ck_assert_int_eq(gpucmd_response_error(resp), -EAGAIN);
+	ck_assert_msg(strstr(gpucmd_response_message(resp), "RLIMIT_NPROC"),
+		      "message: %s", gpucmd_response_message(resp));
+	gpucmd_response_free(resp);
+	resp = run_empty(c, 3);
+	ck_assert_msg(gpucmd_response_error(resp) == 0, "empty: %s",
+		      gpucmd_response_message(resp));
+	gpucmd_response_free(resp);
+	gpucmd_close(c);
+	daemon_down();
+}
+END_TEST
+
 static Suite *executor_suite(void)
 {
 	Suite *s = suite_create("executor");
@@ -844,6 +922,7 @@ static Suite *executor_suite(void)
 	tcase_add_test(tc, region_attach_whose_answer_was_lost_is_kept);
 	tcase_add_test(tc, accepts_failing_for_descriptors_do_not_wedge_the_loop);
 	tcase_add_test(tc, no_memory_for_a_connection_does_not_stop_accepting);
+	tcase_add_test(tc, a_module_compiled_out_of_threads_does_not_abort);
 	suite_add_tcase(s, tc);
 	return s;
 }
