@@ -9,10 +9,20 @@
 # socket and runs `gpucmd exec` scripts whose answers are known to the bit
 # (fill, copy, add, scale, saxpy, reduce, spin), with odd launch geometries
 # on purpose: the built-ins must cover every element exactly once whatever
-# the grid and block.  Then it runs every integration binary
-# $BUILD/tests/test_* with GPUCMD_TEST_BACKEND=cuda, prints the GPU floors
-# of gpucmd-bench (--only gpu), and last the fault test, because on CUDA a
-# fault loses the daemon's context for good.
+# the grid and block.  It checks that no service's kernel holds another's
+# work (reads, writes, frees at a close, unpinning), that a captured write
+# replays, that stop_timeout ends a daemon with a kernel running, and what
+# the daemon reads of kernel parameters against the driver.  Then it runs
+# every integration binary $BUILD/tests/test_* with
+# GPUCMD_TEST_BACKEND=cuda (GPU_RUN_SUITES=0 skips them and the bench),
+# prints the GPU floors of gpucmd-bench (--only gpu), and last the fault
+# test, because on CUDA a fault loses the daemon's context for good.
+#
+# Without a GPU, the checks run on the fake driver with a stand-in for
+# nvidia-smi (the parameter comparison is skipped there):
+#   printf '#!/bin/sh\necho "GPU 0: fake"\n' >/tmp/bin/nvidia-smi
+#   PATH=/tmp/bin:$PATH LD_LIBRARY_PATH=build/fakecuda GPU_RUN_SUITES=0 \
+#       sh tests/gpu/run.sh
 #
 # Ends with "N passed, N failed".  Exit 0: all passed; 1: something failed;
 # 77: no usable GPU here (the reason is printed).
@@ -49,6 +59,7 @@ ERR=$TMP/err
 # Called by the EXIT trap only.
 # shellcheck disable=SC2317
 cleanup() {
+	[ -n "${stop_pid:-}" ] && kill -KILL "$stop_pid" 2>/dev/null
 	if [ -n "$daemon_pid" ]; then
 		kill "$daemon_pid" 2>/dev/null
 		wait "$daemon_pid" 2>/dev/null
@@ -68,6 +79,14 @@ tool() {
 	fi
 }
 
+now_ms() {
+	t=$(date +%s%N 2>/dev/null)
+	case $t in
+	*[!0-9]*|'') echo "" ;;
+	*) echo $((t / 1000000)) ;;
+	esac
+}
+
 # ---- the daemon ------------------------------------------------------------
 # The pinned pool is off, so every read's staging comes from the heap and is
 # pinned for its copy (command_reserve_cpu): the built-in checks below run
@@ -82,6 +101,7 @@ max_modules = 0
 [service capped]
 max_modules = 1
 CONF
+started=$(now_ms)
 "$GPUCMDD" --config "$TMP/gpucmdd.conf" --socket "$SOCK" --backend cuda \
 	--log-level debug >"$LOG" 2>&1 &
 daemon_pid=$!
@@ -107,6 +127,10 @@ until tool ping >/dev/null 2>&1; do
 	sleep 0.1
 done
 echo "gpucmdd: $(grep -m 1 'serving' "$LOG" || echo started)"
+# The built-ins are JIT compiled at open, before READY: how long that takes.
+ready=$(now_ms)
+[ -n "$started" ] && [ -n "$ready" ] &&
+	echo "gpucmdd: answered $((ready - started)) ms after its start (built-ins JIT compiled at open)"
 
 pass() {
 	echo "ok"
@@ -135,14 +159,6 @@ expect() {
 	else
 		pass
 	fi
-}
-
-now_ms() {
-	t=$(date +%s%N 2>/dev/null)
-	case $t in
-	*[!0-9]*|'') echo "" ;;
-	*) echo $((t / 1000000)) ;;
-	esac
 }
 
 # ---- built-in kernels with known answers -------------------------------------
@@ -268,9 +284,142 @@ hex=$(head -c 65536 /dev/zero | od -An -v -tx1 | tr -d ' \n')
 behind "write behind a kernel holds nobody" \
 	"$(printf 'empty buf 65536\n%s\nwrite buf 0 hex:%s\nsync\n' "$spin" "$hex")"
 
+# A connection that closes holding device memory: the device thread gives
+# its pages back (cuMemFree) while another service's kernel runs.  Should
+# cuMemFree wait for the whole device, every service would wait for that
+# kernel, and the pages must be freed on a thread of their own.
+# A 3 s kernel: a free that waited for it would take seconds, well past
+# the 1 s that a loaded machine's process starts may take.
+printf '%-40s ' "frees at a close hold nobody"
+: >"$ERR"
+printf 'kernel spin grid=1 block=32 u32:3000000\nsync\n' |
+	tool exec --service slow - >/dev/null 2>>"$ERR" &
+slow=$!
+sleep 0.2
+printf 'empty a 268435456\nempty b 268435456\nsync\n' |
+	tool exec --service holder - >/dev/null 2>>"$ERR"
+hold_rc=$?
+t0=$(now_ms)
+printf 'empty x 16\nread x\n' | tool exec --service other - >"$OUT" 2>>"$ERR"
+rc=$?
+t1=$(now_ms)
+wait "$slow"
+slow_rc=$?
+if [ "$rc" -ne 0 ] || [ "$hold_rc" -ne 0 ] || [ "$slow_rc" -ne 0 ]; then
+	fail "gpucmd exec exited $rc (the holder $hold_rc, the slow one $slow_rc)"
+elif [ -z "$t0" ] || [ -z "$t1" ]; then
+	echo "skipped (date has no %N)"
+	skipped=$((skipped + 1))
+elif [ $((t1 - t0)) -gt 1000 ]; then
+	fail "a read after another connection's close took $((t1 - t0)) ms: cuMemFree waited for the kernel"
+else
+	pass
+fi
+
+# A read's staging (heap memory, pinned for its copy) is unpinned by the
+# loop thread once the reply is out (cuMemHostUnregister).  Should that wait
+# for the device, the loop, which serves every connection, would stop
+# behind another service's kernel: three reads one after the other, each a
+# connection of its own, must all be answered while a 3 s kernel runs.
+printf '%-40s ' "unpinning staging holds nobody"
+: >"$ERR"
+printf 'kernel spin grid=1 block=32 u32:3000000\nsync\n' |
+	tool exec --service slow - >/dev/null 2>>"$ERR" &
+slow=$!
+sleep 0.2
+t0=$(now_ms)
+rc=0
+for i in 1 2 3; do
+	printf 'empty x 65536\nread x 0 16\n' |
+		tool exec --service other - >"$OUT" 2>>"$ERR" || rc=1
+done
+t1=$(now_ms)
+wait "$slow"
+slow_rc=$?
+if [ "$rc" -ne 0 ] || [ "$slow_rc" -ne 0 ]; then
+	fail "gpucmd exec failed (the slow one exited $slow_rc)"
+elif [ -z "$t0" ] || [ -z "$t1" ]; then
+	echo "skipped (date has no %N)"
+	skipped=$((skipped + 1))
+elif [ $((t1 - t0)) -gt 1500 ]; then
+	fail "three reads took $((t1 - t0)) ms: unpinning waited for the kernel"
+else
+	pass
+fi
+
+# A captured write keeps its bytes in the daemon's heap (pageable memory),
+# and every replay copies them to the device.  CUDA may refuse a pageable
+# copy in a capture, or make it synchronous: the replays must write them.
+expect "graph: a captured write replays" "0500000006000000
+0500000006000000" <<'EOF'
+empty b 8
+capture begin
+write b 0 hex:0500000006000000
+capture end g
+kernel fill_u32 grid=1 block=32 b u32:0 u32:2
+launch g
+read b
+kernel fill_u32 grid=1 block=32 b u32:0 u32:2
+launch g
+read b
+EOF
+
+# [daemon] stop_timeout with a kernel running: at the deadline the daemon
+# exits 1 without waiting for the device, and the driver tears its context
+# down.  A second daemon, so that the main one shows the GPU still serves.
+printf '%-40s ' "stop_timeout with a kernel running"
+: >"$ERR"
+printf '[daemon]\nstop_timeout = 2\n' >"$TMP/stop.conf"
+"$GPUCMDD" --config "$TMP/stop.conf" --socket "$TMP/stop.sock" \
+	--backend cuda >"$TMP/stop.log" 2>&1 &
+stop_pid=$!
+i=0
+until "$GPUCMD" --socket "$TMP/stop.sock" status >/dev/null 2>&1 ||
+	[ $i -ge 300 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+printf 'kernel spin grid=1 block=32 u32:20000000\nsync\n' |
+	"$GPUCMD" --socket "$TMP/stop.sock" exec - >/dev/null 2>&1 &
+spinner=$!
+sleep 0.5
+t0=$(now_ms)
+kill -TERM "$stop_pid"
+i=0
+while kill -0 "$stop_pid" 2>/dev/null && [ $i -lt 300 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+t1=$(now_ms)
+if kill -0 "$stop_pid" 2>/dev/null; then
+	kill -KILL "$stop_pid"
+	stop_status=hung
+fi
+wait "$stop_pid"
+[ "${stop_status:-}" = hung ] || stop_status=$?
+stop_pid=
+kill "$spinner" 2>/dev/null
+wait "$spinner" 2>/dev/null
+sed 's/^/    /' "$TMP/stop.log" >>"$ERR"
+if [ "$stop_status" != 1 ]; then
+	fail "exit status $stop_status, not 1"
+elif ! grep -q 'stop_timeout (2 s) passed' "$TMP/stop.log"; then
+	fail "no stop_timeout line in the log"
+elif [ -n "$t0" ] && [ -n "$t1" ] && [ $((t1 - t0)) -gt 8000 ]; then
+	fail "it exited $((t1 - t0)) ms after SIGTERM: the exit waited for the kernel"
+elif ! printf 'empty x 16\nread x\n' | tool exec - >"$OUT" 2>"$ERR"; then
+	fail "the main daemon no longer answers"
+else
+	pass
+	[ -n "$t0" ] && [ -n "$t1" ] && echo "    exited $((t1 - t0)) ms after SIGTERM"
+fi
+
 # ---- the integration suite on the CUDA backend -------------------------------
+# GPU_RUN_SUITES=0 skips the suites and the bench (a quick rerun of the
+# checks above and below).
 
 for bin in "$BUILD"/tests/test_*; do
+	[ "${GPU_RUN_SUITES:-1}" = 0 ] && break
 	[ -x "$bin" ] || continue
 	printf '%-40s ' "${bin##*/} (cuda)"
 	GPUCMD_TEST_BACKEND=cuda BUILD=$BUILD "$bin" >"$ERR" 2>&1
@@ -293,7 +442,10 @@ done
 # no GPU rows.
 
 printf '%-40s ' "gpucmd-bench --only gpu (cuda)"
-if [ ! -x "$BUILD/gpucmd-bench" ]; then
+if [ "${GPU_RUN_SUITES:-1}" = 0 ]; then
+	echo "skipped: GPU_RUN_SUITES=0"
+	skipped=$((skipped + 1))
+elif [ ! -x "$BUILD/gpucmd-bench" ]; then
 	echo "skipped: $BUILD/gpucmd-bench is missing (make $BUILD/gpucmd-bench)"
 	skipped=$((skipped + 1))
 else
@@ -357,6 +509,49 @@ create b hex:0000000001000000
 kernel m.add_one grid=1 block=32 b u32:2
 read b
 EOF
+
+# The driver's parameter list (cuFuncGetParamInfo, CUDA 12.4 on) or the
+# image's: add_one with one argument, or three, is refused before launch.
+printf '%-40s ' "module: wrong argument counts refused"
+: >"$ERR"
+bad=0
+for args in "b" "b u32:2 u32:3"; do
+	printf 'module m ptx:file:%s\ncreate b hex:00000000\nkernel m.add_one grid=1 block=32 %s\nsync\n' \
+		"$TMP/add_one.ptx" "$args" | tool exec - >"$OUT" 2>>"$ERR" &&
+		bad=1
+done
+if [ "$bad" -ne 0 ] ||
+	[ "$(grep -c 'GPUCMD_ELAUNCH.*kernel add_one takes 2 arguments' "$ERR")" -ne 2 ]; then
+	fail "add_one with the wrong count was launched, or refused otherwise"
+else
+	pass
+fi
+
+# module_image's parameter lists (what drivers without cuFuncGetParamInfo
+# check launches against) beside the driver's, for nvcc's PTX, cubin and
+# fatbin of tests/unit/fixtures/params.cu: the daemon's debug log compares
+# them at each kernel's first launch (refused here: no arguments).
+printf '%-40s ' "module: image parameters = the driver's"
+fixtures=$(dirname "$0")/../unit/fixtures
+: >"$ERR"
+for image in ptx:params.ptx cubin:params.sm_90.cubin fatbin:params.zstd.fatbin; do
+	for k in ptrs mixed structs grid_const large _Z7mangledPi6float24int4; do
+		printf 'module m %s:file:%s/%s\nkernel m.%s grid=1 block=1\n' \
+			"${image%%:*}" "$fixtures" "${image#*:}" "$k" |
+			tool exec - >/dev/null 2>>"$ERR"
+	done
+done
+names='kernel (ptrs|mixed|structs|grid_const|large|_Z7mangledPi6float24int4): the module image'
+agree=$(grep -cE "$names.*they agree" "$LOG")
+if grep -E "$names.*they disagree" "$LOG" >>"$ERR"; then
+	fail "the image and the driver disagree"
+elif [ "$agree" -eq 0 ]; then
+	echo "skipped: the driver described none (no cuFuncGetParamInfo?)"
+	skipped=$((skipped + 1))
+else
+	pass
+	echo "    $agree kernels compared (PTX, cubin, fatbin)"
+fi
 
 # max_modules: 0 refuses every load (EPERM); 1 refuses a second module on
 # the connection, and a module goes with its connection.
