@@ -1,8 +1,9 @@
 #!/bin/sh
 # soak_short.sh - a 20 s soak of the daemon (tests/soak/soak.c): mixed load
-# from 4 client processes, every result verified, daemon RSS and open
-# descriptors not growing.  The soak binary is built by `make soak`
-# (tests/fuzz/fuzz.mk); without it this test is skipped.
+# from 4 client processes in four services with quotas (regions, graphs,
+# modules, helpers killed mid-batch among the work), every result verified,
+# daemon RSS and open descriptors not growing.  The soak binary is built by
+# `make soak` (tests/fuzz/fuzz.mk); without it this test is skipped.
 BUILD=${BUILD:-build}
 if [ ! -x "$BUILD/soak" ]; then
 	echo "skipped: $BUILD/soak is not built (make soak)"

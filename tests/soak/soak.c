@@ -17,19 +17,39 @@
  * sizes, fill and copy kernels, writes at random offsets, data written on
  * one stream and read on another, pipelined batches answered out of order,
  * memory usage and reports, a faulting kernel whose fault must surface at
- * the next sync of its stream (and only there), short spins, and
- * reconnects.  Clients that hang up with work in flight are part of the mix.
+ * the next sync of its stream (and only there; the host backend only: on
+ * CUDA a fault loses the device), short spins, and reconnects.  Shared
+ * regions are attached, copied through both ways and released (in a round
+ * trip, in a batch behind copies still in flight, or by the hang-up);
+ * graphs are captured, replayed and checked against what the replays must
+ * have computed; a module is loaded, its add_one launched and unloaded
+ * (on the host backend, which loads no modules, the load must be refused
+ * with GPUCMD_EUNSUPPORTED); an allocation past the service's memory
+ * quota must be refused with GPUCMD_EQUOTA and leave the rest alone.
+ * Clients that hang up with work in flight are part of the mix, and so
+ * are connections of a forked helper killed with SIGKILL at a random
+ * point, in the middle of a batch or of a frame.
  *
- * The daemon's VmRSS and descriptor count are sampled every 250 ms; the
- * soak fails when the last quarter's peak exceeds the first quarter's by
+ * A daemon the soak starts itself gets a configuration file that lists
+ * the clients' services (soak-0 to soak-3, clients taking them in turn)
+ * with memory and region quotas; soak-3 has none.
+ *
+ * The daemon's VmRSS and descriptor count are sampled every 250 ms, and
+ * an observer's connection asks for its status as often (a daemon that
+ * does not answer within 20 s is wedged); the soak fails when the last
+ * quarter's peak exceeds the first quarter's by
  * more than --rss-slack MiB (default 32) or --fd-slack descriptors
- * (default 4), when a client sees a wrong result, or when the memory report
- * is not back to zero at the end.
+ * (default 4; on the fake CUDA driver device memory is the daemon's own,
+ * and its pools follow the load: give a wider --rss-slack there), when a
+ * client sees a wrong result, or when at the end the
+ * memory report is not back to zero for every service: no bytes in use
+ * or reserved, no allocations, no regions, no modules.
  *
  * Exit status: 0 passed, 1 failed, 2 usage, 77 skipped (no daemon binary).
  */
 #include <errno.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -48,6 +68,11 @@
 
 #define MAX_CLIENTS 64
 #define MAX_SAMPLES 100000
+/* Clients take services soak-0 to soak-<NSERVICES - 1> in turn. */
+#define NSERVICES 4
+/* A client's scratch: the killed helper's megabyte, then the rest. */
+#define MIB (1u << 20)
+#define BUF_BYTES (2 * MIB)
 
 static struct {
 	const char *daemon;
@@ -86,8 +111,13 @@ struct client {
 	unsigned seed;
 	struct gpucmd_conn *conn;
 	uint64_t next_handle;
+	uint64_t next_id;	/* regions, graphs and modules */
 	uint64_t ops;
 	uint64_t batches;
+	uint64_t kills;
+	unsigned kept_regions;	/* left attached for the next hang-up */
+	unsigned kept_graphs;	/* left, with their buffers, for it too */
+	bool cuda;		/* the daemon drives CUDA (here the fake) */
 };
 
 #define fail_client(c, ...)                                                  \
@@ -109,12 +139,15 @@ static void connect_client(struct client *c)
 	char service[32];
 	int rc;
 
-	snprintf(service, sizeof(service), "soak-%d", c->index % 3);
+	snprintf(service, sizeof(service), "soak-%d", c->index % NSERVICES);
 	for (int tries = 0;; tries++) {
 		rc = gpucmd_connect(sock_path, service, &c->conn, msg,
 				    sizeof(msg));
-		if (rc == 0)
+		if (rc == 0) {
+			c->cuda = strcmp(gpucmd_info(c->conn)->backend,
+					 "cuda") == 0;
 			return;
+		}
 		if (tries > 100)
 			fail_client(c, "connect: %s (%s)", gpucmd_strerror(rc),
 				    msg);
@@ -370,6 +403,8 @@ static void work_hangup(struct client *c, uint8_t *buf)
 	}
 	gpucmd_close(c->conn);
 	c->conn = NULL;
+	c->kept_regions = 0;
+	c->kept_graphs = 0;
 	connect_client(c);
 }
 
@@ -384,10 +419,419 @@ static void work_spin(struct client *c)
 	gpucmd_response_free(run(c, b, "spin"));
 }
 
+static uint64_t next_id(struct client *c)
+{
+	return ++c->next_id;
+}
+
+/* Run b, whose op at index must fail with code; the response is returned. */
+static struct gpucmd_response *run_refused(struct client *c,
+					   struct gpucmd_batch *b, int index,
+					   int code, const char *what)
+{
+	struct gpucmd_response *r = NULL;
+	int rc = gpucmd_run(b, &r);
+
+	if (rc != 0)
+		fail_client(c, "%s: run: %s", what, gpucmd_strerror(rc));
+	if (gpucmd_response_error(r) != code ||
+	    gpucmd_response_failed_index(r) != index)
+		fail_client(c, "%s: op %d got %s (%s), expected op %d to get %s",
+			    what, gpucmd_response_failed_index(r),
+			    gpucmd_errname(gpucmd_response_error(r)),
+			    gpucmd_response_message(r), index,
+			    gpucmd_errname(code));
+	c->batches++;
+	return r;
+}
+
+/*
+ * Regions and graphs a connection keeps between work items, and leaves to
+ * its hang-up; a connection may hold 64 regions (the scratch region
+ * included) and 1024 graphs.
+ */
+#define KEPT_REGIONS 4
+#define KEPT_GRAPHS 16
+
+/*
+ * A shared region: a buffer made from one range of it and another written
+ * from the same range, both read back into the region's second half, and
+ * one of them inline too.  Then the region is released in a round trip, in
+ * a batch with a copy from it still queued, or kept for the hang-up.
+ */
+static void work_region(struct client *c, uint8_t *buf)
+{
+	size_t size = 4096 + rnd(c, 256 << 10), half = size / 2;
+	size_t n = 1 + rnd(c, (unsigned)half);
+	size_t so = rnd(c, (unsigned)(half - n + 1));
+	size_t d1 = half + rnd(c, (unsigned)(half - n + 1));
+	uint64_t id = next_id(c), h1 = handle(c), h2 = handle(c), reg, off, len;
+	uint32_t stream = rnd(c, 4);
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	uint8_t *p = NULL;
+	int rc;
+
+	rc = gpucmd_region_create(c->conn, id, size, (void **)&p);
+	if (rc != 0)
+		fail_client(c, "region_create of %zu bytes: %s (%s)", size,
+			    gpucmd_errname(rc), gpucmd_last_message(c->conn));
+	pattern(p, size, (unsigned)id * 13);
+	memcpy(buf, p + so, n);
+	b = new_batch(c, stream);
+	gpucmd_batch_create_region(b, h1, id, so, n);
+	gpucmd_batch_empty(b, h2, n);
+	gpucmd_batch_write_region(b, h2, 0, id, so, n);
+	gpucmd_batch_read_region(b, h1, 0, n, id, d1);
+	gpucmd_batch_read(b, h2, 0, n);
+	gpucmd_batch_release(b, h1);
+	r = run(c, b, "region copies");
+	expect_bytes(c, r, 4, buf, n, "region: inline read of a write_region");
+	if (gpucmd_response_region(r, 3, &reg, &off, &len) != 0 || reg != id ||
+	    off != d1 || len != n)
+		fail_client(c, "region: the read names region %llu "
+			    "[%llu, +%llu)",
+			    (unsigned long long)reg, (unsigned long long)off,
+			    (unsigned long long)len);
+	gpucmd_response_free(r);
+	for (size_t k = 0; k < n; k++)
+		if (p[d1 + k] != buf[k])
+			fail_client(c, "region: byte %zu read into the region is "
+				    "0x%02x, expected 0x%02x", k, p[d1 + k],
+				    buf[k]);
+
+	switch (rnd(c, 4)) {
+	case 0:
+		/* A new range written from the region, released behind it. */
+		pattern(p, half, (unsigned)id * 17);
+		memcpy(buf, p, n);
+		b = new_batch(c, stream);
+		gpucmd_batch_write_region(b, h2, 0, id, 0, n);
+		gpucmd_batch_release_region(b, id);
+		gpucmd_response_free(run(c, b, "region: released behind "
+					 "a copy"));
+		b = new_batch(c, rnd(c, 4));
+		gpucmd_batch_read(b, h2, 0, n);
+		gpucmd_batch_release(b, h2);
+		r = run(c, b, "region: read after the release");
+		expect_bytes(c, r, 0, buf, n, "region: write queued before "
+			     "its release");
+		gpucmd_response_free(r);
+		return;
+	case 1:
+		if (c->kept_regions < KEPT_REGIONS) {
+			c->kept_regions++;
+			break;
+		}
+		/* fall through */
+	default:
+		rc = gpucmd_region_release(c->conn, id);
+		if (rc != 0)
+			fail_client(c, "region_release: %s (%s)",
+				    gpucmd_errname(rc),
+				    gpucmd_last_message(c->conn));
+		break;
+	}
+	b = new_batch(c, stream);
+	gpucmd_batch_release(b, h2);
+	gpucmd_response_free(run(c, b, "region: release"));
+}
+
+/*
+ * The convenience transfers past GPUCMD_INLINE_MAX, which go through the
+ * connection's scratch region.
+ */
+static void work_scratch(struct client *c, uint8_t *buf)
+{
+	size_t len = GPUCMD_INLINE_MAX + 1 + rnd(c, 160 << 10);
+	uint8_t *got = buf + (256 << 10);
+	uint32_t stream = rnd(c, 4);
+	uint64_t h = handle(c);
+	struct gpucmd_batch *b = new_batch(c, stream);
+	int rc;
+
+	gpucmd_batch_empty(b, h, len);
+	gpucmd_response_free(run(c, b, "scratch: empty"));
+	pattern(buf, len, (unsigned)h * 5);
+	rc = gpucmd_write_buffer(c->conn, stream, h, 0, buf, len);
+	if (rc != 0)
+		fail_client(c, "write_buffer of %zu bytes: %s (%s)", len,
+			    gpucmd_errname(rc), gpucmd_last_message(c->conn));
+	memset(got, 0, len);
+	rc = gpucmd_read_buffer(c->conn, rnd(c, 4), h, 0, len, got);
+	if (rc != 0)
+		fail_client(c, "read_buffer of %zu bytes: %s (%s)", len,
+			    gpucmd_errname(rc), gpucmd_last_message(c->conn));
+	for (size_t k = 0; k < len; k++)
+		if (got[k] != buf[k])
+			fail_client(c, "scratch: byte %zu is 0x%02x, expected "
+				    "0x%02x", k, got[k], buf[k]);
+	b = new_batch(c, stream);
+	gpucmd_batch_release(b, h);
+	gpucmd_response_free(run(c, b, "scratch: release"));
+}
+
+static uint32_t f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+/*
+ * A graph of two kernels (x *= 2, then y = x) captured, replayed k times
+ * and read back: x and y must be x0 * 2^k, to the bit.  Now and then the
+ * graph and its buffers are left for the hang-up to clean.
+ */
+static void work_graph(struct client *c, uint8_t *buf)
+{
+	uint32_t n = 1 + rnd(c, 4096), k = 1 + rnd(c, 4);
+	uint32_t grid[3] = { (n + 63) / 64, 1, 1 }, block[3] = { 64, 1, 1 };
+	uint32_t one[3] = { 1, 1, 1 };
+	uint64_t x = handle(c), y = handle(c), g = next_id(c);
+	struct gpucmd_arg scale[3] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = x },
+		{ .kind = GPUCMD_ARG_F32, .v.f32 = 2.0f },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = n },
+	};
+	struct gpucmd_arg copy[3] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = y },
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = x },
+		{ .kind = GPUCMD_ARG_U64, .v.u64 = (uint64_t)n * 4 },
+	};
+	struct gpucmd_batch *b = new_batch(c, rnd(c, 4));
+	struct gpucmd_response *r;
+	uint8_t *want = buf + (256 << 10);
+
+	for (uint32_t i = 0; i < n; i++) {
+		float x0 = (float)(1 + (i + g) % 13);
+		uint32_t v0 = f32_bits(x0), v = f32_bits(x0 * (float)(1u << k));
+
+		memcpy(buf + (size_t)i * 4, &v0, 4);
+		memcpy(want + (size_t)i * 4, &v, 4);
+	}
+	gpucmd_batch_create_with_data(b, x, buf, (size_t)n * 4);
+	gpucmd_batch_empty(b, y, (uint64_t)n * 4);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_kernel(b, "scale_f32", grid, block, scale, 3);
+	gpucmd_batch_kernel(b, "copy", one, one, copy, 3);
+	gpucmd_batch_capture_end(b, g);
+	for (uint32_t i = 0; i < k; i++)
+		gpucmd_batch_graph_launch(b, g);
+	gpucmd_batch_read(b, x, 0, (uint64_t)n * 4);
+	gpucmd_batch_read(b, y, 0, (uint64_t)n * 4);
+	if (rnd(c, 4) != 0 || c->kept_graphs == KEPT_GRAPHS) {
+		gpucmd_batch_graph_destroy(b, g);
+		gpucmd_batch_release(b, x);
+		gpucmd_batch_release(b, y);
+	} else {
+		c->kept_graphs++;
+	}
+	r = run(c, b, "graph");
+	expect_bytes(c, r, 6 + k, want, (size_t)n * 4, "graph: x replayed");
+	expect_bytes(c, r, 7 + k, want, (size_t)n * 4, "graph: y replayed");
+	gpucmd_response_free(r);
+}
+
+/*
+ * add_one(p, n) adds one to n u32s at p: the fake CUDA driver runs it.  The
+ * second form has globals, which count against the service's quota.
+ */
+static const char add_one_ptx[] =
+	".version 8.0\n.target sm_90\n.address_size 64\n"
+	".visible .entry add_one(\n.param .u64 add_one_param_0,\n"
+	".param .u32 add_one_param_1\n)\n{\nret;\n}\n";
+static const char add_one_globals_ptx[] =
+	".version 8.0\n.target sm_90\n.address_size 64\n"
+	".global .align 4 .b8 e[1048576];\n"
+	".visible .entry add_one(\n.param .u64 add_one_param_0,\n"
+	".param .u32 add_one_param_1\n)\n{\nret;\n}\n";
+
+/*
+ * A module loaded, its kernel launched on a buffer, unloaded with the
+ * launch maybe still queued, and the buffer read back.  The host backend
+ * loads no modules: there the load must be refused, and nothing else run.
+ */
+static void work_module(struct client *c, uint8_t *buf)
+{
+	const char *ptx = rnd(c, 2) ? add_one_ptx : add_one_globals_ptx;
+	uint32_t n = 1 + rnd(c, 4096), one[3] = { 1, 1, 1 };
+	uint64_t m = next_id(c), h = handle(c);
+	struct gpucmd_arg args[2] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = h },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = n },
+	};
+	struct gpucmd_batch *b = new_batch(c, rnd(c, 4));
+	struct gpucmd_response *r;
+	uint8_t *want = buf + (256 << 10);
+
+	gpucmd_batch_load_module(b, m, "ptx", ptx, strlen(ptx));
+	if (!c->cuda) {
+		gpucmd_response_free(run_refused(c, b, 0, GPUCMD_EUNSUPPORTED,
+						 "module load on host"));
+		return;
+	}
+	pattern(buf, (size_t)n * 4, (unsigned)h);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t v;
+
+		memcpy(&v, buf + (size_t)i * 4, 4);
+		v++;
+		memcpy(want + (size_t)i * 4, &v, 4);
+	}
+	gpucmd_batch_create_with_data(b, h, buf, (size_t)n * 4);
+	gpucmd_batch_kernel_module(b, m, "add_one", one, one, 0, args, 2);
+	gpucmd_batch_unload_module(b, m);
+	gpucmd_batch_read(b, h, 0, (uint64_t)n * 4);
+	gpucmd_batch_release(b, h);
+	r = run(c, b, "module");
+	expect_bytes(c, r, 4, want, (size_t)n * 4, "module: add_one");
+	gpucmd_response_free(r);
+}
+
+/*
+ * Past the memory quota: an allocation one byte over the service's limit
+ * is refused, the buffer made before it in the same batch is intact, and
+ * the service's report shows the limit.
+ */
+static void work_quota(struct client *c, uint8_t *buf)
+{
+	uint64_t limit = gpucmd_info(c->conn)->memory_limit;
+	uint64_t h = handle(c), big = handle(c);
+	size_t len = 1 + rnd(c, 4096);
+	struct gpucmd_report *rep = NULL;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	bool seen = false;
+
+	if (limit == 0)
+		return;
+	pattern(buf, len, (unsigned)h);
+	b = new_batch(c, rnd(c, 4));
+	gpucmd_batch_create_with_data(b, h, buf, len);
+	gpucmd_batch_empty(b, big, limit + 1);
+	gpucmd_batch_release(b, big);
+	gpucmd_response_free(run_refused(c, b, 1, GPUCMD_EQUOTA, "quota"));
+	b = new_batch(c, rnd(c, 4));
+	gpucmd_batch_read(b, h, 0, len);
+	gpucmd_batch_release(b, h);
+	r = run(c, b, "quota: the buffer before the refusal");
+	expect_bytes(c, r, 0, buf, len, "quota: the buffer before the refusal");
+	gpucmd_response_free(r);
+	if (gpucmd_memory_report(c->conn, &rep) != 0)
+		fail_client(c, "memory report");
+	for (size_t i = 0; i < rep->nservices; i++) {
+		const struct gpucmd_service_report *s = &rep->services[i];
+
+		if (strcmp(s->name, gpucmd_info(c->conn)->service) != 0)
+			continue;
+		seen = true;
+		if (s->limit_bytes != limit || s->oom_count == 0)
+			fail_client(c, "quota: %s reports a limit of %llu "
+				    "(welcomed with %llu) and %llu refusals",
+				    s->name, (unsigned long long)s->limit_bytes,
+				    (unsigned long long)limit,
+				    (unsigned long long)s->oom_count);
+	}
+	if (!seen)
+		fail_client(c, "quota: the memory report lists no %s",
+			    gpucmd_info(c->conn)->service);
+	gpucmd_report_free(rep);
+}
+
+/*
+ * The helper of work_killed: a connection of its own that sends batches
+ * as fast as it can, some with a megabyte of data in them, with regions,
+ * graphs and spins, until it is killed.  Whatever it reads back is checked.
+ */
+static void killed_main(struct client *parent, uint8_t *buf, int ready)
+{
+	struct client c = { .index = parent->index,
+			    .seed = parent->seed * 31 + 7 };
+	uint8_t *p = NULL;
+	uint64_t ids[8];
+	int nids = 0;
+
+	connect_client(&c);
+	if (rnd(&c, 2) && gpucmd_region_create(c.conn, next_id(&c), MIB,
+					       (void **)&p) != 0)
+		fail_client(&c, "killed helper: region_create");
+	if (write(ready, "", 1) != 1)
+		fail_client(&c, "killed helper: write: %s", strerror(errno));
+	for (;;) {
+		struct gpucmd_batch *b = new_batch(&c, rnd(&c, 4));
+		size_t len = 1 + rnd(&c, MIB);
+		uint64_t h = handle(&c);
+		uint32_t one[3] = { 1, 1, 1 };
+		struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
+					   .v.u32 = 50 + rnd(&c, 500) };
+
+		pattern(buf, len, (unsigned)h);
+		gpucmd_batch_create_with_data(b, h, buf, len);
+		if (p != NULL) {
+			gpucmd_batch_write_region(b, h, 0, c.next_id, 0, len);
+			gpucmd_batch_read_region(b, h, 0, len, c.next_id, 0);
+		}
+		if (rnd(&c, 4) == 0)
+			gpucmd_batch_kernel(b, "spin", one, one, &spin, 1);
+		if (rnd(&c, 2))
+			gpucmd_batch_release(b, h);
+		if (gpucmd_submit(b, &ids[nids++]) != 0)
+			fail_client(&c, "killed helper: submit");
+		if (nids == 8 || rnd(&c, 4) == 0) {
+			struct gpucmd_response *r = NULL;
+
+			if (gpucmd_wait(c.conn, ids[0], &r) != 0 ||
+			    gpucmd_response_error(r) != 0)
+				fail_client(&c, "killed helper: batch failed");
+			gpucmd_response_free(r);
+			memmove(ids, ids + 1, sizeof(ids[0]) * --nids);
+		}
+	}
+}
+
+/*
+ * A process with a connection of its own killed with SIGKILL at a random
+ * point of its work: between frames, in the middle of one, with batches
+ * queued and regions mapped.  The daemon must clean up as for a hang-up.
+ */
+static void work_killed(struct client *c, uint8_t *buf)
+{
+	unsigned delay_us = rnd(c, 20000);
+	int status = 0, ready[2];
+	char byte;
+	pid_t pid;
+
+	c->seed++;
+	if (pipe2(ready, O_CLOEXEC) != 0)
+		fail_client(c, "pipe: %s", strerror(errno));
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		fail_client(c, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(ready[0]);
+		killed_main(c, buf, ready[1]);
+	}
+	close(ready[1]);
+	/* Connected (or failed, and then the status says so), then killed. */
+	if (read(ready[0], &byte, 1) == 1)
+		usleep(delay_us);
+	close(ready[0]);
+	kill(pid, SIGKILL);
+	if (waitpid(pid, &status, 0) != pid)
+		fail_client(c, "waitpid: %s", strerror(errno));
+	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+		fail_client(c, "the helper to kill ended first (status 0x%x)",
+			    status);
+	c->kills++;
+}
+
 static void client_main(int index, uint64_t until_ms)
 {
 	struct client c = { .index = index, .seed = opt.seed * 7919 + index };
-	uint8_t *buf = malloc(65536 * 8);
+	uint8_t *buf = malloc(BUF_BYTES);
 
 	if (buf == NULL)
 		fail_client(&c, "out of memory");
@@ -395,39 +839,81 @@ static void client_main(int index, uint64_t until_ms)
 	while (now_ms() < until_ms) {
 		unsigned w = rnd(&c, 100);
 
-		if (w < 30)
+		if (w < 20)
 			work_roundtrip(&c, buf);
-		else if (w < 45)
+		else if (w < 28)
 			work_fill(&c, buf);
-		else if (w < 65)
+		else if (w < 40)
 			work_cross_stream(&c, buf);
-		else if (w < 80)
+		else if (w < 49)
 			work_writes(&c, buf);
-		else if (w < 85)
+		else if (w < 53 && !c.cuda)
 			work_fault(&c);
-		else if (w < 92)
+		else if (w < 53)
+			work_roundtrip(&c, buf);
+		else if (w < 58)
 			work_reports(&c);
-		else if (w < 95)
+		else if (w < 61)
 			work_hangup(&c, buf);
-		else
+		else if (w < 64)
 			work_spin(&c);
+		else if (w < 73)
+			work_region(&c, buf);
+		else if (w < 76)
+			work_scratch(&c, buf);
+		else if (w < 85)
+			work_graph(&c, buf);
+		else if (w < 90)
+			work_module(&c, buf);
+		else if (w < 97)
+			work_quota(&c, buf);
+		else
+			work_killed(&c, buf);
 	}
 	gpucmd_close(c.conn);
 	free(buf);
 	if (!opt.quiet)
-		printf("soak: client %d: %llu batches, %llu ops, all verified\n",
+		printf("soak: client %d: %llu batches, %llu ops, %llu helpers "
+		       "killed, all verified\n",
 		       index, (unsigned long long)c.batches,
-		       (unsigned long long)c.ops);
+		       (unsigned long long)c.ops, (unsigned long long)c.kills);
 	fflush(stdout);
 	_exit(0);
 }
 
 /* ---- the daemon ------------------------------------------------------------ */
 
+/*
+ * The services the clients use, with quotas well above what the mix holds
+ * at once (work_quota goes past them on purpose), and one without.
+ */
+static const char soak_conf[] =
+	"[service soak-0]\n"
+	"memory_limit = 256M\n"
+	"region_limit = 128M\n"
+	"[service soak-1]\n"
+	"memory_limit = 192M\n"
+	"region_limit = 96M\n"
+	"max_modules = 16\n"
+	"[service soak-2]\n"
+	"memory_limit = 160M\n"
+	"[service soak-3]\n";
+
+static void write_config(const char *path)
+{
+	FILE *f = fopen(path, "we");
+
+	if (f == NULL || fputs(soak_conf, f) == EOF || fclose(f) != 0) {
+		fprintf(stderr, "soak: cannot write %s: %s\n", path,
+			strerror(errno));
+		exit(1);
+	}
+}
+
 static pid_t start_daemon(void)
 {
 	pid_t pid;
-	char log[128];
+	char log[128], conf[128];
 
 	snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/gpucmd-soak-XXXXXX");
 	if (mkdtemp(tmp_dir) == NULL) {
@@ -436,6 +922,8 @@ static pid_t start_daemon(void)
 	}
 	snprintf(sock_path, sizeof(sock_path), "%s/s.sock", tmp_dir);
 	snprintf(log, sizeof(log), "%s/daemon.log", tmp_dir);
+	snprintf(conf, sizeof(conf), "%s/gpucmdd.conf", tmp_dir);
+	write_config(conf);
 	pid = fork();
 	if (pid < 0) {
 		perror("fork");
@@ -447,7 +935,7 @@ static pid_t start_daemon(void)
 		(void)f;
 		execl(opt.daemon, opt.daemon, "--socket", sock_path,
 		      "--backend", opt.backend, "--log-level", "notice",
-		      (char *)NULL);
+		      "--config", conf, (char *)NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 2000; i++) {
@@ -523,6 +1011,76 @@ static int fd_count(pid_t pid)
 	return n;
 }
 
+/*
+ * Whether every service of rep holds nothing, and only the checking
+ * connection is open; when say, what is still held goes to stderr.
+ */
+static bool report_is_zero(const struct gpucmd_report *rep, bool say)
+{
+	bool zero = rep->totals.connections == 1;
+
+	if (!zero && say)
+		fprintf(stderr, "soak: at the end %u connections are open\n",
+			rep->totals.connections);
+	for (size_t i = 0; i < rep->nservices; i++) {
+		const struct gpucmd_service_report *s = &rep->services[i];
+
+		if (s->bytes_in_use == 0 && s->allocations == 0 &&
+		    s->bytes_reserved == 0 &&
+		    s->regions == 0 && s->region_bytes == 0 &&
+		    s->modules == 0 && s->module_bytes == 0 &&
+		    s->bytes_released_pending == 0)
+			continue;
+		zero = false;
+		if (say)
+			fprintf(stderr, "soak: at the end service %s holds %llu "
+				"bytes in %llu allocations (%llu released, "
+				"pending; %llu reserved), %u regions of %llu "
+				"bytes, %u modules with %llu bytes of "
+				"globals\n",
+				s->name, (unsigned long long)s->bytes_in_use,
+				(unsigned long long)s->allocations,
+				(unsigned long long)s->bytes_released_pending,
+				(unsigned long long)s->bytes_reserved,
+				s->regions, (unsigned long long)s->region_bytes,
+				s->modules, (unsigned long long)s->module_bytes);
+	}
+	return zero && rep->totals.bytes_in_use == 0 &&
+	       rep->totals.allocations == 0 && rep->totals.regions == 0;
+}
+
+/*
+ * An observer's connection that asks for the daemon's status beside each
+ * sample of its RSS: a daemon that does not answer within 20 s is wedged.
+ */
+static struct gpucmd_conn *monitor_open(void)
+{
+	struct gpucmd_conn *c = NULL;
+	char msg[256] = "";
+	int rc;
+
+	rc = gpucmd_connect_flags(sock_path, "", 20000, GPUCMD_CONNECT_OBSERVE,
+				  &c, msg, sizeof(msg));
+	if (rc != 0) {
+		fprintf(stderr, "soak: cannot connect to watch the daemon: %s "
+			"(%s)\n", gpucmd_strerror(rc), msg);
+		return NULL;
+	}
+	return c;
+}
+
+/* Whether the daemon answers a status on mon. */
+static bool answers(struct gpucmd_conn *mon)
+{
+	struct gpucmd_status st;
+	int rc = gpucmd_status(mon, &st);
+
+	if (rc != 0)
+		fprintf(stderr, "soak: the daemon did not answer a status: %s\n",
+			gpucmd_strerror(rc));
+	return rc == 0;
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 static void usage(FILE *out)
@@ -554,6 +1112,7 @@ int main(int argc, char **argv)
 	static pid_t kids[MAX_CLIENTS];
 	char default_daemon[256];
 	const char *build = getenv("BUILD");
+	struct gpucmd_conn *mon;
 	bool own = false, failed = false;
 	size_t n = 0;
 	pid_t daemon;
@@ -634,7 +1193,9 @@ int main(int argc, char **argv)
 		if (kids[i] == 0)
 			client_main((int)i, until);
 	}
-	while (now_ms() < until && n < MAX_SAMPLES) {
+	mon = monitor_open();
+	failed = mon == NULL;
+	while (!failed && now_ms() < until && n < MAX_SAMPLES) {
 		rss[n] = rss_kb(daemon);
 		fds[n] = fd_count(daemon);
 		if (rss[n] < 0 || fds[n] < 0) {
@@ -643,9 +1204,15 @@ int main(int argc, char **argv)
 			failed = true;
 			break;
 		}
+		if (!answers(mon)) {
+			failed = true;
+			break;
+		}
 		n++;
 		usleep(250000);
 	}
+	if (mon != NULL)
+		gpucmd_close(mon);
 	for (unsigned i = 0; i < opt.clients; i++) {
 		int status;
 
@@ -708,16 +1275,7 @@ int main(int argc, char **argv)
 				failed = true;
 				break;
 			}
-			zero = rep->totals.bytes_in_use == 0 &&
-			       rep->totals.allocations == 0 &&
-			       rep->totals.connections == 1;
-			if (!zero && i == 499)
-				fprintf(stderr, "soak: at the end %llu bytes "
-					"in %llu allocations are held, %u "
-					"connections open\n",
-					(unsigned long long)rep->totals.bytes_in_use,
-					(unsigned long long)rep->totals.allocations,
-					rep->totals.connections);
+			zero = report_is_zero(rep, i == 499);
 			gpucmd_report_free(rep);
 			if (!zero)
 				usleep(10000);
@@ -754,6 +1312,8 @@ int main(int argc, char **argv)
 			char path[160];
 
 			snprintf(path, sizeof(path), "%s/daemon.log", tmp_dir);
+			unlink(path);
+			snprintf(path, sizeof(path), "%s/gpucmdd.conf", tmp_dir);
 			unlink(path);
 			unlink(sock_path);
 			rmdir(tmp_dir);
