@@ -742,51 +742,107 @@ static void work_quota(struct client *c, uint8_t *buf)
 
 /*
  * The helper of work_killed: a connection of its own that sends batches
- * as fast as it can, some with a megabyte of data in them, with regions,
- * graphs and spins, until it is killed.  Whatever it reads back is checked.
+ * as fast as it can, some with a megabyte of data in them, with a region
+ * (attached before or after it says it is ready), graphs, module loads
+ * and spins, until it is killed.  Whatever it reads back is checked, and
+ * every batch it waits for must end as it should.
  */
 static void killed_main(struct client *parent, uint8_t *buf, int ready)
 {
 	struct client c = { .index = parent->index,
 			    .seed = parent->seed * 31 + 7 };
+	uint32_t one[3] = { 1, 1, 1 };
+	uint64_t ids[8], region = 0;
+	int codes[8], nids = 0;
+	bool early = false;
 	uint8_t *p = NULL;
-	uint64_t ids[8];
-	int nids = 0;
 
 	connect_client(&c);
-	if (rnd(&c, 2) && gpucmd_region_create(c.conn, next_id(&c), MIB,
-					       (void **)&p) != 0)
-		fail_client(&c, "killed helper: region_create");
-	if (write(ready, "", 1) != 1)
+	if (rnd(&c, 2)) {
+		early = rnd(&c, 2);
+		if (early && write(ready, "", 1) != 1)
+			_exit(1);
+		region = next_id(&c);
+		if (gpucmd_region_create(c.conn, region, MIB, (void **)&p) != 0)
+			fail_client(&c, "killed helper: region_create");
+	}
+	if (!early && write(ready, "", 1) != 1)
 		fail_client(&c, "killed helper: write: %s", strerror(errno));
 	for (;;) {
 		struct gpucmd_batch *b = new_batch(&c, rnd(&c, 4));
 		size_t len = 1 + rnd(&c, MIB);
-		uint64_t h = handle(&c);
-		uint32_t one[3] = { 1, 1, 1 };
+		uint64_t h = handle(&c), g;
 		struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
 					   .v.u32 = 50 + rnd(&c, 500) };
+		struct gpucmd_arg fill[3] = {
+			{ .kind = GPUCMD_ARG_BUFFER, .v.handle = h },
+			{ .kind = GPUCMD_ARG_U32, .v.u32 = (uint32_t)h },
+			{ .kind = GPUCMD_ARG_U32, .v.u32 = 1 + rnd(&c, 1024) },
+		};
+		struct gpucmd_response *r = NULL;
 
-		pattern(buf, len, (unsigned)h);
-		gpucmd_batch_create_with_data(b, h, buf, len);
-		if (p != NULL) {
-			gpucmd_batch_write_region(b, h, 0, c.next_id, 0, len);
-			gpucmd_batch_read_region(b, h, 0, len, c.next_id, 0);
+		codes[nids] = 0;
+		switch (rnd(&c, 4)) {
+		case 0:
+			/* A graph of one fill, replayed and destroyed. */
+			g = next_id(&c);
+			gpucmd_batch_empty(b, h, 4096);
+			gpucmd_batch_capture_begin(b);
+			gpucmd_batch_kernel(b, "fill_u32", one, one, fill, 3);
+			gpucmd_batch_capture_end(b, g);
+			gpucmd_batch_graph_launch(b, g);
+			if (rnd(&c, 2))
+				gpucmd_batch_graph_destroy(b, g);
+			break;
+		case 1:
+			gpucmd_batch_load_module(b, next_id(&c), "ptx",
+						 add_one_ptx,
+						 strlen(add_one_ptx));
+			if (!c.cuda)
+				codes[nids] = GPUCMD_EUNSUPPORTED;
+			break;
+		default:
+			pattern(buf, len, (unsigned)h);
+			gpucmd_batch_create_with_data(b, h, buf, len);
+			if (p != NULL) {
+				gpucmd_batch_write_region(b, h, 0, region, 0,
+							  len);
+				gpucmd_batch_read_region(b, h, 0, len, region,
+							 0);
+			}
+			if (rnd(&c, 4) == 0)
+				gpucmd_batch_kernel(b, "spin", one, one, &spin,
+						    1);
+			if (rnd(&c, 8) == 0) {
+				/* Read back now, and checked. */
+				if (p != NULL)
+					memcpy(buf, p, len);
+				gpucmd_batch_read(b, h, 0, len);
+				r = run(&c, b, "killed helper: read");
+				expect_bytes(&c, r, gpucmd_response_count(r) - 1,
+					     buf, len, "killed helper: read");
+				gpucmd_response_free(r);
+				continue;
+			}
+			if (rnd(&c, 2))
+				gpucmd_batch_release(b, h);
+			break;
 		}
-		if (rnd(&c, 4) == 0)
-			gpucmd_batch_kernel(b, "spin", one, one, &spin, 1);
-		if (rnd(&c, 2))
-			gpucmd_batch_release(b, h);
 		if (gpucmd_submit(b, &ids[nids++]) != 0)
 			fail_client(&c, "killed helper: submit");
 		if (nids == 8 || rnd(&c, 4) == 0) {
-			struct gpucmd_response *r = NULL;
-
-			if (gpucmd_wait(c.conn, ids[0], &r) != 0 ||
-			    gpucmd_response_error(r) != 0)
-				fail_client(&c, "killed helper: batch failed");
+			if (gpucmd_wait(c.conn, ids[0], &r) != 0)
+				fail_client(&c, "killed helper: wait");
+			if (gpucmd_response_error(r) != codes[0])
+				fail_client(&c, "killed helper: a batch got %s "
+					    "(%s), not %s",
+					    gpucmd_errname(gpucmd_response_error(r)),
+					    gpucmd_response_message(r),
+					    gpucmd_errname(codes[0]));
 			gpucmd_response_free(r);
-			memmove(ids, ids + 1, sizeof(ids[0]) * --nids);
+			nids--;
+			memmove(ids, ids + 1, sizeof(ids[0]) * nids);
+			memmove(codes, codes + 1, sizeof(codes[0]) * nids);
 		}
 	}
 }
