@@ -32,7 +32,10 @@
  *
  * A daemon the soak starts itself gets a configuration file that lists
  * the clients' services (soak-0 to soak-3, clients taking them in turn)
- * with memory and region quotas; soak-3 has none.
+ * with memory and region quotas; soak-3 has none.  Besides, every client
+ * keeps a connection of service soak-tight, whose 2 MiB the clients
+ * together go past all the time: there GPUCMD_EQUOTA at the allocation is
+ * an answer, and anything else must be right.
  *
  * The daemon's VmRSS and descriptor count are sampled every 250 ms, and
  * an observer's connection asks for its status as often (a daemon that
@@ -110,6 +113,7 @@ struct client {
 	int index;
 	unsigned seed;
 	struct gpucmd_conn *conn;
+	struct gpucmd_conn *tight;	/* of soak-tight, once work_tight ran */
 	uint64_t next_handle;
 	uint64_t next_id;	/* regions, graphs and modules */
 	uint64_t ops;
@@ -133,26 +137,33 @@ static unsigned rnd(struct client *c, unsigned n)
 	return n ? (unsigned)rand_r(&c->seed) % n : 0;
 }
 
-static void connect_client(struct client *c)
+/* A connection for service, retried while the daemon is full. */
+static struct gpucmd_conn *connect_service(struct client *c,
+					   const char *service)
 {
+	struct gpucmd_conn *conn = NULL;
 	char msg[256] = "";
-	char service[32];
 	int rc;
 
-	snprintf(service, sizeof(service), "soak-%d", c->index % NSERVICES);
 	for (int tries = 0;; tries++) {
-		rc = gpucmd_connect(sock_path, service, &c->conn, msg,
+		rc = gpucmd_connect(sock_path, service, &conn, msg,
 				    sizeof(msg));
-		if (rc == 0) {
-			c->cuda = strcmp(gpucmd_info(c->conn)->backend,
-					 "cuda") == 0;
-			return;
-		}
+		if (rc == 0)
+			return conn;
 		if (tries > 100)
-			fail_client(c, "connect: %s (%s)", gpucmd_strerror(rc),
-				    msg);
+			fail_client(c, "connect to %s: %s (%s)", service,
+				    gpucmd_strerror(rc), msg);
 		usleep(10000);
 	}
+}
+
+static void connect_client(struct client *c)
+{
+	char service[32];
+
+	snprintf(service, sizeof(service), "soak-%d", c->index % NSERVICES);
+	c->conn = connect_service(c, service);
+	c->cuda = strcmp(gpucmd_info(c->conn)->backend, "cuda") == 0;
 }
 
 static struct gpucmd_batch *new_batch(struct client *c, uint32_t stream)
@@ -884,6 +895,73 @@ static void work_killed(struct client *c, uint8_t *buf)
 	c->kills++;
 }
 
+/*
+ * Under a quota the clients go past together: batches of soak-tight on
+ * several streams at once, each allocating up to 1 MiB, filling part of
+ * it, reading it back and releasing it.  GPUCMD_EQUOTA at the allocation
+ * is a fair answer; anything else must be a success, every byte right.
+ */
+static void work_tight(struct client *c, uint8_t *buf)
+{
+	uint32_t block[3] = { 64, 1, 1 }, grid[3] = { 16, 1, 1 };
+	struct gpucmd_conn *main_conn = c->conn;
+	uint64_t ids[4], hs[4];
+	size_t lens[4];
+	uint32_t counts[4], values[4];
+	int nb = 1 + (int)rnd(c, 4);
+
+	if (c->tight == NULL)
+		c->tight = connect_service(c, "soak-tight");
+	c->conn = c->tight;
+	for (int i = 0; i < nb; i++) {
+		struct gpucmd_batch *b = new_batch(c, (uint32_t)i);
+		struct gpucmd_arg args[3] = {
+			{ .kind = GPUCMD_ARG_BUFFER },
+			{ .kind = GPUCMD_ARG_U32 },
+			{ .kind = GPUCMD_ARG_U32 },
+		};
+
+		hs[i] = handle(c);
+		lens[i] = 1 + rnd(c, MIB);
+		counts[i] = (uint32_t)rnd(c, (unsigned)(lens[i] / 4 + 1));
+		values[i] = (uint32_t)rand_r(&c->seed);
+		args[0].v.handle = hs[i];
+		args[1].v.u32 = values[i];
+		args[2].v.u32 = counts[i];
+		pattern(buf, lens[i], (unsigned)hs[i]);
+		gpucmd_batch_create_with_data(b, hs[i], buf, lens[i]);
+		gpucmd_batch_kernel(b, "fill_u32", grid, block, args, 3);
+		gpucmd_batch_read(b, hs[i], 0, lens[i]);
+		gpucmd_batch_release(b, hs[i]);
+		if (gpucmd_submit(b, &ids[i]) != 0)
+			fail_client(c, "tight: submit");
+	}
+	for (int i = 0; i < nb; i++) {
+		struct gpucmd_response *r = NULL;
+		int rc;
+
+		if (gpucmd_wait(c->conn, ids[i], &r) != 0)
+			fail_client(c, "tight: wait");
+		rc = gpucmd_response_error(r);
+		c->batches++;
+		if (rc == GPUCMD_EQUOTA && gpucmd_response_failed_index(r) == 0) {
+			gpucmd_response_free(r);
+			continue;
+		}
+		if (rc != 0)
+			fail_client(c, "tight: op %d of %zu bytes got %s (%s)",
+				    gpucmd_response_failed_index(r), lens[i],
+				    gpucmd_errname(rc),
+				    gpucmd_response_message(r));
+		pattern(buf, lens[i], (unsigned)hs[i]);
+		for (uint32_t k = 0; k < counts[i]; k++)
+			memcpy(buf + (size_t)k * 4, &values[i], 4);
+		expect_bytes(c, r, 2, buf, lens[i], "tight: fill under quota");
+		gpucmd_response_free(r);
+	}
+	c->conn = main_conn;
+}
+
 static void client_main(int index, uint64_t until_ms)
 {
 	struct client c = { .index = index, .seed = opt.seed * 7919 + index };
@@ -895,8 +973,10 @@ static void client_main(int index, uint64_t until_ms)
 	while (now_ms() < until_ms) {
 		unsigned w = rnd(&c, 100);
 
-		if (w < 20)
+		if (w < 15)
 			work_roundtrip(&c, buf);
+		else if (w < 20)
+			work_tight(&c, buf);
 		else if (w < 28)
 			work_fill(&c, buf);
 		else if (w < 40)
@@ -927,6 +1007,8 @@ static void client_main(int index, uint64_t until_ms)
 			work_killed(&c, buf);
 	}
 	gpucmd_close(c.conn);
+	if (c.tight != NULL)
+		gpucmd_close(c.tight);
 	free(buf);
 	if (!opt.quiet)
 		printf("soak: client %d: %llu batches, %llu ops, %llu helpers "
@@ -953,7 +1035,9 @@ static const char soak_conf[] =
 	"max_modules = 16\n"
 	"[service soak-2]\n"
 	"memory_limit = 160M\n"
-	"[service soak-3]\n";
+	"[service soak-3]\n"
+	"[service soak-tight]\n"
+	"memory_limit = 2M\n";
 
 static void write_config(const char *path)
 {
