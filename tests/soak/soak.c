@@ -35,7 +35,9 @@
  * with memory and region quotas; soak-3 has none.  Besides, every client
  * keeps a connection of service soak-tight, whose 2 MiB the clients
  * together go past all the time: there GPUCMD_EQUOTA at the allocation is
- * an answer, and anything else must be right.
+ * an answer, and anything else must be right.  Every 4 s the soak rewrites
+ * the file with soak-tight's quota at 1 or 2 MiB, and reloads the daemon
+ * (SIGHUP).
  *
  * The daemon's VmRSS and descriptor count are sampled every 250 ms, and
  * an observer's connection asks for its status as often (a daemon that
@@ -1023,7 +1025,8 @@ static void client_main(int index, uint64_t until_ms)
 
 /*
  * The services the clients use, with quotas well above what the mix holds
- * at once (work_quota goes past them on purpose), and one without.
+ * at once (work_quota goes past them on purpose), and one without; then
+ * soak-tight, whose quota write_config sets.
  */
 static const char soak_conf[] =
 	"[service soak-0]\n"
@@ -1035,15 +1038,24 @@ static const char soak_conf[] =
 	"max_modules = 16\n"
 	"[service soak-2]\n"
 	"memory_limit = 160M\n"
-	"[service soak-3]\n"
-	"[service soak-tight]\n"
-	"memory_limit = 2M\n";
+	"[service soak-3]\n";
 
-static void write_config(const char *path)
+/*
+ * Write the daemon's config with soak-tight's quota at tight_mib MiB:
+ * into a file beside it, renamed over it, so that a reload never reads
+ * half of it.
+ */
+static void write_config(const char *path, unsigned tight_mib)
 {
-	FILE *f = fopen(path, "we");
+	char tmp[160];
+	FILE *f;
 
-	if (f == NULL || fputs(soak_conf, f) == EOF || fclose(f) != 0) {
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	f = fopen(tmp, "we");
+	if (f == NULL || fputs(soak_conf, f) == EOF ||
+	    fprintf(f, "[service soak-tight]\nmemory_limit = %uM\n",
+		    tight_mib) < 0 ||
+	    fclose(f) != 0 || rename(tmp, path) != 0) {
 		fprintf(stderr, "soak: cannot write %s: %s\n", path,
 			strerror(errno));
 		exit(1);
@@ -1063,7 +1075,7 @@ static pid_t start_daemon(void)
 	snprintf(sock_path, sizeof(sock_path), "%s/s.sock", tmp_dir);
 	snprintf(log, sizeof(log), "%s/daemon.log", tmp_dir);
 	snprintf(conf, sizeof(conf), "%s/gpucmdd.conf", tmp_dir);
-	write_config(conf);
+	write_config(conf, 2);
 	pid = fork();
 	if (pid < 0) {
 		perror("fork");
@@ -1347,6 +1359,18 @@ int main(int argc, char **argv)
 		if (!answers(mon)) {
 			failed = true;
 			break;
+		}
+		/*
+		 * Every 4 s a reload (SIGHUP) moves soak-tight's quota
+		 * between 1 and 2 MiB under the clients' feet.
+		 */
+		if (own && n % 16 == 15) {
+			char conf[128];
+
+			snprintf(conf, sizeof(conf), "%s/gpucmdd.conf",
+				 tmp_dir);
+			write_config(conf, n % 32 == 15 ? 1 : 2);
+			kill(daemon, SIGHUP);
 		}
 		n++;
 		usleep(250000);
