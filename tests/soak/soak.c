@@ -1233,6 +1233,34 @@ static bool answers(struct gpucmd_conn *mon)
 	return rc == 0;
 }
 
+/*
+ * An admin's cleanup of one of the clients' services (they take turns
+ * with k): whatever it frees must be free, which the clients' checked
+ * reads would show.  Whether it was answered.
+ */
+/* What the admin's cleanups gave back, all told. */
+static uint64_t cleaned_bytes;
+
+static bool cleanup(struct gpucmd_conn *mon, size_t k)
+{
+	char service[32];
+	uint64_t bytes = 0;
+	int rc;
+
+	if (k % (NSERVICES + 1) == NSERVICES)
+		snprintf(service, sizeof(service), "soak-tight");
+	else
+		snprintf(service, sizeof(service), "soak-%zu",
+			 k % (NSERVICES + 1));
+	rc = gpucmd_cleanup(mon, service, &bytes);
+	if (rc == 0)
+		cleaned_bytes += bytes;
+	if (rc != 0 && rc != GPUCMD_ENOTFOUND)
+		fprintf(stderr, "soak: cleanup of %s: %s (%s)\n", service,
+			gpucmd_errname(rc), gpucmd_last_message(mon));
+	return rc == 0 || rc == GPUCMD_ENOTFOUND;
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 static void usage(FILE *out)
@@ -1361,6 +1389,14 @@ int main(int argc, char **argv)
 			break;
 		}
 		/*
+		 * Each sample, an admin's cleanup gives a service's free
+		 * memory back to the device under its clients' feet.
+		 */
+		if (!cleanup(mon, n)) {
+			failed = true;
+			break;
+		}
+		/*
 		 * Every 4 s a reload (SIGHUP) moves soak-tight's quota
 		 * between 1 and 2 MiB under the clients' feet.
 		 */
@@ -1377,6 +1413,9 @@ int main(int argc, char **argv)
 	}
 	if (mon != NULL)
 		gpucmd_close(mon);
+	if (!opt.quiet)
+		printf("soak: the admin's cleanups gave back %llu bytes\n",
+		       (unsigned long long)cleaned_bytes);
 	for (unsigned i = 0; i < opt.clients; i++) {
 		int status;
 
