@@ -121,13 +121,22 @@ struct client {
 	uint64_t ops;
 	uint64_t batches;
 	uint64_t kills;
+	uint64_t evictions;
 	unsigned kept_regions;	/* left attached for the next hang-up */
 	unsigned kept_graphs;	/* left, with their buffers, for it too */
 	bool cuda;		/* the daemon drives CUDA (here the fake) */
+	bool helper;		/* work_killed's helper, which may be evicted */
 };
 
+/*
+ * A helper whose connection an eviction ended leaves quietly (status 3),
+ * whatever call found out; everyone else says what went wrong.
+ */
 #define fail_client(c, ...)                                                  \
 	do {                                                                 \
+		if ((c)->helper && (c)->conn != NULL &&                      \
+		    gpucmd_conn_error((c)->conn, NULL) != 0)                 \
+			_exit(3);                                            \
 		fprintf(stderr, "soak: client %d: ", (c)->index);            \
 		fprintf(stderr, __VA_ARGS__);                                \
 		fputc('\n', stderr);                                         \
@@ -763,23 +772,24 @@ static void work_quota(struct client *c, uint8_t *buf)
 static void killed_main(struct client *parent, uint8_t *buf, int ready)
 {
 	struct client c = { .index = parent->index,
-			    .seed = parent->seed * 31 + 7 };
+			    .seed = parent->seed * 31 + 7, .helper = true };
 	uint32_t one[3] = { 1, 1, 1 };
-	uint64_t ids[8], region = 0;
+	uint64_t ids[8], region = 0, cid;
 	int codes[8], nids = 0;
 	bool early = false;
 	uint8_t *p = NULL;
 
 	connect_client(&c);
+	cid = gpucmd_info(c.conn)->connection_id;
 	if (rnd(&c, 2)) {
 		early = rnd(&c, 2);
-		if (early && write(ready, "", 1) != 1)
+		if (early && write(ready, &cid, sizeof(cid)) != sizeof(cid))
 			_exit(1);
 		region = next_id(&c);
 		if (gpucmd_region_create(c.conn, region, MIB, (void **)&p) != 0)
 			fail_client(&c, "killed helper: region_create");
 	}
-	if (!early && write(ready, "", 1) != 1)
+	if (!early && write(ready, &cid, sizeof(cid)) != sizeof(cid))
 		fail_client(&c, "killed helper: write: %s", strerror(errno));
 	for (;;) {
 		struct gpucmd_batch *b = new_batch(&c, rnd(&c, 4));
@@ -864,12 +874,16 @@ static void killed_main(struct client *parent, uint8_t *buf, int ready)
  * A process with a connection of its own killed with SIGKILL at a random
  * point of its work: between frames, in the middle of one, with batches
  * queued and regions mapped.  The daemon must clean up as for a hang-up.
+ * One time in three the connection is evicted instead (gpucmd_evict, by a
+ * connection of the same service): the helper must find out within 20 s
+ * and leave, and the daemon clean up as well.
  */
 static void work_killed(struct client *c, uint8_t *buf)
 {
 	unsigned delay_us = rnd(c, 20000);
-	int status = 0, ready[2];
-	char byte;
+	bool evict = rnd(c, 3) == 0;
+	int status = 0, ready[2], rc;
+	uint64_t cid, count = 0;
 	pid_t pid;
 
 	c->seed++;
@@ -884,10 +898,34 @@ static void work_killed(struct client *c, uint8_t *buf)
 		killed_main(c, buf, ready[1]);
 	}
 	close(ready[1]);
-	/* Connected (or failed, and then the status says so), then killed. */
-	if (read(ready[0], &byte, 1) == 1)
+	/* Connected (or failed, and then the status says so), then ended. */
+	if (read(ready[0], &cid, sizeof(cid)) != sizeof(cid))
+		evict = false;
+	else
 		usleep(delay_us);
 	close(ready[0]);
+	if (evict) {
+		rc = gpucmd_evict(c->conn, NULL, cid, &count);
+		if (rc != 0 || count != 1)
+			fail_client(c, "evicting connection %llu: %s (%s), %llu "
+				    "ended", (unsigned long long)cid,
+				    gpucmd_errname(rc),
+				    gpucmd_last_message(c->conn),
+				    (unsigned long long)count);
+		for (int i = 0; i < 2000; i++) {
+			if (waitpid(pid, &status, WNOHANG) == pid)
+				break;
+			usleep(10000);
+		}
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 3) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+			fail_client(c, "the helper evicted did not leave quietly "
+				    "within 20 s (status 0x%x)", status);
+		}
+		c->evictions++;
+		return;
+	}
 	kill(pid, SIGKILL);
 	if (waitpid(pid, &status, 0) != pid)
 		fail_client(c, "waitpid: %s", strerror(errno));
@@ -1014,9 +1052,10 @@ static void client_main(int index, uint64_t until_ms)
 	free(buf);
 	if (!opt.quiet)
 		printf("soak: client %d: %llu batches, %llu ops, %llu helpers "
-		       "killed, all verified\n",
+		       "killed, %llu evicted, all verified\n",
 		       index, (unsigned long long)c.batches,
-		       (unsigned long long)c.ops, (unsigned long long)c.kills);
+		       (unsigned long long)c.ops, (unsigned long long)c.kills,
+		       (unsigned long long)c.evictions);
 	fflush(stdout);
 	_exit(0);
 }
