@@ -941,6 +941,55 @@ static void work_killed(struct client *c, uint8_t *buf)
  * it, reading it back and releasing it.  GPUCMD_EQUOTA at the allocation
  * is a fair answer; anything else must be a success, every byte right.
  */
+/*
+ * A region of soak-tight, whose region_limit (as its memory_limit) the
+ * clients go past together: GPUCMD_EQUOTA at the attach is an answer;
+ * an attached region must carry its bytes to the device and back.
+ */
+static void tight_region(struct client *c, uint8_t *buf)
+{
+	size_t size = 2 + rnd(c, 3 * MIB / 2), half = size / 2;
+	uint64_t id = next_id(c), h = handle(c);
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r = NULL;
+	uint8_t *p = NULL;
+	int rc;
+
+	rc = gpucmd_region_create(c->conn, id, size, (void **)&p);
+	if (rc == GPUCMD_EQUOTA)
+		return;
+	if (rc != 0)
+		fail_client(c, "tight: region_create of %zu bytes: %s (%s)",
+			    size, gpucmd_errname(rc),
+			    gpucmd_last_message(c->conn));
+	pattern(p, half, (unsigned)id * 3);
+	memcpy(buf, p, half);
+	b = new_batch(c, rnd(c, 4));
+	gpucmd_batch_create_region(b, h, id, 0, half);
+	gpucmd_batch_read_region(b, h, 0, half, id, half);
+	gpucmd_batch_release(b, h);
+	if (gpucmd_run(b, &r) != 0)
+		fail_client(c, "tight: region batch: run");
+	c->batches++;
+	rc = gpucmd_response_error(r);
+	if (rc != 0 && !(rc == GPUCMD_EQUOTA &&
+			 gpucmd_response_failed_index(r) == 0))
+		fail_client(c, "tight: region batch op %d: %s (%s)",
+			    gpucmd_response_failed_index(r),
+			    gpucmd_errname(rc), gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	if (rc == 0)
+		for (size_t k = 0; k < half; k++)
+			if (p[half + k] != buf[k])
+				fail_client(c, "tight: region byte %zu is "
+					    "0x%02x, expected 0x%02x", k,
+					    p[half + k], buf[k]);
+	rc = gpucmd_region_release(c->conn, id);
+	if (rc != 0)
+		fail_client(c, "tight: region_release: %s",
+			    gpucmd_errname(rc));
+}
+
 static void work_tight(struct client *c, uint8_t *buf)
 {
 	uint32_t block[3] = { 64, 1, 1 }, grid[3] = { 16, 1, 1 };
@@ -953,6 +1002,8 @@ static void work_tight(struct client *c, uint8_t *buf)
 	if (c->tight == NULL)
 		c->tight = connect_service(c, "soak-tight");
 	c->conn = c->tight;
+	if (rnd(c, 2))
+		tight_region(c, buf);
 	for (int i = 0; i < nb; i++) {
 		struct gpucmd_batch *b = new_batch(c, (uint32_t)i);
 		struct gpucmd_arg args[3] = {
@@ -1092,8 +1143,8 @@ static void write_config(const char *path, unsigned tight_mib)
 	snprintf(tmp, sizeof(tmp), "%s.new", path);
 	f = fopen(tmp, "we");
 	if (f == NULL || fputs(soak_conf, f) == EOF ||
-	    fprintf(f, "[service soak-tight]\nmemory_limit = %uM\n",
-		    tight_mib) < 0 ||
+	    fprintf(f, "[service soak-tight]\nmemory_limit = %uM\n"
+		    "region_limit = %uM\n", tight_mib, tight_mib) < 0 ||
 	    fclose(f) != 0 || rename(tmp, path) != 0) {
 		fprintf(stderr, "soak: cannot write %s: %s\n", path,
 			strerror(errno));
