@@ -233,6 +233,14 @@ static void pattern(uint8_t *buf, size_t len, unsigned seed)
 		buf[i] = (uint8_t)(seed + i * 31 + (i >> 9));
 }
 
+/* The most requests c may have in flight, want at most. */
+static unsigned max_in_flight(const struct client *c, unsigned want)
+{
+	uint32_t n = gpucmd_info(c->conn)->max_in_flight;
+
+	return n < want ? n : want;
+}
+
 static uint64_t handle(struct client *c)
 {
 	return ++c->next_handle;
@@ -413,7 +421,7 @@ static void work_hangup(struct client *c, uint8_t *buf)
 {
 	uint64_t id;
 
-	for (int i = 0; i < 1 + (int)rnd(c, 16); i++) {
+	for (int i = 0; i < 1 + (int)rnd(c, max_in_flight(c, 16)); i++) {
 		struct gpucmd_batch *b = new_batch(c, rnd(c, 4));
 		uint64_t h = handle(c);
 
@@ -853,7 +861,7 @@ static void killed_main(struct client *parent, uint8_t *buf, int ready)
 		}
 		if (gpucmd_submit(b, &ids[nids++]) != 0)
 			fail_client(&c, "killed helper: submit");
-		if (nids == 8 || rnd(&c, 4) == 0) {
+		if (nids == (int)max_in_flight(&c, 8) || rnd(&c, 4) == 0) {
 			if (gpucmd_wait(c.conn, ids[0], &r) != 0)
 				fail_client(&c, "killed helper: wait");
 			if (gpucmd_response_error(r) != codes[0])
@@ -997,7 +1005,7 @@ static void work_tight(struct client *c, uint8_t *buf)
 	uint64_t ids[4], hs[4];
 	size_t lens[4];
 	uint32_t counts[4], values[4];
-	int nb = 1 + (int)rnd(c, 4);
+	int nb = 1 + (int)rnd(c, max_in_flight(c, 4));
 
 	if (c->tight == NULL)
 		c->tight = connect_service(c, "soak-tight");
