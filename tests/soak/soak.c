@@ -28,27 +28,29 @@
  * quota must be refused with GPUCMD_EQUOTA and leave the rest alone.
  * Clients that hang up with work in flight are part of the mix, and so
  * are connections of a forked helper killed with SIGKILL at a random
- * point, in the middle of a batch or of a frame.
+ * point, in the middle of a batch or of a frame, or evicted by another
+ * connection of its service.
  *
  * A daemon the soak starts itself gets a configuration file that lists
  * the clients' services (soak-0 to soak-3, clients taking them in turn)
  * with memory and region quotas; soak-3 has none.  Besides, every client
- * keeps a connection of service soak-tight, whose 2 MiB the clients
- * together go past all the time: there GPUCMD_EQUOTA at the allocation is
- * an answer, and anything else must be right.  Every 4 s the soak rewrites
- * the file with soak-tight's quota at 1 or 2 MiB, and reloads the daemon
- * (SIGHUP).
+ * keeps a connection of service soak-tight, whose 2 MiB of memory and of
+ * regions the clients together go past all the time: there GPUCMD_EQUOTA
+ * at the allocation or attach is an answer, and anything else must be
+ * right.  Every 4 s the soak rewrites the file with soak-tight's quotas
+ * at 1 or 2 MiB, and reloads the daemon (SIGHUP).
  *
  * The daemon's VmRSS and descriptor count are sampled every 250 ms, and
  * an observer's connection asks for its status as often (a daemon that
- * does not answer within 20 s is wedged); the soak fails when the last
- * quarter's peak exceeds the first quarter's by
- * more than --rss-slack MiB (default 32) or --fd-slack descriptors
- * (default 4; on the fake CUDA driver device memory is the daemon's own,
- * and its pools follow the load: give a wider --rss-slack there), when a
- * client sees a wrong result, or when at the end the
- * memory report is not back to zero for every service: no bytes in use
- * or reserved, no allocations, no regions, no modules.
+ * does not answer within 20 s is wedged) and cleans up one service's free
+ * memory (gpucmd_cleanup) under its clients' feet.  The soak fails when
+ * the last quarter's peak exceeds the first quarter's by more than
+ * --rss-slack MiB (default 32) or --fd-slack descriptors (default 4; on
+ * the fake CUDA driver device memory is the daemon's own, and its pools
+ * follow the load: give a wider --rss-slack there), when a client sees a
+ * wrong result, or when at the end the memory report is not back to zero
+ * for every service: no bytes in use or reserved, no allocations, no
+ * regions, no modules.
  *
  * Exit status: 0 passed, 1 failed, 2 usage, 77 skipped (no daemon binary).
  */
