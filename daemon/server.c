@@ -539,6 +539,26 @@ static void accept_pause(struct server *srv)
 	uv_close((uv_handle_t *)&srv->listener, on_listener_paused);
 }
 
+/*
+ * Serve the listening socket fd on srv->listener: 0, or libuv's error,
+ * after which the caller closes the handle.  *opened (when not NULL) says
+ * whether the handle took fd, which it then closes with itself.
+ */
+static int listen_on(struct server *srv, int fd, bool *opened)
+{
+	int rc;
+
+	uv_pipe_init(srv->loop, &srv->listener, 0);
+	srv->listener.data = srv;
+	rc = uv_pipe_open(&srv->listener, fd);
+	if (opened != NULL)
+		*opened = rc == 0;
+	if (rc == 0)
+		rc = uv_listen((uv_stream_t *)&srv->listener, 128,
+			       on_connection);
+	return rc;
+}
+
 static void on_accept_resume(uv_timer_t *t)
 {
 	struct server *srv = t->data;
@@ -552,12 +572,7 @@ static void on_accept_resume(uv_timer_t *t)
 		uv_timer_start(t, on_accept_resume, SERVER_ACCEPT_PAUSE_MS, 0);
 		return;
 	}
-	uv_pipe_init(srv->loop, &srv->listener, 0);
-	srv->listener.data = srv;
-	rc = uv_pipe_open(&srv->listener, fd);
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&srv->listener, 128,
-			       on_connection);
+	rc = listen_on(srv, fd, NULL);
 	if (rc != 0) {
 		if (log_limit_take(&accept_lines))
 			log_warn("cannot listen again: %s; trying again in "
@@ -855,6 +870,7 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 {
 	const char *path = srv->cfg.socket_path;
 	struct stat st;
+	bool opened;
 	int rc, fd;
 
 	rc = sd_listen_fd(&fd, why, why_len);
@@ -862,12 +878,7 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 		return rc;
 	if (fd >= 0) {
 		/* Socket activation: systemd owns the path, mode and group. */
-		uv_pipe_init(srv->loop, &srv->listener, 0);
-		srv->listener.data = srv;
-		rc = uv_pipe_open(&srv->listener, fd);
-		if (rc == 0)
-			rc = uv_listen((uv_stream_t *)&srv->listener, 128,
-				       on_connection);
+		rc = listen_on(srv, fd, NULL);
 		if (rc != 0) {
 			snprintf(why, why_len, "cannot listen on the socket "
 				 "systemd passed: %s", uv_strerror(rc));
@@ -894,14 +905,9 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 	 * when it closes, whatever file the path names by then; server_stop
 	 * removes ours only (socket_is_ours).
 	 */
-	uv_pipe_init(srv->loop, &srv->listener, 0);
-	srv->listener.data = srv;
-	rc = uv_pipe_open(&srv->listener, fd);
-	if (rc != 0)
+	rc = listen_on(srv, fd, &opened);
+	if (!opened)
 		close(fd);
-	else
-		rc = uv_listen((uv_stream_t *)&srv->listener, 128,
-			       on_connection);
 	if (rc != 0) {
 		listen_failed(path, rc, why, why_len);
 		uv_close((uv_handle_t *)&srv->listener, NULL);

@@ -271,6 +271,27 @@ static void still_served(struct gpucmd_conn *c)
 }
 
 /*
+ * A connection of service "many" is taken again within 5 s, once the
+ * daemon has seen the closes of after (which freed the places), and served.
+ */
+static void place_comes_back(const char *after)
+{
+	for (int i = 0; i < 500; i++) {
+		struct gpucmd_conn *c = NULL;
+		char msg[256];
+
+		if (gpucmd_connect(the_daemon.sock, "many", &c, msg,
+				   sizeof(msg)) == 0) {
+			still_served(c);
+			gpucmd_close(c);
+			return;
+		}
+		ck_assert_msg(i < 499, "no place after %s: %s", after, msg);
+		usleep(10000);
+	}
+}
+
+/*
  * The end of every case: the good client is served, and within 10 s the
  * report is back to the baseline (teardown of a dead client is
  * asynchronous).
@@ -1605,19 +1626,7 @@ START_TEST(connection_over_the_limit)
 	expect_refusal(fd, GPUCMD_ELIMIT, "max_connections");
 	/* A freed place is taken again. */
 	close(fds[0]);
-	for (int i = 0; i < 500; i++) {
-		struct gpucmd_conn *c = NULL;
-		char msg[256];
-
-		if (gpucmd_connect(the_daemon.sock, "many", &c, msg,
-				   sizeof(msg)) == 0) {
-			still_served(c);
-			gpucmd_close(c);
-			break;
-		}
-		ck_assert_msg(i < 499, "no place after a hang-up: %s", msg);
-		usleep(10000);
-	}
+	place_comes_back("a hang-up");
 	for (int i = 1; i < LIMIT_CONNECTIONS - 1 + ADMIN_SPARE; i++)
 		close(fds[i]);
 	back_to_baseline();
@@ -4156,19 +4165,7 @@ START_TEST(out_of_descriptors_is_said_and_passes)
 	for (int i = 0; i < n; i++)
 		close(fds[i]);
 	/* A place comes back once the daemon has seen them close. */
-	for (int i = 0; i < 500; i++) {
-		struct gpucmd_conn *c = NULL;
-		char msg[256];
-
-		if (gpucmd_connect(the_daemon.sock, "many", &c, msg,
-				   sizeof(msg)) == 0) {
-			still_served(c);
-			gpucmd_close(c);
-			break;
-		}
-		ck_assert_msg(i < 499, "no place after the hang-ups: %s", msg);
-		usleep(10000);
-	}
+	place_comes_back("the hang-ups");
 	back_to_baseline();
 }
 END_TEST
