@@ -30,9 +30,9 @@
 
 struct gpucmd_batch {
 	struct gpucmd_conn *conn;
-	Gpucmd__Request req;	/* ops point into batch_op blocks */
+	Gpucmd__Request req; /* ops point into batch_op blocks */
 	size_t cap;
-	int *fds;		/* of the region_attach ops, in op order */
+	int *fds; /* of the region_attach ops, in op order */
 	size_t nfds;
 };
 
@@ -72,10 +72,10 @@ struct batch_op {
 		Gpucmd__OpLoadModule load_module;
 		Gpucmd__OpUnloadModule unload_module;
 	} m;
-	Gpucmd__RegionRef ref;	/* write, read, create: a region range */
-	bool pooled;		/* from frame_buf_alloc (a large tail) */
-	bool plain;		/* no tail: may go to the connection's spares */
-	struct batch_op *next;	/* among the spares */
+	Gpucmd__RegionRef ref; /* write, read, create: a region range */
+	bool pooled;	       /* from frame_buf_alloc (a large tail) */
+	bool plain;	       /* no tail: may go to the connection's spares */
+	struct batch_op *next; /* among the spares */
 	/* extra bytes follow; the struct's size keeps them 8-byte aligned */
 };
 
@@ -89,7 +89,7 @@ struct batch_op {
 /* Free an op block from batch_push. */
 static void op_free(Gpucmd__Op *op)
 {
-	struct batch_op *o = (struct batch_op *)op;	/* op is its first member */
+	struct batch_op *o = (struct batch_op *)op; /* op is its first member */
 
 	if (o == NULL)
 		return;
@@ -359,8 +359,8 @@ GPUCMD_EXTERN int gpucmd_batch_create_region(struct gpucmd_batch *b,
 static size_t layout_tail(const struct gpucmd_layout *l)
 {
 	return l != NULL ? sizeof(Gpucmd__CopyLayout) +
-				   2 * l->rank * sizeof(uint64_t)
-			 : 0;
+				   2 * l->rank * sizeof(uint64_t) :
+			   0;
 }
 
 /*
@@ -420,10 +420,9 @@ static int layout_bytes(const struct gpucmd_layout *l, uint64_t *out)
  * A write of len bytes: inline data, or (region not 0, data NULL) the
  * range of region at region_offset.
  */
-static int batch_write(struct gpucmd_batch *b, uint64_t handle,
-		       uint64_t offset, const struct gpucmd_layout *layout,
-		       const void *data, size_t len, uint64_t region,
-		       uint64_t region_offset)
+static int batch_write(struct gpucmd_batch *b, uint64_t handle, uint64_t offset,
+		       const struct gpucmd_layout *layout, const void *data,
+		       size_t len, uint64_t region, uint64_t region_offset)
 {
 	size_t inline_len = region != 0 ? 0 : len;
 	struct batch_op *o;
@@ -529,10 +528,9 @@ gpucmd_batch_write_region_layout(struct gpucmd_batch *b, uint64_t handle,
  * A read of len bytes (a layout's, when there is one): into the reply, or
  * (region not 0) into the range of region at region_offset.
  */
-static int batch_read(struct gpucmd_batch *b, uint64_t handle,
-		      uint64_t offset, uint64_t len,
-		      const struct gpucmd_layout *layout, uint64_t region,
-		      uint64_t region_offset)
+static int batch_read(struct gpucmd_batch *b, uint64_t handle, uint64_t offset,
+		      uint64_t len, const struct gpucmd_layout *layout,
+		      uint64_t region, uint64_t region_offset)
 {
 	uint64_t dense = len;
 	struct batch_op *o;
@@ -581,8 +579,7 @@ GPUCMD_EXTERN int gpucmd_batch_read_region(struct gpucmd_batch *b,
 {
 	if (region == 0)
 		return GPUCMD_EINVAL;
-	return batch_read(b, handle, offset, len, NULL, region,
-			  region_offset);
+	return batch_read(b, handle, offset, len, NULL, region, region_offset);
 }
 
 GPUCMD_EXTERN int
@@ -593,8 +590,7 @@ gpucmd_batch_read_region_layout(struct gpucmd_batch *b, uint64_t handle,
 {
 	if (layout == NULL || region == 0)
 		return GPUCMD_EINVAL;
-	return batch_read(b, handle, offset, 0, layout, region,
-			  region_offset);
+	return batch_read(b, handle, offset, 0, layout, region, region_offset);
 }
 
 GPUCMD_EXTERN int gpucmd_batch_release(struct gpucmd_batch *b, uint64_t handle)
@@ -820,9 +816,10 @@ GPUCMD_EXTERN int gpucmd_batch_allocation_mode(struct gpucmd_batch *b,
 	if (r < 0)
 		return r;
 	gpucmd__op_allocation_mode__init(&o->m.allocation_mode);
-	o->m.allocation_mode.mode = mode == GPUCMD_MODE_PERSISTENT ?
-					    GPUCMD__ALLOCATION_MODE__PERSISTENT :
-					    GPUCMD__ALLOCATION_MODE__AUTO;
+	o->m.allocation_mode.mode =
+		mode == GPUCMD_MODE_PERSISTENT ?
+			GPUCMD__ALLOCATION_MODE__PERSISTENT :
+			GPUCMD__ALLOCATION_MODE__AUTO;
 	o->op.allocation_mode = &o->m.allocation_mode;
 	return 0;
 }
@@ -833,10 +830,10 @@ GPUCMD_EXTERN int gpucmd_batch_allocation_mode(struct gpucmd_batch *b,
  * (preset, each pool's kind).  Kinds are checked by the daemon, which
  * names the pool that is wrong; the library only needs them to be there.
  */
-GPUCMD_EXTERN int gpucmd_batch_install_pools(struct gpucmd_batch *b,
-					     const char *preset,
-					     const struct gpucmd_pool_options *pools,
-					     size_t npools)
+GPUCMD_EXTERN int
+gpucmd_batch_install_pools(struct gpucmd_batch *b, const char *preset,
+			   const struct gpucmd_pool_options *pools,
+			   size_t npools)
 {
 	Gpucmd__MemoryLayout *l;
 	Gpucmd__PoolOptions *w;
@@ -975,30 +972,25 @@ GPUCMD_EXTERN int gpucmd_batch_kernel(struct gpucmd_batch *b, const char *name,
 	return gpucmd_batch_kernel_shared(b, name, grid, block, 0, args, nargs);
 }
 
-static int kernel_op(struct gpucmd_batch *b, uint64_t module,
-		     const char *name, const uint32_t grid[3],
-		     const uint32_t block[3], uint32_t shared_bytes,
-		     const struct gpucmd_arg *args, size_t nargs);
+static int kernel_op(struct gpucmd_batch *b, uint64_t module, const char *name,
+		     const uint32_t grid[3], const uint32_t block[3],
+		     uint32_t shared_bytes, const struct gpucmd_arg *args,
+		     size_t nargs);
 
-GPUCMD_EXTERN int gpucmd_batch_kernel_shared(struct gpucmd_batch *b,
-					     const char *name,
-					     const uint32_t grid[3],
-					     const uint32_t block[3],
-					     uint32_t shared_bytes,
-					     const struct gpucmd_arg *args,
-					     size_t nargs)
+GPUCMD_EXTERN int
+gpucmd_batch_kernel_shared(struct gpucmd_batch *b, const char *name,
+			   const uint32_t grid[3], const uint32_t block[3],
+			   uint32_t shared_bytes, const struct gpucmd_arg *args,
+			   size_t nargs)
 {
 	return kernel_op(b, 0, name, grid, block, shared_bytes, args, nargs);
 }
 
-GPUCMD_EXTERN int gpucmd_batch_kernel_module(struct gpucmd_batch *b,
-					     uint64_t module,
-					     const char *function,
-					     const uint32_t grid[3],
-					     const uint32_t block[3],
-					     uint32_t shared_bytes,
-					     const struct gpucmd_arg *args,
-					     size_t nargs)
+GPUCMD_EXTERN int
+gpucmd_batch_kernel_module(struct gpucmd_batch *b, uint64_t module,
+			   const char *function, const uint32_t grid[3],
+			   const uint32_t block[3], uint32_t shared_bytes,
+			   const struct gpucmd_arg *args, size_t nargs)
 {
 	if (module == 0)
 		return GPUCMD_EINVAL;
@@ -1007,8 +999,7 @@ GPUCMD_EXTERN int gpucmd_batch_kernel_module(struct gpucmd_batch *b,
 }
 
 GPUCMD_EXTERN int gpucmd_batch_load_module(struct gpucmd_batch *b,
-					   uint64_t module,
-					   const char *format,
+					   uint64_t module, const char *format,
 					   const void *data, size_t len)
 {
 	size_t flen;
@@ -1047,10 +1038,10 @@ GPUCMD_EXTERN int gpucmd_batch_unload_module(struct gpucmd_batch *b,
 	return 0;
 }
 
-static int kernel_op(struct gpucmd_batch *b, uint64_t module,
-		     const char *name, const uint32_t grid[3],
-		     const uint32_t block[3], uint32_t shared_bytes,
-		     const struct gpucmd_arg *args, size_t nargs)
+static int kernel_op(struct gpucmd_batch *b, uint64_t module, const char *name,
+		     const uint32_t grid[3], const uint32_t block[3],
+		     uint32_t shared_bytes, const struct gpucmd_arg *args,
+		     size_t nargs)
 {
 	static const uint32_t one[3] = { 1, 1, 1 };
 	Gpucmd__OpKernel *k;

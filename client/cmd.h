@@ -18,18 +18,19 @@
 
 /* Exit statuses (gpucmd(1) EXIT STATUS). */
 #define TOOL_EXIT_OK 0
-#define TOOL_EXIT_FAIL 1	/* the daemon answered with an error */
-#define TOOL_EXIT_USAGE 2	/* bad command line or script */
-#define TOOL_EXIT_UNAVAILABLE 69	/* the daemon cannot be reached (EX_UNAVAILABLE) */
+#define TOOL_EXIT_FAIL 1  /* the daemon answered with an error */
+#define TOOL_EXIT_USAGE 2 /* bad command line or script */
+#define TOOL_EXIT_UNAVAILABLE \
+	69 /* the daemon cannot be reached (EX_UNAVAILABLE) */
 
 /* Room for a size printed by tool_size. */
 #define TOOL_SIZE_LEN 24
 
 /* Options given before the subcommand. */
 struct tool_opts {
-	const char *socket;	/* --socket, NULL: $GPUCMD_SOCKET or default */
-	const char *service;	/* --service */
-	int timeout_ms;		/* --timeout: of connecting and each wait, -1 none */
+	const char *socket;  /* --socket, NULL: $GPUCMD_SOCKET or default */
+	const char *service; /* --service */
+	int timeout_ms; /* --timeout: of connecting and each wait, -1 none */
 	/*
 	 * Of connecting alone, when it differs: exec without --timeout waits
 	 * for ever for the user's work, but not for a daemon that never says
@@ -88,14 +89,14 @@ int tool_exit_status(int code);
  * "prog: complaint" when complaint is not NULL; returns status.
  */
 int tool_usage(const char *prog, const char *usage, int status,
-	       const char *complaint, ...) __attribute__((format(printf, 4, 5)));
+	       const char *complaint, ...)
+	__attribute__((format(printf, 4, 5)));
 /**
  * Parse the flags shared by the report commands (--json, --bytes where
  * bytes is not NULL, --help).  -1 when the command should go on, else the
  * exit status to return.
  */
-int tool_flags(int argc, char **argv, const char *usage, int *json,
-	       int *bytes);
+int tool_flags(int argc, char **argv, const char *usage, int *json, int *bytes);
 
 /** Print s as a JSON string literal, quotes included, escaped and valid UTF-8. */
 void tool_json_string(FILE *f, const char *s);

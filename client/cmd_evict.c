@@ -41,8 +41,8 @@ int cmd_evict(const struct tool_opts *o, int argc, char **argv)
 			return tool_usage(argv[0], evict_usage, TOOL_EXIT_OK,
 					  NULL);
 		default:
-			return tool_usage(argv[0], evict_usage,
-					  TOOL_EXIT_USAGE, NULL);
+			return tool_usage(argv[0], evict_usage, TOOL_EXIT_USAGE,
+					  NULL);
 		}
 	}
 	if (optind < argc && argv[optind][0] == '\0')

@@ -129,9 +129,9 @@ enum op_kind {
 
 /* Where the bytes of a write, create or read travel. */
 enum via {
-	VIA_INLINE,		/* in the frame */
-	VIA_REGION,		/* a region the script named */
-	VIA_SCRATCH,		/* the group's scratch region (large transfers) */
+	VIA_INLINE,  /* in the frame */
+	VIA_REGION,  /* a region the script named */
+	VIA_SCRATCH, /* the group's scratch region (large transfers) */
 };
 
 /* The kinds of script names, each a namespace of its own. */
@@ -150,38 +150,38 @@ struct op {
 	enum op_kind kind;
 	unsigned line;
 	uint32_t stream;
-	const char *name;	/* the script name it acts on (its binding owns it) */
-	uint64_t handle;	/* buffer */
-	uint64_t id;		/* reservation, graph or profile */
+	const char *name; /* the script name it acts on (its binding owns it) */
+	uint64_t handle;  /* buffer */
+	uint64_t id;	  /* reservation, graph or profile */
 	uint64_t offset;
-	uint64_t len;		/* empty, reserve, reserve-cpu: size; read: length */
-	uint8_t *data;		/* create, write, region, module */
+	uint64_t len;  /* empty, reserve, reserve-cpu: size; read: length */
+	uint8_t *data; /* create, write, region, module */
 	size_t data_len;
-	char *src;		/* a file: operand read when the group runs */
-	char *path;		/* read: write the bytes to this file */
-	struct gpucmd_layout layout;	/* write, read: rank 0 = none */
-	char *kernel;		/* kernel: the function; module: the format */
+	char *src;  /* a file: operand read when the group runs */
+	char *path; /* read: write the bytes to this file */
+	struct gpucmd_layout layout; /* write, read: rank 0 = none */
+	char *kernel; /* kernel: the function; module: the format */
 	uint32_t grid[3];
 	uint32_t block[3];
 	uint32_t shared;
 	struct gpucmd_arg *args;
 	size_t nargs;
 	enum gpucmd_allocation_mode mode;
-	const char *preset;	/* pools: a string literal */
+	const char *preset; /* pools: a string literal */
 	struct gpucmd_pool_options *pools;
 	size_t npools;
-	enum via via;		/* write, create, read */
-	const char *region_name;	/* VIA_REGION (its binding owns it) */
-	uint64_t region;	/* VIA_REGION, VIA_SCRATCH: the region's id */
-	uint64_t roff;		/* offset in the region */
-	uint64_t rlen;		/* bytes moved through the region */
+	enum via via;		 /* write, create, read */
+	const char *region_name; /* VIA_REGION (its binding owns it) */
+	uint64_t region;	 /* VIA_REGION, VIA_SCRATCH: the region's id */
+	uint64_t roff;		 /* offset in the region */
+	uint64_t rlen;		 /* bytes moved through the region */
 };
 
 /* A script name. */
 struct binding {
 	char *name;
-	uint64_t id;		/* 0 once ended */
-	uint64_t size;		/* buffers and reservations */
+	uint64_t id;   /* 0 once ended */
+	uint64_t size; /* buffers and reservations */
 };
 
 /* The names of one kind, and the ids given to them. */
@@ -193,17 +193,17 @@ struct names {
 };
 
 struct script {
-	const char *label;	/* the script's name in messages */
+	const char *label; /* the script's name in messages */
 	FILE *in;
 	unsigned line;
-	char *buf;		/* the line, cut into words in place */
+	char *buf; /* the line, cut into words in place */
 	size_t buf_cap;
-	char *text;		/* the line as read, for messages */
+	char *text; /* the line as read, for messages */
 	char *word[EXEC_MAX_WORDS];
-	size_t col[EXEC_MAX_WORDS];	/* 1-based column of each word */
+	size_t col[EXEC_MAX_WORDS]; /* 1-based column of each word */
 	size_t nwords;
 	int eof;
-	uint32_t stream;	/* set by `stream N`, kept across groups */
+	uint32_t stream; /* set by `stream N`, kept across groups */
 	struct names names[NAME_KINDS];
 };
 
@@ -218,9 +218,9 @@ struct group {
 struct request {
 	size_t first;
 	size_t n;
-	struct gpucmd_batch *batch;	/* until submitted */
+	struct gpucmd_batch *batch; /* until submitted */
 	uint64_t id;
-	int err;		/* submit or wait failure */
+	int err; /* submit or wait failure */
 	struct gpucmd_response *resp;
 };
 
@@ -228,11 +228,11 @@ struct exec {
 	const struct tool_opts *opts;
 	const char *service;
 	int json;
-	struct gpucmd_conn *conn;	/* opened when the first group runs */
+	struct gpucmd_conn *conn; /* opened when the first group runs */
 	struct script s;
-	uint64_t scratch_id;	/* the running group's scratch region, or 0 */
-	uint8_t *scratch;	/* its mapping */
-	unsigned groups;	/* groups run, for fresh scratch ids */
+	uint64_t scratch_id; /* the running group's scratch region, or 0 */
+	uint8_t *scratch;    /* its mapping */
+	unsigned groups;     /* groups run, for fresh scratch ids */
 };
 
 struct op_syntax {
@@ -277,23 +277,25 @@ static const char *const op_names[] = {
 
 /* How messages speak of each kind of name. */
 static const struct name_words {
-	const char *what;	/* "buffer" */
-	const char *make;	/* how to make one */
-	const char *ended;	/* why a known name is not live */
-	const char *end;	/* how to end a live one */
+	const char *what;  /* "buffer" */
+	const char *make;  /* how to make one */
+	const char *ended; /* why a known name is not live */
+	const char *end;   /* how to end a live one */
 } name_words[NAME_KINDS] = {
 	[NAME_BUFFER] = { "buffer", "create it with empty, create or bind",
 			  "it was released", "release it" },
 	[NAME_RESERVATION] = { "reservation", "make it with reserve",
 			       "it was bound", "bind it" },
-	[NAME_GRAPH] = { "graph", "record it with capture begin and "
-			 "capture end", "it was destroyed", "destroy it" },
+	[NAME_GRAPH] = { "graph",
+			 "record it with capture begin and "
+			 "capture end",
+			 "it was destroyed", "destroy it" },
 	[NAME_PROFILE] = { "open profile", "open it with profile begin",
 			   "it was ended", "end it with profile end" },
-	[NAME_REGION] = { "region", "create it with region",
-			  "it was released", "release it with release-region" },
-	[NAME_MODULE] = { "module", "load it with module",
-			  "it was unloaded", "use another name" },
+	[NAME_REGION] = { "region", "create it with region", "it was released",
+			  "release it with release-region" },
+	[NAME_MODULE] = { "module", "load it with module", "it was unloaded",
+			  "use another name" },
 };
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -334,9 +336,10 @@ static int next_line(struct script *s)
 	n = getline(&s->buf, &s->buf_cap, s->in);
 	if (n < 0 && ferror(s->in)) {
 		/* Not the end: the rest of the script must not be dropped. */
-		fprintf(stderr, "gpucmd: cannot read script '%s' after line "
-			"%u: %s\n", s->label, s->line,
-			strerror(errno != 0 ? errno : EIO));
+		fprintf(stderr,
+			"gpucmd: cannot read script '%s' after line "
+			"%u: %s\n",
+			s->label, s->line, strerror(errno != 0 ? errno : EIO));
 		return -1;
 	}
 	if (n < 0)
@@ -355,8 +358,10 @@ static int next_line(struct script *s)
 	 * (text ends there).
 	 */
 	if (memchr(s->buf, '\0', (size_t)n) != NULL)
-		return parse_error(s, 0, "line %u contains a NUL byte: is "
-				   "'%s' a text script?", s->line, s->label);
+		return parse_error(s, 0,
+				   "line %u contains a NUL byte: is "
+				   "'%s' a text script?",
+				   s->line, s->label);
 	p = s->buf;
 	for (;;) {
 		p += strspn(p, " \t\v\f\r");
@@ -380,8 +385,10 @@ static int word_number(struct script *s, size_t w, int suffix, uint64_t *out,
 {
 	if (tool_parse_u64(s->word[w], suffix, out) == 0)
 		return 0;
-	return parse_error(s, w, "bad %s '%s': expected a number in decimal "
-			   "or 0x hex%s", what, s->word[w],
+	return parse_error(s, w,
+			   "bad %s '%s': expected a number in decimal "
+			   "or 0x hex%s",
+			   what, s->word[w],
 			   suffix ? ", optionally ending in K, M or G" : "");
 }
 
@@ -463,15 +470,16 @@ static int valid_name(const char *n)
  * Word w becomes a new name of kind with a fresh id (and size), or the
  * result is NULL after a parse error.
  */
-static struct binding *word_new(struct script *s, size_t w,
-				enum name_kind kind, uint64_t size)
+static struct binding *word_new(struct script *s, size_t w, enum name_kind kind,
+				uint64_t size)
 {
 	struct names *ns = &s->names[kind];
 	const char *name = s->word[w];
 	struct binding *b;
 
 	if (!valid_name(name)) {
-		parse_error(s, w, "bad %s name '%s': use letters, digits, "
+		parse_error(s, w,
+			    "bad %s name '%s': use letters, digits, "
 			    "'_', '.' and '-', starting with a letter or '_'",
 			    name_words[kind].what, name);
 		return NULL;
@@ -533,8 +541,7 @@ static int hex_digit(char c)
 	return -1;
 }
 
-static int parse_hex(struct script *s, size_t w, const char *hex,
-		     struct op *op)
+static int parse_hex(struct script *s, size_t w, const char *hex, struct op *op)
 {
 	size_t n = strlen(hex);
 
@@ -548,9 +555,10 @@ static int parse_hex(struct script *s, size_t w, const char *hex,
 		int hi = hex_digit(hex[i]), lo = hex_digit(hex[i + 1]);
 
 		if (hi < 0 || lo < 0)
-			return parse_error(s, w, "'%c%c' is not a hex byte in "
-					   "'%s'", hex[i], hex[i + 1],
-					   s->word[w]);
+			return parse_error(s, w,
+					   "'%c%c' is not a hex byte in "
+					   "'%s'",
+					   hex[i], hex[i + 1], s->word[w]);
 		op->data[i / 2] = (uint8_t)(hi << 4 | lo);
 	}
 	op->data_len = n / 2;
@@ -574,20 +582,26 @@ static int file_too_large(struct script *s, size_t w, const char *path,
 		snprintf(bytes, sizeof(bytes), "more than %llu bytes",
 			 (unsigned long long)EXEC_MAX_FILE);
 	if (op->kind == OP_WRITE)
-		snprintf(how, sizeof(how), "split it (split -b 1G) and write "
+		snprintf(how, sizeof(how),
+			 "split it (split -b 1G) and write "
 			 "each piece with `write %s OFFSET file:PIECE`, or use "
-			 "libgpucmd's regions (libgpucmd(3))", s->word[1]);
+			 "libgpucmd's regions (libgpucmd(3))",
+			 s->word[1]);
 	else if (op->kind == OP_CREATE)
-		snprintf(how, sizeof(how), "make the buffer with `empty %s "
+		snprintf(how, sizeof(how),
+			 "make the buffer with `empty %s "
 			 "BYTES`, split the file (split -b 1G) and write each "
 			 "piece with `write %s OFFSET file:PIECE`, or use "
-			 "libgpucmd's regions (libgpucmd(3))", s->word[1],
-			 s->word[1]);
+			 "libgpucmd's regions (libgpucmd(3))",
+			 s->word[1], s->word[1]);
 	else
-		snprintf(how, sizeof(how), "use libgpucmd (libgpucmd(3)) for "
+		snprintf(how, sizeof(how),
+			 "use libgpucmd (libgpucmd(3)) for "
 			 "data that large");
-	return parse_error(s, w, "'%s' is over the 1 GiB one exec operand can "
-			   "carry (%s): %s", path, bytes, how);
+	return parse_error(s, w,
+			   "'%s' is over the 1 GiB one exec operand can "
+			   "carry (%s): %s",
+			   path, bytes, how);
 }
 
 /*
@@ -683,8 +697,8 @@ static int is_region_word(const char *v)
  * region and offset go into op, and LEN into *len when it is given (else
  * *len is left alone).  Only the region's name is checked here.
  */
-static int word_region(struct script *s, size_t w, struct op *op,
-		       int with_len, uint64_t *len, int *has_len)
+static int word_region(struct script *s, size_t w, struct op *op, int with_len,
+		       uint64_t *len, int *has_len)
 {
 	char buf[256], *part[4];
 	size_t nparts = 0;
@@ -701,9 +715,10 @@ static int word_region(struct script *s, size_t w, struct op *op,
 		*p++ = '\0';
 	}
 	if (nparts > (with_len ? 3u : 2u) || part[0][0] == '\0')
-		return parse_error(s, w, "expected region:R[:ROFF%s], not "
-				   "'%s'", with_len ? "[:LEN]" : "",
-				   s->word[w]);
+		return parse_error(s, w,
+				   "expected region:R[:ROFF%s], not "
+				   "'%s'",
+				   with_len ? "[:LEN]" : "", s->word[w]);
 	b = name_live(s, w, NAME_REGION, part[0]);
 	if (b == NULL)
 		return -1;
@@ -722,13 +737,13 @@ static int word_region(struct script *s, size_t w, struct op *op,
 /* The range of op's region (rlen bytes at roff) must lie inside it. */
 static int region_range(struct script *s, size_t w, struct op *op)
 {
-	struct binding *b = binding_find(&s->names[NAME_REGION],
-					 op->region_name);
+	struct binding *b =
+		binding_find(&s->names[NAME_REGION], op->region_name);
 	uint64_t end;
 
-	if (__builtin_add_overflow(op->roff, op->rlen, &end) ||
-	    end > b->size)
-		return parse_error(s, w, "%llu bytes at offset %llu do not "
+	if (__builtin_add_overflow(op->roff, op->rlen, &end) || end > b->size)
+		return parse_error(s, w,
+				   "%llu bytes at offset %llu do not "
 				   "fit region '%s' of %llu bytes",
 				   (unsigned long long)op->rlen,
 				   (unsigned long long)op->roff, b->name,
@@ -741,8 +756,7 @@ static int region_range(struct script *s, size_t w, struct op *op)
  * the region when LEN is not given, want bytes when want is not 0), or
  * inline data.
  */
-static int word_source(struct script *s, size_t w, struct op *op,
-		       uint64_t want)
+static int word_source(struct script *s, size_t w, struct op *op, uint64_t want)
 {
 	struct binding *r;
 	int has_len;
@@ -753,8 +767,9 @@ static int word_source(struct script *s, size_t w, struct op *op,
 		return -1;
 	r = binding_find(&s->names[NAME_REGION], op->region_name);
 	if (!has_len)
-		op->rlen = want != 0 ? want :
-			   r->size > op->roff ? r->size - op->roff : 0;
+		op->rlen = want != 0	      ? want :
+			   r->size > op->roff ? r->size - op->roff :
+						0;
 	return region_range(s, w, op);
 }
 
@@ -776,8 +791,8 @@ static int parse_create(struct script *s, struct op *op)
 }
 
 /* A comma-separated list of 1 to GPUCMD_MAX_RANK numbers. */
-static int parse_list(struct script *s, size_t w, const char *v,
-		      uint64_t *out, uint32_t *n)
+static int parse_list(struct script *s, size_t w, const char *v, uint64_t *out,
+		      uint32_t *n)
 {
 	char part[32];
 
@@ -785,7 +800,8 @@ static int parse_list(struct script *s, size_t w, const char *v,
 		size_t len = strcspn(v, ",");
 
 		if (*n == GPUCMD_MAX_RANK || len == 0 || len >= sizeof(part))
-			return parse_error(s, w, "bad list in '%s': expected "
+			return parse_error(s, w,
+					   "bad list in '%s': expected "
 					   "1 to %d numbers separated by ','",
 					   s->word[w], GPUCMD_MAX_RANK);
 		memcpy(part, v, len);
@@ -834,8 +850,10 @@ static int split_layout(struct script *s, struct op *op, size_t *pos,
 			elem_w = w;
 			if (tool_parse_u64(v + 5, 0, &elem) < 0 || elem == 0 ||
 			    elem > UINT32_MAX)
-				return parse_error(s, w, "bad element size "
-						   "'%s'", v + 5);
+				return parse_error(s, w,
+						   "bad element size "
+						   "'%s'",
+						   v + 5);
 			l->elem_size = (uint32_t)elem;
 		} else {
 			pos[(*npos)++] = w;
@@ -850,9 +868,11 @@ static int split_layout(struct script *s, struct op *op, size_t *pos,
 	if (l->elem_size == 0)
 		l->elem_size = 1;
 	if (strides_w != 0 && nstrides != l->rank)
-		return parse_error(s, strides_w, "%u strides for %u "
+		return parse_error(s, strides_w,
+				   "%u strides for %u "
 				   "dimensions: give one stride per "
-				   "dimension", nstrides, l->rank);
+				   "dimension",
+				   nstrides, l->rank);
 	if (strides_w == 0) {
 		l->strides[l->rank - 1] = 1;
 		for (uint32_t i = l->rank - 1; i-- > 0;)
@@ -882,31 +902,35 @@ static int parse_write(struct script *s, struct op *op)
 	    split_layout(s, op, pos, &npos, &shape_at) < 0)
 		return -1;
 	if (npos == 0)
-		return parse_error(s, s->nwords, "missing operand: usage: "
+		return parse_error(s, s->nwords,
+				   "missing operand: usage: "
 				   "write NAME [OFFSET] [LAYOUT] "
 				   "hex:..|file:PATH|region:R[:ROFF[:LEN]]");
 	if (npos > 2)
-		return parse_error(s, pos[2], "too many operands: usage: "
+		return parse_error(s, pos[2],
+				   "too many operands: usage: "
 				   "write NAME [OFFSET] [LAYOUT] "
 				   "hex:..|file:PATH|region:R[:ROFF[:LEN]]");
-	if (npos == 2 &&
-	    word_number(s, pos[0], 1, &op->offset, "offset") < 0)
+	if (npos == 2 && word_number(s, pos[0], 1, &op->offset, "offset") < 0)
 		return -1;
 	want = 0;
 	if (op->layout.rank != 0 && layout_bytes(&op->layout, &want) < 0)
-		return parse_error(s, shape_at, "the layout holds more than "
+		return parse_error(s, shape_at,
+				   "the layout holds more than "
 				   "2^64 bytes");
 	if (word_source(s, pos[npos - 1], op, want) < 0)
 		return -1;
 	if (op->layout.rank == 0)
 		return 0;
 	if (op->via == VIA_REGION && want != op->rlen)
-		return parse_error(s, pos[npos - 1], "the layout holds %llu "
+		return parse_error(s, pos[npos - 1],
+				   "the layout holds %llu "
 				   "bytes, the region range %llu",
 				   (unsigned long long)want,
 				   (unsigned long long)op->rlen);
 	if (op->via == VIA_INLINE && want != op->data_len)
-		return parse_error(s, pos[npos - 1], "the layout holds %llu "
+		return parse_error(s, pos[npos - 1],
+				   "the layout holds %llu "
 				   "bytes, the data has %zu",
 				   (unsigned long long)want, op->data_len);
 	return 0;
@@ -938,19 +962,22 @@ static int parse_read(struct script *s, struct op *op)
 	if (op->layout.rank != 0) {
 		/* The layout says how much: only an offset may come. */
 		if (n > 1)
-			return parse_error(s, pos[1], "a read with a layout "
+			return parse_error(s, pos[1],
+					   "a read with a layout "
 					   "takes only an OFFSET");
 		if (n == 1 &&
 		    word_number(s, pos[0], 1, &op->offset, "offset") < 0)
 			return -1;
 		if (layout_bytes(&op->layout, &op->rlen) < 0)
-			return parse_error(s, shape_at, "the layout holds "
+			return parse_error(s, shape_at,
+					   "the layout holds "
 					   "more than 2^64 bytes");
 	} else if (n == 0) {
 		op->len = b->size;
 		op->rlen = op->len;
 	} else if (n != 2) {
-		return parse_error(s, pos[n - 1], "read takes both OFFSET and "
+		return parse_error(s, pos[n - 1],
+				   "read takes both OFFSET and "
 				   "LEN, or neither");
 	} else {
 		if (word_number(s, pos[0], 1, &op->offset, "offset") < 0 ||
@@ -979,13 +1006,15 @@ static int parse_region(struct script *s, struct op *op)
 	if (word_number(s, 2, 1, &op->len, "size") < 0)
 		return -1;
 	if (op->len == 0 || op->len > (uint64_t)INT64_MAX)
-		return parse_error(s, 2, "a region holds 1 byte to 2^63-1 "
+		return parse_error(s, 2,
+				   "a region holds 1 byte to 2^63-1 "
 				   "bytes");
 	if (s->nwords == 4) {
 		if (word_data(s, 3, op) < 0)
 			return -1;
 		if (op->data_len > op->len)
-			return parse_error(s, 3, "%zu bytes of data do not fit "
+			return parse_error(s, 3,
+					   "%zu bytes of data do not fit "
 					   "a region of %llu bytes",
 					   op->data_len,
 					   (unsigned long long)op->len);
@@ -1043,18 +1072,20 @@ static int parse_mode(struct script *s, struct op *op)
 	else if (strcmp(s->word[1], "persistent") == 0)
 		op->mode = GPUCMD_MODE_PERSISTENT;
 	else
-		return parse_error(s, 1, "mode is auto or persistent, not "
-				   "'%s'", s->word[1]);
+		return parse_error(s, 1,
+				   "mode is auto or persistent, not "
+				   "'%s'",
+				   s->word[1]);
 	return 0;
 }
 
 /* The keys of a custom pool, which kinds take them, and the field. */
 static const struct pool_key {
 	const char *name;
-	const char *alias;	/* the wire's name */
+	const char *alias; /* the wire's name */
 	const char *kind;
 	size_t offset;
-	int suffix;		/* a size (K, M, G), not a count */
+	int suffix; /* a size (K, M, G), not a count */
 } pool_keys[] = {
 	{ "page", "page_size", "sliced",
 	  offsetof(struct gpucmd_pool_options, page_size), 1 },
@@ -1077,8 +1108,10 @@ static int parse_pool_key(struct script *s, size_t w, const char *kv,
 	char buf[64], *v;
 
 	if (len >= sizeof(buf) || memchr(kv, '=', len) == NULL)
-		return parse_error(s, w, "bad pool option '%.*s': expected "
-				   "KEY=VALUE", (int)len, kv);
+		return parse_error(s, w,
+				   "bad pool option '%.*s': expected "
+				   "KEY=VALUE",
+				   (int)len, kv);
 	memcpy(buf, kv, len);
 	buf[len] = '\0';
 	v = strchr(buf, '=');
@@ -1089,23 +1122,25 @@ static int parse_pool_key(struct script *s, size_t w, const char *kv,
 		if (strcmp(buf, pk->name) != 0 && strcmp(buf, pk->alias) != 0)
 			continue;
 		if (strcmp(p->kind, pk->kind) != 0)
-			return parse_error(s, w, "'%s' is an option of %s "
-					   "pools, not of %s pools", buf,
-					   pk->kind, p->kind);
+			return parse_error(s, w,
+					   "'%s' is an option of %s "
+					   "pools, not of %s pools",
+					   buf, pk->kind, p->kind);
 		if (tool_parse_u64(v, pk->suffix,
 				   (uint64_t *)((char *)p + pk->offset)) < 0)
 			return parse_error(s, w, "bad value '%s' for %s", v,
 					   buf);
 		return 0;
 	}
-	return parse_error(s, w, "unknown pool option '%s': sliced takes "
+	return parse_error(s, w,
+			   "unknown pool option '%s': sliced takes "
 			   "page, slice, pool; exclusive takes max, period; "
-			   "direct takes reclaim", buf);
+			   "direct takes reclaim",
+			   buf);
 }
 
 /* KIND[:key=value,...] */
-static int parse_pool(struct script *s, size_t w,
-		      struct gpucmd_pool_options *p)
+static int parse_pool(struct script *s, size_t w, struct gpucmd_pool_options *p)
 {
 	static const char *const kinds[] = { "sliced", "exclusive", "direct" };
 	const char *v = s->word[w];
@@ -1116,8 +1151,10 @@ static int parse_pool(struct script *s, size_t w,
 		if (strlen(kinds[k]) == len && strncmp(v, kinds[k], len) == 0)
 			p->kind = kinds[k];
 	if (p->kind == NULL)
-		return parse_error(s, w, "pool kind '%.*s' is not sliced, "
-				   "exclusive or direct", (int)len, v);
+		return parse_error(s, w,
+				   "pool kind '%.*s' is not sliced, "
+				   "exclusive or direct",
+				   (int)len, v);
 	for (v += len; *v == ':' || *v == ',';) {
 		v++;
 		len = strcspn(v, ",");
@@ -1141,16 +1178,20 @@ static int parse_pools(struct script *s, struct op *op)
 		if (strcmp(s->word[1], presets[k]) == 0)
 			op->preset = presets[k];
 	if (op->preset == NULL)
-		return parse_error(s, 1, "layout '%s' is not subslices, "
-				   "exclusive or custom", s->word[1]);
+		return parse_error(s, 1,
+				   "layout '%s' is not subslices, "
+				   "exclusive or custom",
+				   s->word[1]);
 	if (strcmp(op->preset, "custom") != 0) {
 		if (s->nwords > 2)
-			return parse_error(s, 2, "only a custom layout lists "
+			return parse_error(s, 2,
+					   "only a custom layout lists "
 					   "pools");
 		return 0;
 	}
 	if (s->nwords == 2)
-		return parse_error(s, 2, "a custom layout needs at least one "
+		return parse_error(s, 2,
+				   "a custom layout needs at least one "
 				   "POOL");
 	op->pools = calloc(s->nwords - 2, sizeof(*op->pools));
 	if (op->pools == NULL)
@@ -1192,7 +1233,8 @@ static int parse_capture(struct script *s, struct op *op)
 
 	if (strcmp(s->word[1], "begin") == 0) {
 		if (s->nwords != 2)
-			return parse_error(s, 2, "capture begin takes no "
+			return parse_error(s, 2,
+					   "capture begin takes no "
 					   "operands");
 		op->kind = OP_CAPTURE_BEGIN;
 		return 0;
@@ -1240,13 +1282,15 @@ static int parse_dims(struct script *s, size_t w, const char *v,
 		uint64_t x;
 
 		if (i == 3 || len == 0 || len >= sizeof(part))
-			return parse_error(s, w, "bad dimensions in '%s': "
-					   "expected X[,Y[,Z]]", s->word[w]);
+			return parse_error(s, w,
+					   "bad dimensions in '%s': "
+					   "expected X[,Y[,Z]]",
+					   s->word[w]);
 		memcpy(part, v, len);
 		part[len] = '\0';
-		if (tool_parse_u64(part, 0, &x) < 0 || x == 0 ||
-		    x > UINT32_MAX)
-			return parse_error(s, w, "bad dimension '%s' in '%s': "
+		if (tool_parse_u64(part, 0, &x) < 0 || x == 0 || x > UINT32_MAX)
+			return parse_error(s, w,
+					   "bad dimension '%s' in '%s': "
 					   "expected a number from 1 to %u",
 					   part, s->word[w], UINT32_MAX);
 		dims[i] = (uint32_t)x;
@@ -1285,13 +1329,16 @@ static int parse_scalar(struct script *s, size_t w, struct gpucmd_arg *a)
 		a->kind = GPUCMD_ARG_I32;
 		max = neg ? (uint64_t)INT32_MAX + 1 : INT32_MAX;
 	} else {
-		return parse_error(s, w, "unknown argument type '%.*s': use a "
+		return parse_error(s, w,
+				   "unknown argument type '%.*s': use a "
 				   "buffer name, u32:, i32:, u64: or f32:",
 				   (int)(v - 1 - word), word);
 	}
 	if (tool_parse_u64(v + neg, 0, &x) < 0)
-		return parse_error(s, w, "bad number '%s': expected decimal or "
-				   "0x hex", v);
+		return parse_error(s, w,
+				   "bad number '%s': expected decimal or "
+				   "0x hex",
+				   v);
 	if (x > max || (neg && x == 0))
 		return parse_error(s, w, "'%s' is out of range for %.3s", v,
 				   word);
@@ -1312,15 +1359,16 @@ static int parse_kernel(struct script *s, struct op *op)
 	/* MODULE.FUNCTION names a function of a module this script loaded. */
 	if (dot != NULL) {
 		char *mod = strndup(s->word[1], (size_t)(dot - s->word[1]));
-		struct binding *mb = mod ? binding_find(&s->names[NAME_MODULE],
-							mod)
-					 : NULL;
+		struct binding *mb =
+			mod ? binding_find(&s->names[NAME_MODULE], mod) : NULL;
 
 		free(mod);
 		if (mb == NULL || mb->id == 0 || dot[1] == '\0')
-			return parse_error(s, 1, "'%s' is not MODULE.FUNCTION "
+			return parse_error(s, 1,
+					   "'%s' is not MODULE.FUNCTION "
 					   "of a module loaded with the module "
-					   "line", s->word[1]);
+					   "line",
+					   s->word[1]);
 		op->id = mb->id;
 		op->kernel = strdup(dot + 1);
 	} else {
@@ -1350,8 +1398,10 @@ static int parse_kernel(struct script *s, struct op *op)
 			uint64_t x;
 
 			if (tool_parse_u64(v + 7, 1, &x) < 0 || x > UINT32_MAX)
-				return parse_error(s, w, "bad shared memory "
-						   "size '%s'", v + 7);
+				return parse_error(s, w,
+						   "bad shared memory "
+						   "size '%s'",
+						   v + 7);
 			op->shared = (uint32_t)x;
 			continue;
 		}
@@ -1388,8 +1438,10 @@ static int parse_module(struct script *s, struct op *op)
 		}
 	}
 	if (op->kernel == NULL)
-		return parse_error(s, 2, "expected ptx:, cubin:, fatbin: or "
-				   "cuda: before the data, not '%s'", v);
+		return parse_error(s, 2,
+				   "expected ptx:, cubin:, fatbin: or "
+				   "cuda: before the data, not '%s'",
+				   v);
 	s->word[2] = colon + 1;
 	rc = word_data(s, 2, op);
 	s->word[2] = v;
@@ -1471,13 +1523,17 @@ static int parse_op(struct script *s, struct group *g)
 		if (strcmp(s->word[0], syntax[i].name) == 0)
 			syn = &syntax[i];
 	if (syn == NULL)
-		return parse_error(s, 0, "unknown op '%s' (gpucmd exec --help "
-				   "lists them)", s->word[0]);
+		return parse_error(s, 0,
+				   "unknown op '%s' (gpucmd exec --help "
+				   "lists them)",
+				   s->word[0]);
 	if (nargs < syn->min_args || nargs > syn->max_args)
-		return parse_error(s, nargs < syn->min_args ? s->nwords :
-				   1 + syn->max_args,
-				   "%s: usage: %s", nargs < syn->min_args ?
-				   "missing operand" : "too many operands",
+		return parse_error(s,
+				   nargs < syn->min_args ? s->nwords :
+							   1 + syn->max_args,
+				   "%s: usage: %s",
+				   nargs < syn->min_args ? "missing operand" :
+							   "too many operands",
 				   syn->usage);
 	if (g->n == g->cap) {
 		size_t cap = g->cap ? 2 * g->cap : 16;
@@ -1493,7 +1549,7 @@ static int parse_op(struct script *s, struct group *g)
 	op->kind = syn->kind;
 	op->line = s->line;
 	op->stream = s->stream;
-	g->n++;	/* counted now so group_clear frees a half-parsed op */
+	g->n++; /* counted now so group_clear frees a half-parsed op */
 	return syn->parse(s, op);
 }
 
@@ -1520,7 +1576,8 @@ static int parse_group(struct script *s, struct group *g)
 			continue;
 		if (strcmp(s->word[0], "submit") == 0) {
 			if (s->nwords > 1)
-				return parse_error(s, 1, "submit takes no "
+				return parse_error(s, 1,
+						   "submit takes no "
 						   "operands");
 			return 0;
 		}
@@ -1533,9 +1590,11 @@ static int parse_group(struct script *s, struct group *g)
 			if (word_number(s, 1, 0, &n, "stream") < 0)
 				return -1;
 			if (n > UINT32_MAX)
-				return parse_error(s, 1, "stream %" PRIu64
-						   " is out of range (0 to %"
-						   PRIu32 ")", n, UINT32_MAX);
+				return parse_error(
+					s, 1,
+					"stream %" PRIu64
+					" is out of range (0 to %" PRIu32 ")",
+					n, UINT32_MAX);
 			s->stream = (uint32_t)n;
 			continue;
 		}
@@ -1560,9 +1619,11 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 						     op->data_len);
 	case OP_WRITE:
 		if (op->via != VIA_INLINE && op->layout.rank != 0)
-			return gpucmd_batch_write_region_layout(
-				b, op->handle, op->offset, &op->layout,
-				op->region, op->roff);
+			return gpucmd_batch_write_region_layout(b, op->handle,
+								op->offset,
+								&op->layout,
+								op->region,
+								op->roff);
 		if (op->via != VIA_INLINE)
 			return gpucmd_batch_write_region(b, op->handle,
 							 op->offset, op->region,
@@ -1576,9 +1637,11 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 					  op->data_len);
 	case OP_READ:
 		if (op->via != VIA_INLINE && op->layout.rank != 0)
-			return gpucmd_batch_read_region_layout(
-				b, op->handle, op->offset, &op->layout,
-				op->region, op->roff);
+			return gpucmd_batch_read_region_layout(b, op->handle,
+							       op->offset,
+							       &op->layout,
+							       op->region,
+							       op->roff);
 		if (op->via != VIA_INLINE)
 			return gpucmd_batch_read_region(b, op->handle,
 							op->offset, op->len,
@@ -1591,7 +1654,7 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 	case OP_RELEASE_REGION:
 		return gpucmd_batch_release_region(b, op->id);
 	case OP_REGION:
-		break;	/* run before the group's requests */
+		break; /* run before the group's requests */
 	case OP_KERNEL:
 		if (op->id != 0)
 			return gpucmd_batch_kernel_module(b, op->id, op->kernel,
@@ -1602,8 +1665,8 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 						  op->block, op->shared,
 						  op->args, op->nargs);
 	case OP_MODULE:
-		return gpucmd_batch_load_module(b, op->id, op->kernel,
-						op->data, op->data_len);
+		return gpucmd_batch_load_module(b, op->id, op->kernel, op->data,
+						op->data_len);
 	case OP_RELEASE:
 		return gpucmd_batch_release(b, op->handle);
 	case OP_SYNC:
@@ -1657,12 +1720,15 @@ static void queue_error(struct exec *x, const struct op *op, int code)
 		op->line, op_names[op->kind]);
 	if (code == GPUCMD_ELIMIT && op->via == VIA_INLINE &&
 	    op->data_len > in->max_frame_bytes)
-		fprintf(stderr, "%zu bytes of data is over the daemon's frame "
-			"limit of %u bytes (max_frame_bytes)\n", op->data_len,
-			in->max_frame_bytes);
+		fprintf(stderr,
+			"%zu bytes of data is over the daemon's frame "
+			"limit of %u bytes (max_frame_bytes)\n",
+			op->data_len, in->max_frame_bytes);
 	else if (code == GPUCMD_ELIMIT)
-		fprintf(stderr, "the daemon takes at most %u ops per request; "
-			"split the group with submit\n", in->max_ops_per_batch);
+		fprintf(stderr,
+			"the daemon takes at most %u ops per request; "
+			"split the group with submit\n",
+			in->max_ops_per_batch);
 	else
 		fprintf(stderr, "%s\n", gpucmd_strerror(code));
 }
@@ -1671,8 +1737,8 @@ static void queue_error(struct exec *x, const struct op *op, int code)
  * Build every request of the group before any is sent, so an op that the
  * library refuses (over a limit) stops the group with nothing done.
  */
-static int build_requests(struct exec *x, struct group *g,
-			  struct request *req, size_t nreq)
+static int build_requests(struct exec *x, struct group *g, struct request *req,
+			  size_t nreq)
 {
 	for (size_t k = 0; k < nreq; k++) {
 		const struct op *first = &g->ops[req[k].first];
@@ -1730,8 +1796,7 @@ static void request_lines(const struct group *g, const struct request *rq,
  * and last ops, as a timeout's message names its lines: with no answer
  * there is no knowing which op the daemon is at.
  */
-static int wait_shown(struct exec *x, const struct group *g,
-		      struct request *rq)
+static int wait_shown(struct exec *x, const struct group *g, struct request *rq)
 {
 	const struct op *first = &g->ops[rq->first];
 	const struct op *last = &g->ops[rq->first + rq->n - 1];
@@ -1758,9 +1823,9 @@ static int wait_shown(struct exec *x, const struct group *g,
 		if (r != -ETIMEDOUT || gpucmd_conn_error(x->conn, NULL) != 0)
 			break;
 		request_lines(g, rq, lines, sizeof(lines));
-		fprintf(stderr, "\rgpucmd: waiting for %s (%s%s%s): %" PRIu64
-			" s ", lines, op_names[first->kind],
-			rq->n > 1 ? " to " : "",
+		fprintf(stderr,
+			"\rgpucmd: waiting for %s (%s%s%s): %" PRIu64 " s ",
+			lines, op_names[first->kind], rq->n > 1 ? " to " : "",
 			rq->n > 1 ? op_names[last->kind] : "",
 			(now_ms() - start) / 1000u);
 		shown = true;
@@ -1891,8 +1956,8 @@ static int print_read(struct exec *x, const struct op *op, const void *data,
 }
 
 /* A read that landed in a named region: where. */
-static int print_read_region(struct exec *x, const struct op *op,
-			     uint64_t len, uint64_t roff)
+static int print_read_region(struct exec *x, const struct op *op, uint64_t len,
+			     uint64_t roff)
 {
 	if (x->json) {
 		json_head(op);
@@ -1909,7 +1974,7 @@ static int print_read_region(struct exec *x, const struct op *op,
 }
 
 static int print_usage(struct exec *x, const struct op *op,
-			const struct gpucmd_memory_usage *u)
+		       const struct gpucmd_memory_usage *u)
 {
 	if (x->json) {
 		json_head(op);
@@ -1937,9 +2002,9 @@ static int print_report(struct exec *x, const struct op *op,
 		printf("}\n");
 		return TOOL_EXIT_OK;
 	}
-	printf("report: stream %u (connection %" PRIu64 "): allocations=%"
-	       PRIu64 " bytes_in_use=%" PRIu64 " bytes_padding=%" PRIu64
-	       " bytes_reserved=%" PRIu64 "\n",
+	printf("report: stream %u (connection %" PRIu64
+	       "): allocations=%" PRIu64 " bytes_in_use=%" PRIu64
+	       " bytes_padding=%" PRIu64 " bytes_reserved=%" PRIu64 "\n",
 	       sr->stream, sr->connection_id, sr->usage.allocations,
 	       sr->usage.bytes_in_use, sr->usage.bytes_padding,
 	       sr->usage.bytes_reserved);
@@ -2059,8 +2124,10 @@ static int print_result(struct exec *x, const struct op *op,
 		return TOOL_EXIT_OK;
 	}
 	fflush(stdout);
-	fprintf(stderr, "gpucmd: %s:%u: the daemon's answer to %s carries no "
-		"%s\n", x->s.label, op->line, op_names[op->kind], what);
+	fprintf(stderr,
+		"gpucmd: %s:%u: the daemon's answer to %s carries no "
+		"%s\n",
+		x->s.label, op->line, op_names[op->kind], what);
 	return TOOL_EXIT_FAIL;
 }
 
@@ -2137,18 +2204,18 @@ static int unanswered(struct exec *x, const struct group *g,
 	if (err == GPUCMD_EDISCONNECTED && why != NULL && why[0] != '\0' &&
 	    strncmp(why, "the daemon closed", 17) != 0 &&
 	    strcmp(why, gpucmd_strerror(err)) != 0)
-		snprintf(msg, sizeof(msg), "the daemon closed the connection: %s",
-			 why);
+		snprintf(msg, sizeof(msg),
+			 "the daemon closed the connection: %s", why);
 	else
 		snprintf(msg, sizeof(msg), "%s",
 			 err == GPUCMD_EDISCONNECTED ?
-			 "the daemon closed the connection" :
-			 gpucmd_strerror(err));
+				 "the daemon closed the connection" :
+				 gpucmd_strerror(err));
 	if (x->json)
 		json_error(op, err, msg);
 	request_lines(g, rq, what, sizeof(what));
-	status = tool_fail_why(what, err, err == GPUCMD_EDISCONNECTED ? why
-								    : NULL);
+	status = tool_fail_why(what, err,
+			       err == GPUCMD_EDISCONNECTED ? why : NULL);
 	if (err == GPUCMD_ELIMIT) {
 		uint64_t data = 0;
 
@@ -2157,15 +2224,20 @@ static int unanswered(struct exec *x, const struct group *g,
 			const struct op *o = &g->ops[i];
 
 			if (((o->kind == OP_WRITE || o->kind == OP_CREATE) &&
-			     o->via == VIA_INLINE) || o->kind == OP_MODULE)
+			     o->via == VIA_INLINE) ||
+			    o->kind == OP_MODULE)
 				data += o->data_len;
 		}
-		fprintf(stderr, "gpucmd: the request carries %" PRIu64 " bytes "
+		fprintf(stderr,
+			"gpucmd: the request carries %" PRIu64 " bytes "
 			"of data in its frame, over the daemon's "
-			"max_frame_bytes of %" PRIu32 " with its framing; split "
-			"the group with submit\n", data,
+			"max_frame_bytes of %" PRIu32
+			" with its framing; split "
+			"the group with submit\n",
+			data,
 			x->conn != NULL ?
-			gpucmd_info(x->conn)->max_frame_bytes : 0);
+				gpucmd_info(x->conn)->max_frame_bytes :
+				0);
 	}
 	return status;
 }
@@ -2199,8 +2271,8 @@ static uint64_t op_bytes(const struct op *op)
  * A region that could not be made: say so, with why (the daemon's last
  * message when NULL); the exit status.
  */
-static int region_failed(struct exec *x, const struct op *op,
-			 const char *what, const char *why, int code)
+static int region_failed(struct exec *x, const struct op *op, const char *what,
+			 const char *why, int code)
 {
 	char line[1024];
 
@@ -2277,10 +2349,11 @@ static int op_load(struct exec *x, const struct op *op, uint8_t *dest)
 		snprintf(msg, sizeof(msg), "cannot read '%s': %s", op->src,
 			 strerror(err));
 	else
-		snprintf(msg, sizeof(msg), "'%s' changed size after line %u "
+		snprintf(msg, sizeof(msg),
+			 "'%s' changed size after line %u "
 			 "was parsed (it had %zu bytes then); run the script "
-			 "again once nothing writes to it", op->src, op->line,
-			 op->data_len);
+			 "again once nothing writes to it",
+			 op->src, op->line, op->data_len);
 	if (x->json)
 		json_error(op, err != 0 ? -err : -EIO, msg);
 	fflush(stdout);
@@ -2294,9 +2367,10 @@ static int op_load_heap(struct exec *x, struct op *op)
 	op->data = malloc(op->data_len);
 	if (op->data == NULL) {
 		fflush(stdout);
-		fprintf(stderr, "gpucmd: %s:%u: out of memory for the %zu "
-			"bytes of '%s'\n", x->s.label, op->line, op->data_len,
-			op->src);
+		fprintf(stderr,
+			"gpucmd: %s:%u: out of memory for the %zu "
+			"bytes of '%s'\n",
+			x->s.label, op->line, op->data_len, op->src);
 		return TOOL_EXIT_FAIL;
 	}
 	return op_load(x, op, op->data);
@@ -2326,7 +2400,8 @@ static int scratch_refused(struct exec *x, struct group *g, uint64_t total,
 {
 	const struct gpucmd_info *in = gpucmd_info(x->conn);
 	uint64_t room = in->max_frame_bytes > EXEC_FRAME_SLACK ?
-				in->max_frame_bytes - EXEC_FRAME_SLACK : 0;
+				in->max_frame_bytes - EXEC_FRAME_SLACK :
+				0;
 	char why[640], refused[1024], advice[256], over[1024], span[64];
 
 	scratch_reason(x, why, sizeof(why));
@@ -2366,35 +2441,42 @@ static int scratch_refused(struct exec *x, struct group *g, uint64_t total,
 		if (!moved || (sent <= room && back <= room))
 			continue;
 		if (why[0] != '\0')
-			snprintf(refused, sizeof(refused), "cannot create "
+			snprintf(refused, sizeof(refused),
+				 "cannot create "
 				 "exec's scratch region for the transfers over "
-				 "%" PRIu64 " bytes: %s", inline_limit(x), why);
+				 "%" PRIu64 " bytes: %s",
+				 inline_limit(x), why);
 		else
-			snprintf(refused, sizeof(refused), "cannot create "
+			snprintf(refused, sizeof(refused),
+				 "cannot create "
 				 "exec's scratch region of %" PRIu64 " bytes "
 				 "for the transfers over %" PRIu64 " bytes: %s",
-				 total, inline_limit(x),
-				 gpucmd_strerror(code));
+				 total, inline_limit(x), gpucmd_strerror(code));
 		if (code == GPUCMD_EQUOTA)
-			snprintf(advice, sizeof(advice), "raise the service's "
+			snprintf(advice, sizeof(advice),
+				 "raise the service's "
 				 "region_limit (%" PRIu64 " bytes) by %" PRIu64
-				 " bytes", in->region_limit, total);
+				 " bytes",
+				 in->region_limit, total);
 		else if (code == GPUCMD_ENOMEM)
-			snprintf(advice, sizeof(advice), "free memory on the "
+			snprintf(advice, sizeof(advice),
+				 "free memory on the "
 				 "daemon's host (or, on CUDA, its pinned "
 				 "memory) for a region of %" PRIu64 " bytes",
 				 total);
 		else
-			snprintf(advice, sizeof(advice), "release a region "
+			snprintf(advice, sizeof(advice),
+				 "release a region "
 				 "before this group (release-region)");
 		request_span(from, to, span, sizeof(span));
-		snprintf(over, sizeof(over), "nor do they fit inline: the "
+		snprintf(over, sizeof(over),
+			 "nor do they fit inline: the "
 			 "request of %s would %s %" PRIu64 " bytes, over the "
 			 "%" PRIu64 " bytes a frame holds (max_frame_bytes is "
 			 "%u): %s, raise max_frame_bytes, or move the data in "
 			 "pieces of at most %" PRIu64 " bytes with submit "
-			 "between them", span,
-			 sent > room ? "send" : "read back",
+			 "between them",
+			 span, sent > room ? "send" : "read back",
 			 sent > room ? sent : back, room, in->max_frame_bytes,
 			 advice, room);
 		if (x->json) {
@@ -2464,8 +2546,8 @@ static int group_regions(struct exec *x, struct group *g)
 		op->via = VIA_SCRATCH;
 		op->roff = total;
 		op->rlen = n;
-		total = (end + EXEC_SCRATCH_ALIGN - 1) /
-			EXEC_SCRATCH_ALIGN * EXEC_SCRATCH_ALIGN;
+		total = (end + EXEC_SCRATCH_ALIGN - 1) / EXEC_SCRATCH_ALIGN *
+			EXEC_SCRATCH_ALIGN;
 		if (first_big == NULL)
 			first_big = op;
 	}
@@ -2482,9 +2564,11 @@ static int group_regions(struct exec *x, struct group *g)
 		} else if (r < 0) {
 			scratch_reason(x, why, sizeof(why));
 			x->scratch_id = 0;
-			return region_failed(x, first_big, "cannot create "
+			return region_failed(x, first_big,
+					     "cannot create "
 					     "exec's scratch region for large "
-					     "transfers", why, r);
+					     "transfers",
+					     why, r);
 		} else {
 			x->scratch = p;
 		}
@@ -2543,8 +2627,8 @@ static int run_group(struct exec *x, struct group *g)
 	size_t nreq = 0;
 	int status, rel;
 
-	status = x->conn != NULL ? 0 : tool_connect(x->opts, x->service,
-						    &x->conn);
+	status = x->conn != NULL ? 0 :
+				   tool_connect(x->opts, x->service, &x->conn);
 	if (status == 0)
 		status = group_regions(x, g);
 	x->groups++;
@@ -2584,7 +2668,8 @@ static int run_group(struct exec *x, struct group *g)
 	free(req);
 	/* A connection that died already took the region with it. */
 	rel = x->conn != NULL && status != TOOL_EXIT_UNAVAILABLE ?
-		      scratch_release(x) : 0;
+		      scratch_release(x) :
+		      0;
 	if (status == TOOL_EXIT_OK)
 		status = rel;
 	x->scratch_id = 0;
@@ -2615,9 +2700,11 @@ int cmd_exec(const struct tool_opts *o, int argc, char **argv)
 			x.json = 1;
 			break;
 		case 'h':
-			return tool_usage(argv[0], exec_usage, TOOL_EXIT_OK, NULL);
+			return tool_usage(argv[0], exec_usage, TOOL_EXIT_OK,
+					  NULL);
 		default:
-			return tool_usage(argv[0], exec_usage, TOOL_EXIT_USAGE, NULL);
+			return tool_usage(argv[0], exec_usage, TOOL_EXIT_USAGE,
+					  NULL);
 		}
 	}
 	if (argc - optind > 1)

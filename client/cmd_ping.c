@@ -85,22 +85,24 @@ int cmd_ping(const struct tool_opts *o, int argc, char **argv)
 		case 'c':
 			if (tool_parse_u64(optarg, 0, &count) < 0 ||
 			    count == 0 || count > UINT32_MAX)
-				return tool_usage(argv[0], ping_usage, TOOL_EXIT_USAGE,
+				return tool_usage(argv[0], ping_usage,
+						  TOOL_EXIT_USAGE,
 						  "bad count '%s' (a number "
 						  "of round trips from 1 to "
 						  "%" PRIu32 ")",
 						  optarg, UINT32_MAX);
 			break;
 		case 'h':
-			return tool_usage(argv[0], ping_usage, TOOL_EXIT_OK, NULL);
+			return tool_usage(argv[0], ping_usage, TOOL_EXIT_OK,
+					  NULL);
 		default:
-			return tool_usage(argv[0], ping_usage, TOOL_EXIT_USAGE, NULL);
+			return tool_usage(argv[0], ping_usage, TOOL_EXIT_USAGE,
+					  NULL);
 		}
 	}
 	if (optind < argc)
 		return tool_usage(argv[0], ping_usage, TOOL_EXIT_USAGE,
-				  "unexpected argument '%s'",
-				  argv[optind]);
+				  "unexpected argument '%s'", argv[optind]);
 	r = tool_connect(o, NULL, &conn);
 	if (r != 0)
 		return r;
@@ -137,7 +139,7 @@ int cmd_ping(const struct tool_opts *o, int argc, char **argv)
 		printf("--- 0 pings\n");
 		return TOOL_EXIT_OK;
 	}
-	printf("--- %" PRIu64 " pings: min/avg/max = %.1f/%.1f/%.1f us\n",
-	       done, min, sum / (double)done, max);
+	printf("--- %" PRIu64 " pings: min/avg/max = %.1f/%.1f/%.1f us\n", done,
+	       min, sum / (double)done, max);
 	return TOOL_EXIT_OK;
 }

@@ -83,8 +83,8 @@ int tool_pool_table(const struct gpucmd_stream_report *sr, int exact,
 		    int indent)
 {
 	static const char *const headings[] = {
-		"#", "KIND", "PAGE SIZE", "PAGES", "ALLOCS", "IN USE",
-		"PADDING", "RESERVED", "LARGEST FREE", "FRAG",
+		"#",	  "KIND",    "PAGE SIZE", "PAGES",	  "ALLOCS",
+		"IN USE", "PADDING", "RESERVED",  "LARGEST FREE", "FRAG",
 	};
 	char sz[TOOL_SIZE_LEN];
 	struct table t;
@@ -98,19 +98,23 @@ int tool_pool_table(const struct gpucmd_stream_report *sr, int exact,
 		table_row(&t);
 		table_set(&t, 0, "%zu", p);
 		table_set(&t, 1, "%s", pr->kind);
-		table_set(&t, 2, "%s", pr->page_size != 0 ?
-			  tool_size(pr->page_size, exact, sz, sizeof(sz)) :
-			  "-");
+		table_set(&t, 2, "%s",
+			  pr->page_size != 0 ? tool_size(pr->page_size, exact,
+							 sz, sizeof(sz)) :
+					       "-");
 		table_set(&t, 3, "%" PRIu64, pr->pages);
 		table_set(&t, 4, "%" PRIu64, pr->usage.allocations);
-		table_set(&t, 5, "%s", tool_size(pr->usage.bytes_in_use, exact,
-						 sz, sizeof(sz)));
-		table_set(&t, 6, "%s", tool_size(pr->usage.bytes_padding,
-						 exact, sz, sizeof(sz)));
-		table_set(&t, 7, "%s", tool_size(pr->usage.bytes_reserved,
-						 exact, sz, sizeof(sz)));
-		table_set(&t, 8, "%s", tool_size(pr->largest_free, exact, sz,
-						 sizeof(sz)));
+		table_set(&t, 5, "%s",
+			  tool_size(pr->usage.bytes_in_use, exact, sz,
+				    sizeof(sz)));
+		table_set(&t, 6, "%s",
+			  tool_size(pr->usage.bytes_padding, exact, sz,
+				    sizeof(sz)));
+		table_set(&t, 7, "%s",
+			  tool_size(pr->usage.bytes_reserved, exact, sz,
+				    sizeof(sz)));
+		table_set(&t, 8, "%s",
+			  tool_size(pr->largest_free, exact, sz, sizeof(sz)));
 		table_set(&t, 9, "%s",
 			  percent(tool_fragmentation(&pr->usage,
 						     pr->largest_free),
@@ -146,11 +150,10 @@ void tool_json_stream(const struct gpucmd_stream_report *sr)
 		tool_json_string(stdout, pr->kind);
 		printf(",\"page_size\":%" PRIu64 ",\"max_slice\":%" PRIu64
 		       ",\"pages\":%" PRIu64 ",\"pages_peak\":%" PRIu64 ",",
-		       pr->page_size, pr->max_slice, pr->pages,
-		       pr->pages_peak);
+		       pr->page_size, pr->max_slice, pr->pages, pr->pages_peak);
 		tool_json_usage(&pr->usage);
-		printf(",\"largest_alloc\":%" PRIu64 ",\"largest_free\":%" PRIu64
-		       ",\"fragmentation\":%.6f}",
+		printf(",\"largest_alloc\":%" PRIu64
+		       ",\"largest_free\":%" PRIu64 ",\"fragmentation\":%.6f}",
 		       pr->largest_alloc, pr->largest_free,
 		       tool_fragmentation(&pr->usage, pr->largest_free));
 	}
@@ -163,8 +166,8 @@ void tool_json_stream(const struct gpucmd_stream_report *sr)
 struct service_view {
 	const struct gpucmd_service_report *s;
 	struct gpucmd_memory_usage usage;
-	uint64_t largest_free;	/* over every pool of every stream */
-	uint64_t stream_largest_sum;	/* each stream's largest, summed */
+	uint64_t largest_free;	     /* over every pool of every stream */
+	uint64_t stream_largest_sum; /* each stream's largest, summed */
 	double fragmentation;
 };
 
@@ -194,8 +197,8 @@ struct report_opts {
 	int exact;
 	int streams;
 	int pools;
-	const char *service;	/* filter, NULL: all */
-	double watch;		/* seconds, 0: once */
+	const char *service; /* filter, NULL: all */
+	double watch;	     /* seconds, 0: once */
 };
 
 static void usage_of(const struct gpucmd_service_report *s,
@@ -235,8 +238,8 @@ static int view_build(const struct gpucmd_report *rep,
 		 * Each stream allocates from its own pools: free memory split
 		 * between streams is not fragmentation (gpucmd(1)).
 		 */
-		sv->fragmentation = tool_fragmentation(&sv->usage,
-						       sv->stream_largest_sum);
+		sv->fragmentation =
+			tool_fragmentation(&sv->usage, sv->stream_largest_sum);
 		v->n++;
 
 		v->total.connections += s->connections;
@@ -255,8 +258,9 @@ static int view_build(const struct gpucmd_report *rep,
 			v->total.largest_free = sv->largest_free;
 		v->total.stream_largest_sum += sv->stream_largest_sum;
 	}
-	v->total.fragmentation = tool_fragmentation(
-		&v->total.usage, v->total.stream_largest_sum);
+	v->total.fragmentation =
+		tool_fragmentation(&v->total.usage,
+				   v->total.stream_largest_sum);
 	return 0;
 }
 
@@ -278,8 +282,8 @@ enum {
 };
 
 static const char *const service_headings[NCOLS] = {
-	"SERVICE", "ID", "CONN", "IN USE", "RESERVED", "PADDING",
-	"ALLOCS", "PEAK", "LIMIT", "OOMS", "FRAG",
+	"SERVICE", "ID",   "CONN",  "IN USE", "RESERVED", "PADDING",
+	"ALLOCS",  "PEAK", "LIMIT", "OOMS",   "FRAG",
 };
 
 /* The cells of a service row (id 0 and limit 0 print as "-"). */
@@ -317,8 +321,8 @@ static void service_cells(struct table *t, const char *name, uint32_t id,
 static int streams_table(const struct service_view *sv, int exact)
 {
 	static const char *const headings[] = {
-		"CONNECTION", "STREAM", "ALLOCS", "IN USE", "PADDING",
-		"RESERVED", "LARGEST FREE", "FRAG",
+		"CONNECTION", "STREAM",	  "ALLOCS",	  "IN USE",
+		"PADDING",    "RESERVED", "LARGEST FREE", "FRAG",
 	};
 	const struct gpucmd_service_report *s = sv->s;
 	char sz[TOOL_SIZE_LEN];
@@ -335,12 +339,15 @@ static int streams_table(const struct service_view *sv, int exact)
 			  sr->closing ? " (closed)" : "");
 		table_set(&t, 1, "%u", sr->stream);
 		table_set(&t, 2, "%" PRIu64, sr->usage.allocations);
-		table_set(&t, 3, "%s", tool_size(sr->usage.bytes_in_use, exact,
-						 sz, sizeof(sz)));
-		table_set(&t, 4, "%s", tool_size(sr->usage.bytes_padding,
-						 exact, sz, sizeof(sz)));
-		table_set(&t, 5, "%s", tool_size(sr->usage.bytes_reserved,
-						 exact, sz, sizeof(sz)));
+		table_set(&t, 3, "%s",
+			  tool_size(sr->usage.bytes_in_use, exact, sz,
+				    sizeof(sz)));
+		table_set(&t, 4, "%s",
+			  tool_size(sr->usage.bytes_padding, exact, sz,
+				    sizeof(sz)));
+		table_set(&t, 5, "%s",
+			  tool_size(sr->usage.bytes_reserved, exact, sz,
+				    sizeof(sz)));
 		table_set(&t, 6, "%s", tool_size(lf, exact, sz, sizeof(sz)));
 		table_set(&t, 7, "%s",
 			  percent(tool_fragmentation(&sr->usage, lf), sz,
@@ -370,8 +377,7 @@ static int streams_with_pools(const struct service_view *sv, int exact)
 		       sr->stream, sr->usage.allocations,
 		       tool_size(sr->usage.bytes_in_use, exact, a, sizeof(a)),
 		       tool_size(sr->usage.bytes_padding, exact, b, sizeof(b)),
-		       tool_size(sr->usage.bytes_reserved, exact, c,
-				 sizeof(c)),
+		       tool_size(sr->usage.bytes_reserved, exact, c, sizeof(c)),
 		       tool_fragmentation(&sr->usage, lf) * 100.0);
 		if (tool_pool_table(sr, exact, 4) < 0)
 			r = -1;
@@ -470,13 +476,11 @@ static void module_lines(const struct report_view *v, int exact)
 		if (s->module_bytes != 0)
 			printf("  %s: %u module%s, %s\n", s->name, s->modules,
 			       s->modules == 1 ? "" : "s",
-			       tool_size(s->module_bytes, exact, a,
-					 sizeof(a)));
+			       tool_size(s->module_bytes, exact, a, sizeof(a)));
 	}
 }
 
-static int report_text(const struct report_view *v,
-		       const struct report_opts *o)
+static int report_text(const struct report_view *v, const struct report_opts *o)
 {
 	const struct gpucmd_report *rep = v->rep;
 	char a[TOOL_SIZE_LEN], b[TOOL_SIZE_LEN];
@@ -487,8 +491,8 @@ static int report_text(const struct report_view *v,
 	       rep->backend,
 	       tool_size(rep->device_total_memory, o->exact, a, sizeof(a)));
 	if (rep->has_device_free_memory)
-		printf("%s free\n", tool_size(rep->device_free_memory,
-					      o->exact, b, sizeof(b)));
+		printf("%s free\n", tool_size(rep->device_free_memory, o->exact,
+					      b, sizeof(b)));
 	else
 		printf("free n/a\n");
 	/*
@@ -869,8 +873,7 @@ static const struct prom_metric prom_metrics[] = {
 	  "Bytes held from the device for the service, free or in use.",
 	  svc_reserved },
 	{ PROM_SERVICE, "gpucmd_service_bytes_padding", "gauge",
-	  "Alignment padding of the service's live allocations.",
-	  svc_padding },
+	  "Alignment padding of the service's live allocations.", svc_padding },
 	{ PROM_SERVICE, "gpucmd_service_allocations", "gauge",
 	  "Live allocations of the service.", svc_allocations },
 	{ PROM_SERVICE, "gpucmd_service_peak_bytes_in_use", "gauge",
@@ -880,20 +883,22 @@ static const struct prom_metric prom_metrics[] = {
 	{ PROM_SERVICE, "gpucmd_service_oom_total", "counter",
 	  "Allocations refused for lack of memory or quota.", svc_ooms },
 	{ PROM_SERVICE, "gpucmd_service_largest_free_bytes", "gauge",
-	  "Largest free block in any pool of the service.",
-	  svc_largest_free },
+	  "Largest free block in any pool of the service.", svc_largest_free },
 	{ PROM_SERVICE, "gpucmd_service_fragmentation_ratio", "gauge",
 	  "1 - largest free block / (reserved - in use - padding).",
 	  svc_fragmentation },
 	{ PROM_SERVICE, "gpucmd_service_bytes_released_pending", "gauge",
 	  "Bytes the service released that the device may still use (part "
-	  "of bytes_in_use).", svc_released_pending },
+	  "of bytes_in_use).",
+	  svc_released_pending },
 	{ PROM_SERVICE, "gpucmd_service_module_bytes", "gauge",
 	  "Device memory the globals of the service's loaded modules hold "
-	  "(counted in its quota).", svc_module_bytes },
+	  "(counted in its quota).",
+	  svc_module_bytes },
 	{ PROM_SERVICE, "gpucmd_service_region_bytes", "gauge",
 	  "Bytes of shared regions mapped for the service (pinned host "
-	  "memory on CUDA).", svc_region_bytes },
+	  "memory on CUDA).",
+	  svc_region_bytes },
 	{ PROM_SERVICE, "gpucmd_service_regions", "gauge",
 	  "Shared regions mapped for the service.", svc_regions },
 	{ PROM_SERVICE, "gpucmd_service_region_limit_bytes", "gauge",
@@ -905,11 +910,9 @@ static const struct prom_metric prom_metrics[] = {
 	{ PROM_STREAM, "gpucmd_stream_bytes_in_use", "gauge",
 	  "Bytes the stream's live allocations asked for.", str_in_use },
 	{ PROM_STREAM, "gpucmd_stream_bytes_reserved", "gauge",
-	  "Bytes held from the device by the stream's pools.",
-	  str_reserved },
+	  "Bytes held from the device by the stream's pools.", str_reserved },
 	{ PROM_STREAM, "gpucmd_stream_bytes_padding", "gauge",
-	  "Alignment padding of the stream's live allocations.",
-	  str_padding },
+	  "Alignment padding of the stream's live allocations.", str_padding },
 	{ PROM_STREAM, "gpucmd_stream_allocations", "gauge",
 	  "Live allocations of the stream.", str_allocations },
 	{ PROM_STREAM, "gpucmd_stream_fragmentation_ratio", "gauge",
@@ -978,10 +981,12 @@ static void report_prometheus(const struct report_view *v)
 	if (rep->has_pinned_host) {
 		prom_family("gpucmd_daemon_pinned_host_bytes", "gauge",
 			    "The daemon's own pinned host pool.");
-		printf("gpucmd_daemon_pinned_host_bytes{state=\"reserved\"} %"
-		       PRIu64 "\n", rep->pinned_host.bytes_reserved);
-		printf("gpucmd_daemon_pinned_host_bytes{state=\"in_use\"} %"
-		       PRIu64 "\n", rep->pinned_host.bytes_in_use);
+		printf("gpucmd_daemon_pinned_host_bytes{state=\"reserved\"} %" PRIu64
+		       "\n",
+		       rep->pinned_host.bytes_reserved);
+		printf("gpucmd_daemon_pinned_host_bytes{state=\"in_use\"} %" PRIu64
+		       "\n",
+		       rep->pinned_host.bytes_in_use);
 	}
 	for (size_t k = 0; k < sizeof(prom_metrics) / sizeof(prom_metrics[0]);
 	     k++) {
@@ -1033,7 +1038,8 @@ static void on_interrupt(int sig)
 		return;
 	}
 	if ((now.tv_sec - watch_stop_at.tv_sec) * 1000000000L +
-		    (now.tv_nsec - watch_stop_at.tv_nsec) >= 500000000L) {
+		    (now.tv_nsec - watch_stop_at.tv_nsec) >=
+	    500000000L) {
 		signal(sig, SIG_DFL);
 		raise(sig);
 	}
@@ -1067,9 +1073,11 @@ static int report_once(struct gpucmd_conn *conn, const struct report_opts *o)
 		return TOOL_EXIT_FAIL;
 	}
 	if (o->service != NULL && v.n == 0) {
-		fprintf(stderr, "gpucmd: memory-report: no service '%s' in "
+		fprintf(stderr,
+			"gpucmd: memory-report: no service '%s' in "
 			"the report (unknown to the daemon, or not visible to "
-			"this user)\n", o->service);
+			"this user)\n",
+			o->service);
 		r = TOOL_EXIT_FAIL;
 	} else if (o->json) {
 		report_json(&v);
@@ -1165,12 +1173,13 @@ int cmd_memory_report(const struct tool_opts *opts, int argc, char **argv)
 	 * no Prometheus reader takes from a file or a pipe.
 	 */
 	if (o.watch != 0 && o.prometheus && !isatty(STDOUT_FILENO))
-		return tool_usage(argv[0], report_usage, TOOL_EXIT_USAGE,
-				  "--prometheus --watch into a file or a pipe "
-				  "would repeat every metric: run memory-report "
-				  "--prometheus once per scrape, writing a "
-				  "temporary file and renaming it (gpucmd(1), "
-				  "EXAMPLES)");
+		return tool_usage(
+			argv[0], report_usage, TOOL_EXIT_USAGE,
+			"--prometheus --watch into a file or a pipe "
+			"would repeat every metric: run memory-report "
+			"--prometheus once per scrape, writing a "
+			"temporary file and renaming it (gpucmd(1), "
+			"EXAMPLES)");
 	r = tool_observe(opts, &conn);
 	if (r != 0)
 		return r;
@@ -1196,7 +1205,7 @@ int cmd_memory_report(const struct tool_opts *opts, int argc, char **argv)
 			break;
 		/* A reader that went away (a closed pipe, a full disk). */
 		if (fflush(stdout) != 0 || ferror(stdout))
-			break;	/* main says so and exits 1 */
+			break; /* main says so and exits 1 */
 		watch_sleep(o.watch);
 	}
 	gpucmd_close(conn);

@@ -36,8 +36,9 @@ static int services_text(const struct gpucmd_report *rep, int exact)
 		table_set(&t, 3, "%s",
 			  tool_size(s->bytes_in_use, exact, sz, sizeof(sz)));
 		if (s->limit_bytes != 0)
-			table_set(&t, 4, "%s", tool_size(s->limit_bytes, exact,
-							 sz, sizeof(sz)));
+			table_set(&t, 4, "%s",
+				  tool_size(s->limit_bytes, exact, sz,
+					    sizeof(sz)));
 		else
 			table_set(&t, 4, "-");
 		if (s->module_bytes > 0)

@@ -12,9 +12,8 @@
 
 #include "cmd.h"
 
-static const char status_usage[] =
-	"usage: gpucmd status [--json]\n"
-	"  --json  print one JSON object\n";
+static const char status_usage[] = "usage: gpucmd status [--json]\n"
+				   "  --json  print one JSON object\n";
 
 /* "3d 04:05:06" for long uptimes, "04:05:06" otherwise. */
 static void print_uptime(uint64_t ms)
@@ -49,12 +48,14 @@ static void status_text(const struct gpucmd_status *st,
 	 * service whose quotas it could be told.
 	 */
 	if (in->service_id == 0) {
-		printf("this client  an observer in no service, connection %"
-		       PRIu64 "\n", in->connection_id);
+		printf("this client  an observer in no service, connection %" PRIu64
+		       "\n",
+		       in->connection_id);
 		printf("limits       ");
 	} else {
 		printf("this client  service %s (id %u), connection %" PRIu64
-		       "\n", in->service, in->service_id, in->connection_id);
+		       "\n",
+		       in->service, in->service_id, in->connection_id);
 		printf("limits       memory %s, regions %s, ",
 		       in->memory_limit != 0 ?
 			       tool_size(in->memory_limit, 0, a, sizeof(a)) :
@@ -87,13 +88,14 @@ static void status_json(const struct gpucmd_status *st,
 	printf(",\"client\":{\"observer\":%s,\"service\":",
 	       in->service_id == 0 ? "true" : "false");
 	tool_json_string(stdout, in->service);
-	printf(",\"service_id\":%u,\"connection_id\":%" PRIu64,
-	       in->service_id, in->connection_id);
+	printf(",\"service_id\":%u,\"connection_id\":%" PRIu64, in->service_id,
+	       in->connection_id);
 	/* An observer has no service, so no quota (0 would read unlimited). */
 	if (in->service_id == 0)
 		printf(",\"memory_limit\":null,\"region_limit\":null");
 	else
-		printf(",\"memory_limit\":%" PRIu64 ",\"region_limit\":%" PRIu64,
+		printf(",\"memory_limit\":%" PRIu64
+		       ",\"region_limit\":%" PRIu64,
 		       in->memory_limit, in->region_limit);
 	printf(",\"max_streams\":%u,\"max_ops_per_batch\":%u"
 	       ",\"max_frame_bytes\":%u,\"max_in_flight\":%u}}\n",

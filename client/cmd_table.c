@@ -43,8 +43,7 @@ void table_row(struct table *t)
 		t->cells = cells;
 		t->cap = cap;
 	}
-	memset(t->cells[t->nrows * t->ncols], 0,
-	       t->ncols * sizeof(*t->cells));
+	memset(t->cells[t->nrows * t->ncols], 0, t->ncols * sizeof(*t->cells));
 	t->nrows++;
 }
 
@@ -84,8 +83,8 @@ int table_print(const struct table *t, FILE *f, int indent)
 			/* No blanks after the last cell of a line. */
 			int w = left && c + 1 == t->ncols ? 0 : width[c];
 
-			fprintf(f, "%s%*s", c > 0 ? "  " : "",
-				left ? -w : w, row[c]);
+			fprintf(f, "%s%*s", c > 0 ? "  " : "", left ? -w : w,
+				row[c]);
 		}
 		fputc('\n', f);
 	}

@@ -20,11 +20,11 @@
 
 struct table {
 	size_t ncols;
-	char (*cells)[TABLE_CELL];	/* nrows * ncols, row 0 the headings */
+	char (*cells)[TABLE_CELL]; /* nrows * ncols, row 0 the headings */
 	size_t nrows;
-	size_t cap;			/* rows allocated */
-	int failed;			/* out of memory: rows were dropped */
-	uint64_t left;			/* bit c: column c is left-aligned */
+	size_t cap;    /* rows allocated */
+	int failed;    /* out of memory: rows were dropped */
+	uint64_t left; /* bit c: column c is left-aligned */
 };
 
 /** A table with the ncols headings as its first row. */

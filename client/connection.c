@@ -52,10 +52,10 @@ struct conn_release {
 
 struct conn_slot {
 	uint64_t id;
-	bool awaits_device;	/* the reply waits for device work (fenced) */
-	bool abandoned;		/* its wait timed out: drop the reply */
-	Gpucmd__Frame *frame;	/* NULL until the response is read */
-	struct conn_release *releases;	/* settled when collected */
+	bool awaits_device;   /* the reply waits for device work (fenced) */
+	bool abandoned;	      /* its wait timed out: drop the reply */
+	Gpucmd__Frame *frame; /* NULL until the response is read */
+	struct conn_release *releases; /* settled when collected */
 	size_t nreleases;
 };
 
@@ -73,8 +73,8 @@ struct gpucmd_conn {
 	size_t slots_cap;
 	size_t nabandoned;	/* slots whose answer nobody will collect */
 	int dead;		/* 0, or the code the connection died with */
-	char dead_message[256];	/* why (gpucmd_conn_error) */
-	int timeout_ms;		/* of every wait, -1: none (gpucmd_set_timeout) */
+	char dead_message[256]; /* why (gpucmd_conn_error) */
+	int timeout_ms; /* of every wait, -1: none (gpucmd_set_timeout) */
 	/*
 	 * Of the next recv of the frame being read, 0: none.  Each recv that
 	 * brings bytes moves it to CONN_STALL_MS (or the timeout, if longer)
@@ -82,15 +82,15 @@ struct gpucmd_conn {
 	 * kills the connection.
 	 */
 	uint64_t deadline_ns;
-	struct regions regions;	/* shared regions attached by this process */
-	struct batch_cache batches;	/* spent batches kept for the next */
+	struct regions regions; /* shared regions attached by this process */
+	struct batch_cache batches; /* spent batches kept for the next */
 	/*
 	 * Kept from frame to frame, so that large transfers do not map and
 	 * fault in fresh pages each time (up to CONN_KEEP_BYTES).
 	 */
-	struct frame_pieces out;	/* the request being sent */
-	bool sending;		/* out is going: frames read meanwhile keep it */
-	uint8_t *body;			/* the frame body being read */
+	struct frame_pieces out; /* the request being sent */
+	bool sending;  /* out is going: frames read meanwhile keep it */
+	uint8_t *body; /* the frame body being read */
 	size_t body_cap;
 	/*
 	 * Bytes read ahead of the frame being read: one recv takes a small
@@ -99,8 +99,8 @@ struct gpucmd_conn {
 	 */
 	uint8_t rbuf[CONN_RBUF];
 	size_t rhead, rtail;
-	char last_message[768];		/* gpucmd_last_message */
-	unsigned spin_us;		/* $GPUCMD_SPIN_US: watch before blocking */
+	char last_message[768]; /* gpucmd_last_message */
+	unsigned spin_us;	/* $GPUCMD_SPIN_US: watch before blocking */
 };
 
 /* Least time a frame that has begun may pause before it counts as stopped. */
@@ -124,8 +124,8 @@ static int conn_fail_why(struct gpucmd_conn *c, int code, const char *why)
 	if (c->dead == 0) {
 		c->dead = code;
 		snprintf(c->dead_message, sizeof(c->dead_message), "%s",
-			 why != NULL && why[0] != '\0' ? why
-							: gpucmd_strerror(code));
+			 why != NULL && why[0] != '\0' ? why :
+							 gpucmd_strerror(code));
 		/*
 		 * Given up on this side: the daemon sees the end now and
 		 * frees what the connection held, not at gpucmd_close.
@@ -214,8 +214,8 @@ static ssize_t recv_some(struct gpucmd_conn *c, void *buf, size_t len)
 		if (n >= 0)
 			return n;
 		if (errno != EINTR)
-			return errno == ECONNRESET ? GPUCMD_EDISCONNECTED
-						   : -errno;
+			return errno == ECONNRESET ? GPUCMD_EDISCONNECTED :
+						     -errno;
 	}
 }
 
@@ -286,8 +286,8 @@ static int wait_room(struct gpucmd_conn *c, bool read_ahead, bool begun,
 			.fd = c->fd,
 			.events = POLLOUT | (read_ahead ? POLLIN : 0),
 		};
-		int n = poll(&p, 1, *deadline_ns != 0 ? ms_left(*deadline_ns)
-						      : -1);
+		int n = poll(&p, 1,
+			     *deadline_ns != 0 ? ms_left(*deadline_ns) : -1);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -296,14 +296,15 @@ static int wait_room(struct gpucmd_conn *c, bool read_ahead, bool begun,
 		if (n == 0)
 			return 0;
 		if ((p.revents & (POLLOUT | POLLERR)) != 0)
-			return 1;	/* the next sendmsg says */
+			return 1; /* the next sendmsg says */
 		if (!read_ahead || (p.revents & (POLLIN | POLLHUP)) == 0)
 			return 1;
 		/* A frame has begun, or the peer is gone: read it. */
-		if (conn_recv_one(c, 0, *deadline_ns != 0 ?
-					 deadline_after(stall_ms) : 0) < 0 &&
+		if (conn_recv_one(c, 0,
+				  *deadline_ns != 0 ? deadline_after(stall_ms) :
+						      0) < 0 &&
 		    c->dead)
-			return 1;	/* write_pieces sees c->dead */
+			return 1; /* write_pieces sees c->dead */
 		if (*deadline_ns != 0 && begun)
 			*deadline_ns = deadline_after(stall_ms);
 	}
@@ -330,7 +331,7 @@ static int write_pieces(struct gpucmd_conn *c, const struct frame_pieces *p,
 			int stall_ms, bool read_ahead, bool *partial)
 {
 	size_t ctl_len = nfds > 0 ? CMSG_SPACE(nfds * sizeof(int)) : 0;
-	size_t piece = 0, skip = 0;	/* the first byte not sent yet */
+	size_t piece = 0, skip = 0; /* the first byte not sent yet */
 	void *ctl = NULL;
 	int err = 0;
 
@@ -351,8 +352,8 @@ static int write_pieces(struct gpucmd_conn *c, const struct frame_pieces *p,
 		struct iovec iov[CONN_IOV];
 		struct msghdr mh = { .msg_iov = iov,
 				     .msg_control = ctl,
-				     .msg_controllen = ctl != NULL ? ctl_len
-								   : 0 };
+				     .msg_controllen =
+					     ctl != NULL ? ctl_len : 0 };
 		size_t k = 0;
 		ssize_t n;
 
@@ -365,7 +366,8 @@ static int write_pieces(struct gpucmd_conn *c, const struct frame_pieces *p,
 		for (size_t i = piece; i < p->n && k < CONN_IOV; i++, k++) {
 			size_t off = i == piece ? skip : 0;
 
-			iov[k].iov_base = (void *)(frame_piece_data(p, i) + off);
+			iov[k].iov_base =
+				(void *)(frame_piece_data(p, i) + off);
 			iov[k].iov_len = p->v[i].len - off;
 		}
 		mh.msg_iovlen = k;
@@ -429,8 +431,10 @@ static unsigned spin_setting(void)
 static int bad_body(uint32_t len, char *msg, size_t msg_len)
 {
 	if (msg != NULL)
-		snprintf(msg, msg_len, "the daemon sent a frame body of %u "
-			 "bytes that is not a gpucmd message", len);
+		snprintf(msg, msg_len,
+			 "the daemon sent a frame body of %u "
+			 "bytes that is not a gpucmd message",
+			 len);
 	return GPUCMD_EPROTO;
 }
 
@@ -459,10 +463,12 @@ static int read_frame(struct gpucmd_conn *c, uint32_t max_body,
 		 * protocol (a runaway length, a stream out of step).
 		 */
 		if (msg != NULL)
-			snprintf(msg, msg_len, "the daemon announced a frame "
-				 "body of %u bytes, over the %u this side "
-				 "accepts: it does not speak the gpucmd protocol",
-				 hdr.length, max_body);
+			snprintf(
+				msg, msg_len,
+				"the daemon announced a frame "
+				"body of %u bytes, over the %u this side "
+				"accepts: it does not speak the gpucmd protocol",
+				hdr.length, max_body);
 		r = GPUCMD_EPROTO;
 	}
 	if (r < 0)
@@ -543,12 +549,14 @@ static int write_frame(struct gpucmd_conn *c, const Gpucmd__Frame *f,
 				 &partial);
 		c->sending = false;
 		if (partial && r == -ETIMEDOUT)
-			r = conn_fail_why(c, r, "the daemon stopped reading in "
+			r = conn_fail_why(c, r,
+					  "the daemon stopped reading in "
 					  "the middle of a request for longer "
 					  "than the timeout; the connection "
 					  "is closed");
 		else if (partial && r != -EPIPE && r != -ECONNRESET)
-			r = conn_fail_why(c, r, "sending a request failed after "
+			r = conn_fail_why(c, r,
+					  "sending a request failed after "
 					  "part of it went out; the connection "
 					  "is closed");
 		/*
@@ -619,9 +627,10 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 
 		if (n < 0)
 			return conn_fail(c, n == -ECONNRESET ?
-					 GPUCMD_EDISCONNECTED : (int)n);
+						    GPUCMD_EDISCONNECTED :
+						    (int)n);
 		if (n == 0 && !wait_readable(c->fd, deadline_ns))
-			return -ETIMEDOUT;	/* nothing was read */
+			return -ETIMEDOUT; /* nothing was read */
 		c->rhead = 0;
 		c->rtail = (size_t)n;
 	}
@@ -631,11 +640,13 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 	c->deadline_ns = 0;
 	trim_buffers(c);
 	if (r == -ETIMEDOUT)
-		return conn_fail_why(c, r, "the daemon stopped in the middle "
+		return conn_fail_why(c, r,
+				     "the daemon stopped in the middle "
 				     "of a frame for longer than the timeout; "
 				     "the connection is closed");
 	if (r == GPUCMD_EDISCONNECTED)
-		return conn_fail_why(c, r, "the daemon closed the connection "
+		return conn_fail_why(c, r,
+				     "the daemon closed the connection "
 				     "without saying why");
 	if (r < 0)
 		return conn_fail_why(c, r, why);
@@ -643,7 +654,8 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 	case GPUCMD__FRAME__MSG_RESPONSE:
 		s = slot_find(c, f->response->id);
 		if (s == NULL || s->frame != NULL) {
-			snprintf(why, sizeof(why), "the daemon answered request "
+			snprintf(why, sizeof(why),
+				 "the daemon answered request "
 				 "%llu, which is not outstanding",
 				 (unsigned long long)f->response->id);
 			break;
@@ -657,12 +669,15 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 		return 0;
 	case GPUCMD__FRAME__MSG_ERROR:
 		r = error_code(f->error);
-		conn_fail_why(c, r, f->error != NULL ? f->error->message : NULL);
+		conn_fail_why(c, r,
+			      f->error != NULL ? f->error->message : NULL);
 		frame_free(f);
 		return r;
 	default:
-		snprintf(why, sizeof(why), "the daemon sent a frame of type %d, "
-			 "which a client never gets", (int)f->msg_case);
+		snprintf(why, sizeof(why),
+			 "the daemon sent a frame of type %d, "
+			 "which a client never gets",
+			 (int)f->msg_case);
 		break;
 	}
 	/* A response nobody asked for, or a frame a client never gets. */
@@ -674,8 +689,8 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
  * The region_release ops of req, for its slot: *out is NULL when there
  * are none.  0 or -ENOMEM.
  */
-static int releases_of(const Gpucmd__Request *req,
-		       struct conn_release **out, size_t *n)
+static int releases_of(const Gpucmd__Request *req, struct conn_release **out,
+		       size_t *n)
 {
 	struct conn_release *v;
 	size_t k = 0;
@@ -712,8 +727,8 @@ static void slot_settle(struct gpucmd_conn *c, struct conn_slot *s)
 	 * A stream fault is reported at the batch's first read or sync once
 	 * every op has run: failed_index is not where the batch stopped.
 	 */
-	bool all_ran = resp->error == NULL ||
-		       resp->error->code == GPUCMD_ESTREAM;
+	bool all_ran =
+		resp->error == NULL || resp->error->code == GPUCMD_ESTREAM;
 
 	for (size_t k = 0; k < s->nreleases; k++)
 		if (all_ran || s->releases[k].index < resp->failed_index)
@@ -766,9 +781,9 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 	if (r < 0)
 		free(rel);
 	if (c->dead)
-		return c->dead;	/* a request stopped half way */
+		return c->dead; /* a request stopped half way */
 	if (r == GPUCMD_ELIMIT || r == -ENOMEM || r == -ETIMEDOUT)
-		return r;	/* nothing was sent; the connection is fine */
+		return r; /* nothing was sent; the connection is fine */
 	if (r == -EPIPE || r == -ECONNRESET) {
 		/*
 		 * The daemon closed the socket, usually after an Error frame
@@ -829,7 +844,7 @@ int conn_wait(struct gpucmd_conn *c, uint64_t id, int timeout_ms,
 			return -ETIMEDOUT;
 		s = slot_find(c, id);
 		if (s == NULL)
-			return GPUCMD_EPROTO;	/* cannot happen */
+			return GPUCMD_EPROTO; /* cannot happen */
 	}
 	slot_settle(c, s);
 	*out = s->frame;
@@ -861,7 +876,8 @@ int conn_timeout(const struct gpucmd_conn *c)
 int conn_fail_timeout(struct gpucmd_conn *c, int code)
 {
 	if (code == -ETIMEDOUT)
-		return conn_fail_why(c, code, "a transfer or region call timed "
+		return conn_fail_why(c, code,
+				     "a transfer or region call timed "
 				     "out; the daemon may still use its "
 				     "shared memory, so the connection is "
 				     "closed");
@@ -889,8 +905,7 @@ static const char *socket_path(const char *path)
  * when a signal interrupts it: it is simply made again, with the time
  * left.
  */
-static int connect_unix(int fd, const struct sockaddr_un *sun,
-			int timeout_ms)
+static int connect_unix(int fd, const struct sockaddr_un *sun, int timeout_ms)
 {
 	uint64_t deadline = deadline_after(timeout_ms);
 	struct timeval none = { 0 };
@@ -907,8 +922,10 @@ static int connect_unix(int fd, const struct sockaddr_un *sun,
 			(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv,
 					 sizeof(tv));
 		}
-		err = connect(fd, (const struct sockaddr *)sun,
-			      sizeof(*sun)) == 0 ? 0 : errno;
+		err = connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) ==
+				      0 ?
+			      0 :
+			      errno;
 		if (err != EINTR)
 			break;
 	}
@@ -955,8 +972,8 @@ static void info_from_welcome(struct gpucmd_info *info,
 }
 
 /* Send Hello and read the answer: Welcome, or an Error that says why not. */
-static int handshake(struct gpucmd_conn *c, const char *service,
-		     unsigned flags, char *msg, size_t msg_len)
+static int handshake(struct gpucmd_conn *c, const char *service, unsigned flags,
+		     char *msg, size_t msg_len)
 {
 	Gpucmd__Frame f = GPUCMD__FRAME__INIT;
 	Gpucmd__Hello hello = GPUCMD__HELLO__INIT;
@@ -985,12 +1002,15 @@ static int handshake(struct gpucmd_conn *c, const char *service,
 	if (r < 0) {
 		/* A bad header already wrote its sentence into msg. */
 		if (r == GPUCMD_EDISCONNECTED)
-			snprintf(msg, msg_len, "the daemon closed the "
+			snprintf(msg, msg_len,
+				 "the daemon closed the "
 				 "connection without answering Hello");
 		else if (r == -ETIMEDOUT)
-			snprintf(msg, msg_len, "the daemon accepted the "
+			snprintf(msg, msg_len,
+				 "the daemon accepted the "
 				 "connection but did not answer Hello within "
-				 "%d ms", c->timeout_ms);
+				 "%d ms",
+				 c->timeout_ms);
 		else if (msg[0] == '\0')
 			snprintf(msg, msg_len, "reading Welcome: %s",
 				 gpucmd_strerror(r));
@@ -1000,10 +1020,11 @@ static int handshake(struct gpucmd_conn *c, const char *service,
 	case GPUCMD__FRAME__MSG_WELCOME:
 		if (answer->welcome->protocol_version !=
 		    GPUCMD_PROTOCOL_VERSION) {
-			snprintf(msg, msg_len,
-				 "the daemon speaks protocol %u, this library %u",
-				 answer->welcome->protocol_version,
-				 GPUCMD_PROTOCOL_VERSION);
+			snprintf(
+				msg, msg_len,
+				"the daemon speaks protocol %u, this library %u",
+				answer->welcome->protocol_version,
+				GPUCMD_PROTOCOL_VERSION);
 			r = GPUCMD_EVERSION;
 			break;
 		}
@@ -1017,7 +1038,8 @@ static int handshake(struct gpucmd_conn *c, const char *service,
 				 gpucmd_strerror(r));
 		break;
 	default:
-		snprintf(msg, msg_len, "the daemon answered Hello with "
+		snprintf(msg, msg_len,
+			 "the daemon answered Hello with "
 			 "frame type %d instead of Welcome",
 			 (int)answer->msg_case);
 		r = GPUCMD_EPROTO;
@@ -1034,8 +1056,8 @@ GPUCMD_EXTERN int gpucmd_connect(const char *path, const char *service,
 	return gpucmd_connect_timeout(path, service, -1, out, msg, msg_len);
 }
 
-GPUCMD_EXTERN int gpucmd_connect_timeout(const char *path,
-					 const char *service, int timeout_ms,
+GPUCMD_EXTERN int gpucmd_connect_timeout(const char *path, const char *service,
+					 int timeout_ms,
 					 struct gpucmd_conn **out, char *msg,
 					 size_t msg_len)
 {
@@ -1073,13 +1095,16 @@ GPUCMD_EXTERN int gpucmd_connect_flags(const char *path, const char *service,
 		return GPUCMD_EINVAL;
 	}
 	if ((flags & ~CONN_FLAGS) != 0) {
-		snprintf(msg, msg_len, "connect flags 0x%x are not known to "
-			 "this libgpucmd", flags & ~CONN_FLAGS);
+		snprintf(msg, msg_len,
+			 "connect flags 0x%x are not known to "
+			 "this libgpucmd",
+			 flags & ~CONN_FLAGS);
 		return GPUCMD_EINVAL;
 	}
 	if (timeout_ms == 0) {
 		/* It would time out before the daemon could answer Hello. */
-		snprintf(msg, msg_len, "a connect timeout of 0 ms leaves no "
+		snprintf(msg, msg_len,
+			 "a connect timeout of 0 ms leaves no "
 			 "time for the handshake: give 1 ms or more, or -1 "
 			 "for none");
 		return GPUCMD_EINVAL;
@@ -1107,8 +1132,10 @@ GPUCMD_EXTERN int gpucmd_connect_flags(const char *path, const char *service,
 	atomic_fetch_add(&conns_open, 1);
 	r = connect_unix(c->fd, &sun, c->timeout_ms);
 	if (r == -ETIMEDOUT) {
-		snprintf(msg, msg_len, "connect %s: the daemon did not accept "
-			 "the connection within %d ms", path, c->timeout_ms);
+		snprintf(msg, msg_len,
+			 "connect %s: the daemon did not accept "
+			 "the connection within %d ms",
+			 path, c->timeout_ms);
 	} else if (r < 0) {
 		snprintf(msg, msg_len, "connect %s: %s", path, strerror(-r));
 	} else {

@@ -35,8 +35,8 @@
  * GPUCMD_ELIMIT when max_in_flight requests are uncollected or the frame
  * is over max_frame_bytes, or with the code that killed the connection.
  */
-int conn_submit(struct gpucmd_conn *conn, Gpucmd__Request *req,
-		const int *fds, size_t nfds, uint64_t *id);
+int conn_submit(struct gpucmd_conn *conn, Gpucmd__Request *req, const int *fds,
+		size_t nfds, uint64_t *id);
 
 /**
  * Block until the response to request id is in, then hand over its frame

@@ -28,17 +28,23 @@ struct tool_command {
 	const char *name;
 	int (*run)(const struct tool_opts *o, int argc, char **argv);
 	const char *summary;
-	bool waits_for_work;	/* runs the user's work: no default timeout */
+	bool waits_for_work; /* runs the user's work: no default timeout */
 };
 
 static const struct tool_command commands[] = {
 	{ "ping", cmd_ping, "measure round trips to the daemon", false },
-	{ "status", cmd_status, "show the daemon's status and this client's limits", false },
-	{ "memory-report", cmd_memory_report, "show device memory per service, stream and pool", false },
-	{ "services", cmd_services, "list the services and what they hold", false },
-	{ "evict", cmd_evict, "end a service's connections (or one connection)", false },
-	{ "cleanup", cmd_cleanup, "return a service's free memory to the device", false },
-	{ "exec", cmd_exec, "run a script of operations (see gpucmd(1))", true },
+	{ "status", cmd_status,
+	  "show the daemon's status and this client's limits", false },
+	{ "memory-report", cmd_memory_report,
+	  "show device memory per service, stream and pool", false },
+	{ "services", cmd_services, "list the services and what they hold",
+	  false },
+	{ "evict", cmd_evict, "end a service's connections (or one connection)",
+	  false },
+	{ "cleanup", cmd_cleanup,
+	  "return a service's free memory to the device", false },
+	{ "exec", cmd_exec, "run a script of operations (see gpucmd(1))",
+	  true },
 };
 
 /* The timeout of the commands that only ask the daemon (--timeout). */
@@ -60,8 +66,8 @@ static int finish_output(int status)
 	if (fflush(stdout) == 0 && !ferror(stdout) && fclose(stdout) == 0)
 		return status;
 	fprintf(stderr, "gpucmd: cannot write the output: %s\n",
-		errno != 0 ? strerror(errno)
-			   : "a write failed (standard output closed, or its "
+		errno != 0 ? strerror(errno) :
+			     "a write failed (standard output closed, or its "
 			     "disk full)");
 	return status == TOOL_EXIT_OK ? TOOL_EXIT_FAIL : status;
 }
@@ -130,7 +136,8 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct tool_opts o = { .socket = NULL, .service = "default",
+	struct tool_opts o = { .socket = NULL,
+			       .service = "default",
 			       .timeout_ms = -2 };
 	const struct tool_command *cmd;
 	char *help_argv[3];
@@ -150,7 +157,7 @@ int main(int argc, char **argv)
 			 * not an unreachable daemon (69). */
 			if (optarg[0] == '\0') {
 				fprintf(stderr, "gpucmd: --socket needs a path "
-					"(an empty one was given)\n");
+						"(an empty one was given)\n");
 				return TOOL_EXIT_USAGE;
 			}
 			o.socket = optarg;
@@ -163,7 +170,8 @@ int main(int argc, char **argv)
 			sec = strtod(optarg, &end);
 			if (errno != 0 || end == optarg || *end != '\0' ||
 			    !(sec >= 0 && sec <= 86400)) {
-				fprintf(stderr, "gpucmd: --timeout '%s' is not "
+				fprintf(stderr,
+					"gpucmd: --timeout '%s' is not "
 					"a number of seconds from 0 to 86400\n",
 					optarg);
 				return TOOL_EXIT_USAGE;
@@ -202,7 +210,8 @@ int main(int argc, char **argv)
 			return finish_output(TOOL_EXIT_OK);
 		}
 		if (find_command(name) == NULL) {
-			fprintf(stderr, "gpucmd: no command '%s' to describe\n\n",
+			fprintf(stderr,
+				"gpucmd: no command '%s' to describe\n\n",
 				name);
 			main_usage(stderr);
 			return TOOL_EXIT_USAGE;
@@ -223,8 +232,8 @@ int main(int argc, char **argv)
 	snprintf(prog, sizeof(prog), "gpucmd %s", name);
 	o.connect_timeout_ms = o.timeout_ms;
 	if (o.timeout_ms == -2) {
-		o.timeout_ms = cmd->waits_for_work ? -1
-						   : TOOL_DEFAULT_TIMEOUT_MS;
+		o.timeout_ms =
+			cmd->waits_for_work ? -1 : TOOL_DEFAULT_TIMEOUT_MS;
 		/* Saying Hello is not the user's work: it may not hang. */
 		o.connect_timeout_ms = TOOL_DEFAULT_TIMEOUT_MS;
 	}
@@ -232,7 +241,7 @@ int main(int argc, char **argv)
 	argv[optind] = prog;
 	argc -= optind;
 	argv += optind;
-	optind = 0;	/* GNU getopt: start over for the subcommand */
+	optind = 0; /* GNU getopt: start over for the subcommand */
 	return finish_output(cmd->run(&o, argc, argv));
 }
 
@@ -293,10 +302,13 @@ static void say_no_access(const char *path)
 
 	if (stat(path, &st) != 0) {
 		if (errno == EACCES)
-			fprintf(stderr, "gpucmd: a directory on the way to %s "
-				"is not open to this user\n", path);
+			fprintf(stderr,
+				"gpucmd: a directory on the way to %s "
+				"is not open to this user\n",
+				path);
 		else
-			fprintf(stderr, "gpucmd: the socket is not open to this "
+			fprintf(stderr,
+				"gpucmd: the socket is not open to this "
 				"user\n");
 		return;
 	}
@@ -310,14 +322,18 @@ static void say_no_access(const char *path)
 		snprintf(uname, sizeof(uname), "%s", pw->pw_name);
 	else
 		snprintf(uname, sizeof(uname), "%u", (unsigned)st.st_uid);
-	fprintf(stderr, "gpucmd: the socket (mode %04o, owner %s, group %s) is "
-		"not open to this user; ", (unsigned)(st.st_mode & 07777),
-		uname, gname);
+	fprintf(stderr,
+		"gpucmd: the socket (mode %04o, owner %s, group %s) is "
+		"not open to this user; ",
+		(unsigned)(st.st_mode & 07777), uname, gname);
 	if (st.st_mode & S_IWGRP)
-		fprintf(stderr, "members of group %s may connect (adduser "
-			"USER %s, then log in again)\n", gname, gname);
+		fprintf(stderr,
+			"members of group %s may connect (adduser "
+			"USER %s, then log in again)\n",
+			gname, gname);
 	else
-		fprintf(stderr, "only %s may connect (socket_mode in "
+		fprintf(stderr,
+			"only %s may connect (socket_mode in "
 			"gpucmdd.conf, or SocketMode= of the socket unit)\n",
 			uname);
 }
@@ -329,10 +345,13 @@ static bool say_not_socket(const char *path)
 
 	if (stat(path, &st) != 0 || S_ISSOCK(st.st_mode))
 		return false;
-	fprintf(stderr, "gpucmd: %s is %s, not a socket: check --socket and "
-		"$GPUCMD_SOCKET\n", path,
+	fprintf(stderr,
+		"gpucmd: %s is %s, not a socket: check --socket and "
+		"$GPUCMD_SOCKET\n",
+		path,
 		S_ISDIR(st.st_mode) ? "a directory" :
-		S_ISREG(st.st_mode) ? "a regular file" : "a special file");
+		S_ISREG(st.st_mode) ? "a regular file" :
+				      "a special file");
 	return true;
 }
 
@@ -354,14 +373,17 @@ static int connect_with(const struct tool_opts *o, const char *service,
 	}
 	if (r == GPUCMD_ELIMIT) {
 		/* At capacity: a retry later may get in, as with no daemon. */
-		fprintf(stderr, "gpucmd: gpucmdd at %s takes no more "
-			"connections now: %s\n", path,
-			msg[0] != '\0' ? msg : gpucmd_strerror(r));
+		fprintf(stderr,
+			"gpucmd: gpucmdd at %s takes no more "
+			"connections now: %s\n",
+			path, msg[0] != '\0' ? msg : gpucmd_strerror(r));
 		return TOOL_EXIT_UNAVAILABLE;
 	}
 	if (tool_exit_status(r) == TOOL_EXIT_FAIL) {
-		fprintf(stderr, "gpucmd: gpucmdd at %s refused service '%s' "
-			"(%s): %s\n", path, service, gpucmd_errname(r),
+		fprintf(stderr,
+			"gpucmd: gpucmdd at %s refused service '%s' "
+			"(%s): %s\n",
+			path, service, gpucmd_errname(r),
 			msg[0] != '\0' ? msg : gpucmd_strerror(r));
 		return TOOL_EXIT_FAIL;
 	}
@@ -374,20 +396,22 @@ static int connect_with(const struct tool_opts *o, const char *service,
 	}
 	if (r == -EACCES || r == -EPERM)
 		say_no_access(path);
-	else if ((r == -ECONNREFUSED || r == -ENOTSOCK) &&
-		 say_not_socket(path))
+	else if ((r == -ECONNREFUSED || r == -ENOTSOCK) && say_not_socket(path))
 		return TOOL_EXIT_UNAVAILABLE;
 	else if (r == GPUCMD_EPROTO)
 		fprintf(stderr, "gpucmd: something else listens there: check "
-			"--socket and $GPUCMD_SOCKET\n");
+				"--socket and $GPUCMD_SOCKET\n");
 	else if (r == GPUCMD_EVERSION)
-		fprintf(stderr, "gpucmd: use a gpucmd of the same release as "
+		fprintf(stderr,
+			"gpucmd: use a gpucmd of the same release as "
 			"the daemon (gpucmd --version, gpucmdd --version)\n");
 	else if (r == -ETIMEDOUT)
-		fprintf(stderr, "gpucmd: it may be stopped or wedged (see "
+		fprintf(stderr,
+			"gpucmd: it may be stopped or wedged (see "
 			"journalctl -u gpucmdd), or give a longer --timeout\n");
 	else
-		fprintf(stderr, "gpucmd: is gpucmdd running? (systemctl start "
+		fprintf(stderr,
+			"gpucmd: is gpucmdd running? (systemctl start "
 			"gpucmdd.socket, or gpucmdd --socket PATH; in a "
 			"source tree: make run)\n");
 	return TOOL_EXIT_UNAVAILABLE;
@@ -416,20 +440,22 @@ int tool_fail_why(const char *what, int code, const char *why)
 		fprintf(stderr, "gpucmd: %s: %s (%s)\n", what, why,
 			gpucmd_errname(code));
 	else if (code == GPUCMD_EDISCONNECTED && why != NULL &&
-		 why[0] != '\0' &&
-		 strncmp(why, "the daemon closed", 17) != 0 &&
+		 why[0] != '\0' && strncmp(why, "the daemon closed", 17) != 0 &&
 		 strcmp(why, gpucmd_strerror(code)) != 0)
 		/* The daemon's reason (an eviction names who evicted). */
-		fprintf(stderr, "gpucmd: %s: the daemon closed the connection: "
-			"%s\n", what, why);
+		fprintf(stderr,
+			"gpucmd: %s: the daemon closed the connection: "
+			"%s\n",
+			what, why);
 	else if (code == GPUCMD_EDISCONNECTED)
-		fprintf(stderr, "gpucmd: %s: the daemon closed the connection\n",
-			what);
+		fprintf(stderr,
+			"gpucmd: %s: the daemon closed the connection\n", what);
 	else if (code == -ETIMEDOUT && tool_timeout_ms >= 0)
-		fprintf(stderr, "gpucmd: %s: the daemon did not answer within "
+		fprintf(stderr,
+			"gpucmd: %s: the daemon did not answer within "
 			"%.3g s; it may be wedged (see journalctl -u gpucmdd), "
-			"or give a longer --timeout\n", what,
-			tool_timeout_ms / 1000.0);
+			"or give a longer --timeout\n",
+			what, tool_timeout_ms / 1000.0);
 	else
 		fprintf(stderr, "gpucmd: %s: %s (%s)\n", what,
 			gpucmd_strerror(code), gpucmd_errname(code));
@@ -440,8 +466,7 @@ int tool_fail_conn(const char *what, int code, const struct gpucmd_conn *conn)
 {
 	const char *why = NULL;
 
-	if (code != GPUCMD_EDISCONNECTED ||
-	    gpucmd_conn_error(conn, &why) == 0)
+	if (code != GPUCMD_EDISCONNECTED || gpucmd_conn_error(conn, &why) == 0)
 		why = gpucmd_last_message(conn);
 	return tool_fail_why(what, code, why);
 }
@@ -463,8 +488,7 @@ int tool_usage(const char *prog, const char *usage, int status,
 	return status;
 }
 
-int tool_flags(int argc, char **argv, const char *usage, int *json,
-	       int *bytes)
+int tool_flags(int argc, char **argv, const char *usage, int *json, int *bytes)
 {
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
@@ -570,8 +594,8 @@ void tool_json_string(FILE *f, const char *str)
 
 const char *tool_size(uint64_t bytes, int exact, char *buf, size_t len)
 {
-	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB",
-					     "PiB", "EiB" };
+	static const char *const units[] = { "KiB", "MiB", "GiB",
+					     "TiB", "PiB", "EiB" };
 	double v = (double)bytes / 1024;
 	size_t u = 0;
 
@@ -617,13 +641,16 @@ int tool_parse_u64(const char *s, int suffix, uint64_t *out)
 		return -1;
 	if (suffix && *s != '\0' && s[1] == '\0') {
 		switch (*s) {
-		case 'k': case 'K':
+		case 'k':
+		case 'K':
 			mult = 1ull << 10;
 			break;
-		case 'm': case 'M':
+		case 'm':
+		case 'M':
 			mult = 1ull << 20;
 			break;
-		case 'g': case 'G':
+		case 'g':
+		case 'G':
 			mult = 1ull << 30;
 			break;
 		default:

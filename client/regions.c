@@ -102,8 +102,8 @@ static int memfd_map(size_t size, int *fd_out, uint8_t **base_out)
 	if (fd < 0)
 		return -errno;
 	if (ftruncate(fd, (off_t)size) != 0 ||
-	    fcntl(fd, F_ADD_SEALS,
-		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+		    0) {
 		r = -errno;
 		close(fd);
 		return r;
@@ -135,8 +135,8 @@ static int wait_checked(struct gpucmd_conn *conn, uint64_t id, size_t *ran)
 	r = gpucmd_response_error(resp);
 	conn_set_message(conn, r != 0 ? gpucmd_response_message(resp) : "");
 	if (ran != NULL)
-		*ran = r != 0 ? (size_t)gpucmd_response_failed_index(resp)
-			      : gpucmd_response_count(resp);
+		*ran = r != 0 ? (size_t)gpucmd_response_failed_index(resp) :
+				gpucmd_response_count(resp);
 	gpucmd_response_free(resp);
 	return r;
 }
@@ -166,13 +166,15 @@ static int regions_attach(struct gpucmd_conn *conn, uint64_t id, size_t size,
 		return conn_refuse(conn, GPUCMD_EEXIST,
 				   "region %llu is already attached on this "
 				   "connection: release it first, or use "
-				   "another id", (unsigned long long)id);
+				   "another id",
+				   (unsigned long long)id);
 	r = regions_reserve(t);
 	if (r < 0)
 		return conn_refuse(conn, r, "no memory for the region table");
 	r = memfd_map(size, &fd, &base);
 	if (r < 0)
-		return conn_refuse(conn, r, "region %llu: cannot make and map "
+		return conn_refuse(conn, r,
+				   "region %llu: cannot make and map "
 				   "a memfd of %zu bytes: %s",
 				   (unsigned long long)id, size, strerror(-r));
 	r = gpucmd_batch_new(conn, 0, &b);
@@ -251,12 +253,13 @@ GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
 		return conn_refuse(conn, GPUCMD_EINVAL,
 				   "region id %llu: an id is 1 to 2^63 - 1 "
 				   "(GPUCMD_REGION_ID_RESERVED and above are "
-				   "the library's)", (unsigned long long)id);
+				   "the library's)",
+				   (unsigned long long)id);
 	if (size == 0 || size > (size_t)INT64_MAX)
 		return conn_refuse(conn, GPUCMD_EINVAL,
 				   "region %llu: a size of %zu bytes; a region "
-				   "has 1 to 2^63 - 1", (unsigned long long)id,
-				   size);
+				   "has 1 to 2^63 - 1",
+				   (unsigned long long)id, size);
 	r = regions_attach(conn, id, size, &e);
 	/*
 	 * The library's scratch region (idle between calls) may hold the
@@ -283,7 +286,8 @@ GPUCMD_EXTERN int gpucmd_region_release(struct gpucmd_conn *conn, uint64_t id)
 		return conn_refuse(conn, GPUCMD_EINVAL,
 				   "region id %llu: an id is 1 to 2^63 - 1 "
 				   "(GPUCMD_REGION_ID_RESERVED and above are "
-				   "the library's)", (unsigned long long)id);
+				   "the library's)",
+				   (unsigned long long)id);
 	return regions_release(conn, id);
 }
 
@@ -293,8 +297,8 @@ GPUCMD_EXTERN int gpucmd_region_release(struct gpucmd_conn *conn, uint64_t id)
 static size_t inline_limit(struct gpucmd_conn *conn)
 {
 	size_t frame = gpucmd_info(conn)->max_frame_bytes;
-	size_t room = frame > REGIONS_FRAME_SLACK ? frame - REGIONS_FRAME_SLACK
-						   : 0;
+	size_t room =
+		frame > REGIONS_FRAME_SLACK ? frame - REGIONS_FRAME_SLACK : 0;
 
 	return room < GPUCMD_INLINE_MAX ? room : GPUCMD_INLINE_MAX;
 }
@@ -309,8 +313,8 @@ static size_t inline_limit(struct gpucmd_conn *conn)
 static int scratch_get(struct gpucmd_conn *conn, size_t want,
 		       struct regions_entry **out)
 {
-	struct regions_entry *e = regions_find(conn_regions(conn),
-					       REGIONS_SCRATCH_ID);
+	struct regions_entry *e =
+		regions_find(conn_regions(conn), REGIONS_SCRATCH_ID);
 	uint64_t limit = gpucmd_info(conn)->region_limit;
 	size_t refused = conn_regions(conn)->scratch_refused;
 	size_t size = REGIONS_SCRATCH_MIN;
@@ -355,7 +359,8 @@ static int scratch_get(struct gpucmd_conn *conn, size_t want,
 			char msg[600];
 
 			/* The daemon named it by its id, 2^63. */
-			snprintf(msg, sizeof(msg), "libgpucmd's scratch region "
+			snprintf(msg, sizeof(msg),
+				 "libgpucmd's scratch region "
 				 "for large transfers was refused: %s",
 				 gpucmd_last_message(conn));
 			conn_set_message(conn, msg);
@@ -370,10 +375,10 @@ static int scratch_get(struct gpucmd_conn *conn, size_t want,
  * when it fits, else halves of the region in turn.
  */
 struct piece {
-	size_t at;		/* offset in the caller's bytes */
+	size_t at; /* offset in the caller's bytes */
 	size_t len;
-	uint64_t roff;		/* offset in the scratch region */
-	uint64_t id;		/* its request while in flight */
+	uint64_t roff; /* offset in the scratch region */
+	uint64_t id;   /* its request while in flight */
 	int busy;
 };
 
@@ -451,10 +456,9 @@ static int write_inline(struct gpucmd_conn *conn, uint32_t stream,
 	return run_checked(conn, b);
 }
 
-GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
-				      uint32_t stream, uint64_t handle,
-				      uint64_t offset, const void *data,
-				      size_t len)
+GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn, uint32_t stream,
+				      uint64_t handle, uint64_t offset,
+				      const void *data, size_t len)
 {
 	struct piece pieces[2] = { { 0 } };
 	struct regions_entry *e;
@@ -465,23 +469,25 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
 		return GPUCMD_EINVAL;
 	conn_set_message(conn, "");
 	if (handle == 0 || (data == NULL && len > 0))
-		return conn_refuse(conn, GPUCMD_EINVAL, "gpucmd_write_buffer: "
-				   "%s", handle == 0 ? "handle 0 names no "
-				   "buffer" : "no data for a length of more "
-				   "than 0");
+		return conn_refuse(conn, GPUCMD_EINVAL,
+				   "gpucmd_write_buffer: "
+				   "%s",
+				   handle == 0 ? "handle 0 names no "
+						 "buffer" :
+						 "no data for a length of more "
+						 "than 0");
 	if (len <= inline_limit(conn))
 		return write_inline(conn, stream, handle, offset, data, len);
 	r = scratch_get(conn, len, &e);
-	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT ||
-	     r == GPUCMD_ENOMEM) &&
+	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT || r == GPUCMD_ENOMEM) &&
 	    inline_limit(conn) > 0) {
 		/* No region to be had: inline, a frame's worth at a time. */
 		chunk = inline_limit(conn);
 		for (done = 0, r = 0; r == 0 && done < len; done += chunk)
 			r = write_inline(conn, stream, handle, offset + done,
 					 (const uint8_t *)data + done,
-					 len - done < chunk ? len - done
-							    : chunk);
+					 len - done < chunk ? len - done :
+							      chunk);
 		return r;
 	}
 	if (r < 0)
@@ -534,9 +540,8 @@ static int read_piece(struct gpucmd_conn *conn, uint32_t stream,
 }
 
 /* Wait for piece p's read and copy its bytes out of the region. */
-static int collect_read(struct gpucmd_conn *conn,
-			const struct regions_entry *e, struct piece *p,
-			void *out)
+static int collect_read(struct gpucmd_conn *conn, const struct regions_entry *e,
+			struct piece *p, void *out)
 {
 	int r;
 
@@ -570,8 +575,8 @@ static int read_inline(struct gpucmd_conn *conn, uint32_t stream,
 	r = gpucmd_response_error(resp);
 	/* "" on success: a scratch region refused before may have said why. */
 	conn_set_message(conn, r != 0 ? gpucmd_response_message(resp) : "");
-	if (r == 0 && (gpucmd_response_data(resp, 0, &data, &got) < 0 ||
-		       got != len))
+	if (r == 0 &&
+	    (gpucmd_response_data(resp, 0, &data, &got) < 0 || got != len))
 		r = GPUCMD_EPROTO;
 	if (r == 0 && len > 0)
 		memcpy(out, data, len);
@@ -579,9 +584,9 @@ static int read_inline(struct gpucmd_conn *conn, uint32_t stream,
 	return r;
 }
 
-GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
-				     uint32_t stream, uint64_t handle,
-				     uint64_t offset, size_t len, void *out)
+GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn, uint32_t stream,
+				     uint64_t handle, uint64_t offset,
+				     size_t len, void *out)
 {
 	struct piece pieces[2] = { { 0 } };
 	struct regions_entry *e;
@@ -592,15 +597,18 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
 		return GPUCMD_EINVAL;
 	conn_set_message(conn, "");
 	if (handle == 0 || (out == NULL && len > 0))
-		return conn_refuse(conn, GPUCMD_EINVAL, "gpucmd_read_buffer: "
-				   "%s", handle == 0 ? "handle 0 names no "
-				   "buffer" : "nowhere to put a length of more "
-				   "than 0");
+		return conn_refuse(conn, GPUCMD_EINVAL,
+				   "gpucmd_read_buffer: "
+				   "%s",
+				   handle == 0 ?
+					   "handle 0 names no "
+					   "buffer" :
+					   "nowhere to put a length of more "
+					   "than 0");
 	if (len <= inline_limit(conn))
 		return read_inline(conn, stream, handle, offset, len, out);
 	r = scratch_get(conn, len, &e);
-	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT ||
-	     r == GPUCMD_ENOMEM) &&
+	if ((r == GPUCMD_EQUOTA || r == GPUCMD_ELIMIT || r == GPUCMD_ENOMEM) &&
 	    inline_limit(conn) > 0) {
 		/* No region to be had: inline, a frame's worth at a time. */
 		chunk = inline_limit(conn);

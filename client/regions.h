@@ -23,8 +23,8 @@
 /* One region of the table. */
 struct regions_entry {
 	uint64_t id;
-	int fd;			/* the memfd, close-on-exec */
-	uint8_t *base;		/* shared mapping of size bytes */
+	int fd;	       /* the memfd, close-on-exec */
+	uint8_t *base; /* shared mapping of size bytes */
 	size_t size;
 };
 

@@ -20,7 +20,7 @@
 
 struct gpucmd_response {
 	Gpucmd__Frame *frame;
-	const Gpucmd__Response *r;	/* frame->response */
+	const Gpucmd__Response *r; /* frame->response */
 };
 
 int response_new(Gpucmd__Frame *frame, struct gpucmd_response **out)
@@ -92,8 +92,7 @@ static const Gpucmd__OpResult *result_at(const struct gpucmd_response *resp,
 }
 
 GPUCMD_EXTERN int gpucmd_response_data(const struct gpucmd_response *resp,
-				       size_t i, const void **data,
-				       size_t *len)
+				       size_t i, const void **data, size_t *len)
 {
 	const Gpucmd__OpResult *res =
 		result_at(resp, i, GPUCMD__OP_RESULT__RESULT_DATA);
@@ -422,7 +421,8 @@ GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,
 		rep->pinned_host.allocations = m->pinned_host->allocations;
 		rep->pinned_host.bytes_in_use = m->pinned_host->bytes_in_use;
 		rep->pinned_host.bytes_padding = m->pinned_host->bytes_padding;
-		rep->pinned_host.bytes_reserved = m->pinned_host->bytes_reserved;
+		rep->pinned_host.bytes_reserved =
+			m->pinned_host->bytes_reserved;
 	}
 	/* Counted as they are filled, so gpucmd_report_free frees what is. */
 	for (size_t i = 0; r == 0 && i < m->n_services; i++) {

@@ -141,10 +141,9 @@ int command_install_memory_pools(struct command *cmd,
 			 "(those of persistent mode may stay) and sync it in "
 			 "an earlier request (ops after a sync in the same "
 			 "request do not wait for it)",
-			 (unsigned long long)allocs,
-			 (unsigned long long)in_use, cmd->current->number);
-	}
-	else if (rc != 0)
+			 (unsigned long long)allocs, (unsigned long long)in_use,
+			 cmd->current->number);
+	} else if (rc != 0)
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "cannot install the pool layout: %s",
 			 gpucmd_strerror(rc));
@@ -187,8 +186,7 @@ static uint64_t reclaim_set(struct stream_set *set)
  * back before an allocation is refused.  Their live buffers stay.  With
  * only set, the connections of that service alone (its reserve quota).
  */
-static uint64_t reclaim_others(struct command *cmd,
-			       const struct service *only)
+static uint64_t reclaim_others(struct command *cmd, const struct service *only)
 {
 	uint64_t got = 0;
 
@@ -216,7 +214,8 @@ static double fragmentation(const struct memory_manager *mm)
 	free_bytes = u.bytes_reserved - u.bytes_in_use - u.bytes_padding;
 	if (free_bytes == 0)
 		return 0;
-	return 1.0 - (double)memory_manager_largest_free(mm) / (double)free_bytes;
+	return 1.0 -
+	       (double)memory_manager_largest_free(mm) / (double)free_bytes;
 }
 
 static void describe_oom(struct command *cmd, int rc, uint64_t size)
@@ -236,22 +235,22 @@ static void describe_oom(struct command *cmd, int rc, uint64_t size)
 		snprintf(lim, sizeof(lim), "%llu", (unsigned long long)limit);
 	else
 		snprintf(lim, sizeof(lim), "none");
-	snprintf(cmd->msg, sizeof(cmd->msg),
-		 "%s: cannot allocate %llu bytes on stream %u; service '%s' "
-		 "has %llu bytes in use (limit %s), this connection %llu in use "
-		 "and %llu reserved, largest free block %llu, fragmentation "
-		 "%.2f, device total %llu bytes%s%s%s%s",
-		 gpucmd_strerror(rc), (unsigned long long)size,
-		 cmd->current->number, svc->name,
-		 (unsigned long long)svc->bytes_in_use, lim,
-		 (unsigned long long)u.bytes_in_use,
-		 (unsigned long long)u.bytes_reserved,
-		 (unsigned long long)memory_manager_largest_free(
-			 cmd->current->memory),
-		 fragmentation(cmd->current->memory),
-		 (unsigned long long)d->props.total_memory,
-		 cap[0] ? "; " : "", cap,
-		 d->error[0] ? "; driver: " : "", d->error);
+	snprintf(
+		cmd->msg, sizeof(cmd->msg),
+		"%s: cannot allocate %llu bytes on stream %u; service '%s' "
+		"has %llu bytes in use (limit %s), this connection %llu in use "
+		"and %llu reserved, largest free block %llu, fragmentation "
+		"%.2f, device total %llu bytes%s%s%s%s",
+		gpucmd_strerror(rc), (unsigned long long)size,
+		cmd->current->number, svc->name,
+		(unsigned long long)svc->bytes_in_use, lim,
+		(unsigned long long)u.bytes_in_use,
+		(unsigned long long)u.bytes_reserved,
+		(unsigned long long)memory_manager_largest_free(
+			cmd->current->memory),
+		fragmentation(cmd->current->memory),
+		(unsigned long long)d->props.total_memory, cap[0] ? "; " : "",
+		cap, d->error[0] ? "; driver: " : "", d->error);
 }
 
 static uint64_t sat_sum(uint64_t a, uint64_t b)
@@ -284,8 +283,7 @@ static void describe_reserve_quota(struct command *cmd, uint64_t size,
 		 (unsigned long long)service_reserve_cap(limit),
 		 (unsigned long long)limit,
 		 (unsigned long long)svc->bytes_reserved,
-		 (unsigned long long)svc->bytes_in_use,
-		 cmd->current->number,
+		 (unsigned long long)svc->bytes_in_use, cmd->current->number,
 		 (unsigned long long)memory_manager_largest_free(
 			 cmd->current->memory));
 }
@@ -324,7 +322,8 @@ uint64_t command_closing_live(const struct command_ctx *ctx,
 		streams_usage(set, &u);
 		/* Live: what the pools hold in use, less the drop queues. */
 		for (uint32_t i = 0; i < set->nstreams; i++)
-			u.bytes_in_use -= drop_queue_bytes(set->slots[i]->drops);
+			u.bytes_in_use -=
+				drop_queue_bytes(set->slots[i]->drops);
 		sum = sat_sum(sum, u.bytes_in_use);
 	}
 	return sum;
@@ -493,8 +492,7 @@ static int reserve(struct command *cmd, uint64_t size,
 	if (service_over_limit(svc, limit, size)) {
 		svc->oom_count++;
 		struct memory_usage u;
-		uint64_t after,
-			closing = command_closing_live(cmd->ctx, svc);
+		uint64_t after, closing = command_closing_live(cmd->ctx, svc);
 		char gone[160] = "", globals[120] = "";
 
 		streams_usage(cmd->set, &u);
@@ -635,8 +633,7 @@ int command_empty(struct command *cmd, uint64_t size, uint64_t handle)
 	int rc;
 
 	/* A name that bind would refuse fails before any memory moves. */
-	if (handle_table_find(cmd->set->handles, handle) != NULL ||
-	    handle == 0)
+	if (handle_table_find(cmd->set->handles, handle) != NULL || handle == 0)
 		return command_bind(cmd, NULL, handle);
 	rc = command_reserve(cmd, size, &a);
 	if (rc != 0)
@@ -720,7 +717,7 @@ int command_bind(struct command *cmd, const struct managed_memory *reserved,
 static void heap_registered(struct driver *d, size_t size,
 			    struct host_bytes *out)
 {
-	long sys_page = sysconf(_SC_PAGESIZE);	/* 64 KiB on some aarch64 */
+	long sys_page = sysconf(_SC_PAGESIZE); /* 64 KiB on some aarch64 */
 	size_t page = sys_page > 0 ? (size_t)sys_page : 4096;
 	size_t len = (size + page - 1) / page * page;
 	void *p = NULL;
@@ -746,7 +743,7 @@ static void reserve_cpu(struct command *cmd, size_t size, bool for_copy,
 void command_reserve_cpu(struct command *cmd, size_t size,
 			 struct stream *origin, struct host_bytes *out)
 {
-	(void)origin;	/* one pinned pool serves the daemon */
+	(void)origin; /* one pinned pool serves the daemon */
 	reserve_cpu(cmd, size, true, out);
 }
 
@@ -833,7 +830,8 @@ int command_check_layout(const struct copy_descriptor *desc, uint64_t size,
 		goto strides;
 	for (uint32_t i = 0; i + 2 < r; i++) {
 		uint64_t packed;
-		if (!mul_ok(desc->strides[i + 1], desc->shape[i + 1], &packed) ||
+		if (!mul_ok(desc->strides[i + 1], desc->shape[i + 1],
+			    &packed) ||
 		    desc->strides[i] != packed)
 			goto strides;
 	}
@@ -848,7 +846,7 @@ int command_check_layout(const struct copy_descriptor *desc, uint64_t size,
 	if (!mul_ok(desc->shape[r - 1], desc->elem_size, &width))
 		goto too_large;
 	for (uint32_t i = 0; i + 1 < r; i++)
-		height *= desc->shape[i];	/* bounded by elems */
+		height *= desc->shape[i]; /* bounded by elems */
 	if (r > 1) {
 		if (!mul_ok(desc->strides[r - 2], desc->elem_size, &pitch) ||
 		    !mul_ok(height - 1, pitch, span) ||
@@ -881,8 +879,7 @@ too_large:
 }
 
 /* Linear or 2D parameters of a checked layout. */
-static bool layout_2d(const struct copy_descriptor *d,
-		      struct driver_copy2d *c)
+static bool layout_2d(const struct copy_descriptor *d, struct driver_copy2d *c)
 {
 	uint32_t r = d->rank;
 
@@ -941,13 +938,11 @@ int command_write_to_cpu(struct command *cmd,
 		rc = d->ops->copy_dtoh(d, stream->ds, bytes->data,
 				       res.ptr + desc->offset, dense);
 	}
-	return rc != 0 ? driver_refused(cmd, rc, "the device-to-host copy")
-		       : 0;
+	return rc != 0 ? driver_refused(cmd, rc, "the device-to-host copy") : 0;
 }
 
-int command_read_async(struct command *cmd,
-		       const struct copy_descriptor *descs, size_t n,
-		       struct host_bytes *out)
+int command_read_async(struct command *cmd, const struct copy_descriptor *descs,
+		       size_t n, struct host_bytes *out)
 {
 	struct device_resource res;
 	uint64_t span, dense;
@@ -1021,12 +1016,11 @@ int command_write_to_gpu(struct command *cmd,
 		rc = d->ops->copy_htod(d, cmd->current->ds,
 				       res.ptr + desc->offset, data, len);
 	}
-	return rc != 0 ? driver_refused(cmd, rc, "the host-to-device copy")
-		       : 0;
+	return rc != 0 ? driver_refused(cmd, rc, "the host-to-device copy") : 0;
 }
 
-int command_create_with_data(struct command *cmd, const void *data,
-			     size_t len, uint64_t handle)
+int command_create_with_data(struct command *cmd, const void *data, size_t len,
+			     uint64_t handle)
 {
 	struct copy_descriptor desc = {
 		.handle = handle,

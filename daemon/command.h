@@ -62,8 +62,8 @@ struct module_cache;
 struct command_ctx {
 	struct driver *driver;
 	struct memory_device_properties props;
-	struct pinned_pool *pinned;	/* reserve_cpu's pool */
-	struct module_cache *modules;	/* loaded device code, shared */
+	struct pinned_pool *pinned;   /* reserve_cpu's pool */
+	struct module_cache *modules; /* loaded device code, shared */
 	/*
 	 * The executor's live connections (their stream sets, linked by
 	 * next): an allocation the device cannot satisfy takes back the
@@ -74,8 +74,8 @@ struct command_ctx {
 
 /* The seed's BufferBinding resolved to device memory. */
 struct device_resource {
-	uint64_t ptr;		/* device address of the binding's first byte */
-	uint64_t size;		/* bytes of the allocation */
+	uint64_t ptr;  /* device address of the binding's first byte */
+	uint64_t size; /* bytes of the allocation */
 	struct handle *handle;
 };
 
@@ -89,7 +89,7 @@ struct copy_descriptor {
 	uint64_t offset;
 	uint32_t rank;
 	uint64_t shape[COMMAND_MAX_RANK];
-	uint64_t strides[COMMAND_MAX_RANK];	/* in elements */
+	uint64_t strides[COMMAND_MAX_RANK]; /* in elements */
 	uint32_t elem_size;
 };
 
@@ -97,7 +97,7 @@ struct copy_descriptor {
 struct managed_memory {
 	struct memory_alloc alloc;
 	struct stream *origin;
-	uint64_t reused;	/* taken off origin->ordered_free */
+	uint64_t reused; /* taken off origin->ordered_free */
 };
 
 /* Host memory from reserve_cpu: pinned when the pool served it. */
@@ -105,8 +105,8 @@ struct host_bytes {
 	void *data;
 	size_t len;
 	bool pinned;
-	bool registered;		/* heap pages pinned by host_register */
-	struct memory_slice *slice;	/* the pinned pool's, when pinned */
+	bool registered;	    /* heap pages pinned by host_register */
+	struct memory_slice *slice; /* the pinned pool's, when pinned */
 };
 
 struct command {
@@ -115,7 +115,7 @@ struct command {
 	struct stream *current;
 	uint64_t cursor;
 	struct service *service;
-	bool fence;		/* read_async/sync asked for the batch's fence */
+	bool fence; /* read_async/sync asked for the batch's fence */
 	char msg[768];
 };
 
@@ -208,9 +208,8 @@ void command_free_cpu(struct command_ctx *ctx, struct host_bytes *bytes);
  * the bytes are valid once the batch's fence has passed (cmd->fence set).
  * On failure the bytes already reserved are freed.
  */
-int command_read_async(struct command *cmd,
-		       const struct copy_descriptor *descs, size_t n,
-		       struct host_bytes *out);
+int command_read_async(struct command *cmd, const struct copy_descriptor *descs,
+		       size_t n, struct host_bytes *out);
 /**
  * write_to_cpu: enqueue a copy of the descriptor's device memory into
  * bytes, on stream (NULL: the current stream).
@@ -226,8 +225,8 @@ int command_write_to_gpu(struct command *cmd,
 			 const struct copy_descriptor *desc, const void *data,
 			 size_t len);
 /** create_with_data: allocate len bytes named handle and copy data in. */
-int command_create_with_data(struct command *cmd, const void *data,
-			     size_t len, uint64_t handle);
+int command_create_with_data(struct command *cmd, const void *data, size_t len,
+			     uint64_t handle);
 /** sync: the batch answers once everything enqueued on the stream ran. */
 int command_sync(struct command *cmd);
 /**

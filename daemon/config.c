@@ -137,16 +137,16 @@ int config_parse_size(const char *s, uint64_t *out)
 struct load_state {
 	struct config *cfg;
 	FILE *f;
-	int line;		/* of the line inih is handling */
-	char err[256];		/* the first problem... */
-	int err_line;		/* ...and its line */
+	int line;      /* of the line inih is handling */
+	char err[256]; /* the first problem... */
+	int err_line;  /* ...and its line */
 	bool failed;
 	uint32_t nnames;
-	char (*names)[64];	/* [service NAME] headers, by index */
-	uint32_t services_cap;	/* room in cfg->services */
-	char invalid[96];	/* the last invalid header, reported at its keys */
-	int invalid_line;	/* its line, for a section without keys */
-	bool invalid_seen;	/* a key of it was reported */
+	char (*names)[64];     /* [service NAME] headers, by index */
+	uint32_t services_cap; /* room in cfg->services */
+	char invalid[96];  /* the last invalid header, reported at its keys */
+	int invalid_line;  /* its line, for a section without keys */
+	bool invalid_seen; /* a key of it was reported */
 };
 
 /* Record the first problem and tell inih the line failed. */
@@ -186,7 +186,8 @@ static int set_size(struct load_state *st, const char *name, const char *v,
 	uint64_t x;
 
 	if (config_parse_size(v, &x) != 0 || x < min)
-		return bad(st, "%s = %s: expected a size of at least %llu "
+		return bad(st,
+			   "%s = %s: expected a size of at least %llu "
 			   "bytes (suffixes K, M, G, T)",
 			   name, v, (unsigned long long)min);
 	*out = x;
@@ -228,13 +229,16 @@ static int set_ids(struct load_state *st, const char *name, const char *v,
 		id = strtoull(tok, &end, 10);
 		any = true;
 		if (*n == CONFIG_MAX_IDS)
-			return bad(st, "%s lists more than %d ids (all its "
-				   "lines together)", name, CONFIG_MAX_IDS);
+			return bad(st,
+				   "%s lists more than %d ids (all its "
+				   "lines together)",
+				   name, CONFIG_MAX_IDS);
 		if (*end != '\0' || end == tok) {
 			if (groups) {
 				struct group *g = getgrnam(tok);
 				if (g == NULL)
-					return bad(st, "%s: no group named '%s'",
+					return bad(st,
+						   "%s: no group named '%s'",
 						   name, tok);
 				id = g->gr_gid;
 			} else {
@@ -251,11 +255,12 @@ static int set_ids(struct load_state *st, const char *name, const char *v,
 		ids[(*n)++] = (uint32_t)id;
 	}
 	if (!any)
-		return bad(st, "%s is empty: list at least one %s, or leave "
+		return bad(st,
+			   "%s is empty: list at least one %s, or leave "
 			   "the key out (a service section then takes the "
 			   "[services] default_uids and default_gids; "
-			   "without any, anyone may connect)", name,
-			   groups ? "group" : "user");
+			   "without any, anyone may connect)",
+			   name, groups ? "group" : "user");
 	return 1;
 }
 
@@ -305,15 +310,19 @@ static int service_key(struct load_state *st, struct config_service *svc,
 		return set_ids(st, key, v, true, svc->gids, &svc->ngids);
 	}
 	if (key != name)
-		return bad(st, "unknown key '%s' in [services] (unknown, "
+		return bad(st,
+			   "unknown key '%s' in [services] (unknown, "
 			   "default_memory_limit, default_region_limit, "
 			   "default_max_streams, default_max_modules, "
 			   "default_weight, default_max_bytes_in_flight, "
 			   "default_max_connections, default_uids, "
-			   "default_gids)", key);
-	return bad(st, "unknown key '%s' in a service section (memory_limit, "
+			   "default_gids)",
+			   key);
+	return bad(st,
+		   "unknown key '%s' in a service section (memory_limit, "
 		   "region_limit, max_streams, max_modules, weight, "
-		   "max_bytes_in_flight, max_connections, uids, gids)", name);
+		   "max_bytes_in_flight, max_connections, uids, gids)",
+		   name);
 }
 
 /* The service a "[service #N]" header (see read_line) stands for. */
@@ -326,7 +335,7 @@ static struct config_service *section_service(struct load_state *st,
 	if (idx >= st->nnames)
 		return NULL;
 	return (struct config_service *)config_find_service(cfg,
-							     st->names[idx]);
+							    st->names[idx]);
 }
 
 /* Declare the service name (an empty section still configures it). */
@@ -456,7 +465,8 @@ static char *read_line(char *str, int num, void *stream)
 			 * could never connect.
 			 */
 			if (rc == GPUCMD_ELIMIT)
-				bad(st, "[service %.63s]: more than %d "
+				bad(st,
+				    "[service %.63s]: more than %d "
 				    "services, the most the daemon keeps",
 				    name, CONFIG_MAX_SERVICES);
 			else
@@ -484,16 +494,18 @@ static char *read_line(char *str, int num, void *stream)
 		if (strchr(";#[\r\n", *start) == NULL &&
 		    strpbrk(start, "=:") == NULL)
 			bad(st, "an indented line without a key: continuation "
-			    "lines are not read; give the key again on a "
-			    "line of its own (uids and gids lists add up)");
+				"lines are not read; give the key again on a "
+				"line of its own (uids and gids lists add up)");
 		len = strlen(start);
 		memmove(line, start, len + 1);
 	}
 	if (other_header(line, name, sizeof(name)) &&
 	    strcmp(name, "daemon") != 0 && strcmp(name, "limits") != 0 &&
 	    strcmp(name, "services") != 0)
-		bad(st, "unknown section [%.80s] (daemon, limits, services, "
-		    "service NAME)", name);
+		bad(st,
+		    "unknown section [%.80s] (daemon, limits, services, "
+		    "service NAME)",
+		    name);
 	if ((int)len >= num) {
 		bad(st, "line is longer than %d characters", num - 2);
 		snprintf(str, (size_t)num, "\n");
@@ -551,8 +563,8 @@ static int handle_key(void *user, const char *section, const char *name,
 		if (strcmp(name, "socket") == 0) {
 			if (*v == '\0')
 				return bad(st, "socket = : give the socket's "
-					   "path, or leave the key out for "
-					   "the default");
+					       "path, or leave the key out for "
+					       "the default");
 			return set_str(st, name, v, cfg->socket_path,
 				       sizeof(cfg->socket_path));
 		}
@@ -560,8 +572,10 @@ static int handle_key(void *user, const char *section, const char *name,
 			char *end;
 			unsigned long m = strtoul(v, &end, 8);
 			if (*v == '\0' || *end != '\0' || m > 0777)
-				return bad(st, "socket_mode = %s: expected an "
-					   "octal mode like 0660", v);
+				return bad(st,
+					   "socket_mode = %s: expected an "
+					   "octal mode like 0660",
+					   v);
 			cfg->socket_mode = (uint32_t)m;
 			return 1;
 		}
@@ -574,8 +588,10 @@ static int handle_key(void *user, const char *section, const char *name,
 		if (strcmp(name, "backend") == 0) {
 			x = config_backend_parse(v);
 			if (x < 0)
-				return bad(st, "backend = %s: expected auto, "
-					   "cuda or host", v);
+				return bad(st,
+					   "backend = %s: expected auto, "
+					   "cuda or host",
+					   v);
 			cfg->backend = (enum config_backend)x;
 			return 1;
 		}
@@ -594,9 +610,11 @@ static int handle_key(void *user, const char *section, const char *name,
 		if (strcmp(name, "log_level") == 0) {
 			x = log_level_parse(v);
 			if (x < 0)
-				return bad(st, "log_level = %s: expected "
+				return bad(st,
+					   "log_level = %s: expected "
 					   "error, warning, notice, info or "
-					   "debug", v);
+					   "debug",
+					   v);
 			cfg->log_level = x;
 			return 1;
 		}
@@ -612,8 +630,10 @@ static int handle_key(void *user, const char *section, const char *name,
 		if (strcmp(name, "layout") == 0) {
 			if (strcmp(v, "subslices") != 0 &&
 			    strcmp(v, "exclusive") != 0)
-				return bad(st, "layout = %s: expected "
-					   "subslices or exclusive", v);
+				return bad(st,
+					   "layout = %s: expected "
+					   "subslices or exclusive",
+					   v);
 			return set_str(st, name, v, cfg->layout,
 				       sizeof(cfg->layout));
 		}
@@ -655,41 +675,50 @@ static int handle_key(void *user, const char *section, const char *name,
 			else if (strcmp(v, "refuse") == 0)
 				cfg->unknown_services = CONFIG_UNKNOWN_REFUSE;
 			else
-				return bad(st, "unknown = %s: expected allow "
-					   "or refuse", v);
+				return bad(st,
+					   "unknown = %s: expected allow "
+					   "or refuse",
+					   v);
 			return 1;
 		}
 		if (strncmp(name, "default_", 8) == 0)
 			return service_key(st, &cfg->default_service, name,
 					   name + 8, v);
-		return bad(st, "unknown key '%s' in [services] (unknown, "
+		return bad(st,
+			   "unknown key '%s' in [services] (unknown, "
 			   "default_memory_limit, default_region_limit, "
 			   "default_max_streams, default_max_modules, "
 			   "default_weight, default_max_bytes_in_flight, "
 			   "default_max_connections, default_uids, "
-			   "default_gids)", name);
+			   "default_gids)",
+			   name);
 	}
 	if (strncmp(section, "service #", 9) == 0) {
 		struct config_service *svc = section_service(st, section);
 
 		if (svc == NULL) {
 			st->invalid_seen = true;
-			return bad(st, "[service %s]: '%s' is not a valid "
-				   "service name (1 to 63 letters, digits, '.', "
-				   "'_', '-')", st->invalid, st->invalid);
+			return bad(
+				st,
+				"[service %s]: '%s' is not a valid "
+				"service name (1 to 63 letters, digits, '.', "
+				"'_', '-')",
+				st->invalid, st->invalid);
 		}
 		return service_key(st, svc, name, name, v);
 	}
 	if (section[0] == '\0')
-		return bad(st, "'%s' comes before any section: put it under "
+		return bad(st,
+			   "'%s' comes before any section: put it under "
 			   "[daemon], [limits], [services] or [service NAME]",
 			   name);
-	return bad(st, "unknown section [%s] (daemon, limits, services, "
-		   "service NAME)", section);
+	return bad(st,
+		   "unknown section [%s] (daemon, limits, services, "
+		   "service NAME)",
+		   section);
 }
 
-int config_load(struct config *cfg, const char *path, char *err,
-		size_t err_len)
+int config_load(struct config *cfg, const char *path, char *err, size_t err_len)
 {
 	struct config work;
 	struct load_state st = { .cfg = &work };
@@ -714,26 +743,29 @@ int config_load(struct config *cfg, const char *path, char *err,
 		fclose(st.f);
 		return -ENOMEM;
 	}
-	st.services_cap = work.nservices;	/* config_copy: exactly that */
+	st.services_cap = work.nservices; /* config_copy: exactly that */
 	line = ini_parse_stream(read_line, &st, handle_key, &st);
 	fclose(st.f);
 	free(st.names);
 	if (st.invalid_line != 0 && !st.invalid_seen && !st.failed) {
 		st.line = st.invalid_line;
-		bad(&st, "[service %s]: '%s' is not a valid service name (1 "
-		    "to 63 letters, digits, '.', '_', '-')", st.invalid,
-		    st.invalid);
+		bad(&st,
+		    "[service %s]: '%s' is not a valid service name (1 "
+		    "to 63 letters, digits, '.', '_', '-')",
+		    st.invalid, st.invalid);
 	}
 	/* The first problem wins, whoever saw it. */
 	if (st.failed && (line == 0 || st.err_line < line))
 		line = st.err_line;
 	if (line != 0) {
 		if (line < 0)
-			snprintf(err, err_len, "%s: cannot read the file", path);
+			snprintf(err, err_len, "%s: cannot read the file",
+				 path);
 		else if (st.failed && st.err_line == line)
 			snprintf(err, err_len, "%s:%d: %s", path, line, st.err);
 		else
-			snprintf(err, err_len, "%s:%d: syntax error (expected "
+			snprintf(err, err_len,
+				 "%s:%d: syntax error (expected "
 				 "[section], key = value or a ; comment)",
 				 path, line);
 		config_free(&work);

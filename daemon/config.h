@@ -21,13 +21,13 @@ enum config_backend {
 
 /* Every resource a client can consume has one of these. */
 struct config_limits {
-	uint32_t max_connections;	/* connections at once */
-	uint32_t max_frame_bytes;	/* body of one frame */
+	uint32_t max_connections; /* connections at once */
+	uint32_t max_frame_bytes; /* body of one frame */
 	uint32_t max_ops_per_batch;
-	uint32_t max_in_flight;		/* requests per connection not yet answered */
-	uint32_t max_handles;		/* live handles per connection */
-	uint32_t max_streams;		/* streams per connection */
-	uint64_t max_pending_bytes;	/* replies queued to one slow reader */
+	uint32_t max_in_flight; /* requests per connection not yet answered */
+	uint32_t max_handles;	/* live handles per connection */
+	uint32_t max_streams;	/* streams per connection */
+	uint64_t max_pending_bytes; /* replies queued to one slow reader */
 	/*
 	 * Request and inline read bytes of one connection's batches not yet
 	 * completed (session.c); one request alone always goes.
@@ -60,18 +60,19 @@ struct config_limits {
 /* A [service NAME] section. */
 struct config_service {
 	char name[64];
-	uint64_t memory_limit;		/* bytes, 0 = none */
-	uint64_t region_limit;		/* bytes of shared regions, 0 = none */
-	uint32_t max_streams;		/* 0 = the daemon's limit */
-	uint32_t max_modules;		/* loaded at once, 0 = built-ins only */
-	uint32_t weight;		/* share of the device thread, 1..1000 */
-	uint64_t max_bytes_in_flight;	/* all its connections, 0 = none */
-	uint32_t max_connections;	/* open at once, 0 = [limits]' only */
+	uint64_t memory_limit;	      /* bytes, 0 = none */
+	uint64_t region_limit;	      /* bytes of shared regions, 0 = none */
+	uint32_t max_streams;	      /* 0 = the daemon's limit */
+	uint32_t max_modules;	      /* loaded at once, 0 = built-ins only */
+	uint32_t weight;	      /* share of the device thread, 1..1000 */
+	uint64_t max_bytes_in_flight; /* all its connections, 0 = none */
+	uint32_t max_connections;     /* open at once, 0 = [limits]' only */
 	uint32_t nuids;
 	uint32_t ngids;
-	uint32_t uids[CONFIG_MAX_IDS];	/* who may connect as it (empty: anyone) */
+	uint32_t uids
+		[CONFIG_MAX_IDS]; /* who may connect as it (empty: anyone) */
 	uint32_t gids[CONFIG_MAX_IDS];
-	uint32_t set;			/* CONFIG_SET_*: keys the section gave */
+	uint32_t set; /* CONFIG_SET_*: keys the section gave */
 };
 
 #define CONFIG_SET_MEMORY_LIMIT 1u
@@ -105,32 +106,32 @@ struct config_service {
 
 /* What happens to a Hello naming a service the file does not list. */
 enum config_unknown {
-	CONFIG_UNKNOWN_ALLOW = 0,	/* created with the default limits */
+	CONFIG_UNKNOWN_ALLOW = 0, /* created with the default limits */
 	CONFIG_UNKNOWN_REFUSE = 1,
 };
 
 struct config {
-	char path[256];			/* the file read, "" when none */
+	char path[256]; /* the file read, "" when none */
 	char socket_path[108];
 	uint32_t socket_mode;
-	char socket_group[64];		/* "" = leave the group alone */
-	char admin_group[64];		/* members see every service */
+	char socket_group[64]; /* "" = leave the group alone */
+	char admin_group[64];  /* members see every service */
 	enum config_backend backend;
 	int device;
 	uint64_t host_memory;		/* host backend "device" size */
 	uint64_t pinned_memory;		/* budget of the pinned host pool */
 	uint64_t host_fail_alloc_at;	/* test hook, see driver.h */
-	unsigned test_compile_delay_ms;	/* test hook, see driver.h */
+	unsigned test_compile_delay_ms; /* test hook, see driver.h */
 	int log_level;
-	char layout[16];		/* default pool layout: subslices, exclusive */
-	uint32_t spin_us;		/* busy wait before a thread sleeps (spin.h) */
-	uint32_t host_stream_nice;	/* host backend workers' nice (driver.h) */
-	uint32_t stop_timeout;		/* seconds a stop drains, 0 = no limit */
+	char layout[16];  /* default pool layout: subslices, exclusive */
+	uint32_t spin_us; /* busy wait before a thread sleeps (spin.h) */
+	uint32_t host_stream_nice; /* host backend workers' nice (driver.h) */
+	uint32_t stop_timeout;	   /* seconds a stop drains, 0 = no limit */
 	struct config_limits limits;
 	enum config_unknown unknown_services;
-	struct config_service default_service;	/* limits of unlisted services */
+	struct config_service default_service; /* limits of unlisted services */
 	uint32_t nservices;
-	struct config_service *services;	/* malloc'ed */
+	struct config_service *services; /* malloc'ed */
 };
 
 /** Fill cfg with the built-in defaults. */

@@ -158,7 +158,8 @@ static int begin(struct command_ctx *ctx, struct batch *b,
 	ctx->driver->error[0] = '\0';
 	rc = streams_resolve(b->conn->set, b->stream, bind, n, &r);
 	if (rc != 0)
-		return fail(b, rc, "cannot order stream %u behind the streams "
+		return fail(b, rc,
+			    "cannot order stream %u behind the streams "
 			    "that used its buffers: %s",
 			    b->stream->number, ctx->driver->error);
 	if (b->stream->recording != NULL &&
@@ -196,9 +197,8 @@ static int command_failed(struct batch *b, const struct command *cmd, int rc)
 	return rc;
 }
 
-static int layout_descriptor(struct batch *b, uint64_t handle,
-			     uint64_t offset, uint64_t len,
-			     const Gpucmd__CopyLayout *layout,
+static int layout_descriptor(struct batch *b, uint64_t handle, uint64_t offset,
+			     uint64_t len, const Gpucmd__CopyLayout *layout,
 			     struct copy_descriptor *d)
 {
 	memset(d, 0, sizeof(*d));
@@ -341,7 +341,8 @@ static int op_write(struct command_ctx *ctx, struct batch *b, size_t i,
 				    "may: destroy graphs, or write from "
 				    "before the capture",
 				    (unsigned long long)(kept + len),
-				    (unsigned long long)STREAMS_GRAPH_BYTES_MAX);
+				    (unsigned long long)
+					    STREAMS_GRAPH_BYTES_MAX);
 		if (rc != 0)
 			return fail(b, rc, "out of host memory");
 		data = copy;
@@ -357,8 +358,8 @@ static int op_write(struct command_ctx *ctx, struct batch *b, size_t i,
 }
 
 /* A read whose bytes land in a shared region: the reply says where. */
-static int read_into_region(struct command_ctx *ctx, struct batch *b,
-			    size_t i, const Gpucmd__OpRead *op,
+static int read_into_region(struct command_ctx *ctx, struct batch *b, size_t i,
+			    const Gpucmd__OpRead *op,
 			    const struct copy_descriptor *desc,
 			    const struct binding *bind)
 {
@@ -391,7 +392,7 @@ static int read_into_region(struct command_ctx *ctx, struct batch *b,
 	gpucmd__region_ref__init(where);
 	where->region = op->into->region;
 	where->offset = op->into->offset;
-	where->length = dense;		/* what landed, not the range's size */
+	where->length = dense; /* what landed, not the range's size */
 	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_REGION;
 	b->results[i].region = where;
 	return 0;
@@ -434,7 +435,8 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 				    "that max_frame_bytes allows: read through "
 				    "a shared region or split the batch",
 				    (unsigned long long)dense,
-				    (unsigned long long)(b->reply_bytes + dense),
+				    (unsigned long long)(b->reply_bytes +
+							 dense),
 				    (unsigned long long)reply_cap(b));
 	}
 	/* Most batches read nothing: their per-op slots come with a read. */
@@ -453,7 +455,7 @@ static int op_read(struct command_ctx *ctx, struct batch *b, size_t i,
 						       &b->reads[i]));
 	if (rc != 0)
 		return rc;
-	b->reply_bytes += dense;	/* only a read that will answer counts */
+	b->reply_bytes += dense; /* only a read that will answer counts */
 	r->result_case = GPUCMD__OP_RESULT__RESULT_DATA;
 	r->data.data = b->reads[i].data;
 	r->data.len = b->reads[i].len;
@@ -472,7 +474,8 @@ static int op_release(struct command_ctx *ctx, struct batch *b, size_t i,
 		return rc;
 	rc = streams_release(b->conn->set, b->stream, h);
 	if (rc == GPUCMD_EBUSY)
-		return fail(b, rc, "handle %llu is used by %u graph(s): "
+		return fail(b, rc,
+			    "handle %llu is used by %u graph(s): "
 			    "destroy them (or end the capture) before "
 			    "releasing it",
 			    (unsigned long long)op->handle, h->graph_refs);
@@ -524,12 +527,11 @@ static void invalidate_profiles(struct batch *b, const char *kernel, int rc)
  * GPUCMD_ELAUNCH, and the open profiles on the stream are invalidated,
  * exactly as for a refusal that comes from the driver itself.
  */
-static int launch_refused(struct batch *b, const char *kernel,
-			  const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+static int launch_refused(struct batch *b, const char *kernel, const char *fmt,
+			  ...) __attribute__((format(printf, 3, 4)));
 
-static int launch_refused(struct batch *b, const char *kernel,
-			  const char *fmt, ...)
+static int launch_refused(struct batch *b, const char *kernel, const char *fmt,
+			  ...)
 {
 	va_list ap;
 
@@ -549,7 +551,8 @@ static int geometry(struct batch *b, const struct driver_properties *p,
 	if (op->n_grid > 3 || op->n_block > 3)
 		return fail(b, GPUCMD_EINVAL,
 			    "grid and block take 1 to 3 dimensions (got %zu "
-			    "and %zu)", op->n_grid, op->n_block);
+			    "and %zu)",
+			    op->n_grid, op->n_block);
 	/* All three first: a message may print any of them. */
 	for (int d = 0; d < 3; d++) {
 		grid[d] = (size_t)d < op->n_grid ? op->grid[d] : 1;
@@ -557,30 +560,33 @@ static int geometry(struct batch *b, const struct driver_properties *p,
 	}
 	for (int d = 0; d < 3; d++) {
 		if (grid[d] == 0 || block[d] == 0)
-			return launch_refused(b, op->name,
-				    "kernel %s: grid %ux%ux%u block %ux%ux%u "
-				    "has a zero dimension",
-				    op->name, grid[0], grid[1], grid[2],
-				    block[0], block[1], block[2]);
+			return launch_refused(
+				b, op->name,
+				"kernel %s: grid %ux%ux%u block %ux%ux%u "
+				"has a zero dimension",
+				op->name, grid[0], grid[1], grid[2], block[0],
+				block[1], block[2]);
 		if (grid[d] > p->max_grid[d] || block[d] > p->max_block[d])
-			return launch_refused(b, op->name,
-				    "kernel %s: dimension %d of grid %u or "
-				    "block %u is over the device's %u / %u",
-				    op->name, d, grid[d], block[d],
-				    p->max_grid[d], p->max_block[d]);
+			return launch_refused(
+				b, op->name,
+				"kernel %s: dimension %d of grid %u or "
+				"block %u is over the device's %u / %u",
+				op->name, d, grid[d], block[d], p->max_grid[d],
+				p->max_block[d]);
 		threads *= block[d];
 	}
 	if (threads > p->max_threads_per_block)
-		return launch_refused(b, op->name,
-			    "kernel %s: %llu threads per block, over the "
-			    "device's %u",
-			    op->name, (unsigned long long)threads,
-			    p->max_threads_per_block);
+		return launch_refused(
+			b, op->name,
+			"kernel %s: %llu threads per block, over the "
+			"device's %u",
+			op->name, (unsigned long long)threads,
+			p->max_threads_per_block);
 	return 0;
 }
 
-static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b,
-			     size_t i, const Gpucmd__OpKernel *op);
+static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b, size_t i,
+			     const Gpucmd__OpKernel *op);
 static struct module_ref *find_module(struct stream_set *set, uint64_t id);
 
 /*
@@ -588,8 +594,8 @@ static struct module_ref *find_module(struct stream_set *set, uint64_t id);
  * arguments go as given (buffers as device addresses, ordered as writes),
  * without the bounds checks the built-ins get.
  */
-static int op_kernel_module(struct command_ctx *ctx, struct batch *b,
-			    size_t i, const Gpucmd__OpKernel *op)
+static int op_kernel_module(struct command_ctx *ctx, struct batch *b, size_t i,
+			    const Gpucmd__OpKernel *op)
 {
 	struct module_ref *m = find_module(b->conn->set, op->module);
 	union builtin_value vals[32];
@@ -608,8 +614,8 @@ static int op_kernel_module(struct command_ctx *ctx, struct batch *b,
 			    (unsigned long long)op->module);
 	if (op->n_args > 32)
 		return fail(b, GPUCMD_EINVAL,
-			    "kernel %s: %zu arguments, at most 32",
-			    op->name, op->n_args);
+			    "kernel %s: %zu arguments, at most 32", op->name,
+			    op->n_args);
 	rc = geometry(b, &ctx->driver->props, op, grid, block);
 	if (rc != 0)
 		return rc;
@@ -684,8 +690,8 @@ static int op_kernel(struct command_ctx *ctx, struct batch *b, size_t i,
 	return op_kernel_builtin(ctx, b, i, op);
 }
 
-static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b,
-			     size_t i, const Gpucmd__OpKernel *op)
+static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b, size_t i,
+			     const Gpucmd__OpKernel *op)
 {
 	const struct builtin_kernel *k;
 	union builtin_value vals[BUILTIN_MAX_ARGS];
@@ -803,7 +809,8 @@ static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b,
 		rc = ctx->driver->ops->builtin_function(ctx->driver, k->name,
 							&fn);
 		if (rc != 0)
-			return fail(b, rc, "kernel %s is not available on "
+			return fail(b, rc,
+				    "kernel %s is not available on "
 				    "this backend: %s",
 				    k->name, ctx->driver->error);
 		b->last_kernel = k;
@@ -905,8 +912,7 @@ static Gpucmd__StreamReport *stream_report(struct batch *b,
 	sr->closing = s->set->closing;
 	memory_manager_usage(s->memory, &u);
 	sr->usage = arena_alloc(b, sizeof(*sr->usage));
-	n = memory_manager_report(s->memory, pools,
-				  MEMORY_MAX_POOLS + 1);
+	n = memory_manager_report(s->memory, pools, MEMORY_MAX_POOLS + 1);
 	if (n > MEMORY_MAX_POOLS + 1)
 		n = MEMORY_MAX_POOLS + 1;
 	sr->pools = arena_alloc(b, n * sizeof(*sr->pools) + 1);
@@ -938,7 +944,7 @@ struct report_state {
 	struct batch *b;
 	Gpucmd__MemoryReport *rep;
 	Gpucmd__ServiceReport *totals;
-	uint32_t cap;		/* rows allocated: services counted at the start */
+	uint32_t cap; /* rows allocated: services counted at the start */
 	int rc;
 };
 
@@ -956,7 +962,8 @@ static void service_row(struct service *svc, void *arg)
 	/* A service the loop created after the count has no row. */
 	if (st->rep->n_services >= st->cap)
 		return;
-	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next)
+	for (struct stream_set *set = executor_sets(b->ex); set;
+	     set = set->next)
 		if (set->service == svc)
 			nstreams += set->nstreams;
 	sr = arena_alloc(b, sizeof(*sr));
@@ -988,7 +995,8 @@ static void service_row(struct service *svc, void *arg)
 	sr->modules = atomic_load(&svc->modules);
 	sr->max_modules = atomic_load(&svc->max_modules);
 	sr->module_bytes = svc->module_bytes;
-	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
+	for (struct stream_set *set = executor_sets(b->ex); set;
+	     set = set->next) {
 		if (set->service != svc)
 			continue;
 		for (uint32_t s = 0; s < set->nstreams; s++) {
@@ -1028,7 +1036,7 @@ static void service_row(struct service *svc, void *arg)
 	st->totals->regions += sr->regions;
 	st->totals->region_refusals += sr->region_refusals;
 	st->totals->bytes_released_pending += sr->bytes_released_pending;
-	st->totals->modules += sr->modules;	/* max_modules: no sum */
+	st->totals->modules += sr->modules; /* max_modules: no sum */
 	st->totals->module_bytes += sr->module_bytes;
 	st->totals->usage->allocations += sr->usage->allocations;
 	st->totals->usage->bytes_in_use += sr->usage->bytes_in_use;
@@ -1039,8 +1047,7 @@ oom:
 	st->rc = GPUCMD_ENOMEM;
 }
 
-static int op_memory_report(struct command_ctx *ctx, struct batch *b,
-			    size_t i)
+static int op_memory_report(struct command_ctx *ctx, struct batch *b, size_t i)
 {
 	struct report_state st = { .b = b };
 	uint32_t nsvc = service_count();
@@ -1067,7 +1074,8 @@ static int op_memory_report(struct command_ctx *ctx, struct batch *b,
 	if (ctx->pinned != NULL && b->conn->admin) {
 		struct memory_usage pu;
 
-		st.rep->pinned_host = arena_alloc(b, sizeof(*st.rep->pinned_host));
+		st.rep->pinned_host =
+			arena_alloc(b, sizeof(*st.rep->pinned_host));
 		if (st.rep->pinned_host == NULL)
 			return fail(b, GPUCMD_ENOMEM, "out of host memory");
 		pinned_pool_usage(ctx->pinned, &pu);
@@ -1115,7 +1123,8 @@ static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 	 * A tenant sees its own service; admins see the daemon's services,
 	 * not the observers that look at them (service.h).
 	 */
-	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
+	for (struct stream_set *set = executor_sets(b->ex); set;
+	     set = set->next) {
 		struct memory_usage u;
 
 		if (!b->conn->admin && set->service != b->conn->service)
@@ -1141,13 +1150,12 @@ static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 	st->services = b->conn->admin ? service_count() : 1;
 	st->connections = conns;
 	/* Another service's count would tell a tenant how busy it is. */
-	st->batches = b->conn->admin ? executor_batches(b->ex)
-				     : b->conn->service->batches;
+	st->batches = b->conn->admin ? executor_batches(b->ex) :
+				       b->conn->service->batches;
 	b->results[i].result_case = GPUCMD__OP_RESULT__RESULT_STATUS;
 	b->results[i].status = st;
 	return 0;
 }
-
 
 /* ---- the seed's memory methods ------------------------------------------- */
 
@@ -1174,8 +1182,8 @@ static int op_reserve(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (rc != 0)
 		return rc;
 	h = handle_new(op->reservation, m.origin, &m.alloc);
-	rc = h != NULL ? handle_table_insert(set->reservations, h)
-		       : GPUCMD_ENOMEM;
+	rc = h != NULL ? handle_table_insert(set->reservations, h) :
+			 GPUCMD_ENOMEM;
 	if (rc != 0) {
 		handle_free(h);
 		command_unreserve(&cmd, &m);
@@ -1191,7 +1199,8 @@ static int op_bind(struct command_ctx *ctx, struct batch *b, size_t i,
 		   const Gpucmd__OpBind *op)
 {
 	struct stream_set *set = b->conn->set;
-	struct handle *r = handle_table_find(set->reservations, op->reservation);
+	struct handle *r =
+		handle_table_find(set->reservations, op->reservation);
 	struct managed_memory m;
 	struct command cmd;
 	int rc;
@@ -1227,8 +1236,7 @@ static int op_cursor(struct command_ctx *ctx, struct batch *b, size_t i)
 	return 0;
 }
 
-static int op_stream_report(struct command_ctx *ctx, struct batch *b,
-			    size_t i)
+static int op_stream_report(struct command_ctx *ctx, struct batch *b, size_t i)
 {
 	struct command cmd;
 	Gpucmd__StreamReport *sr;
@@ -1250,8 +1258,7 @@ static int op_stream_report(struct command_ctx *ctx, struct batch *b,
 	return 0;
 }
 
-static int op_memory_cleanup(struct command_ctx *ctx, struct batch *b,
-			     size_t i)
+static int op_memory_cleanup(struct command_ctx *ctx, struct batch *b, size_t i)
 {
 	struct command cmd;
 	int rc = begin(ctx, b, NULL, 0, &cmd);
@@ -1285,13 +1292,15 @@ static int op_allocation_mode(struct command_ctx *ctx, struct batch *b,
 	    op->mode != GPUCMD__ALLOCATION_MODE__PERSISTENT)
 		return fail(b, GPUCMD_EINVAL,
 			    "allocation mode %d is neither auto (0) nor "
-			    "persistent (1)", (int)op->mode);
+			    "persistent (1)",
+			    (int)op->mode);
 	rc = begin(ctx, b, NULL, 0, &cmd);
 	if (rc != 0)
 		return rc;
-	command_allocation_mode(&cmd, op->mode == GPUCMD__ALLOCATION_MODE__PERSISTENT
-					      ? MEMORY_MODE_PERSISTENT
-					      : MEMORY_MODE_AUTO);
+	command_allocation_mode(
+		&cmd, op->mode == GPUCMD__ALLOCATION_MODE__PERSISTENT ?
+			      MEMORY_MODE_PERSISTENT :
+			      MEMORY_MODE_AUTO);
 	result_done(&b->results[i]);
 	return 0;
 }
@@ -1309,8 +1318,8 @@ static int pool_kind(const char *name, enum memory_pool_kind *out)
 	return 0;
 }
 
-static int op_install_pools(struct command_ctx *ctx, struct batch *b,
-			    size_t i, const Gpucmd__OpInstallPools *op)
+static int op_install_pools(struct command_ctx *ctx, struct batch *b, size_t i,
+			    const Gpucmd__OpInstallPools *op)
 {
 	const Gpucmd__MemoryLayout *l = op->layout;
 	struct memory_configuration cfg;
@@ -1334,9 +1343,11 @@ static int op_install_pools(struct command_ctx *ctx, struct batch *b,
 			struct memory_pool_options *c = &cfg.pools[p];
 
 			if (pool_kind(o->kind, &c->kind) != 0)
-				return fail(b, GPUCMD_EINVAL,
-					    "pool %zu: kind '%s' is not sliced, "
-					    "exclusive or direct", p, o->kind);
+				return fail(
+					b, GPUCMD_EINVAL,
+					"pool %zu: kind '%s' is not sliced, "
+					"exclusive or direct",
+					p, o->kind);
 			c->page_size = o->page_size;
 			c->max_slice = o->max_slice;
 			c->max_pool_size = o->max_pool_size;
@@ -1348,7 +1359,8 @@ static int op_install_pools(struct command_ctx *ctx, struct batch *b,
 	} else {
 		return fail(b, GPUCMD_EINVAL,
 			    "layout preset '%s' is not subslices, exclusive or "
-			    "custom", l->preset);
+			    "custom",
+			    l->preset);
 	}
 	rc = memory_configuration_resolve(&cfg, &ctx->props, msg, sizeof(msg));
 	if (rc != 0)
@@ -1402,8 +1414,8 @@ static int op_reserve_cpu(struct command_ctx *ctx, struct batch *b, size_t i,
 
 /* ---- profiling ------------------------------------------------------------ */
 
-static int op_profile_begin(struct command_ctx *ctx, struct batch *b,
-			    size_t i, const Gpucmd__OpProfileBegin *op)
+static int op_profile_begin(struct command_ctx *ctx, struct batch *b, size_t i,
+			    const Gpucmd__OpProfileBegin *op)
 {
 	struct driver *d = ctx->driver;
 	struct stream_set *set = b->conn->set;
@@ -1420,7 +1432,8 @@ static int op_profile_begin(struct command_ctx *ctx, struct batch *b,
 	if (set->nprofiles >= STREAMS_MAX_PROFILES)
 		return fail(b, GPUCMD_ELIMIT,
 			    "this connection has %u profiles open, the most it "
-			    "may: end some first", set->nprofiles);
+			    "may: end some first",
+			    set->nprofiles);
 	p = calloc(1, sizeof(*p));
 	if (p == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
@@ -1507,8 +1520,7 @@ static int op_profile_end(struct command_ctx *ctx, struct batch *b, size_t i,
 
 /* ---- graph capture -------------------------------------------------------- */
 
-static int op_capture_begin(struct command_ctx *ctx, struct batch *b,
-			    size_t i)
+static int op_capture_begin(struct command_ctx *ctx, struct batch *b, size_t i)
 {
 	struct driver *d = ctx->driver;
 	struct stream *s = b->stream;
@@ -1520,7 +1532,8 @@ static int op_capture_begin(struct command_ctx *ctx, struct batch *b,
 		return fail(b, GPUCMD_ELIMIT,
 			    "this connection has %u graphs (kept, or destroyed "
 			    "with replays still to run), the most it may: "
-			    "destroy some first", b->conn->set->ngraphs);
+			    "destroy some first",
+			    b->conn->set->ngraphs);
 	s->recording = graph_new(b->conn->set);
 	if (s->recording == NULL)
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
@@ -1617,8 +1630,10 @@ static int op_graph_launch(struct command_ctx *ctx, struct batch *b, size_t i,
 		return rc;
 	rc = d->ops->graph_launch(d, g->dg, b->stream->ds);
 	if (rc != 0)
-		return fail(b, rc, "the driver refused to launch graph %llu: "
-			    "%s", (unsigned long long)op->graph, d->error);
+		return fail(b, rc,
+			    "the driver refused to launch graph %llu: "
+			    "%s",
+			    (unsigned long long)op->graph, d->error);
 	/* Counted until the batch completes (dispatch_batch_free). */
 	b->conn->set->replay_ops += g->nops;
 	b->replay_ops += g->nops;
@@ -1626,8 +1641,8 @@ static int op_graph_launch(struct command_ctx *ctx, struct batch *b, size_t i,
 	return 0;
 }
 
-static int op_graph_destroy(struct command_ctx *ctx, struct batch *b,
-			    size_t i, const Gpucmd__OpGraphDestroy *op)
+static int op_graph_destroy(struct command_ctx *ctx, struct batch *b, size_t i,
+			    const Gpucmd__OpGraphDestroy *op)
 {
 	struct graph **pp;
 
@@ -1667,11 +1682,13 @@ static int op_cleanup(struct command_ctx *ctx, struct batch *b, size_t i,
 				    op->service);
 		target = NULL;
 	}
-	for (struct stream_set *set = executor_sets(b->ex); set; set = set->next) {
+	for (struct stream_set *set = executor_sets(b->ex); set;
+	     set = set->next) {
 		struct memory_usage u;
 
-		if (target != NULL ? set->service != target
-				   : strcmp(set->service->name, op->service) != 0)
+		if (target != NULL ?
+			    set->service != target :
+			    strcmp(set->service->name, op->service) != 0)
 			continue;
 		streams_usage(set, &u);
 		before += u.bytes_reserved;
@@ -1707,8 +1724,8 @@ static struct module_ref *find_module(struct stream_set *set, uint64_t id)
  * module cache for the others.  Content the service already holds costs
  * nothing more; the check comes before any compile.
  */
-static int module_quota(struct command_ctx *ctx, struct batch *b,
-			uint64_t id, int fmt, const void *data, size_t len)
+static int module_quota(struct command_ctx *ctx, struct batch *b, uint64_t id,
+			int fmt, const void *data, size_t len)
 {
 	const struct service *svc = b->conn->service;
 	unsigned max = atomic_load(&svc->max_modules);
@@ -1719,8 +1736,8 @@ static int module_quota(struct command_ctx *ctx, struct batch *b,
 		return fail(b, GPUCMD_EPERM,
 			    "cannot load module %llu: service '%s' runs the "
 			    "built-in kernels only (max_modules = 0 in "
-			    "gpucmdd.conf)", (unsigned long long)id,
-			    svc->name);
+			    "gpucmdd.conf)",
+			    (unsigned long long)id, svc->name);
 	known = module_cache_lookup(ctx->modules,
 				    (enum driver_module_format)fmt, data, len,
 				    svc->id);
@@ -1731,8 +1748,8 @@ static int module_quota(struct command_ctx *ctx, struct batch *b,
 			    "unloaded with launches still to run), and its "
 			    "max_modules is %u; unload one or destroy a graph "
 			    "and let its stream finish, or raise max_modules "
-			    "in gpucmdd.conf", (unsigned long long)id,
-			    svc->name, held, max);
+			    "in gpucmdd.conf",
+			    (unsigned long long)id, svc->name, held, max);
 	return 0;
 }
 
@@ -1793,7 +1810,8 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	if (fmt < 0)
 		return fail(b, GPUCMD_EINVAL,
 			    "module format '%.32s' is not ptx, cubin, fatbin "
-			    "or cuda", op->format);
+			    "or cuda",
+			    op->format);
 	rc = payload(b, &op->data, op->region, &data, &len);
 	if (rc != 0)
 		return rc;
@@ -1826,7 +1844,8 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 		bool same = strcmp(log, err) == 0;
 
 		streams_module_ref_free(m);
-		return fail(b, rc, "cannot load module %llu (%s, %zu bytes): "
+		return fail(b, rc,
+			    "cannot load module %llu (%s, %zu bytes): "
 			    "%s%s%s",
 			    (unsigned long long)op->module, op->format, len,
 			    err, log[0] && !same ? "; log: " : "",
@@ -1855,8 +1874,8 @@ static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,
 	return 0;
 }
 
-static int op_unload_module(struct command_ctx *ctx, struct batch *b,
-			    size_t i, const Gpucmd__OpUnloadModule *op)
+static int op_unload_module(struct command_ctx *ctx, struct batch *b, size_t i,
+			    const Gpucmd__OpUnloadModule *op)
 {
 	struct module_ref **pp;
 
@@ -1902,8 +1921,8 @@ static int op_region_attach(struct command_ctx *ctx, struct batch *b, size_t i,
 	return rc;
 }
 
-static int op_region_release(struct command_ctx *ctx, struct batch *b,
-			     size_t i, const Gpucmd__OpRegionRelease *op)
+static int op_region_release(struct command_ctx *ctx, struct batch *b, size_t i,
+			     const Gpucmd__OpRegionRelease *op)
 {
 	(void)ctx;
 	if (region_release(b->conn->set, b->stream, op->region) != 0)
@@ -2019,20 +2038,22 @@ static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
 				    "op %zu is of a kind this daemon does not "
 				    "know (Op field %u): upgrade gpucmdd or "
 				    "leave it out",
-				    i, (unsigned)op->base.unknown_fields[0].tag);
+				    i,
+				    (unsigned)op->base.unknown_fields[0].tag);
 		return fail(b, GPUCMD_EPROTO,
 			    "op %zu names no operation (no field of Op is "
-			    "set)", i);
+			    "set)",
+			    i);
 	}
 }
 
 bool dispatch_needs_stream(const Gpucmd__Request *req)
 {
 	if (req->n_ops == 0)
-		return true;	/* an empty batch is a stream's no-op */
+		return true; /* an empty batch is a stream's no-op */
 	for (size_t i = 0; i < req->n_ops; i++) {
 		if (req->ops[i] == NULL)
-			return true;	/* refused the usual way */
+			return true; /* refused the usual way */
 		switch (req->ops[i]->op_case) {
 		case GPUCMD__OP__OP_PING:
 		case GPUCMD__OP__OP_STATUS:
@@ -2063,7 +2084,7 @@ static bool may_fault_after(const Gpucmd__Request *req, size_t i)
 {
 	for (size_t k = i + 1; k < req->n_ops; k++) {
 		if (req->ops[k] == NULL)
-			return false;	/* the batch stops there */
+			return false; /* the batch stops there */
 		if (req->ops[k]->op_case == GPUCMD__OP__OP_KERNEL ||
 		    req->ops[k]->op_case == GPUCMD__OP__OP_GRAPH_LAUNCH)
 			return true;
@@ -2107,8 +2128,8 @@ void dispatch_batch(struct command_ctx *ctx, struct batch *b)
 		if (b->req->ops[i] == NULL) {
 			rc = fail(b, GPUCMD_EPROTO, "op %zu is empty", i);
 		} else {
-			struct graph *rec = b->stream != NULL ?
-						    b->stream->recording : NULL;
+			struct graph *rec =
+				b->stream != NULL ? b->stream->recording : NULL;
 			uint32_t before = rec != NULL ? rec->nops : 0;
 
 			rc = run_op(ctx, b, i);

@@ -26,13 +26,13 @@ struct executor_conn;
 struct batch {
 	struct executor *ex;
 	struct executor_conn *conn;
-	Gpucmd__Frame *frame;		/* owns the request and its write data */
+	Gpucmd__Frame *frame; /* owns the request and its write data */
 	Gpucmd__Request *req;
 	struct stream *stream;
-	uint32_t pending;		/* fences enqueued, not yet completed */
-	bool dispatched;		/* every op has run */
-	bool held;			/* no completion could be enqueued: kept for good */
-	size_t nresults;		/* ops that ran */
+	uint32_t pending; /* fences enqueued, not yet completed */
+	bool dispatched;  /* every op has run */
+	bool held;	  /* no completion could be enqueued: kept for good */
+	size_t nresults;  /* ops that ran */
 	/*
 	 * Ops dispatch ran, which a later error (a fault reported at the
 	 * batch's read or sync, a completion that could not be enqueued)
@@ -40,25 +40,26 @@ struct batch {
 	 * that was lost can still say (executor.h, reply_lost).
 	 */
 	size_t ran;
-	Gpucmd__OpResult *results;	/* one per op */
+	Gpucmd__OpResult *results; /* one per op */
 	Gpucmd__OpResult **result_ptrs;
-	struct host_bytes *reads;	/* per op; read data */
-	void *arena;			/* sub-messages of the results */
+	struct host_bytes *reads; /* per op; read data */
+	void *arena;		  /* sub-messages of the results */
 	int error;
 	uint32_t failed_index;
-	int fence_index;		/* first read/sync op, -1 when none */
-	bool barrier;			/* a fence of its own follows that op */
+	int fence_index; /* first read/sync op, -1 when none */
+	bool barrier;	 /* a fence of its own follows that op */
 	bool replied;
 	char message[768];
-	struct batch *next;		/* executor inbox */
-	struct profile_result *profiles; /* profile_end ops, filled at completion */
+	struct batch *next; /* executor inbox */
+	struct profile_result
+		*profiles; /* profile_end ops, filled at completion */
 	const struct builtin_kernel *last_kernel; /* lookup cache of a batch */
 	struct driver_function *last_fn;
-	uint64_t reply_bytes;		/* inline read data and reports so far */
-	uint32_t reports;		/* report ops run (REPORTS_PER_BATCH_MAX) */
-	uint64_t cost;			/* executor_submit's, until completed */
-	uint64_t replay_ops;		/* in its set's replay_ops until freed */
-	int *fds;			/* region descriptors sent with the frame */
+	uint64_t reply_bytes; /* inline read data and reports so far */
+	uint32_t reports;     /* report ops run (REPORTS_PER_BATCH_MAX) */
+	uint64_t cost;	      /* executor_submit's, until completed */
+	uint64_t replay_ops;  /* in its set's replay_ops until freed */
+	int *fds;	      /* region descriptors sent with the frame */
 	size_t nfds;
 	size_t fds_used;
 	/* Per op, or NULL: load_module ops compiled off this thread. */

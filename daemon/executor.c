@@ -39,7 +39,7 @@ struct executor {
 	struct fence *done_head;
 	struct fence **done_tail;
 	bool stop;
-	atomic_uint work;		/* inbox, done or stop set (spin.h) */
+	atomic_uint work; /* inbox, done or stop set (spin.h) */
 	/* Startup handshake, guarded by lock. */
 	bool started;
 	int start_rc;
@@ -47,13 +47,13 @@ struct executor {
 
 	/* Device thread only. */
 	struct stream_set *sets;
-	struct executor_conn *closing;	/* linked through next_closing */
-	struct rounds rounds;		/* services with batches waiting */
+	struct executor_conn *closing; /* linked through next_closing */
+	struct rounds rounds;	       /* services with batches waiting */
 	uint64_t start_ms;
 
-	uint64_t fences_out;		/* enqueued, not completed */
+	uint64_t fences_out; /* enqueued, not completed */
 	atomic_uint_fast64_t batches;
-	bool lost;			/* the device faulted for good */
+	bool lost; /* the device faulted for good */
 };
 
 static uint64_t monotonic_ms(void)
@@ -142,8 +142,8 @@ static int open_backend(struct executor *ex, char *why, size_t why_len)
 
 struct reply_pieces {
 	struct frame_pieces frame;
-	struct command_ctx *ctx;	/* the pinned pool the reads came from */
-	struct host_bytes *reads;	/* the batch's, per op */
+	struct command_ctx *ctx;  /* the pinned pool the reads came from */
+	struct host_bytes *reads; /* the batch's, per op */
 	size_t nreads;
 };
 
@@ -183,8 +183,7 @@ static bool read_may_ref(const uint8_t *data, size_t len, void *arg)
  * The response in pieces, taking the batch's read data over; NULL when the
  * reads are small or the pieces cannot be made (the flat path answers).
  */
-static struct reply_pieces *encode_pieces(struct executor *ex,
-					  struct batch *b,
+static struct reply_pieces *encode_pieces(struct executor *ex, struct batch *b,
 					  const Gpucmd__Frame *frame)
 {
 	struct reply_pieces *rp;
@@ -218,28 +217,34 @@ void reply_lost_message(const struct reply_lost *l, char *buf, size_t len)
 	unsigned long long id = (unsigned long long)l->id;
 
 	if (l->error == 0)
-		snprintf(buf, len, "gpucmdd's host ran out of memory answering "
+		snprintf(buf, len,
+			 "gpucmdd's host ran out of memory answering "
 			 "request %llu: all %u of its ops ran, but %s; %s",
 			 id, l->nops, what, redo);
 	else if (l->ran == 0)
-		snprintf(buf, len, "gpucmdd's host ran out of memory answering "
+		snprintf(buf, len,
+			 "gpucmdd's host ran out of memory answering "
 			 "request %llu: none of its ops ran, it failed with %s "
 			 "at op %u, and the reason is lost; send it again to "
 			 "see why once the host has memory again",
 			 id, gpucmd_errname(l->error), l->failed_index);
 	else if (l->ran == l->nops)
-		snprintf(buf, len, "gpucmdd's host ran out of memory answering "
+		snprintf(buf, len,
+			 "gpucmdd's host ran out of memory answering "
 			 "request %llu: all %u of its ops ran, and it failed "
 			 "with %s at op %u, but %s, and the reason with them; "
-			 "%s", id, l->nops, gpucmd_errname(l->error),
-			 l->failed_index, what, redo);
-	else
-		snprintf(buf, len, "gpucmdd's host ran out of memory answering "
-			 "request %llu: the ops before op %u ran, then it "
-			 "failed with %s at op %u and the rest did not run, but "
-			 "%s, and the reason with them; %s",
-			 id, l->ran, gpucmd_errname(l->error), l->failed_index,
+			 "%s",
+			 id, l->nops, gpucmd_errname(l->error), l->failed_index,
 			 what, redo);
+	else
+		snprintf(
+			buf, len,
+			"gpucmdd's host ran out of memory answering "
+			"request %llu: the ops before op %u ran, then it "
+			"failed with %s at op %u and the rest did not run, but "
+			"%s, and the reason with them; %s",
+			id, l->ran, gpucmd_errname(l->error), l->failed_index,
+			what, redo);
 }
 
 /*
@@ -315,7 +320,8 @@ static void send_reply(struct executor *ex, struct batch *b, bool completed,
 		snprintf(b->message, sizeof(b->message),
 			 "the response is too large for one frame: the first "
 			 "%u of the %u ops ran, but their results are lost; "
-			 "read less per batch", lost.ran, lost.nops);
+			 "read less per batch",
+			 lost.ran, lost.nops);
 		err.code = GPUCMD_ELIMIT;
 		/* As for a lost response: what ran, not "refused". */
 		resp.failed_index = lost.ran;
@@ -372,8 +378,8 @@ struct fence {
 	struct batch *batch;
 	struct stream *stream;
 	uint64_t seq;
-	uint64_t cursor;	/* the stream's cursor when it was enqueued */
-	bool barrier;		/* right after the batch's first read/sync */
+	uint64_t cursor; /* the stream's cursor when it was enqueued */
+	bool barrier;	 /* right after the batch's first read/sync */
 	int status;
 	struct fence *next;
 };
@@ -470,10 +476,12 @@ static void finish_profiles(struct executor *ex, struct batch *b)
 			p->valid = false;
 			snprintf(p->reason, sizeof(p->reason),
 				 "work on stream %u faulted while the profile "
-				 "was open", p->stream->number);
+				 "was open",
+				 p->stream->number);
 		}
 		w->valid = p->valid;
-		if (p->valid && d->ops->event_elapsed(d, p->start, p->end, &ms) != 0) {
+		if (p->valid &&
+		    d->ops->event_elapsed(d, p->start, p->end, &ms) != 0) {
 			w->valid = false;
 			snprintf(p->reason, sizeof(p->reason),
 				 "the device could not time the events: %s",
@@ -524,9 +532,9 @@ static void report_fault(struct batch *b, struct stream *s)
 	if (b->replied || !s->fault_pending || b->error != 0 ||
 	    b->fence_index < 0)
 		return;
-	what = b->req->ops[b->fence_index]->op_case == GPUCMD__OP__OP_READ
-		       ? "read"
-		       : "sync";
+	what = b->req->ops[b->fence_index]->op_case == GPUCMD__OP__OP_READ ?
+		       "read" :
+		       "sync";
 	b->error = GPUCMD_ESTREAM;
 	b->failed_index = (uint32_t)b->fence_index;
 	b->nresults = (size_t)b->fence_index;
@@ -541,12 +549,14 @@ static void report_fault(struct batch *b, struct stream *s)
 			 "%s, and on the %s backend a fault loses the device "
 			 "for every client: gpucmdd restarts with a fresh "
 			 "context, and every buffer is gone; reconnect and "
-			 "start over", s->number, what, p->backend);
+			 "start over",
+			 s->number, what, p->backend);
 	else
 		snprintf(b->message, sizeof(b->message),
 			 "stream fault: work on stream %u faulted before this "
 			 "%s; results since the previous sync are not valid, "
-			 "the stream stays usable", s->number, what);
+			 "the stream stays usable",
+			 s->number, what);
 	s->fault_pending = false;
 }
 
@@ -598,8 +608,9 @@ static void device_lost(struct executor *ex, const struct batch *b,
 		snprintf(why, sizeof(why),
 			 "a kernel of connection %llu (service %s) faulted on "
 			 "stream %u and the %s device is lost for every client",
-			 (unsigned long long)b->conn->id, b->conn->service->name,
-			 s->number, ex->driver->props.backend);
+			 (unsigned long long)b->conn->id,
+			 b->conn->service->name, s->number,
+			 ex->driver->props.backend);
 	else
 		snprintf(why, sizeof(why),
 			 "the %s context faulted (found by a batch of "
@@ -685,7 +696,8 @@ static void run_batch(struct executor *ex, struct batch *b)
 		if (rc != 0) {
 			snprintf(b->message, sizeof(b->message),
 				 "cannot set up this connection's device "
-				 "state: %s", gpucmd_strerror(rc));
+				 "state: %s",
+				 gpucmd_strerror(rc));
 			fail_whole(ex, b, rc);
 			return;
 		}
@@ -757,8 +769,8 @@ static void run_batch(struct executor *ex, struct batch *b)
 			b->stream->submitted = UINT64_MAX;
 			b->held = true;
 			if (!b->replied && b->error == 0) {
-				b->error = lost ? GPUCMD_ESTREAM
-						: GPUCMD_EDRIVER;
+				b->error =
+					lost ? GPUCMD_ESTREAM : GPUCMD_EDRIVER;
 				b->failed_index = 0;
 				b->nresults = 0;
 				snprintf(b->message, sizeof(b->message),
@@ -766,8 +778,8 @@ static void run_batch(struct executor *ex, struct batch *b)
 						"faulted while this batch was "
 						"enqueued, and is lost for "
 						"every client until gpucmdd "
-						"restarts: %s"
-					      : "the daemon could not track "
+						"restarts: %s" :
+						"the daemon could not track "
 						"this batch's completion: %s",
 					 d->error);
 			}
@@ -809,8 +821,8 @@ static void finish_closing(struct executor *ex)
 		 * stopping, and must exit for a fresh context.
 		 */
 		if (conn->set != NULL &&
-		    !(ex->lost ? streams_idle_lost(conn->set)
-			       : streams_idle(conn->set))) {
+		    !(ex->lost ? streams_idle_lost(conn->set) :
+				 streams_idle(conn->set))) {
 			pp = &conn->next_closing;
 			continue;
 		}
@@ -824,13 +836,14 @@ static void finish_closing(struct executor *ex)
 			 */
 			streams_usage(conn->set, &u);
 			if (u.bytes_reserved > 0)
-				log_info("connection %llu (service %s) is gone "
-					 "and its queued work done: %llu bytes of "
-					 "device memory (%llu in use) go back",
-					 (unsigned long long)conn->id,
-					 conn->service->name,
-					 (unsigned long long)u.bytes_reserved,
-					 (unsigned long long)u.bytes_in_use);
+				log_info(
+					"connection %llu (service %s) is gone "
+					"and its queued work done: %llu bytes of "
+					"device memory (%llu in use) go back",
+					(unsigned long long)conn->id,
+					conn->service->name,
+					(unsigned long long)u.bytes_reserved,
+					(unsigned long long)u.bytes_in_use);
 			unlink_set(ex, conn->set);
 			stream_set_destroy(conn->set);
 			conn->set = NULL;
@@ -901,16 +914,17 @@ static void *device_main(void *arg)
 		ex->cmd.props.max_page_size = ex->driver->props.max_page_size;
 		ex->cmd.props.alignment = ex->driver->props.alignment;
 		memset(&ex->layout, 0, sizeof(ex->layout));
-		ex->layout.preset = strcmp(ex->cfg.layout, "exclusive") == 0
-					    ? MEMORY_PRESET_EXCLUSIVE_PAGES
-					    : MEMORY_PRESET_SUBSLICES;
+		ex->layout.preset = strcmp(ex->cfg.layout, "exclusive") == 0 ?
+					    MEMORY_PRESET_EXCLUSIVE_PAGES :
+					    MEMORY_PRESET_SUBSLICES;
 		rc = memory_configuration_resolve(&ex->layout, &ex->cmd.props,
 						  msg, sizeof(msg));
 		if (rc != 0)
 			snprintf(why, sizeof(why), "memory layout: %s", msg);
 		/* Without a pinned pool reserve_cpu still answers, from the heap. */
-		if (rc == 0 && pinned_pool_create(ex->driver, ex->cfg.pinned_memory,
-						  &ex->cmd.pinned) != 0)
+		if (rc == 0 &&
+		    pinned_pool_create(ex->driver, ex->cfg.pinned_memory,
+				       &ex->cmd.pinned) != 0)
 			ex->cmd.pinned = NULL;
 		if (rc == 0) {
 			rc = module_cache_create(ex->driver, &ex->cmd.modules);

@@ -55,19 +55,18 @@ void reply_pieces_free(struct reply_pieces *rp);
  * it travels inside the outbox message set aside at submit (server.c).
  */
 struct reply_lost {
-	uint64_t id;		/* the request's */
-	uint32_t nops;		/* ops in the batch */
-	uint32_t ran;		/* of those, how many ran: 0 to nops */
-	int error;		/* the batch's own outcome: 0 or its code */
-	uint32_t failed_index;	/* with error: the op its response names */
+	uint64_t id;	       /* the request's */
+	uint32_t nops;	       /* ops in the batch */
+	uint32_t ran;	       /* of those, how many ran: 0 to nops */
+	int error;	       /* the batch's own outcome: 0 or its code */
+	uint32_t failed_index; /* with error: the op its response names */
 };
 
 /**
  * The sentence of the GPUCMD_ENOMEM response that answers for a lost one:
  * what ran, what failed, what to do (any thread).
  */
-void reply_lost_message(const struct reply_lost *lost, char *buf,
-			size_t len);
+void reply_lost_message(const struct reply_lost *lost, char *buf, size_t len);
 
 /* How the executor talks back to the loop (called on the device thread). */
 struct executor_callbacks {
@@ -82,8 +81,7 @@ struct executor_callbacks {
 	 */
 	void (*reply)(void *conn, uint8_t *buf, size_t len,
 		      struct reply_pieces *pieces,
-		      const struct reply_lost *lost, bool completed,
-		      void *arg);
+		      const struct reply_lost *lost, bool completed, void *arg);
 	/* conn's device state is gone: the loop may free conn. */
 	void (*closed)(void *conn, void *arg);
 	/*
@@ -96,12 +94,12 @@ struct executor_callbacks {
 
 /* Who sent a batch: the loop's connection and what the executor keeps. */
 struct executor_conn {
-	void *conn;			/* the loop's session, opaque here */
+	void *conn; /* the loop's session, opaque here */
 	struct service *service;
 	uint64_t id;
-	bool admin;			/* may see every service */
-	struct config_limits limits;	/* as they were at Hello */
-	struct stream_set *set;		/* device thread only */
+	bool admin;			    /* may see every service */
+	struct config_limits limits;	    /* as they were at Hello */
+	struct stream_set *set;		    /* device thread only */
 	struct executor_conn *next_closing; /* device thread only */
 	/*
 	 * The job executor_close queues, set aside by executor_conn_prepare

@@ -76,8 +76,7 @@ int graph_hold_module(struct graph *g, struct module_cache *c,
 			return 0;
 	if (g->nmodules == g->modules_cap) {
 		uint32_t cap = g->modules_cap ? g->modules_cap * 2 : 4;
-		struct module_entry **n = realloc(g->modules,
-						  cap * sizeof(*n));
+		struct module_entry **n = realloc(g->modules, cap * sizeof(*n));
 
 		if (n == NULL)
 			return GPUCMD_ENOMEM;

@@ -32,26 +32,25 @@ struct module_cache;
 struct module_entry;
 struct service;
 
-
 struct graph {
-	uint64_t id;			/* the client's name, 0 while recording */
-	uint64_t serial;		/* unique to it in the daemon's life */
-	struct driver_graph *dg;	/* NULL while recording */
+	uint64_t id;		 /* the client's name, 0 while recording */
+	uint64_t serial;	 /* unique to it in the daemon's life */
+	struct driver_graph *dg; /* NULL while recording */
 	struct handle **handles;
 	uint32_t nhandles;
 	uint32_t handles_cap;
-	void **blobs;			/* copies of recorded write data */
+	void **blobs; /* copies of recorded write data */
 	uint32_t nblobs;
 	uint32_t blobs_cap;
-	struct stream_set *set;		/* counts it (ngraphs, graph_bytes) */
-	uint64_t kept;			/* bytes of blobs */
-	uint32_t nops;			/* ops recorded */
-	struct module_cache *module_cache;	/* of the modules held */
-	struct service *service;	/* charged for them (max_modules) */
-	struct module_entry **modules;	/* modules its launches use */
+	struct stream_set *set; /* counts it (ngraphs, graph_bytes) */
+	uint64_t kept;		/* bytes of blobs */
+	uint32_t nops;		/* ops recorded */
+	struct module_cache *module_cache; /* of the modules held */
+	struct service *service;	   /* charged for them (max_modules) */
+	struct module_entry **modules;	   /* modules its launches use */
 	uint32_t nmodules;
 	uint32_t modules_cap;
-	uint32_t nfences;		/* once destroyed: replays to wait for */
+	uint32_t nfences; /* once destroyed: replays to wait for */
 	struct drop_fence fences[STREAMS_MAX];
 	struct graph *next;
 };

@@ -48,8 +48,8 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	if (atomic_load(&journal))
 		n = snprintf(line, sizeof(line), "<%d>", (int)level);
 	else
-		n = snprintf(line, sizeof(line), "gpucmdd: %s: ",
-			     level_names[level]);
+		n = snprintf(line, sizeof(line),
+			     "gpucmdd: %s: ", level_names[level]);
 	va_start(ap, fmt);
 	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	va_end(ap);
@@ -78,8 +78,9 @@ static void limit_roll(struct log_limit *l, unsigned long long now)
 		return;
 	if (l->dropped > 0)
 		log_notice("%llu %s left out of the log in the last %u s "
-			   "(at most %u pass in %u s)", l->dropped, l->what,
-			   l->window_s, l->burst, l->window_s);
+			   "(at most %u pass in %u s)",
+			   l->dropped, l->what, l->window_s, l->burst,
+			   l->window_s);
 	l->start_ns = now;
 	l->taken = 0;
 	l->dropped = 0;
@@ -103,7 +104,7 @@ void log_limit_flush(struct log_limit *l)
 
 void log_require_failed(const char *what, const char *file, int line)
 {
-	log_err("internal invariant failed: %s at %s:%d; aborting", what,
-		file, line);
+	log_err("internal invariant failed: %s at %s:%d; aborting", what, file,
+		line);
 	abort();
 }

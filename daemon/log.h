@@ -47,12 +47,12 @@ void log_msg(enum log_level level, const char *fmt, ...)
  * a timer) first says how many were left out.  One thread per limit.
  */
 struct log_limit {
-	const char *what;	/* "connection lines": named in the summary */
+	const char *what; /* "connection lines": named in the summary */
 	unsigned window_s;
 	unsigned burst;
-	unsigned long long start_ns;	/* the window's start */
-	unsigned taken;			/* lines passed in this window */
-	unsigned long long dropped;	/* lines left out in it */
+	unsigned long long start_ns; /* the window's start */
+	unsigned taken;		     /* lines passed in this window */
+	unsigned long long dropped;  /* lines left out in it */
 };
 
 #define LOG_LIMIT_INIT(what_, window_s_, burst_) \

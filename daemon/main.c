@@ -69,8 +69,8 @@ struct early_args {
 	bool config_given;
 	bool check_only;
 	bool probe;
-	bool bad;	/* an option getopt refused: a usage error first */
-	bool absent;	/* no file at the default place: built-in defaults */
+	bool bad;    /* an option getopt refused: a usage error first */
+	bool absent; /* no file at the default place: built-in defaults */
 };
 
 static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -84,8 +84,7 @@ static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 }
 
 /* A count or an index: plain decimal digits, no size suffix. */
-static int parse_count(const char *s, uint32_t min, uint32_t max,
-		       uint32_t *out)
+static int parse_count(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 {
 	if (s[0] < '0' || s[0] > '9' || s[strspn(s, "0123456789")] != '\0')
 		return -1;
@@ -93,23 +92,22 @@ static int parse_count(const char *s, uint32_t min, uint32_t max,
 }
 
 static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
-		{ "probe", no_argument, NULL, OPT_PROBE },
-		{ "socket", required_argument, NULL, 's' },
-		{ "backend", required_argument, NULL, 'b' },
-		{ "device", required_argument, NULL, 'd' },
-		{ "host-memory", required_argument, NULL, OPT_HOST_MEMORY },
-		{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
-		{ "max-frame-bytes", required_argument, NULL, OPT_MAX_FRAME },
-		{ "max-streams", required_argument, NULL, OPT_MAX_STREAMS },
-		{ "test-fail-alloc-at", required_argument, NULL, OPT_FAIL_ALLOC },
-		{ "test-compile-delay-ms", required_argument, NULL,
-		  OPT_COMPILE_DELAY },
-		{ "log-level", required_argument, NULL, 'l' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
+	{ "config", required_argument, NULL, 'c' },
+	{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
+	{ "probe", no_argument, NULL, OPT_PROBE },
+	{ "socket", required_argument, NULL, 's' },
+	{ "backend", required_argument, NULL, 'b' },
+	{ "device", required_argument, NULL, 'd' },
+	{ "host-memory", required_argument, NULL, OPT_HOST_MEMORY },
+	{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
+	{ "max-frame-bytes", required_argument, NULL, OPT_MAX_FRAME },
+	{ "max-streams", required_argument, NULL, OPT_MAX_STREAMS },
+	{ "test-fail-alloc-at", required_argument, NULL, OPT_FAIL_ALLOC },
+	{ "test-compile-delay-ms", required_argument, NULL, OPT_COMPILE_DELAY },
+	{ "log-level", required_argument, NULL, 'l' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
 };
 static const char optstring[] = "c:s:b:d:l:hV";
 
@@ -149,18 +147,19 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 		case 'c':
 		case OPT_CHECK_CONFIG:
 		case OPT_PROBE:
-			break;	/* handled by early_args */
+			break; /* handled by early_args */
 		case 's':
 			if (optarg[0] == '\0') {
 				fprintf(stderr, "gpucmdd: --socket needs a "
-					"path\n");
+						"path\n");
 				return 2;
 			}
 			if (strlen(optarg) >= sizeof(cfg->socket_path)) {
-				fprintf(stderr, "gpucmdd: socket path '%s' is %zu "
+				fprintf(stderr,
+					"gpucmdd: socket path '%s' is %zu "
 					"bytes, longer than the %zu a Unix "
-					"socket takes\n", optarg,
-					strlen(optarg),
+					"socket takes\n",
+					optarg, strlen(optarg),
 					sizeof(cfg->socket_path) - 1);
 				return 2;
 			}
@@ -170,16 +169,20 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 		case 'b':
 			v = config_backend_parse(optarg);
 			if (v < 0) {
-				fprintf(stderr, "gpucmdd: unknown backend '%s' "
-					"(auto, cuda or host)\n", optarg);
+				fprintf(stderr,
+					"gpucmdd: unknown backend '%s' "
+					"(auto, cuda or host)\n",
+					optarg);
 				return 2;
 			}
 			cfg->backend = (enum config_backend)v;
 			break;
 		case 'd':
 			if (parse_count(optarg, 0, 1024, &u) != 0) {
-				fprintf(stderr, "gpucmdd: bad --device '%s' (a GPU "
-					"index from 0 to 1024)\n", optarg);
+				fprintf(stderr,
+					"gpucmdd: bad --device '%s' (a GPU "
+					"index from 0 to 1024)\n",
+					optarg);
 				return 2;
 			}
 			cfg->device = (int)u;
@@ -187,46 +190,59 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 		case OPT_HOST_MEMORY:
 			if (config_parse_size(optarg, &cfg->host_memory) != 0 ||
 			    cfg->host_memory < (1u << 20)) {
-				fprintf(stderr, "gpucmdd: bad --host-memory '%s' "
-					"(a size of at least 1M)\n", optarg);
+				fprintf(stderr,
+					"gpucmdd: bad --host-memory '%s' "
+					"(a size of at least 1M)\n",
+					optarg);
 				return 2;
 			}
 			break;
 		case OPT_MAX_CONNECTIONS:
 			if (parse_count(optarg, 1, 1u << 20,
 					&cfg->limits.max_connections) != 0) {
-				fprintf(stderr, "gpucmdd: bad --max-connections '%s' "
-					"(1 to 1048576)\n", optarg);
+				fprintf(stderr,
+					"gpucmdd: bad --max-connections '%s' "
+					"(1 to 1048576)\n",
+					optarg);
 				return 2;
 			}
 			break;
 		case OPT_MAX_FRAME:
 			if (parse_u32(optarg, 4096, 1u << 30,
 				      &cfg->limits.max_frame_bytes) != 0) {
-				fprintf(stderr, "gpucmdd: bad --max-frame-bytes '%s' "
-					"(4K to 1G)\n", optarg);
+				fprintf(stderr,
+					"gpucmdd: bad --max-frame-bytes '%s' "
+					"(4K to 1G)\n",
+					optarg);
 				return 2;
 			}
 			break;
 		case OPT_MAX_STREAMS:
 			if (parse_count(optarg, 1, 64,
 					&cfg->limits.max_streams) != 0) {
-				fprintf(stderr, "gpucmdd: bad --max-streams '%s' "
-					"(1 to 64)\n", optarg);
+				fprintf(stderr,
+					"gpucmdd: bad --max-streams '%s' "
+					"(1 to 64)\n",
+					optarg);
 				return 2;
 			}
 			break;
 		case OPT_FAIL_ALLOC:
-			if (config_parse_size(optarg, &cfg->host_fail_alloc_at) != 0) {
-				fprintf(stderr, "gpucmdd: bad --test-fail-alloc-at "
-					"'%s' (a number)\n", optarg);
+			if (config_parse_size(optarg,
+					      &cfg->host_fail_alloc_at) != 0) {
+				fprintf(stderr,
+					"gpucmdd: bad --test-fail-alloc-at "
+					"'%s' (a number)\n",
+					optarg);
 				return 2;
 			}
 			break;
 		case OPT_COMPILE_DELAY:
 			if (parse_count(optarg, 0, 600000, &u) != 0) {
-				fprintf(stderr, "gpucmdd: bad "
-					"--test-compile-delay-ms '%s'\n", optarg);
+				fprintf(stderr,
+					"gpucmdd: bad "
+					"--test-compile-delay-ms '%s'\n",
+					optarg);
 				return 2;
 			}
 			cfg->test_compile_delay_ms = u;
@@ -234,9 +250,11 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 		case 'l':
 			v = log_level_parse(optarg);
 			if (v < 0) {
-				fprintf(stderr, "gpucmdd: unknown log level '%s' "
+				fprintf(stderr,
+					"gpucmdd: unknown log level '%s' "
 					"(error, warning, notice, info or "
-					"debug)\n", optarg);
+					"debug)\n",
+					optarg);
 				return 2;
 			}
 			cfg->log_level = v;
@@ -245,8 +263,8 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 			usage(stdout);
 			exit(0);
 		case 'V':
-			printf("gpucmdd %s (protocol %d)\n", GPUCMD_VERSION_STRING,
-			       GPUCMD_PROTOCOL_VERSION);
+			printf("gpucmdd %s (protocol %d)\n",
+			       GPUCMD_VERSION_STRING, GPUCMD_PROTOCOL_VERSION);
 			exit(0);
 		default:
 			usage(stderr);
@@ -381,7 +399,8 @@ static int check_host(const struct config *cfg)
 
 	if (cfg->socket_group[0] != '\0' &&
 	    getgrnam(cfg->socket_group) == NULL) {
-		fprintf(stderr, "gpucmdd: %s: socket_group '%s' does not "
+		fprintf(stderr,
+			"gpucmdd: %s: socket_group '%s' does not "
 			"exist: create it (the package's sysusers.d does) or "
 			"change the setting; the daemon would not start (under "
 			"socket activation the socket unit's SocketGroup= "
@@ -390,18 +409,22 @@ static int check_host(const struct config *cfg)
 		rc = 1;
 	}
 	if (cfg->admin_group[0] != '\0' && getgrnam(cfg->admin_group) == NULL)
-		fprintf(stderr, "gpucmdd: %s: warning: admin_group '%s' does "
+		fprintf(stderr,
+			"gpucmdd: %s: warning: admin_group '%s' does "
 			"not exist: only root and the daemon's user will be "
-			"admins\n", config_file(cfg), cfg->admin_group);
+			"admins\n",
+			config_file(cfg), cfg->admin_group);
 	if (pages > 0 && page > 0 &&
 	    cfg->host_memory / (uint64_t)page > (uint64_t)pages)
-		fprintf(stderr, "gpucmdd: warning: host_memory %llu MiB is "
+		fprintf(stderr,
+			"gpucmdd: warning: host_memory %llu MiB is "
 			"more than this machine's %llu MiB of memory: the host "
 			"backend's allocations would fail with the host out of "
 			"memory before the limit\n",
 			(unsigned long long)(cfg->host_memory >> 20),
 			(unsigned long long)(((uint64_t)pages *
-					      (uint64_t)page) >> 20));
+					      (uint64_t)page) >>
+					     20));
 	return rc;
 }
 
@@ -437,7 +460,8 @@ int main(int argc, char **argv)
 			printf("%s: %sok (%u services, backend %s, socket %s)\n",
 			       early.config,
 			       early.absent ? "no such file, so the built-in "
-					      "defaults: " : "",
+					      "defaults: " :
+					      "",
 			       cfg.nservices, config_backend_name(cfg.backend),
 			       cfg.socket_path);
 		config_free(&cfg);
@@ -473,11 +497,13 @@ int main(int argc, char **argv)
 	if (cfg.path[0] != '\0')
 		log_info("settings from %s", cfg.path);
 	log_notice("gpucmdd %s serving %s (%s backend, %llu MiB) on %s",
-		   GPUCMD_VERSION_STRING,
-		   executor_properties(srv.ex)->name,
+		   GPUCMD_VERSION_STRING, executor_properties(srv.ex)->name,
 		   executor_properties(srv.ex)->backend,
-		   (unsigned long long)(executor_properties(srv.ex)->total_memory >> 20),
-		   srv.activated ? "the socket systemd passed" : cfg.socket_path);
+		   (unsigned long long)(executor_properties(srv.ex)
+						->total_memory >>
+					20),
+		   srv.activated ? "the socket systemd passed" :
+				   cfg.socket_path);
 	rc = server_run(&srv);
 	uv_loop_close(&loop);
 	config_free(&cfg);

@@ -25,8 +25,8 @@ struct module_entry {
 	size_t len;
 	struct driver_module *dm;
 	uint32_t refs;
-	uint64_t last_use;		/* the cache's tick at its last get */
-	uint64_t static_bytes;		/* its globals' device memory (module_image.h) */
+	uint64_t last_use;     /* the cache's tick at its last get */
+	uint64_t static_bytes; /* its globals' device memory (module_image.h) */
 	/*
 	 * With globals (static_bytes > 0): the id of the service whose
 	 * connections alone share it, so that no service reads or writes
@@ -49,8 +49,8 @@ struct module_cache {
 	uint64_t loaded;
 	uint64_t hits;
 	uint64_t evicted;
-	uint64_t tick;			/* counts gets: the order of use */
-	uint64_t idle_bytes;		/* static_bytes of entries nobody references */
+	uint64_t tick;	     /* counts gets: the order of use */
+	uint64_t idle_bytes; /* static_bytes of entries nobody references */
 	uint32_t count;
 };
 
@@ -213,11 +213,13 @@ int module_cache_get(struct module_cache *c, enum driver_module_format fmt,
 	}
 	/* Room first (no compile for a cache that cannot take it)... */
 	if (c->count >= MODULE_CACHE_MAX && !evictable(c)) {
-		snprintf(err, err_len, "the daemon's module cache holds %d "
+		snprintf(err, err_len,
+			 "the daemon's module cache holds %d "
 			 "modules and every one is in use (loaded by a "
 			 "connection, launched by a graph, or by work not yet "
 			 "done); unload modules, or lower the max_modules of "
-			 "the services that hold them", MODULE_CACHE_MAX);
+			 "the services that hold them",
+			 MODULE_CACHE_MAX);
 		return GPUCMD_ELIMIT;
 	}
 	if (pre != NULL && pre->done && pre->rc != 0) {
@@ -313,16 +315,14 @@ void module_compile(struct module_cache *c, enum driver_module_format fmt,
 	out->dm = NULL;
 	out->rc = c->driver->ops->module_load_shared(c->driver, fmt, data, len,
 						     &out->dm, out->err,
-						     sizeof(out->err),
-						     out->log,
+						     sizeof(out->err), out->log,
 						     sizeof(out->log));
 	if (out->rc != 0)
 		out->dm = NULL;
 	out->done = true;
 }
 
-void module_compiled_release(struct module_cache *c,
-			     struct module_compiled *m)
+void module_compiled_release(struct module_cache *c, struct module_compiled *m)
 {
 	if (m->dm != NULL)
 		c->driver->ops->module_unload(c->driver, m->dm);

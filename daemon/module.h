@@ -65,11 +65,11 @@ struct module_ref {
 
 /* A module compiled off the device thread, waiting to be filed. */
 struct module_compiled {
-	bool done;			/* module_compile ran */
-	int rc;				/* its result */
-	struct driver_module *dm;	/* loaded, until the cache takes it */
-	char err[256];			/* rc != 0: what went wrong */
-	char log[400];			/* the compiler's log, if any */
+	bool done;		  /* module_compile ran */
+	int rc;			  /* its result */
+	struct driver_module *dm; /* loaded, until the cache takes it */
+	char err[256];		  /* rc != 0: what went wrong */
+	char log[400];		  /* the compiler's log, if any */
 };
 
 /** An empty cache over d. */
@@ -107,8 +107,7 @@ bool module_cache_has(struct module_cache *c, enum driver_module_format fmt,
 void module_compile(struct module_cache *c, enum driver_module_format fmt,
 		    const void *data, size_t len, struct module_compiled *out);
 /** Any thread: unload what module_cache_get did not take from m. */
-void module_compiled_release(struct module_cache *c,
-			     struct module_compiled *m);
+void module_compiled_release(struct module_cache *c, struct module_compiled *m);
 /**
  * Drop one reference, when no work enqueued under it may still run it:
  * the module stays compiled, and may be evicted once nobody holds it.

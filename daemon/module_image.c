@@ -43,13 +43,13 @@ static uint64_t ptx_type_size(const char *t, size_t n)
 		const char *name;
 		uint64_t size;
 	} types[] = {
-		{ ".b8", 1 },	 { ".u8", 1 },	  { ".s8", 1 },
-		{ ".b16", 2 },	 { ".u16", 2 },	  { ".s16", 2 },
-		{ ".f16", 2 },	 { ".bf16", 2 },  { ".b32", 4 },
-		{ ".u32", 4 },	 { ".s32", 4 },	  { ".f32", 4 },
-		{ ".f16x2", 4 }, { ".bf16x2", 4 }, { ".tf32", 4 },
-		{ ".b64", 8 },	 { ".u64", 8 },	  { ".s64", 8 },
-		{ ".f64", 8 },	 { ".b128", 16 }, { ".pred", 1 },
+		{ ".b8", 1 },	  { ".u8", 1 },		{ ".s8", 1 },
+		{ ".b16", 2 },	  { ".u16", 2 },	{ ".s16", 2 },
+		{ ".f16", 2 },	  { ".bf16", 2 },	{ ".b32", 4 },
+		{ ".u32", 4 },	  { ".s32", 4 },	{ ".f32", 4 },
+		{ ".f16x2", 4 },  { ".bf16x2", 4 },	{ ".tf32", 4 },
+		{ ".b64", 8 },	  { ".u64", 8 },	{ ".s64", 8 },
+		{ ".f64", 8 },	  { ".b128", 16 },	{ ".pred", 1 },
 		{ ".texref", 8 }, { ".samplerref", 8 }, { ".surfref", 8 },
 	};
 
@@ -79,9 +79,8 @@ static size_t next_word(struct span *s, const char **w)
 	while (p < s->end && isspace((unsigned char)*p))
 		p++;
 	*w = p;
-	while (p < s->end &&
-	       (isalnum((unsigned char)*p) || *p == '.' || *p == '_' ||
-		*p == '$' || *p == '%'))
+	while (p < s->end && (isalnum((unsigned char)*p) || *p == '.' ||
+			      *p == '_' || *p == '$' || *p == '%'))
 		p++;
 	s->p = p;
 	return (size_t)(p - *w);
@@ -211,7 +210,7 @@ static uint64_t ptx_declarators(struct span *s, uint64_t elem, uint64_t align)
 			if (open_dim)
 				count = round_up(items, count);
 		} else if (open_dim) {
-			count = 0;	/* no storage without a size */
+			count = 0; /* no storage without a size */
 		}
 		bytes = sat_mul(count, elem);
 		total = sat_add(total, round_up(bytes, align ? align : elem));
@@ -272,7 +271,7 @@ static uint64_t ptx_statement(struct span st, bool *unknown)
 			else if (*s.p == '=' || *s.p == '{' || *s.p == '}')
 				prev[0] = prev[1] = NULL;
 			if (*s.p == '=')
-				return 0;	/* an initializer before any .global */
+				return 0; /* an initializer before any .global */
 			s.p++;
 		}
 		n = next_word(&s, &w);
@@ -404,10 +403,10 @@ static bool name_is(const char *nm, size_t room, const char *lit)
 struct elf {
 	const uint8_t *b;
 	size_t len;
-	const uint8_t *sh;		/* the first section header */
+	const uint8_t *sh; /* the first section header */
 	size_t shentsize;
 	size_t shnum;
-	const uint8_t *strs;		/* the section name table */
+	const uint8_t *strs; /* the section name table */
 	uint64_t strs_size;
 };
 
@@ -417,9 +416,8 @@ static bool elf_open(const uint8_t *b, size_t len, struct elf *e)
 	uint64_t shoff, strs_off;
 	size_t shstrndx;
 
-	if (len < 64 || memcmp(b, elf_magic, 4) != 0 || b[4] != 2 ||
-	    b[5] != 1)
-		return false;	/* ELF64, little-endian only */
+	if (len < 64 || memcmp(b, elf_magic, 4) != 0 || b[4] != 2 || b[5] != 1)
+		return false; /* ELF64, little-endian only */
 	shoff = le(b + 0x28, 8);
 	e->shentsize = (size_t)le(b + 0x3a, 2);
 	e->shnum = (size_t)le(b + 0x3c, 2);
@@ -672,16 +670,16 @@ uint64_t module_image_static_bytes(const void *image, size_t len,
 /* One kernel's parameters, as one part of an image declares them. */
 struct kernel_params {
 	char *name;
-	bool known;		/* false: parts of the image disagree */
+	bool known; /* false: parts of the image disagree */
 	size_t n;
 	size_t *size;
 };
 
 struct module_image_params {
-	struct kernel_params *k;	/* sorted by name, once read */
+	struct kernel_params *k; /* sorted by name, once read */
 	size_t count;
 	size_t cap;
-	bool oom;			/* an allocation failed while reading */
+	bool oom; /* an allocation failed while reading */
 };
 
 /* Note that name (len bytes) takes n parameters of size[i] bytes. */
@@ -749,9 +747,8 @@ static size_t next_piece(struct span *s, const char **w)
 	*w = s->p;
 	if (s->p < s->end && *s->p == '.')
 		s->p++;
-	while (s->p < s->end &&
-	       (isalnum((unsigned char)*s->p) || *s->p == '_' ||
-		*s->p == '$' || *s->p == '%'))
+	while (s->p < s->end && (isalnum((unsigned char)*s->p) ||
+				 *s->p == '_' || *s->p == '$' || *s->p == '%'))
 		s->p++;
 	return (size_t)(s->p - *w);
 }
@@ -885,8 +882,7 @@ out:
  * The kernels of PTX text: each .entry outside any braces (a function's
  * body, an initializer), comments and strings out.
  */
-static void ptx_params(const char *p, size_t len,
-		       struct module_image_params *t)
+static void ptx_params(const char *p, size_t len, struct module_image_params *t)
 {
 	size_t k;
 	char *clean = ptx_clean(p, len, &k);
@@ -936,10 +932,11 @@ static void ptx_params(const char *p, size_t len,
 #define EIFMT_BVAL 2
 #define EIFMT_HVAL 3
 #define EIFMT_SVAL 4
-#define EIATTR_PARAM_CBANK 0x0a		/* symbol, offset:16, size:16 */
-#define EIATTR_KPARAM_INFO 0x17		/* index, ordinal:16, offset:16, flags:32 */
-#define EIATTR_CBANK_PARAM_SIZE 0x19	/* the parameters' bytes in all */
-#define EIATTR_KPARAM_INFO_V2 0x45	/* index, ordinal:16, offset:16, size:16, flags:16 */
+#define EIATTR_PARAM_CBANK 0x0a /* symbol, offset:16, size:16 */
+#define EIATTR_KPARAM_INFO 0x17 /* index, ordinal:16, offset:16, flags:32 */
+#define EIATTR_CBANK_PARAM_SIZE 0x19 /* the parameters' bytes in all */
+#define EIATTR_KPARAM_INFO_V2 \
+	0x45 /* index, ordinal:16, offset:16, size:16, flags:16 */
 #define KPARAM_RECORD 12
 
 /* One parameter as a KPARAM record says. */
@@ -1004,8 +1001,8 @@ static void elf_kernel_params(const char *name, size_t name_len,
 			if (fmt != EIFMT_SVAL || vlen != KPARAM_RECORD)
 				goto out;
 			ord = le(v + 4, 2);
-			sz = attr == EIATTR_KPARAM_INFO ? le(v + 8, 4) >> 18
-							: le(v + 8, 2);
+			sz = attr == EIATTR_KPARAM_INFO ? le(v + 8, 4) >> 18 :
+							  le(v + 8, 2);
 			/* At most max records fit: a larger ordinal leaves
 			 * a gap. */
 			if (ord >= max || kp[ord].seen || sz == 0)
@@ -1081,7 +1078,7 @@ static void elf_params(const uint8_t *b, size_t len,
 			room = (size_t)names_left + plen;
 		end = memchr(nm + plen, '\0', room - plen);
 		if (end == NULL || size > data_left)
-			return;	/* past what one image holds */
+			return; /* past what one image holds */
 		names_left -= (uint64_t)(end - nm - plen) + 1;
 		data_left -= size;
 		if (end > nm + plen)
@@ -1114,8 +1111,8 @@ static bool params_equal(const struct kernel_params *a,
 			 const struct kernel_params *b)
 {
 	return a->n == b->n &&
-	       (a->n == 0 || memcmp(a->size, b->size,
-				    a->n * sizeof(*a->size)) == 0);
+	       (a->n == 0 ||
+		memcmp(a->size, b->size, a->n * sizeof(*a->size)) == 0);
 }
 
 /*
@@ -1172,8 +1169,7 @@ int module_image_params_read(const void *image, size_t len,
 }
 
 bool module_image_params_find(const struct module_image_params *t,
-			      const char *name, size_t *n,
-			      const size_t **sizes)
+			      const char *name, size_t *n, const size_t **sizes)
 {
 	struct kernel_params key = { .name = (char *)name };
 	const struct kernel_params *k;

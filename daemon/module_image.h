@@ -59,8 +59,8 @@
 
 /* What module_image_static_bytes could tell. */
 enum module_image_known {
-	MODULE_IMAGE_KNOWN = 0,		/* the size is the image's */
-	MODULE_IMAGE_UNKNOWN = 1,	/* compressed or unreadable: a lower bound */
+	MODULE_IMAGE_KNOWN = 0,	  /* the size is the image's */
+	MODULE_IMAGE_UNKNOWN = 1, /* compressed or unreadable: a lower bound */
 };
 
 /**

@@ -35,8 +35,9 @@ static void unmap(struct driver *d, struct region *r)
 		d->ops->host_unregister(d, r->base);
 	if (r->base != NULL && r->size > 0 && munmap(r->base, r->size) != 0)
 		log_err("region %llu: munmap of %llu bytes failed: %s; the "
-			"mapping stays", (unsigned long long)r->id,
-			(unsigned long long)r->size, strerror(errno));
+			"mapping stays",
+			(unsigned long long)r->id, (unsigned long long)r->size,
+			strerror(errno));
 	if (r->fd >= 0)
 		close(r->fd);
 	free(r);
@@ -77,11 +78,13 @@ static void describe_quota(const struct stream_set *set, uint64_t id,
 		after = UINT64_MAX;
 	released_pending(set, &pending, &pending_bytes);
 	if (pending > 0)
-		snprintf(waiting, sizeof(waiting), "; %u of them, %llu bytes, "
+		snprintf(waiting, sizeof(waiting),
+			 "; %u of them, %llu bytes, "
 			 "released by this connection and unmapped once its "
-			 "work in flight is done", pending,
-			 (unsigned long long)pending_bytes);
-	snprintf(msg, msg_len, "region %llu of %llu bytes would take service "
+			 "work in flight is done",
+			 pending, (unsigned long long)pending_bytes);
+	snprintf(msg, msg_len,
+		 "region %llu of %llu bytes would take service "
 		 "'%s' to %llu bytes of shared regions, over its region_limit "
 		 "of %llu (%u region%s of %llu bytes attached%s): release a "
 		 "region or raise region_limit",
@@ -101,8 +104,10 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 	int seals;
 
 	if (id == 0 || region_find(set, id) != NULL) {
-		snprintf(msg, msg_len, "region id %llu is %s: choose another "
-			 "non-zero id", (unsigned long long)id,
+		snprintf(msg, msg_len,
+			 "region id %llu is %s: choose another "
+			 "non-zero id",
+			 (unsigned long long)id,
 			 id ? "already attached" : "invalid");
 		close(fd);
 		return id ? GPUCMD_EEXIST : GPUCMD_EINVAL;
@@ -117,7 +122,8 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 		region_flush(set);
 	if (count(set->regions) + count(set->released_regions) >=
 	    REGION_MAX_PER_CONNECTION) {
-		snprintf(msg, msg_len, "this connection already has %u "
+		snprintf(msg, msg_len,
+			 "this connection already has %u "
 			 "regions attached and %u released but still used "
 			 "by work in flight, %d together at most: release "
 			 "one, or sync the streams before attaching more",
@@ -128,12 +134,13 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 	}
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
-		snprintf(msg, msg_len, "region %llu: the descriptor is %s: "
+		snprintf(msg, msg_len,
+			 "region %llu: the descriptor is %s: "
 			 "pass a memfd created with MFD_ALLOW_SEALING and "
 			 "sealed with F_SEAL_SHRINK",
 			 (unsigned long long)id,
-			 seals < 0 ? "not a sealable memfd"
-				   : "not sealed against shrinking");
+			 seals < 0 ? "not a sealable memfd" :
+				     "not sealed against shrinking");
 		close(fd);
 		return GPUCMD_EINVAL;
 	}
@@ -145,18 +152,20 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 	 * past the bytes the quota counts.
 	 */
 	if (fstatfs(fd, &sfs) != 0 || sfs.f_type != TMPFS_MAGIC) {
-		snprintf(msg, msg_len, "region %llu: the descriptor is not a "
+		snprintf(msg, msg_len,
+			 "region %llu: the descriptor is not a "
 			 "plain memfd (%s): create it with memfd_create "
 			 "without MFD_HUGETLB",
 			 (unsigned long long)id,
-			 sfs.f_type == HUGETLBFS_MAGIC ? "hugetlb"
-						       : "another file system");
+			 sfs.f_type == HUGETLBFS_MAGIC ? "hugetlb" :
+							 "another file system");
 		close(fd);
 		return GPUCMD_EINVAL;
 	}
 	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < size || size == 0 ||
 	    size > SIZE_MAX / 2) {
-		snprintf(msg, msg_len, "region %llu: the memfd holds %lld "
+		snprintf(msg, msg_len,
+			 "region %llu: the memfd holds %lld "
 			 "bytes, the attach announced %llu (must be non-zero "
 			 "and no more than the file)",
 			 (unsigned long long)id, (long long)st.st_size,
@@ -187,11 +196,14 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 		int err = errno;
 		bool refused = err == EPERM || err == EACCES;
 
-		snprintf(msg, msg_len, "region %llu: cannot map %llu bytes: "
-			 "%s%s", (unsigned long long)id,
-			 (unsigned long long)size, strerror(err),
+		snprintf(msg, msg_len,
+			 "region %llu: cannot map %llu bytes: "
+			 "%s%s",
+			 (unsigned long long)id, (unsigned long long)size,
+			 strerror(err),
 			 refused ? " (send a memfd open for writing, not "
-				   "sealed against writes)" : "");
+				   "sealed against writes)" :
+				   "");
 		r->base = NULL;
 		unmap(d, r);
 		return refused ? GPUCMD_EINVAL : GPUCMD_ENOMEM;
@@ -208,7 +220,8 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 	d->error[0] = '\0';
 	r->registered = d->ops->host_register(d, r->base, size) == 0;
 	if (!r->registered && d->props.pageable_copies_block) {
-		snprintf(msg, msg_len, "region %llu: the driver cannot pin "
+		snprintf(msg, msg_len,
+			 "region %llu: the driver cannot pin "
 			 "its %llu bytes (%s): attach a smaller region",
 			 (unsigned long long)id, (unsigned long long)size,
 			 d->error[0] ? d->error : "no reason given");
@@ -237,7 +250,8 @@ int region_check(const struct region *r, uint64_t offset, uint64_t length,
 	uint64_t end;
 
 	if (__builtin_add_overflow(offset, length, &end) || end > r->size) {
-		snprintf(msg, msg_len, "region %llu range out of bounds: %llu "
+		snprintf(msg, msg_len,
+			 "region %llu range out of bounds: %llu "
 			 "bytes at offset %llu, the region has %llu",
 			 (unsigned long long)r->id, (unsigned long long)length,
 			 (unsigned long long)offset,
@@ -262,8 +276,7 @@ void region_note_use(struct region *r, const struct stream *s)
 	r->nfences++;
 }
 
-int region_release(struct stream_set *set, struct stream *current,
-		   uint64_t id)
+int region_release(struct stream_set *set, struct stream *current, uint64_t id)
 {
 	struct region **pp, *r;
 

@@ -38,7 +38,7 @@ struct region {
 	int fd;
 	uint8_t *base;
 	uint64_t size;
-	bool registered;		/* pinned with the driver */
+	bool registered; /* pinned with the driver */
 	/*
 	 * The last batch on each stream with a copy from or into it: what a
 	 * release waits for.
@@ -72,8 +72,7 @@ void region_note_use(struct region *r, const struct stream *s);
  * batches that copy from or into it have completed (at once when they
  * have).  GPUCMD_ENOTFOUND.
  */
-int region_release(struct stream_set *set, struct stream *current,
-		   uint64_t id);
+int region_release(struct stream_set *set, struct stream *current, uint64_t id);
 /** Unmap released regions whose fences passed, uncharging the service. */
 void region_flush(struct stream_set *set);
 /** Unmap everything, uncharging the service (teardown: streams idle). */

@@ -34,9 +34,9 @@
 struct service;
 
 struct rounds {
-	struct service *fresh_head;	/* queue was empty: served first */
+	struct service *fresh_head; /* queue was empty: served first */
 	struct service **fresh_tail;
-	struct service *turn_head;	/* with work, in turn */
+	struct service *turn_head; /* with work, in turn */
 	struct service **turn_tail;
 };
 

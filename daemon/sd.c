@@ -21,8 +21,10 @@ int sd_listen_fd(int *fd, char *why, size_t why_len)
 
 	*fd = -1;
 	if (n < 0) {
-		snprintf(why, why_len, "cannot read the sockets systemd "
-			 "passed: %s", strerror(-n));
+		snprintf(why, why_len,
+			 "cannot read the sockets systemd "
+			 "passed: %s",
+			 strerror(-n));
 		return GPUCMD_EINVAL;
 	}
 	if (n == 0)
@@ -31,10 +33,12 @@ int sd_listen_fd(int *fd, char *why, size_t why_len)
 		snprintf(why, why_len,
 			 "systemd passed %d sockets; gpucmdd takes exactly one "
 			 "Unix stream socket (check ListenStream= in the "
-			 ".socket unit)", n);
+			 ".socket unit)",
+			 n);
 		return GPUCMD_EINVAL;
 	}
-	if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0) <= 0) {
+	if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0) <=
+	    0) {
 		snprintf(why, why_len,
 			 "the socket systemd passed is not a listening Unix "
 			 "stream socket (check ListenStream= in the .socket "
@@ -84,7 +88,8 @@ void sd_reloading(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu\n"
+	sd_notifyf(0,
+		   "RELOADING=1\nMONOTONIC_USEC=%llu\n"
 		   "STATUS=reloading the configuration",
 		   (unsigned long long)ts.tv_sec * 1000000ull +
 			   (unsigned long long)ts.tv_nsec / 1000ull);

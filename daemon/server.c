@@ -267,7 +267,8 @@ static void on_wakeup(uv_async_t *async)
 			m->next = run;
 			run = m;
 			nrun++;
-			if (next == NULL || next->session != s || next->closed) {
+			if (next == NULL || next->session != s ||
+			    next->closed) {
 				session_flush(s);
 				give_back(srv, s, run, run_last, nrun);
 				run = NULL;
@@ -490,9 +491,9 @@ static void fit_nofile(const struct server *srv)
 	}
 	if (rl.rlim_cur >= need)
 		return;
-	fit = rl.rlim_cur > SERVER_FD_RESERVE + SERVER_FD_OWN
-		      ? rl.rlim_cur - SERVER_FD_RESERVE - SERVER_FD_OWN
-		      : 0;
+	fit = rl.rlim_cur > SERVER_FD_RESERVE + SERVER_FD_OWN ?
+		      rl.rlim_cur - SERVER_FD_RESERVE - SERVER_FD_OWN :
+		      0;
 	log_warn("max_connections %u needs about %llu file descriptors and "
 		 "RLIMIT_NOFILE allows %llu (hard limit %llu): connections "
 		 "past about %llu will be refused; raise LimitNOFILE= (or "
@@ -506,8 +507,7 @@ static void fit_nofile(const struct server *srv)
 #define SERVER_ACCEPT_PAUSE_MS 1000
 
 /* Accepts that failed: one a loop iteration while descriptors lack. */
-static struct log_limit accept_lines =
-	LOG_LIMIT_INIT("accept failures", 10, 3);
+static struct log_limit accept_lines = LOG_LIMIT_INIT("accept failures", 10, 3);
 
 static void on_accept_resume(uv_timer_t *t);
 static void on_connection(uv_stream_t *listener, int status);
@@ -576,8 +576,8 @@ static void on_accept_resume(uv_timer_t *t)
 	if (rc != 0) {
 		if (log_limit_take(&accept_lines))
 			log_warn("cannot listen again: %s; trying again in "
-				 "%d ms", uv_strerror(rc),
-				 SERVER_ACCEPT_PAUSE_MS);
+				 "%d ms",
+				 uv_strerror(rc), SERVER_ACCEPT_PAUSE_MS);
 		close(spare);
 		uv_close((uv_handle_t *)&srv->listener, on_listener_paused);
 		return;
@@ -589,8 +589,7 @@ static void on_accept_resume(uv_timer_t *t)
 }
 
 /* Refusals for descriptors: a client may reconnect in a loop. */
-static struct log_limit fd_lines =
-	LOG_LIMIT_INIT("descriptor refusals", 10, 3);
+static struct log_limit fd_lines = LOG_LIMIT_INIT("descriptor refusals", 10, 3);
 
 /*
  * Whether s, just accepted, took one of the last SERVER_FD_RESERVE
@@ -601,16 +600,15 @@ static struct log_limit fd_lines =
  */
 static bool fds_short(struct session *s)
 {
-	unsigned reserve = session_is_admin(s) ? SERVER_FD_RESERVE / 2
-					       : SERVER_FD_RESERVE;
+	unsigned reserve =
+		session_is_admin(s) ? SERVER_FD_RESERVE / 2 : SERVER_FD_RESERVE;
 	unsigned long long open, limit;
 	struct rlimit rl;
 	uv_os_fd_t fd;
 
 	if (uv_fileno((uv_handle_t *)&s->pipe, &fd) != 0 ||
 	    getrlimit(RLIMIT_NOFILE, &rl) != 0 ||
-	    rl.rlim_cur == RLIM_INFINITY ||
-	    (rlim_t)fd + reserve < rl.rlim_cur)
+	    rl.rlim_cur == RLIM_INFINITY || (rlim_t)fd + reserve < rl.rlim_cur)
 		return false;
 	open = (unsigned long long)fd + 1;
 	limit = (unsigned long long)rl.rlim_cur;
@@ -654,7 +652,8 @@ static void on_connection(uv_stream_t *listener, int status)
 			log_warn("accept failed: %s%s", uv_strerror(status),
 				 fds ? "; new connections wait 1 s in the "
 				       "socket's queue (raise LimitNOFILE= if "
-				       "this comes back)" : "");
+				       "this comes back)" :
+				       "");
 		if (fds)
 			accept_pause(srv);
 		return;
@@ -707,9 +706,9 @@ static void on_connection(uv_stream_t *listener, int status)
 	 * Admins get a few places past the limit, so that an operator can
 	 * still look and evict when clients took every one.
 	 */
-	if (srv->nsessions > srv->cfg.limits.max_connections +
-				     (session_is_admin(s) ? SERVER_ADMIN_SPARE
-							  : 0)) {
+	if (srv->nsessions >
+	    srv->cfg.limits.max_connections +
+		    (session_is_admin(s) ? SERVER_ADMIN_SPARE : 0)) {
 		session_refuse(s, GPUCMD_ELIMIT,
 			       "too many connections: %u are open, the limit "
 			       "is %u (max_connections)",
@@ -756,8 +755,7 @@ void server_session_gone(struct server *srv, struct session *s)
  * libuv reports a missing directory as EACCES, which sends root chasing
  * permissions.
  */
-static void listen_failed(const char *path, int rc, char *why,
-			  size_t why_len)
+static void listen_failed(const char *path, int rc, char *why, size_t why_len)
 {
 	char dir[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
 	const char *slash = strrchr(path, '/');
@@ -880,8 +878,10 @@ static int listen_socket(struct server *srv, char *why, size_t why_len)
 		/* Socket activation: systemd owns the path, mode and group. */
 		rc = listen_on(srv, fd, NULL);
 		if (rc != 0) {
-			snprintf(why, why_len, "cannot listen on the socket "
-				 "systemd passed: %s", uv_strerror(rc));
+			snprintf(why, why_len,
+				 "cannot listen on the socket "
+				 "systemd passed: %s",
+				 uv_strerror(rc));
 			uv_close((uv_handle_t *)&srv->listener, NULL);
 			return rc;
 		}
@@ -1056,14 +1056,14 @@ static void warn_restart_keys(const struct config *run,
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
 		if (k[i].changed && n < sizeof(keys))
 			n += (size_t)snprintf(keys + n, sizeof(keys) - n,
-					      "%s%s", n ? ", " : "",
-					      k[i].name);
+					      "%s%s", n ? ", " : "", k[i].name);
 	if (n != 0)
-		log_warn("reload: [daemon] %s changed in %s, but only a restart "
-			 "applies %s; the daemon keeps running with the old "
-			 "value%s", keys, run->path,
-			 strchr(keys, ',') ? "them" : "it",
-			 strchr(keys, ',') ? "s" : "");
+		log_warn(
+			"reload: [daemon] %s changed in %s, but only a restart "
+			"applies %s; the daemon keeps running with the old "
+			"value%s",
+			keys, run->path, strchr(keys, ',') ? "them" : "it",
+			strchr(keys, ',') ? "s" : "");
 }
 
 int server_reload(struct server *srv)
@@ -1127,8 +1127,8 @@ static void on_sighup(uv_signal_t *sig, int signum)
 }
 
 /* "1 connection", "3 connections": n and its noun, in buf (returned). */
-static const char *counted(char *buf, size_t len, uint64_t n,
-			   const char *one, const char *many)
+static const char *counted(char *buf, size_t len, uint64_t n, const char *one,
+			   const char *many)
 {
 	snprintf(buf, len, "%llu %s", (unsigned long long)n,
 		 n == 1 ? one : many);
@@ -1139,8 +1139,7 @@ static const char *counted(char *buf, size_t len, uint64_t n,
  * What a stop waits for, "the batches in flight of 3 connections": the
  * drain's STATUS= line and log, and the line of an exit that cuts it short.
  */
-static const char *drain_what(const struct server *srv, char *buf,
-			      size_t len)
+static const char *drain_what(const struct server *srv, char *buf, size_t len)
 {
 	char n[32];
 
@@ -1153,8 +1152,8 @@ static const char *drain_what(const struct server *srv, char *buf,
 /* Whole seconds, rounded up, until the stop's deadline; 0 once past it. */
 static uint64_t stop_left_s(struct server *srv)
 {
-	uint64_t end = srv->stop_began_ms +
-		       (uint64_t)srv->cfg.stop_timeout * 1000u;
+	uint64_t end =
+		srv->stop_began_ms + (uint64_t)srv->cfg.stop_timeout * 1000u;
 	uint64_t now = uv_now(srv->loop);
 
 	return now >= end ? 0 : (end - now + 999) / 1000;
@@ -1169,11 +1168,14 @@ static void stop_status(struct server *srv, char *buf, size_t len)
 	char what[96];
 
 	if (srv->cfg.stop_timeout == 0)
-		snprintf(buf, len, "stopping: waiting for %s, with no deadline "
+		snprintf(buf, len,
+			 "stopping: waiting for %s, with no deadline "
 			 "(stop_timeout = 0; a second SIGTERM or SIGINT exits "
-			 "now)", drain_what(srv, what, sizeof(what)));
+			 "now)",
+			 drain_what(srv, what, sizeof(what)));
 	else
-		snprintf(buf, len, "stopping: waiting for %s, %llu s left "
+		snprintf(buf, len,
+			 "stopping: waiting for %s, %llu s left "
 			 "before the daemon exits anyway (stop_timeout; a "
 			 "second SIGTERM or SIGINT exits now)",
 			 drain_what(srv, what, sizeof(what)),
@@ -1192,7 +1194,8 @@ static void on_signal(uv_signal_t *sig, int signum)
 	 */
 	if (srv->stopping) {
 		log_warn("%s again: exiting now, without waiting for %s",
-			 strsignal(signum), drain_what(srv, what, sizeof(what)));
+			 strsignal(signum),
+			 drain_what(srv, what, sizeof(what)));
 		_exit(1);
 	}
 	log_notice("%s: shutting down (%s open)", strsignal(signum),
@@ -1216,15 +1219,15 @@ static void on_signal(uv_signal_t *sig, int signum)
  */
 static void stop_log_session(const struct session *s, uint64_t waited_ms)
 {
-	const char *svc = s->econn.service != NULL ? s->econn.service->name
-						   : "(none)";
+	const char *svc =
+		s->econn.service != NULL ? s->econn.service->name : "(none)";
 	const char *why = "";
 	char n[32];
 
 	if (s->state == SESSION_CLOSING)
 		why = s->device_open ? "; it had closed, and the device "
-				       "thread had not freed its memory yet"
-				     : "; it had closed, and its last replies "
+				       "thread had not freed its memory yet" :
+				       "; it had closed, and its last replies "
 				       "were not written yet";
 	log_warn("stop_timeout: connection %llu (%s, service %s) still had "
 		 "%s in flight, %.1f s into the stop%s",
@@ -1287,9 +1290,9 @@ static void on_stop_deadline(uv_timer_t *t)
 	log_err("stop_timeout (%u s) passed with %s in flight on %s "
 		"(%s%s%s): exiting with status 1 without waiting for them",
 		srv->cfg.stop_timeout, nb, nc,
-		nnamed == 0   ? "no service"
-		: nnamed == 1 ? "service "
-			      : "services ",
+		nnamed == 0 ? "no service" :
+		nnamed == 1 ? "service " :
+			      "services ",
 		services, more_services ? ", ..." : "");
 	sd_status("stopped at stop_timeout (%u s) with %s in flight on %s",
 		  srv->cfg.stop_timeout, nb, nc);
@@ -1455,7 +1458,8 @@ static void status_line(struct server *srv, char *buf, size_t len)
 {
 	const struct driver_properties *p = executor_properties(srv->ex);
 
-	snprintf(buf, len, "serving %s (%s) on %s: %u connections, %u "
+	snprintf(buf, len,
+		 "serving %s (%s) on %s: %u connections, %u "
 		 "services, %llu batches",
 		 p->name, p->backend,
 		 srv->activated ? "the systemd socket" : srv->cfg.socket_path,

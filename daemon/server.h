@@ -34,10 +34,10 @@ struct server {
 	uv_loop_t *loop;
 	uv_pipe_t listener;
 	uv_async_t wakeup;
-	uv_idle_t spin;			/* polls the outbox a while (spin.h) */
-	uint64_t spin_until;		/* spin_now_ns() the polling stops at */
-	unsigned spin_turns;		/* polls so far: every fourth yields */
-	unsigned spin_us;		/* [daemon] spin_us, fixed at start */
+	uv_idle_t spin;	     /* polls the outbox a while (spin.h) */
+	uint64_t spin_until; /* spin_now_ns() the polling stops at */
+	unsigned spin_turns; /* polls so far: every fourth yields */
+	unsigned spin_us;    /* [daemon] spin_us, fixed at start */
 	/*
 	 * The connection read last, and whether it has been the only one
 	 * sending: then the spin reads its socket itself (on_spin).  reads
@@ -66,17 +66,17 @@ struct server {
 	uv_signal_t sigint;
 	uv_signal_t sigterm;
 	uv_signal_t sighup;
-	uv_timer_t watchdog;		/* WATCHDOG=1 and STATUS= refresh */
-	uv_timer_t stop_deadline;	/* [daemon] stop_timeout, once stopping */
-	bool activated;			/* the socket came from systemd */
+	uv_timer_t watchdog;	  /* WATCHDOG=1 and STATUS= refresh */
+	uv_timer_t stop_deadline; /* [daemon] stop_timeout, once stopping */
+	bool activated;		  /* the socket came from systemd */
 	struct config cfg;
-	int64_t admin_gid;		/* -1: no admin group */
+	int64_t admin_gid; /* -1: no admin group */
 	struct executor *ex;
 
-	pthread_mutex_t lock;		/* guards the outbox */
+	pthread_mutex_t lock; /* guards the outbox */
 	struct outbox_msg *out_head;
 	struct outbox_msg **out_tail;
-	atomic_uint out_ready;		/* the outbox has messages */
+	atomic_uint out_ready; /* the outbox has messages */
 
 	struct session *sessions;
 	uint32_t nsessions;
@@ -99,17 +99,17 @@ struct server {
 	int listen_spare;
 	uv_timer_t accept_resume;
 	bool accept_paused;
-	uv_work_t pool_start;		/* starts libuv's pool (start_pool) */
+	uv_work_t pool_start; /* starts libuv's pool (start_pool) */
 	bool stopping;
 	uint32_t stop_ticks;	/* ticks since server_stop (drain progress) */
-	uint64_t stop_began_ms;		/* uv_now at server_stop */
-	int exit_code;			/* server_run's result */
+	uint64_t stop_began_ms; /* uv_now at server_stop */
+	int exit_code;		/* server_run's result */
 	/*
 	 * Rebuild the settings for a reload: defaults, the file, then the
 	 * command line again (flags win over the file, also after SIGHUP).
 	 */
 	int (*rebuild)(struct config *cfg, char *err, size_t err_len);
-	char fatal[256];		/* set by the device thread, under lock */
+	char fatal[256]; /* set by the device thread, under lock */
 };
 
 /**

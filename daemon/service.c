@@ -15,7 +15,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct service *registry_head;
 static struct service **registry_tail = &registry_head;
 static uint32_t registry_count;
-static uint32_t registry_last_id;	/* ids are never used twice */
+static uint32_t registry_last_id; /* ids are never used twice */
 
 /*
  * Limits of none: no quota, no modules (loads are refused to observers
@@ -145,8 +145,7 @@ static struct service *get(const char *name,
 
 	pthread_mutex_lock(&registry_lock);
 	svc = find_locked(name);
-	if (svc != NULL ||
-	    (registry_count >= SERVICE_MAX && !retire_oldest()))
+	if (svc != NULL || (registry_count >= SERVICE_MAX && !retire_oldest()))
 		goto out;
 	svc = calloc(1, sizeof(*svc));
 	if (svc == NULL)
@@ -251,8 +250,7 @@ bool service_over_limit(const struct service *svc, uint64_t limit,
 
 	if (limit == 0)
 		return false;
-	if (__builtin_add_overflow(svc->bytes_in_use, svc->module_bytes,
-				   &held))
+	if (__builtin_add_overflow(svc->bytes_in_use, svc->module_bytes, &held))
 		return true;
 	return size > limit || held > limit - size;
 }
@@ -294,7 +292,7 @@ void service_region_uncharge(struct service *svc, uint64_t size)
 }
 
 static struct service_module *module_ref_find(const struct service *svc,
-					       const void *entry)
+					      const void *entry)
 {
 	uint32_t n = atomic_load(&svc->modules);
 
@@ -309,8 +307,7 @@ bool service_module_held(const struct service *svc, const void *entry)
 	return module_ref_find(svc, entry) != NULL;
 }
 
-int service_module_ref(struct service *svc, const void *entry,
-		       uint64_t bytes)
+int service_module_ref(struct service *svc, const void *entry, uint64_t bytes)
 {
 	struct service_module *m = module_ref_find(svc, entry);
 	uint32_t n = atomic_load(&svc->modules);

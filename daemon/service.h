@@ -50,15 +50,15 @@ struct service {
 	char name[SERVICE_NAME_MAX + 1];
 	uint32_t id;
 	/* Limits: set by the loop thread (start, SIGHUP), read anywhere. */
-	atomic_uint_fast64_t memory_limit;	/* bytes, 0 = none */
-	atomic_uint_fast64_t region_limit;	/* shared region bytes, 0 = none */
-	atomic_uint max_streams;		/* 0 = the daemon's limit */
-	atomic_uint max_modules;		/* loaded at once, 0 = none */
-	atomic_uint weight;			/* batches per scheduling round */
+	atomic_uint_fast64_t memory_limit; /* bytes, 0 = none */
+	atomic_uint_fast64_t region_limit; /* shared region bytes, 0 = none */
+	atomic_uint max_streams;	   /* 0 = the daemon's limit */
+	atomic_uint max_modules;	   /* loaded at once, 0 = none */
+	atomic_uint weight;		   /* batches per scheduling round */
 	atomic_uint_fast64_t max_bytes_in_flight; /* all its connections */
-	atomic_uint max_connections;		/* open at once, 0 = no bound */
-	atomic_bool listed;			/* a section of the file named it */
-	bool observer;			/* service_observers(), fixed */
+	atomic_uint max_connections; /* open at once, 0 = no bound */
+	atomic_bool listed;	     /* a section of the file named it */
+	bool observer;		     /* service_observers(), fixed */
 	atomic_uint connections;
 	/*
 	 * Sessions that joined it and are not freed yet (service_join,
@@ -82,7 +82,7 @@ struct service {
 	 * Sessions whose next frame waits for the service's budget are on
 	 * budget_waiters (loop thread; session.c).
 	 */
-	uint64_t bytes_submitted;		/* loop thread */
+	uint64_t bytes_submitted; /* loop thread */
 	atomic_uint_fast64_t bytes_done;
 	/*
 	 * Frames let in and not yet submitted (bodies being read, requests
@@ -97,15 +97,15 @@ struct service {
 	uint64_t bytes_unwritten;
 	/* Oldest first: they go in turn (loop thread). */
 	struct session *budget_waiters;
-	bool budget_waking;			/* wake_budget_waiters runs */
-	bool budget_rewake;			/* ... and room came back meanwhile */
+	bool budget_waking; /* wake_budget_waiters runs */
+	bool budget_rewake; /* ... and room came back meanwhile */
 	/* Device thread only. */
-	struct batch *queue_head;	/* batches waiting for their turn */
+	struct batch *queue_head; /* batches waiting for their turn */
 	struct batch **queue_tail;
-	struct service *next_active;	/* in the executor's round */
-	bool active;			/* in the rounds (rounds.h) */
-	bool emptied;			/* ...without a batch (rounds.h) */
-	uint64_t batches;		/* its connections ran (status) */
+	struct service *next_active; /* in the executor's round */
+	bool active;		     /* in the rounds (rounds.h) */
+	bool emptied;		     /* ...without a batch (rounds.h) */
+	uint64_t batches;	     /* its connections ran (status) */
 	uint64_t bytes_in_use;
 	uint64_t allocations;
 	uint64_t peak_bytes_in_use;
@@ -138,8 +138,8 @@ struct service {
 	 */
 	uint64_t region_bytes;
 	uint32_t regions;
-	uint64_t region_refusals;	/* attaches refused over region_limit */
-	struct service_module *module_refs;	/* modules of them */
+	uint64_t region_refusals; /* attaches refused over region_limit */
+	struct service_module *module_refs; /* modules of them */
 	uint32_t module_refs_cap;
 	/*
 	 * The device memory the globals of those modules hold (device
@@ -151,9 +151,9 @@ struct service {
 
 /* A module the service keeps loaded, and how many of its holders there are. */
 struct service_module {
-	const void *entry;		/* a struct module_entry of the cache */
+	const void *entry; /* a struct module_entry of the cache */
 	uint32_t holders;
-	uint64_t bytes;			/* its globals' device memory */
+	uint64_t bytes; /* its globals' device memory */
 };
 
 /**
@@ -250,8 +250,7 @@ bool service_module_held(const struct service *svc, const void *entry);
  * The caller checked max_modules and the memory_limit.  0, or
  * GPUCMD_ENOMEM (nothing changed).  Device thread.
  */
-int service_module_ref(struct service *svc, const void *entry,
-		       uint64_t bytes);
+int service_module_ref(struct service *svc, const void *entry, uint64_t bytes);
 /** One holder of entry fewer; at none, it leaves modules.  Device thread. */
 void service_module_unref(struct service *svc, const void *entry);
 /** Free every service (at exit, after the threads stopped). */

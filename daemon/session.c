@@ -55,7 +55,7 @@
 struct write_req {
 	uv_write_t req;
 	struct session *s;
-	uint64_t pieces_bytes;		/* counted in server.pieces_queued */
+	uint64_t pieces_bytes; /* counted in server.pieces_queued */
 	unsigned nowners;
 	struct reply_owner owners[];
 };
@@ -179,13 +179,14 @@ static void write_lost(struct session *s, int rc)
 static void note_unwritten(struct session *s)
 {
 	struct service *svc = s->econn.service;
-	uint64_t now = s->handle_closed || s->state == SESSION_CLOSING
-			       ? 0
-			       : uv_stream_get_write_queue_size(
-					 (uv_stream_t *)&s->pipe);
+	uint64_t now =
+		s->handle_closed || s->state == SESSION_CLOSING ?
+			0 :
+			uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
 
 	if (svc != NULL)
-		svc->bytes_unwritten = svc->bytes_unwritten - s->unwritten + now;
+		svc->bytes_unwritten =
+			svc->bytes_unwritten - s->unwritten + now;
 	s->unwritten = now;
 }
 
@@ -205,8 +206,7 @@ static void on_write(uv_write_t *req, int status)
 	if (status < 0 && status != UV_ECANCELED && s->state != SESSION_CLOSING)
 		write_lost(s, status);
 	/* Unread replies held the service's requests back: room again. */
-	if (svc != NULL && svc->budget_waiters != NULL &&
-	    !over_unwritten(s, 2))
+	if (svc != NULL && svc->budget_waiters != NULL && !over_unwritten(s, 2))
 		wake_budget_waiters(svc);
 }
 
@@ -418,8 +418,8 @@ static void queue_reply(struct session *s, uint8_t *buf, size_t len,
 		pieces != NULL ? reply_pieces_frame(pieces) : NULL;
 	unsigned n = fp != NULL ? (unsigned)fp->n : 1;
 
-	if (q->nbufs > 0 && (q->nbufs + n > OUTQ_MAX_BUFS ||
-			     q->bytes >= OUTQ_FLUSH_BYTES))
+	if (q->nbufs > 0 &&
+	    (q->nbufs + n > OUTQ_MAX_BUFS || q->bytes >= OUTQ_FLUSH_BYTES))
 		session_flush(s);
 	if (!outq_room(q, n)) {
 		struct reply_owner o = { buf, pieces };
@@ -608,8 +608,8 @@ static void budget_give_back(struct session *s)
 /* Close the socket once the executor no longer refers to the session. */
 static void maybe_free(struct session *s)
 {
-	if (s->state != SESSION_CLOSING || s->device_open ||
-	    s->handle_closed || s->compiling != NULL)
+	if (s->state != SESSION_CLOSING || s->device_open || s->handle_closed ||
+	    s->compiling != NULL)
 		return;
 	s->handle_closed = true;
 	uv_close((uv_handle_t *)&s->pipe, on_closed);
@@ -641,7 +641,7 @@ void session_close(struct session *s, const char *why)
 	s->close_flush = false;
 	s->close_why = NULL;
 	if (s->state == SESSION_CLOSING)
-		return;	/* the flush found the socket broken, and closed */
+		return; /* the flush found the socket broken, and closed */
 	/* A line for a joined connection, and for a refused one. */
 	logged = (s->state == SESSION_READY || why != NULL) &&
 		 log_limit_take(&conn_lines);
@@ -649,13 +649,13 @@ void session_close(struct session *s, const char *why)
 		struct service *svc = s->econn.service;
 
 		if (logged && why != NULL)
-			log_notice("connection %llu (%s, service %s) closed: %s",
-				   (unsigned long long)s->id, s->peer,
-				   svc->name, why);
+			log_notice(
+				"connection %llu (%s, service %s) closed: %s",
+				(unsigned long long)s->id, s->peer, svc->name,
+				why);
 		else if (logged)
 			log_info("connection %llu (%s, service %s) left",
-				 (unsigned long long)s->id, s->peer,
-				 svc->name);
+				 (unsigned long long)s->id, s->peer, svc->name);
 		atomic_fetch_sub(&svc->connections, 1);
 	} else if (logged) {
 		log_info("connection %llu (%s) closed before its handshake: %s",
@@ -663,7 +663,7 @@ void session_close(struct session *s, const char *why)
 	}
 	s->state = SESSION_CLOSING;
 	had_unwritten = s->unwritten > 0;
-	note_unwritten(s);	/* its queue no longer counts against others */
+	note_unwritten(s); /* its queue no longer counts against others */
 	if (s->econn.service != NULL) {
 		struct service *svc = s->econn.service;
 		bool head = svc->budget_waiters == s;
@@ -682,8 +682,7 @@ void session_close(struct session *s, const char *why)
 	s->turn_wait = false;
 	server_turn_forget(s->server, s);
 	stop_reading(s);
-	if (s->device_open &&
-	    executor_close(s->server->ex, &s->econn) != 0) {
+	if (s->device_open && executor_close(s->server->ex, &s->econn) != 0) {
 		/* Cannot tell the executor: keep the session rather than free
 		 * memory it may still refer to. */
 		log_err("connection %llu: cannot queue its teardown; its "
@@ -730,8 +729,7 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 static uint64_t bytes_in_flight(const struct session *s)
 {
 	return s->bytes_submitted -
-	       atomic_load_explicit(&s->econn.bytes_done,
-				    memory_order_relaxed);
+	       atomic_load_explicit(&s->econn.bytes_done, memory_order_relaxed);
 }
 
 /*
@@ -821,9 +819,8 @@ static bool may_take_more(const struct session *s)
  */
 static bool turn_holds_reading(const struct session *s)
 {
-	return s->turn_wait &&
-	       (s->body != NULL || s->nfds > 0 ||
-		s->rcap - s->rlen < SESSION_TURN_ROOM);
+	return s->turn_wait && (s->body != NULL || s->nfds > 0 ||
+				s->rcap - s->rlen < SESSION_TURN_ROOM);
 }
 
 static void resume_reading(struct session *s)
@@ -945,12 +942,13 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 	cs = config_find_service(cfg, hello->service);
 	if (cs == NULL) {
 		if (cfg->unknown_services == CONFIG_UNKNOWN_REFUSE && !admin) {
-			session_refuse(s, GPUCMD_EPERM,
-				       "service '%s' is not configured and this "
-				       "daemon refuses unknown services: add a "
-				       "[service %s] section to %s",
-				       hello->service, hello->service,
-				       config_file(cfg));
+			session_refuse(
+				s, GPUCMD_EPERM,
+				"service '%s' is not configured and this "
+				"daemon refuses unknown services: add a "
+				"[service %s] section to %s",
+				hello->service, hello->service,
+				config_file(cfg));
 			return NULL;
 		}
 		cs = &cfg->default_service;
@@ -962,8 +960,7 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 			       "'%s': its uids and gids in %s do not include "
 			       "them",
 			       (unsigned)s->uid, (unsigned)s->gid,
-			       hello->service,
-			       config_file(cfg));
+			       hello->service, config_file(cfg));
 		return NULL;
 	}
 	svc = service_join(hello->service, cs);
@@ -971,11 +968,12 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 	if (svc != NULL && cs != &cfg->default_service)
 		atomic_store(&svc->listed, true);
 	if (svc == NULL) {
-		session_refuse(s, GPUCMD_ELIMIT,
-			       "too many services: the daemon knows %d already, "
-			       "each with a connection, memory or a module "
-			       "loaded, or listed in the configuration file",
-			       SERVICE_MAX);
+		session_refuse(
+			s, GPUCMD_ELIMIT,
+			"too many services: the daemon knows %d already, "
+			"each with a connection, memory or a module "
+			"loaded, or listed in the configuration file",
+			SERVICE_MAX);
 		return NULL;
 	}
 	/*
@@ -989,11 +987,11 @@ static struct service *join(struct session *s, const Gpucmd__Hello *hello,
 		session_refuse(s, GPUCMD_ELIMIT,
 			       "service '%s' has %u connection%s open, and its "
 			       "max_connections in %s is %u: close one, or "
-			       "raise it", svc->name,
+			       "raise it",
+			       svc->name,
 			       (unsigned)atomic_load(&svc->connections),
 			       atomic_load(&svc->connections) == 1 ? "" : "s",
-			       config_file(cfg),
-			       max);
+			       config_file(cfg), max);
 		service_leave(svc);
 		return NULL;
 	}
@@ -1008,8 +1006,8 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	Gpucmd__Welcome w = GPUCMD__WELCOME__INIT;
 	Gpucmd__DeviceInfo dev = GPUCMD__DEVICE_INFO__INIT;
 	Gpucmd__Limits lim = GPUCMD__LIMITS__INIT;
-	const char *client = hello->client_name[0] ? hello->client_name
-						   : "unnamed client";
+	const char *client =
+		hello->client_name[0] ? hello->client_name : "unnamed client";
 	struct service *svc;
 	bool admin = session_is_admin(s), logged;
 
@@ -1051,7 +1049,8 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 	logged = log_limit_take(&conn_lines);
 	if (logged && svc->observer)
 		log_info("connection %llu (%s, %s) observes: an admin in no "
-			 "service", (unsigned long long)s->id, s->peer, client);
+			 "service",
+			 (unsigned long long)s->id, s->peer, client);
 	else if (logged)
 		log_info("connection %llu (%s, %s) joined service %s (id %u)",
 			 (unsigned long long)s->id, s->peer, client, svc->name,
@@ -1222,7 +1221,7 @@ static bool keep_pending_fds(struct session *s, size_t nread)
 			rc = uv_fileno((uv_handle_t *)tmp, &fd);
 		if (rc == 0) {
 			dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-			err = errno;	/* before the close's system calls */
+			err = errno; /* before the close's system calls */
 		}
 		uv_close((uv_handle_t *)tmp, free_handle);
 		if (dup < 0 && rc == 0 && (err == EMFILE || err == ENFILE)) {
@@ -1235,8 +1234,9 @@ static bool keep_pending_fds(struct session *s, size_t nread)
 		if (dup < 0) {
 			session_refuse(s, GPUCMD_EPROTO,
 				       "cannot take a descriptor the client "
-				       "sent: %s", rc != 0 ? uv_strerror(rc) :
-				       strerror(err));
+				       "sent: %s",
+				       rc != 0 ? uv_strerror(rc) :
+						 strerror(err));
 			return false;
 		}
 		if (!keep_fd(s, dup, nread))
@@ -1251,8 +1251,8 @@ static bool keep_pending_fds(struct session *s, size_t nread)
  * error; so is a pile of descriptors no request asked for (a client cannot
  * make the daemon hold descriptors without bound).
  */
-static int take_fds_n(struct session *s, uint64_t id, size_t want,
-		      int **out, size_t *n)
+static int take_fds_n(struct session *s, uint64_t id, size_t want, int **out,
+		      size_t *n)
 {
 	unsigned stale = 0, mine = 0;
 	int *fds;
@@ -1263,12 +1263,13 @@ static int take_fds_n(struct session *s, uint64_t id, size_t want,
 	while (stale < s->nfds && s->fd_to[stale] <= s->frame_at)
 		stale++;
 	if (stale > 0) {
-		session_refuse(s, GPUCMD_EPROTO,
-			       "%u descriptors came with frames before request "
-			       "%llu that attached no regions with them: send "
-			       "each memfd with the request whose region_attach "
-			       "takes it",
-			       stale, (unsigned long long)id);
+		session_refuse(
+			s, GPUCMD_EPROTO,
+			"%u descriptors came with frames before request "
+			"%llu that attached no regions with them: send "
+			"each memfd with the request whose region_attach "
+			"takes it",
+			stale, (unsigned long long)id);
 		return GPUCMD_EPROTO;
 	}
 	while (mine < s->nfds && s->fd_from[mine] <= s->frame_at)
@@ -1335,7 +1336,7 @@ static void refuse_unrun(struct session *s, uint64_t id, size_t attaches,
 	size_t nfds = 0;
 
 	if (take_fds_n(s, id, attaches, &fds, &nfds) != 0)
-		return;		/* refused: the descriptors did not match */
+		return; /* refused: the descriptors did not match */
 	for (size_t i = 0; i < nfds; i++)
 		close(fds[i]);
 	free(fds);
@@ -1345,8 +1346,10 @@ static void refuse_unrun(struct session *s, uint64_t id, size_t attaches,
 /* The sentence of a batch over max_ops_per_batch. */
 static void ops_over_limit(char *msg, size_t len, size_t nops, uint32_t max)
 {
-	snprintf(msg, len, "batch of %zu ops is over the limit of %u "
-		 "(max_ops_per_batch): split it", nops, max);
+	snprintf(msg, len,
+		 "batch of %zu ops is over the limit of %u "
+		 "(max_ops_per_batch): split it",
+		 nops, max);
 }
 
 /*
@@ -1545,13 +1548,13 @@ struct compile_job {
 	uv_work_t work;
 	struct session *s;
 	Gpucmd__Frame *frame;
-	uint64_t cost;			/* request_cost */
+	uint64_t cost; /* request_cost */
 	int *fds;
 	size_t nfds;
 	struct module_cache *cache;
-	struct module_compiled *compiled;	/* one per op */
-	uint64_t memory_limit;		/* the service's, at the start */
-	uint32_t owner;			/* its id (module_cache_has) */
+	struct module_compiled *compiled; /* one per op */
+	uint64_t memory_limit;		  /* the service's, at the start */
+	uint32_t owner;			  /* its id (module_cache_has) */
 };
 
 /* An op loading a module from inline bytes: the loop can hand those on. */
@@ -1560,8 +1563,7 @@ static const Gpucmd__OpLoadModule *inline_module(const Gpucmd__Op *op)
 	if (op == NULL || op->op_case != GPUCMD__OP__OP_LOAD_MODULE ||
 	    op->load_module == NULL)
 		return NULL;
-	if (op->load_module->region != NULL ||
-	    op->load_module->data.len == 0 ||
+	if (op->load_module->region != NULL || op->load_module->data.len == 0 ||
 	    module_format_parse(op->load_module->format) < 0)
 		return NULL;
 	return op->load_module;
@@ -1600,7 +1602,8 @@ static void compile_work(uv_work_t *w)
 
 		if (lm == NULL)
 			continue;
-		fmt = (enum driver_module_format)module_format_parse(lm->format);
+		fmt = (enum driver_module_format)module_format_parse(
+			lm->format);
 		/* Known content is filed by the device thread in no time. */
 		if (module_cache_has(job->cache, fmt, lm->data.data,
 				     lm->data.len, job->owner))
@@ -1714,8 +1717,7 @@ static bool start_compile(struct session *s, Gpucmd__Frame *frame, int *fds,
 }
 
 static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
-		   size_t nfds, struct module_compiled *compiled,
-		   uint64_t cost)
+		   size_t nfds, struct module_compiled *compiled, uint64_t cost)
 {
 	const struct config_limits *lim = &s->server->cfg.limits;
 	uint64_t id = frame->request->id;
@@ -1787,9 +1789,9 @@ static uint64_t request_cost(const struct session *s,
 
 		if (op != NULL && op->op_case == GPUCMD__OP__OP_READ &&
 		    op->read != NULL && op->read->into == NULL)
-			reads += op->read->length < UINT32_MAX
-					 ? op->read->length
-					 : UINT32_MAX;
+			reads += op->read->length < UINT32_MAX ?
+					 op->read->length :
+					 UINT32_MAX;
 	}
 	if (reads > s->server->cfg.limits.max_frame_bytes)
 		reads = s->server->cfg.limits.max_frame_bytes;
@@ -1863,8 +1865,7 @@ static bool observer_refuses(struct session *s, const Gpucmd__Request *req)
 	return true;
 }
 
-static void handle_request(struct session *s, Gpucmd__Frame *frame,
-			   size_t len)
+static void handle_request(struct session *s, Gpucmd__Frame *frame, size_t len)
 {
 	const struct config_limits *lim = &s->server->cfg.limits;
 	Gpucmd__Request *req = frame->request;
@@ -1889,8 +1890,7 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame,
 
 		ops_over_limit(msg, sizeof(msg), req->n_ops,
 			       lim->max_ops_per_batch);
-		refuse_unrun(s, req->id, attach_count(req), GPUCMD_ELIMIT,
-			     msg);
+		refuse_unrun(s, req->id, attach_count(req), GPUCMD_ELIMIT, msg);
 		frame_free(frame);
 		return;
 	}
@@ -1915,11 +1915,12 @@ static void handle_request(struct session *s, Gpucmd__Frame *frame,
 static void handle_frame(struct session *s, Gpucmd__Frame *frame, size_t len)
 {
 	if (frame == NULL) {
-		session_refuse(s, GPUCMD_EPROTO,
-			       "a frame body of %zu bytes is not a valid gpucmd "
-			       "message: is the client's libgpucmd from this "
-			       "release?",
-			       len);
+		session_refuse(
+			s, GPUCMD_EPROTO,
+			"a frame body of %zu bytes is not a valid gpucmd "
+			"message: is the client's libgpucmd from this "
+			"release?",
+			len);
 		return;
 	}
 	if (s->state == SESSION_HELLO) {
@@ -1972,8 +1973,10 @@ static bool too_large_to_decode(struct session *s, const uint8_t *body,
 		ops_over_limit(msg, sizeof(msg), c.nops, max_ops);
 	} else if (counted && c.max_args > SESSION_MAX_KERNEL_ARGS) {
 		code = GPUCMD_EINVAL;
-		snprintf(msg, sizeof(msg), "a kernel op with %zu arguments: "
-			 "kernels take at most 32", c.max_args);
+		snprintf(msg, sizeof(msg),
+			 "a kernel op with %zu arguments: "
+			 "kernels take at most 32",
+			 c.max_args);
 	} else if ((need = frame_decoded_bound(body, len, limit, &fields)) >
 		   limit) {
 		code = GPUCMD_ELIMIT;
@@ -2096,10 +2099,10 @@ static void parse_frames(struct session *s)
 
 		frame_header_unpack(s->rbuf + off, &hdr);
 		rc = frame_header_check(&hdr,
-					s->state == SESSION_HELLO
-						? SESSION_HELLO_MAX_BYTES
-						: s->server->cfg.limits
-							  .max_frame_bytes,
+					s->state == SESSION_HELLO ?
+						SESSION_HELLO_MAX_BYTES :
+						s->server->cfg.limits
+							.max_frame_bytes,
 					msg, sizeof(msg));
 		if (rc == GPUCMD_ELIMIT && s->state == SESSION_HELLO)
 			snprintf(msg, sizeof(msg),
@@ -2275,8 +2278,8 @@ static void got_bytes(struct session *s, ssize_t nread)
 		 * they were read (resume_reading closes).
 		 */
 		s->read_end = true;
-		s->read_end_why = nread == UV_EOF ? NULL
-						   : uv_strerror((int)nread);
+		s->read_end_why =
+			nread == UV_EOF ? NULL : uv_strerror((int)nread);
 		stop_reading(s);
 		return;
 	}
@@ -2343,8 +2346,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
  * both ways keep the byte stream's order.  libuv takes up to 64 with a
  * read; so do we.
  */
-static bool keep_cmsg_fds(struct session *s, struct msghdr *mh,
-			  size_t nread)
+static bool keep_cmsg_fds(struct session *s, struct msghdr *mh, size_t nread)
 {
 	bool ok = true;
 
@@ -2435,7 +2437,7 @@ int session_read_direct(struct session *s)
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		return 0;
 	if (n < 0) {
-		got_bytes(s, -errno);	/* libuv's codes are -errno here */
+		got_bytes(s, -errno); /* libuv's codes are -errno here */
 		return 1;
 	}
 	if (n == 0) {
@@ -2473,8 +2475,8 @@ static void read_groups(struct session *s)
 	} else if (errno == ERANGE) {
 		/* len is now what they take. */
 		g = malloc(len);
-		if (g == NULL ||
-		    getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) != 0) {
+		if (g == NULL || getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, g,
+					    &len) != 0) {
 			log_warn("connection %llu (%s): cannot read its %zu "
 				 "supplementary groups: it is taken as in its "
 				 "primary group only",
@@ -2495,8 +2497,9 @@ static void read_groups(struct session *s)
 		if (heap == NULL) {
 			log_warn("connection %llu (%s): no memory for its %zu "
 				 "supplementary groups: only the first %zu "
-				 "count", (unsigned long long)s->id, s->peer,
-				 n, room - 1);
+				 "count",
+				 (unsigned long long)s->id, s->peer, n,
+				 room - 1);
 			n = room - 1;
 		} else {
 			heap[0] = s->groups[0];

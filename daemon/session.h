@@ -36,9 +36,9 @@ struct compile_job;
 struct outbox_msg;
 
 enum session_state {
-	SESSION_HELLO,		/* waiting for Hello */
-	SESSION_READY,		/* serving requests */
-	SESSION_CLOSING,	/* dead: waiting for the executor and libuv */
+	SESSION_HELLO,	 /* waiting for Hello */
+	SESSION_READY,	 /* serving requests */
+	SESSION_CLOSING, /* dead: waiting for the executor and libuv */
 };
 
 /* A reply's memory: a flat frame (frame_buf) or a reply in pieces. */
@@ -70,14 +70,14 @@ struct session {
 	uid_t uid;
 	gid_t gid;
 	pid_t pid;
-	uint32_t *groups;		/* primary and supplementary gids: */
+	uint32_t *groups; /* primary and supplementary gids: */
 	size_t ngroups;
-	uint32_t groups_here[64];	/* groups points here, or to the heap */
+	uint32_t groups_here[64]; /* groups points here, or to the heap */
 	enum session_state state;
 	bool reading;
-	bool device_open;		/* the executor knows this session */
-	bool handle_closed;		/* uv_close was called */
-	bool draining;			/* shutdown: answer in-flight, then close */
+	bool device_open;   /* the executor knows this session */
+	bool handle_closed; /* uv_close was called */
+	bool draining;	    /* shutdown: answer in-flight, then close */
 	/*
 	 * Writing the last replies or the refusal of a close: a write that
 	 * fails then logs the close's reason, not the socket's error.
@@ -87,10 +87,10 @@ struct session {
 
 	/* Frame reassembly. */
 	uint8_t *rbuf;
-	size_t rpos;			/* where the frames not yet handled start */
+	size_t rpos; /* where the frames not yet handled start */
 	size_t rlen;
 	size_t rcap;
-	uint8_t *body;			/* a frame larger than rbuf */
+	uint8_t *body; /* a frame larger than rbuf */
 	uint32_t body_len;
 	uint32_t body_have;
 
@@ -101,20 +101,20 @@ struct session {
 	 */
 	uint32_t streams[64];
 	uint32_t nstreams;
-	uint32_t max_streams;		/* 0 until the first request */
+	uint32_t max_streams; /* 0 until the first request */
 	uint32_t in_flight;
 	/*
 	 * request_cost of the batches submitted, ever; less the executor's
 	 * econn.bytes_done, what is in flight against max_bytes_in_flight.
 	 */
 	uint64_t bytes_submitted;
-	bool budget_wait;		/* the next frame waits for that */
+	bool budget_wait; /* the next frame waits for that */
 	/*
 	 * On its service's budget_waiters, in turn: its next frame waits for
 	 * the service's budget, or for those ahead of it.
 	 */
 	struct session *budget_next;
-	struct session **budget_pprev;	/* NULL: not on the list */
+	struct session **budget_pprev; /* NULL: not on the list */
 	/*
 	 * The frame let in and not yet submitted or answered (a body being
 	 * read, a request compiling): counted in its service's bytes_admitted.
@@ -132,8 +132,8 @@ struct session {
 	struct outbox_msg *spare_msgs;
 	uint32_t nspare_msgs;
 	struct outbox_msg *close_msg;
-	struct session_outq outq;	/* replies not yet written */
-	int fd;				/* the socket, for session_read_direct */
+	struct session_outq outq; /* replies not yet written */
+	int fd;			  /* the socket, for session_read_direct */
 	/*
 	 * Descriptors that came with the bytes (SCM_RIGHTS), oldest first,
 	 * whichever way the bytes were read: libuv's pending handles are
@@ -150,11 +150,11 @@ struct session {
 	uint64_t fd_from[REGION_MAX_PER_CONNECTION];
 	uint64_t fd_to[REGION_MAX_PER_CONNECTION];
 	unsigned nfds;
-	uint64_t rx_bytes;		/* read from the socket so far */
-	uint64_t frame_at;		/* stream offset of the frame handled */
-	uint64_t body_at;		/* ... of the frame s->body collects */
-	uint64_t body_begun_ms;		/* uv_now at its header */
-	uint32_t body_ticked;		/* body_have at the last tick */
+	uint64_t rx_bytes;	/* read from the socket so far */
+	uint64_t frame_at;	/* stream offset of the frame handled */
+	uint64_t body_at;	/* ... of the frame s->body collects */
+	uint64_t body_begun_ms; /* uv_now at its header */
+	uint32_t body_ticked;	/* body_have at the last tick */
 	/*
 	 * Large frames wait for their turn (server_turn_wait): turn_wait, the
 	 * next frame (in rbuf, or the whole of s->body) waits to be decoded;
@@ -162,7 +162,7 @@ struct session {
 	 */
 	bool turn_wait;
 	bool turn_granted;
-	bool turn_queued;		/* on the server's queue of turns */
+	bool turn_queued; /* on the server's queue of turns */
 	/*
 	 * The end of the stream (or a read error, read_end_why) came while a
 	 * frame waited for its turn: the frames read before it are handled
@@ -178,13 +178,13 @@ struct session {
 	bool replies_lost;
 	/* Its replies in libuv's write queue, as counted in its service's. */
 	uint64_t unwritten;
-	uint64_t queued_total;		/* bytes ever put in that queue */
-	uint64_t written_ticked;	/* of those, written by the last tick */
-	uint64_t unwritten_ticked;	/* still queued at the last tick */
+	uint64_t queued_total;	   /* bytes ever put in that queue */
+	uint64_t written_ticked;   /* of those, written by the last tick */
+	uint64_t unwritten_ticked; /* still queued at the last tick */
 	struct session *turn_next;
 	struct session *turn_prev;
-	char peer[64];			/* "pid 123 uid 1000" for logs */
-	uint64_t accepted_ms;		/* uv_now at accept: the Hello deadline */
+	char peer[64];	      /* "pid 123 uid 1000" for logs */
+	uint64_t accepted_ms; /* uv_now at accept: the Hello deadline */
 	struct session *next;
 	struct session *prev;
 };

@@ -35,9 +35,9 @@ static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
 	struct stream *s = ctx;
 	struct driver *d = s->set->driver;
 	struct service *svc = s->set->service;
-	uint64_t limit = s->set->quota_limit_held
-				 ? s->set->quota_limit
-				 : atomic_load(&svc->memory_limit);
+	uint64_t limit = s->set->quota_limit_held ?
+				 s->set->quota_limit :
+				 atomic_load(&svc->memory_limit);
 	uint64_t p;
 	int rc;
 
@@ -97,8 +97,8 @@ int stream_set_create(struct driver *d, struct service *svc,
 	 * lim is the connection's, service limit included, as its Welcome
 	 * said: a reload since then does not change it.
 	 */
-	set->max_streams = lim->max_streams < STREAMS_MAX ? lim->max_streams
-							  : STREAMS_MAX;
+	set->max_streams =
+		lim->max_streams < STREAMS_MAX ? lim->max_streams : STREAMS_MAX;
 	set->layout = *layout;
 	set->props.max_page_size = d->props.max_page_size;
 	set->props.alignment = d->props.alignment;
@@ -343,8 +343,7 @@ int streams_get(struct stream_set *set, uint32_t number, struct stream **out,
 	if (rc != 0) {
 		snprintf(msg, msg_len, "cannot create stream %u: %s%s%s",
 			 number, gpucmd_strerror(rc),
-			 set->driver->error[0] ? ": " : "",
-			 set->driver->error);
+			 set->driver->error[0] ? ": " : "", set->driver->error);
 		if (log_limit_take(&refused_lines))
 			log_warn("service %s: %s", set->service->name, msg);
 		return rc;
@@ -386,15 +385,16 @@ static int wait_for(struct stream_set *set, struct stream *current,
 		snprintf(d->error, sizeof(d->error),
 			 "this buffer was last used on stream %u, which "
 			 "records a graph: use it on stream %u only after "
-			 "capture_end", other->number, current->number);
+			 "capture_end",
+			 other->number, current->number);
 		return GPUCMD_EINVAL;
 	}
 	if (current->capturing) {
 		snprintf(d->error, sizeof(d->error),
 			 "stream %u records a graph, and this buffer's last "
 			 "use on stream %u has not finished: sync stream %u "
-			 "before capture_begin", current->number,
-			 other->number, other->number);
+			 "before capture_begin",
+			 current->number, other->number, other->number);
 		return GPUCMD_EINVAL;
 	}
 	rc = d->ops->event_record(d, other->event, other->ds);
@@ -622,14 +622,13 @@ uint64_t streams_ordered_held(const struct stream_set *set, bool exact)
 	uint64_t sum = 0;
 
 	for (uint32_t i = 0; i < set->nstreams; i++)
-		sum += exact ? stream_ordered_held(set->slots[i])
-			     : stream_ordered_bound(set->slots[i]);
+		sum += exact ? stream_ordered_held(set->slots[i]) :
+			       stream_ordered_bound(set->slots[i]);
 	return sum;
 }
 
 uint32_t streams_fence_all(const struct stream_set *set,
-			   const struct stream *current,
-			   struct drop_fence *out)
+			   const struct stream *current, struct drop_fence *out)
 {
 	uint32_t n = 0;
 
@@ -697,8 +696,8 @@ bool streams_idle_lost(const struct stream_set *set)
 {
 	for (uint32_t i = 0; i < set->nstreams; i++) {
 		const struct stream *s = set->slots[i];
-		uint64_t last = s->submitted == UINT64_MAX ? s->held_after
-							   : s->submitted;
+		uint64_t last = s->submitted == UINT64_MAX ? s->held_after :
+							     s->submitted;
 
 		if (s->completed < last)
 			return false;

@@ -86,7 +86,7 @@ struct profile {
 	uint64_t id;
 	struct stream *stream;
 	struct driver_event *start;
-	bool valid;			/* false once a launch on its stream was refused */
+	bool valid; /* false once a launch on its stream was refused */
 	char reason[128];
 	/* The stream's first fence that may cover work timed by it. */
 	uint64_t from_seq;
@@ -95,18 +95,18 @@ struct profile {
 
 struct stream {
 	struct stream_set *set;
-	uint32_t number;		/* the client's name for it */
-	uint16_t slot;			/* index in set->slots */
+	uint32_t number; /* the client's name for it */
+	uint16_t slot;	 /* index in set->slots */
 	struct driver_stream *ds;
-	struct driver_event *event;	/* recorded when another stream must wait */
+	struct driver_event *event; /* recorded when another stream must wait */
 	struct memory_manager *memory;
 	struct drop_queue *drops;
-	uint64_t cursor;		/* commands resolved on this stream */
-	uint64_t submitted;		/* sequence of the last batch enqueued */
+	uint64_t cursor;    /* commands resolved on this stream */
+	uint64_t submitted; /* sequence of the last batch enqueued */
 	/* A held stream (submitted UINT64_MAX): what it had enqueued then. */
 	uint64_t held_after;
-	uint64_t completed;		/* sequence of the last batch completed */
-	uint64_t completed_cursor;	/* cursor covered by that completion */
+	uint64_t completed;	   /* sequence of the last batch completed */
+	uint64_t completed_cursor; /* cursor covered by that completion */
 	uint64_t synced[STREAMS_MAX];
 	/*
 	 * Bytes released on this stream by its own buffers (stream-ordered
@@ -118,10 +118,10 @@ struct stream {
 	 * reservations took from busy memory since; 0 whenever none is busy.
 	 */
 	uint64_t ordered_free;
-	bool fault_pending;		/* a fault not yet reported to a sync/read */
-	uint64_t fault_seq;		/* the last fence that reported a fault */
-	bool capturing;			/* recording a graph */
-	struct graph *recording;	/* what the capture holds on to */
+	bool fault_pending;	 /* a fault not yet reported to a sync/read */
+	uint64_t fault_seq;	 /* the last fence that reported a fault */
+	bool capturing;		 /* recording a graph */
+	struct graph *recording; /* what the capture holds on to */
 };
 
 /*
@@ -144,25 +144,25 @@ struct stream_set {
 	uint32_t nstreams;
 	struct stream *slots[STREAMS_MAX];
 	struct handle_table *handles;
-	struct handle_table *reservations;	/* reserve without bind yet */
-	struct profile *profiles;		/* open profiles */
+	struct handle_table *reservations; /* reserve without bind yet */
+	struct profile *profiles;	   /* open profiles */
 	uint32_t nprofiles;
-	struct graph *graphs;			/* captured graphs */
-	struct graph *dead_graphs;		/* destroyed, replays may still run */
-	uint32_t ngraphs;			/* both lists, and the recordings */
-	uint64_t graph_bytes;			/* write data the graphs keep */
-	uint32_t graph_ops;			/* ops they recorded */
+	struct graph *graphs;	   /* captured graphs */
+	struct graph *dead_graphs; /* destroyed, replays may still run */
+	uint32_t ngraphs;	   /* both lists, and the recordings */
+	uint64_t graph_bytes;	   /* write data the graphs keep */
+	uint32_t graph_ops;	   /* ops they recorded */
 	/* Ops graph launches enqueued, batches not complete (REPLAY_OPS_MAX). */
 	uint64_t replay_ops;
-	struct region *regions;			/* attached shared regions */
-	struct module_cache *module_cache;	/* the daemon's, for teardown */
-	struct module_ref *modules;		/* modules this connection loaded */
-	struct module_drop *dropped_modules;	/* unloaded, maybe still running */
-	struct region *released_regions;	/* waiting for their fences */
+	struct region *regions;		   /* attached shared regions */
+	struct module_cache *module_cache; /* the daemon's, for teardown */
+	struct module_ref *modules;	   /* modules this connection loaded */
+	struct module_drop *dropped_modules; /* unloaded, maybe still running */
+	struct region *released_regions;     /* waiting for their fences */
 	/* New streams' layout: the config's, or the last one installed. */
 	struct memory_configuration layout;
-	struct memory_device_properties props;	/* the device's */
-	bool closing;			/* its connection is gone: work drains */
+	struct memory_device_properties props; /* the device's */
+	bool closing; /* its connection is gone: work drains */
 	/* storage_alloc refused this many bytes for the reserve quota. */
 	uint64_t quota_refused;
 	/* A reservation of a request's own size is under way (the full cap). */
@@ -180,7 +180,7 @@ struct stream_set {
 	 * refusal must not leave a new page behind.
 	 */
 	bool reuse_only;
-	struct stream_set *next;	/* executor's list of live sets */
+	struct stream_set *next; /* executor's list of live sets */
 	struct stream_set *prev;
 };
 
@@ -194,7 +194,7 @@ struct binding {
 struct resolved {
 	struct stream_set *set;
 	struct stream *current;
-	uint64_t cursor;		/* current's cursor after the bump */
+	uint64_t cursor; /* current's cursor after the bump */
 };
 
 /** A set for one connection of svc, with the given limits and pool layout. */

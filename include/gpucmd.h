@@ -49,27 +49,27 @@ extern "C" {
  */
 enum gpucmd_error {
 	GPUCMD_OK = 0,
-	GPUCMD_ENOTFOUND = -1001,	/* storage handle not found */
-	GPUCMD_ETOOBIG = -1002,		/* too big for any pool, or the device */
-	GPUCMD_ENOMEM = -1003,		/* device out of memory */
-	GPUCMD_ECAPACITY = -1004,	/* pool capacity exceeded */
-	GPUCMD_ESTRIDES = -1005,	/* unsupported strides / layout */
-	GPUCMD_EPOOLSINUSE = -1006,	/* pools in use, layout kept */
-	GPUCMD_ELAUNCH = -1007,		/* launch refused by the driver */
-	GPUCMD_ESTREAM = -1008,		/* stream fault (kernel faulted) */
-	GPUCMD_ENOKERNEL = -1009,	/* kernel or module not found */
-	GPUCMD_EINVAL = -1010,		/* invalid argument */
-	GPUCMD_EQUOTA = -1011,		/* service quota exceeded (memory, regions) */
-	GPUCMD_EPERM = -1012,		/* permission denied */
-	GPUCMD_EPROTO = -1013,		/* protocol error (bad frame) */
-	GPUCMD_EUNSUPPORTED = -1014,	/* unsupported by this backend */
-	GPUCMD_EDISCONNECTED = -1015,	/* connection closed */
-	GPUCMD_ELIMIT = -1016,		/* a configured limit was reached */
-	GPUCMD_EVERSION = -1017,	/* protocol version mismatch */
-	GPUCMD_ESHUTDOWN = -1018,	/* daemon is shutting down */
-	GPUCMD_EDRIVER = -1019,		/* other driver failure */
-	GPUCMD_EEXIST = -1020,		/* handle or id already in use */
-	GPUCMD_EBUSY = -1021,		/* object still in use */
+	GPUCMD_ENOTFOUND = -1001,   /* storage handle not found */
+	GPUCMD_ETOOBIG = -1002,	    /* too big for any pool, or the device */
+	GPUCMD_ENOMEM = -1003,	    /* device out of memory */
+	GPUCMD_ECAPACITY = -1004,   /* pool capacity exceeded */
+	GPUCMD_ESTRIDES = -1005,    /* unsupported strides / layout */
+	GPUCMD_EPOOLSINUSE = -1006, /* pools in use, layout kept */
+	GPUCMD_ELAUNCH = -1007,	    /* launch refused by the driver */
+	GPUCMD_ESTREAM = -1008,	    /* stream fault (kernel faulted) */
+	GPUCMD_ENOKERNEL = -1009,   /* kernel or module not found */
+	GPUCMD_EINVAL = -1010,	    /* invalid argument */
+	GPUCMD_EQUOTA = -1011, /* service quota exceeded (memory, regions) */
+	GPUCMD_EPERM = -1012,  /* permission denied */
+	GPUCMD_EPROTO = -1013, /* protocol error (bad frame) */
+	GPUCMD_EUNSUPPORTED = -1014,  /* unsupported by this backend */
+	GPUCMD_EDISCONNECTED = -1015, /* connection closed */
+	GPUCMD_ELIMIT = -1016,	      /* a configured limit was reached */
+	GPUCMD_EVERSION = -1017,      /* protocol version mismatch */
+	GPUCMD_ESHUTDOWN = -1018,     /* daemon is shutting down */
+	GPUCMD_EDRIVER = -1019,	      /* other driver failure */
+	GPUCMD_EEXIST = -1020,	      /* handle or id already in use */
+	GPUCMD_EBUSY = -1021,	      /* object still in use */
 };
 
 /* A short, static description of any code this API returns (errno too). */
@@ -88,22 +88,22 @@ struct gpucmd_info {
 	uint64_t connection_id;
 	char service[64];
 	char device_name[128];
-	char backend[16];		/* "host" or "cuda" */
+	char backend[16]; /* "host" or "cuda" */
 	uint64_t device_total_memory;
-	uint64_t max_allocation;	/* the device's largest reservation */
-	uint64_t memory_limit;		/* service quota, 0 = none */
+	uint64_t max_allocation; /* the device's largest reservation */
+	uint64_t memory_limit;	 /* service quota, 0 = none */
 	uint32_t max_streams;
 	uint32_t max_ops_per_batch;
 	uint32_t max_frame_bytes;
 	uint32_t max_in_flight;
-	uint64_t region_limit;		/* shared region bytes, 0 = none */
+	uint64_t region_limit; /* shared region bytes, 0 = none */
 };
 
 /* Device memory usage of a stream (or a service, or the daemon). */
 struct gpucmd_memory_usage {
-	uint64_t allocations;	/* live, and released ones still in use */
-	uint64_t bytes_in_use;	/* requested bytes of those */
-	uint64_t bytes_padding;	/* alignment padding of live allocations */
+	uint64_t allocations;	 /* live, and released ones still in use */
+	uint64_t bytes_in_use;	 /* requested bytes of those */
+	uint64_t bytes_padding;	 /* alignment padding of live allocations */
 	uint64_t bytes_reserved; /* held from the device, free or live */
 };
 
@@ -170,7 +170,8 @@ GPUCMD_EXTERN int gpucmd_conn_error(const struct gpucmd_conn *conn,
  */
 GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *conn);
 /* The daemon's Welcome for this connection. */
-GPUCMD_EXTERN const struct gpucmd_info *gpucmd_info(const struct gpucmd_conn *conn);
+GPUCMD_EXTERN const struct gpucmd_info *
+gpucmd_info(const struct gpucmd_conn *conn);
 
 /* A new, empty batch for stream (a small client-chosen number). */
 GPUCMD_EXTERN int gpucmd_batch_new(struct gpucmd_conn *conn, uint32_t stream,
@@ -220,7 +221,8 @@ GPUCMD_EXTERN int gpucmd_batch_ping(struct gpucmd_batch *b);
 
 /* One kernel argument. */
 enum gpucmd_arg_kind {
-	GPUCMD_ARG_BUFFER = 1,	/* a handle; the kernel gets its device address */
+	GPUCMD_ARG_BUFFER =
+		1, /* a handle; the kernel gets its device address */
 	GPUCMD_ARG_U32 = 2,
 	GPUCMD_ARG_I32 = 3,
 	GPUCMD_ARG_U64 = 4,
@@ -302,13 +304,11 @@ GPUCMD_EXTERN int gpucmd_batch_kernel(struct gpucmd_batch *b, const char *name,
  * a value over the device's limit is refused by the driver (GPUCMD_ELAUNCH),
  * which invalidates the stream's open profiles.
  */
-GPUCMD_EXTERN int gpucmd_batch_kernel_shared(struct gpucmd_batch *b,
-					     const char *name,
-					     const uint32_t grid[3],
-					     const uint32_t block[3],
-					     uint32_t shared_bytes,
-					     const struct gpucmd_arg *args,
-					     size_t nargs);
+GPUCMD_EXTERN int
+gpucmd_batch_kernel_shared(struct gpucmd_batch *b, const char *name,
+			   const uint32_t grid[3], const uint32_t block[3],
+			   uint32_t shared_bytes, const struct gpucmd_arg *args,
+			   size_t nargs);
 
 /*
  * Device code: load a module (format "ptx", "cubin", "fatbin", or "cuda"
@@ -326,14 +326,11 @@ GPUCMD_EXTERN int gpucmd_batch_unload_module(struct gpucmd_batch *b,
  * Launch function of a loaded module.  Its arguments go as given (buffers
  * as device addresses): unlike the built-ins, no bounds are checked.
  */
-GPUCMD_EXTERN int gpucmd_batch_kernel_module(struct gpucmd_batch *b,
-					     uint64_t module,
-					     const char *function,
-					     const uint32_t grid[3],
-					     const uint32_t block[3],
-					     uint32_t shared_bytes,
-					     const struct gpucmd_arg *args,
-					     size_t nargs);
+GPUCMD_EXTERN int
+gpucmd_batch_kernel_module(struct gpucmd_batch *b, uint64_t module,
+			   const char *function, const uint32_t grid[3],
+			   const uint32_t block[3], uint32_t shared_bytes,
+			   const struct gpucmd_arg *args, size_t nargs);
 
 /*
  * Memory of the batch's stream.  A reservation is memory without a handle:
@@ -357,32 +354,33 @@ GPUCMD_EXTERN int gpucmd_batch_memory_cleanup(struct gpucmd_batch *b);
 GPUCMD_EXTERN int gpucmd_batch_flush_drops(struct gpucmd_batch *b);
 
 enum gpucmd_allocation_mode {
-	GPUCMD_MODE_AUTO = 0,		/* closes one persistent window */
-	GPUCMD_MODE_PERSISTENT = 1,	/* opens one: exact-size persistent pool */
+	GPUCMD_MODE_AUTO = 0,	    /* closes one persistent window */
+	GPUCMD_MODE_PERSISTENT = 1, /* opens one: exact-size persistent pool */
 };
 /* Nest the stream's allocation mode: persistent while any window is open. */
-GPUCMD_EXTERN int gpucmd_batch_allocation_mode(struct gpucmd_batch *b,
-					       enum gpucmd_allocation_mode mode);
+GPUCMD_EXTERN int
+gpucmd_batch_allocation_mode(struct gpucmd_batch *b,
+			     enum gpucmd_allocation_mode mode);
 
 /* One pool of a custom layout; sizes in bytes, 0 = the daemon's default. */
 struct gpucmd_pool_options {
-	const char *kind;		/* "sliced", "exclusive" or "direct" */
-	uint64_t page_size;		/* sliced: page size */
-	uint64_t max_slice;		/* sliced: largest slice */
-	uint64_t max_pool_size;		/* sliced: cap on its pages */
-	uint64_t max_alloc;		/* exclusive: largest allocation */
-	uint64_t dealloc_period;	/* exclusive: reservations between cleanups */
-	uint64_t reclaim_at;		/* direct: reserved-bytes watermark */
+	const char *kind;	 /* "sliced", "exclusive" or "direct" */
+	uint64_t page_size;	 /* sliced: page size */
+	uint64_t max_slice;	 /* sliced: largest slice */
+	uint64_t max_pool_size;	 /* sliced: cap on its pages */
+	uint64_t max_alloc;	 /* exclusive: largest allocation */
+	uint64_t dealloc_period; /* exclusive: reservations between cleanups */
+	uint64_t reclaim_at;	 /* direct: reserved-bytes watermark */
 };
 /*
  * Replace the stream's dynamic pools with preset "subslices", "exclusive"
  * or "custom" (then npools pools, else none).  While buffers live in them:
  * GPUCMD_EPOOLSINUSE with the bytes in use in the message, old layout kept.
  */
-GPUCMD_EXTERN int gpucmd_batch_install_pools(struct gpucmd_batch *b,
-					     const char *preset,
-					     const struct gpucmd_pool_options *pools,
-					     size_t npools);
+GPUCMD_EXTERN int
+gpucmd_batch_install_pools(struct gpucmd_batch *b, const char *preset,
+			   const struct gpucmd_pool_options *pools,
+			   size_t npools);
 /* Reserve size bytes of the daemon's host memory: gpucmd_response_cpu. */
 GPUCMD_EXTERN int gpucmd_batch_reserve_cpu(struct gpucmd_batch *b,
 					   uint64_t size);
@@ -399,7 +397,7 @@ struct gpucmd_layout {
 	uint32_t rank;
 	uint64_t shape[GPUCMD_MAX_RANK];
 	uint64_t strides[GPUCMD_MAX_RANK];
-	uint32_t elem_size;		/* bytes per element */
+	uint32_t elem_size; /* bytes per element */
 };
 /* Copy len packed bytes (the layout's size) into handle at offset. */
 GPUCMD_EXTERN int gpucmd_batch_write_layout(struct gpucmd_batch *b,
@@ -505,13 +503,12 @@ gpucmd_batch_read_region_layout(struct gpucmd_batch *b, uint64_t handle,
  * goes in pieces).  A write returns once the bytes are on the device (it
  * syncs the stream); a read once they are in out.
  */
-GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn,
-				      uint32_t stream, uint64_t handle,
-				      uint64_t offset, const void *data,
-				      size_t len);
-GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn,
-				     uint32_t stream, uint64_t handle,
-				     uint64_t offset, size_t len, void *out);
+GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn, uint32_t stream,
+				      uint64_t handle, uint64_t offset,
+				      const void *data, size_t len);
+GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn, uint32_t stream,
+				     uint64_t handle, uint64_t offset,
+				     size_t len, void *out);
 
 /*
  * Profiles time the device between begin and end on one stream (ids are
@@ -572,7 +569,8 @@ GPUCMD_EXTERN int gpucmd_run(struct gpucmd_batch *b,
 /* The batch's outcome: 0, or the code of the operation that failed. */
 GPUCMD_EXTERN int gpucmd_response_error(const struct gpucmd_response *r);
 /* The daemon's message for a failure ("" when none). */
-GPUCMD_EXTERN const char *gpucmd_response_message(const struct gpucmd_response *r);
+GPUCMD_EXTERN const char *
+gpucmd_response_message(const struct gpucmd_response *r);
 /*
  * The daemon's message for the last failure of a call that returns only a
  * code (gpucmd_region_create, gpucmd_region_release, gpucmd_write_buffer,
@@ -605,49 +603,47 @@ GPUCMD_EXTERN int gpucmd_response_value(const struct gpucmd_response *r,
 
 /* A closed profile. */
 struct gpucmd_profile {
-	double device_ms;	/* device time between begin and end */
-	int valid;		/* 0: a launch in between was refused, or faulted */
-	const char *reason;	/* why not valid, "" when valid (lives with r) */
+	double device_ms;   /* device time between begin and end */
+	int valid;	    /* 0: a launch in between was refused, or faulted */
+	const char *reason; /* why not valid, "" when valid (lives with r) */
 };
 /* The profile returned by a profile_end at result i. */
 GPUCMD_EXTERN int gpucmd_response_profile(const struct gpucmd_response *r,
-					  size_t i,
-					  struct gpucmd_profile *out);
+					  size_t i, struct gpucmd_profile *out);
 
 /* What a reserve_cpu got. */
 struct gpucmd_cpu_buffer {
-	uint64_t size;		/* always the size asked for */
-	int pinned;		/* 1: the pinned pool served it, 0: the heap */
+	uint64_t size; /* always the size asked for */
+	int pinned;    /* 1: the pinned pool served it, 0: the heap */
 };
 /* The host buffer returned by a reserve_cpu at result i. */
-GPUCMD_EXTERN int gpucmd_response_cpu(const struct gpucmd_response *r,
-				      size_t i,
+GPUCMD_EXTERN int gpucmd_response_cpu(const struct gpucmd_response *r, size_t i,
 				      struct gpucmd_cpu_buffer *out);
 
 /* One pool of a stream. */
 struct gpucmd_pool_report {
-	char kind[16];		/* "sliced", "exclusive", "persistent", "direct" */
-	uint64_t page_size;	/* sliced: page; exclusive: max_alloc */
+	char kind[16];	    /* "sliced", "exclusive", "persistent", "direct" */
+	uint64_t page_size; /* sliced: page; exclusive: max_alloc */
 	uint64_t max_slice;
-	uint64_t pages;		/* device allocations held now */
+	uint64_t pages; /* device allocations held now */
 	uint64_t pages_peak;
 	struct gpucmd_memory_usage usage;
-	uint64_t largest_alloc;	/* largest request served */
+	uint64_t largest_alloc; /* largest request served */
 	uint64_t largest_free;	/* largest free block held */
 };
 /* One stream's memory: its usage is the sum of its pools'. */
 struct gpucmd_stream_report {
 	uint64_t connection_id;
 	uint32_t stream;
-	int closing;	/* 1: its connection is gone, its queued work still runs */
+	int closing; /* 1: its connection is gone, its queued work still runs */
 	struct gpucmd_memory_usage usage;
 	size_t npools;
 	struct gpucmd_pool_report *pools;
 };
 /* A copy of the stream report at result i (gpucmd_stream_report_free). */
-GPUCMD_EXTERN int gpucmd_response_stream_report(const struct gpucmd_response *r,
-						size_t i,
-						struct gpucmd_stream_report **out);
+GPUCMD_EXTERN int
+gpucmd_response_stream_report(const struct gpucmd_response *r, size_t i,
+			      struct gpucmd_stream_report **out);
 /* Free a report from gpucmd_response_stream_report. */
 GPUCMD_EXTERN void gpucmd_stream_report_free(struct gpucmd_stream_report *sr);
 /* Free a response and everything its accessors pointed into. */
@@ -663,7 +659,7 @@ struct gpucmd_service_report {
 	uint64_t bytes_padding;
 	uint64_t allocations;
 	uint64_t peak_bytes_in_use;
-	uint64_t limit_bytes;	/* 0 = no limit */
+	uint64_t limit_bytes; /* 0 = no limit */
 	uint64_t oom_count;
 	/* Its streams, on every connection (none in totals). */
 	size_t nstreams;
@@ -708,7 +704,7 @@ struct gpucmd_report {
 	size_t nservices;
 	struct gpucmd_service_report *services;
 	struct gpucmd_service_report totals;
-	uint64_t device_free_memory;	/* valid when has_device_free_memory */
+	uint64_t device_free_memory; /* valid when has_device_free_memory */
 	/* The daemon's own pinned host pool (its overhead beside the services). */
 	int has_pinned_host;
 	struct gpucmd_memory_usage pinned_host;
@@ -746,7 +742,7 @@ struct gpucmd_status {
 	uint64_t uptime_ms;
 	uint32_t services;
 	uint32_t connections;
-	uint64_t batches;	/* batches run since start */
+	uint64_t batches; /* batches run since start */
 	uint64_t bytes_in_use;
 	uint64_t bytes_reserved;
 	uint64_t device_total_memory;

@@ -149,8 +149,8 @@ static size_t response_size(const Gpucmd__Response *r)
 	for (size_t i = 0; i < r->n_results; i++)
 		n += field_size(result_size(r->results[i]));
 	if (r->error != NULL)
-		n += field_size(protobuf_c_message_get_packed_size(
-			&r->error->base));
+		n += field_size(
+			protobuf_c_message_get_packed_size(&r->error->base));
 	if (r->failed_index != 0)
 		n += 1 + varint_size(r->failed_index);
 	return n;
@@ -168,7 +168,7 @@ static uint8_t *put_message(uint8_t *p, uint8_t tag, const ProtobufCMessage *m)
 static uint8_t *response_pack(const Gpucmd__Response *r, size_t body,
 			      uint8_t *p)
 {
-	*p++ = (5 << 3) | 2;	/* Frame.response */
+	*p++ = (5 << 3) | 2; /* Frame.response */
 	p = put_varint(p, body);
 	if (r->id != 0) {
 		*p++ = (1 << 3) | 0;
@@ -205,8 +205,8 @@ static uint8_t *frame_start(size_t body, bool pooled)
 		.flags = 0,
 		.length = (uint32_t)body,
 	};
-	uint8_t *buf = pooled ? frame_buf_alloc(FRAME_HEADER_SIZE + body)
-			      : malloc(FRAME_HEADER_SIZE + body);
+	uint8_t *buf = pooled ? frame_buf_alloc(FRAME_HEADER_SIZE + body) :
+				malloc(FRAME_HEADER_SIZE + body);
 
 	if (buf != NULL)
 		frame_header_pack(&hdr, buf);
@@ -284,7 +284,7 @@ int frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out, size_t *len)
 /* ---- encoding as pieces ---------------------------------------------------- */
 
 struct pieces_buffer {
-	ProtobufCBuffer base;	/* first: protobuf-c calls base.append */
+	ProtobufCBuffer base; /* first: protobuf-c calls base.append */
 	struct frame_pieces *p;
 };
 
@@ -475,8 +475,8 @@ static uint8_t *put_u64_field(uint8_t *p, unsigned number, uint64_t v)
 	return put_varint(p, v);
 }
 
-static uint8_t *put_packed_u32(uint8_t *p, unsigned number,
-			       const uint32_t *v, size_t n)
+static uint8_t *put_packed_u32(uint8_t *p, unsigned number, const uint32_t *v,
+			       size_t n)
 {
 	if (n == 0)
 		return p;
@@ -492,7 +492,7 @@ static uint8_t *put_arg(uint8_t *p, const Gpucmd__KernelArg *a)
 	uint32_t bits;
 
 	*p++ = (4 << 3) | 2;
-	*p++ = (uint8_t)arg_size(a);	/* at most 11 bytes */
+	*p++ = (uint8_t)arg_size(a); /* at most 11 bytes */
 	switch (a->value_case) {
 	case GPUCMD__KERNEL_ARG__VALUE_BUFFER:
 		*p++ = (1 << 3) | 0;
@@ -542,10 +542,10 @@ static uint8_t *put_bytes(struct frame_pieces *pc, uint8_t *p, unsigned number,
 	return p;
 }
 
-static uint8_t *put_op(struct frame_pieces *pc, uint8_t *p, const Gpucmd__Op *op,
-		       size_t inner, bool refs)
+static uint8_t *put_op(struct frame_pieces *pc, uint8_t *p,
+		       const Gpucmd__Op *op, size_t inner, bool refs)
 {
-	*p++ = (3 << 3) | 2;	/* Request.ops */
+	*p++ = (3 << 3) | 2; /* Request.ops */
 	p = put_varint(p, 1 + varint_size(inner) + inner);
 	*p++ = (uint8_t)(((unsigned)op->op_case << 3) | 2);
 	p = put_varint(p, inner);
@@ -584,7 +584,7 @@ static uint8_t *put_op(struct frame_pieces *pc, uint8_t *p, const Gpucmd__Op *op
 	case GPUCMD__OP__OP_RELEASE:
 		return put_u64_field(p, 1, op->release->handle);
 	default:
-		return p;	/* ping, sync: empty */
+		return p; /* ping, sync: empty */
 	}
 }
 
@@ -646,7 +646,7 @@ static int pieces_fast(struct frame_pieces *pc, const Gpucmd__Frame *f)
 	hdr.length = (uint32_t)body;
 	frame_header_pack(&hdr, p);
 	p += FRAME_HEADER_SIZE;
-	*p++ = (4 << 3) | 2;	/* Frame.request */
+	*p++ = (4 << 3) | 2; /* Frame.request */
 	p = put_varint(p, req);
 	p = put_u64_field(p, 1, r->id);
 	p = put_u64_field(p, 2, r->stream);
@@ -769,7 +769,8 @@ struct frame_buf {
 };
 
 static _Atomic(struct frame_buf *) buf_spare[FRAME_BUF_SPARES];
-static _Atomic uint64_t buf_used_ns;	/* CLOCK_MONOTONIC of the last take or put */
+static _Atomic uint64_t
+	buf_used_ns; /* CLOCK_MONOTONIC of the last take or put */
 
 static uint64_t buf_now_ns(void)
 {
@@ -804,7 +805,7 @@ uint8_t *frame_buf_alloc(size_t len)
 		for (int i = 0; i < FRAME_BUF_SPARES && b == NULL; i++) {
 			b = atomic_exchange(&buf_spare[i], NULL);
 			if (b != NULL && b->cap < len) {
-				free(b);	/* smaller than frames are now */
+				free(b); /* smaller than frames are now */
 				b = NULL;
 			}
 		}
@@ -850,7 +851,8 @@ static void arena_spares_free(void);
 
 void frame_buf_trim(uint64_t idle_ns)
 {
-	uint64_t last = atomic_load_explicit(&buf_used_ns, memory_order_relaxed);
+	uint64_t last =
+		atomic_load_explicit(&buf_used_ns, memory_order_relaxed);
 	/*
 	 * 0 (a closed connection, an emptied pool) gives back every kept
 	 * arena, small ones too: only the large ones are counted, so a pool
@@ -881,7 +883,7 @@ void frame_buf_trim(uint64_t idle_ns)
  * checked at the first decode, and if a protobuf-c ever did otherwise,
  * every frame is decoded the default way instead.
  */
-#define ARENA_MAGIC 0x47434d41u	/* "AMCG" */
+#define ARENA_MAGIC 0x47434d41u /* "AMCG" */
 
 struct arena_chunk {
 	struct arena_chunk *next;
@@ -892,8 +894,8 @@ struct arena_chunk {
 
 struct arena {
 	uint32_t magic;
-	uint8_t *owned;			/* the body, frame_buf_alloc'ed */
-	struct arena_chunk *more;	/* chunks after the first */
+	uint8_t *owned;		  /* the body, frame_buf_alloc'ed */
+	struct arena_chunk *more; /* chunks after the first */
 	size_t used;
 	size_t cap;
 	max_align_t data[];
@@ -985,7 +987,7 @@ static struct arena *arena_new(size_t cap)
 	for (int i = 0; i < ARENA_SPARES && a == NULL; i++) {
 		a = arena_taken(atomic_exchange(&arena_spare[i], NULL));
 		if (a != NULL && a->cap < cap) {
-			free(a);	/* smaller than frames are now */
+			free(a); /* smaller than frames are now */
 			a = NULL;
 		}
 	}
@@ -1085,9 +1087,9 @@ static void arena_spares_free(void)
 struct fast {
 	ProtobufCAllocator *alloc;
 	struct arena *arena;
-	uint8_t *owned;		/* the body, when bytes may point into it */
-	const uint8_t *base;	/* where the body starts */
-	bool used;		/* some bytes do point into it */
+	uint8_t *owned;	     /* the body, when bytes may point into it */
+	const uint8_t *base; /* where the body starts */
+	bool used;	     /* some bytes do point into it */
 };
 
 static inline bool fast_varint(const uint8_t **pp, const uint8_t *end,
@@ -1096,7 +1098,7 @@ static inline bool fast_varint(const uint8_t **pp, const uint8_t *end,
 	const uint8_t *p = *pp;
 	uint64_t r = 0;
 
-	if (p < end && *p < 0x80) {	/* most tags, lengths and numbers */
+	if (p < end && *p < 0x80) { /* most tags, lengths and numbers */
 		*v = *p;
 		*pp = p + 1;
 		return true;
@@ -1105,7 +1107,7 @@ static inline bool fast_varint(const uint8_t **pp, const uint8_t *end,
 		uint8_t b = *p++;
 
 		if (shift == 63 && b > 1)
-			return false;	/* more than 64 bits */
+			return false; /* more than 64 bits */
 		r |= (uint64_t)(b & 0x7f) << shift;
 		if ((b & 0x80) == 0) {
 			*pp = p;
@@ -1120,8 +1122,7 @@ static inline bool fast_varint(const uint8_t **pp, const uint8_t *end,
  * A tag or a length prefix: protobuf-c reads at most five bytes of one and
  * refuses the frame otherwise, so a longer one declines.
  */
-static inline bool fast_tag(const uint8_t **pp, const uint8_t *end,
-			    uint64_t *v)
+static inline bool fast_tag(const uint8_t **pp, const uint8_t *end, uint64_t *v)
 {
 	const uint8_t *start = *pp;
 
@@ -1179,7 +1180,7 @@ static bool fast_packed_u32(struct fast *fx, const uint8_t **pp,
 	for (q = data; q < qend; q++)
 		count += (*q & 0x80) == 0;
 	if (count == 0 || (qend[-1] & 0x80) != 0)
-		return false;	/* protobuf-c leaves empty ones NULL too: decline */
+		return false; /* protobuf-c leaves empty ones NULL too: decline */
 	v = fast_alloc(fx, count * sizeof(*v));
 	if (v == NULL)
 		return false;
@@ -1349,27 +1350,31 @@ struct flat_op {
 #define FLAT_BYTES(type, n, member) { n, true, offsetof(type, member) }
 
 static const struct flat_op flat_ops[] = {
-	[GPUCMD__OP__OP_EMPTY] = {
-		&gpucmd__op_empty__descriptor,
-		{ FLAT_U64(Gpucmd__OpEmpty, 1, handle),
-		  FLAT_U64(Gpucmd__OpEmpty, 2, size) }, 2 },
-	[GPUCMD__OP__OP_CREATE_WITH_DATA] = {
-		&gpucmd__op_create_with_data__descriptor,
-		{ FLAT_U64(Gpucmd__OpCreateWithData, 1, handle),
-		  FLAT_BYTES(Gpucmd__OpCreateWithData, 2, data) }, 2 },
-	[GPUCMD__OP__OP_WRITE] = {
-		&gpucmd__op_write__descriptor,
-		{ FLAT_U64(Gpucmd__OpWrite, 1, handle),
-		  FLAT_U64(Gpucmd__OpWrite, 2, offset),
-		  FLAT_BYTES(Gpucmd__OpWrite, 3, data) }, 3 },
-	[GPUCMD__OP__OP_READ] = {
-		&gpucmd__op_read__descriptor,
-		{ FLAT_U64(Gpucmd__OpRead, 1, handle),
-		  FLAT_U64(Gpucmd__OpRead, 2, offset),
-		  FLAT_U64(Gpucmd__OpRead, 3, length) }, 3 },
-	[GPUCMD__OP__OP_RELEASE] = {
-		&gpucmd__op_release__descriptor,
-		{ FLAT_U64(Gpucmd__OpRelease, 1, handle) }, 1 },
+	[GPUCMD__OP__OP_EMPTY] = { &gpucmd__op_empty__descriptor,
+				   { FLAT_U64(Gpucmd__OpEmpty, 1, handle),
+				     FLAT_U64(Gpucmd__OpEmpty, 2, size) },
+				   2 },
+	[GPUCMD__OP__OP_CREATE_WITH_DATA] = { &gpucmd__op_create_with_data__descriptor,
+					      { FLAT_U64(
+							Gpucmd__OpCreateWithData,
+							1, handle),
+						FLAT_BYTES(
+							Gpucmd__OpCreateWithData,
+							2, data) },
+					      2 },
+	[GPUCMD__OP__OP_WRITE] = { &gpucmd__op_write__descriptor,
+				   { FLAT_U64(Gpucmd__OpWrite, 1, handle),
+				     FLAT_U64(Gpucmd__OpWrite, 2, offset),
+				     FLAT_BYTES(Gpucmd__OpWrite, 3, data) },
+				   3 },
+	[GPUCMD__OP__OP_READ] = { &gpucmd__op_read__descriptor,
+				  { FLAT_U64(Gpucmd__OpRead, 1, handle),
+				    FLAT_U64(Gpucmd__OpRead, 2, offset),
+				    FLAT_U64(Gpucmd__OpRead, 3, length) },
+				  3 },
+	[GPUCMD__OP__OP_RELEASE] = { &gpucmd__op_release__descriptor,
+				     { FLAT_U64(Gpucmd__OpRelease, 1, handle) },
+				     1 },
 };
 
 static void *fast_flat(struct fast *fx, const struct flat_op *fo,
@@ -1377,7 +1382,7 @@ static void *fast_flat(struct fast *fx, const struct flat_op *fo,
 {
 	void *m = fast_alloc(fx, fo->desc->sizeof_message);
 	unsigned seen = 0;
-	bool used = false;	/* bytes point into the body (once m is kept) */
+	bool used = false; /* bytes point into the body (once m is kept) */
 	uint64_t tag;
 
 	if (m == NULL)
@@ -1436,7 +1441,7 @@ static Gpucmd__Op *fast_op(struct fast *fx, const uint8_t *p,
 
 	if (!fast_tag(&p, end, &tag) || (tag & 7) != 2 ||
 	    !fast_len(&p, end, &data, &len) || p != end)
-		return NULL;	/* not exactly one sub-message */
+		return NULL; /* not exactly one sub-message */
 	op = fast_alloc(fx, sizeof(*op));
 	if (op == NULL)
 		return NULL;
@@ -1469,8 +1474,8 @@ static Gpucmd__Op *fast_op(struct fast *fx, const uint8_t *p,
 	case GPUCMD__OP__OP_READ:
 	case GPUCMD__OP__OP_RELEASE:
 		/* All members of the union are pointers at the same place. */
-		op->empty = fast_flat(fx, &flat_ops[tag >> 3], data,
-				      data + len);
+		op->empty =
+			fast_flat(fx, &flat_ops[tag >> 3], data, data + len);
 		if (op->empty == NULL)
 			return NULL;
 		break;
@@ -1515,7 +1520,7 @@ static Gpucmd__Frame *fast_frame_new(struct fast *fx, ProtobufCAllocator *alloc,
 	if (fx->arena == NULL)
 		return NULL;
 	alloc->allocator_data = fx->arena;
-	f = fast_alloc(fx, sizeof(*f));	/* the arena has 1024 bytes at least */
+	f = fast_alloc(fx, sizeof(*f)); /* the arena has 1024 bytes at least */
 	*f = (Gpucmd__Frame)GPUCMD__FRAME__INIT;
 	*msg = fast_alloc(fx, desc->sizeof_message);
 	*items = n > 0 ? fast_alloc(fx, n * sizeof(void *)) : NULL;
@@ -1597,9 +1602,10 @@ static Gpucmd__Frame *fast_request(const uint8_t *body, size_t len,
 			(void)fast_len(&p, reqend, &data, &olen);
 			r->ops[i] = fast_op(&fx, data, data + olen);
 			if (r->ops[i] == NULL)
-				r->ops[i] = (Gpucmd__Op *)protobuf_c_message_unpack(
-					&gpucmd__op__descriptor, &alloc, olen,
-					data);
+				r->ops[i] =
+					(Gpucmd__Op *)protobuf_c_message_unpack(
+						&gpucmd__op__descriptor, &alloc,
+						olen, data);
 			if (r->ops[i] == NULL)
 				goto decline;
 			i++;
@@ -1656,7 +1662,7 @@ static Gpucmd__OpResult *fast_result(struct fast *fx, const uint8_t *p,
 		return NULL;
 	}
 	if (p != end)
-		return NULL;	/* one member of the oneof, alone */
+		return NULL; /* one member of the oneof, alone */
 	/* The body is needed once a kept result points into it. */
 	fx->used |= r->result_case == GPUCMD__OP_RESULT__RESULT_DATA &&
 		    fx->owned != NULL && r->data.len > 0;
@@ -1695,7 +1701,8 @@ static Gpucmd__Frame *fast_response(const uint8_t *body, size_t len,
 		if (!fast_tag(&p, rend, &tag))
 			return NULL;
 		field = (unsigned)(tag >> 3);
-		if (field < 1 || field > 4 || (field != 2 && (seen & (1u << field))))
+		if (field < 1 || field > 4 ||
+		    (field != 2 && (seen & (1u << field))))
 			return NULL;
 		seen |= 1u << field;
 		if (tag == ((1 << 3) | 0)) {
@@ -1794,11 +1801,11 @@ static bool wire_skip(const uint8_t **pp, const uint8_t *end, unsigned wt)
 #define DECODE_MAX_DEPTH 32
 
 struct decoded_walk {
-	uint64_t total;		/* persistent: structs, elements, bytes */
-	uint64_t scanned;	/* the largest message's field records */
+	uint64_t total;	  /* persistent: structs, elements, bytes */
+	uint64_t scanned; /* the largest message's field records */
 	uint64_t fields;
 	uint64_t limit;
-	bool bad;		/* not wire format: decoding stops there */
+	bool bad; /* not wire format: decoding stops there */
 };
 
 /* Elements of a packed repeated scalar field of n bytes. */
@@ -1861,8 +1868,8 @@ static void decoded_walk(struct decoded_walk *w,
 		}
 		nfields++;
 		w->fields++;
-		f = protobuf_c_message_descriptor_get_field(d,
-							    (unsigned)(tag >> 3));
+		f = protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >>
+									  3));
 		if (f == NULL) {
 			w->total += DECODE_UNKNOWN_BYTES + n;
 			continue;
@@ -1919,8 +1926,7 @@ static size_t kernel_args(const uint8_t *k, const uint8_t *kend)
  * the kernels included, before the last one on the wire wins: each one's
  * arguments cost memory, so the largest counts.
  */
-static size_t op_kernel_args(const uint8_t *p, const uint8_t *end,
-			     bool *attach)
+static size_t op_kernel_args(const uint8_t *p, const uint8_t *end, bool *attach)
 {
 	const uint8_t *k;
 	size_t n = 0, klen, a;
@@ -1983,7 +1989,8 @@ bool frame_request_counts(const uint8_t *body, size_t len,
 		seen = true;
 		out->id = 0;
 		out->attaches = 0;
-		for (const uint8_t *q = req, *reqend = req + rlen; q < reqend;) {
+		for (const uint8_t *q = req, *reqend = req + rlen;
+		     q < reqend;) {
 			size_t a;
 			bool attach;
 
@@ -1995,8 +2002,7 @@ bool frame_request_counts(const uint8_t *body, size_t len,
 				continue;
 			}
 			if (tag != ((3 << 3) | 2)) {
-				if (!wire_skip(&q, reqend,
-					       (unsigned)(tag & 7)))
+				if (!wire_skip(&q, reqend, (unsigned)(tag & 7)))
 					return false;
 				continue;
 			}

@@ -27,7 +27,7 @@
  */
 #define GPUCMD_PROTOCOL_VERSION 1
 
-#define FRAME_MAGIC 0x444d4347u	/* "GCMD" */
+#define FRAME_MAGIC 0x444d4347u /* "GCMD" */
 #define FRAME_HEADER_SIZE 12
 /* Hard ceiling on a body whatever the configuration says. */
 #define FRAME_MAX_BODY (1u << 30)
@@ -70,7 +70,7 @@ int frame_encode(const Gpucmd__Frame *f, uint8_t **out, size_t *len);
 #define FRAME_PIECES_FLAT_MAX (256u << 10)
 
 struct frame_piece {
-	const uint8_t *ext;	/* referenced bytes, or NULL: scratch + off */
+	const uint8_t *ext; /* referenced bytes, or NULL: scratch + off */
 	size_t off;
 	size_t len;
 };
@@ -82,9 +82,9 @@ struct frame_pieces {
 	struct frame_piece *v;
 	size_t n;
 	size_t vcap;
-	size_t total;		/* header + body */
+	size_t total; /* header + body */
 	int err;
-	size_t *sizes;		/* the hand encoder's op sizes, kept */
+	size_t *sizes; /* the hand encoder's op sizes, kept */
 	size_t sizes_cap;
 	/*
 	 * When set, a large byte field is referenced only where may_ref
@@ -127,10 +127,10 @@ Gpucmd__Frame *frame_decode_fast(const uint8_t *body, size_t len);
  * refused over the limits instead (session.c).
  */
 struct frame_request_counts {
-	uint64_t id;		/* of the request decoding would keep */
-	size_t nops;		/* decoding would make, every request's */
-	size_t max_args;	/* of any kernel message decoding meets */
-	size_t attaches;	/* region_attach ops of the request kept */
+	uint64_t id;	 /* of the request decoding would keep */
+	size_t nops;	 /* decoding would make, every request's */
+	size_t max_args; /* of any kernel message decoding meets */
+	size_t attaches; /* region_attach ops of the request kept */
 };
 bool frame_request_counts(const uint8_t *body, size_t len,
 			  struct frame_request_counts *out);

@@ -92,52 +92,52 @@ _Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t),
  * arguments against the kernel's parameters (cuda_function_params); older
  * drivers lack it, and the module image's declarations stand in.
  */
-#define CUDA_FUNCTIONS(X)						\
-	X(cuGetErrorName, NULL, true)					\
-	X(cuGetErrorString, NULL, true)					\
-	X(cuInit, NULL, true)						\
-	X(cuDeviceGetCount, NULL, true)					\
-	X(cuDeviceGet, NULL, true)					\
-	X(cuDeviceGetName, NULL, true)					\
-	X(cuDeviceGetAttribute, NULL, true)				\
-	X(cuDeviceTotalMem, NULL, true)					\
-	X(cuDevicePrimaryCtxRetain, NULL, true)				\
-	X(cuDevicePrimaryCtxRelease, NULL, true)			\
-	X(cuCtxSetCurrent, NULL, true)					\
-	X(cuCtxSynchronize, NULL, true)					\
-	X(cuMemGetInfo, NULL, true)					\
-	X(cuMemAlloc, NULL, true)					\
-	X(cuMemFree, NULL, true)					\
-	X(cuMemHostAlloc, NULL, true)					\
-	X(cuMemFreeHost, NULL, true)					\
-	X(cuMemHostRegister, NULL, true)				\
-	X(cuMemHostUnregister, NULL, true)				\
-	X(cuMemcpyHtoDAsync, NULL, true)				\
-	X(cuMemcpyDtoHAsync, NULL, true)				\
-	X(cuMemcpyDtoDAsync, NULL, true)				\
-	X(cuMemcpy2DAsync, NULL, true)					\
-	X(cuMemsetD8Async, NULL, true)					\
-	X(cuStreamCreate, NULL, true)					\
-	X(cuStreamDestroy, NULL, true)					\
-	X(cuStreamWaitEvent, NULL, true)				\
-	X(cuStreamAddCallback, NULL, false)				\
-	X(cuLaunchHostFunc, NULL, false)				\
-	X(cuStreamBeginCapture, NULL, true)				\
-	X(cuStreamEndCapture, NULL, true)				\
-	X(cuGraphInstantiateWithFlags, NULL, true)			\
-	X(cuGraphLaunch, NULL, true)					\
-	X(cuGraphExecDestroy, NULL, true)				\
-	X(cuGraphDestroy, NULL, true)					\
-	X(cuEventCreate, NULL, true)					\
-	X(cuEventDestroy, NULL, true)					\
-	X(cuEventRecord, NULL, true)					\
-	X(cuEventQuery, NULL, true)					\
-	X(cuEventElapsedTime, "cuEventElapsedTime", true)		\
-	X(cuModuleLoadDataEx, NULL, true)				\
-	X(cuModuleUnload, NULL, true)					\
-	X(cuModuleGetFunction, NULL, true)				\
-	X(cuFuncSetAttribute, NULL, true)				\
-	X(cuFuncGetParamInfo, NULL, false)				\
+#define CUDA_FUNCTIONS(X)                                 \
+	X(cuGetErrorName, NULL, true)                     \
+	X(cuGetErrorString, NULL, true)                   \
+	X(cuInit, NULL, true)                             \
+	X(cuDeviceGetCount, NULL, true)                   \
+	X(cuDeviceGet, NULL, true)                        \
+	X(cuDeviceGetName, NULL, true)                    \
+	X(cuDeviceGetAttribute, NULL, true)               \
+	X(cuDeviceTotalMem, NULL, true)                   \
+	X(cuDevicePrimaryCtxRetain, NULL, true)           \
+	X(cuDevicePrimaryCtxRelease, NULL, true)          \
+	X(cuCtxSetCurrent, NULL, true)                    \
+	X(cuCtxSynchronize, NULL, true)                   \
+	X(cuMemGetInfo, NULL, true)                       \
+	X(cuMemAlloc, NULL, true)                         \
+	X(cuMemFree, NULL, true)                          \
+	X(cuMemHostAlloc, NULL, true)                     \
+	X(cuMemFreeHost, NULL, true)                      \
+	X(cuMemHostRegister, NULL, true)                  \
+	X(cuMemHostUnregister, NULL, true)                \
+	X(cuMemcpyHtoDAsync, NULL, true)                  \
+	X(cuMemcpyDtoHAsync, NULL, true)                  \
+	X(cuMemcpyDtoDAsync, NULL, true)                  \
+	X(cuMemcpy2DAsync, NULL, true)                    \
+	X(cuMemsetD8Async, NULL, true)                    \
+	X(cuStreamCreate, NULL, true)                     \
+	X(cuStreamDestroy, NULL, true)                    \
+	X(cuStreamWaitEvent, NULL, true)                  \
+	X(cuStreamAddCallback, NULL, false)               \
+	X(cuLaunchHostFunc, NULL, false)                  \
+	X(cuStreamBeginCapture, NULL, true)               \
+	X(cuStreamEndCapture, NULL, true)                 \
+	X(cuGraphInstantiateWithFlags, NULL, true)        \
+	X(cuGraphLaunch, NULL, true)                      \
+	X(cuGraphExecDestroy, NULL, true)                 \
+	X(cuGraphDestroy, NULL, true)                     \
+	X(cuEventCreate, NULL, true)                      \
+	X(cuEventDestroy, NULL, true)                     \
+	X(cuEventRecord, NULL, true)                      \
+	X(cuEventQuery, NULL, true)                       \
+	X(cuEventElapsedTime, "cuEventElapsedTime", true) \
+	X(cuModuleLoadDataEx, NULL, true)                 \
+	X(cuModuleUnload, NULL, true)                     \
+	X(cuModuleGetFunction, NULL, true)                \
+	X(cuFuncSetAttribute, NULL, true)                 \
+	X(cuFuncGetParamInfo, NULL, false)                \
 	X(cuLaunchKernel, NULL, true)
 
 /* One pointer per entry point, typed by its prototype (cuda_api.h). */
@@ -193,30 +193,30 @@ struct nvrtc_api {
  * (cuda_frees_wait), as it would have found them done before.
  */
 struct cuda_free {
-	CUdeviceptr device;	/* or 0 */
-	void *host;		/* pinned host memory (cuMemHostAlloc), or NULL */
+	CUdeviceptr device; /* or 0 */
+	void *host;	    /* pinned host memory (cuMemHostAlloc), or NULL */
 };
 
 struct cuda_reaper {
 	pthread_mutex_t lock;
-	pthread_cond_t work;	/* frees queued, or stop */
-	pthread_cond_t done;	/* the queue ran dry */
+	pthread_cond_t work; /* frees queued, or stop */
+	pthread_cond_t done; /* the queue ran dry */
 	struct cuda_free *queue;
 	size_t n, cap;
-	bool busy;		/* a free taken off the queue is running */
+	bool busy; /* a free taken off the queue is running */
 	bool started, stop;
 	pthread_t thread;
 };
 
 struct cuda_driver {
-	struct driver base;		/* first: d is a struct cuda_driver * */
+	struct driver base; /* first: d is a struct cuda_driver * */
 	struct cuda_api cu;
 	void *libcuda;
 	int device_count;
 
 	/* Set by open. */
 	CUdevice device;
-	CUcontext ctx;			/* the primary context, NULL until open */
+	CUcontext ctx; /* the primary context, NULL until open */
 	int cc_major;
 	int cc_minor;
 
@@ -250,7 +250,7 @@ struct cuda_driver {
 	void **pad_params;
 	void *pad_zero;
 
-	struct cuda_reaper reaper;	/* frees off the device thread */
+	struct cuda_reaper reaper; /* frees off the device thread */
 };
 
 /*
@@ -262,7 +262,7 @@ static _Thread_local size_t cuda_err_len;
 
 struct driver_stream {
 	CUstream stream;
-	bool capturing;		/* between capture_begin and capture_end */
+	bool capturing; /* between capture_begin and capture_end */
 };
 
 struct driver_event {
@@ -284,7 +284,7 @@ struct driver_function {
 	bool params_known;
 	size_t nparams;
 	size_t *param_size;
-	struct driver_function *next;	/* in its module's list */
+	struct driver_function *next; /* in its module's list */
 	char name[];
 };
 
@@ -436,12 +436,15 @@ static void cuda_describe(const struct cuda_api *cu, CUresult r, char *buf,
 	    cu->cuGetErrorString(r, &text) != CUDA_SUCCESS)
 		text = NULL;
 	if (name)
-		snprintf(buf, len, "%s: %s", name, text ? text : "no description");
+		snprintf(buf, len, "%s: %s", name,
+			 text ? text : "no description");
 	else if (r == CUDA_ERROR_STUB_LIBRARY)
 		/* The toolkit's stub cannot even name its own error. */
-		snprintf(buf, len, "CUDA_ERROR_STUB_LIBRARY: the libcuda.so.1 "
-			 "found is the CUDA toolkit's link stub, not the NVIDIA "
-			 "driver (is a .../stubs directory on LD_LIBRARY_PATH?)");
+		snprintf(
+			buf, len,
+			"CUDA_ERROR_STUB_LIBRARY: the libcuda.so.1 "
+			"found is the CUDA toolkit's link stub, not the NVIDIA "
+			"driver (is a .../stubs directory on LD_LIBRARY_PATH?)");
 	else
 		snprintf(buf, len, "CUDA error %d (unknown to this driver)",
 			 (int)r);
@@ -461,7 +464,8 @@ static int cuda_fail(struct cuda_driver *cd, const char *call, CUresult r)
 		 "%s: %s%s", call, what,
 		 cuda_is_sticky(r) ?
 			 " (a kernel faulted: the CUDA context is lost for "
-			 "every stream until gpucmdd restarts)" : "");
+			 "every stream until gpucmdd restarts)" :
+			 "");
 	return cuda_code(r);
 }
 
@@ -522,10 +526,10 @@ static const char *cuda_resolve(struct cuda_driver *cd)
 {
 	void *sym;
 
-#define CUDA_API_LOAD(fn, alt, required)				\
-	sym = cuda_sym(cd->libcuda, CU_NAME(fn), alt);			\
-	if (!sym && (required))						\
-		return CU_NAME(fn);					\
+#define CUDA_API_LOAD(fn, alt, required)               \
+	sym = cuda_sym(cd->libcuda, CU_NAME(fn), alt); \
+	if (!sym && (required))                        \
+		return CU_NAME(fn);                    \
 	cd->cu.fn = (__typeof__(cd->cu.fn))sym;
 
 	CUDA_FUNCTIONS(CUDA_API_LOAD)
@@ -628,9 +632,9 @@ static void *cuda_reaper_main(void *arg)
 		f = rp->queue[--rp->n];
 		rp->busy = true;
 		pthread_mutex_unlock(&rp->lock);
-		r = ctx != CUDA_SUCCESS ? ctx
-		    : f.host   ? cd->cu.cuMemFreeHost(f.host)
-			       : cd->cu.cuMemFree(f.device);
+		r = ctx != CUDA_SUCCESS ? ctx :
+		    f.host		? cd->cu.cuMemFreeHost(f.host) :
+					  cd->cu.cuMemFree(f.device);
 		/*
 		 * Not the device thread's error buffer, which is its own: a
 		 * fault shows there anyway, at its next call.
@@ -639,8 +643,10 @@ static void *cuda_reaper_main(void *arg)
 			char what[256];
 
 			cuda_describe(&cd->cu, r, what, sizeof(what));
-			log_warn("%s: %s", ctx != CUDA_SUCCESS ? "cuCtxSetCurrent"
-					   : f.host ? "cuMemFreeHost" : "cuMemFree",
+			log_warn("%s: %s",
+				 ctx != CUDA_SUCCESS ? "cuCtxSetCurrent" :
+				 f.host		     ? "cuMemFreeHost" :
+						       "cuMemFree",
 				 what);
 		}
 		pthread_mutex_lock(&rp->lock);
@@ -739,10 +745,11 @@ static int cuda_open(struct driver *d, int device,
 		return GPUCMD_EINVAL;
 	}
 	if (device < 0 || device >= cd->device_count) {
-		cuda_set_error(cd,
-			       "CUDA device %d does not exist: this machine has "
-			       "%d (numbered from 0)",
-			       device, cd->device_count);
+		cuda_set_error(
+			cd,
+			"CUDA device %d does not exist: this machine has "
+			"%d (numbered from 0)",
+			device, cd->device_count);
 		return GPUCMD_EINVAL;
 	}
 	rc = CU_CHECK(cd, cuDeviceGet, &dev, device);
@@ -917,12 +924,12 @@ static int cuda_event_elapsed(struct driver *d, struct driver_event *start,
 {
 	struct cuda_driver *cd = cuda_of(d);
 	float value = 0;
-	CUresult r = cd->cu.cuEventElapsedTime(&value, start->event,
-					       end->event);
+	CUresult r =
+		cd->cu.cuEventElapsedTime(&value, start->event, end->event);
 
 	if (r == CUDA_ERROR_NOT_READY) {
 		cuda_set_error(cd, "cuEventElapsedTime: the events have not "
-			       "completed yet");
+				   "completed yet");
 		return GPUCMD_EBUSY;
 	}
 	if (r != CUDA_SUCCESS)
@@ -983,7 +990,7 @@ static int cuda_host_callback(struct driver *d, struct driver_stream *s,
 
 	if (s->capturing) {
 		cuda_set_error(cd, "a completion callback cannot be recorded "
-			       "into a graph: end the capture first");
+				   "into a graph: end the capture first");
 		return GPUCMD_EINVAL;
 	}
 	cb = malloc(sizeof(*cb));
@@ -1014,7 +1021,8 @@ static int cuda_mem_alloc(struct driver *d, uint64_t size, uint64_t *ptr)
 	CUresult r;
 
 	if (size == 0 || size > SIZE_MAX) {
-		cuda_set_error(cd, "cannot allocate %llu bytes of device memory",
+		cuda_set_error(cd,
+			       "cannot allocate %llu bytes of device memory",
 			       (unsigned long long)size);
 		return GPUCMD_EINVAL;
 	}
@@ -1029,12 +1037,15 @@ static int cuda_mem_alloc(struct driver *d, uint64_t size, uint64_t *ptr)
 		/* Unknown numbers are said to be unknown, not "0 of 0". */
 		if (cd->cu.cuMemGetInfo(&free_bytes, &total_bytes) !=
 		    CUDA_SUCCESS)
-			cuda_set_error(cd, "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: "
+			cuda_set_error(cd,
+				       "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: "
 				       "the device has no room for %llu bytes "
 				       "(how much is free, the driver could "
-				       "not say)", (unsigned long long)size);
+				       "not say)",
+				       (unsigned long long)size);
 		else
-			cuda_set_error(cd, "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: "
+			cuda_set_error(cd,
+				       "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: "
 				       "the device has no room for %llu bytes "
 				       "(%zu of %zu bytes free, possibly used "
 				       "by other processes)",
@@ -1053,8 +1064,9 @@ static void cuda_mem_free(struct driver *d, uint64_t ptr)
 	struct cuda_driver *cd = cuda_of(d);
 
 	/* Callers free pages only once the drop queue says they are idle. */
-	if (ptr && cuda_reaper_push(cd, (struct cuda_free){
-			   .device = (CUdeviceptr)ptr }) != 0)
+	if (ptr &&
+	    cuda_reaper_push(cd, (struct cuda_free){
+					 .device = (CUdeviceptr)ptr }) != 0)
 		CU_CHECK(cd, cuMemFree, (CUdeviceptr)ptr);
 }
 
@@ -1084,7 +1096,8 @@ static void cuda_host_free(struct driver *d, void *ptr)
 {
 	struct cuda_driver *cd = cuda_of(d);
 
-	if (ptr && cuda_reaper_push(cd, (struct cuda_free){ .host = ptr }) != 0 &&
+	if (ptr &&
+	    cuda_reaper_push(cd, (struct cuda_free){ .host = ptr }) != 0 &&
 	    cd->cu.cuCtxSetCurrent(cd->ctx) == CUDA_SUCCESS)
 		CU_CHECK(cd, cuMemFreeHost, ptr);
 }
@@ -1129,8 +1142,8 @@ static int cuda_copy_htod(struct driver *d, struct driver_stream *s,
 			s->stream);
 }
 
-static int cuda_copy_dtoh(struct driver *d, struct driver_stream *s,
-			  void *dst, uint64_t src, size_t n)
+static int cuda_copy_dtoh(struct driver *d, struct driver_stream *s, void *dst,
+			  uint64_t src, size_t n)
 {
 	struct cuda_driver *cd = cuda_of(d);
 
@@ -1252,7 +1265,10 @@ static int cuda_load_image(struct cuda_driver *cd, const void *image,
 
 /* NVRTC under the names a toolkit or a distribution may install it. */
 static const char *const nvrtc_names[] = {
-	"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
+	"libnvrtc.so",
+	"libnvrtc.so.13",
+	"libnvrtc.so.12",
+	"libnvrtc.so.11.2",
 };
 
 static int cuda_nvrtc_open(struct cuda_driver *cd)
@@ -1263,24 +1279,28 @@ static int cuda_nvrtc_open(struct cuda_driver *cd)
 
 	if (cd->libnvrtc)
 		return 0;
-	for (size_t i = 0; !lib && i < sizeof(nvrtc_names) / sizeof(nvrtc_names[0]); i++)
+	for (size_t i = 0;
+	     !lib && i < sizeof(nvrtc_names) / sizeof(nvrtc_names[0]); i++)
 		lib = dlopen(nvrtc_names[i], RTLD_NOW | RTLD_LOCAL);
 	/* Not remembered when missing: an admin may install it meanwhile. */
 	if (!lib) {
-		cuda_set_error(cd, "CUDA C needs NVRTC (libnvrtc.so), which is "
+		cuda_set_error(cd,
+			       "CUDA C needs NVRTC (libnvrtc.so), which is "
 			       "not installed here: install the CUDA toolkit's "
 			       "NVRTC, or send PTX or a cubin instead");
 		return GPUCMD_EUNSUPPORTED;
 	}
 	memset(&api, 0, sizeof(api));
-#define NVRTC_LOAD(fn, required)					\
-	sym = dlsym(lib, #fn);						\
-	if (!sym && (required)) {					\
-		cuda_set_error(cd, "the NVRTC library found has no %s: "\
-			       "it is too old for gpucmdd", #fn);	\
-		dlclose(lib);						\
-		return GPUCMD_EUNSUPPORTED;				\
-	}								\
+#define NVRTC_LOAD(fn, required)                                     \
+	sym = dlsym(lib, #fn);                                       \
+	if (!sym && (required)) {                                    \
+		cuda_set_error(cd,                                   \
+			       "the NVRTC library found has no %s: " \
+			       "it is too old for gpucmdd",          \
+			       #fn);                                 \
+		dlclose(lib);                                        \
+		return GPUCMD_EUNSUPPORTED;                          \
+	}                                                            \
 	api.fn = (__typeof__(api.fn))sym;
 
 	NVRTC_LOAD(nvrtcCreateProgram, true)
@@ -1363,8 +1383,8 @@ static int cuda_nvrtc_compile(struct cuda_driver *cd, const char *src,
 	    size > 1) {
 		char *compile_log = malloc(size);
 
-		if (compile_log &&
-		    nv->nvrtcGetProgramLog(prog, compile_log) == NVRTC_SUCCESS) {
+		if (compile_log && nv->nvrtcGetProgramLog(prog, compile_log) ==
+					   NVRTC_SUCCESS) {
 			compile_log[size - 1] = '\0';
 			cuda_log_append(log, log_len, compile_log);
 		}
@@ -1373,33 +1393,41 @@ static int cuda_nvrtc_compile(struct cuda_driver *cd, const char *src,
 	if (r != NVRTC_SUCCESS) {
 		rc = cuda_nvrtc_fail(cd, "nvrtcCompileProgram", r);
 		if (r == NVRTC_ERROR_COMPILATION)
-			cuda_set_error(cd, "nvrtcCompileProgram: the CUDA C "
-				       "did not compile for %s (the compile log "
-				       "says why)", arch + strlen("--gpu-architecture="));
+			cuda_set_error(
+				cd,
+				"nvrtcCompileProgram: the CUDA C "
+				"did not compile for %s (the compile log "
+				"says why)",
+				arch + strlen("--gpu-architecture="));
 		goto out;
 	}
 
-	r = cubin ? nv->nvrtcGetCUBINSize(prog, &size)
-		  : nv->nvrtcGetPTXSize(prog, &size);
+	r = cubin ? nv->nvrtcGetCUBINSize(prog, &size) :
+		    nv->nvrtcGetPTXSize(prog, &size);
 	if (r != NVRTC_SUCCESS) {
-		rc = cuda_nvrtc_fail(cd, cubin ? "nvrtcGetCUBINSize" :
-					  "nvrtcGetPTXSize", r);
+		rc = cuda_nvrtc_fail(cd,
+				     cubin ? "nvrtcGetCUBINSize" :
+					     "nvrtcGetPTXSize",
+				     r);
 		goto out;
 	}
 	if (size == 0) {
-		cuda_set_error(cd, "NVRTC compiled the CUDA C to an empty module");
+		cuda_set_error(cd,
+			       "NVRTC compiled the CUDA C to an empty module");
 		rc = GPUCMD_EDRIVER;
 		goto out;
 	}
 	out = malloc(size);
 	if (!out) {
-		cuda_set_error(cd, "out of host memory for the compiled module");
+		cuda_set_error(cd,
+			       "out of host memory for the compiled module");
 		rc = -ENOMEM;
 		goto out;
 	}
 	r = cubin ? nv->nvrtcGetCUBIN(prog, out) : nv->nvrtcGetPTX(prog, out);
 	if (r != NVRTC_SUCCESS) {
-		rc = cuda_nvrtc_fail(cd, cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX",
+		rc = cuda_nvrtc_fail(cd,
+				     cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX",
 				     r);
 		free(out);
 		goto out;
@@ -1413,10 +1441,10 @@ out:
 }
 
 static int cuda_module_load_image(struct cuda_driver *cd,
-				   enum driver_module_format fmt,
-				   const void *data, size_t len,
-				   struct driver_module **out, char *log,
-				   size_t log_len)
+				  enum driver_module_format fmt,
+				  const void *data, size_t len,
+				  struct driver_module **out, char *log,
+				  size_t log_len)
 {
 	struct driver_module *m;
 	char *image = NULL;
@@ -1569,9 +1597,11 @@ static int cuda_function_get(struct cuda_driver *cd, CUmodule module,
 	CUresult r = cd->cu.cuModuleGetFunction(&fn, module, name);
 
 	if (r == CUDA_ERROR_NOT_FOUND) {
-		cuda_set_error(cd, "cuModuleGetFunction: no kernel named \"%s\" "
+		cuda_set_error(cd,
+			       "cuModuleGetFunction: no kernel named \"%s\" "
 			       "in the module (kernels are found by symbol "
-			       "name: declare them extern \"C\")", name);
+			       "name: declare them extern \"C\")",
+			       name);
 		return GPUCMD_ENOKERNEL;
 	}
 	if (r != CUDA_SUCCESS)
@@ -1602,8 +1632,10 @@ static int cuda_function_image_params(struct cuda_driver *cd,
 		return 0;
 	f->param_size = malloc(n ? n * sizeof(*sizes) : 1);
 	if (!f->param_size) {
-		cuda_set_error(cd, "out of host memory for the parameters of "
-			       "kernel %s", f->name);
+		cuda_set_error(cd,
+			       "out of host memory for the parameters of "
+			       "kernel %s",
+			       f->name);
 		return -ENOMEM;
 	}
 	if (n)
@@ -1650,11 +1682,13 @@ static int cuda_builtin_load(struct cuda_driver *cd)
 	if (cd->builtin_status == 1)
 		return 0;
 	if (cd->builtin_status < 0) {
-		memcpy(cd->base.error, cd->builtin_error, sizeof(cd->base.error));
+		memcpy(cd->base.error, cd->builtin_error,
+		       sizeof(cd->base.error));
 		return cd->builtin_status;
 	}
 	if (gpucmd_builtin_ptx_len == 0) {
-		cuda_set_error(cd, "this gpucmdd was built without nvcc, so the "
+		cuda_set_error(cd,
+			       "this gpucmdd was built without nvcc, so the "
 			       "CUDA backend has no built-in kernels: rebuild "
 			       "it with the CUDA toolkit's nvcc, or load a "
 			       "module");
@@ -1668,8 +1702,8 @@ static int cuda_builtin_load(struct cuda_driver *cd)
 		char why[sizeof(cd->base.error)];
 
 		/* The log's first line usually names the problem. */
-		snprintf(first, sizeof(first), "%.*s",
-			 (int)strcspn(log, "\n"), log);
+		snprintf(first, sizeof(first), "%.*s", (int)strcspn(log, "\n"),
+			 log);
 		snprintf(why, sizeof(why), "%s", cd->base.error);
 		cuda_set_error(cd, "the built-in kernels did not load: %s%s%s",
 			       why, first[0] ? ": " : "", first);
@@ -1765,7 +1799,8 @@ static void cuda_params_compare(const struct driver_function *f,
 	for (size_t i = 0; same && i < n; i++)
 		same = f->param_size[i] == sizes[i];
 	log_debug("kernel %s: the module image declares %zu parameters, "
-		  "the driver %zu: %s", f->name, f->nparams, n,
+		  "the driver %zu: %s",
+		  f->name, f->nparams, n,
 		  same ? "they agree" : "they disagree");
 }
 
@@ -1779,7 +1814,7 @@ static int cuda_function_params(struct cuda_driver *cd,
 		return 0;
 	if (!cd->cu.cuFuncGetParamInfo) {
 		f->params_looked_up = true;
-		return 0;	/* the image's, if any */
+		return 0; /* the image's, if any */
 	}
 	for (;;) {
 		size_t offset = 0, size = 0;
@@ -1791,10 +1826,11 @@ static int cuda_function_params(struct cuda_driver *cd,
 		if (r != CUDA_SUCCESS) {
 			free(sizes);
 			if (cuda_is_sticky(r))
-				return cuda_launch_fail(cd, "cuFuncGetParamInfo",
+				return cuda_launch_fail(cd,
+							"cuFuncGetParamInfo",
 							r);
 			f->params_looked_up = true;
-			return 0;	/* the image's, if any */
+			return 0; /* the image's, if any */
 		}
 		if (n == cap) {
 			size_t *more;
@@ -1803,7 +1839,8 @@ static int cuda_function_params(struct cuda_driver *cd,
 			more = realloc(sizes, cap * sizeof(*sizes));
 			if (!more) {
 				free(sizes);
-				cuda_set_error(cd, "out of host memory for "
+				cuda_set_error(cd,
+					       "out of host memory for "
 					       "the parameters of kernel %s",
 					       f->name);
 				return -ENOMEM;
@@ -1854,8 +1891,8 @@ static void **cuda_padded_params(struct cuda_driver *cd, void **params,
 {
 	if (!cd->pad_params) {
 		cd->pad_zero = calloc(1, CUDA_PARAM_BYTES_MAX);
-		cd->pad_params = malloc(CUDA_PARAM_BYTES_MAX *
-					sizeof(*cd->pad_params));
+		cd->pad_params =
+			malloc(CUDA_PARAM_BYTES_MAX * sizeof(*cd->pad_params));
 		if (!cd->pad_zero || !cd->pad_params) {
 			free(cd->pad_zero);
 			free(cd->pad_params);
@@ -1891,14 +1928,15 @@ static int cuda_launch(struct driver *d, struct driver_stream *s,
 		return rc;
 	if (f->params_known && nparams != f->nparams) {
 		cuda_set_error(cd, "kernel %s takes %zu argument%s, not %zu",
-			       f->name, f->nparams,
-			       f->nparams == 1 ? "" : "s", nparams);
+			       f->name, f->nparams, f->nparams == 1 ? "" : "s",
+			       nparams);
 		return GPUCMD_EINVAL;
 	}
 	for (size_t i = 0; f->params_known && i < nparams; i++) {
 		if (!params[i] ||
 		    !cuda_param_fits(param_sizes[i], f->param_size[i])) {
-			cuda_set_error(cd, "argument %zu of kernel %s is a "
+			cuda_set_error(cd,
+				       "argument %zu of kernel %s is a "
 				       "value of %zu bytes, but the kernel's "
 				       "parameter %zu takes %zu",
 				       i, f->name, param_sizes[i], i,
@@ -1907,9 +1945,11 @@ static int cuda_launch(struct driver *d, struct driver_stream *s,
 		}
 	}
 	if (shared_bytes > cd->base.props.max_shared_bytes) {
-		cuda_set_error(cd, "kernel %s asks for %u bytes of dynamic "
+		cuda_set_error(cd,
+			       "kernel %s asks for %u bytes of dynamic "
 			       "shared memory, more than the %u a block of "
-			       "this device may have", f->name, shared_bytes,
+			       "this device may have",
+			       f->name, shared_bytes,
 			       cd->base.props.max_shared_bytes);
 		return GPUCMD_ELAUNCH;
 	}
@@ -1925,9 +1965,10 @@ static int cuda_launch(struct driver *d, struct driver_stream *s,
 		if (r != CUDA_SUCCESS) {
 			char call[128];
 
-			snprintf(call, sizeof(call), "cuFuncSetAttribute(%s, "
-				 "MAX_DYNAMIC_SHARED_SIZE_BYTES, %u)", f->name,
-				 shared_bytes);
+			snprintf(call, sizeof(call),
+				 "cuFuncSetAttribute(%s, "
+				 "MAX_DYNAMIC_SHARED_SIZE_BYTES, %u)",
+				 f->name, shared_bytes);
 			return cuda_launch_fail(cd, call, r);
 		}
 		f->shared_limit = shared_bytes;
@@ -1935,7 +1976,8 @@ static int cuda_launch(struct driver *d, struct driver_stream *s,
 	if (!f->params_known) {
 		params = cuda_padded_params(cd, params, nparams);
 		if (!params) {
-			cuda_set_error(cd, "out of host memory to launch kernel "
+			cuda_set_error(cd,
+				       "out of host memory to launch kernel "
 				       "%s, whose parameters cannot be checked",
 				       f->name);
 			return -ENOMEM;
@@ -1953,7 +1995,8 @@ static int cuda_launch(struct driver *d, struct driver_stream *s,
 		/* The numbers the driver judged, for the client. */
 		char call[160];
 
-		snprintf(call, sizeof(call), "cuLaunchKernel of %s (grid "
+		snprintf(call, sizeof(call),
+			 "cuLaunchKernel of %s (grid "
 			 "%ux%ux%u, block %ux%ux%u, %u bytes of shared memory)",
 			 f->name, grid[0], grid[1], grid[2], block[0], block[1],
 			 block[2], shared_bytes);
@@ -2148,7 +2191,8 @@ int driver_cuda_create(const struct driver_options *opt, struct driver **out,
 		goto fail;
 	}
 	if (count <= 0) {
-		snprintf(msg, sizeof(msg), "the NVIDIA driver sees no CUDA device");
+		snprintf(msg, sizeof(msg),
+			 "the NVIDIA driver sees no CUDA device");
 		goto fail;
 	}
 	if (device < 0 || device >= count) {

@@ -34,10 +34,10 @@ struct driver_graph;
 /* What a device tells about itself. */
 struct driver_properties {
 	char name[128];
-	char backend[16];		/* "host" or "cuda" */
-	uint64_t total_memory;		/* bytes the device can hand out */
-	uint64_t max_page_size;		/* sizes the pool layouts (total / 4) */
-	uint64_t alignment;		/* offset alignment of buffers */
+	char backend[16];	/* "host" or "cuda" */
+	uint64_t total_memory;	/* bytes the device can hand out */
+	uint64_t max_page_size; /* sizes the pool layouts (total / 4) */
+	uint64_t alignment;	/* offset alignment of buffers */
 	uint32_t max_threads_per_block;
 	uint32_t max_grid[3];
 	uint32_t max_block[3];
@@ -71,7 +71,7 @@ enum driver_module_format {
 	DRIVER_MODULE_PTX = 1,
 	DRIVER_MODULE_CUBIN = 2,
 	DRIVER_MODULE_FATBIN = 3,
-	DRIVER_MODULE_CUDA_C = 4,	/* compiled through NVRTC */
+	DRIVER_MODULE_CUDA_C = 4, /* compiled through NVRTC */
 };
 
 /*
@@ -94,7 +94,8 @@ struct driver_ops {
 	const char *name;
 
 	/* Open the device (index) and fill *props; 0 or an error. */
-	int (*open)(struct driver *d, int device, struct driver_properties *props);
+	int (*open)(struct driver *d, int device,
+		    struct driver_properties *props);
 	/* Close the device and free d; streams must already be destroyed. */
 	void (*close)(struct driver *d);
 
@@ -202,8 +203,7 @@ struct driver_ops {
 	int (*launch)(struct driver *d, struct driver_stream *s,
 		      struct driver_function *f, const uint32_t grid[3],
 		      const uint32_t block[3], uint32_t shared_bytes,
-		      void **params, const size_t *param_sizes,
-		      size_t nparams);
+		      void **params, const size_t *param_sizes, size_t nparams);
 
 	/* Graph capture: work enqueued on s between begin and end is recorded. */
 	int (*capture_begin)(struct driver *d, struct driver_stream *s);
@@ -218,17 +218,21 @@ struct driver_ops {
 struct driver {
 	const struct driver_ops *ops;
 	struct driver_properties props;
-	char error[512];	/* last failure, for the client */
+	char error[512]; /* last failure, for the client */
 };
 
 /* Backend options from the command line / config. */
 struct driver_options {
-	int device;			/* device index */
-	uint64_t host_memory;		/* host backend: bytes of "device" memory */
-	uint64_t host_fail_alloc_at;	/* host backend test hook: fail the Nth mem_alloc (0 = never) */
-	unsigned spin_us;		/* host backend: a stream worker's spin before it sleeps (spin.h) */
-	unsigned stream_nice;		/* host backend: stream workers run this much nicer (0-19) */
-	unsigned test_compile_delay_ms;	/* host backend test hook: module_load_shared sleeps this long */
+	int device;	      /* device index */
+	uint64_t host_memory; /* host backend: bytes of "device" memory */
+	uint64_t
+		host_fail_alloc_at; /* host backend test hook: fail the Nth mem_alloc (0 = never) */
+	unsigned
+		spin_us; /* host backend: a stream worker's spin before it sleeps (spin.h) */
+	unsigned
+		stream_nice; /* host backend: stream workers run this much nicer (0-19) */
+	unsigned
+		test_compile_delay_ms; /* host backend test hook: module_load_shared sleeps this long */
 };
 
 /* The host backend (driver/host.c). */

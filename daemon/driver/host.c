@@ -104,8 +104,8 @@
 struct host_block {
 	struct host_block *prev;
 	struct host_block *next;
-	uint64_t size;		/* rounded up to HOST_ALIGNMENT */
-	bool small;		/* from malloc's heap (HOST_SMALL_BLOCK) */
+	uint64_t size; /* rounded up to HOST_ALIGNMENT */
+	bool small;    /* from malloc's heap (HOST_SMALL_BLOCK) */
 };
 
 /*
@@ -124,15 +124,15 @@ _Static_assert(sizeof(struct host_block) <= HOST_ALIGNMENT,
 
 /* Device memory, or pinned host memory: counted apart. */
 struct host_heap {
-	const char *what;		/* for error sentences */
+	const char *what; /* for error sentences */
 	uint64_t limit;
 	uint64_t in_use;
-	struct host_block blocks;	/* sentinel of a circular list */
+	struct host_block blocks; /* sentinel of a circular list */
 };
 
 /* The kinds up to HOST_OP_LAUNCH are work, which a graph can capture. */
 enum host_op_kind {
-	HOST_OP_COPY = 1,	/* every direction: all memory is host's */
+	HOST_OP_COPY = 1, /* every direction: all memory is host's */
 	HOST_OP_MEMSET,
 	HOST_OP_LAUNCH,
 	HOST_OP_RECORD,
@@ -152,9 +152,9 @@ static const char *const host_op_names[] = {
 
 /* The completion of the work an event record captured. */
 struct host_marker {
-	unsigned refs;		/* under events_lock */
-	bool done;		/* under events_lock */
-	struct timespec at;	/* when done; written before done is set */
+	unsigned refs;	    /* under events_lock */
+	bool done;	    /* under events_lock */
+	struct timespec at; /* when done; written before done is set */
 };
 
 struct host_op {
@@ -175,7 +175,7 @@ struct host_op {
 			host_kernel_fn fn;
 			union builtin_value args[BUILTIN_MAX_ARGS];
 		} launch;
-		struct host_marker *marker;	/* record and wait */
+		struct host_marker *marker; /* record and wait */
 		struct {
 			driver_callback_fn fn;
 			void *arg;
@@ -190,50 +190,50 @@ struct host_op_list {
 };
 
 struct host_driver {
-	struct driver base;		/* first, for host_of */
+	struct driver base; /* first, for host_of */
 	struct host_heap device;
 	struct host_heap pinned;
-	uint64_t fail_alloc_at;		/* test hook, 0 = never */
+	uint64_t fail_alloc_at; /* test hook, 0 = never */
 	uint64_t alloc_calls;
-	unsigned spin_us;		/* a worker's spin before it sleeps */
-	unsigned stream_nice;		/* workers' nice, above the daemon's */
-	unsigned compile_delay_ms;	/* test hook of module_load_shared */
+	unsigned spin_us;	   /* a worker's spin before it sleeps */
+	unsigned stream_nice;	   /* workers' nice, above the daemon's */
+	unsigned compile_delay_ms; /* test hook of module_load_shared */
 	/* One per built-in, at its index in the builtin table. */
 	struct driver_function *functions;
 	/* The one builtin_function found last: a batch asks for one kernel
 	 * over and over. */
 	struct driver_function *last_function;
 	pthread_mutex_t events_lock;
-	pthread_cond_t events_done;	/* a marker done, a stream stops */
-	atomic_uint workers;		/* streams' worker threads */
+	pthread_cond_t events_done; /* a marker done, a stream stops */
+	atomic_uint workers;	    /* streams' worker threads */
 };
 
 struct driver_stream {
 	struct host_driver *hd;
 	pthread_t thread;
-	pthread_mutex_t lock;		/* guards queue, returned, idle, busy */
-	pthread_cond_t wake;		/* work queued, or stop set */
-	struct host_op_list queue;	/* handed to the worker, not yet taken */
-	struct host_op_list returned;	/* spent blocks the worker gave back */
+	pthread_mutex_t lock;	      /* guards queue, returned, idle, busy */
+	pthread_cond_t wake;	      /* work queued, or stop set */
+	struct host_op_list queue;    /* handed to the worker, not yet taken */
+	struct host_op_list returned; /* spent blocks the worker gave back */
 	size_t nreturned;
-	bool idle;			/* the worker waits on wake */
-	bool busy;			/* the worker runs ops it took */
-	atomic_uint kick;		/* queue filled or stop set (spin.h) */
-	atomic_bool stop;		/* worker: leave, drop the queue */
+	bool idle;	  /* the worker waits on wake */
+	bool busy;	  /* the worker runs ops it took */
+	atomic_uint kick; /* queue filled or stop set (spin.h) */
+	atomic_bool stop; /* worker: leave, drop the queue */
 	/* Since the last callback; the worker's, or the device thread's
 	 * while the stream is quiet (host_stream_quiet). */
 	bool faulted;
 	/* Device thread only: */
-	struct host_op_list pending;	/* enqueued, not yet handed over */
+	struct host_op_list pending; /* enqueued, not yet handed over */
 	size_t npending;
-	struct host_op_list spare;	/* blocks to reuse */
+	struct host_op_list spare; /* blocks to reuse */
 	size_t nspare;
-	struct driver_graph *capture;	/* the graph being captured, or NULL */
-	uint64_t inline_left;		/* inline bytes left to this batch */
+	struct driver_graph *capture; /* the graph being captured, or NULL */
+	uint64_t inline_left;	      /* inline bytes left to this batch */
 };
 
 struct driver_event {
-	struct host_marker *last;	/* latest record; NULL before one */
+	struct host_marker *last; /* latest record; NULL before one */
 };
 
 struct driver_function {
@@ -256,8 +256,8 @@ static void *host_ptr(uint64_t addr)
 	return (void *)(uintptr_t)addr;
 }
 
-__attribute__((format(printf, 3, 4)))
-static int host_fail(struct host_driver *hd, int code, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int
+host_fail(struct host_driver *hd, int code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -307,9 +307,8 @@ static int host_heap_alloc(struct host_driver *hd, struct host_heap *h,
 		if (b != NULL)
 			memset(b, 0, HOST_ALIGNMENT + rounded);
 	} else {
-		b = mmap(NULL, HOST_ALIGNMENT + rounded,
-			 PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			 -1, 0);
+		b = mmap(NULL, HOST_ALIGNMENT + rounded, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (b == MAP_FAILED)
 			b = NULL;
 	}
@@ -348,8 +347,9 @@ static void host_heap_free_block(struct host_heap *h, struct host_block *b)
 static void host_heap_free(struct host_heap *h, void *p)
 {
 	if (p != NULL)
-		host_heap_free_block(h, (struct host_block *)
-				     ((unsigned char *)p - HOST_ALIGNMENT));
+		host_heap_free_block(h,
+				     (struct host_block *)((unsigned char *)p -
+							   HOST_ALIGNMENT));
 }
 
 static void host_heap_clear(struct host_heap *h)
@@ -803,14 +803,14 @@ static int host_submit(struct host_driver *hd, struct driver_stream *s,
 		return 0;
 	}
 	host_op_list_append(&s->pending, op);
-	if (++s->npending >= HOST_PENDING_MAX ||
-	    tmpl->kind == HOST_OP_RECORD || tmpl->kind == HOST_OP_CALLBACK)
+	if (++s->npending >= HOST_PENDING_MAX || tmpl->kind == HOST_OP_RECORD ||
+	    tmpl->kind == HOST_OP_CALLBACK)
 		host_stream_start(s);
 	return 0;
 }
 
-static int host_copy(struct host_driver *hd, struct driver_stream *s,
-		     void *dst, const void *src, const struct driver_copy2d *c)
+static int host_copy(struct host_driver *hd, struct driver_stream *s, void *dst,
+		     const void *src, const struct driver_copy2d *c)
 {
 	struct host_op op = { .kind = HOST_OP_COPY };
 
@@ -830,7 +830,10 @@ static int host_copy_linear(struct host_driver *hd, struct driver_stream *s,
 			    void *dst, const void *src, size_t n)
 {
 	struct driver_copy2d c = {
-		.width = n, .height = 1, .src_pitch = n, .dst_pitch = n,
+		.width = n,
+		.height = 1,
+		.src_pitch = n,
+		.dst_pitch = n,
 	};
 
 	return host_copy(hd, s, dst, src, &c);
@@ -842,8 +845,8 @@ static int host_copy_htod(struct driver *d, struct driver_stream *s,
 	return host_copy_linear(host_of(d), s, host_ptr(dst), src, n);
 }
 
-static int host_copy_dtoh(struct driver *d, struct driver_stream *s,
-			  void *dst, uint64_t src, size_t n)
+static int host_copy_dtoh(struct driver *d, struct driver_stream *s, void *dst,
+			  uint64_t src, size_t n)
 {
 	return host_copy_linear(host_of(d), s, dst, host_ptr(src), n);
 }
@@ -909,12 +912,15 @@ static int worker_refused(struct host_driver *hd, int rc)
 	char nproc[32] = "unlimited";
 
 	if (rc != EAGAIN)
-		return host_fail(hd, -rc, "cannot start the stream's worker "
-				 "thread: %s", strerror(rc));
+		return host_fail(hd, -rc,
+				 "cannot start the stream's worker "
+				 "thread: %s",
+				 strerror(rc));
 	if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
 		snprintf(nproc, sizeof(nproc), "%llu",
 			 (unsigned long long)rl.rlim_cur);
-	return host_fail(hd, -rc, "the system refused the stream a worker "
+	return host_fail(hd, -rc,
+			 "the system refused the stream a worker "
 			 "thread (the host backend runs one a stream, %u "
 			 "now): the daemon's user is at its RLIMIT_NPROC "
 			 "(%s) or its unit at TasksMax= (pids.max); release "
@@ -1132,7 +1138,8 @@ static int host_module_load_shared(struct driver *d,
 {
 	unsigned ms = host_of(d)->compile_delay_ms;
 	struct timespec ts = {
-		.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000,
+		.tv_sec = ms / 1000,
+		.tv_nsec = (long)(ms % 1000) * 1000000,
 	};
 
 	(void)fmt;
@@ -1211,8 +1218,8 @@ static int host_check_geometry(struct host_driver *hd, const char *name,
 	uint64_t threads = (uint64_t)block[0] * block[1] * block[2];
 
 	for (int i = 0; i < 3; i++)
-		if (grid[i] == 0 || grid[i] > p->max_grid[i] ||
-		    block[i] == 0 || block[i] > p->max_block[i])
+		if (grid[i] == 0 || grid[i] > p->max_grid[i] || block[i] == 0 ||
+		    block[i] > p->max_block[i])
 			return host_fail(hd, GPUCMD_ELAUNCH,
 					 "launch of %s refused: grid %ux%ux%u "
 					 "and block %ux%ux%u must be at least "
@@ -1431,8 +1438,8 @@ static void host_properties(struct driver_properties *p, uint64_t budget)
 
 int driver_host_create(const struct driver_options *opt, struct driver **out)
 {
-	uint64_t budget = opt->host_memory ? opt->host_memory
-					   : HOST_DEFAULT_MEMORY;
+	uint64_t budget =
+		opt->host_memory ? opt->host_memory : HOST_DEFAULT_MEMORY;
 	struct host_driver *hd;
 	size_t nbuiltins;
 

@@ -12,9 +12,9 @@
 #include "streams.h"
 
 struct drop_entry {
-	struct memory_slice *slice;	/* NULL: counted only (push_ordered) */
-	uint64_t *counter;		/* where charged is counted, or NULL */
-	uint64_t *local;		/* and a second place, or NULL */
+	struct memory_slice *slice; /* NULL: counted only (push_ordered) */
+	uint64_t *counter;	    /* where charged is counted, or NULL */
+	uint64_t *local;	    /* and a second place, or NULL */
 	uint64_t charged;
 	uint32_t nfences;
 	struct drop_fence *fences;
@@ -22,9 +22,9 @@ struct drop_entry {
 
 struct drop_queue {
 	struct memory_manager *mm;
-	uint64_t *pending;		/* the owner's count, or NULL */
-	uint64_t *ordered;		/* the same for push_ordered */
-	uint64_t slice_bytes;		/* charged of the entries with a slice */
+	uint64_t *pending;    /* the owner's count, or NULL */
+	uint64_t *ordered;    /* the same for push_ordered */
+	uint64_t slice_bytes; /* charged of the entries with a slice */
 	struct drop_entry *entries;
 	uint32_t count;
 	uint32_t cap;
@@ -116,7 +116,6 @@ int drop_queue_push_ordered(struct drop_queue *q, uint64_t charged,
 {
 	return push(q, NULL, q->ordered, local, charged, fence, 1);
 }
-
 
 uint32_t drop_queue_flush(struct drop_queue *q)
 {

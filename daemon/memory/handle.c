@@ -11,7 +11,7 @@
 
 struct handle_table {
 	struct handle **slots;
-	uint32_t cap;		/* power of two */
+	uint32_t cap; /* power of two */
 	uint32_t count;
 	uint32_t max;
 };

@@ -26,16 +26,16 @@ struct handle_use {
 
 struct handle {
 	uint64_t id;
-	struct stream *owner;		/* whose pools hold the memory */
-	struct memory_alloc alloc;	/* device address, size, slice */
+	struct stream *owner;	   /* whose pools hold the memory */
+	struct memory_alloc alloc; /* device address, size, slice */
 	/* Ordering (streams.c): last writer and reads since that write. */
-	int32_t writer_slot;		/* -1: never written on the device */
+	int32_t writer_slot; /* -1: never written on the device */
 	uint64_t writer_cursor;
 	uint32_t nreaders;
 	uint32_t readers_cap;
 	struct handle_use *readers;
-	uint32_t graph_refs;		/* graphs that use it: no release while > 0 */
-	uint64_t graph_last;		/* serial of the last graph to hold it */
+	uint32_t graph_refs; /* graphs that use it: no release while > 0 */
+	uint64_t graph_last; /* serial of the last graph to hold it */
 };
 
 struct handle_table;

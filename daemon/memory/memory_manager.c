@@ -85,15 +85,15 @@
 
 /* When the manager last trimmed a pool (reclaim before growth). */
 struct manager_trim {
-	uint64_t clock;		/* 0: never */
-	uint64_t in_use_peak;	/* pool_host.in_use_peak at that moment */
+	uint64_t clock;	      /* 0: never */
+	uint64_t in_use_peak; /* pool_host.in_use_peak at that moment */
 };
 
 struct memory_manager {
 	struct memory_storage storage;
 	/* host.clock counts reservations: paces periodic cleanup, dates idling. */
 	struct pool_host host;
-	struct pool *pools[MEMORY_MAX_POOLS];	/* dynamic, in order */
+	struct pool *pools[MEMORY_MAX_POOLS]; /* dynamic, in order */
 	size_t npools;
 	struct pool *persistent;
 	/*
@@ -102,7 +102,7 @@ struct memory_manager {
 	 * or ROUTE_SCAN where the answer changes within the length.
 	 */
 	uint8_t route[65];
-	uint64_t cleanup_due;	/* the earliest pool.cleanup_due */
+	uint64_t cleanup_due; /* the earliest pool.cleanup_due */
 	/*
 	 * Reclaim before growth: reserved bytes that trimming has been seen
 	 * to undercut (the workload needed them back at once), and for each
@@ -111,8 +111,8 @@ struct memory_manager {
 	 */
 	uint64_t regret_cap;
 	struct manager_trim trims[MEMORY_MAX_POOLS];
-	uint64_t windows;	/* persistent windows open */
-	uint64_t busy_until;	/* the largest fence of release_after */
+	uint64_t windows;    /* persistent windows open */
+	uint64_t busy_until; /* the largest fence of release_after */
 	bool capture;
 };
 
@@ -132,8 +132,8 @@ const char *memory_pool_kind_name(enum memory_pool_kind kind)
 }
 
 /* Write a sentence for the caller and answer GPUCMD_EINVAL. */
-__attribute__((format(printf, 3, 4)))
-static int config_error(char *msg, size_t msg_len, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int
+config_error(char *msg, size_t msg_len, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -171,19 +171,21 @@ static int resolve_sliced(struct memory_pool_options *p, size_t i,
 			 msg_len) ||
 	    round_option(&p->max_slice, alignment, i, kind, "max_slice", msg,
 			 msg_len) ||
-	    round_option(&p->max_pool_size, alignment, i, kind,
-			 "max_pool_size", msg, msg_len))
+	    round_option(&p->max_pool_size, alignment, i, kind, "max_pool_size",
+			 msg, msg_len))
 		return GPUCMD_EINVAL;
 	if (p->max_slice > p->page_size)
-		return config_error(msg, msg_len,
-				    "pool %zu (sliced): max_slice %llu is larger than page_size %llu",
-				    i, (unsigned long long)p->max_slice,
-				    (unsigned long long)p->page_size);
+		return config_error(
+			msg, msg_len,
+			"pool %zu (sliced): max_slice %llu is larger than page_size %llu",
+			i, (unsigned long long)p->max_slice,
+			(unsigned long long)p->page_size);
 	if (p->max_pool_size != 0 && p->max_pool_size < p->page_size)
-		return config_error(msg, msg_len,
-				    "pool %zu (sliced): max_pool_size %llu is smaller than one page of %llu",
-				    i, (unsigned long long)p->max_pool_size,
-				    (unsigned long long)p->page_size);
+		return config_error(
+			msg, msg_len,
+			"pool %zu (sliced): max_pool_size %llu is smaller than one page of %llu",
+			i, (unsigned long long)p->max_pool_size,
+			(unsigned long long)p->page_size);
 	return 0;
 }
 
@@ -195,9 +197,9 @@ static int resolve_pool(struct memory_pool_options *p, size_t i,
 		return resolve_sliced(p, i, alignment, msg, msg_len);
 	case MEMORY_POOL_EXCLUSIVE:
 		if (p->max_alloc == 0)
-			return config_error(msg, msg_len,
-					    "pool %zu (exclusive): max_alloc is 0",
-					    i);
+			return config_error(
+				msg, msg_len,
+				"pool %zu (exclusive): max_alloc is 0", i);
 		return round_option(&p->max_alloc, alignment, i, "exclusive",
 				    "max_alloc", msg, msg_len);
 	case MEMORY_POOL_DIRECT:
@@ -205,9 +207,10 @@ static int resolve_pool(struct memory_pool_options *p, size_t i,
 	case MEMORY_POOL_PERSISTENT:
 		break;
 	}
-	return config_error(msg, msg_len,
-			    "pool %zu: kind %d is not a dynamic pool kind (sliced, exclusive or direct)",
-			    i, (int)p->kind);
+	return config_error(
+		msg, msg_len,
+		"pool %zu: kind %d is not a dynamic pool kind (sliced, exclusive or direct)",
+		i, (int)p->kind);
 }
 
 int memory_configuration_resolve(struct memory_configuration *cfg,
@@ -222,18 +225,20 @@ int memory_configuration_resolve(struct memory_configuration *cfg,
 		return config_error(msg, msg_len,
 				    "the device reports an alignment of 0");
 	if (!pool_is_pow2(props->alignment))
-		return config_error(msg, msg_len,
-				    "the device reports an alignment of %llu, which is not a power of two",
-				    (unsigned long long)props->alignment);
+		return config_error(
+			msg, msg_len,
+			"the device reports an alignment of %llu, which is not a power of two",
+			(unsigned long long)props->alignment);
 	switch (c.preset) {
 	case MEMORY_PRESET_SUBSLICES:
 	case MEMORY_PRESET_EXCLUSIVE_PAGES:
 		/* Presets are sized from the device when a manager is made. */
 		if (props->max_page_size < props->alignment)
-			return config_error(msg, msg_len,
-					    "the device's max_page_size %llu is smaller than its alignment %llu",
-					    (unsigned long long)props->max_page_size,
-					    (unsigned long long)props->alignment);
+			return config_error(
+				msg, msg_len,
+				"the device's max_page_size %llu is smaller than its alignment %llu",
+				(unsigned long long)props->max_page_size,
+				(unsigned long long)props->alignment);
 		return 0;
 	case MEMORY_PRESET_CUSTOM:
 		break;
@@ -242,8 +247,9 @@ int memory_configuration_resolve(struct memory_configuration *cfg,
 				    (int)c.preset);
 	}
 	if (c.npools == 0)
-		return config_error(msg, msg_len,
-				    "the custom pool list is empty; give at least one pool");
+		return config_error(
+			msg, msg_len,
+			"the custom pool list is empty; give at least one pool");
 	if (c.npools > MEMORY_MAX_POOLS)
 		return config_error(msg, msg_len,
 				    "%zu pools given; at most %d are allowed",
@@ -297,16 +303,17 @@ static void preset_subslices(const struct memory_device_properties *props,
 	uint64_t align = props->alignment;
 	uint64_t pages[MEMORY_MAX_POOLS] = { 0 };
 	uint64_t cur = props->max_page_size, page, slice, tail;
-	uint64_t floor = props->min_page_size ? props->min_page_size
-					      : SUBSLICES_MIN_PAGE;
+	uint64_t floor = props->min_page_size ? props->min_page_size :
+						SUBSLICES_MIN_PAGE;
 	size_t n = 0, k;
 
 	/*
 	 * Zero-byte requests get an allocation of their own (one alignment
 	 * unit): some backends cannot bind an empty range at an offset.
 	 */
-	layout_add(layout, (struct memory_pool_options){
-		.kind = MEMORY_POOL_EXCLUSIVE, .max_alloc = 0 });
+	layout_add(layout,
+		   (struct memory_pool_options){ .kind = MEMORY_POOL_EXCLUSIVE,
+						 .max_alloc = 0 });
 	while (cur / 4 >= floor && n < MEMORY_MAX_POOLS - 2) {
 		cur /= 4;
 		pages[n++] = align_near(cur, align);
@@ -317,18 +324,19 @@ static void preset_subslices(const struct memory_device_properties *props,
 		slice = align_near(page >> (k + 1), align);
 		if (slice < align)
 			slice = align;
-		layout_add(layout, (struct memory_pool_options){
-			.kind = MEMORY_POOL_SLICED,
-			.page_size = page,
-			.max_slice = slice > page ? page : slice,
-		});
+		layout_add(layout,
+			   (struct memory_pool_options){
+				   .kind = MEMORY_POOL_SLICED,
+				   .page_size = page,
+				   .max_slice = slice > page ? page : slice,
+			   });
 	}
 	tail = align_down(props->max_page_size, align);
 	layout_add(layout, (struct memory_pool_options){
-		.kind = MEMORY_POOL_EXCLUSIVE,
-		.max_alloc = tail,
-		.dealloc_period = dealloc_period_for(tail),
-	});
+				   .kind = MEMORY_POOL_EXCLUSIVE,
+				   .max_alloc = tail,
+				   .dealloc_period = dealloc_period_for(tail),
+			   });
 }
 
 /* ExclusivePages (reference §4.5): log-spaced exclusive buckets. */
@@ -336,26 +344,28 @@ static void preset_exclusive_pages(const struct memory_device_properties *props,
 				   struct memory_configuration *layout)
 {
 	uint64_t hi = props->max_page_size;
-	uint64_t lo = hi < EXCLUSIVE_PAGES_SMALLEST ? hi :
-						      EXCLUSIVE_PAGES_SMALLEST;
+	uint64_t lo =
+		hi < EXCLUSIVE_PAGES_SMALLEST ? hi : EXCLUSIVE_PAGES_SMALLEST;
 	double ratio = (double)hi / (double)lo, x;
 	uint64_t size, last = 0;
 	int i;
 
 	for (i = 0; i < EXCLUSIVE_PAGES_BUCKETS; i++) {
-		x = (double)lo * pow(ratio, (double)i /
-					     (EXCLUSIVE_PAGES_BUCKETS - 1));
+		x = (double)lo *
+		    pow(ratio, (double)i / (EXCLUSIVE_PAGES_BUCKETS - 1));
 		size = i == EXCLUSIVE_PAGES_BUCKETS - 1 || x >= (double)hi ?
-			       hi : (uint64_t)x;
+			       hi :
+			       (uint64_t)x;
 		size = align_near(size, props->alignment);
 		if (layout->npools > 0 && size <= last)
 			continue;
 		last = size;
-		layout_add(layout, (struct memory_pool_options){
-			.kind = MEMORY_POOL_EXCLUSIVE,
-			.max_alloc = size,
-			.dealloc_period = dealloc_period_for(size),
-		});
+		layout_add(layout,
+			   (struct memory_pool_options){
+				   .kind = MEMORY_POOL_EXCLUSIVE,
+				   .max_alloc = size,
+				   .dealloc_period = dealloc_period_for(size),
+			   });
 	}
 }
 
@@ -564,8 +574,7 @@ int memory_manager_create(const struct memory_configuration *cfg,
 		return GPUCMD_ENOMEM;
 	mm->storage = *storage;
 	mm->host.before_alloc = manager_before_alloc;
-	rc = pool_persistent_create(storage, props->alignment,
-				    &mm->persistent);
+	rc = pool_persistent_create(storage, props->alignment, &mm->persistent);
 	if (rc < 0) {
 		free(mm);
 		return rc;
@@ -784,15 +793,17 @@ void memory_manager_describe_capacity(const struct memory_manager *mm,
 
 		if (p->stats.max_pool_size == 0 || !pool_accept(p, size))
 			continue;
-		n += (size_t)snprintf(buf + n, len - n, "%spool %zu (%s, "
-				      "pages of %llu) holds %llu of its "
-				      "max_pool_size of %llu bytes",
-				      n ? ", " : "", i,
-				      memory_pool_kind_name(p->stats.kind),
-				      (unsigned long long)p->stats.page_size,
-				      (unsigned long long)(p->stats.pages *
-							   p->stats.page_size),
-				      (unsigned long long)p->stats.max_pool_size);
+		n += (size_t)
+			snprintf(buf + n, len - n,
+				 "%spool %zu (%s, "
+				 "pages of %llu) holds %llu of its "
+				 "max_pool_size of %llu bytes",
+				 n ? ", " : "", i,
+				 memory_pool_kind_name(p->stats.kind),
+				 (unsigned long long)p->stats.page_size,
+				 (unsigned long long)(p->stats.pages *
+						      p->stats.page_size),
+				 (unsigned long long)p->stats.max_pool_size);
 	}
 }
 

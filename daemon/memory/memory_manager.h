@@ -39,7 +39,8 @@
 /* How a manager gets and returns device memory. */
 struct memory_storage {
 	int (*alloc)(void *ctx, uint64_t size, uint64_t *ptr);
-	void (*free)(void *ctx, uint64_t ptr, uint64_t size);	/* size: alloc's */
+	void (*free)(void *ctx, uint64_t ptr,
+		     uint64_t size); /* size: alloc's */
 	void *ctx;
 };
 
@@ -63,17 +64,18 @@ enum memory_pool_kind {
 
 /* One dynamic pool of a custom layout. */
 struct memory_pool_options {
-	enum memory_pool_kind kind;	/* sliced, exclusive or direct */
-	uint64_t page_size;		/* sliced: page size */
-	uint64_t max_slice;		/* sliced: largest slice (0 = page_size) */
-	uint64_t max_pool_size;		/* sliced: cap on pages*page_size (0 = none) */
-	uint64_t max_alloc;		/* exclusive: largest allocation */
-	uint64_t dealloc_period;	/* exclusive: reservations between periodic cleanups (0 = never) */
-	uint64_t reclaim_at;		/* direct: reserved-bytes watermark (0 = none) */
+	enum memory_pool_kind kind; /* sliced, exclusive or direct */
+	uint64_t page_size;	    /* sliced: page size */
+	uint64_t max_slice;	    /* sliced: largest slice (0 = page_size) */
+	uint64_t max_pool_size; /* sliced: cap on pages*page_size (0 = none) */
+	uint64_t max_alloc;	/* exclusive: largest allocation */
+	uint64_t
+		dealloc_period; /* exclusive: reservations between periodic cleanups (0 = never) */
+	uint64_t reclaim_at; /* direct: reserved-bytes watermark (0 = none) */
 };
 
 enum memory_preset {
-	MEMORY_PRESET_SUBSLICES = 1,	/* the default ladder (reference §4.5) */
+	MEMORY_PRESET_SUBSLICES = 1, /* the default ladder (reference §4.5) */
 	MEMORY_PRESET_EXCLUSIVE_PAGES = 2,
 	MEMORY_PRESET_CUSTOM = 3,
 };
@@ -82,7 +84,7 @@ enum memory_preset {
 
 struct memory_configuration {
 	enum memory_preset preset;
-	size_t npools;				/* custom only */
+	size_t npools; /* custom only */
 	struct memory_pool_options pools[MEMORY_MAX_POOLS];
 };
 
@@ -93,22 +95,23 @@ enum memory_allocation_mode {
 
 /* MemoryUsage of the reference: sums over live slices and held memory. */
 struct memory_usage {
-	uint64_t allocations;	/* live slices */
-	uint64_t bytes_in_use;	/* requested bytes of live slices */
-	uint64_t bytes_padding;	/* alignment padding of live slices */
+	uint64_t allocations;	 /* live slices */
+	uint64_t bytes_in_use;	 /* requested bytes of live slices */
+	uint64_t bytes_padding;	 /* alignment padding of live slices */
 	uint64_t bytes_reserved; /* everything held from the storage */
 };
 
 /* One pool's report. */
 struct memory_pool_report {
 	enum memory_pool_kind kind;
-	uint64_t page_size;	/* sliced: page size; exclusive: max_alloc */
+	uint64_t page_size; /* sliced: page size; exclusive: max_alloc */
 	uint64_t max_slice;
-	uint64_t max_pool_size;	/* sliced: the cap on its pages' bytes (0 none) */
-	uint64_t pages;		/* device allocations held now */
+	uint64_t
+		max_pool_size; /* sliced: the cap on its pages' bytes (0 none) */
+	uint64_t pages;	       /* device allocations held now */
 	uint64_t pages_peak;
 	struct memory_usage usage;
-	uint64_t largest_alloc;	/* largest request served (pre-padding) */
+	uint64_t largest_alloc; /* largest request served (pre-padding) */
 	uint64_t largest_free;	/* largest free block held */
 };
 
@@ -118,8 +121,8 @@ struct memory_slice;
 
 /* The result of a reservation. */
 struct memory_alloc {
-	uint64_t ptr;		/* device address of the first byte */
-	uint64_t size;		/* bytes requested */
+	uint64_t ptr;  /* device address of the first byte */
+	uint64_t size; /* bytes requested */
 	struct memory_slice *slice;
 };
 
@@ -216,7 +219,8 @@ uint64_t memory_manager_max_alloc(const struct memory_manager *mm);
 void memory_manager_mode(struct memory_manager *mm,
 			 enum memory_allocation_mode mode);
 /** The effective mode now. */
-enum memory_allocation_mode memory_manager_current_mode(const struct memory_manager *mm);
+enum memory_allocation_mode
+memory_manager_current_mode(const struct memory_manager *mm);
 /**
  * Rebuild the dynamic pools with cfg after an explicit cleanup.  When they
  * still hold live slices: GPUCMD_EPOOLSINUSE, *bytes_in_use set, old layout

@@ -19,7 +19,7 @@ struct pinned_pool {
 	struct driver *driver;
 	struct memory_manager *mm;
 	uint64_t budget;
-	uint64_t held;		/* bytes taken from the driver */
+	uint64_t held; /* bytes taken from the driver */
 };
 
 /*
@@ -29,7 +29,7 @@ struct pinned_pool {
  */
 struct pinned_header {
 	uint64_t size;
-	uint64_t pad[31];	/* keeps the payload 256-byte aligned */
+	uint64_t pad[31]; /* keeps the payload 256-byte aligned */
 };
 
 static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
@@ -52,7 +52,7 @@ static int storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
 
 static void storage_free(void *ctx, uint64_t ptr, uint64_t size)
 {
-	(void)size;	/* the header has it */
+	(void)size; /* the header has it */
 	struct pinned_pool *p = ctx;
 	struct pinned_header *h = (struct pinned_header *)(uintptr_t)ptr - 1;
 

@@ -41,11 +41,11 @@ struct pool;
 
 /* What a live allocation looks like to the manager and its caller. */
 struct memory_slice {
-	struct pool *pool;	/* the owner, for release */
-	uint64_t ptr;		/* device address of the first byte */
-	uint64_t size;		/* bytes requested */
-	uint64_t effective;	/* size rounded up, at least one unit */
-	uint64_t cursor;	/* set at bind time, 0 when handed out */
+	struct pool *pool;  /* the owner, for release */
+	uint64_t ptr;	    /* device address of the first byte */
+	uint64_t size;	    /* bytes requested */
+	uint64_t effective; /* size rounded up, at least one unit */
+	uint64_t cursor;    /* set at bind time, 0 when handed out */
 	/*
 	 * Set by memory_manager_release_after just before the release: the
 	 * owner stream's fence after which the device is done with the
@@ -93,10 +93,10 @@ struct pool_ops {
  * to give back what other pools hold idle first).
  */
 struct pool_host {
-	uint64_t clock;		/* reservations so far */
-	uint64_t reserved;	/* bytes the pools hold from the storage */
-	uint64_t in_use;	/* effective bytes of the live slices */
-	uint64_t in_use_peak;	/* the most in_use has been */
+	uint64_t clock;	      /* reservations so far */
+	uint64_t reserved;    /* bytes the pools hold from the storage */
+	uint64_t in_use;      /* effective bytes of the live slices */
+	uint64_t in_use_peak; /* the most in_use has been */
 	/*
 	 * The owner stream's count of completed fences (NULL: every release
 	 * comes after the device is done, and nothing is ever busy).
@@ -115,8 +115,8 @@ struct pool_host {
 struct pool {
 	const struct pool_ops *ops;
 	struct memory_storage storage;
-	uint64_t alignment;	/* a power of two */
-	uint64_t align_mask;	/* alignment - 1 */
+	uint64_t alignment;  /* a power of two */
+	uint64_t align_mask; /* alignment - 1 */
 	/*
 	 * The sizes the pool takes, set by the kind when it is made: up to
 	 * accept_max, and from near_min to near_max (none when near_min is
@@ -131,7 +131,7 @@ struct pool {
 	 * periodic cleanup only once the earliest pool is due.
 	 */
 	uint64_t cleanup_due;
-	struct pool_host *host;	/* the owning manager; NULL on its own */
+	struct pool_host *host; /* the owning manager; NULL on its own */
 	/* Counters kept current on every change; largest_free is computed. */
 	struct memory_pool_report stats;
 };

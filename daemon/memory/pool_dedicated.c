@@ -197,8 +197,7 @@ uint64_t pool_dedicated_trim(struct pool *pool, uint64_t idle_since,
 }
 
 int pool_dedicated_reserve_exact(struct dedicated_pool *d, uint64_t size,
-				 uint64_t reclaim_at,
-				 struct memory_slice **out)
+				 uint64_t reclaim_at, struct memory_slice **out)
 {
 	uint64_t effective = pool_effective(&d->base, size);
 	const struct memory_usage *u = &d->base.stats.usage;
@@ -216,8 +215,8 @@ int pool_dedicated_reserve_exact(struct dedicated_pool *d, uint64_t size,
 	 * Allocations the device may still use stay.
 	 */
 	for (i = d->nfree; reclaim_at != 0 && i-- > 0 &&
-	     (u->bytes_reserved > reclaim_at ||
-	      effective > reclaim_at - u->bytes_reserved);)
+			   (u->bytes_reserved > reclaim_at ||
+			    effective > reclaim_at - u->bytes_reserved);)
 		if (!pool_busy(&d->base, d->free[i]->busy_until))
 			pool_dedicated_drop(d, i);
 	return pool_dedicated_alloc(d, size, effective, NULL, out);

@@ -19,19 +19,19 @@
 struct dedicated_slice {
 	/* ptr is the allocation; effective is the current slice's cover. */
 	struct memory_slice slice;
-	uint64_t length;	/* bytes held from the storage */
-	uint64_t idle_since;	/* the clock when it last became free */
-	uint64_t busy_until;	/* the largest release fence (pool_busy) */
-	uint32_t free_count;	/* exclusive pool: grace before freeing */
+	uint64_t length;     /* bytes held from the storage */
+	uint64_t idle_since; /* the clock when it last became free */
+	uint64_t busy_until; /* the largest release fence (pool_busy) */
+	uint32_t free_count; /* exclusive pool: grace before freeing */
 	bool free;
-	struct dedicated_slice *prev, *next;	/* every allocation */
+	struct dedicated_slice *prev, *next; /* every allocation */
 };
 
 /* The shared state; a kind embeds it first and adds its own settings. */
 struct dedicated_pool {
 	struct pool base;
 	struct dedicated_slice *all;
-	struct dedicated_slice **free;	/* sorted by length, then age */
+	struct dedicated_slice **free; /* sorted by length, then age */
 	size_t nfree;
 	size_t free_cap;
 };

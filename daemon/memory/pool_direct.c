@@ -14,8 +14,8 @@
 #include "memory/pool_dedicated.h"
 
 struct direct_pool {
-	struct dedicated_pool d;	/* first: destroy frees through it */
-	uint64_t reclaim_at;		/* 0: no watermark */
+	struct dedicated_pool d; /* first: destroy frees through it */
+	uint64_t reclaim_at;	 /* 0: no watermark */
 };
 
 static int direct_reserve(struct pool *pool, uint64_t size,

@@ -30,16 +30,16 @@
 #include "memory/pool_dedicated.h"
 
 enum {
-	EXCLUSIVE_NEW_COUNT = 4,	/* free_count of a new allocation */
-	EXCLUSIVE_FREE_AT = 5,		/* free_count that frees it */
-	EXCLUSIVE_CHECK_DIVISOR = 5,	/* checks per dealloc period */
+	EXCLUSIVE_NEW_COUNT = 4,     /* free_count of a new allocation */
+	EXCLUSIVE_FREE_AT = 5,	     /* free_count that frees it */
+	EXCLUSIVE_CHECK_DIVISOR = 5, /* checks per dealloc period */
 };
 
 struct exclusive_pool {
-	struct dedicated_pool d;	/* first: destroy frees through it */
+	struct dedicated_pool d; /* first: destroy frees through it */
 	uint64_t max_alloc;
-	uint64_t dealloc_period;	/* 0: no periodic cleanup */
-	uint64_t last_check;		/* clock of the last check */
+	uint64_t dealloc_period; /* 0: no periodic cleanup */
+	uint64_t last_check;	 /* clock of the last check */
 };
 
 static struct exclusive_pool *to_exclusive(struct pool *pool)

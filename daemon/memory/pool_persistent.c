@@ -40,8 +40,8 @@ int pool_persistent_create(const struct memory_storage *storage,
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return GPUCMD_ENOMEM;
-	pool_dedicated_init(d, &persistent_ops, MEMORY_POOL_PERSISTENT,
-			    storage, alignment);
+	pool_dedicated_init(d, &persistent_ops, MEMORY_POOL_PERSISTENT, storage,
+			    alignment);
 	*out = &d->base;
 	return 0;
 }

@@ -50,21 +50,21 @@ struct sliced_page {
 	/* Starts at base and stays there: merges keep the lower block. */
 	struct sliced_block *first;
 	struct sliced_block *free_head;
-	uint64_t free_bound;	/* no free block here is larger */
-	uint64_t live;		/* live slices in this page */
-	uint64_t idle_since;	/* the clock when live last became 0 */
-	uint64_t busy_until;	/* the largest release fence (pool_busy) */
+	uint64_t free_bound; /* no free block here is larger */
+	uint64_t live;	     /* live slices in this page */
+	uint64_t idle_since; /* the clock when live last became 0 */
+	uint64_t busy_until; /* the largest release fence (pool_busy) */
 };
 
 struct sliced_pool {
 	struct pool base;
 	uint64_t page_size;
-	uint64_t max_alloc;	/* min(max_slice, page_size) */
-	uint64_t max_pages;	/* 0: no cap */
-	struct sliced_page **pages;	/* creation order, searched so */
+	uint64_t max_alloc;	    /* min(max_slice, page_size) */
+	uint64_t max_pages;	    /* 0: no cap */
+	struct sliced_page **pages; /* creation order, searched so */
 	size_t npages;
 	size_t pages_cap;
-	struct sliced_block *spare;	/* unused structs, linked by next */
+	struct sliced_block *spare; /* unused structs, linked by next */
 };
 
 static struct sliced_pool *to_sliced(struct pool *pool)
@@ -212,9 +212,9 @@ static uint64_t page_largest_free(const struct sliced_page *page)
 }
 
 /* Hand out the start of free block b; the rest stays free in its place. */
-static inline int sliced_carve(struct sliced_pool *sp,
-			       struct sliced_block *b, uint64_t size,
-			       uint64_t effective, struct memory_slice **out)
+static inline int sliced_carve(struct sliced_pool *sp, struct sliced_block *b,
+			       uint64_t size, uint64_t effective,
+			       struct memory_slice **out)
 {
 	struct sliced_page *page = b->page;
 	struct sliced_block *rest;
@@ -275,7 +275,8 @@ static int sliced_add_page(struct sliced_pool *sp, struct sliced_page **out)
 		return rc;
 	}
 	*b = (struct sliced_block){
-		.slice = { .pool = &sp->base, .ptr = base,
+		.slice = { .pool = &sp->base,
+			   .ptr = base,
 			   .effective = sp->page_size },
 		.page = page,
 		.free = true,
@@ -492,7 +493,8 @@ int pool_sliced_create(const struct memory_pool_options *opt,
 
 	/* memory_configuration_resolve guarantees these; check, not trust. */
 	if (!pool_is_pow2(alignment) || opt->page_size == 0 ||
-	    (opt->page_size & (alignment - 1)) != 0 || max_slice > opt->page_size ||
+	    (opt->page_size & (alignment - 1)) != 0 ||
+	    max_slice > opt->page_size ||
 	    (opt->max_pool_size != 0 && opt->max_pool_size < opt->page_size))
 		return GPUCMD_EINVAL;
 	sp = calloc(1, sizeof(*sp));

@@ -27,34 +27,33 @@
 
 /* The run as the command line asked for it. */
 struct bench_opts {
-	bool quick;		/* the whole run in under a minute */
-	bool json;		/* one JSON object on stdout instead of a table */
-	bool progress;		/* a progress line on stderr (a terminal) */
-	const char *socket;	/* the daemon's socket */
-	const char *backend;	/* what our own daemon runs (host, cuda, auto) */
-	const char *only;	/* run only scenarios whose name has this */
-	pid_t daemon_pid;	/* from SO_PEERCRED; 0 when unknown */
-	const char *tmpdir;	/* private scratch directory */
+	bool quick;	     /* the whole run in under a minute */
+	bool json;	     /* one JSON object on stdout instead of a table */
+	bool progress;	     /* a progress line on stderr (a terminal) */
+	const char *socket;  /* the daemon's socket */
+	const char *backend; /* what our own daemon runs (host, cuda, auto) */
+	const char *only;    /* run only scenarios whose name has this */
+	pid_t daemon_pid;    /* from SO_PEERCRED; 0 when unknown */
+	const char *tmpdir;  /* private scratch directory */
 };
 
 extern struct bench_opts bench;
 
 /* How a row's value is judged. */
 enum bench_target {
-	TARGET_NONE,		/* information only: met is always true */
-	TARGET_RATIO_LE,	/* ratio <= goal */
-	TARGET_RATIO_GE,	/* ratio >= goal */
-	TARGET_VALUE_LE,	/* value <= goal */
-	TARGET_VALUE_GE,	/* value >= goal */
+	TARGET_NONE,	 /* information only: met is always true */
+	TARGET_RATIO_LE, /* ratio <= goal */
+	TARGET_RATIO_GE, /* ratio >= goal */
+	TARGET_VALUE_LE, /* value <= goal */
+	TARGET_VALUE_GE, /* value >= goal */
 };
 
 /**
  * Record one row.  floor and ratio may be NAN (no floor); target describes
  * the goal (goal is unused for TARGET_NONE).
  */
-void bench_add(const char *name, double value, const char *unit,
-	       double floor, double ratio, enum bench_target target,
-	       double goal);
+void bench_add(const char *name, double value, const char *unit, double floor,
+	       double ratio, enum bench_target target, double goal);
 /** Record a sentence that belongs under the table (not a measurement). */
 void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One row of the table. */
@@ -62,8 +61,8 @@ struct bench_row {
 	char name[64];
 	double value;
 	char unit[16];
-	double floor;		/* NAN: none */
-	double ratio;		/* NAN: none */
+	double floor; /* NAN: none */
+	double ratio; /* NAN: none */
 	enum bench_target target;
 	double goal;
 };
@@ -76,8 +75,7 @@ extern size_t bench_nnotes;
 extern int bench_errors;
 
 /** Say what the bench is doing now (stderr progress line, when enabled). */
-void bench_progress(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
+void bench_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /** Report an error of a scenario; the run goes on and exits non-zero. */
 void bench_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -112,8 +110,8 @@ int bench_run_ok(struct gpucmd_batch *b, const char *what);
 
 /* CPU time of a process, split the way the daemon's threads are named. */
 struct bench_cpu {
-	uint64_t daemon_ns;	/* every thread except host stream workers */
-	uint64_t streams_ns;	/* the host backend's stream workers ("device") */
+	uint64_t daemon_ns;  /* every thread except host stream workers */
+	uint64_t streams_ns; /* the host backend's stream workers ("device") */
 };
 /** Read the CPU time of every thread of pid; 0 or -errno. */
 int bench_cpu_read(pid_t pid, struct bench_cpu *out);
@@ -127,12 +125,12 @@ uint64_t bench_rss(pid_t pid);
  */
 struct bench_echo {
 	pid_t pid;
-	int fd;			/* our end of the socketpair */
+	int fd; /* our end of the socketpair */
 	size_t req_len;
 	size_t resp_len;
 	uint8_t *req;
 	uint8_t *resp;
-	bool spin;		/* both sides watch before blocking */
+	bool spin; /* both sides watch before blocking */
 	/* bench_echo_start_copying: what the child copies per request. */
 	const uint8_t *copy_src;
 	size_t copy_len;
@@ -154,8 +152,7 @@ int bench_echo_start_spinning(struct bench_echo *e, size_t req_len,
  * long as libgpucmd does for a fenced batch (SPIN_AWAIT_US).
  */
 int bench_echo_start_copying(struct bench_echo *e, size_t req_len,
-			     size_t resp_len, const void *src,
-			     size_t copy_len);
+			     size_t resp_len, const void *src, size_t copy_len);
 /** One blocking round trip; 0 or -errno. */
 int bench_echo_roundtrip(struct bench_echo *e);
 /** Send one request without waiting; 0 or -errno. */
@@ -169,7 +166,7 @@ void bench_echo_stop(struct bench_echo *e);
 enum bench_op {
 	BENCH_OP_PING,
 	BENCH_OP_SYNC,
-	BENCH_OP_SPIN0,		/* kernel "spin", grid 1, block 1, u32 0 */
+	BENCH_OP_SPIN0, /* kernel "spin", grid 1, block 1, u32 0 */
 };
 /** Bytes on the socket (header included) of a request of nops ops. */
 size_t bench_wire_request(enum bench_op op, size_t nops);
@@ -186,7 +183,7 @@ int bench_add_spin0(struct gpucmd_batch *b);
 struct bench_tp {
 	uint64_t ops;
 	uint64_t wall_ns;
-	struct bench_cpu cpu;	/* CPU time used over the run */
+	struct bench_cpu cpu; /* CPU time used over the run */
 };
 /* Batches of 1024 spin(0) kept in flight at once. */
 #define BENCH_SPIN_X1024_DEPTH 4
@@ -205,15 +202,15 @@ int bench_spin_batches(struct gpucmd_conn *c, size_t nops, size_t depth,
  * that region writes copy from and a destination that region reads fill.
  */
 enum bench_xfer_way {
-	BENCH_XFER_INLINE,	/* the bytes travel in the frame */
-	BENCH_XFER_REGION,	/* the bytes are already in a region */
-	BENCH_XFER_BORROWED,	/* inline, written from the caller's buffer */
+	BENCH_XFER_INLINE,   /* the bytes travel in the frame */
+	BENCH_XFER_REGION,   /* the bytes are already in a region */
+	BENCH_XFER_BORROWED, /* inline, written from the caller's buffer */
 };
 struct bench_xfer {
 	struct gpucmd_conn *c;
-	const char *who;	/* the scenario, for error messages */
-	uint8_t *src_region;	/* the source region's mapping */
-	uint8_t *dst_region;	/* the destination region's mapping */
+	const char *who;     /* the scenario, for error messages */
+	uint8_t *src_region; /* the source region's mapping */
+	uint8_t *dst_region; /* the destination region's mapping */
 };
 /**
  * Allocate device_bytes on the device and create both regions of

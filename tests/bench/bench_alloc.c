@@ -84,7 +84,8 @@ static struct driver *open_driver(void)
 			d = NULL;
 		}
 		bench_note("allocator: no CUDA device (%s); measured on the "
-			   "host backend", why);
+			   "host backend",
+			   why);
 	}
 	rc = driver_host_create(&opt, &d);
 	if (rc == 0) {
@@ -284,19 +285,40 @@ static void speed(struct driver *d, enum size_mix mix, const char *name)
 
 /* The weights of one layer, in order. */
 enum {
-	W_LN1_G, W_LN1_B, W_QKV, W_QKV_B, W_O, W_O_B,
-	W_LN2_G, W_LN2_B, W_FC1, W_FC1_B, W_FC2, W_FC2_B, W_PER_LAYER,
+	W_LN1_G,
+	W_LN1_B,
+	W_QKV,
+	W_QKV_B,
+	W_O,
+	W_O_B,
+	W_LN2_G,
+	W_LN2_B,
+	W_FC1,
+	W_FC1_B,
+	W_FC2,
+	W_FC2_B,
+	W_PER_LAYER,
 };
 
 /* What a layer saves for its backward pass. */
 enum {
-	A_LN1, A_LN1_STATS, A_QKV, A_PROBS, A_ATTN, A_X1, A_LN2,
-	A_LN2_STATS, A_H, A_GELU, A_X2, A_PER_LAYER,
+	A_LN1,
+	A_LN1_STATS,
+	A_QKV,
+	A_PROBS,
+	A_ATTN,
+	A_X1,
+	A_LN2,
+	A_LN2_STATS,
+	A_H,
+	A_GELU,
+	A_X2,
+	A_PER_LAYER,
 };
 
 struct trace {
 	struct memory_manager *mm;
-	uint64_t in_use;	/* requested bytes of live allocations */
+	uint64_t in_use; /* requested bytes of live allocations */
 	uint64_t peak_in_use;
 	uint64_t peak_reserved;
 	uint64_t reservations;
@@ -320,8 +342,8 @@ static struct memory_slice *t_alloc(struct trace *t, uint64_t size,
 	}
 	if (rc != 0) {
 		bench_error("allocator: trace reserve of %llu bytes failed: "
-			    "%s", (unsigned long long)size,
-			    gpucmd_strerror(rc));
+			    "%s",
+			    (unsigned long long)size, gpucmd_strerror(rc));
 		t->rc = rc;
 		return NULL;
 	}
@@ -375,7 +397,7 @@ static uint64_t weight_size(int w)
 		return (uint64_t)T_DMODEL * T_FFN * T_DTYPE;
 	case W_FC1_B:
 		return (uint64_t)T_FFN * T_DTYPE;
-	default:	/* norms and the remaining biases */
+	default: /* norms and the remaining biases */
 		return (uint64_t)T_DMODEL * T_DTYPE;
 	}
 }
@@ -383,9 +405,9 @@ static uint64_t weight_size(int w)
 /* One training step with batch b and sequence length seq. */
 static void train_step(struct trace *t, uint64_t batch, uint64_t seq)
 {
-	const uint64_t n = batch * seq;			/* tokens */
-	const uint64_t act = n * T_DMODEL * T_DTYPE;	/* one activation */
-	const uint64_t stats = n * 2 * sizeof(float);	/* mean, rstd */
+	const uint64_t n = batch * seq;		      /* tokens */
+	const uint64_t act = n * T_DMODEL * T_DTYPE;  /* one activation */
+	const uint64_t stats = n * 2 * sizeof(float); /* mean, rstd */
 	const uint64_t scores = batch * T_HEADS * seq * seq * T_DTYPE;
 	struct tensor saved[T_LAYERS][A_PER_LAYER];
 	struct tensor grads[T_LAYERS][W_PER_LAYER];
@@ -394,31 +416,31 @@ static void train_step(struct trace *t, uint64_t batch, uint64_t seq)
 	memset(saved, 0, sizeof(saved));
 	memset(grads, 0, sizeof(grads));
 	t_new(t, &ids, n * sizeof(int32_t));
-	t_new(t, &x, act);			/* embeddings */
+	t_new(t, &x, act); /* embeddings */
 	for (int l = 0; l < T_LAYERS; l++) {
 		struct tensor *s = saved[l];
 
 		t_new(t, &s[A_LN1], act);
 		t_new(t, &s[A_LN1_STATS], stats);
 		t_new(t, &s[A_QKV], 3 * act);
-		t_new(t, &tmp, scores);		/* raw scores */
+		t_new(t, &tmp, scores); /* raw scores */
 		t_new(t, &s[A_PROBS], scores);
 		t_del(t, &tmp);
 		t_new(t, &s[A_ATTN], act);
-		t_new(t, &tmp, act);		/* output projection */
-		t_new(t, &s[A_X1], act);	/* residual */
+		t_new(t, &tmp, act);	 /* output projection */
+		t_new(t, &s[A_X1], act); /* residual */
 		t_del(t, &tmp);
 		t_new(t, &s[A_LN2], act);
 		t_new(t, &s[A_LN2_STATS], stats);
 		t_new(t, &s[A_H], 4 * act);
 		t_new(t, &s[A_GELU], 4 * act);
-		t_new(t, &tmp, act);		/* fc2 */
+		t_new(t, &tmp, act); /* fc2 */
 		t_new(t, &s[A_X2], act);
 		t_del(t, &tmp);
 	}
-	t_new(t, &tmp, act);			/* final norm */
+	t_new(t, &tmp, act); /* final norm */
 	t_new(t, &logits, n * T_VOCAB * T_DTYPE);
-	t_new(t, &tmp2, n * sizeof(float));	/* per-token loss */
+	t_new(t, &tmp2, n * sizeof(float)); /* per-token loss */
 	t_new(t, &dlogits, n * T_VOCAB * T_DTYPE);
 	t_del(t, &logits);
 	t_del(t, &tmp2);
@@ -430,27 +452,27 @@ static void train_step(struct trace *t, uint64_t batch, uint64_t seq)
 
 		for (int w = 0; w < W_PER_LAYER; w++)
 			t_new(t, &grads[l][w], weight_size(w));
-		t_new(t, &dtmp, 4 * act);	/* d(gelu) */
+		t_new(t, &dtmp, 4 * act); /* d(gelu) */
 		t_del(t, &s[A_X2]);
 		t_del(t, &s[A_GELU]);
-		t_new(t, &tmp, 4 * act);	/* d(h) */
+		t_new(t, &tmp, 4 * act); /* d(h) */
 		t_del(t, &dtmp);
 		t_del(t, &s[A_H]);
-		t_new(t, &tmp2, act);		/* d(ln2) */
+		t_new(t, &tmp2, act); /* d(ln2) */
 		t_del(t, &tmp);
 		t_del(t, &s[A_LN2]);
 		t_del(t, &s[A_LN2_STATS]);
 		t_del(t, &tmp2);
-		t_new(t, &tmp, act);		/* d(attn) */
+		t_new(t, &tmp, act); /* d(attn) */
 		t_del(t, &s[A_X1]);
 		t_del(t, &s[A_ATTN]);
-		t_new(t, &dtmp, scores);	/* d(probs) */
+		t_new(t, &dtmp, scores); /* d(probs) */
 		t_del(t, &s[A_PROBS]);
-		t_new(t, &tmp2, 3 * act);	/* d(qkv) */
+		t_new(t, &tmp2, 3 * act); /* d(qkv) */
 		t_del(t, &dtmp);
 		t_del(t, &tmp);
 		t_del(t, &s[A_QKV]);
-		t_new(t, &tmp, act);		/* d(ln1) */
+		t_new(t, &tmp, act); /* d(ln1) */
 		t_del(t, &tmp2);
 		t_del(t, &s[A_LN1]);
 		t_del(t, &s[A_LN1_STATS]);
@@ -527,9 +549,10 @@ static void reuse_behind_kernel(void)
 		     gpucmd_batch_empty(b, 1, size) == 0 &&
 		     gpucmd_batch_release(b, 1) == 0 &&
 		     bench_run_ok(b, "alloc behind a kernel: round") == 0;
-	if (ok && (gpucmd_batch_new(c, 0, &b) != 0 ||
-		   gpucmd_batch_memory_usage(b) != 0 ||
-		   gpucmd_run(b, &r) != 0 || gpucmd_response_usage(r, 0, &u) != 0))
+	if (ok &&
+	    (gpucmd_batch_new(c, 0, &b) != 0 ||
+	     gpucmd_batch_memory_usage(b) != 0 || gpucmd_run(b, &r) != 0 ||
+	     gpucmd_response_usage(r, 0, &u) != 0))
 		ok = 0;
 	if (ok)
 		bench_add("alloc behind a kernel: reserved (64 x 16 MiB)",

@@ -71,27 +71,27 @@ void bench_gpu(void)
 #define GPU_RATIO_COPY 0.9
 
 /* The entry points used; all of them exist since CUDA 11. */
-#define GPU_FUNCTIONS(X)						\
-	X(cuGetErrorName)						\
-	X(cuInit)							\
-	X(cuDeviceGetCount)						\
-	X(cuDeviceGet)							\
-	X(cuDeviceGetName)						\
-	X(cuDevicePrimaryCtxRetain)					\
-	X(cuDevicePrimaryCtxRelease)					\
-	X(cuCtxSetCurrent)						\
-	X(cuStreamCreate)						\
-	X(cuStreamDestroy)						\
-	X(cuStreamSynchronize)						\
-	X(cuModuleLoadDataEx)						\
-	X(cuModuleUnload)						\
-	X(cuModuleGetFunction)						\
-	X(cuLaunchKernel)						\
-	X(cuMemAlloc)							\
-	X(cuMemFree)							\
-	X(cuMemHostAlloc)						\
-	X(cuMemFreeHost)						\
-	X(cuMemcpyHtoDAsync)						\
+#define GPU_FUNCTIONS(X)             \
+	X(cuGetErrorName)            \
+	X(cuInit)                    \
+	X(cuDeviceGetCount)          \
+	X(cuDeviceGet)               \
+	X(cuDeviceGetName)           \
+	X(cuDevicePrimaryCtxRetain)  \
+	X(cuDevicePrimaryCtxRelease) \
+	X(cuCtxSetCurrent)           \
+	X(cuStreamCreate)            \
+	X(cuStreamDestroy)           \
+	X(cuStreamSynchronize)       \
+	X(cuModuleLoadDataEx)        \
+	X(cuModuleUnload)            \
+	X(cuModuleGetFunction)       \
+	X(cuLaunchKernel)            \
+	X(cuMemAlloc)                \
+	X(cuMemFree)                 \
+	X(cuMemHostAlloc)            \
+	X(cuMemFreeHost)             \
+	X(cuMemcpyHtoDAsync)         \
 	X(cuMemcpyDtoHAsync)
 
 /* One pointer per entry point, typed by cuda.h's own prototype. */
@@ -103,11 +103,11 @@ struct gpu_api {
 struct gpu {
 	struct gpu_api cu;
 	CUdevice dev;
-	CUcontext ctx;		/* the retained primary context, or NULL */
-	CUstream stream;	/* NULL until created */
-	CUmodule module;	/* the built-in PTX, NULL until loaded */
+	CUcontext ctx;	 /* the retained primary context, or NULL */
+	CUstream stream; /* NULL until created */
+	CUmodule module; /* the built-in PTX, NULL until loaded */
 	CUfunction spin;
-	char why[512];		/* what the last failed call said */
+	char why[512]; /* what the last failed call said */
 };
 
 /* Call, and on failure keep "call: CUDA_ERROR_..." in g->why; 0 or -1. */
@@ -140,15 +140,16 @@ static int gpu_load(struct gpu *g)
 			 err ? err : "not found");
 		return -1;
 	}
-#define GPU_API_LOAD(fn)						\
-	sym = dlsym(lib, CU_NAME(fn));					\
-	if (sym == NULL) {						\
-		snprintf(g->why, sizeof(g->why),			\
-			 "libcuda.so.1 has no %s: the NVIDIA driver is "	\
-			 "too old", CU_NAME(fn));			\
-		dlclose(lib);						\
-		return -1;						\
-	}								\
+#define GPU_API_LOAD(fn)                                                 \
+	sym = dlsym(lib, CU_NAME(fn));                                   \
+	if (sym == NULL) {                                               \
+		snprintf(g->why, sizeof(g->why),                         \
+			 "libcuda.so.1 has no %s: the NVIDIA driver is " \
+			 "too old",                                      \
+			 CU_NAME(fn));                                   \
+		dlclose(lib);                                            \
+		return -1;                                               \
+	}                                                                \
 	g->cu.fn = (__typeof__(g->cu.fn))sym;
 
 	GPU_FUNCTIONS(GPU_API_LOAD)
@@ -177,7 +178,8 @@ static int gpu_open(struct gpu *g, const char *device_name)
 			return -1;
 		if (strcmp(name, device_name) != 0)
 			continue;
-		if (GPU_CHECK(g, cuDevicePrimaryCtxRetain, &g->ctx, g->dev) != 0) {
+		if (GPU_CHECK(g, cuDevicePrimaryCtxRetain, &g->ctx, g->dev) !=
+		    0) {
 			g->ctx = NULL;
 			return -1;
 		}
@@ -224,16 +226,15 @@ static int gpu_load_spin(struct gpu *g)
 	size_t used;
 
 	jit_log[0] = '\0';
-	if (GPU_CHECK(g, cuModuleLoadDataEx, &g->module, gpucmd_builtin_ptx,
-		      2, opts, values) != 0) {
+	if (GPU_CHECK(g, cuModuleLoadDataEx, &g->module, gpucmd_builtin_ptx, 2,
+		      opts, values) != 0) {
 		g->module = NULL;
 		/* The log's first line usually names the problem. */
 		jit_log[sizeof(jit_log) - 1] = '\0';
 		used = strlen(g->why);
 		if (jit_log[0] != '\0')
-			snprintf(g->why + used, sizeof(g->why) - used,
-				 ": %.*s", (int)strcspn(jit_log, "\n"),
-				 jit_log);
+			snprintf(g->why + used, sizeof(g->why) - used, ": %.*s",
+				 (int)strcspn(jit_log, "\n"), jit_log);
 		return -1;
 	}
 	return GPU_CHECK(g, cuModuleGetFunction, &g->spin, g->module, "spin");
@@ -274,7 +275,8 @@ static void gpu_launch(struct gpu *g, struct gpucmd_conn *c)
 	/* First, so that a PTX this driver refuses costs no daemon run. */
 	if (gpu_load_spin(g) != 0) {
 		bench_error("gpu: the built-in spin kernel did not load in "
-			    "gpucmd-bench: %s", g->why);
+			    "gpucmd-bench: %s",
+			    g->why);
 		return;
 	}
 	bench_progress("gpu: %d spin(0) through the daemon", GPU_LAUNCHES);
@@ -288,7 +290,8 @@ static void gpu_launch(struct gpu *g, struct gpucmd_conn *c)
 		}
 	if (bench_run_ok(b, "gpu: warm-up spin(0)") != 0 ||
 	    bench_spin_batches(c, GPU_LAUNCHES, BENCH_SPIN_X1024_DEPTH,
-			       bench_spin_run_ns(), &d) != 0 || d.ops == 0)
+			       bench_spin_run_ns(), &d) != 0 ||
+	    d.ops == 0)
 		goto failed;
 	daemon = (double)d.wall_ns / (double)d.ops / 1e3;
 
@@ -330,8 +333,8 @@ static size_t gpu_reps(size_t len)
 
 /* Host and device memory for the cuMemcpy floor. */
 struct gpu_copy {
-	uint8_t *src;		/* pinned, the bytes written */
-	uint8_t *dst;		/* pinned, the bytes read back */
+	uint8_t *src; /* pinned, the bytes written */
+	uint8_t *dst; /* pinned, the bytes read back */
 	CUdeviceptr dev;
 };
 
@@ -347,16 +350,17 @@ static int gpu_copy_seconds(struct gpu *g, struct gpu_copy *m, size_t len,
 	if (rc != 0)
 		snprintf(g->why, sizeof(g->why), "out of memory");
 	memset(m->dst, 0, len);
-	if (rc == 0 &&
-	    (GPU_CHECK(g, cuMemcpyHtoDAsync, m->dev, m->src, len,
-		       g->stream) != 0 ||
-	     GPU_CHECK(g, cuMemcpyDtoHAsync, m->dst, m->dev, len,
-		       g->stream) != 0 ||
-	     GPU_CHECK(g, cuStreamSynchronize, g->stream) != 0))
+	if (rc == 0 && (GPU_CHECK(g, cuMemcpyHtoDAsync, m->dev, m->src, len,
+				  g->stream) != 0 ||
+			GPU_CHECK(g, cuMemcpyDtoHAsync, m->dst, m->dev, len,
+				  g->stream) != 0 ||
+			GPU_CHECK(g, cuStreamSynchronize, g->stream) != 0))
 		rc = -1;
 	if (rc == 0 && memcmp(m->dst, m->src, len) != 0) {
-		snprintf(g->why, sizeof(g->why), "%zu bytes read back with "
-			 "cuMemcpy differ from what was written", len);
+		snprintf(g->why, sizeof(g->why),
+			 "%zu bytes read back with "
+			 "cuMemcpy differ from what was written",
+			 len);
 		rc = -1;
 	}
 	for (size_t k = 0; rc == 0 && k < reps; k++) {
@@ -419,8 +423,7 @@ static int gpu_region_seconds(struct bench_xfer *x, size_t len, size_t reps,
 	return rc;
 }
 
-static void gpu_copy_row(const char *dir, size_t len, double secs,
-			 double floor)
+static void gpu_copy_row(const char *dir, size_t len, double secs, double floor)
 {
 	char name[64], sz[32];
 	double gbs = (double)len / secs / 1e9;
@@ -470,7 +473,8 @@ static void gpu_transfer(struct gpu *g, struct gpucmd_conn *c)
 			/* Said already, unless it was the batch itself. */
 			if (bench_errors == errors)
 				bench_error("gpu: region copies of %zu bytes "
-					    "through the daemon failed", len);
+					    "through the daemon failed",
+					    len);
 			break;
 		}
 		bench_progress("gpu: cuMemcpy %zu bytes", len);
@@ -503,7 +507,8 @@ void bench_gpu(void)
 	if (strcmp(info->backend, "cuda") != 0) {
 		bench_note("GPU floors skipped: the daemon runs on the %s "
 			   "backend (gpucmd-bench --backend cuda measures "
-			   "them)", info->backend);
+			   "them)",
+			   info->backend);
 		gpucmd_close(c);
 		return;
 	}
@@ -511,7 +516,8 @@ void bench_gpu(void)
 	bench_progress("gpu: opening %s in gpucmd-bench", info->device_name);
 	if (gpu_open(&g, info->device_name) != 0) {
 		bench_note("GPU floors skipped: gpucmd-bench cannot use the "
-			   "GPU itself: %s", g.why);
+			   "GPU itself: %s",
+			   g.why);
 		gpu_close(&g);
 		gpucmd_close(c);
 		return;
@@ -523,7 +529,8 @@ void bench_gpu(void)
 		   "the built-in spin PTX, %d launches per "
 		   "cuStreamSynchronize (median us per launch); "
 		   "cuMemcpyHtoDAsync/DtoHAsync from cuMemHostAlloc memory "
-		   "(median GB/s)", info->device_name, GPU_LAUNCHES);
+		   "(median GB/s)",
+		   info->device_name, GPU_LAUNCHES);
 	gpu_close(&g);
 	/* Closing unmaps the regions and frees the daemon's buffer. */
 	gpucmd_close(c);

@@ -34,8 +34,8 @@ static uint64_t one_batch(struct gpucmd_conn *c, enum bench_op op)
 
 	rc = gpucmd_batch_new(c, 0, &b);
 	if (rc == 0)
-		rc = op == BENCH_OP_PING ? gpucmd_batch_ping(b)
-					 : gpucmd_batch_sync(b);
+		rc = op == BENCH_OP_PING ? gpucmd_batch_ping(b) :
+					   gpucmd_batch_sync(b);
 	if (rc == 0)
 		rc = gpucmd_run(b, &r);
 	else

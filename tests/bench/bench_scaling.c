@@ -46,9 +46,9 @@
 
 /* Shared between the parent and its children (MAP_SHARED). */
 struct shared {
-	atomic_int ready;	/* children connected and waiting */
-	atomic_int failed;	/* children that could not do their part */
-	atomic_int stop;	/* flooders: leave now */
+	atomic_int ready;	 /* children connected and waiting */
+	atomic_int failed;	 /* children that could not do their part */
+	atomic_int stop;	 /* flooders: leave now */
 	_Atomic uint64_t end_ns; /* clients: stop at this time */
 	uint64_t count[SCALE_MAX_CLIENTS + FLOOD_CLIENTS];
 };
@@ -134,8 +134,8 @@ static int full_io(int fd, void *buf, size_t len, bool wr)
 	uint8_t *p = buf;
 
 	while (len > 0) {
-		ssize_t n = wr ? send(fd, p, len, MSG_NOSIGNAL)
-			       : read(fd, p, len);
+		ssize_t n =
+			wr ? send(fd, p, len, MSG_NOSIGNAL) : read(fd, p, len);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -195,8 +195,8 @@ struct echo_conn {
 	size_t have;
 };
 
-static void __attribute__((noreturn))
-echo_server(int lfd, size_t req, size_t resp)
+static void __attribute__((noreturn)) echo_server(int lfd, size_t req,
+						  size_t resp)
 {
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	struct epoll_event ev = { .events = EPOLLIN }, evs[64];
@@ -204,7 +204,7 @@ echo_server(int lfd, size_t req, size_t resp)
 
 	if (ep < 0 || buf == NULL)
 		_exit(1);
-	ev.data.ptr = NULL;	/* NULL: the listening socket */
+	ev.data.ptr = NULL; /* NULL: the listening socket */
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
 	for (;;) {
 		int n = epoll_wait(ep, evs, 64, -1);
@@ -259,8 +259,8 @@ echo_server(int lfd, size_t req, size_t resp)
 struct wave {
 	size_t nclients;
 	uint64_t dur_ns;
-	bool floor;		/* echo server instead of the daemon */
-	const char *path;	/* echo server socket */
+	bool floor;	  /* echo server instead of the daemon */
+	const char *path; /* echo server socket */
 	size_t req, resp;
 };
 
@@ -289,8 +289,8 @@ static int run_wave(const struct wave *w)
 			client_daemon((int)forked, start[0]);
 		}
 	}
-	for (int i = 0; i < 3000 &&
-			(size_t)atomic_load(&sh->ready) < forked; i++)
+	for (int i = 0; i < 3000 && (size_t)atomic_load(&sh->ready) < forked;
+	     i++)
 		usleep(10000);
 	/* Everyone is connected: start the window now. */
 	atomic_store(&sh->end_ns, bench_now_ns() + w->dur_ns);
@@ -356,8 +356,9 @@ static void scaling_waves(void)
 		size_t n = counts[i];
 		/* The 64-client wave is kept short. */
 		uint64_t dur = bench.quick ? 400000000ull : 3000000000ull;
-		struct wave w = { .nclients = n, .path = path, .req = req,
-				  .resp = resp };
+		struct wave w = {
+			.nclients = n, .path = path, .req = req, .resp = resp
+		};
 		double agg, jain, f_agg, f_jain;
 		char name[64];
 
@@ -367,14 +368,16 @@ static void scaling_waves(void)
 		bench_progress("scaling: %zu clients", n);
 		if (run_wave(&w) != 0) {
 			bench_error("scaling: a wave of %zu daemon clients "
-				    "failed", n);
+				    "failed",
+				    n);
 			break;
 		}
 		wave_stats(n, dur, &agg, &jain);
 		w.floor = true;
 		if (run_wave(&w) != 0) {
 			bench_error("scaling: a wave of %zu echo clients "
-				    "failed", n);
+				    "failed",
+				    n);
 			break;
 		}
 		wave_stats(n, dur, &f_agg, &f_jain);
@@ -422,9 +425,8 @@ static void __attribute__((noreturn)) flooder(int idx, int start_fd)
 			for (int k = 0; rc == 0 && k < FLOOD_BATCH; k++)
 				rc = bench_add_spin0(b);
 			if (rc == 0)
-				rc = gpucmd_submit(b,
-						   &ids[(head + inflight) %
-							FLOOD_DEPTH]);
+				rc = gpucmd_submit(b, &ids[(head + inflight) %
+							   FLOOD_DEPTH]);
 			else
 				gpucmd_batch_free(b);
 			if (rc != 0)
@@ -516,15 +518,16 @@ static void latency_under_flood(void)
 	if (c == NULL || idle == NULL || busy == NULL || ebusy == NULL ||
 	    widle == NULL || wbusy == NULL)
 		goto out;
-	have_echo = bench_echo_start(&echo, bench_wire_request(BENCH_OP_PING, 1),
-				     bench_wire_response(1)) == 0;
+	have_echo =
+		bench_echo_start(&echo, bench_wire_request(BENCH_OP_PING, 1),
+				 bench_wire_response(1)) == 0;
 	bench_progress("scaling: latency client alone");
 	/* Warm up, then the idle reference. */
 	ok = sample_pings(c, idle, n / 10, cap, NULL, NULL) > 0 &&
 	     (nidle = sample_pings(c, idle, n, cap, NULL, NULL)) > 0 &&
 	     sample_roundtrips(c, true, widle, nw / 10, cap, NULL, NULL) > 0 &&
-	     (nwidle = sample_roundtrips(c, true, widle, nw, cap, NULL,
-					 NULL)) > 0;
+	     (nwidle = sample_roundtrips(c, true, widle, nw, cap, NULL, NULL)) >
+		     0;
 	if (!ok || pipe2(start, O_CLOEXEC) != 0) {
 		bench_error("scaling: latency client failed");
 		goto out;
@@ -541,15 +544,15 @@ static void latency_under_flood(void)
 			flooder((int)forked, start[0]);
 		}
 	}
-	for (int i = 0; i < 3000 &&
-			(size_t)atomic_load(&sh->ready) < forked; i++)
+	for (int i = 0; i < 3000 && (size_t)atomic_load(&sh->ready) < forked;
+	     i++)
 		usleep(10000);
 	bench_progress("scaling: latency client under %d flooders",
 		       FLOOD_CLIENTS);
 	close(start[1]);
 	close(start[0]);
 	t0 = bench_now_ns();
-	usleep(50000);	/* let the flood build up */
+	usleep(50000); /* let the flood build up */
 	nbusy = sample_pings(c, busy, n, cap, have_echo ? &echo : NULL, ebusy);
 	nwbusy = sample_roundtrips(c, true, wbusy, nw, cap, NULL, NULL);
 	ok = nbusy > 0 && nwbusy > 0;
@@ -579,20 +582,20 @@ static void latency_under_flood(void)
 	if (have_echo)
 		bench_add("raw echo p99 under the same flood",
 			  bench_percentile(ebusy, nbusy, 99) / 1e3, "us",
-			  idle50, bench_percentile(ebusy, nbusy, 99) / 1e3 /
-					  idle50,
+			  idle50,
+			  bench_percentile(ebusy, nbusy, 99) / 1e3 / idle50,
 			  TARGET_NONE, 0);
 	{
 		double w50 = bench_percentile(widle, nwidle, 50) / 1e3;
 		double b50 = bench_percentile(wbusy, nwbusy, 50) / 1e3;
 		double b99 = bench_percentile(wbusy, nwbusy, 99) / 1e3;
 
-		bench_add("latency spin+sync idle p50", w50, "us", NAN,
-			  NAN, TARGET_NONE, 0);
-		bench_add("latency spin+sync p50 under 16 flooders", b50,
-			  "us", w50, b50 / w50, TARGET_NONE, 0);
-		bench_add("latency spin+sync p99 under 16 flooders", b99,
-			  "us", w50, b99 / w50, TARGET_NONE, 0);
+		bench_add("latency spin+sync idle p50", w50, "us", NAN, NAN,
+			  TARGET_NONE, 0);
+		bench_add("latency spin+sync p50 under 16 flooders", b50, "us",
+			  w50, b50 / w50, TARGET_NONE, 0);
+		bench_add("latency spin+sync p99 under 16 flooders", b99, "us",
+			  w50, b99 / w50, TARGET_NONE, 0);
 	}
 	bench_add("flood throughput (16 x spin(0) x256)",
 		  (double)flood_ops * 1e9 / (double)flood_ns, "op/s", NAN, NAN,

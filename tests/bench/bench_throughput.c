@@ -75,7 +75,8 @@ int bench_spin_batches(struct gpucmd_conn *c, size_t nops, size_t depth,
 		bool more = bench_now_ns() < end;
 
 		while (more && inflight < depth) {
-			rc = submit_spins(c, nops, &ids[(head + inflight) % depth]);
+			rc = submit_spins(c, nops,
+					  &ids[(head + inflight) % depth]);
 			if (rc != 0)
 				goto out;
 			inflight++;
@@ -194,8 +195,7 @@ void bench_throughput(void)
 			/* The "GPU" of the host backend, for the profile. */
 			snprintf(name, sizeof(name),
 				 "spin(0) x%zu: host stream CPU/op", n);
-			bench_add(name, dev_op, "us", NAN, NAN, TARGET_NONE,
-				  0);
+			bench_add(name, dev_op, "us", NAN, NAN, TARGET_NONE, 0);
 		}
 	}
 	gpucmd_close(c);

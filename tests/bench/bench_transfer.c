@@ -68,13 +68,15 @@ int bench_xfer_setup(struct bench_xfer *x, uint64_t device_bytes,
 	}
 	if (bench_run_ok(b, what) != 0)
 		return -1;
-	if (gpucmd_region_create(x->c, XFER_SRC_REGION, region_bytes, &p) != 0) {
+	if (gpucmd_region_create(x->c, XFER_SRC_REGION, region_bytes, &p) !=
+	    0) {
 		bench_error("%s: cannot create a region of %zu bytes", x->who,
 			    region_bytes);
 		return -1;
 	}
 	x->src_region = p;
-	if (gpucmd_region_create(x->c, XFER_DST_REGION, region_bytes, &p) != 0) {
+	if (gpucmd_region_create(x->c, XFER_DST_REGION, region_bytes, &p) !=
+	    0) {
 		bench_error("%s: cannot create a region of %zu bytes", x->who,
 			    region_bytes);
 		return -1;
@@ -146,7 +148,8 @@ int bench_xfer_read(struct bench_xfer *x, enum bench_xfer_way way, size_t len,
 	} else if (got != len ||
 		   (check != NULL && memcmp(data, check, len) != 0)) {
 		bench_error("%s: %zu bytes read back differ from what "
-			    "was written", x->who, len);
+			    "was written",
+			    x->who, len);
 		rc = GPUCMD_EPROTO;
 	}
 	gpucmd_response_free(r);
@@ -334,8 +337,8 @@ static bool measure(struct bench_xfer *x, enum bench_xfer_way way, size_t len,
 			double secs = bench_median(tw, reps);
 
 			bench_size_name(sz, sizeof(sz), len);
-			snprintf(name, sizeof(name),
-				 "write inline borrowed %s", sz);
+			snprintf(name, sizeof(name), "write inline borrowed %s",
+				 sz);
 			bench_add(name, (double)len / secs / 1e9, "GB/s",
 				  (double)len / floor / 1e9, floor / secs,
 				  TARGET_NONE, 0);
@@ -351,8 +354,8 @@ static bool measure(struct bench_xfer *x, enum bench_xfer_way way, size_t len,
 void bench_transfer(void)
 {
 	/* Every size both ways fit; the largest of each comes on top. */
-	static const size_t common[] = { 4 * KIB, 64 * KIB, 256 * KIB, MIB,
-					 4 * MIB, 16 * MIB };
+	static const size_t common[] = { 4 * KIB, 64 * KIB, 256 * KIB,
+					 MIB,	  4 * MIB,  16 * MIB };
 	size_t sizes[16], nsizes = 0, inline_max, region_max, max;
 	struct bench_xfer x = { bench_connect("bench-transfer"), "transfer",
 				NULL, NULL };
@@ -362,7 +365,8 @@ void bench_transfer(void)
 		return;
 	inline_max = gpucmd_info(x.c)->max_frame_bytes;
 	inline_max = inline_max > XFER_FRAME_SLACK + 4 * KIB ?
-			     inline_max - XFER_FRAME_SLACK : 4 * KIB;
+			     inline_max - XFER_FRAME_SLACK :
+			     4 * KIB;
 	inline_max -= inline_max % (4 * KIB);
 	region_max = bench.quick ? 64 * MIB : 256 * MIB;
 	max = inline_max > region_max ? inline_max : region_max;

@@ -34,9 +34,8 @@ char **bench_notes;
 size_t bench_nnotes;
 int bench_errors;
 
-void bench_add(const char *name, double value, const char *unit,
-	       double floor, double ratio, enum bench_target target,
-	       double goal)
+void bench_add(const char *name, double value, const char *unit, double floor,
+	       double ratio, enum bench_target target, double goal)
 {
 	struct bench_row *r;
 
@@ -320,7 +319,7 @@ int bench_cpu_read(pid_t pid, struct bench_cpu *out)
 		snprintf(tdir, sizeof(tdir), "/proc/%d/task/%s", (int)pid,
 			 de->d_name);
 		if (thread_cpu_ns(tdir, &ns, comm, sizeof(comm)) != 0)
-			continue;	/* a thread that just ended */
+			continue; /* a thread that just ended */
 		if (strcmp(comm, "gpucmd-stream") == 0)
 			out->streams_ns += ns;
 		else
@@ -363,8 +362,8 @@ static unsigned echo_spin_us(void)
 	if (spin_us < 0) {
 		const char *env = getenv("GPUCMD_SPIN_US");
 
-		spin_us = env != NULL && env[0] != '\0' ? atoi(env)
-						       : SPIN_DEFAULT_US;
+		spin_us = env != NULL && env[0] != '\0' ? atoi(env) :
+							  SPIN_DEFAULT_US;
 		if (spin_us < 0)
 			spin_us = 0;
 	}
@@ -431,7 +430,7 @@ static void __attribute__((noreturn)) echo_child(struct bench_echo *e)
 		own = malloc(e->copy_len);
 		if (own == NULL)
 			_exit(1);
-		memset(own, 0, e->copy_len);	/* faulted in, as device memory */
+		memset(own, 0, e->copy_len); /* faulted in, as device memory */
 	}
 	while (read_all(3, e->req, e->req_len, echo_watch_us(e)) == 0) {
 		if (own != NULL) {
@@ -509,8 +508,7 @@ int bench_echo_start_spinning(struct bench_echo *e, size_t req_len,
 }
 
 int bench_echo_start_copying(struct bench_echo *e, size_t req_len,
-			     size_t resp_len, const void *src,
-			     size_t copy_len)
+			     size_t resp_len, const void *src, size_t copy_len)
 {
 	return echo_start(e, req_len, resp_len, true, src, copy_len);
 }
@@ -525,7 +523,7 @@ int bench_echo_roundtrip(struct bench_echo *e)
 void bench_echo_stop(struct bench_echo *e)
 {
 	if (e->pid > 0) {
-		close(e->fd);	/* the child sees EOF and leaves */
+		close(e->fd); /* the child sees EOF and leaves */
 		waitpid(e->pid, NULL, 0);
 		e->pid = 0;
 	}

@@ -156,7 +156,8 @@ reaped:
 	own_daemon = 0;
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		bench_error("gpucmdd did not exit cleanly after SIGTERM "
-			    "(status %d)", status);
+			    "(status %d)",
+			    status);
 		show_log();
 	}
 }
@@ -325,7 +326,7 @@ struct machine {
 	char backend[16];
 	char device[128];
 	char date[32];
-	double load[2];		/* 1-minute load average before, after */
+	double load[2]; /* 1-minute load average before, after */
 };
 
 static void machine_read(struct machine *m)
@@ -451,10 +452,11 @@ static void print_table(const struct machine *m)
 	size_t met = 0, targets = 0;
 
 	printf("gpucmd-bench %s (%s run): %s, %ld cores, %s\n",
-	       GPUCMD_VERSION_STRING, bench.quick ? "quick" : "default",
-	       m->cpu, m->cores, m->kernel);
+	       GPUCMD_VERSION_STRING, bench.quick ? "quick" : "default", m->cpu,
+	       m->cores, m->kernel);
 	printf("daemon backend: %s (%s); load average %.2f before, %.2f "
-	       "after\n\n", m->backend, m->device, m->load[0], m->load[1]);
+	       "after\n\n",
+	       m->backend, m->device, m->load[0], m->load[1]);
 	printf("%-40s %14s %-8s %10s %9s %-22s %s\n", "name", "value", "unit",
 	       "floor", "ratio", "target", "met");
 	for (size_t i = 0; i < bench_nrows; i++) {
@@ -472,10 +474,13 @@ static void print_table(const struct machine *m)
 		}
 		printf("%-40s %14s %-8s %10s %9s %-22s %s\n", r->name, v,
 		       r->unit, fl, ra, t,
-		       r->target == TARGET_NONE ? "-" : ok ? "yes" : "no");
+		       r->target == TARGET_NONE ? "-" :
+		       ok			? "yes" :
+						  "no");
 	}
 	printf("\n%zu of %zu targets met.  ratio = value / floor; rows without "
-	       "a target are there to watch.\n", met, targets);
+	       "a target are there to watch.\n",
+	       met, targets);
 	for (size_t i = 0; i < bench_nnotes; i++)
 		printf("note: %s\n", bench_notes[i]);
 }
@@ -623,8 +628,10 @@ int main(int argc, char **argv)
 			if (strcmp(optarg, "host") != 0 &&
 			    strcmp(optarg, "cuda") != 0 &&
 			    strcmp(optarg, "auto") != 0) {
-				fprintf(stderr, "gpucmd-bench: unknown backend "
-					"'%s' (host, cuda or auto)\n", optarg);
+				fprintf(stderr,
+					"gpucmd-bench: unknown backend "
+					"'%s' (host, cuda or auto)\n",
+					optarg);
 				return 2;
 			}
 			bench.backend = optarg;
@@ -654,8 +661,10 @@ int main(int argc, char **argv)
 			if (strstr(scenarios[i].name, bench.only) != NULL)
 				break;
 		if (i == nscen) {
-			fprintf(stderr, "gpucmd-bench: no scenario matches "
-				"--only '%s'\n", bench.only);
+			fprintf(stderr,
+				"gpucmd-bench: no scenario matches "
+				"--only '%s'\n",
+				bench.only);
 			usage(stderr);
 			return 2;
 		}
@@ -670,7 +679,8 @@ int main(int argc, char **argv)
 
 	machine_read(&m);
 	if (bench.socket == NULL) {
-		bench_progress("starting gpucmdd (--backend %s)", bench.backend);
+		bench_progress("starting gpucmdd (--backend %s)",
+			       bench.backend);
 		if (start_daemon() != 0) {
 			stop_daemon();
 			remove_private_files();

@@ -89,30 +89,30 @@
 struct fake_range {
 	uintptr_t base;
 	size_t size;
-	bool host_alloc;	/* from cuMemHostAlloc (else registered) */
+	bool host_alloc; /* from cuMemHostAlloc (else registered) */
 	struct fake_range *next;
 };
 
 struct CUctx_st {
-	int refs;		/* primary context retains */
+	int refs; /* primary context retains */
 };
 
 /* A kernel the fake knows how to run: its argument kinds and its body. */
 struct fake_kernel {
 	const char *name;
-	const char *signature;	/* 'p' pointer, 'u' u32, 'U' u64, 'f' f32 */
+	const char *signature; /* 'p' pointer, 'u' u32, 'U' u64, 'f' f32 */
 	CUresult (*run)(const uint64_t *args);
 };
 
 struct CUfunc_st {
-	const struct fake_kernel *kernel;	/* NULL: launches do nothing */
+	const struct fake_kernel *kernel; /* NULL: launches do nothing */
 	int max_dynamic_shared;
-	struct CUfunc_st *next;			/* in its module */
+	struct CUfunc_st *next; /* in its module */
 	char name[];
 };
 
 struct CUmod_st {
-	char *ptx;		/* the PTX text; NULL for a binary image */
+	char *ptx; /* the PTX text; NULL for a binary image */
 	struct CUfunc_st *functions;
 };
 
@@ -168,7 +168,7 @@ struct fake_op {
 		} event;
 		CUgraphExec graph;
 	} u;
-	void *bounce;		/* staged pageable source, freed after */
+	void *bounce; /* staged pageable source, freed after */
 };
 
 struct CUgraph_st {
@@ -177,13 +177,13 @@ struct CUgraph_st {
 
 struct CUgraphExec_st {
 	struct fake_op *ops;
-	int launches;		/* queued or running */
-	bool destroyed;		/* freed when the last launch ends */
+	int launches;	/* queued or running */
+	bool destroyed; /* freed when the last launch ends */
 };
 
 struct CUevent_st {
 	unsigned int flags;
-	unsigned long recorded;	/* records enqueued */
+	unsigned long recorded; /* records enqueued */
 	unsigned long done;	/* records the stream reached */
 	bool captured;		/* last recorded during a capture */
 	struct timespec when;
@@ -193,18 +193,18 @@ struct CUstream_st {
 	pthread_t thread;
 	pthread_cond_t wake;
 	struct fake_op *head, *tail;
-	struct CUgraph_st *capture;	/* non-NULL while capturing */
+	struct CUgraph_st *capture; /* non-NULL while capturing */
 };
 
 static struct {
 	pthread_mutex_t lock;
-	pthread_cond_t changed;	/* an op ended: pending, events */
+	pthread_cond_t changed; /* an op ended: pending, events */
 	bool initialized;
 	size_t total;
 	size_t used;
 	struct fake_range *device;
 	struct fake_range *host;
-	unsigned long pending;	/* ops queued on every stream, not yet done */
+	unsigned long pending; /* ops queued on every stream, not yet done */
 	CUstream null_stream;
 	/*
 	 * Destroyed streams' threads: exiting counts those told to end that
@@ -253,31 +253,35 @@ static CUresult fake_enter(const char *call, bool need_ctx)
 	if (!fake.initialized)
 		return FAKE_ERROR_NOT_INITIALIZED;
 	if (fake_in_callback) {
-		fprintf(stderr, "fakecuda: %s called from a stream callback or "
-			"host function, which the driver forbids\n", call);
+		fprintf(stderr,
+			"fakecuda: %s called from a stream callback or "
+			"host function, which the driver forbids\n",
+			call);
 		return CUDA_ERROR_NOT_PERMITTED;
 	}
 	if (need_ctx && fake_current == NULL) {
-		fprintf(stderr, "fakecuda: %s called on a thread with no "
-			"current context\n", call);
+		fprintf(stderr,
+			"fakecuda: %s called on a thread with no "
+			"current context\n",
+			call);
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
 	sticky = fake_sticky_get();
 	return sticky;
 }
 
-#define FAKE_ENTER(need_ctx)						\
-	do {								\
-		CUresult enter_ = fake_enter(__func__, (need_ctx));	\
-		if (enter_ != CUDA_SUCCESS)				\
-			return enter_;					\
+#define FAKE_ENTER(need_ctx)                                        \
+	do {                                                        \
+		CUresult enter_ = fake_enter(__func__, (need_ctx)); \
+		if (enter_ != CUDA_SUCCESS)                         \
+			return enter_;                              \
 	} while (0)
 
 /* ---- ranges ------------------------------------------------------------ */
 
 /* The range of list holding [p, p + n), or NULL.  Under the lock. */
-static struct fake_range *fake_range_find(struct fake_range *list,
-					  uintptr_t p, size_t n)
+static struct fake_range *fake_range_find(struct fake_range *list, uintptr_t p,
+					  size_t n)
 {
 	for (struct fake_range *r = list; r; r = r->next)
 		if (p >= r->base && p - r->base <= r->size &&
@@ -501,9 +505,10 @@ static void fake_op_run(struct fake_op *op)
 			break;
 		r = op->u.kernel.fn->kernel->run(op->u.kernel.args);
 		if (r != CUDA_SUCCESS) {
-			fprintf(stderr, "fakecuda: kernel %s faulted (%d): the "
-				"context is lost\n", op->u.kernel.fn->name,
-				(int)r);
+			fprintf(stderr,
+				"fakecuda: kernel %s faulted (%d): the "
+				"context is lost\n",
+				op->u.kernel.fn->name, (int)r);
 			fake_sticky_set(r);
 		}
 		break;
@@ -561,7 +566,8 @@ static void *fake_stream_main(void *arg)
 			exit = true;
 			break;
 		case FAKE_OP_RECORD:
-			clock_gettime(CLOCK_MONOTONIC, &op->u.event.event->when);
+			clock_gettime(CLOCK_MONOTONIC,
+				      &op->u.event.event->when);
 			if (op->u.event.seq > op->u.event.event->done)
 				op->u.event.event->done = op->u.event.seq;
 			break;
@@ -693,10 +699,10 @@ static CUresult fake_wait_stream(CUstream s)
 
 FAKE_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
 {
-#define FAKE_NAME(name, value)						\
-	if (error == (value)) {						\
-		*pStr = #name;						\
-		return CUDA_SUCCESS;					\
+#define FAKE_NAME(name, value)       \
+	if (error == (value)) {      \
+		*pStr = #name;       \
+		return CUDA_SUCCESS; \
 	}
 	CUDA_API_RESULTS(FAKE_NAME)
 #undef FAKE_NAME
@@ -939,8 +945,7 @@ FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 }
 
 /* Unlink the range of list that starts at p; NULL when none does. */
-static struct fake_range *fake_range_take(struct fake_range **list,
-					  uintptr_t p)
+static struct fake_range *fake_range_take(struct fake_range **list, uintptr_t p)
 {
 	for (struct fake_range **rp = list; *rp; rp = &(*rp)->next) {
 		struct fake_range *r = *rp;
@@ -966,8 +971,10 @@ FAKE_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
 		fake.used -= r->size;
 	pthread_mutex_unlock(&fake.lock);
 	if (!r) {
-		fprintf(stderr, "fakecuda: cuMemFree of %#llx, which is not "
-			"an allocation\n", (unsigned long long)dptr);
+		fprintf(stderr,
+			"fakecuda: cuMemFree of %#llx, which is not "
+			"an allocation\n",
+			(unsigned long long)dptr);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	munmap((void *)r->base, r->size);
@@ -1077,8 +1084,8 @@ FAKE_EXPORT CUresult cuMemHostUnregister(void *p)
 /* ---- copies ------------------------------------------------------------ */
 
 /* Queue a linear copy; src_host/dst_host say which side is host memory. */
-static CUresult fake_copy(void *dst, const void *src, size_t n,
-			  bool dst_host, bool src_host, CUstream s)
+static CUresult fake_copy(void *dst, const void *src, size_t n, bool dst_host,
+			  bool src_host, CUstream s)
 {
 	struct fake_op *op;
 	bool capturing = fake_capturing(s);
@@ -1165,7 +1172,8 @@ FAKE_EXPORT CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream hStream)
 		      (const char *)c->srcHost :
 		      (const char *)(uintptr_t)c->srcDevice;
 	dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ?
-		      (char *)c->dstHost : (char *)(uintptr_t)c->dstDevice;
+		      (char *)c->dstHost :
+		      (char *)(uintptr_t)c->dstDevice;
 	src += c->srcY * c->srcPitch + c->srcXInBytes;
 	dst += c->dstY * c->dstPitch + c->dstXInBytes;
 	ss = fake_span(c->srcPitch, c->WidthInBytes, c->Height);
@@ -1296,7 +1304,7 @@ FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent,
 	if (captured)
 		return CUDA_ERROR_CAPTURED_EVENT;
 	if (seq == 0)
-		return CUDA_SUCCESS;	/* never recorded: nothing to wait for */
+		return CUDA_SUCCESS; /* never recorded: nothing to wait for */
 	op = fake_op_new(FAKE_OP_WAIT);
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1572,11 +1580,12 @@ FAKE_EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart,
 	else if (hStart->done < hStart->recorded || hEnd->done < hEnd->recorded)
 		r = CUDA_ERROR_NOT_READY;
 	else
-		*pMilliseconds =
-			(float)((double)(hEnd->when.tv_sec - hStart->when.tv_sec) *
-					1e3 +
-				(double)(hEnd->when.tv_nsec -
-					 hStart->when.tv_nsec) / 1e6);
+		*pMilliseconds = (float)((double)(hEnd->when.tv_sec -
+						  hStart->when.tv_sec) *
+						 1e3 +
+					 (double)(hEnd->when.tv_nsec -
+						  hStart->when.tv_nsec) /
+						 1e6);
 	pthread_mutex_unlock(&fake.lock);
 	return r;
 }
@@ -1751,15 +1760,11 @@ FAKE_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex,
 }
 #endif /* FAKECUDA_NO_PARAM_INFO */
 
-FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
-				    unsigned int gridDimY,
-				    unsigned int gridDimZ,
-				    unsigned int blockDimX,
-				    unsigned int blockDimY,
-				    unsigned int blockDimZ,
-				    unsigned int sharedMemBytes,
-				    CUstream hStream, void **kernelParams,
-				    void **extra)
+FAKE_EXPORT CUresult cuLaunchKernel(
+	CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+	unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+	unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+	void **kernelParams, void **extra)
 {
 	struct fake_op *op;
 	const char *sig;
@@ -1789,10 +1794,13 @@ FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
 	    getenv("FAKECUDA_FAULT_AT_LAUNCH") != NULL) {
 		const char *code = getenv("FAKECUDA_FAULT_CODE");
 
-		fprintf(stderr, "fakecuda: kernel %s faulted at launch: the "
-			"context is lost\n", f->name);
+		fprintf(stderr,
+			"fakecuda: kernel %s faulted at launch: the "
+			"context is lost\n",
+			f->name);
 		fake_sticky_set(code != NULL && atoi(code) > 0 ?
-				(CUresult)atoi(code) : CUDA_ERROR_LAUNCH_FAILED);
+					(CUresult)atoi(code) :
+					CUDA_ERROR_LAUNCH_FAILED);
 		return CUDA_SUCCESS;
 	}
 	op = fake_op_new(FAKE_OP_KERNEL);

@@ -29,13 +29,13 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-#define expect(cond)                                                        \
-	do {                                                                \
-		if (!(cond)) {                                              \
+#define expect(cond)                                                          \
+	do {                                                                  \
+		if (!(cond)) {                                                \
 			fprintf(stderr, "fuzz_config: %s:%d: %s\n", __FILE__, \
-				__LINE__, #cond);                           \
-			abort();                                            \
-		}                                                           \
+				__LINE__, #cond);                             \
+			abort();                                              \
+		}                                                             \
 	} while (0)
 
 static int memfd = -1;
@@ -68,7 +68,8 @@ static void check_limits(const struct config *c)
 	expect(c->backend == CONFIG_BACKEND_AUTO ||
 	       c->backend == CONFIG_BACKEND_HOST ||
 	       c->backend == CONFIG_BACKEND_CUDA);
-	expect(c->log_level >= LOG_LEVEL_ERR && c->log_level <= LOG_LEVEL_DEBUG);
+	expect(c->log_level >= LOG_LEVEL_ERR &&
+	       c->log_level <= LOG_LEVEL_DEBUG);
 	expect(strcmp(c->layout, "subslices") == 0 ||
 	       strcmp(c->layout, "exclusive") == 0);
 	expect(memchr(c->socket_path, '\0', sizeof(c->socket_path)) != NULL);
@@ -141,7 +142,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			for (uint32_t j = 0; j < i; j++)
 				expect(strcmp(cfg.services[i].name,
 					      cfg.services[j].name) != 0);
-			expect(config_find_service(&cfg, cfg.services[i].name) ==
+			expect(config_find_service(&cfg,
+						   cfg.services[i].name) ==
 			       &cfg.services[i]);
 		}
 		expect(config_copy(&copy, &cfg) == 0);

@@ -77,23 +77,24 @@ const char *__asan_default_options(void)
 	return "allocator_may_return_null=1";
 }
 
-#define expect(cond)                                                         \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			fprintf(stderr, "fuzz_dispatch: %s:%d: %s\n",        \
-				__FILE__, __LINE__, #cond);                  \
-			abort();                                             \
-		}                                                            \
+#define expect(cond)                                                  \
+	do {                                                          \
+		if (!(cond)) {                                        \
+			fprintf(stderr, "fuzz_dispatch: %s:%d: %s\n", \
+				__FILE__, __LINE__, #cond);           \
+			abort();                                      \
+		}                                                     \
 	} while (0)
-#define expectf(cond, ...)                                                   \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			fprintf(stderr, "fuzz_dispatch: %s:%d: %s: ",        \
-				__FILE__, __LINE__, #cond);                  \
-			fprintf(stderr, __VA_ARGS__);                        \
-			fputc('\n', stderr);                                 \
-			abort();                                             \
-		}                                                            \
+#define expectf(cond, ...)                                              \
+	do {                                                            \
+		if (!(cond)) {                                          \
+			fprintf(stderr,                                 \
+				"fuzz_dispatch: %s:%d: %s: ", __FILE__, \
+				__LINE__, #cond);                       \
+			fprintf(stderr, __VA_ARGS__);                   \
+			fputc('\n', stderr);                            \
+			abort();                                        \
+		}                                                       \
 	} while (0)
 
 #define HOST_MEMORY (64u << 20)
@@ -102,11 +103,11 @@ const char *__asan_default_options(void)
 #define MAX_HANDLES 8
 #define MAX_BATCHES 32
 #define MAX_OPS 64
-#define MAX_READ_TOTAL (64u << 20)	/* read bytes per input */
-#define MAX_WRITE_TOTAL (4u << 20)	/* write bytes per input */
+#define MAX_READ_TOTAL (64u << 20) /* read bytes per input */
+#define MAX_WRITE_TOTAL (4u << 20) /* write bytes per input */
 #define MAX_SPIN_USEC 1000u
-#define MAX_SPIN_TOTAL_USEC 2000000u	/* per input, replays counted */
-#define MODEL_MAX_SIZE (1u << 20)	/* larger buffers: no data model */
+#define MAX_SPIN_TOTAL_USEC 2000000u /* per input, replays counted */
+#define MODEL_MAX_SIZE (1u << 20)    /* larger buffers: no data model */
 #define WAIT_SECONDS 30
 
 /* ---- the executors and their callbacks ------------------------------------ */
@@ -116,8 +117,8 @@ struct fconn {
 	struct service *svc;
 	bool used;
 	bool closed;
-	uint32_t replies;		/* response frames */
-	uint32_t completions;		/* completed=true */
+	uint32_t replies;     /* response frames */
+	uint32_t completions; /* completed=true */
 	uint32_t submitted;
 	Gpucmd__Frame *responses[MAX_BATCHES];
 	uint32_t nresponses;
@@ -131,7 +132,7 @@ struct fconn {
  * other executor would be run by the first one.
  */
 static struct executor *executors[2];
-static unsigned ex_index;	/* the current input's */
+static unsigned ex_index; /* the current input's */
 static struct config cfg;
 static struct fconn conns[2];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -178,7 +179,8 @@ static void on_reply(void *conn, uint8_t *buf, size_t len,
 		f = frame_decode(buf + FRAME_HEADER_SIZE, h.length);
 		expect(f != NULL);
 		expect(f->msg_case == GPUCMD__FRAME__MSG_RESPONSE);
-		expectf(c->nresponses < MAX_BATCHES && c->nresponses < c->submitted,
+		expectf(c->nresponses < MAX_BATCHES &&
+				c->nresponses < c->submitted,
 			"more responses (%u) than batches (%u)",
 			c->nresponses + 1, c->submitted);
 		c->responses[c->nresponses++] = f;
@@ -322,30 +324,57 @@ static const uint64_t handle_ids[] = {
 };
 static const uint32_t stream_ids[] = { 0, 1, 2, 3, 4, UINT32_MAX };
 static const uint64_t sizes[] = {
-	0, 1, 2, 3, 4, 5, 7, 8, 12, 16, 64, 100, 256, 1000, 4096, 4097,
-	65536, 1u << 20, 4u << 20, 16u << 20, 64u << 20, (64u << 20) + 1,
-	1ull << 32, UINT64_MAX, UINT64_MAX - 4095, 1ull << 63,
+	0,
+	1,
+	2,
+	3,
+	4,
+	5,
+	7,
+	8,
+	12,
+	16,
+	64,
+	100,
+	256,
+	1000,
+	4096,
+	4097,
+	65536,
+	1u << 20,
+	4u << 20,
+	16u << 20,
+	64u << 20,
+	(64u << 20) + 1,
+	1ull << 32,
+	UINT64_MAX,
+	UINT64_MAX - 4095,
+	1ull << 63,
 };
 static const uint64_t offsets[] = {
-	0, 1, 2, 3, 4, 8, 16, 100, 255, 256, 4096, 65535, 1u << 20,
-	UINT64_MAX, UINT64_MAX - 3, 1ull << 63,
+	0,	    1,	   2,	     3,		 4,
+	8,	    16,	   100,	     255,	 256,
+	4096,	    65535, 1u << 20, UINT64_MAX, UINT64_MAX - 3,
+	1ull << 63,
 };
 static const uint32_t u32s[] = {
-	0, 1, 2, 3, 4, 16, 64, 256, 1024, 4096, 1u << 18, 1u << 20, 1u << 30,
-	UINT32_MAX,
+	0,   1,	   2,	 3,	   4,	     16,       64,
+	256, 1024, 4096, 1u << 18, 1u << 20, 1u << 30, UINT32_MAX,
 };
 static const uint32_t dims[] = {
-	1, 1, 1, 2, 32, 0, 1024, 1025, 64, 65, 65535, 65536, 0x7fffffffu,
-	UINT32_MAX,
+	1,    1,  1,  2,     32,    0,		 1024,
+	1025, 64, 65, 65535, 65536, 0x7fffffffu, UINT32_MAX,
 };
 static const uint32_t spins[] = { 0, 1, 10, 100, MAX_SPIN_USEC };
 
 static const float f32s[] = { 0.0f, 1.0f, -1.0f, 2.5f, NAN, INFINITY };
-static const uint32_t shared_sizes[] = { 0, 1024, 48u << 10, 1u << 20, UINT32_MAX };
-static const uint64_t cpu_sizes[] = { 0, 1, 4096, 1u << 20, UINT64_MAX, 1ull << 62 };
+static const uint32_t shared_sizes[] = { 0, 1024, 48u << 10, 1u << 20,
+					 UINT32_MAX };
+static const uint64_t cpu_sizes[] = { 0,	1,	    4096,
+				      1u << 20, UINT64_MAX, 1ull << 62 };
 static const char *const kernel_names[] = {
-	"fill_u32", "copy", "add_f32", "scale_f32", "saxpy_f32",
-	"reduce_sum_f32", "spin", "fault", "nope", "",
+	"fill_u32",	  "copy", "add_f32", "scale_f32", "saxpy_f32",
+	"reduce_sum_f32", "spin", "fault",   "nope",	  "",
 };
 static const char *const kernel_sigs[] = {
 	"Buu", "BbU", "Bbbu", "Bfu", "Bbfu", "Bbu", "u", "", "", "",
@@ -358,26 +387,28 @@ static const char *const svc_names[2][4] = {
 	{ "", "fuzzA", "fuzzB", "nobody" },
 	{ "", "fuzzA1", "fuzzB1", "nobody" },
 };
-static const char *const presets[] = { "subslices", "exclusive", "custom", "bogus" };
-static const char *const pool_kinds[] = { "sliced", "exclusive", "direct", "?" };
+static const char *const presets[] = { "subslices", "exclusive", "custom",
+				       "bogus" };
+static const char *const pool_kinds[] = { "sliced", "exclusive", "direct",
+					  "?" };
 
 /* What the interpreter plans; the model checks what really happened. */
 #define MAX_FDS 8
 
 /* A descriptor to pass with a region_attach, made at submit time. */
 enum fd_kind {
-	FD_SEALED,		/* memfd sealed against shrinking, as announced */
-	FD_LARGER,		/* sealed, larger than announced */
-	FD_UNSEALED,		/* memfd without seals */
-	FD_SMALLER,		/* sealed, smaller than announced */
-	FD_PIPE,		/* not a memfd at all */
-	FD_WRITE_SEALED,	/* sealed against writes too: cannot be mapped */
+	FD_SEALED,	 /* memfd sealed against shrinking, as announced */
+	FD_LARGER,	 /* sealed, larger than announced */
+	FD_UNSEALED,	 /* memfd without seals */
+	FD_SMALLER,	 /* sealed, smaller than announced */
+	FD_PIPE,	 /* not a memfd at all */
+	FD_WRITE_SEALED, /* sealed against writes too: cannot be mapped */
 	FD_KINDS
 };
 
 struct fd_spec {
 	uint8_t kind;
-	uint64_t size;		/* what the attach announces */
+	uint64_t size; /* what the attach announces */
 };
 
 struct plan {
@@ -468,7 +499,7 @@ static Gpucmd__CopyLayout *layout(struct plan *p, struct reader *r,
 		return NULL;
 	gpucmd__copy_layout__init(l);
 	if (how & 0x80)
-		rank = (how >> 3) % 10;	/* 0 and over COMMAND_MAX_RANK too */
+		rank = (how >> 3) % 10; /* 0 and over COMMAND_MAX_RANK too */
 	l->shape = arena_get(&p->arena, (rank + 1) * sizeof(uint64_t));
 	l->strides = arena_get(&p->arena, (rank + 1) * sizeof(uint64_t));
 	if (l->shape == NULL || l->strides == NULL)
@@ -514,7 +545,7 @@ static void kernel(struct plan *p, struct reader *r, Gpucmd__Op *op)
 	op->kernel = k;
 	k->name = (char *)kernel_names[which];
 	if (flags & 1)
-		nargs = (nargs + 1 + (flags >> 6)) % 6;	/* a wrong count */
+		nargs = (nargs + 1 + (flags >> 6)) % 6; /* a wrong count */
 	k->n_grid = (flags & 2) ? (size_t)(rd8(r) % 5) : 1;
 	k->n_block = (flags & 2) ? (size_t)(rd8(r) % 5) : 1;
 	k->grid = arena_get(&p->arena, 5 * sizeof(uint32_t));
@@ -536,7 +567,7 @@ static void kernel(struct plan *p, struct reader *r, Gpucmd__Op *op)
 		if (arg == NULL)
 			return;
 		gpucmd__kernel_arg__init(arg);
-		if (flags & 8 && (ab & 0x80))	/* a wrong kind */
+		if (flags & 8 && (ab & 0x80)) /* a wrong kind */
 			kind = "Buifx"[ab % 5];
 		switch (kind) {
 		case 'B':
@@ -553,8 +584,10 @@ static void kernel(struct plan *p, struct reader *r, Gpucmd__Op *op)
 			if (strcmp(k->name, "spin") == 0)
 				arg->u32 = PICK(r, spins);
 			else if (have_buf && (ab & 1))
-				arg->u32 = (uint32_t)(pick_extent(r, p, first_buf,
-								  0) / 4);
+				arg->u32 =
+					(uint32_t)(pick_extent(r, p, first_buf,
+							       0) /
+						   4);
 			else
 				arg->u32 = PICK(r, u32s);
 			break;
@@ -564,15 +597,15 @@ static void kernel(struct plan *p, struct reader *r, Gpucmd__Op *op)
 			break;
 		case 'U':
 			arg->value_case = GPUCMD__KERNEL_ARG__VALUE_U64;
-			arg->u64 = have_buf ? pick_extent(r, p, first_buf, 0)
-					    : PICK(r, sizes);
+			arg->u64 = have_buf ? pick_extent(r, p, first_buf, 0) :
+					      PICK(r, sizes);
 			break;
 		case 'f':
 			arg->value_case = GPUCMD__KERNEL_ARG__VALUE_F32;
 			arg->f32 = PICK(r, f32s);
 			break;
 		default:
-			break;	/* no value at all */
+			break; /* no value at all */
 		}
 		k->args[k->n_args++] = arg;
 	}
@@ -592,7 +625,7 @@ static void install_pools(struct plan *p, struct reader *r, Gpucmd__Op *op)
 	op->op_case = GPUCMD__OP__OP_INSTALL_POOLS;
 	op->install_pools = ip;
 	if (how & 0x80)
-		return;	/* no layout: the default preset */
+		return; /* no layout: the default preset */
 	ip->layout = l;
 	l->preset = (char *)PICK(r, presets);
 	l->pools = arena_get(&p->arena, (n + 1) * sizeof(*l->pools));
@@ -646,13 +679,13 @@ static bool interpret_op(struct plan *p, struct reader *r)
 	op = new_op(p);
 	if (op == NULL)
 		return false;
-#define SUB(field, type, init, kase)                                    \
-	do {                                                            \
-		op->field = arena_get(&p->arena, sizeof(type));         \
-		if (op->field == NULL)                                  \
-			return false;                                   \
-		init(op->field);                                        \
-		op->op_case = kase;                                     \
+#define SUB(field, type, init, kase)                            \
+	do {                                                    \
+		op->field = arena_get(&p->arena, sizeof(type)); \
+		if (op->field == NULL)                          \
+			return false;                           \
+		init(op->field);                                \
+		op->op_case = kase;                             \
 	} while (0)
 	switch (code) {
 	case 0:
@@ -668,15 +701,16 @@ static bool interpret_op(struct plan *p, struct reader *r)
 		    GPUCMD__OP__OP_CREATE_WITH_DATA);
 		op->create_with_data->handle = h = PICK(r, handle_ids);
 		op->create_with_data->data = pattern(p, r, PICK(r, sizes));
-		p->planned_size[handle_slot(h)] = op->create_with_data->data.len;
+		p->planned_size[handle_slot(h)] =
+			op->create_with_data->data.len;
 		break;
 	case 2:
 		SUB(write, Gpucmd__OpWrite, gpucmd__op_write__init,
 		    GPUCMD__OP__OP_WRITE);
 		op->write->handle = h = PICK(r, handle_ids);
 		op->write->offset = pick_extent(r, p, h, 0);
-		op->write->data = pattern(p, r, pick_extent(r, p, h,
-							    op->write->offset));
+		op->write->data =
+			pattern(p, r, pick_extent(r, p, h, op->write->offset));
 		break;
 	case 3:
 		SUB(read, Gpucmd__OpRead, gpucmd__op_read__init,
@@ -725,7 +759,7 @@ static bool interpret_op(struct plan *p, struct reader *r)
 		op->write->offset = pick_extent(r, p, h, 0);
 		op->write->layout = layout(p, r, &dense);
 		if (rd8(r) & 1)
-			dense++;	/* not what the layout holds */
+			dense++; /* not what the layout holds */
 		op->write->data = pattern(p, r, dense);
 		break;
 	case 12:
@@ -734,7 +768,7 @@ static bool interpret_op(struct plan *p, struct reader *r)
 		op->read->handle = h = PICK(r, handle_ids);
 		op->read->offset = pick_extent(r, p, h, 0);
 		op->read->layout = layout(p, r, &dense);
-		op->read->length = rd8(r);	/* ignored with a layout */
+		op->read->length = rd8(r); /* ignored with a layout */
 		p->read_total += dense;
 		break;
 	case 14:
@@ -772,7 +806,8 @@ static bool interpret_op(struct plan *p, struct reader *r)
 		SUB(allocation_mode, Gpucmd__OpAllocationMode,
 		    gpucmd__op_allocation_mode__init,
 		    GPUCMD__OP__OP_ALLOCATION_MODE);
-		op->allocation_mode->mode = (Gpucmd__AllocationMode)(rd8(r) % 3);
+		op->allocation_mode->mode =
+			(Gpucmd__AllocationMode)(rd8(r) % 3);
 		break;
 	case 21:
 		install_pools(p, r, op);
@@ -805,8 +840,7 @@ static bool interpret_op(struct plan *p, struct reader *r)
 		break;
 	case 27:
 		SUB(graph_launch, Gpucmd__OpGraphLaunch,
-		    gpucmd__op_graph_launch__init,
-		    GPUCMD__OP__OP_GRAPH_LAUNCH);
+		    gpucmd__op_graph_launch__init, GPUCMD__OP__OP_GRAPH_LAUNCH);
 		op->graph_launch->graph = rd8(r) % 4;
 		break;
 	case 28:
@@ -836,7 +870,8 @@ static bool interpret_op(struct plan *p, struct reader *r)
 			uint8_t k = rd8(r);
 
 			/* Mostly good descriptors; sometimes none at all. */
-			p->fds[p->nfds].kind = k < 160 ? FD_SEALED : k % FD_KINDS;
+			p->fds[p->nfds].kind =
+				k < 160 ? FD_SEALED : k % FD_KINDS;
 			p->fds[p->nfds].size = op->region_attach->size;
 			if (k != 255)
 				p->nfds++;
@@ -857,7 +892,7 @@ static bool interpret_op(struct plan *p, struct reader *r)
 		if (op->write->region == NULL)
 			return false;
 		if (rd8(r) == 0)
-			op->write->data = pattern(p, r, 1);	/* both: refused */
+			op->write->data = pattern(p, r, 1); /* both: refused */
 		break;
 	case 35:
 		SUB(create_with_data, Gpucmd__OpCreateWithData,
@@ -878,9 +913,9 @@ static bool interpret_op(struct plan *p, struct reader *r)
 		op->read->into = region_ref(p, r);
 		if (op->read->into == NULL)
 			return false;
-		op->read->length = (rd8(r) & 1) ? op->read->into->length
-						 : pick_extent(r, p, h,
-							       op->read->offset);
+		op->read->length =
+			(rd8(r) & 1) ? op->read->into->length :
+				       pick_extent(r, p, h, op->read->offset);
 		break;
 	case 37:
 		SUB(empty, Gpucmd__OpEmpty, gpucmd__op_empty__init,
@@ -890,7 +925,7 @@ static bool interpret_op(struct plan *p, struct reader *r)
 		p->planned_size[handle_slot(h)] = op->empty->size;
 		break;
 	default:
-		break;	/* an Op with no case set */
+		break; /* an Op with no case set */
 	}
 #undef SUB
 	return r->n > 0;
@@ -900,11 +935,11 @@ static bool interpret_op(struct plan *p, struct reader *r)
 
 struct mhandle {
 	uint64_t id;
-	int owner;		/* stream index that allocated it */
+	int owner; /* stream index that allocated it */
 	bool live;
 	uint64_t size;
-	uint8_t *data;		/* NULL: no data model for it */
-	uint8_t *known;		/* 1 where data[] is the truth */
+	uint8_t *data;	/* NULL: no data model for it */
+	uint8_t *known; /* 1 where data[] is the truth */
 };
 
 struct mconn {
@@ -917,9 +952,9 @@ struct mconn {
 	 * and touches neither.
 	 */
 	uint32_t nstreams;
-	bool allocated[MAX_STREAMS + 1];	/* a reservation was made on it */
+	bool allocated[MAX_STREAMS + 1]; /* a reservation was made on it */
 	bool fault_pending[MAX_STREAMS + 1];
-	bool overflow;			/* too many ids: liveness unknown */
+	bool overflow; /* too many ids: liveness unknown */
 };
 
 static struct mhandle *mfind(struct mconn *m, uint64_t id)
@@ -1002,8 +1037,9 @@ static bool layout_rows(const Gpucmd__CopyLayout *l, uint64_t len,
 	out->height = 1;
 	for (size_t i = 0; i + 1 < l->n_shape; i++)
 		out->height *= l->shape[i];
-	out->pitch = l->n_shape > 1 ? l->strides[l->n_shape - 2] * l->elem_size
-				    : out->width;
+	out->pitch = l->n_shape > 1 ?
+			     l->strides[l->n_shape - 2] * l->elem_size :
+			     out->width;
 	return true;
 }
 
@@ -1076,8 +1112,8 @@ static void apply_kernel(struct mconn *m, const Gpucmd__OpKernel *k)
 {
 	struct mhandle *out;
 
-	if (k->n_args == 0 || k->args[0]->value_case !=
-				      GPUCMD__KERNEL_ARG__VALUE_BUFFER)
+	if (k->n_args == 0 ||
+	    k->args[0]->value_case != GPUCMD__KERNEL_ARG__VALUE_BUFFER)
 		return;
 	out = mfind(m, k->args[0]->buffer);
 	if (out == NULL || out->data == NULL)
@@ -1168,7 +1204,8 @@ static void check_result(const Gpucmd__Op *op, const Gpucmd__OpResult *res,
 		break;
 	case GPUCMD__OP__OP_RESERVE_CPU:
 		expect(res->result_case == GPUCMD__OP_RESULT__RESULT_CPU);
-		expect(res->cpu != NULL && res->cpu->size == op->reserve_cpu->size);
+		expect(res->cpu != NULL &&
+		       res->cpu->size == op->reserve_cpu->size);
 		break;
 	default:
 		expectf(res->result_case == GPUCMD__OP_RESULT__RESULT_DONE &&
@@ -1359,13 +1396,17 @@ static void check_failure(struct mconn *m, const Gpucmd__Op *op, int code,
 		if (op->op_case == GPUCMD__OP__OP_CREATE_WITH_DATA)
 			id = op->create_with_data->handle;
 		if (region)
-			break;	/* the region range is checked first */
+			break; /* the region range is checked first */
 		if (id == 0)
-			expectf(code == GPUCMD_EINVAL, "batch %zu op %zu: "
-				"handle 0 gave %d (%s)", batch, i, code, msg);
+			expectf(code == GPUCMD_EINVAL,
+				"batch %zu op %zu: "
+				"handle 0 gave %d (%s)",
+				batch, i, code, msg);
 		else if (mlive(m, id))
-			expectf(code == GPUCMD_EEXIST, "batch %zu op %zu: "
-				"live handle gave %d (%s)", batch, i, code, msg);
+			expectf(code == GPUCMD_EEXIST,
+				"batch %zu op %zu: "
+				"live handle gave %d (%s)",
+				batch, i, code, msg);
 		else
 			expectf(code != GPUCMD_EEXIST &&
 					(code != GPUCMD_ENOTFOUND || region),
@@ -1399,8 +1440,9 @@ static void trace(const Gpucmd__Request *req, const Gpucmd__Response *resp,
 		on = getenv("FUZZ_TRACE") != NULL;
 	if (!on)
 		return;
-	fprintf(stderr, "batch id %llu conn %d stream %u:",
-		(unsigned long long)req->id, conn, req->stream);
+	fprintf(stderr,
+		"batch id %llu conn %d stream %u:", (unsigned long long)req->id,
+		conn, req->stream);
 	for (size_t i = 0; i < req->n_ops; i++) {
 		const Gpucmd__Op *op = req->ops[i];
 
@@ -1465,21 +1507,23 @@ static void verify(struct mconn *m, const Gpucmd__Request *req,
 		m->fault_pending[si] = false;
 	}
 	if (code == 0) {
-		expectf(resp->n_results == n, "batch %zu: %zu results for %zu ops",
-			batch, resp->n_results, n);
+		expectf(resp->n_results == n,
+			"batch %zu: %zu results for %zu ops", batch,
+			resp->n_results, n);
 		ran = n;
 	} else if (code == GPUCMD_ESTREAM) {
 		/* Every op ran; the fault is reported at the first fence. */
 		expectf(resp->failed_index < n &&
 				is_fence_op(req->ops[resp->failed_index]),
-			"batch %zu: ESTREAM at op %u, not a read or sync", batch,
-			resp->failed_index);
+			"batch %zu: ESTREAM at op %u, not a read or sync",
+			batch, resp->failed_index);
 		for (size_t i = 0; i < resp->failed_index; i++)
 			expect(!is_fence_op(req->ops[i]));
 		expect(resp->n_results == resp->failed_index);
 		ran = n;
 	} else {
-		expectf(resp->failed_index < n || (n == 0 && resp->failed_index == 0),
+		expectf(resp->failed_index < n ||
+				(n == 0 && resp->failed_index == 0),
 			"batch %zu: failed_index %u of %zu ops", batch,
 			resp->failed_index, n);
 		expectf(resp->n_results == resp->failed_index,
@@ -1577,7 +1621,7 @@ static int count_fds(void)
 	while ((e = readdir(d)) != NULL)
 		n += e->d_name[0] != '.';
 	closedir(d);
-	return n - 1;	/* the directory's own descriptor */
+	return n - 1; /* the directory's own descriptor */
 }
 
 /* Mappings of our region memfds that are still in place. */
@@ -1597,7 +1641,7 @@ static int count_region_maps(void)
 /* ---- one input ------------------------------------------------------------ */
 
 struct planned {
-	uint8_t *frame;			/* header + body */
+	uint8_t *frame; /* header + body */
 	size_t len;
 	int conn;
 	bool wait;
@@ -1662,9 +1706,11 @@ static size_t plan_raw(struct reader *r, struct planned *out)
 			for (size_t i = 0; i < req->n_ops; i++) {
 				const Gpucmd__Op *op = req->ops[i];
 
-				if (op->op_case == GPUCMD__OP__OP_REGION_ATTACH &&
+				if (op->op_case ==
+					    GPUCMD__OP__OP_REGION_ATTACH &&
 				    out[n].nfds < MAX_FDS) {
-					out[n].fds[out[n].nfds].kind = FD_SEALED;
+					out[n].fds[out[n].nfds].kind =
+						FD_SEALED;
 					out[n].fds[out[n].nfds].size =
 						op->region_attach->size;
 					out[n].nfds++;
@@ -1674,9 +1720,11 @@ static size_t plan_raw(struct reader *r, struct planned *out)
 			f.msg_case = GPUCMD__FRAME__MSG_REQUEST;
 			f.request = req;
 			if (frame_encode(&f, &out[n].frame, &out[n].len) == 0) {
-				Gpucmd__Frame *check = frame_decode(
-					out[n].frame + FRAME_HEADER_SIZE,
-					out[n].len - FRAME_HEADER_SIZE);
+				Gpucmd__Frame *check =
+					frame_decode(out[n].frame +
+							     FRAME_HEADER_SIZE,
+						     out[n].len -
+							     FRAME_HEADER_SIZE);
 
 				/*
 				 * libprotobuf-c keeps an unknown field numbered
@@ -1729,7 +1777,7 @@ static size_t plan_ops(struct reader *r, struct planned *out)
 			n++;
 		}
 		arena_clear(&p.arena);
-		hdr = rd8(r);	/* the next batch's conn, wait and stream */
+		hdr = rd8(r); /* the next batch's conn, wait and stream */
 	}
 	return n;
 }
@@ -1799,7 +1847,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (spin_us > MAX_SPIN_TOTAL_USEC) {
 		for (size_t b = 0; b < n; b++)
 			free(pl[b].frame);
-		return 0;	/* too slow to be worth it */
+		return 0; /* too slow to be worth it */
 	}
 
 	for (int c = 0; c < 2; c++) {
@@ -1854,7 +1902,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		expectf(fc->svc->bytes_in_use == 0 && fc->svc->allocations == 0,
 			"service %s keeps %llu bytes in %llu allocations after "
 			"its connection closed",
-			fc->svc->name, (unsigned long long)fc->svc->bytes_in_use,
+			fc->svc->name,
+			(unsigned long long)fc->svc->bytes_in_use,
 			(unsigned long long)fc->svc->allocations);
 	}
 

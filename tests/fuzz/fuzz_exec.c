@@ -56,13 +56,13 @@ static FILE *fuzz_fopen(const char *path, const char *mode);
 #undef fopen
 #undef stderr
 
-#define expect(cond)                                                       \
-	do {                                                               \
-		if (!(cond)) {                                             \
+#define expect(cond)                                                        \
+	do {                                                                \
+		if (!(cond)) {                                              \
 			fprintf(stderr, "fuzz_exec: %s:%d: %s\n", __FILE__, \
-				__LINE__, #cond);                          \
-			abort();                                           \
-		}                                                          \
+				__LINE__, #cond);                           \
+			abort();                                            \
+		}                                                           \
 	} while (0)
 
 #define LABEL "fuzz"
@@ -74,7 +74,7 @@ static uint8_t big_file[65536 + 1000];
 
 static FILE *fuzz_fopen(const char *path, const char *mode)
 {
-	expect(mode[0] == 'r');	/* parsing only reads */
+	expect(mode[0] == 'r'); /* parsing only reads */
 	if (strcmp(path, "empty") == 0)
 		return fmemopen(small_file, 0, "r");
 	if (strcmp(path, "small") == 0)
@@ -82,7 +82,7 @@ static FILE *fuzz_fopen(const char *path, const char *mode)
 	if (strcmp(path, "big") == 0)
 		return fmemopen(big_file, sizeof(big_file), "r");
 	if (strcmp(path, "dir") == 0)
-		return fopen("/", mode);	/* opens; reading fails (EISDIR) */
+		return fopen("/", mode); /* opens; reading fails (EISDIR) */
 	errno = ENOENT;
 	return NULL;
 }
@@ -99,8 +99,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 /* ---- invariants --------------------------------------------------------- */
 
 /* The binding of kind whose name is the very string name (op->name). */
-static const struct binding *owner(const struct script *s,
-				   enum name_kind kind, const char *name)
+static const struct binding *owner(const struct script *s, enum name_kind kind,
+				   const char *name)
 {
 	const struct names *ns = &s->names[kind];
 
@@ -206,7 +206,7 @@ static void check_op(const struct script *s, const struct op *op)
 		if (op->layout.rank != 0) {
 			expect(layout_bytes(&op->layout, &bytes) == 0);
 			expect(bytes == (op->via == VIA_REGION ? op->rlen :
-					 op->data_len));
+								 op->data_len));
 		}
 		break;
 	case OP_READ:
@@ -278,7 +278,7 @@ static void check_op(const struct script *s, const struct op *op)
 			if (a->kind == GPUCMD_ARG_BUFFER)
 				expect(a->v.handle != 0 &&
 				       a->v.handle <=
-				       s->names[NAME_BUFFER].next_id);
+					       s->names[NAME_BUFFER].next_id);
 		}
 		break;
 	case OP_MODE:
@@ -335,7 +335,7 @@ static void check_diag(const struct script *s, int rc, const char *diag,
 	}
 	expect(len > 8 && strncmp(diag, "gpucmd: ", 8) == 0);
 	if (strncmp(diag + 8, at, strlen(at)) != 0)
-		return;	/* out of memory */
+		return; /* out of memory */
 	expect(sscanf(diag + 8 + strlen(at), "%u:%zu:", &line, &col) == 2);
 	expect(line == s->line);
 	expect(s->text != NULL);
@@ -384,7 +384,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		group_clear(&g);
 		expect(g.n == 0);
 		if (rc < 0)
-			break;	/* where gpucmd exec stops too */
+			break; /* where gpucmd exec stops too */
 	}
 
 	/* What cmd_exec frees at its end. */

@@ -30,13 +30,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define expect(cond)                                                       \
-	do {                                                               \
-		if (!(cond)) {                                             \
+#define expect(cond)                                                         \
+	do {                                                                 \
+		if (!(cond)) {                                               \
 			fprintf(stderr, "fuzz_frame: %s:%d: %s\n", __FILE__, \
-				__LINE__, #cond);                          \
-			abort();                                           \
-		}                                                          \
+				__LINE__, #cond);                            \
+			abort();                                             \
+		}                                                            \
 	} while (0)
 
 static volatile size_t sink;
@@ -228,9 +228,11 @@ static bool has_field_zero(const ProtobufCMessage *m)
 		if (fd->type != PROTOBUF_C_TYPE_MESSAGE)
 			continue;
 		if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
-			size_t n = *(const size_t *)(base + fd->quantifier_offset);
+			size_t n =
+				*(const size_t *)(base + fd->quantifier_offset);
 			ProtobufCMessage *const *arr =
-				*(ProtobufCMessage *const *const *)(base + fd->offset);
+				*(ProtobufCMessage *const *const *)(base +
+								    fd->offset);
 
 			for (size_t j = 0; j < n; j++)
 				if (has_field_zero(arr[j]))
@@ -241,7 +243,8 @@ static bool has_field_zero(const ProtobufCMessage *m)
 		    *(const uint32_t *)(base + fd->quantifier_offset) != fd->id)
 			continue;
 		if (*(ProtobufCMessage *const *)(base + fd->offset) != NULL &&
-		    has_field_zero(*(ProtobufCMessage *const *)(base + fd->offset)))
+		    has_field_zero(
+			    *(ProtobufCMessage *const *)(base + fd->offset)))
 			return true;
 	}
 	return false;
@@ -313,7 +316,8 @@ static void pieces_agree(const Gpucmd__Frame *f, const uint8_t *enc, size_t len)
 	expect(p.total == len);
 	for (size_t i = 0; i < p.n; i++) {
 		expect(at + p.v[i].len <= len);
-		expect(memcmp(frame_piece_data(&p, i), enc + at, p.v[i].len) == 0);
+		expect(memcmp(frame_piece_data(&p, i), enc + at, p.v[i].len) ==
+		       0);
 		at += p.v[i].len;
 	}
 	expect(at == len);
@@ -327,8 +331,7 @@ static void pieces_agree(const Gpucmd__Frame *f, const uint8_t *enc, size_t len)
  * least as many ops (the count also has those of requests a later one
  * replaced).
  */
-static void counts_agree(const uint8_t *buf, size_t len,
-			 const Gpucmd__Frame *f)
+static void counts_agree(const uint8_t *buf, size_t len, const Gpucmd__Frame *f)
 {
 	struct frame_request_counts c;
 	size_t attaches = 0;
@@ -344,7 +347,8 @@ static void counts_agree(const uint8_t *buf, size_t len,
 	expect(c.nops >= f->request->n_ops);
 	for (size_t i = 0; i < f->request->n_ops; i++)
 		if (f->request->ops[i]->op_case == GPUCMD__OP__OP_KERNEL)
-			expect(c.max_args >= f->request->ops[i]->kernel->n_args);
+			expect(c.max_args >=
+			       f->request->ops[i]->kernel->n_args);
 }
 
 static void body(const uint8_t *buf, size_t len)
@@ -389,8 +393,14 @@ static void body(const uint8_t *buf, size_t len)
 }
 
 static const uint32_t limits[] = {
-	0, 1, 4096, 65536, FRAME_DEFAULT_MAX_BODY, FRAME_MAX_BODY,
-	FRAME_MAX_BODY + 1, UINT32_MAX,
+	0,
+	1,
+	4096,
+	65536,
+	FRAME_DEFAULT_MAX_BODY,
+	FRAME_MAX_BODY,
+	FRAME_MAX_BODY + 1,
+	UINT32_MAX,
 };
 
 /* The header checks as frame.h describes them. */
@@ -445,7 +455,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		frame_header_unpack(data + off, &h);
 		off += FRAME_HEADER_SIZE;
 		if (h.length > size - off)
-			break;	/* truncated: the daemon waits for more */
+			break; /* truncated: the daemon waits for more */
 		body(data + off, h.length);
 		off += h.length;
 	}

@@ -38,13 +38,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define expect(cond)                                                        \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			fprintf(stderr, "fuzz_module_image: %s:%d: %s\n",   \
-				__FILE__, __LINE__, #cond);                 \
-			abort();                                            \
-		}                                                           \
+#define expect(cond)                                                      \
+	do {                                                              \
+		if (!(cond)) {                                            \
+			fprintf(stderr, "fuzz_module_image: %s:%d: %s\n", \
+				__FILE__, __LINE__, #cond);               \
+			abort();                                          \
+		}                                                         \
 	} while (0)
 
 /* Larger inputs are read as they are, not wrapped (time per input). */
@@ -74,9 +74,9 @@ static uint8_t *fatbin_copies(uint16_t kind, uint64_t flags,
 	if (b == NULL)
 		return NULL;
 	put_le(b, FATBIN_MAGIC, 4);
-	put_le(b + 4, 1, 2);			/* version */
-	put_le(b + 6, 16, 2);			/* header size */
-	put_le(b + 8, entry * copies, 8);	/* entries' size */
+	put_le(b + 4, 1, 2);		  /* version */
+	put_le(b + 6, 16, 2);		  /* header size */
+	put_le(b + 8, entry * copies, 8); /* entries' size */
 	for (unsigned i = 0; i < copies; i++) {
 		uint8_t *e = b + 16 + entry * i;
 
@@ -132,7 +132,8 @@ static void probes_of(const uint8_t *d, size_t size, struct probes *pr)
 		while ((p = memmem(p, (size_t)(end - p), marks[m], ml))) {
 			const uint8_t *w = p + ml, *e;
 
-			while (w < end && (*w == ' ' || *w == '\t' || *w == '\n'))
+			while (w < end &&
+			       (*w == ' ' || *w == '\t' || *w == '\n'))
 				w++;
 			for (e = w; e < end && *e != '\0' && *e != '(' &&
 				    *e != ' ' && *e != '\t' && *e != '\n';
@@ -192,8 +193,7 @@ static void expect_plausible(const struct module_image_params *t,
 
 /* The image's table, wrapped in a fatbin (copies entries), is the same. */
 static void check_wrapped_params(uint16_t kind, uint64_t flags,
-				 const void *payload, size_t n,
-				 unsigned copies,
+				 const void *payload, size_t n, unsigned copies,
 				 const struct module_image_params *want,
 				 const struct probes *pr)
 {
@@ -226,7 +226,8 @@ static void check_wrapped(uint16_t kind, uint64_t flags, const void *payload,
 	if (f == NULL)
 		return;
 	v = module_image_static_bytes(f, len, &fk);
-	if ((flags & 0x8000) && n > 0 && want_len > (uint64_t)len * EXPAND_RATIO) {
+	if ((flags & 0x8000) && n > 0 &&
+	    want_len > (uint64_t)len * EXPAND_RATIO) {
 		/* Past the budget: not expanded, so not read. */
 		expect(v == 0);
 		expect(fk == MODULE_IMAGE_UNKNOWN);
@@ -280,7 +281,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	enum module_image_known k = MODULE_IMAGE_UNKNOWN, k2;
 	uint64_t v = module_image_static_bytes(data, size, &k);
-	bool elf = size >= 4 && memcmp(data, "\x7f" "ELF", 4) == 0;
+	bool elf = size >= 4 && memcmp(data,
+				       "\x7f"
+				       "ELF",
+				       4) == 0;
 	bool fatbin = size >= 4 && (data[0] | data[1] << 8 | data[2] << 16 |
 				    (uint32_t)data[3] << 24) == FATBIN_MAGIC;
 

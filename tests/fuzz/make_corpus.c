@@ -49,7 +49,7 @@ static void put(const char *dir, const char *name, const void *a, size_t alen,
 
 static void frame_file(const char *name, const Gpucmd__Frame *f)
 {
-	uint8_t limit = 4;	/* the harness's FRAME_DEFAULT_MAX_BODY */
+	uint8_t limit = 4; /* the harness's FRAME_DEFAULT_MAX_BODY */
 	uint8_t *buf, *two;
 	size_t len;
 
@@ -79,13 +79,15 @@ static Gpucmd__Request *every_op(void)
 	static Gpucmd__Op ops[31];
 	static Gpucmd__Op *ptrs[31];
 	static Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
-	static Gpucmd__OpCreateWithData create = GPUCMD__OP_CREATE_WITH_DATA__INIT;
+	static Gpucmd__OpCreateWithData create =
+		GPUCMD__OP_CREATE_WITH_DATA__INIT;
 	static Gpucmd__OpWrite write = GPUCMD__OP_WRITE__INIT;
 	static Gpucmd__OpRead read = GPUCMD__OP_READ__INIT;
 	static Gpucmd__OpRelease release = GPUCMD__OP_RELEASE__INIT;
 	static Gpucmd__OpKernel kernel = GPUCMD__OP_KERNEL__INIT;
 	static Gpucmd__KernelArg args[3] = {
-		GPUCMD__KERNEL_ARG__INIT, GPUCMD__KERNEL_ARG__INIT,
+		GPUCMD__KERNEL_ARG__INIT,
+		GPUCMD__KERNEL_ARG__INIT,
 		GPUCMD__KERNEL_ARG__INIT,
 	};
 	static Gpucmd__KernelArg *argp[3] = { &args[0], &args[1], &args[2] };
@@ -115,19 +117,20 @@ static Gpucmd__Request *every_op(void)
 	static Gpucmd__OpGraphDestroy gdestroy = GPUCMD__OP_GRAPH_DESTROY__INIT;
 	static Gpucmd__OpCleanup cleanup = GPUCMD__OP_CLEANUP__INIT;
 	static Gpucmd__OpRegionAttach attach = GPUCMD__OP_REGION_ATTACH__INIT;
-	static Gpucmd__OpRegionRelease rrelease = GPUCMD__OP_REGION_RELEASE__INIT;
+	static Gpucmd__OpRegionRelease rrelease =
+		GPUCMD__OP_REGION_RELEASE__INIT;
 	static uint8_t bytes[64];
 	size_t n = 0;
 
 	for (size_t i = 0; i < sizeof(bytes); i++)
 		bytes[i] = (uint8_t)i;
-#define OP(kase, field, msg)                             \
-	do {                                             \
-		gpucmd__op__init(&ops[n]);               \
-		ops[n].op_case = kase;                   \
-		ops[n].field = &msg;                     \
-		ptrs[n] = &ops[n];                       \
-		n++;                                     \
+#define OP(kase, field, msg)               \
+	do {                               \
+		gpucmd__op__init(&ops[n]); \
+		ops[n].op_case = kase;     \
+		ops[n].field = &msg;       \
+		ptrs[n] = &ops[n];         \
+		n++;                       \
 	} while (0)
 	empty.handle = 1;
 	empty.size = 256;
@@ -289,14 +292,14 @@ static void dispatch(void)
 	Gpucmd__Request *all = every_op();
 	Gpucmd__Request one = GPUCMD__REQUEST__INIT;
 	static uint8_t buf[1 << 16];
-	uint8_t flags = 0x10;	/* raw mode, subslices, no quota */
+	uint8_t flags = 0x10; /* raw mode, subslices, no quota */
 	size_t len;
 
 	/* Every op in one batch, then each op alone on streams 0-3. */
 	buf[0] = flags;
 	len = 1 + chunk(buf + 1, 2, all);
 	put("fuzz_dispatch", "raw-every-op", buf, len, NULL, 0);
-	buf[0] = flags | 1;	/* exclusive pages */
+	buf[0] = flags | 1; /* exclusive pages */
 	put("fuzz_dispatch", "raw-every-op-exclusive", buf, len, NULL, 0);
 	len = 1;
 	for (size_t i = 0; i < all->n_ops; i++) {
@@ -312,15 +315,15 @@ static void dispatch(void)
 	/* Interpreter mode: create, read back, fault, sync on stream 0. */
 	{
 		static const uint8_t prog[] = {
-			0x00,			/* flags */
-			1, 0, 10, 0x41,		/* create h1, 64 bytes */
-			3, 0, 5, 0, 0x10,	/* read h1 */
-			5, 7, 0,		/* kernel fault() */
-			6,			/* sync */
-			13,			/* end of batch */
-			0x06,			/* next: conn 0, wait, stream 1 */
-			3, 0, 5, 0, 0x10,	/* read h1 on stream 1 */
-			4, 0,			/* release h1 */
+			0x00,			 /* flags */
+			1,    0, 10, 0x41,	 /* create h1, 64 bytes */
+			3,    0, 5,  0,	   0x10, /* read h1 */
+			5,    7, 0,		 /* kernel fault() */
+			6,			 /* sync */
+			13,			 /* end of batch */
+			0x06, /* next: conn 0, wait, stream 1 */
+			3,    0, 5,  0,	   0x10, /* read h1 on stream 1 */
+			4,    0,		 /* release h1 */
 		};
 		put("fuzz_dispatch", "ops-create-fault-sync", prog,
 		    sizeof(prog), NULL, 0);
@@ -339,43 +342,40 @@ static void config(const char *name, const char *text)
 static void configs(void)
 {
 	config("empty", "");
-	config("daemon",
-	       "; the daemon\n"
-	       "[daemon]\n"
-	       "socket = /run/gpucmd/gpucmd.sock\n"
-	       "socket_mode = 0660\n"
-	       "socket_group = gpucmd\n"
-	       "admin_group = gpucmd-admin\n"
-	       "backend = auto\n"
-	       "device = 0\n"
-	       "host_memory = 4G\n"
-	       "log_level = info\n"
-	       "layout = subslices\n");
-	config("limits",
-	       "[limits]\n"
-	       "max_connections = 256\n"
-	       "max_frame_bytes = 64M\n"
-	       "max_ops_per_batch = 65536\n"
-	       "max_in_flight = 1024\n"
-	       "max_handles = 1048576\n"
-	       "max_streams = 16\n"
-	       "max_pending_bytes = 256MiB\n");
-	config("services",
-	       "[services]\n"
-	       "unknown = refuse\n"
-	       "default_memory_limit = 1G\n"
-	       "default_max_streams = 4\n"
-	       "default_weight = 2\n"
-	       "\n"
-	       "[service batch]\n"
-	       "memory_limit = 8G\n"
-	       "max_streams = 8\n"
-	       "weight = 10\n"
-	       "uids = 0, root\n"
-	       "gids = 0\n"
-	       "\n"
-	       "[service \"inference\"]\n"
-	       "memory_limit = 512M\n");
+	config("daemon", "; the daemon\n"
+			 "[daemon]\n"
+			 "socket = /run/gpucmd/gpucmd.sock\n"
+			 "socket_mode = 0660\n"
+			 "socket_group = gpucmd\n"
+			 "admin_group = gpucmd-admin\n"
+			 "backend = auto\n"
+			 "device = 0\n"
+			 "host_memory = 4G\n"
+			 "log_level = info\n"
+			 "layout = subslices\n");
+	config("limits", "[limits]\n"
+			 "max_connections = 256\n"
+			 "max_frame_bytes = 64M\n"
+			 "max_ops_per_batch = 65536\n"
+			 "max_in_flight = 1024\n"
+			 "max_handles = 1048576\n"
+			 "max_streams = 16\n"
+			 "max_pending_bytes = 256MiB\n");
+	config("services", "[services]\n"
+			   "unknown = refuse\n"
+			   "default_memory_limit = 1G\n"
+			   "default_max_streams = 4\n"
+			   "default_weight = 2\n"
+			   "\n"
+			   "[service batch]\n"
+			   "memory_limit = 8G\n"
+			   "max_streams = 8\n"
+			   "weight = 10\n"
+			   "uids = 0, root\n"
+			   "gids = 0\n"
+			   "\n"
+			   "[service \"inference\"]\n"
+			   "memory_limit = 512M\n");
 	config("bad-key", "[limits]\nmax_streams = 65\n");
 	config("bad-section", "[nope]\nx = 1\n");
 }

@@ -106,7 +106,8 @@ static inline void daemon_start_args(struct daemon_proc *d, ...)
 	argv[argc++] = "--log-level";
 	argv[argc++] = "debug";
 	va_start(ap, d);
-	for (const char *a; (a = va_arg(ap, const char *)) != NULL && argc < 39;)
+	for (const char *a;
+	     (a = va_arg(ap, const char *)) != NULL && argc < 39;)
 		argv[argc++] = a;
 	va_end(ap);
 	argv[argc] = NULL;
@@ -282,7 +283,8 @@ static inline struct gpucmd_response *run_ok(struct gpucmd_batch *b)
 	int rc = gpucmd_run(b, &r);
 
 	ck_assert_msg(rc == 0, "run: %s", gpucmd_strerror(rc));
-	ck_assert_msg(gpucmd_response_error(r) == 0, "batch failed at op %d: %s (%s)",
+	ck_assert_msg(gpucmd_response_error(r) == 0,
+		      "batch failed at op %d: %s (%s)",
 		      gpucmd_response_failed_index(r),
 		      gpucmd_errname(gpucmd_response_error(r)),
 		      gpucmd_response_message(r));
@@ -407,7 +409,8 @@ static inline int daemon_fds(pid_t pid)
 }
 
 /* The whole output of gpucmd ARGS against the daemon; it must exit 0. */
-static inline void harness_tool_output(const char *args, char *out, size_t out_len)
+static inline void harness_tool_output(const char *args, char *out,
+				       size_t out_len)
 {
 	char cmd[512], rest[4096];
 	size_t n, more = 0, m;
@@ -426,8 +429,10 @@ static inline void harness_tool_output(const char *args, char *out, size_t out_l
 	st = pclose(p);
 	ck_assert_msg(st == 0, "%s exited with status %#x: %.2000s", cmd, st,
 		      out);
-	ck_assert_msg(more == 0, "%s printed %zu bytes more than the %zu "
-		      "read", cmd, more, out_len - 1);
+	ck_assert_msg(more == 0,
+		      "%s printed %zu bytes more than the %zu "
+		      "read",
+		      cmd, more, out_len - 1);
 }
 
 /* How many lines of the daemon's log so far hold needle. */

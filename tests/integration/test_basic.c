@@ -16,7 +16,8 @@ START_TEST(fill_and_read_back)
 	struct gpucmd_conn *c = connect_as("basic");
 	struct gpucmd_batch *b;
 	struct gpucmd_response *r;
-	struct gpucmd_arg args[3] = { buf_arg(1), u32_arg(0xdeadbeef), u32_arg(100) };
+	struct gpucmd_arg args[3] = { buf_arg(1), u32_arg(0xdeadbeef),
+				      u32_arg(100) };
 	const void *data;
 	size_t len;
 	const uint32_t *w;
@@ -24,7 +25,8 @@ START_TEST(fill_and_read_back)
 	ck_assert_str_eq(gpucmd_info(c)->service, "basic");
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_empty(b, 1, 512), 0);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", G1, B64, args, 3), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", G1, B64, args, 3),
+			 0);
 	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 512), 0);
 	r = run_ok(b);
 	ck_assert_uint_eq(gpucmd_response_count(r), 3);
@@ -38,7 +40,8 @@ START_TEST(fill_and_read_back)
 	for (int i = 100; i < 128; i++)
 		ck_assert_uint_eq(w[i], 0);
 	/* Reading a result that is not data is refused. */
-	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len),
+			 GPUCMD_EINVAL);
 	gpucmd_response_free(r);
 	gpucmd_close(c);
 }
@@ -55,7 +58,9 @@ START_TEST(write_offset_and_create)
 	size_t len;
 
 	ck_assert_int_eq(gpucmd_batch_new(c, 3, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 7, hello, sizeof(hello)), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 7, hello,
+						       sizeof(hello)),
+			 0);
 	ck_assert_int_eq(gpucmd_batch_write(b, 7, 7, "DEVICE", 6), 0);
 	ck_assert_int_eq(gpucmd_batch_read(b, 7, 0, sizeof(hello)), 0);
 	ck_assert_int_eq(gpucmd_batch_read(b, 7, 7, 3), 0);
@@ -109,7 +114,8 @@ START_TEST(large_inline_data_round_trips)
 	ck_assert_int_eq(memcmp(data, src, 64), 0);
 	ck_assert_int_eq(memcmp((const uint8_t *)data + 64, src + 5, MID), 0);
 	ck_assert_int_eq(memcmp((const uint8_t *)data + 64 + MID,
-				src + 64 + MID, BIG - 64 - MID), 0);
+				src + 64 + MID, BIG - 64 - MID),
+			 0);
 	ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
 	ck_assert_uint_eq(len, MID);
 	ck_assert_int_eq(memcmp(data, src + 7, MID), 0);
@@ -176,8 +182,10 @@ START_TEST(large_read_reply_from_staging)
 	/* The reply cannot fit the socket: its staging waits with it. */
 	usleep(200000);
 	held = report_pinned_in_use(watch);
-	ck_assert_msg(held >= (uint64_t)BIG, "pinned in use %llu while a %d-byte "
-		      "reply waits", (unsigned long long)held, BIG);
+	ck_assert_msg(held >= (uint64_t)BIG,
+		      "pinned in use %llu while a %d-byte "
+		      "reply waits",
+		      (unsigned long long)held, BIG);
 	ck_assert_int_eq(gpucmd_wait(c, id, &r), 0);
 	ck_assert_int_eq(gpucmd_response_error(r), 0);
 	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
@@ -196,7 +204,8 @@ START_TEST(large_read_reply_from_staging)
 		struct gpucmd_conn *k = NULL;
 		struct gpucmd_batch *kb;
 
-		if (gpucmd_connect(the_daemon.sock, "quitter", &k, NULL, 0) != 0 ||
+		if (gpucmd_connect(the_daemon.sock, "quitter", &k, NULL, 0) !=
+			    0 ||
 		    gpucmd_batch_new(k, 0, &kb) != 0 ||
 		    gpucmd_batch_empty(kb, 1, BIG) != 0 ||
 		    gpucmd_batch_read(kb, 1, 0, BIG) != 0 ||
@@ -236,8 +245,8 @@ START_TEST(borrowed_write_sent_at_submit)
 	for (size_t i = 0; i < BIG; i++)
 		src[i] = (uint8_t)(i * 37 + (i >> 10));
 	memcpy(want, src, BIG);
-	memset(want + 4096, 0xab, SMALL);	/* the copied write below */
-	memcpy(want + 8192, src, SMALL);	/* the small borrowed one */
+	memset(want + 4096, 0xab, SMALL); /* the copied write below */
+	memcpy(want + 8192, src, SMALL);  /* the small borrowed one */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_empty(b, 1, BIG), 0);
 	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, src, BIG), 0);
@@ -319,8 +328,8 @@ START_TEST(recycled_batches_start_clean)
 		r = run_ok(b);
 		ck_assert_uint_eq(gpucmd_response_count(r),
 				  round % 2 == 0 ? 4 : 1);
-		ck_assert_int_eq(gpucmd_response_data(
-					 r, round % 2 == 0 ? 2 : 0, &data, &len),
+		ck_assert_int_eq(gpucmd_response_data(r, round % 2 == 0 ? 2 : 0,
+						      &data, &len),
 				 0);
 		ck_assert_uint_eq(len, n);
 		ck_assert_int_eq(memcmp(data, bytes + off, n), 0);
@@ -345,7 +354,7 @@ static bool first_line(const char *path, char *buf, size_t len)
 /* Field 19 of a /proc stat line: the nice value. */
 static int stat_nice(const char *line)
 {
-	const char *p = strrchr(line, ')');	/* after the name */
+	const char *p = strrchr(line, ')'); /* after the name */
 
 	ck_assert_ptr_nonnull(p);
 	for (int field = 2; field < 19 && p != NULL; field++)
@@ -388,7 +397,7 @@ static int nice_of_threads(pid_t pid, const char *comm)
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid,
 			 e->d_name);
 		if (!first_line(path, name, sizeof(name)))
-			continue;	/* the thread left */
+			continue; /* the thread left */
 		name[strcspn(name, "\n")] = '\0';
 		if (strcmp(name, comm) != 0)
 			continue;
@@ -472,24 +481,40 @@ START_TEST(every_builtin)
 	gpucmd_batch_empty(b, 4, 4);
 	gpucmd_batch_empty(b, 5, sizeof(x));
 	{
-		struct gpucmd_arg add[4] = { buf_arg(3), buf_arg(1), buf_arg(2), u32_arg(N) };
-		struct gpucmd_arg scale[3] = { buf_arg(3), f32_arg(2.0f), u32_arg(N) };
-		struct gpucmd_arg saxpy[4] = { buf_arg(2), buf_arg(1), f32_arg(3.0f), u32_arg(N) };
-		struct gpucmd_arg red[3] = { buf_arg(4), buf_arg(1), u32_arg(N) };
-		struct gpucmd_arg cp[3] = { buf_arg(5), buf_arg(3), u64_arg(sizeof(x)) };
+		struct gpucmd_arg add[4] = { buf_arg(3), buf_arg(1), buf_arg(2),
+					     u32_arg(N) };
+		struct gpucmd_arg scale[3] = { buf_arg(3), f32_arg(2.0f),
+					       u32_arg(N) };
+		struct gpucmd_arg saxpy[4] = { buf_arg(2), buf_arg(1),
+					       f32_arg(3.0f), u32_arg(N) };
+		struct gpucmd_arg red[3] = { buf_arg(4), buf_arg(1),
+					     u32_arg(N) };
+		struct gpucmd_arg cp[3] = { buf_arg(5), buf_arg(3),
+					    u64_arg(sizeof(x)) };
 		struct gpucmd_arg spin[1] = { u32_arg(1000) };
 
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "add_f32", G1, B64, add, 4), 0);
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "scale_f32", G1, B64, scale, 3), 0);
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "saxpy_f32", G1, B64, saxpy, 4), 0);
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "reduce_sum_f32", G1, B64, red, 3), 0);
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "copy", G1, B64, cp, 3), 0);
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", G1, B64, spin, 1), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "add_f32", G1, B64, add,
+						     4),
+				 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "scale_f32", G1, B64,
+						     scale, 3),
+				 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "saxpy_f32", G1, B64,
+						     saxpy, 4),
+				 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "reduce_sum_f32", G1,
+						     B64, red, 3),
+				 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "copy", G1, B64, cp, 3),
+				 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", G1, B64, spin,
+						     1),
+				 0);
 	}
-	gpucmd_batch_read(b, 3, 0, sizeof(x));	/* 11 */
-	gpucmd_batch_read(b, 2, 0, sizeof(y));	/* 12 */
-	gpucmd_batch_read(b, 4, 0, 4);		/* 13 */
-	gpucmd_batch_read(b, 5, 0, sizeof(x));	/* 14 */
+	gpucmd_batch_read(b, 3, 0, sizeof(x)); /* 11 */
+	gpucmd_batch_read(b, 2, 0, sizeof(y)); /* 12 */
+	gpucmd_batch_read(b, 4, 0, 4);	       /* 13 */
+	gpucmd_batch_read(b, 5, 0, sizeof(x)); /* 14 */
 	r = run_ok(b);
 	ck_assert_int_eq(gpucmd_response_data(r, 11, &data, &len), 0);
 	out = data;
@@ -504,7 +529,8 @@ START_TEST(every_builtin)
 		sum += x[i];
 	ck_assert_double_eq_tol(*(const float *)data, sum, sum * 1e-5);
 	ck_assert_int_eq(gpucmd_response_data(r, 14, &data, &len), 0);
-	ck_assert_int_eq(gpucmd_response_data(r, 11, (const void **)&out, &len), 0);
+	ck_assert_int_eq(gpucmd_response_data(r, 11, (const void **)&out, &len),
+			 0);
 	{
 		const void *copy;
 		size_t clen;
@@ -526,7 +552,8 @@ static void expect_fail_at(int line, struct gpucmd_batch *b, int idx, int code,
 
 	ck_assert_int_eq(gpucmd_run(b, &r), 0);
 	ck_assert_msg(gpucmd_response_error(r) == code,
-		      "line %d: expected %s, got %s: %s", line, gpucmd_errname(code),
+		      "line %d: expected %s, got %s: %s", line,
+		      gpucmd_errname(code),
 		      gpucmd_errname(gpucmd_response_error(r)),
 		      gpucmd_response_message(r));
 	ck_assert_int_eq(gpucmd_response_failed_index(r), idx);
@@ -558,7 +585,8 @@ START_TEST(client_errors)
 	gpucmd_batch_new(c, 0, &b);
 	gpucmd_batch_empty(b, 1, 400);
 	gpucmd_batch_kernel(b, "fill_u32", G1, B64, fill, 3);
-	expect_fail(b, 1, GPUCMD_EINVAL, "needs 4000 bytes, the buffer has 400");
+	expect_fail(b, 1, GPUCMD_EINVAL,
+		    "needs 4000 bytes, the buffer has 400");
 
 	/* Wrong argument count, unknown kernel, zero grid. */
 	gpucmd_batch_new(c, 0, &b);
@@ -584,9 +612,11 @@ START_TEST(client_errors)
 		ck_assert_int_eq(gpucmd_run(b, &r), 0);
 		ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_ELAUNCH);
 		m = gpucmd_response_message(r);
-		ck_assert_msg(strncmp(m, "launch refused by the driver: ", 30) ==
-			      0 && strstr(m, "1073741824 bytes") != NULL &&
-			      strstr(m, "launch refused: ") == NULL, "%s", m);
+		ck_assert_msg(strncmp(m, "launch refused by the driver: ",
+				      30) == 0 &&
+				      strstr(m, "1073741824 bytes") != NULL &&
+				      strstr(m, "launch refused: ") == NULL,
+			      "%s", m);
 		gpucmd_response_free(r);
 	}
 
@@ -633,8 +663,9 @@ END_TEST
 START_TEST(lengths_that_wrap_are_refused)
 {
 	struct gpucmd_conn *c = connect_as("basic");
-	struct gpucmd_layout l = { .rank = 1, .shape = { 16 },
-				   .strides = { 1 }, .elem_size = 1 };
+	struct gpucmd_layout l = {
+		.rank = 1, .shape = { 16 }, .strides = { 1 }, .elem_size = 1
+	};
 	const size_t lens[] = { SIZE_MAX, SIZE_MAX - 3, SIZE_MAX - 40,
 				SIZE_MAX - 200 };
 	struct gpucmd_batch *b;
@@ -745,7 +776,9 @@ START_TEST(status_and_report)
 	gpucmd_batch_empty(b, 2, 3000);
 	gpucmd_response_free(run_ok(b));
 	ck_assert_int_eq(gpucmd_status(c, &st), 0);
-	ck_assert_str_eq(st.backend, getenv("GPUCMD_TEST_BACKEND") ? getenv("GPUCMD_TEST_BACKEND") : "host");
+	ck_assert_str_eq(st.backend, getenv("GPUCMD_TEST_BACKEND") ?
+					     getenv("GPUCMD_TEST_BACKEND") :
+					     "host");
 	ck_assert_uint_eq(st.bytes_in_use, 4000);
 	ck_assert_uint_ge(st.connections, 1);
 	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);

@@ -52,9 +52,11 @@ static int worker(int id, int rounds)
 		gpucmd_batch_read(b, 2, 0, N * 4);
 		gpucmd_batch_release(b, 1);
 		gpucmd_batch_release(b, 2);
-		if (gpucmd_run(b, &resp) != 0 || gpucmd_response_error(resp) != 0)
+		if (gpucmd_run(b, &resp) != 0 ||
+		    gpucmd_response_error(resp) != 0)
 			return 12;
-		if (gpucmd_response_data(resp, 4, &data, &len) != 0 || len != N * 4)
+		if (gpucmd_response_data(resp, 4, &data, &len) != 0 ||
+		    len != N * 4)
 			return 13;
 		for (int i = 0; i < N; i++)
 			if (((const uint32_t *)data)[i] != value)
@@ -151,7 +153,7 @@ START_TEST(killed_mid_batch_leaves_nothing)
 	struct gpucmd_service_report t;
 	pid_t pid = harness_child_ready(victim_mid_batch, NULL);
 
-	usleep(100000);	/* the batches are running: the spin holds them */
+	usleep(100000); /* the batches are running: the spin holds them */
 	t = report_totals(obs);
 	ck_assert_uint_gt(t.bytes_in_use, 0);
 	harness_child_kill(pid);
@@ -272,11 +274,12 @@ START_TEST(many_small_copies_do_not_block_others)
 	gpucmd_batch_new(a, 0, &batch);
 	for (int i = 0; i < N; i++)
 		ck_assert_int_eq(gpucmd_batch_write_region(batch, 1, 0, 3, 0,
-							   MIB), 0);
+							   MIB),
+				 0);
 	gpucmd_batch_sync(batch);
 	t0 = harness_now_us();
 	ck_assert_int_eq(gpucmd_submit(batch, &id), 0);
-	usleep(20000);	/* A's batch reaches the device thread first */
+	usleep(20000); /* A's batch reaches the device thread first */
 	first = 0;
 	for (int i = 0; i < 20; i++) {
 		struct gpucmd_batch *q;
@@ -293,7 +296,8 @@ START_TEST(many_small_copies_do_not_block_others)
 	ck_assert_int_eq(gpucmd_response_error(r), 0);
 	gpucmd_response_free(r);
 	a_done = harness_now_us() - t0;
-	fprintf(stderr, "copier batch %llu us; other client's first round "
+	fprintf(stderr,
+		"copier batch %llu us; other client's first round "
 		"trip done at %llu us, 20 at %llu us\n",
 		(unsigned long long)a_done, (unsigned long long)first,
 		(unsigned long long)fast_done);
@@ -420,8 +424,9 @@ static void leave_with_frames_queued(bool kill_it)
 			for (uint32_t h = 1; h <= (uint32_t)(round % 6 + 1);
 			     h++) {
 				if (gpucmd_batch_new(l, h % 4, &b) != 0 ||
-				    gpucmd_batch_create_with_data(
-					    b, h, data, 8 * 1024) != 0 ||
+				    gpucmd_batch_create_with_data(b, h, data,
+								  8 * 1024) !=
+					    0 ||
 				    gpucmd_submit(b, &id) != 0)
 					_exit(1);
 			}
@@ -449,8 +454,8 @@ static void leave_with_frames_queued(bool kill_it)
 			ck_assert_int_eq(gpucmd_batch_read(b, (uint32_t)(i + 1),
 							   100, 1),
 					 0);
-			ck_assert_int_eq(gpucmd_batch_release(
-						 b, (uint32_t)(i + 1)),
+			ck_assert_int_eq(gpucmd_batch_release(b, (uint32_t)(i +
+									    1)),
 					 0);
 			ck_assert_int_eq(gpucmd_submit(b, &ids[i]), 0);
 		}
@@ -462,7 +467,8 @@ static void leave_with_frames_queued(bool kill_it)
 			ck_assert_int_eq(gpucmd_wait(c, ids[i], &r), 0);
 			ck_assert_int_eq(gpucmd_response_error(r), 0);
 			ck_assert_int_eq(gpucmd_response_data(r, 2001, &got,
-							      &len), 0);
+							      &len),
+					 0);
 			ck_assert_uint_eq(len, 1);
 			ck_assert_uint_eq(*(const uint8_t *)got,
 					  (uint8_t)(i + round));
@@ -669,7 +675,8 @@ START_TEST(zero_timeout_collects_what_arrived)
 		data[i] = (uint8_t)(i * 7);
 	setenv("GPUCMD_SPIN_US", "0", 1);
 	ck_assert_int_eq(gpucmd_connect(the_daemon.sock, "timeouts", &c, msg,
-					sizeof(msg)), 0);
+					sizeof(msg)),
+			 0);
 	unsetenv("GPUCMD_SPIN_US");
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	gpucmd_batch_create_with_data(b, 1, data, N);
@@ -807,16 +814,16 @@ START_TEST(connect_timeout_on_a_silent_listener)
 	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
 	ck_assert_int_eq(listen(fd, 4), 0);
 	t0 = harness_now_us();
-	ck_assert_int_eq(gpucmd_connect_timeout(sun.sun_path, "x", 150, &c,
-						msg, sizeof(msg)),
+	ck_assert_int_eq(gpucmd_connect_timeout(sun.sun_path, "x", 150, &c, msg,
+						sizeof(msg)),
 			 -ETIMEDOUT);
 	took = harness_now_us() - t0;
 	ck_assert_ptr_null(c);
 	ck_assert_uint_ge(took, 150000);
 	ck_assert_msg(took < 2000000, "a 150 ms connect took %llu us",
 		      (unsigned long long)took);
-	ck_assert_msg(strstr(msg, "did not answer Hello within 150 ms") !=
-			      NULL, "msg: %s", msg);
+	ck_assert_msg(strstr(msg, "did not answer Hello within 150 ms") != NULL,
+		      "msg: %s", msg);
 	close(fd);
 	unlink(sun.sun_path);
 }

@@ -17,18 +17,18 @@
 static const char *const MAGIC_CUT = "cut";
 
 enum fake_mode {
-	FAKE_HELLO_RUNAWAY,	/* answer Hello with a 4 GiB header */
-	FAKE_RUNAWAY,		/* answer the request with a header over 1 GiB */
-	FAKE_NOT_PROTOBUF,	/* a body that does not decode */
-	FAKE_UNKNOWN_ID,	/* a response to a request never made */
-	FAKE_CUT,		/* half a frame, then close */
-	FAKE_STALL,		/* half a frame, then nothing */
-	FAKE_EVICT_MID_REQUEST,	/* read part of a request, Error, close */
+	FAKE_HELLO_RUNAWAY, /* answer Hello with a 4 GiB header */
+	FAKE_RUNAWAY,	    /* answer the request with a header over 1 GiB */
+	FAKE_NOT_PROTOBUF,  /* a body that does not decode */
+	FAKE_UNKNOWN_ID,    /* a response to a request never made */
+	FAKE_CUT,	    /* half a frame, then close */
+	FAKE_STALL,	    /* half a frame, then nothing */
+	FAKE_EVICT_MID_REQUEST, /* read part of a request, Error, close */
 	FAKE_SLOW_READER,	/* read the request slowly, then answer it */
 	FAKE_STOP_READING,	/* read part of a request, then nothing */
 	FAKE_OTHER_VERSION,	/* a Welcome for another protocol version */
 	FAKE_HELLO_FOR_HELLO,	/* answer Hello with a Hello */
-	FAKE_HELLO_FOR_REQUEST,	/* answer the request with a Hello */
+	FAKE_HELLO_FOR_REQUEST, /* answer the request with a Hello */
 };
 
 /* FAKE_SLOW_READER's pace: this many bytes, then a pause of this long. */
@@ -326,14 +326,13 @@ static void assert_dead(struct gpucmd_conn *c, int code, const char *words)
 	char buf[16];
 
 	ck_assert_int_eq(gpucmd_conn_error(c, &why), code);
-	ck_assert_msg(strstr(why, words) != NULL, "why: \"%s\", expected \"%s\"",
-		      why, words);
+	ck_assert_msg(strstr(why, words) != NULL,
+		      "why: \"%s\", expected \"%s\"", why, words);
 	ck_assert_int_eq(ping(c), code);
 	ck_assert_int_eq(gpucmd_status(c, &st), code);
 	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, sizeof(buf), buf),
 			 code);
 }
-
 
 static void expect_ping_kills(enum fake_mode mode, int timeout_ms, int code,
 			      const char *words);
@@ -483,7 +482,6 @@ START_TEST(eviction_in_the_middle_of_a_request_says_why)
 }
 END_TEST
 
-
 /*
  * The timeout bounds the wait for a request to begin going out; once it
  * goes, it goes whole while the daemon keeps taking it (it was one
@@ -527,7 +525,8 @@ START_TEST(request_the_daemon_stops_taking_closes)
 	 * stopped. */
 	ck_assert_uint_gt(harness_now_us() - t0, 900000);
 	ck_assert_uint_lt(harness_now_us() - t0, 10000000);
-	assert_dead(c, -ETIMEDOUT, "stopped reading in the middle of a request");
+	assert_dead(c, -ETIMEDOUT,
+		    "stopped reading in the middle of a request");
 	gpucmd_close(c);
 	fake_stop(pid);
 }

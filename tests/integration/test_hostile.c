@@ -92,7 +92,8 @@ START_TEST(garbage_bytes)
 	int fd = raw_connect();
 
 	send_all(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27);
-	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)), GPUCMD_EPROTO);
+	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)),
+			 GPUCMD_EPROTO);
 	ck_assert_msg(strstr(msg, "magic") != NULL, "message: %s", msg);
 	others_still_served(good);
 	gpucmd_close(good);
@@ -127,8 +128,10 @@ START_TEST(oversized_length)
 
 	header(hdr, FRAME_MAGIC, GPUCMD_PROTOCOL_VERSION, 0xfffffff0u);
 	send_all(fd, hdr, sizeof(hdr));
-	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)), GPUCMD_ELIMIT);
-	ck_assert_msg(strstr(msg, "over the limit") != NULL, "message: %s", msg);
+	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)),
+			 GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(msg, "over the limit") != NULL, "message: %s",
+		      msg);
 	others_still_served(good);
 	gpucmd_close(good);
 }
@@ -147,8 +150,10 @@ START_TEST(large_frame_before_hello)
 
 	header(hdr, FRAME_MAGIC, GPUCMD_PROTOCOL_VERSION, 8192);
 	send_all(fd, hdr, sizeof(hdr));
-	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)), GPUCMD_ELIMIT);
-	ck_assert_msg(strstr(msg, "8192") != NULL && strstr(msg, "4096") != NULL,
+	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)),
+			 GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(msg, "8192") != NULL &&
+			      strstr(msg, "4096") != NULL,
 		      "message: %s", msg);
 	/* It names the limit before a Hello, not max_frame_bytes. */
 	ck_assert_msg(strstr(msg, "before a Hello") != NULL &&
@@ -168,7 +173,8 @@ START_TEST(wrong_version)
 
 	header(hdr, FRAME_MAGIC, 999, 0);
 	send_all(fd, hdr, sizeof(hdr));
-	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)), GPUCMD_EVERSION);
+	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)),
+			 GPUCMD_EVERSION);
 	others_still_served(good);
 	gpucmd_close(good);
 }
@@ -184,7 +190,8 @@ START_TEST(body_not_protobuf)
 	header(buf, FRAME_MAGIC, GPUCMD_PROTOCOL_VERSION, 16);
 	memset(buf + FRAME_HEADER_SIZE, 0xff, 16);
 	send_all(fd, buf, sizeof(buf));
-	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)), GPUCMD_EPROTO);
+	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)),
+			 GPUCMD_EPROTO);
 	ck_assert_msg(strstr(msg, "not a valid") != NULL, "message: %s", msg);
 	others_still_served(good);
 	gpucmd_close(good);
@@ -207,7 +214,8 @@ START_TEST(request_before_hello)
 	ck_assert_int_eq(frame_encode(&f, &buf, &len), 0);
 	send_all(fd, buf, len);
 	free(buf);
-	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)), GPUCMD_EPROTO);
+	ck_assert_int_eq(read_error_then_eof(fd, msg, sizeof(msg)),
+			 GPUCMD_EPROTO);
 	ck_assert_msg(strstr(msg, "Hello") != NULL, "message: %s", msg);
 	others_still_served(good);
 	gpucmd_close(good);

@@ -129,7 +129,8 @@ static void expect_eof(int fd)
 
 	ck_assert_msg(n == 0 || (n < 0 && errno == ECONNRESET),
 		      "the daemon did not close the connection "
-		      "(recv %zd: %s)", n, n < 0 ? strerror(errno) : "data");
+		      "(recv %zd: %s)",
+		      n, n < 0 ? strerror(errno) : "data");
 }
 
 /* The daemon answers with an Error frame of code naming what, then closes. */
@@ -167,9 +168,9 @@ static uint64_t raw_hello(int fd, const char *service)
 	ck_assert_ptr_nonnull(w);
 	ck_assert_msg(w->msg_case == GPUCMD__FRAME__MSG_WELCOME,
 		      "expected a Welcome, got message %d (%s)", w->msg_case,
-		      w->msg_case == GPUCMD__FRAME__MSG_ERROR
-			      ? w->error->message
-			      : "");
+		      w->msg_case == GPUCMD__FRAME__MSG_ERROR ?
+			      w->error->message :
+			      "");
 	id = w->welcome->connection_id;
 	frame_free(w);
 	return id;
@@ -322,8 +323,8 @@ static void back_to_baseline(void)
 		     (unsigned long long)t.allocations,
 		     (unsigned long long)baseline.allocations,
 		     (unsigned long long)t.bytes_reserved,
-		     (unsigned long long)baseline.bytes_reserved,
-		     t.connections, baseline.connections);
+		     (unsigned long long)baseline.bytes_reserved, t.connections,
+		     baseline.connections);
 }
 
 static void take_baseline(void)
@@ -529,7 +530,8 @@ START_TEST(length_exactly_at_the_limit)
 	fd = raw_connect();
 	raw_hello(fd, "hostile");
 	send_all(fd, buf, FRAME_HEADER_SIZE);
-	expect_refusal(fd, GPUCMD_ELIMIT, "65537 bytes is over the limit of 65536");
+	expect_refusal(fd, GPUCMD_ELIMIT,
+		       "65537 bytes is over the limit of 65536");
 	free(buf);
 	back_to_baseline();
 }
@@ -600,9 +602,9 @@ START_TEST(hello_with_bad_service_names)
 		memset(longname, 'a', sizeof(longname) - 1);
 		longname[sizeof(longname) - 1] = '\0';
 		hello.protocol_version = GPUCMD_PROTOCOL_VERSION;
-		hello.service = i < sizeof(names) / sizeof(names[0])
-					? (char *)names[i]
-					: longname;
+		hello.service = i < sizeof(names) / sizeof(names[0]) ?
+					(char *)names[i] :
+					longname;
 		f.msg_case = GPUCMD__FRAME__MSG_HELLO;
 		f.hello = &hello;
 		send_frame(fd, &f);
@@ -619,10 +621,10 @@ START_TEST(unknown_op_field)
 	 * protobuf whose op has an oneof number this daemon does not know.
 	 */
 	static const uint8_t body[] = {
-		0x22, 0x07,		/* Frame.request, 7 bytes */
-		0x08, 0x09,		/* id = 9 */
-		0x1a, 0x03,		/* ops, 3 bytes */
-		0x98, 0x06, 0x01,	/* field 99, varint 1 */
+		0x22, 0x07,	  /* Frame.request, 7 bytes */
+		0x08, 0x09,	  /* id = 9 */
+		0x1a, 0x03,	  /* ops, 3 bytes */
+		0x98, 0x06, 0x01, /* field 99, varint 1 */
 	};
 	uint8_t buf[FRAME_HEADER_SIZE + sizeof(body)];
 	Gpucmd__Frame *r;
@@ -642,7 +644,8 @@ START_TEST(unknown_op_field)
 	ck_assert_ptr_nonnull(r->response->error);
 	ck_assert_int_eq(r->response->error->code, GPUCMD_EPROTO);
 	ck_assert_uint_eq(r->response->failed_index, 0);
-	ck_assert_msg(strstr(r->response->error->message, "does not know (Op field 99)"),
+	ck_assert_msg(strstr(r->response->error->message,
+			     "does not know (Op field 99)"),
 		      "%s", r->response->error->message);
 	frame_free(r);
 	/* The connection is still good for known ops. */
@@ -694,7 +697,8 @@ START_TEST(sizes_near_2_64)
 		ck_assert_int_eq(gpucmd_run(b, &r), 0);
 		ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_EINVAL);
 		ck_assert_int_eq(gpucmd_response_failed_index(r), 0);
-		ck_assert_msg(strstr(gpucmd_response_message(r), "at most "
+		ck_assert_msg(strstr(gpucmd_response_message(r),
+				     "at most "
 				     "1073741824 bytes") != NULL,
 			      "%s", gpucmd_response_message(r));
 		gpucmd_response_free(r);
@@ -826,7 +830,8 @@ START_TEST(grids_of_zero_and_over_the_limits)
 		size_t len;
 
 		ck_assert_int_eq(gpucmd_response_data(r, 0, (const void **)&got,
-						      &len), 0);
+						      &len),
+				 0);
 		for (size_t i = 0; i < len; i++)
 			ck_assert_uint_eq(got[i], 0);
 		gpucmd_response_free(r);
@@ -857,7 +862,8 @@ START_TEST(unknown_kernels_and_wrong_arguments)
 		b = batch(c, 0);
 		gpucmd_batch_ping(b);
 		ck_assert_int_eq(gpucmd_batch_kernel(b, names[i], one, one,
-						     args, 0), 0);
+						     args, 0),
+				 0);
 		run_fails(b, 1, GPUCMD_ENOKERNEL, "unknown kernel");
 	}
 	/* No name at all (the library refuses to send one). */
@@ -1193,7 +1199,8 @@ START_TEST(refused_batch_takes_its_descriptors_along)
 	ck_assert_int_eq(pread(z, got, sizeof(got), 0), (ssize_t)sizeof(got));
 	memset(want, 'y', sizeof(want));
 	ck_assert_msg(memcmp(got, want, sizeof(got)) == 0,
-		      "region 12 holds '%c' bytes, not region 11's 'y'", got[0]);
+		      "region 12 holds '%c' bytes, not region 11's 'y'",
+		      got[0]);
 	close(x);
 	close(y);
 	close(z);
@@ -1279,11 +1286,14 @@ START_TEST(large_reply_to_a_prompt_reader)
 		b = batch(c, 0);
 		gpucmd_batch_read(b, 1, 0, 56 << 10);
 		rc = gpucmd_run(b, &r);
-		ck_assert_msg(rc == 0, "a client reading its replies was cut "
-			      "off: %s", gpucmd_strerror(rc));
+		ck_assert_msg(rc == 0,
+			      "a client reading its replies was cut "
+			      "off: %s",
+			      gpucmd_strerror(rc));
 		ck_assert_int_eq(gpucmd_response_error(r), 0);
 		ck_assert_int_eq(gpucmd_response_data(r, 0, (const void **)&got,
-						      &len), 0);
+						      &len),
+				 0);
 		ck_assert_uint_eq(len, 56 << 10);
 		gpucmd_response_free(r);
 	}
@@ -1386,10 +1396,12 @@ START_TEST(client_never_reads_replies)
 		if (!closed)
 			usleep(10000);
 	}
-	ck_assert_msg(closed, "the daemon still holds the connection of a "
+	ck_assert_msg(closed,
+		      "the daemon still holds the connection of a "
 		      "client that reads nothing (%d descriptors, %d before): "
 		      "its queued replies stay in memory until the client "
-		      "reads or hangs up", daemon_fds(pid), fds_before);
+		      "reads or hangs up",
+		      daemon_fds(pid), fds_before);
 	close(fd);
 }
 END_TEST
@@ -1404,7 +1416,8 @@ static void staging_is_held(void)
 		if (held < (1u << 20))
 			usleep(10000);
 	}
-	ck_assert_msg(held >= (1u << 20), "no staging held for replies "
+	ck_assert_msg(held >= (1u << 20),
+		      "no staging held for replies "
 		      "waiting on a client (%llu bytes)",
 		      (unsigned long long)held);
 }
@@ -1427,7 +1440,8 @@ START_TEST(client_never_reads_large_replies)
 		if (held != 0)
 			usleep(10000);
 	}
-	ck_assert_msg(held == 0, "%llu bytes of read staging still held "
+	ck_assert_msg(held == 0,
+		      "%llu bytes of read staging still held "
 		      "after the connection was cut off",
 		      (unsigned long long)held);
 	close(fd);
@@ -1470,10 +1484,12 @@ START_TEST(slow_reader_does_not_take_the_pinned_pool)
 	}
 	ck_assert_msg(held <= PINNED_POOL / 2 + LEN,
 		      "%llu bytes of read staging held for one slow reader "
-		      "(half the pool is %u)", (unsigned long long)held,
-		      PINNED_POOL / 2);
-	ck_assert_msg(peak >= LEN, "no reply went out from its staging "
-		      "(peak %llu)", (unsigned long long)peak);
+		      "(half the pool is %u)",
+		      (unsigned long long)held, PINNED_POOL / 2);
+	ck_assert_msg(peak >= LEN,
+		      "no reply went out from its staging "
+		      "(peak %llu)",
+		      (unsigned long long)peak);
 	for (int i = 0; i < N; i++) {
 		ck_assert_int_eq(gpucmd_wait(c, ids[i], &r), 0);
 		ck_assert_int_eq(gpucmd_response_error(r), 0);
@@ -1654,7 +1670,7 @@ START_TEST(descriptors_nobody_asked_for)
 	 */
 	pid_t pid = the_daemon.pid;
 	int before = daemon_fds(pid), peak = 0;
-	int mfd = page_memfd('n');	/* anything else is refused at once */
+	int mfd = page_memfd('n'); /* anything else is refused at once */
 	uint8_t hdr[FRAME_HEADER_SIZE];
 	int fd = raw_connect();
 
@@ -1664,7 +1680,7 @@ START_TEST(descriptors_nobody_asked_for)
 		int n;
 
 		if (send_fds(fd, mfd, 250, &hdr[i]) < 0)
-			break;	/* the daemon hung up: fine */
+			break; /* the daemon hung up: fine */
 		usleep(20000);
 		n = daemon_fds(pid);
 		if (n > peak)
@@ -1673,7 +1689,8 @@ START_TEST(descriptors_nobody_asked_for)
 	close(mfd);
 	ck_assert_msg(peak - before <= 2 * 64 + 8,
 		      "the daemon held %d descriptors a client pushed on it "
-		      "without asking for any", peak - before);
+		      "without asking for any",
+		      peak - before);
 	close(fd);
 	back_to_baseline();
 	for (int i = 0; i < 500 && daemon_fds(pid) > before; i++)
@@ -1749,8 +1766,8 @@ START_TEST(kill_storm)
 			uint8_t data[4096];
 
 			memset(data, 0x5a, sizeof(data));
-			if (gpucmd_connect(the_daemon.sock, "storm", &conn, NULL,
-					   0) != 0)
+			if (gpucmd_connect(the_daemon.sock, "storm", &conn,
+					   NULL, 0) != 0)
 				_exit(0);
 			for (uint64_t h = 1;; h++) {
 				struct gpucmd_batch *b = NULL;
@@ -1776,7 +1793,8 @@ START_TEST(kill_storm)
 			waitpid(pids[k], NULL, 0);
 		}
 	}
-	ck_assert_msg(harness_now_us() - t0 < 20000000, "the storm took %llu us",
+	ck_assert_msg(harness_now_us() - t0 < 20000000,
+		      "the storm took %llu us",
 		      (unsigned long long)(harness_now_us() - t0));
 	back_to_baseline();
 }
@@ -1989,7 +2007,7 @@ START_TEST(fresh_buffer_written_from_another_stream)
 	b = batch(c, 0);
 	gpucmd_batch_kernel(b, "spin", one, one, &spin, 1);
 	gpucmd_batch_empty(b, 1, 4096);
-	gpucmd_batch_sync(b);	/* answered once stream 0 is done */
+	gpucmd_batch_sync(b); /* answered once stream 0 is done */
 	ck_assert_int_eq(gpucmd_submit(b, &id0), 0);
 	b = batch(c, 1);
 	gpucmd_batch_write(b, 1, 0, "written", 7);
@@ -2087,7 +2105,8 @@ START_TEST(small_host_memory)
 	{
 		struct gpucmd_service_report t = report_totals(good);
 
-		ck_assert_uint_eq(t.bytes_in_use, (uint64_t)failed * (8u << 20));
+		ck_assert_uint_eq(t.bytes_in_use,
+				  (uint64_t)failed * (8u << 20));
 		ck_assert_uint_ge(t.oom_count, 1);
 	}
 	b = batch(c, 0);
@@ -2210,21 +2229,29 @@ START_TEST(fail_every_allocation_site)
 				size_t len;
 
 				ck_assert_int_eq(gpucmd_response_data(
-						r, gpucmd_response_count(r) - 1,
-						&data, &len), 0);
+							 r,
+							 gpucmd_response_count(
+								 r) -
+								 1,
+							 &data, &len),
+						 0);
 				ck_assert_int_eq(memcmp(data, text, len), 0);
 				held += 24u << 20;
 			} else {
 				ck_assert_msg(e == GPUCMD_ENOMEM,
-					      "N=%d allocation %u: %s (%s)", n, k,
-					      gpucmd_errname(e),
+					      "N=%d allocation %u: %s (%s)", n,
+					      k, gpucmd_errname(e),
 					      gpucmd_response_message(r));
-				ck_assert_int_eq(gpucmd_response_failed_index(r), 0);
-				ck_assert_msg(strstr(gpucmd_response_message(r),
-						     "fails on purpose") &&
-						      strstr(gpucmd_response_message(r),
-							     "25165824"),
-					      "%s", gpucmd_response_message(r));
+				ck_assert_int_eq(gpucmd_response_failed_index(
+							 r),
+						 0);
+				ck_assert_msg(
+					strstr(gpucmd_response_message(r),
+					       "fails on purpose") &&
+						strstr(gpucmd_response_message(
+							       r),
+						       "25165824"),
+					"%s", gpucmd_response_message(r));
 				failures++;
 			}
 			gpucmd_response_free(r);
@@ -2233,7 +2260,8 @@ START_TEST(fail_every_allocation_site)
 		{
 			struct gpucmd_service_report t = report_totals(good);
 
-			ck_assert_uint_eq(t.bytes_in_use, baseline.bytes_in_use + held);
+			ck_assert_uint_eq(t.bytes_in_use,
+					  baseline.bytes_in_use + held);
 		}
 		still_served(c);
 		gpucmd_close(c);
@@ -2255,7 +2283,7 @@ START_TEST(reads_beyond_one_frame)
 	struct gpucmd_response *r = NULL;
 	pid_t pid = the_daemon.pid;
 	long hwm0 = daemon_status_kb(pid, "VmHWM"), hwm1;
-	const int n = 80;	/* 80 x 16 MiB = 1.25 GiB */
+	const int n = 80; /* 80 x 16 MiB = 1.25 GiB */
 
 	gpucmd_batch_empty(b, 1, 16u << 20);
 	gpucmd_response_free(run_ok(b));
@@ -2270,7 +2298,8 @@ START_TEST(reads_beyond_one_frame)
 	 */
 	ck_assert_int_eq(gpucmd_response_failed_index(r), 3);
 	ck_assert_uint_eq(gpucmd_response_count(r), 3);
-	ck_assert_msg(strstr(gpucmd_response_message(r), "max_frame_bytes") != NULL,
+	ck_assert_msg(strstr(gpucmd_response_message(r), "max_frame_bytes") !=
+			      NULL,
 		      "message: %s", gpucmd_response_message(r));
 	gpucmd_response_free(r);
 	hwm1 = daemon_status_kb(pid, "VmHWM");
@@ -2278,7 +2307,8 @@ START_TEST(reads_beyond_one_frame)
 	if (strstr(harness_build(), "san-thread") == NULL)
 		ck_assert_msg(hwm1 - hwm0 < 512 * 1024,
 			      "the daemon's peak memory grew by %ld MiB for a "
-			      "batch it refused", (hwm1 - hwm0) / 1024);
+			      "batch it refused",
+			      (hwm1 - hwm0) / 1024);
 	b = batch(c, 0);
 	gpucmd_batch_release(b, 1);
 	gpucmd_response_free(run_ok(b));
@@ -2309,9 +2339,9 @@ static uint8_t *request_frame(const uint8_t *inner, size_t inner_len,
 
 	ck_assert_ptr_nonnull(buf);
 	p = body = buf + FRAME_HEADER_SIZE;
-	*p++ = (4 << 3) | 2;		/* Frame.request */
+	*p++ = (4 << 3) | 2; /* Frame.request */
 	put_varint(&p, rlen);
-	*p++ = (1 << 3) | 0;		/* Request.id = 1 */
+	*p++ = (1 << 3) | 0; /* Request.id = 1 */
 	*p++ = 1;
 	memcpy(p, inner, inner_len);
 	p += inner_len;
@@ -2319,7 +2349,6 @@ static uint8_t *request_frame(const uint8_t *inner, size_t inner_len,
 	*len = (size_t)(p - buf);
 	return buf;
 }
-
 
 /* A ping on a raw connection is answered. */
 static void raw_ping(int fd, uint64_t id)
@@ -2392,13 +2421,14 @@ START_TEST(unknown_fields_are_refused_undecoded)
 	int fd;
 
 	ck_assert_ptr_nonnull(inner);
-	inner[0] = (3 << 3) | 2;	/* Request.ops: an empty Op */
+	inner[0] = (3 << 3) | 2; /* Request.ops: an empty Op */
 	inner[1] = 0;
 	for (size_t i = 1; i <= NFIELDS; i++) {
-		inner[2 * i] = (15 << 3) | 0;	/* field 15 = 0, unknown */
+		inner[2 * i] = (15 << 3) | 0; /* field 15 = 0, unknown */
 		inner[2 * i + 1] = 0;
 	}
-	fd = refused_unread(inner, 2 * (size_t)NFIELDS + 2, "fields would take");
+	fd = refused_unread(inner, 2 * (size_t)NFIELDS + 2,
+			    "fields would take");
 
 	/* The same fields in the Frame, with no request: the close. */
 	frame = malloc(FRAME_HEADER_SIZE + 2 * (size_t)NFIELDS);
@@ -2434,7 +2464,7 @@ START_TEST(huge_op_counts_are_refused_undecoded)
 
 	ck_assert_ptr_nonnull(inner);
 	for (size_t i = 0; i < NOPS; i++) {
-		inner[2 * i] = (3 << 3) | 2;	/* Request.ops, empty Op */
+		inner[2 * i] = (3 << 3) | 2; /* Request.ops, empty Op */
 		inner[2 * i + 1] = 0;
 	}
 	fd = refused_unread(inner, 2 * (size_t)NOPS, "8388608 ops");
@@ -2452,7 +2482,7 @@ START_TEST(huge_op_counts_are_refused_undecoded)
 		 * empty ops.
 		 */
 		static const uint8_t attach[10] = {
-			(3 << 3) | 2, 8, 0xea, 0x01, 5,
+			(3 << 3) | 2, 8, 0xea,	       0x01, 5,
 			(1 << 3) | 0, 7, (2 << 3) | 0, 0x80, 0x20,
 		};
 
@@ -2518,7 +2548,6 @@ static void setup_one_in_flight(void)
 {
 	setup_config("[limits]\nmax_in_flight = 1\n");
 }
-
 
 /* A spin kernel op of us microseconds, on a 1x1x1 launch. */
 struct raw_spin {
@@ -2680,7 +2709,11 @@ START_TEST(region_ids_taken_or_zero_are_refused)
 	int z = page_memfd('z'), y = page_memfd('y');
 	int fd = connect_with_region("hostile", z);
 	static uint8_t data[1024];
-	struct { uint64_t id; int code; const char *says; } bad[] = {
+	struct {
+		uint64_t id;
+		int code;
+		const char *says;
+	} bad[] = {
 		{ 20, GPUCMD_EEXIST, "region id 20 is already attached" },
 		{ 0, GPUCMD_EINVAL, "region id 0 is invalid" },
 	};
@@ -2749,10 +2782,9 @@ static void setup_small_byte_budget(void)
 	setup_config("[limits]\nmax_bytes_in_flight = 1M\n");
 }
 
-
 /* One op's request, appended to *buf (append_request's shapes). */
-static void append_op(uint8_t **buf, size_t *len, uint64_t id,
-		      uint32_t stream, Gpucmd__Op *op)
+static void append_op(uint8_t **buf, size_t *len, uint64_t id, uint32_t stream,
+		      Gpucmd__Op *op)
 {
 	Gpucmd__Op *ops[1] = { op };
 
@@ -2934,7 +2966,8 @@ START_TEST(bytes_behind_a_kernel_wait_in_the_socket)
 	sent = offer(fd, writes, writes_len, 300);
 	ck_assert_msg(sent < 4u * MIB,
 		      "the daemon took %zu bytes behind a running kernel "
-		      "under max_bytes_in_flight = 1M", sent);
+		      "under max_bytes_in_flight = 1M",
+		      sent);
 	ck_assert_uint_gt(sent, 0);
 	/* The connection is not stuck for others meanwhile. */
 	raw_ping(other, 7);
@@ -3015,7 +3048,8 @@ START_TEST(decoded_size_counts_against_the_byte_budget)
 	ck_assert_msg(rss1 - rss0 < 64 * 1024,
 		      "the daemon grew by %ld KiB holding %zu bytes of "
 		      "requests behind a kernel, under max_bytes_in_flight = "
-		      "16M", rss1 - rss0, sent);
+		      "16M",
+		      rss1 - rss0, sent);
 	ck_assert_uint_lt(sent, frames_len);
 	/* Every one is answered, refused for its arguments, in order. */
 	send_all(fd, frames + sent, frames_len - sent);
@@ -3038,8 +3072,8 @@ END_TEST
  * Send buf[sent[k]..len) on each of the n sockets fds[k], to whichever
  * takes bytes first (poll), until all is sent.
  */
-static void send_all_poll(const int *fds, int n, const uint8_t *buf,
-			  size_t len, size_t *sent)
+static void send_all_poll(const int *fds, int n, const uint8_t *buf, size_t len,
+			  size_t *sent)
 {
 	struct pollfd p[64];
 	int left;
@@ -3127,7 +3161,8 @@ START_TEST(connections_of_a_service_share_its_byte_budget)
 	}
 	ck_assert_msg(total < 12u * MIB,
 		      "the daemon took %zu bytes from %d connections of a "
-		      "service whose max_bytes_in_flight is 4M", total, NC);
+		      "service whose max_bytes_in_flight is 4M",
+		      total, NC);
 	raw_ping(other, 7);
 	/*
 	 * The rest goes to whichever connection takes it, as from a client
@@ -3229,9 +3264,9 @@ START_TEST(a_prompt_reader_is_not_closed_for_anothers_unread_replies)
 	gpucmd_batch_empty(b, 1, 5u << 20);
 	gpucmd_response_free(run_ok(b));
 	pipelined_reads(c, 10, 4, 3u << 19);
-	pipelined_reads(c, 5, 2, 5u << 20);	/* past twice the bound */
+	pipelined_reads(c, 5, 2, 5u << 20); /* past twice the bound */
 	lazy = never_reading_client_of("many", 6u << 20, 6u << 20, 0, 1, NULL);
-	usleep(200000);		/* the lazy reply queued */
+	usleep(200000); /* the lazy reply queued */
 	pipelined_reads(c, 20, 2, 1u << 20);
 	harness_wait_log(why, before);
 	/* What its socket holds of the reply, then the end. */
@@ -3325,13 +3360,13 @@ START_TEST(a_client_blocked_sending_reads_its_replies)
 		ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 5u << 20), 0);
 		ck_assert_int_eq(gpucmd_submit(b, &id[k]), 0);
 	}
-	usleep(300000);		/* both replies queued, unread */
+	usleep(300000); /* both replies queued, unread */
 	b = batch(c, 0);
 	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, data, 3u << 20),
 			 0);
 	ck_assert_int_eq(gpucmd_batch_read(b, 1, (3u << 20) - 4, 4), 0);
 	ck_assert_msg(gpucmd_submit(b, &id[2]) == 0 ||
-		      (gpucmd_conn_error(c, &died), false),
+			      (gpucmd_conn_error(c, &died), false),
 		      "the write was not sent: %s", died);
 	for (int k = 0; k < 3; k++) {
 		int rc = gpucmd_wait(c, id[k], &r);
@@ -3342,8 +3377,8 @@ START_TEST(a_client_blocked_sending_reads_its_replies)
 			      gpucmd_errname(rc), died);
 		ck_assert_int_eq(gpucmd_response_error(r), 0);
 		if (k == 2) {
-			ck_assert_int_eq(gpucmd_response_data(r, 1, &got,
-							      &len), 0);
+			ck_assert_int_eq(gpucmd_response_data(r, 1, &got, &len),
+					 0);
 			ck_assert_uint_eq(len, 4);
 			ck_assert_int_eq(memcmp(got, data, 4), 0);
 		}
@@ -3401,8 +3436,8 @@ START_TEST(frames_being_read_count_against_the_service_budget)
 	ck_assert_msg(total < 2u * SIZE,
 		      "the daemon took %zu bytes (grew by %ld KiB) of %d "
 		      "frames of 16 MiB still being read, from connections "
-		      "of a service whose max_bytes_in_flight is 4M", total,
-		      rss1 - rss0, NC);
+		      "of a service whose max_bytes_in_flight is 4M",
+		      total, rss1 - rss0, NC);
 	send_all_poll(fd, NC, frame, frame_len, sent);
 	for (int k = 0; k < NC; k++) {
 		r = recv_frame(fd[k]);
@@ -3488,7 +3523,7 @@ START_TEST(a_trickled_frame_is_ended)
 		usleep(50000);
 	}
 	ck_assert_msg(took != 0, "a frame trickled at 160 KiB/s was not "
-		      "ended in 12 s (frame_timeout = 1)");
+				 "ended in 12 s (frame_timeout = 1)");
 	ck_assert_msg(took < 8000000, "ended only after %.1f s",
 		      (double)took / 1e6);
 	expect_refusal(fd, GPUCMD_EPROTO, "did not arrive whole within 1.4 s");
@@ -3631,8 +3666,8 @@ START_TEST(descriptors_go_with_their_frame)
 		ck_assert_uint_eq(r->response->id, want);
 		ck_assert_msg(r->response->error == NULL, "request %llu: %s",
 			      (unsigned long long)want,
-			      r->response->error ? r->response->error->message
-						 : "");
+			      r->response->error ? r->response->error->message :
+						   "");
 		frame_free(r);
 	}
 
@@ -3763,17 +3798,19 @@ START_TEST(descriptors_behind_a_frame_waiting_for_its_turn)
 	for (int k = 0; k < 1 + FRAMES; k++) {
 		Gpucmd__Frame *r = recv_frame(fd);
 
-		ck_assert_msg(r != NULL, "the daemon closed the connection "
-			      "after %d responses", k);
+		ck_assert_msg(r != NULL,
+			      "the daemon closed the connection "
+			      "after %d responses",
+			      k);
 		ck_assert_msg(r->msg_case == GPUCMD__FRAME__MSG_RESPONSE,
 			      "refused after %d responses: %s", k,
-			      r->msg_case == GPUCMD__FRAME__MSG_ERROR
-				      ? r->error->message
-				      : "(not an Error)");
+			      r->msg_case == GPUCMD__FRAME__MSG_ERROR ?
+				      r->error->message :
+				      "(not an Error)");
 		ck_assert_msg(r->response->error == NULL, "request %llu: %s",
 			      (unsigned long long)r->response->id,
-			      r->response->error ? r->response->error->message
-						 : "");
+			      r->response->error ? r->response->error->message :
+						   "");
 		frame_free(r);
 	}
 	release_the_turns(other);
@@ -3832,8 +3869,9 @@ static void raw_op(int fd, uint64_t id, uint32_t stream, Gpucmd__Op *op,
 			      (unsigned long long)id);
 		ck_assert_msg(e->code == code && strstr(e->message, what),
 			      "request %llu: got %d '%s', expected %d naming "
-			      "'%s'", (unsigned long long)id, e->code,
-			      e->message, code, what);
+			      "'%s'",
+			      (unsigned long long)id, e->code, e->message, code,
+			      what);
 		ck_assert_uint_eq(r->response->failed_index, 0);
 		ck_assert_uint_eq(r->response->n_results, 0);
 	}
@@ -4047,9 +4085,10 @@ START_TEST(a_client_that_shuts_down_its_writing_side_gets_its_replies)
 		Gpucmd__Frame *r = recv_frame(fd);
 		uint64_t id;
 
-		ck_assert_msg(r != NULL, "%d of %d responses came after the "
-			      "client shut down its writing side", i - 1,
-			      3 + N);
+		ck_assert_msg(r != NULL,
+			      "%d of %d responses came after the "
+			      "client shut down its writing side",
+			      i - 1, 3 + N);
 		ck_assert_int_eq(r->msg_case, GPUCMD__FRAME__MSG_RESPONSE);
 		id = r->response->id;
 		ck_assert_msg(id >= 1 && id < 4 + N && !seen[id],
@@ -4062,8 +4101,10 @@ START_TEST(a_client_that_shuts_down_its_writing_side_gets_its_replies)
 			ck_assert_uint_eq(r->response->n_results, 1);
 			ck_assert_uint_eq(r->response->results[0]->data.len,
 					  LEN);
-			ck_assert_int_eq(memcmp(r->response->results[0]->data.data,
-						data, LEN), 0);
+			ck_assert_int_eq(memcmp(r->response->results[0]
+							->data.data,
+						data, LEN),
+					 0);
 		}
 		frame_free(r);
 	}
@@ -4111,7 +4152,7 @@ static bool welcomed_or_out_of_descriptors(int fd)
 	free(buf);
 	w = recv_frame(fd);
 	ck_assert_msg(w != NULL, "the daemon closed a connection without a "
-		      "word (no Welcome, no Error)");
+				 "word (no Welcome, no Error)");
 	if (w->msg_case == GPUCMD__FRAME__MSG_WELCOME) {
 		frame_free(w);
 		return true;
@@ -4120,7 +4161,8 @@ static bool welcomed_or_out_of_descriptors(int fd)
 	ck_assert_msg(w->error->code == GPUCMD_ELIMIT, "code %s: %s",
 		      gpucmd_errname(w->error->code), w->error->message);
 	ck_assert_msg(strstr(w->error->message, "out of file descriptors") &&
-			      strstr(w->error->message, "(RLIMIT_NOFILE) is ") &&
+			      strstr(w->error->message,
+				     "(RLIMIT_NOFILE) is ") &&
 			      strstr(w->error->message, "LimitNOFILE="),
 		      "message '%s'", w->error->message);
 	frame_free(w);
@@ -4148,8 +4190,10 @@ static int connect_until_out_of_descriptors(int *fds)
 		if (!welcomed_or_out_of_descriptors(fds[n]))
 			break;
 	}
-	ck_assert_msg(n < FEW_DESCRIPTORS, "%d connections, none refused "
-		      "under RLIMIT_NOFILE %d", n, FEW_DESCRIPTORS);
+	ck_assert_msg(n < FEW_DESCRIPTORS,
+		      "%d connections, none refused "
+		      "under RLIMIT_NOFILE %d",
+		      n, FEW_DESCRIPTORS);
 	ck_assert_int_gt(n, 0);
 	close(fds[n]);
 	return n;
@@ -4203,8 +4247,7 @@ START_TEST(a_low_soft_descriptor_limit_is_raised)
 		       "valgrind refuses the daemon's setrlimit\n");
 		return;
 	}
-	ck_assert_int_eq(harness_log_count("RLIMIT_NOFILE raised from "),
-			 1);
+	ck_assert_int_eq(harness_log_count("RLIMIT_NOFILE raised from "), 1);
 	for (int i = 0; i < N; i++) {
 		fds[i] = raw_connect();
 		ck_assert_msg(welcomed_or_out_of_descriptors(fds[i]),
@@ -4290,7 +4333,8 @@ static Suite *make_suite(void)
 	tcase_add_test(d, descriptors_go_with_their_frame);
 	tcase_add_test(d, descriptors_behind_a_frame_waiting_for_its_turn);
 	tcase_add_test(d, end_of_stream_behind_a_frame_waiting_for_its_turn);
-	tcase_add_test(d, a_client_that_shuts_down_its_writing_side_gets_its_replies);
+	tcase_add_test(
+		d, a_client_that_shuts_down_its_writing_side_gets_its_replies);
 	tcase_add_test(d, region_ids_taken_or_zero_are_refused);
 	tcase_add_test(d, kill_9_client_holding_memory);
 	tcase_add_test(d, kill_storm);
@@ -4355,11 +4399,18 @@ static Suite *make_suite(void)
 		tcase_add_checked_fixture(bs, setup_service_budget_4m,
 					  teardown);
 		tcase_set_timeout(bs, 60);
-		tcase_add_test(bs, connections_of_a_service_share_its_byte_budget);
-		tcase_add_test(bs, frames_being_read_count_against_the_service_budget);
-		tcase_add_test(bs, a_pipelining_connection_does_not_starve_its_service);
-		tcase_add_test(bs, unread_replies_count_against_the_service_budget);
-		tcase_add_test(bs, a_prompt_reader_is_not_closed_for_anothers_unread_replies);
+		tcase_add_test(bs,
+			       connections_of_a_service_share_its_byte_budget);
+		tcase_add_test(
+			bs, frames_being_read_count_against_the_service_budget);
+		tcase_add_test(
+			bs,
+			a_pipelining_connection_does_not_starve_its_service);
+		tcase_add_test(bs,
+			       unread_replies_count_against_the_service_budget);
+		tcase_add_test(
+			bs,
+			a_prompt_reader_is_not_closed_for_anothers_unread_replies);
 		tcase_add_test(bs, a_closed_readers_bytes_do_not_close_another);
 		tcase_add_test(bs, a_client_blocked_sending_reads_its_replies);
 		suite_add_tcase(s, bs);

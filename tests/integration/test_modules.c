@@ -54,7 +54,8 @@ static uint64_t submit_load(struct gpucmd_conn *c, uint64_t module)
 
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_load_module(b, module, "ptx", some_ptx,
-						  sizeof(some_ptx) - 1), 0);
+						  sizeof(some_ptx) - 1),
+			 0);
 	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
 	return id;
 }
@@ -97,8 +98,8 @@ static void refused_at_once(struct gpucmd_conn *c, uint64_t id, int code,
 	int rc = wait_code(c, id, msg, msg_len);
 
 	took = harness_now_us() - t0;
-	ck_assert_msg(rc == code, "got %s, expected %s: %s",
-		      gpucmd_errname(rc), gpucmd_errname(code), msg);
+	ck_assert_msg(rc == code, "got %s, expected %s: %s", gpucmd_errname(rc),
+		      gpucmd_errname(code), msg);
 	ck_assert_msg(took < DELAY_MS * 1000u / 2,
 		      "the refusal took %llu us: it waited for a compile",
 		      (unsigned long long)took);
@@ -265,7 +266,8 @@ START_TEST(loads_in_a_row_answer_in_order)
 	a = connect_as("rows");
 	ck_assert_int_eq(gpucmd_batch_new(a, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_load_module(b, 7, "ptx", some_ptx,
-						  sizeof(some_ptx) - 1), 0);
+						  sizeof(some_ptx) - 1),
+			 0);
 	ck_assert_int_eq(gpucmd_batch_load_module(b, 8, "cuda", "x", 1), 0);
 	ck_assert_int_eq(gpucmd_submit(b, &ids[0]), 0);
 	ids[1] = submit_one(a, false);
@@ -403,7 +405,8 @@ static uint64_t submit_ptx(struct gpucmd_conn *c, uint64_t module,
 
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_load_module(b, module, "ptx", ptx,
-						  strlen(ptx)), 0);
+						  strlen(ptx)),
+			 0);
 	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
 	return id;
 }
@@ -522,7 +525,8 @@ static struct gpucmd_conn *small_with_add_one(void)
 		return NULL;
 	c = connect_as("small");
 	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, add_one_ptx), msg,
-				   sizeof(msg)), 0);
+				   sizeof(msg)),
+			 0);
 	return c;
 }
 
@@ -608,11 +612,11 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 	 */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, zeros,
-						       sizeof(zeros)), 0);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &spin, 1),
+						       sizeof(zeros)),
 			 0);
-	ck_assert_int_eq(gpucmd_batch_kernel_module(b, 6, "add_one", one, one, 0,
-						    add_one_args, 2),
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", one, one, &spin, 1), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel_module(b, 6, "add_one", one, one,
+						    0, add_one_args, 2),
 			 0);
 	ck_assert_int_eq(gpucmd_submit(b, &spinning), 0);
 	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), 0);
@@ -621,8 +625,7 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 	ck_assert_uint_eq(bytes, 8u << 20);
 	/* The id is free at once. */
 	ck_assert_int_eq(unload(c, 6, msg, sizeof(msg)), GPUCMD_ENOTFOUND);
-	ck_assert_msg(strstr(msg, "module 6 is not loaded") != NULL, "%s",
-		      msg);
+	ck_assert_msg(strstr(msg, "module 6 is not loaded") != NULL, "%s", msg);
 	/* Once the kernels have run, the module leaves the count. */
 	ck_assert_int_eq(wait_code(c, spinning, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
@@ -630,7 +633,8 @@ START_TEST(unload_gives_the_module_back_after_earlier_work)
 	small_modules_go_to_zero(c);
 	/* And the id loads again. */
 	ck_assert_int_eq(wait_code(c, submit_ptx(c, 6, add_one_ptx), msg,
-				   sizeof(msg)), 0);
+				   sizeof(msg)),
+			 0);
 	small_modules(c, &modules, &bytes);
 	ck_assert_uint_eq(modules, 1);
 	gpucmd_close(c);
@@ -659,10 +663,12 @@ START_TEST(a_graph_keeps_its_modules_until_destroyed)
 	/* Record one launch of add_one into graph 7; nothing runs yet. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, zeros,
-						       sizeof(zeros)), 0);
+						       sizeof(zeros)),
+			 0);
 	ck_assert_int_eq(gpucmd_batch_capture_begin(b), 0);
 	ck_assert_int_eq(gpucmd_batch_kernel_module(b, 6, "add_one", one, one,
-						    0, add_one_args, 2), 0);
+						    0, add_one_args, 2),
+			 0);
 	ck_assert_int_eq(gpucmd_batch_capture_end(b, 7), 0);
 	run_and_expect(b, 0);
 	/* Unloaded: the id is free, the graph still holds the module. */
@@ -719,7 +725,7 @@ START_TEST(sigterm_during_a_compile)
 	rc = gpucmd_wait(a, ping, &r);
 	gpucmd_response_free(r);
 	ck_assert_msg(rc != 0, "the ping behind the compile was taken after "
-		      "SIGTERM");
+			       "SIGTERM");
 	gpucmd_close(a);
 	status = daemon_wait_exit(&the_daemon);
 	ck_assert_msg(status == 0, "gpucmdd exited %d after SIGTERM, not 0",

@@ -103,7 +103,9 @@ START_TEST(installed_layout_applies_to_later_streams)
 	struct gpucmd_conn *c = connect_as("ops");
 	struct gpucmd_conn *other = connect_as("ops");
 	const struct gpucmd_pool_options pools[] = {
-		{ .kind = "sliced", .page_size = 1 << 20, .max_slice = 256 << 10 },
+		{ .kind = "sliced",
+		  .page_size = 1 << 20,
+		  .max_slice = 256 << 10 },
 		{ .kind = "direct" },
 	};
 	struct gpucmd_stream_report *sr;
@@ -204,7 +206,8 @@ static void assert_usage_eq(const struct gpucmd_memory_usage *a,
 	ck_assert_uint_eq(a->bytes_reserved, b->bytes_reserved);
 }
 
-static struct gpucmd_memory_usage pools_sum(const struct gpucmd_stream_report *sr)
+static struct gpucmd_memory_usage
+pools_sum(const struct gpucmd_stream_report *sr)
 {
 	struct gpucmd_memory_usage sum = { 0 };
 
@@ -236,7 +239,7 @@ static int service_usage(struct gpucmd_conn *c, const char *name,
 		if (strcmp(rep->services[i].name, name) != 0)
 			continue;
 		*out = rep->services[i];
-		out->streams = NULL;	/* they go with the report */
+		out->streams = NULL; /* they go with the report */
 		found = 0;
 	}
 	gpucmd_report_free(rep);
@@ -431,8 +434,8 @@ END_TEST
 START_TEST(stream_report_adds_up)
 {
 	struct gpucmd_conn *c = connect_as("ops");
-	static const uint64_t sizes[] = { 1, 100, 4096, 5000, 1 << 20,
-					  3 << 20, 40 << 20 };
+	static const uint64_t sizes[] = { 1,	   100,	    4096,    5000,
+					  1 << 20, 3 << 20, 40 << 20 };
 	struct gpucmd_batch *b = batch(c, 1);
 	struct gpucmd_stream_report *sr = NULL;
 	struct gpucmd_memory_usage u, sum;
@@ -731,7 +734,9 @@ START_TEST(install_pools_refused_while_in_use)
 {
 	struct gpucmd_conn *c = connect_as("ops");
 	const struct gpucmd_pool_options pools[] = {
-		{ .kind = "sliced", .page_size = 1 << 20, .max_slice = 256 << 10 },
+		{ .kind = "sliced",
+		  .page_size = 1 << 20,
+		  .max_slice = 256 << 10 },
 		{ .kind = "exclusive", .max_alloc = 64 << 20 },
 		{ .kind = "direct" },
 	};
@@ -779,7 +784,8 @@ START_TEST(install_pools_refused_while_in_use)
 		ck_assert_int_eq(run_code(b, &idx), GPUCMD_EPOOLSINUSE);
 		ck_assert_int_eq(idx, 4);
 		ck_assert_msg(strstr(last_message, "in an earlier request") !=
-			      NULL, "%s", last_message);
+				      NULL,
+			      "%s", last_message);
 	}
 	b = batch(c, 0);
 	gpucmd_batch_sync(b);
@@ -881,7 +887,9 @@ START_TEST(strided_write_read_round_trip)
 	struct gpucmd_conn *c = connect_as("ops");
 	/* 3 rows of 5 u32 in a buffer with a pitch of 8 elements. */
 	struct gpucmd_layout l = {
-		.rank = 2, .shape = { 3, 5 }, .strides = { 8, 1 },
+		.rank = 2,
+		.shape = { 3, 5 },
+		.strides = { 8, 1 },
 		.elem_size = 4,
 	};
 	uint32_t in[15], raw[24];
@@ -926,16 +934,25 @@ END_TEST
 START_TEST(strided_errors)
 {
 	struct gpucmd_conn *c = connect_as("ops");
-	struct gpucmd_layout t = {	/* a transpose: column-major */
-		.rank = 2, .shape = { 2, 3 }, .strides = { 1, 2 },
+	struct gpucmd_layout t = {
+		/* a transpose: column-major */
+		.rank = 2,
+		.shape = { 2, 3 },
+		.strides = { 1, 2 },
 		.elem_size = 4,
 	};
-	struct gpucmd_layout overlap = {	/* rows overlap */
-		.rank = 2, .shape = { 2, 4 }, .strides = { 2, 1 },
+	struct gpucmd_layout overlap = {
+		/* rows overlap */
+		.rank = 2,
+		.shape = { 2, 4 },
+		.strides = { 2, 1 },
 		.elem_size = 4,
 	};
-	struct gpucmd_layout past = {	/* runs past the end */
-		.rank = 2, .shape = { 4, 4 }, .strides = { 8, 1 },
+	struct gpucmd_layout past = {
+		/* runs past the end */
+		.rank = 2,
+		.shape = { 4, 4 },
+		.strides = { 8, 1 },
 		.elem_size = 4,
 	};
 	uint32_t v[16] = { 0 };
@@ -967,7 +984,8 @@ START_TEST(strided_errors)
 	ck_assert_int_eq(gpucmd_batch_read_layout(b, 1, 0, &t), GPUCMD_EINVAL);
 	t.rank = GPUCMD_MAX_RANK + 1;
 	ck_assert_int_eq(gpucmd_batch_read_layout(b, 1, 0, &t), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_read_layout(b, 1, 0, NULL), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_read_layout(b, 1, 0, NULL),
+			 GPUCMD_EINVAL);
 	ck_assert_uint_eq(gpucmd_batch_count(b), 0);
 	gpucmd_batch_free(b);
 	gpucmd_close(c);
@@ -981,8 +999,11 @@ END_TEST
 START_TEST(empty_copies_check_their_offset)
 {
 	struct gpucmd_conn *c = connect_as("ops");
-	struct gpucmd_layout none = {	/* no rows */
-		.rank = 2, .shape = { 0, 4 }, .strides = { 8, 1 },
+	struct gpucmd_layout none = {
+		/* no rows */
+		.rank = 2,
+		.shape = { 0, 4 },
+		.strides = { 8, 1 },
 		.elem_size = 4,
 	};
 	struct gpucmd_response *r;
@@ -1210,10 +1231,16 @@ static void graph_work(struct gpucmd_batch *b, uint64_t w, uint64_t x,
 				     u32_arg(GN) };
 	const uint32_t grid[3] = { GN / 64, 1, 1 };
 
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", grid, B64, fill, 3), 0);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "scale_f32", grid, B64, scale_w, 3), 0);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "scale_f32", grid, B64, scale_x, 3), 0);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "add_f32", grid, B64, add, 4), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", grid, B64, fill, 3),
+			 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "scale_f32", grid, B64, scale_w,
+					     3),
+			 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "scale_f32", grid, B64, scale_x,
+					     3),
+			 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "add_f32", grid, B64, add, 4),
+			 0);
 }
 
 START_TEST(graph_replay_equals_eager)
@@ -1252,7 +1279,8 @@ START_TEST(graph_replay_equals_eager)
 		gpucmd_batch_read(b, h, 0, sizeof(x0));
 	r = run_ok(b);
 	for (size_t k = 0; k < 6; k++) {
-		ck_assert_int_eq(gpucmd_response_data(r, 16 + k, &d[k], &len), 0);
+		ck_assert_int_eq(gpucmd_response_data(r, 16 + k, &d[k], &len),
+				 0);
 		ck_assert_uint_eq(len, sizeof(x0));
 	}
 	for (int k = 0; k < 3; k++)
@@ -1648,8 +1676,8 @@ START_TEST(capture_refuses_reads_syncs_allocations)
 	gpucmd_batch_install_pools(b, "exclusive", NULL, 0);
 	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EPOOLSINUSE);
 	ck_assert_msg(strstr(last_message, "records a graph") != NULL &&
-		      strstr(last_message, "capture_end") != NULL, "%s",
-		      last_message);
+			      strstr(last_message, "capture_end") != NULL,
+		      "%s", last_message);
 	/* Memory reserved before the capture may be bound during it. */
 	b = batch(c, 0);
 	gpucmd_batch_bind(b, 2, 4);
@@ -1801,8 +1829,9 @@ START_TEST(evict_one_connection)
 	b = batch(b2, 0);
 	gpucmd_batch_empty(b, 1, 3000);
 	run_done(b);
-	ck_assert_int_eq(gpucmd_evict(admin, NULL, gpucmd_info(a)->connection_id,
-				      &n), 0);
+	ck_assert_int_eq(gpucmd_evict(admin, NULL,
+				      gpucmd_info(a)->connection_id, &n),
+			 0);
 	ck_assert_uint_eq(n, 1);
 	b = batch(a, 0);
 	gpucmd_batch_ping(b);
@@ -1824,7 +1853,8 @@ START_TEST(evict_one_connection)
 	/* A service name and an id that do not match end nothing. */
 	o = connect_as("other");
 	ck_assert_int_eq(gpucmd_evict(admin, "other",
-				      gpucmd_info(b2)->connection_id, &n), 0);
+				      gpucmd_info(b2)->connection_id, &n),
+			 0);
 	ck_assert_uint_eq(n, 0);
 	gpucmd_close(o);
 	gpucmd_close(b2);
@@ -1892,7 +1922,7 @@ START_TEST(evict_arguments)
 	/* An id nobody has, or the caller's own, is refused with why. */
 	ck_assert_int_eq(gpucmd_evict(c, NULL, 999999, &n), GPUCMD_ENOTFOUND);
 	ck_assert_msg(strstr(gpucmd_last_message(c), "no connection 999999 "
-			     "is open") != NULL,
+						     "is open") != NULL,
 		      "message: %s", gpucmd_last_message(c));
 	ck_assert_int_eq(gpucmd_evict(c, NULL, gpucmd_info(c)->connection_id,
 				      &n),
@@ -1936,7 +1966,8 @@ START_TEST(cross_stream_ordering_random)
 	gpucmd_batch_sync(b);
 	run_done(b);
 	for (uint32_t round = 1; round <= ROUNDS; round++) {
-		struct gpucmd_arg spin = u32_arg((uint32_t)(rand_r(&seed) % 3000));
+		struct gpucmd_arg spin =
+			u32_arg((uint32_t)(rand_r(&seed) % 3000));
 		struct gpucmd_arg fill[3] = { buf_arg(1), u32_arg(round),
 					      u32_arg(N) };
 		struct gpucmd_arg copy[3] = { buf_arg(2), buf_arg(1),
@@ -1967,14 +1998,16 @@ START_TEST(cross_stream_ordering_random)
 		ck_assert_int_eq(gpucmd_wait(c, id2, &r), 0);
 		ck_assert_int_eq(gpucmd_response_error(r), 0);
 		ck_assert_int_eq(gpucmd_response_data(r, direct ? 0 : 1, &data,
-						       &len), 0);
+						      &len),
+				 0);
 		ck_assert_uint_eq(len, N * 4);
 		v = data;
 		for (int i = 0; i < N; i++)
 			ck_assert_msg(v[i] == round,
 				      "round %u (stream %u, %s): element %d "
-				      "is %u", round, consumer,
-				      direct ? "read" : "copy", i, v[i]);
+				      "is %u",
+				      round, consumer, direct ? "read" : "copy",
+				      i, v[i]);
 		gpucmd_response_free(r);
 		ck_assert_int_eq(gpucmd_wait(c, id1, &r), 0);
 		ck_assert_int_eq(gpucmd_response_error(r), 0);
@@ -2214,8 +2247,10 @@ START_TEST(sync_when_quiet_and_in_order)
 	gpucmd_batch_sync(b);
 	run_done(b);
 	waited = harness_now_us() - t0;
-	ck_assert_msg(waited >= 150000, "the sync came back after %llu us, "
-		      "before the kernel it follows", (unsigned long long)waited);
+	ck_assert_msg(waited >= 150000,
+		      "the sync came back after %llu us, "
+		      "before the kernel it follows",
+		      (unsigned long long)waited);
 	ck_assert_int_eq(gpucmd_wait(c, id, &r), 0);
 	ck_assert_int_eq(gpucmd_response_error(r), 0);
 	gpucmd_response_free(r);

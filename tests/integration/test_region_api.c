@@ -58,12 +58,10 @@ static int run_code(struct gpucmd_batch *b, char *msg, size_t msg_len)
  * it at offset length bytes of region from region_offset; the caller adds
  * the rest and runs it.
  */
-static struct gpucmd_batch *empty_write_batch(struct gpucmd_conn *c,
-					      uint32_t stream, uint64_t handle,
-					      uint64_t size, uint64_t offset,
-					      uint64_t region,
-					      uint64_t region_offset,
-					      uint64_t length)
+static struct gpucmd_batch *
+empty_write_batch(struct gpucmd_conn *c, uint32_t stream, uint64_t handle,
+		  uint64_t size, uint64_t offset, uint64_t region,
+		  uint64_t region_offset, uint64_t length)
 {
 	struct gpucmd_batch *b;
 
@@ -98,8 +96,8 @@ static void expect_message(struct gpucmd_conn *c, const char *want)
 
 START_TEST(round_trips_of_every_size)
 {
-	static const size_t sizes[] = { 1, 7, 4095, 4096, 65537, MIB,
-					MIB + 13, 16 * MIB };
+	static const size_t sizes[] = { 1,     7,   4095,     4096,
+					65537, MIB, MIB + 13, 16 * MIB };
 	const size_t size = 40 * MIB, dst_at = 20 * MIB + 3;
 	struct gpucmd_conn *c = connect_as("regions");
 	struct gpucmd_batch *b;
@@ -116,15 +114,20 @@ START_TEST(round_trips_of_every_size)
 		fill(m + 1, n, (uint32_t)k + 1);
 		memset(m + dst_at - 1, 0xee, n + 2);
 		b = empty_write_batch(c, 1, 10 + k, n + 5, 3, 5, 1, n);
-		ck_assert_int_eq(gpucmd_batch_read_region(b, 10 + k, 3, n, 5, dst_at), 0);
+		ck_assert_int_eq(gpucmd_batch_read_region(b, 10 + k, 3, n, 5,
+							  dst_at),
+				 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 10 + k), 0);
 		r = run_ok(b);
-		ck_assert_int_eq(gpucmd_response_region(r, 2, &region, &off, &len), 0);
+		ck_assert_int_eq(gpucmd_response_region(r, 2, &region, &off,
+							&len),
+				 0);
 		ck_assert_uint_eq(region, 5);
 		ck_assert_uint_eq(off, dst_at);
 		ck_assert_uint_eq(len, n);
 		/* Not a read into a region: refused. */
-		ck_assert_int_eq(gpucmd_response_region(r, 1, &region, &off, &len),
+		ck_assert_int_eq(gpucmd_response_region(r, 1, &region, &off,
+							&len),
 				 GPUCMD_EINVAL);
 		gpucmd_response_free(r);
 		ck_assert_msg(memcmp(m + dst_at, m + 1, n) == 0,
@@ -135,8 +138,12 @@ START_TEST(round_trips_of_every_size)
 		/* create_region: a buffer born from a range, read back. */
 		memset(m + dst_at, 0, n);
 		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-		ck_assert_int_eq(gpucmd_batch_create_region(b, 100 + k, 5, 1, n), 0);
-		ck_assert_int_eq(gpucmd_batch_read_region(b, 100 + k, 0, n, 5, dst_at), 0);
+		ck_assert_int_eq(gpucmd_batch_create_region(b, 100 + k, 5, 1,
+							    n),
+				 0);
+		ck_assert_int_eq(gpucmd_batch_read_region(b, 100 + k, 0, n, 5,
+							  dst_at),
+				 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 100 + k), 0);
 		gpucmd_response_free(run_ok(b));
 		ck_assert_msg(memcmp(m + dst_at, m + 1, n) == 0,
@@ -151,8 +158,10 @@ END_TEST
 START_TEST(strided_copies)
 {
 	/* 5 rows of 7 u32, row pitch 13 elements on the device. */
-	struct gpucmd_layout l = { .rank = 2, .shape = { 5, 7 },
-				   .strides = { 13, 1 }, .elem_size = 4 };
+	struct gpucmd_layout l = { .rank = 2,
+				   .shape = { 5, 7 },
+				   .strides = { 13, 1 },
+				   .elem_size = 4 };
 	const size_t packed = 5 * 7 * 4, pitch = 13 * 4;
 	struct gpucmd_conn *c = connect_as("regions");
 	struct gpucmd_batch *b;
@@ -169,8 +178,10 @@ START_TEST(strided_copies)
 	fill(m + 9, packed, 77);
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_empty(b, 1, 5 * pitch), 0);
-	ck_assert_int_eq(gpucmd_batch_write_region_layout(b, 1, 0, &l, 2, 9), 0);
-	ck_assert_int_eq(gpucmd_batch_read_region_layout(b, 1, 0, &l, 2, 1001), 0);
+	ck_assert_int_eq(gpucmd_batch_write_region_layout(b, 1, 0, &l, 2, 9),
+			 0);
+	ck_assert_int_eq(gpucmd_batch_read_region_layout(b, 1, 0, &l, 2, 1001),
+			 0);
 	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 5 * pitch), 0);
 	r = run_ok(b);
 	ck_assert_int_eq(gpucmd_response_region(r, 2, &region, &off, &len), 0);
@@ -181,7 +192,9 @@ START_TEST(strided_copies)
 	ck_assert_int_eq(gpucmd_response_data(r, 3, &data, &got), 0);
 	dev = data;
 	for (size_t row = 0; row < 5; row++)
-		ck_assert_int_eq(memcmp(dev + row * pitch, m + 9 + row * 28, 28), 0);
+		ck_assert_int_eq(memcmp(dev + row * pitch, m + 9 + row * 28,
+					28),
+				 0);
 	gpucmd_response_free(r);
 	/* A layout that cannot be described is the library's to refuse. */
 	l.rank = 0;
@@ -210,14 +223,16 @@ START_TEST(bounds_and_id_errors)
 	rc = run_code(b, msg, sizeof(msg));
 	ck_assert_int_eq(rc, GPUCMD_EINVAL);
 	ck_assert_msg(strstr(msg, "200 bytes at offset 4000") != NULL &&
-		      strstr(msg, "4096") != NULL, "message: %s", msg);
+			      strstr(msg, "4096") != NULL,
+		      "message: %s", msg);
 	/* Read into a range past the end. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_empty(b, 2, 8192), 0);
 	ck_assert_int_eq(gpucmd_batch_read_region(b, 2, 0, 4097, 3, 0), 0);
 	rc = run_code(b, msg, sizeof(msg));
 	ck_assert_int_eq(rc, GPUCMD_EINVAL);
-	ck_assert_msg(strstr(msg, "4097 bytes at offset 0") != NULL, "message: %s", msg);
+	ck_assert_msg(strstr(msg, "4097 bytes at offset 0") != NULL,
+		      "message: %s", msg);
 	/* An offset that wraps around 2^64. */
 	b = empty_write_batch(c, 0, 3, 64, 0, 3, UINT64_MAX - 8, 16);
 	ck_assert_int_eq(run_code(b, NULL, 0), GPUCMD_EINVAL);
@@ -236,9 +251,11 @@ START_TEST(bounds_and_id_errors)
 	 */
 	ck_assert_int_eq(gpucmd_region_create(c, 0, 4096, &p), GPUCMD_EINVAL);
 	expect_message(c, "region id 0: an id is 1 to 2^63 - 1");
-	ck_assert_int_eq(gpucmd_region_create(c, GPUCMD_REGION_ID_RESERVED, 4096, &p),
+	ck_assert_int_eq(gpucmd_region_create(c, GPUCMD_REGION_ID_RESERVED,
+					      4096, &p),
 			 GPUCMD_EINVAL);
-	expect_message(c, "GPUCMD_REGION_ID_RESERVED and above are the library's");
+	expect_message(c,
+		       "GPUCMD_REGION_ID_RESERVED and above are the library's");
 	ck_assert_int_eq(gpucmd_region_create(c, 4, 0, &p), GPUCMD_EINVAL);
 	expect_message(c, "region 4: a size of 0 bytes");
 	ck_assert_int_eq(gpucmd_region_create(c, 3, 4096, &p), GPUCMD_EEXIST);
@@ -248,20 +265,26 @@ START_TEST(bounds_and_id_errors)
 	ck_assert_int_eq(gpucmd_region_release(c, GPUCMD_REGION_ID_RESERVED),
 			 GPUCMD_EINVAL);
 	expect_message(c, "an id is 1 to 2^63 - 1");
-	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 0, 0, "x", 1), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 0, 0, "x", 1),
+			 GPUCMD_EINVAL);
 	expect_message(c, "gpucmd_write_buffer: handle 0 names no buffer");
-	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, 8, NULL), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, 8, NULL),
+			 GPUCMD_EINVAL);
 	expect_message(c, "gpucmd_read_buffer: nowhere to put");
 	/* A call that succeeds leaves no sentence behind. */
 	ck_assert_int_eq(gpucmd_region_create(c, 4, 4096, &p), 0);
 	ck_assert_str_eq(gpucmd_last_message(c), "");
 	ck_assert_int_eq(gpucmd_region_release(c, 4), 0);
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_write_region(b, 1, 0, 0, 0, 8), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_read_region(b, 1, 0, 8, 0, 0), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_create_region(b, 1, 0, 0, 8), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_write_region(b, 1, 0, 0, 0, 8),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_read_region(b, 1, 0, 8, 0, 0),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_create_region(b, 1, 0, 0, 8),
+			 GPUCMD_EINVAL);
 	ck_assert_int_eq(gpucmd_batch_release_region(b, 0), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_release_region(b, GPUCMD_REGION_ID_RESERVED),
+	ck_assert_int_eq(gpucmd_batch_release_region(b,
+						     GPUCMD_REGION_ID_RESERVED),
 			 GPUCMD_EINVAL);
 	ck_assert_uint_eq(gpucmd_batch_count(b), 0);
 	gpucmd_batch_free(b);
@@ -286,7 +309,8 @@ START_TEST(bounds_and_id_errors)
 	ck_assert_int_eq(gpucmd_batch_read_region(b, 20, 0, 4097, 11, 1), 0);
 	rc = run_code(b, msg, sizeof(msg));
 	ck_assert_int_eq(rc, GPUCMD_EINVAL);
-	ck_assert_msg(strstr(msg, "the region has 4097") != NULL, "message: %s", msg);
+	ck_assert_msg(strstr(msg, "the region has 4097") != NULL, "message: %s",
+		      msg);
 	gpucmd_close(c);
 }
 END_TEST
@@ -324,7 +348,8 @@ START_TEST(release_in_same_batch_as_copy_in_flight)
 	 * has 1.2 s to answer).
 	 */
 	if (is_host_backend())
-		ck_assert_msg(took < 1200000, "the batch took %llu us: the "
+		ck_assert_msg(took < 1200000,
+			      "the batch took %llu us: the "
 			      "release did not overlap the copy",
 			      (unsigned long long)took);
 	/* Gone on both sides: the id is free, the daemon does not know it. */
@@ -380,15 +405,22 @@ START_TEST(region_ids_reused_after_release)
 		ck_assert_uint_eq(m[100], 0);
 		fill(m + size - 16, 16, (uint32_t)round);
 		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-		ck_assert_int_eq(gpucmd_batch_write_region(b, 1, 0, 1, size - 16, 16), 0);
-		ck_assert_int_eq(gpucmd_batch_read_region(b, 1, 0, 16, 1, 0), 0);
+		ck_assert_int_eq(gpucmd_batch_write_region(b, 1, 0, 1,
+							   size - 16, 16),
+				 0);
+		ck_assert_int_eq(gpucmd_batch_read_region(b, 1, 0, 16, 1, 0),
+				 0);
 		gpucmd_response_free(run_ok(b));
 		ck_assert_int_eq(memcmp(m, m + size - 16, 16), 0);
 	}
 	/* Many creates and releases stay under the per-connection limit. */
 	for (int i = 0; i < 200; i++) {
-		ck_assert_int_eq(gpucmd_region_create(c, 1000 + (uint64_t)i % 3, 4096, &p), 0);
-		ck_assert_int_eq(gpucmd_region_release(c, 1000 + (uint64_t)i % 3), 0);
+		ck_assert_int_eq(gpucmd_region_create(c, 1000 + (uint64_t)i % 3,
+						      4096, &p),
+				 0);
+		ck_assert_int_eq(gpucmd_region_release(c,
+						       1000 + (uint64_t)i % 3),
+				 0);
 	}
 	gpucmd_close(c);
 }
@@ -478,7 +510,9 @@ START_TEST(client_killed_with_regions_and_copies_in_flight)
 			struct gpucmd_batch *b;
 
 			ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-			ck_assert_int_eq(gpucmd_batch_create_region(b, 1, 1, 0, 64), 0);
+			ck_assert_int_eq(gpucmd_batch_create_region(b, 1, 1, 0,
+								    64),
+					 0);
 			gpucmd_response_free(run_ok(b));
 		}
 		ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, 64, buf), 0);
@@ -491,8 +525,10 @@ END_TEST
 /* Convenience calls of sizes around the threshold round-trip. */
 START_TEST(convenience_round_trips)
 {
-	static const size_t sizes[] = { 0, 1, 4097, GPUCMD_INLINE_MAX,
-					GPUCMD_INLINE_MAX + 1, 3 * MIB + 5 };
+	static const size_t sizes[] = {
+		0,	    1, 4097, GPUCMD_INLINE_MAX, GPUCMD_INLINE_MAX + 1,
+		3 * MIB + 5
+	};
 	struct gpucmd_conn *c = connect_as("regions");
 	size_t max = 3 * MIB + 5;
 	uint8_t *want = malloc(max + 8), *got = malloc(max + 8);
@@ -514,12 +550,16 @@ START_TEST(convenience_round_trips)
 		ck_assert_uint_eq(got[n], 0xee);
 	}
 	/* Errors of the copy come back as the call's. */
-	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, max, 16, got), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, max + 9, got), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, max, 16, got),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, max + 9, got),
+			 GPUCMD_EINVAL);
 	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 77, 0, want, 2 * MIB),
 			 GPUCMD_ENOTFOUND);
-	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 0, 0, want, 1), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, 1, NULL), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_write_buffer(c, 0, 0, 0, want, 1),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, 1, NULL),
+			 GPUCMD_EINVAL);
 	/* The caller's ids are untouched by the scratch region. */
 	{
 		void *p;
@@ -747,13 +787,13 @@ static struct gpucmd_service_report row_of(struct gpucmd_conn *c,
  */
 START_TEST(no_scratch_region_past_a_quarter_of_a_small_limit)
 {
-	struct gpucmd_conn *a = connect_as("little"), *b2 = connect_as("little");
+	struct gpucmd_conn *a = connect_as("little"),
+			   *b2 = connect_as("little");
 	void *p;
 
 	buffer_round_trip(a, 2 * MIB, 5);
 	ck_assert_uint_eq(row_of(a, "little").region_bytes, 0);
-	ck_assert_int_eq(gpucmd_region_create(b2, 5, 2 * MIB + MIB / 5, &p),
-			 0);
+	ck_assert_int_eq(gpucmd_region_create(b2, 5, 2 * MIB + MIB / 5, &p), 0);
 	ck_assert_int_eq(gpucmd_region_release(b2, 5), 0);
 	gpucmd_close(b2);
 	gpucmd_close(a);
@@ -803,8 +843,9 @@ static Suite *make_suite(void)
 		tcase_add_checked_fixture(tight, tight_setup, harness_teardown);
 		tcase_set_timeout(tight, 120);
 		tcase_add_test(tight, convenience_within_tight_limits);
-		tcase_add_test(tight,
-			       no_scratch_region_past_a_quarter_of_a_small_limit);
+		tcase_add_test(
+			tight,
+			no_scratch_region_past_a_quarter_of_a_small_limit);
 		tcase_add_test(tight,
 			       a_refused_scratch_region_is_not_asked_for_again);
 		suite_add_tcase(s, tight);

@@ -20,7 +20,7 @@
 struct raw {
 	int fd;
 	uint64_t next_id;
-	uint64_t region_limit;	/* what the Welcome's Limits said */
+	uint64_t region_limit; /* what the Welcome's Limits said */
 };
 
 static void raw_send(struct raw *c, const Gpucmd__Frame *f, const int *fds,
@@ -162,8 +162,8 @@ struct empty_write {
 	Gpucmd__Op o_empty, o_write;
 };
 
-static void empty_write(struct empty_write *ew, uint64_t handle,
-			uint64_t size, uint64_t offset, uint64_t region,
+static void empty_write(struct empty_write *ew, uint64_t handle, uint64_t size,
+			uint64_t offset, uint64_t region,
 			uint64_t region_offset, uint64_t length)
 {
 	gpucmd__op_empty__init(&ew->empty);
@@ -222,7 +222,8 @@ START_TEST(write_from_and_read_into_a_region)
 	enum { SIZE = 1 << 20 };
 	struct raw c = raw_open();
 	int fd = sealed_memfd(SIZE, true);
-	uint8_t *map = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	uint8_t *map =
+		mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	struct empty_write ew;
 	Gpucmd__RegionRef dst = GPUCMD__REGION_REF__INIT;
 	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
@@ -253,7 +254,8 @@ START_TEST(write_from_and_read_into_a_region)
 		      r->response->error ? r->response->error->message : "");
 	ck_assert_int_eq(r->response->results[3]->result_case,
 			 GPUCMD__OP_RESULT__RESULT_REGION);
-	ck_assert_uint_eq(r->response->results[3]->region->offset, SIZE / 2 + 1);
+	ck_assert_uint_eq(r->response->results[3]->region->offset,
+			  SIZE / 2 + 1);
 	frame_free(r);
 	ck_assert_int_eq(memcmp(map + SIZE / 2 + 1, map + 1, SIZE / 2 - 3), 0);
 	munmap(map, SIZE);
@@ -280,15 +282,16 @@ START_TEST(region_errors)
 	r = run_ops(&c, ops, 1, &unsealed, 1);
 	ck_assert_ptr_nonnull(r->response->error);
 	ck_assert_int_eq(r->response->error->code, GPUCMD_EINVAL);
-	ck_assert_ptr_nonnull(strstr(r->response->error->message, "F_SEAL_SHRINK"));
+	ck_assert_ptr_nonnull(
+		strstr(r->response->error->message, "F_SEAL_SHRINK"));
 	frame_free(r);
 	/*
 	 * A hugetlb memfd, sealed: refused before it is mapped (its owner
 	 * could punch a hole under the daemon's copies).  Kernels without
 	 * hugetlbfs refuse to create one.
 	 */
-	hugetlb = memfd_create("gpucmd-test", MFD_CLOEXEC | MFD_ALLOW_SEALING |
-						      MFD_HUGETLB);
+	hugetlb = memfd_create("gpucmd-test",
+			       MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
 	if (hugetlb >= 0) {
 		ck_assert_int_eq(ftruncate(hugetlb, 2 << 20), 0);
 		ck_assert_int_eq(fcntl(hugetlb, F_ADD_SEALS, F_SEAL_SHRINK), 0);
@@ -298,8 +301,7 @@ START_TEST(region_errors)
 		ck_assert_int_eq(r->response->error->code, GPUCMD_EINVAL);
 		ck_assert_msg(strstr(r->response->error->message,
 				     "not a plain memfd (hugetlb)") != NULL,
-			      "hugetlb memfd: %s",
-			      r->response->error->message);
+			      "hugetlb memfd: %s", r->response->error->message);
 		frame_free(r);
 		close(hugetlb);
 	}
@@ -320,7 +322,8 @@ START_TEST(region_errors)
 	r = run_ops(&c, ops, 2, NULL, 0);
 	ck_assert_int_eq(r->response->error->code, GPUCMD_EINVAL);
 	ck_assert_uint_eq(r->response->failed_index, 1);
-	ck_assert_ptr_nonnull(strstr(r->response->error->message, "out of bounds"));
+	ck_assert_ptr_nonnull(
+		strstr(r->response->error->message, "out of bounds"));
 	frame_free(r);
 	/* Release, then use: not found. */
 	rel.region = 3;
@@ -432,13 +435,15 @@ START_TEST(load_module_errors)
 	ops[0] = &o_lm;
 	r = run_ops(&c, ops, 1, NULL, 0);
 	ck_assert_int_eq(r->response->error->code, GPUCMD_EINVAL);
-	ck_assert_ptr_nonnull(strstr(r->response->error->message, "ptx, cubin"));
+	ck_assert_ptr_nonnull(
+		strstr(r->response->error->message, "ptx, cubin"));
 	frame_free(r);
 	if (backend == NULL || strcmp(backend, "host") == 0) {
 		lm.format = "ptx";
 		r = run_ops(&c, ops, 1, NULL, 0);
 		ck_assert_int_eq(r->response->error->code, GPUCMD_EUNSUPPORTED);
-		ck_assert_ptr_nonnull(strstr(r->response->error->message, "host backend"));
+		ck_assert_ptr_nonnull(
+			strstr(r->response->error->message, "host backend"));
 		frame_free(r);
 	}
 	k.name = "f";
@@ -498,7 +503,8 @@ START_TEST(user_ptx_module_on_cuda)
 	Gpucmd__OpCreateWithData cr = GPUCMD__OP_CREATE_WITH_DATA__INIT;
 	Gpucmd__OpKernel k = GPUCMD__OP_KERNEL__INIT;
 	Gpucmd__OpRead rd = GPUCMD__OP_READ__INIT;
-	Gpucmd__KernelArg a0 = GPUCMD__KERNEL_ARG__INIT, a1 = GPUCMD__KERNEL_ARG__INIT;
+	Gpucmd__KernelArg a0 = GPUCMD__KERNEL_ARG__INIT,
+			  a1 = GPUCMD__KERNEL_ARG__INIT;
 	Gpucmd__KernelArg *args[2] = { &a0, &a1 };
 	Gpucmd__Op o_lm = GPUCMD__OP__INIT, o_cr = GPUCMD__OP__INIT;
 	Gpucmd__Op o_k = GPUCMD__OP__INIT, o_rd = GPUCMD__OP__INIT;
@@ -595,8 +601,8 @@ START_TEST(load_module_from_a_region_in_a_batch_without_a_stream)
 		ck_assert_uint_eq(r->response->failed_index, 1);
 	} else {
 		ck_assert_msg(r->response->error == NULL, "failed: %s",
-			      r->response->error ? r->response->error->message
-						 : "");
+			      r->response->error ? r->response->error->message :
+						   "");
 	}
 	frame_free(r);
 	/* The load alone, on a number that has no stream. */
@@ -635,8 +641,9 @@ static void cap_write(uint64_t limit)
 {
 	char text[128];
 
-	snprintf(text, sizeof(text), "[service capped]\nregion_limit = %llu\n"
-				     "[service open]\nmemory_limit = 64M\n",
+	snprintf(text, sizeof(text),
+		 "[service capped]\nregion_limit = %llu\n"
+		 "[service open]\nmemory_limit = 64M\n",
 		 (unsigned long long)limit);
 	harness_config_write(cap_conf, text);
 }
@@ -679,7 +686,8 @@ static char *attach_over(struct raw *c, uint64_t id, size_t size)
 
 	ck_assert_msg(r->response->error != NULL,
 		      "attach of region %llu (%zu bytes) over the limit "
-		      "succeeded", (unsigned long long)id, size);
+		      "succeeded",
+		      (unsigned long long)id, size);
 	ck_assert_int_eq(r->response->error->code, GPUCMD_EQUOTA);
 	ck_assert_uint_eq(r->response->failed_index, 0);
 	msg = strdup(r->response->error->message);
@@ -722,8 +730,10 @@ static void use_then_release(struct raw *c, uint32_t stream, uint64_t id,
 	o.op_case = GPUCMD__OP__OP_REGION_RELEASE;
 	o.region_release = &rel;
 	r = run_ops_on(c, stream, ops, 3, NULL, 0);
-	ck_assert_msg(r->response->error == NULL, "copy and release of region "
-		      "%llu: %s", (unsigned long long)id,
+	ck_assert_msg(r->response->error == NULL,
+		      "copy and release of region "
+		      "%llu: %s",
+		      (unsigned long long)id,
 		      r->response->error ? r->response->error->message : "");
 	frame_free(r);
 }
@@ -812,13 +822,13 @@ START_TEST(descriptors_follow_their_attaches_both_ways)
 		ops[4] = &o_r;
 		r = run_ops(&c, ops, 5, fds, 2);
 		ck_assert_msg(r->response->error == NULL, "round %d: %s", i,
-			      r->response->error ?
-			      r->response->error->message : "");
+			      r->response->error ? r->response->error->message :
+						   "");
 		frame_free(r);
 		ck_assert_msg(memcmp(dst, src, SIZE) == 0,
 			      "round %d: region %llu does not hold what "
-			      "region %llu held", i, (unsigned long long)b,
-			      (unsigned long long)a);
+			      "region %llu held",
+			      i, (unsigned long long)b, (unsigned long long)a);
 		munmap(src, SIZE);
 		munmap(dst, SIZE);
 		close(fds[0]);
@@ -895,16 +905,16 @@ static struct gpucmd_service_report row_of(struct gpucmd_conn *c,
 	return out;
 }
 
-#define expect_regions(c, name, bytes, count)                                 \
-	do {                                                                  \
-		struct gpucmd_service_report row_ = row_of(c, name, NULL);    \
-		ck_assert_msg(row_.region_bytes == (bytes) &&                 \
-				      row_.regions == (count),                \
-			      "service %s: %llu bytes in %u regions, "        \
-			      "expected %llu in %u", name,                    \
-			      (unsigned long long)row_.region_bytes,          \
-			      row_.regions, (unsigned long long)(bytes),      \
-			      (unsigned)(count));                             \
+#define expect_regions(c, name, bytes, count)                              \
+	do {                                                               \
+		struct gpucmd_service_report row_ = row_of(c, name, NULL); \
+		ck_assert_msg(row_.region_bytes == (bytes) &&              \
+				      row_.regions == (count),             \
+			      "service %s: %llu bytes in %u regions, "     \
+			      "expected %llu in %u",                       \
+			      name, (unsigned long long)row_.region_bytes, \
+			      row_.regions, (unsigned long long)(bytes),   \
+			      (unsigned)(count));                          \
 	} while (0)
 
 /* Every needle must be in msg. */
@@ -912,8 +922,7 @@ static void expect_in(const char *msg, const char *const *needles, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		ck_assert_msg(strstr(msg, needles[i]) != NULL,
-			      "'%s' is not in: %.3000s", needles[i],
-			      msg);
+			      "'%s' is not in: %.3000s", needles[i], msg);
 }
 
 /*
@@ -955,8 +964,10 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 	msg = attach_over(&c, 3, 786432);
 	{
 		const char *const want[] = {
-			"region 3 of 786432 bytes", "service 'capped'",
-			"to 3407872 bytes", "region_limit of 3145728",
+			"region 3 of 786432 bytes",
+			"service 'capped'",
+			"to 3407872 bytes",
+			"region_limit of 3145728",
 			"2 regions of 2621440 bytes attached",
 			"raise region_limit",
 		};
@@ -970,7 +981,7 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 			 GPUCMD_EQUOTA);
 	/* The library keeps the daemon's sentence for the caller. */
 	ck_assert_msg(strstr(gpucmd_last_message(lib), "region 7 of 786432 "
-			     "bytes") != NULL &&
+						       "bytes") != NULL &&
 			      strstr(gpucmd_last_message(lib),
 				     "region_limit of 3145728") != NULL,
 		      "last message: %s", gpucmd_last_message(lib));
@@ -982,7 +993,8 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 	msg = attach_over(&c, 4, 1);
 	{
 		const char *const want[] = {
-			"region 4 of 1 bytes", "to 3145729 bytes",
+			"region 4 of 1 bytes",
+			"to 3145729 bytes",
 			"3 regions of 3145728 bytes attached",
 		};
 		expect_in(msg, want, sizeof(want) / sizeof(want[0]));
@@ -1050,8 +1062,7 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 	ck_assert_int_eq(gpucmd_region_create(lib, 7, 786432, &p), 0);
 	ck_assert_str_eq(gpucmd_last_message(lib), "");
 	expect_regions(obs, "capped", CAP_LIMIT, 4);
-	ck_assert_int_eq(gpucmd_region_create(lib, 8, 4096, &p),
-			 GPUCMD_EQUOTA);
+	ck_assert_int_eq(gpucmd_region_create(lib, 8, 4096, &p), GPUCMD_EQUOTA);
 	ck_assert_uint_eq(row_of(obs, "capped", NULL).region_refusals, 4);
 	/* A closed connection returns what it had. */
 	gpucmd_close(lib);
@@ -1093,7 +1104,8 @@ START_TEST(region_limit_convenience_transfers_fit_under_it)
 	gpucmd_response_free(run_ok(b));
 	/* A region of the caller's takes most of the limit: no scratch fits. */
 	ck_assert_int_eq(gpucmd_region_create(lib, 5, 5 * (1 << 19),
-					      (void **)&mine), 0);
+					      (void **)&mine),
+			 0);
 	ck_assert_int_eq(gpucmd_write_buffer(lib, 0, 1, 0, want, N), 0);
 	memset(got, 0, N);
 	ck_assert_int_eq(gpucmd_read_buffer(lib, 0, 1, 0, N, got), 0);
@@ -1142,15 +1154,17 @@ START_TEST(region_limit_in_the_welcome_and_status)
 	ck_assert_uint_eq(gpucmd_info(obs)->region_limit, 0);
 
 	harness_tool_output("--service capped status --json", out, sizeof(out));
-	ck_assert_msg(strstr(out, "\"client\":{\"observer\":true,"
-				  "\"service\":\"\",\"service_id\":0,") != NULL &&
+	ck_assert_msg(strstr(out,
+			     "\"client\":{\"observer\":true,"
+			     "\"service\":\"\",\"service_id\":0,") != NULL &&
 			      strstr(out, "\"memory_limit\":null,"
 					  "\"region_limit\":null,") != NULL,
 		      "status --json: %.3000s", out);
 	harness_tool_output("--service capped status", out, sizeof(out));
 	ck_assert_msg(strstr(out, "\nthis client  an observer in no "
 				  "service, ") != NULL &&
-			      strstr(out, "\nlimits       streams 16, ") != NULL,
+			      strstr(out, "\nlimits       streams 16, ") !=
+				      NULL,
 		      "status: %.3000s", out);
 	gpucmd_close(obs);
 	gpucmd_close(lib);
@@ -1192,9 +1206,9 @@ START_TEST(region_limit_counts_a_release_until_its_fences_pass)
 					 GPUCMD_EQUOTA);
 			msg = r->response->error->message;
 			ck_assert_msg(strstr(msg, "to 4194304 bytes") != NULL &&
-					      strstr(msg, "1 of them, 2097152 "
-							  "bytes, released") !=
-						      NULL,
+					      strstr(msg,
+						     "1 of them, 2097152 "
+						     "bytes, released") != NULL,
 				      "message: %s", msg);
 		} else {
 			printf("note: the checks during the spin were "
@@ -1345,7 +1359,8 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, client_dies_with_region_and_copy_in_flight);
 	tcase_add_test(tc, load_module_errors);
 	tcase_add_test(tc, user_ptx_module_on_cuda);
-	tcase_add_test(tc, load_module_from_a_region_in_a_batch_without_a_stream);
+	tcase_add_test(tc,
+		       load_module_from_a_region_in_a_batch_without_a_stream);
 	tcase_add_test(tc, descriptors_follow_their_attaches_both_ways);
 	tcase_add_test(tc, released_regions_count_until_unmapped);
 	suite_add_tcase(s, tc);

@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <sys/prctl.h>
 
-#include "batch.h"	/* batch_add_evict: an evict among other ops */
+#include "batch.h" /* batch_add_evict: an evict among other ops */
 #include "frame.h"
 #include "harness.h"
 
@@ -272,7 +272,8 @@ START_TEST(quota_exact_at_the_boundary)
 	ck_assert_int_eq(gpucmd_batch_release(b, 4), 0);
 	ck_assert_int_eq(gpucmd_batch_empty(b, 7, 100), 0);
 	gpucmd_response_free(run_ok(b));
-	expect_fail(alloc_batch(c, 0, 8, 1), 0, GPUCMD_EQUOTA, "quota exceeded");
+	expect_fail(alloc_batch(c, 0, 8, 1), 0, GPUCMD_EQUOTA,
+		    "quota exceeded");
 
 	/* Everything back; then one allocation of exactly the limit. */
 	{
@@ -387,11 +388,14 @@ START_TEST(quota_bounds_memory_released_behind_a_kernel)
 			      "%s", out);
 		harness_tool_output("memory-report --json", out, sizeof(out));
 		ck_assert_msg(strstr(out, "\"bytes_released_pending\":"
-					  "2097152") != NULL, "%s", out);
-		harness_tool_output("memory-report --prometheus", out, sizeof(out));
-		ck_assert_msg(strstr(out, "gpucmd_service_bytes_released_"
-					  "pending{service=\"p\"} 2097152") !=
-				      NULL, "%s", out);
+					  "2097152") != NULL,
+			      "%s", out);
+		harness_tool_output("memory-report --prometheus", out,
+				    sizeof(out));
+		ck_assert_msg(strstr(out,
+				     "gpucmd_service_bytes_released_"
+				     "pending{service=\"p\"} 2097152") != NULL,
+			      "%s", out);
 	}
 	reserved = row_of(c, "p").bytes_reserved;
 	expect_fail(alloc_batch(c, 0, 3, MIB), 0, GPUCMD_EQUOTA,
@@ -517,14 +521,16 @@ START_TEST(same_stream_release_is_reused_at_once)
 	/* Buffer 100 holds the old bytes; its copy to 101 waits behind spin. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 100, old,
-						       sizeof(old)), 0);
+						       sizeof(old)),
+			 0);
 	ck_assert_int_eq(gpucmd_batch_empty(b, 101, sizeof(old)), 0);
 	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg, 1), 0);
 	ck_assert_int_eq(gpucmd_batch_kernel(b, "copy", ONE, ONE, copy, 3), 0);
 	ck_assert_int_eq(gpucmd_batch_release(b, 100), 0);
 	/* The same size again: the slice buffer 100 had, written anew. */
 	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 102, fresh,
-						       sizeof(fresh)), 0);
+						       sizeof(fresh)),
+			 0);
 	gpucmd_response_free(run_ok(b));
 	for (uint64_t h = 1; h <= 16; h++) {
 		alloc_ok(c, h, 48 * MIB);
@@ -578,7 +584,6 @@ START_TEST(same_stream_release_is_reused_at_once)
 }
 END_TEST
 
-
 /*
  * A buffer released on the stream that owns it goes back to that stream's
  * pools at once, but its device memory cannot be given back while the
@@ -606,7 +611,8 @@ START_TEST(quota_bounds_releases_on_their_own_streams)
 		ck_assert_int_eq(gpucmd_batch_new(p, s, &b), 0);
 		ck_assert_int_eq(gpucmd_batch_empty(b, 1 + s, 64 * MIB), 0);
 		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
-						     1), 0);
+						     1),
+				 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 1 + s), 0);
 		ck_assert_int_eq(gpucmd_run(b, &r), 0);
 		if (gpucmd_response_error(r) == GPUCMD_EQUOTA)
@@ -625,7 +631,8 @@ START_TEST(quota_bounds_releases_on_their_own_streams)
 	ck_assert_int_eq(gpucmd_batch_empty(b, 4, 96 * MIB), 0);
 	ck_assert_int_eq(gpucmd_run(b, &r), 0);
 	ok = gpucmd_response_error(r) == 0;
-	ck_assert_msg(ok, "p holds %d x 64M released behind its kernels "
+	ck_assert_msg(ok,
+		      "p holds %d x 64M released behind its kernels "
 		      "(refused %d, pending %llu, in use %llu); q: %s",
 		      6 - refused, refused,
 		      (unsigned long long)row.bytes_released_pending,
@@ -659,7 +666,8 @@ START_TEST(quota_counts_what_a_stream_has_not_reused)
 		ck_assert_int_eq(gpucmd_batch_new(c, 1, &b), 0);
 		ck_assert_int_eq(gpucmd_batch_empty(b, 100, MIB), 0);
 		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
-						     1), 0);
+						     1),
+				 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 100), 0);
 		gpucmd_response_free(run_ok(b));
 	}
@@ -762,12 +770,12 @@ START_TEST(quota_bounds_a_chain_of_sizes_on_one_stream)
 		      "a 64M service holds %llu bytes that no cleanup can "
 		      "free, with %llu pending",
 		      (unsigned long long)u.bytes_reserved,
-		      (unsigned long long)row_of(p, "p").bytes_released_pending);
+		      (unsigned long long)row_of(p, "p")
+			      .bytes_released_pending);
 	ck_assert_int_gt(refused, 0);
 	gpucmd_close(p);
 }
 END_TEST
-
 
 /* ---- counters, pinned pages, closed connections, frame charges ---------- */
 
@@ -814,7 +822,8 @@ START_TEST(counters_return_to_zero_after_closing_mid_kernel)
 		ck_assert_int_eq(gpucmd_batch_new(c[k], 1, &b), 0);
 		ck_assert_int_eq(gpucmd_batch_empty(b, 2, 2 * MIB), 0);
 		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
-						     1), 0);
+						     1),
+				 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 2), 0);
 		ck_assert_int_eq(gpucmd_batch_empty(b, 3, 3 * MIB), 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 3), 0);
@@ -829,7 +838,8 @@ START_TEST(counters_return_to_zero_after_closing_mid_kernel)
 		ck_assert_int_eq(gpucmd_batch_empty(b, 5, 512 * KIB), 0);
 		ck_assert_int_eq(gpucmd_batch_empty(b, 6, 256 * KIB), 0);
 		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
-						     1), 0);
+						     1),
+				 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 5), 0);
 		ck_assert_int_eq(gpucmd_batch_capture_begin(b), 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 6), 0);
@@ -846,7 +856,8 @@ START_TEST(counters_return_to_zero_after_closing_mid_kernel)
 			break;
 		usleep(10000);
 	}
-	ck_assert_msg(row.bytes_in_use == 0 && row.bytes_released_pending == 0 &&
+	ck_assert_msg(row.bytes_in_use == 0 &&
+			      row.bytes_released_pending == 0 &&
 			      row.allocations == 0,
 		      "after every other connection closed: in use %llu, "
 		      "pending %llu, allocations %llu, connections %u",
@@ -985,7 +996,8 @@ START_TEST(reserve_quota_refuses_what_a_reload_leaves_over_it)
 		    "take service 'p' past 268435456 bytes of device memory, "
 		    "the most its memory_limit of 67108864 lets it hold; it "
 		    "holds 268435456, 41943040 of them live buffers",
-		    "stream 0's largest free block is", "raise the memory_limit");
+		    "stream 0's largest free block is",
+		    "raise the memory_limit");
 	row = row_of(c, "p");
 	ck_assert_uint_eq(row.oom_count, 1);
 	ck_assert_uint_eq(row.bytes_reserved, 256 * MIB);
@@ -1175,11 +1187,14 @@ START_TEST(pinned_pages_stay_within_the_reserve_bound)
 		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
 		for (uint64_t pg = 0; pg < 2; pg++) {
 			ck_assert_int_eq(gpucmd_batch_empty(b, 10 * pg + 1,
-							    16 * MIB), 0);
+							    16 * MIB),
+					 0);
 			ck_assert_int_eq(gpucmd_batch_empty(b, 10 * pg + 2,
-							    13 * MIB), 0);
+							    13 * MIB),
+					 0);
 			ck_assert_int_eq(gpucmd_batch_empty(b, 10 * pg + 3,
-							    small), 0);
+							    small),
+					 0);
 		}
 		e = run_code(b, msg, sizeof(msg));
 		if (e != 0) {
@@ -1191,13 +1206,16 @@ START_TEST(pinned_pages_stay_within_the_reserve_bound)
 		}
 		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
 		for (uint64_t pg = 0; pg < 2; pg++) {
-			ck_assert_int_eq(gpucmd_batch_release(b, 10 * pg + 1), 0);
-			ck_assert_int_eq(gpucmd_batch_release(b, 10 * pg + 2), 0);
+			ck_assert_int_eq(gpucmd_batch_release(b, 10 * pg + 1),
+					 0);
+			ck_assert_int_eq(gpucmd_batch_release(b, 10 * pg + 2),
+					 0);
 		}
 		gpucmd_response_free(run_ok(b));
 		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
 		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
-						     1), 0);
+						     1),
+				 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 3), 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 13), 0);
 		gpucmd_response_free(run_ok(b));
@@ -1218,7 +1236,6 @@ START_TEST(pinned_pages_stay_within_the_reserve_bound)
 	gpucmd_close(p[0]);
 }
 END_TEST
-
 
 /*
  * Memory a stream keeps cached from an earlier buffer whose work is long
@@ -1260,8 +1277,10 @@ START_TEST(quota_ignores_cached_memory)
 		if (e != 0)
 			break;
 	}
-	ck_assert_msg(e == 0, "round %d of 1M {empty; release} refused, with "
-		      "one 1M slice busy: %s", i, msg);
+	ck_assert_msg(e == 0,
+		      "round %d of 1M {empty; release} refused, with "
+		      "one 1M slice busy: %s",
+		      i, msg);
 	gpucmd_close(c);
 }
 END_TEST
@@ -1295,7 +1314,9 @@ START_TEST(quota_survives_reservations_that_fail_to_bind)
 	p = connect_as("p");
 	for (uint32_t s = 0; s < nstreams; s++) {
 		ck_assert_int_eq(gpucmd_batch_new(p, s, &b), 0);
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg, 1), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
+						     1),
+				 0);
 		gpucmd_response_free(run_ok(b));
 		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 			ck_assert_int_eq(gpucmd_batch_new(p, s, &b), 0);
@@ -1347,12 +1368,12 @@ END_TEST
  * counted a reservation out of the stream's own busy memory as new), the
  * report stays consistent at every step, and it is back to 0 at the end.
  */
-static void pipeline_under_quota(uint32_t nstreams, int lag, int depth, int steps,
-			    uint32_t spin_us, unsigned seed)
+static void pipeline_under_quota(uint32_t nstreams, int lag, int depth,
+				 int steps, uint32_t spin_us, unsigned seed)
 {
 	enum { NB = 6, LAGMAX = 3 };
 	struct gpucmd_arg arg = { .kind = GPUCMD_ARG_U32, .v.u32 = spin_us };
-	static const uint64_t base[NB] = { 8 * MIB, 3 * MIB, 1536 * KIB,
+	static const uint64_t base[NB] = { 8 * MIB,   3 * MIB,	1536 * KIB,
 					   512 * KIB, 12 * MIB, 96 * KIB };
 	uint64_t sz[LAGMAX + 1][NB], ids[8], peak_ws = 0, limit, peak_res = 0;
 	struct gpucmd_conn *c, *c2;
@@ -1368,7 +1389,8 @@ static void pipeline_under_quota(uint32_t nstreams, int lag, int depth, int step
 		peak_ws += base[k] + base[k] / 4;
 	peak_ws *= (uint64_t)(lag + 1);
 	limit = peak_ws * 6 / 5;
-	snprintf(conf, sizeof(conf), "[daemon]\nhost_memory = 2048M\n"
+	snprintf(conf, sizeof(conf),
+		 "[daemon]\nhost_memory = 2048M\n"
 		 "[service p]\nmemory_limit = %llu\n",
 		 (unsigned long long)limit);
 	start_with(conf);
@@ -1386,20 +1408,31 @@ static void pipeline_under_quota(uint32_t nstreams, int lag, int depth, int step
 				     (uint64_t)rand() % (base[k] / 2 + 1);
 			v &= ~(uint64_t)4095;
 			mine[k] = v;
-			ck_assert_int_eq(gpucmd_batch_empty(b, 1000 * (uint64_t)step + k + 1, v), 0);
+			ck_assert_int_eq(gpucmd_batch_empty(
+						 b,
+						 1000 * (uint64_t)step + k + 1,
+						 v),
+					 0);
 		}
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg, 1), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
+						     1),
+				 0);
 		if (step >= lag)
 			for (int k = 0; k < NB; k++)
-				ck_assert_int_eq(gpucmd_batch_release(b,
-					1000 * (uint64_t)(step - lag) + k + 1), 0);
+				ck_assert_int_eq(
+					gpucmd_batch_release(
+						b,
+						1000 * (uint64_t)(step - lag) +
+							k + 1),
+					0);
 		ck_assert_int_eq(gpucmd_batch_sync(b), 0);
 		if (n == depth) {
 			ck_assert_int_eq(gpucmd_wait(c, ids[head], &r), 0);
 			if (gpucmd_response_error(r) != 0) {
 				if (first < 0) {
 					first = step - depth;
-					snprintf(firstmsg, sizeof(firstmsg), "%s",
+					snprintf(firstmsg, sizeof(firstmsg),
+						 "%s",
 						 gpucmd_response_message(r));
 				}
 				refused++;
@@ -1414,20 +1447,23 @@ static void pipeline_under_quota(uint32_t nstreams, int lag, int depth, int step
 			struct gpucmd_service_report row = row_of(c2, "p");
 
 			ck_assert_msg(row.bytes_in_use + row.bytes_padding <=
-					      row.bytes_reserved &&
-				      row.bytes_released_pending <=
-					      row.bytes_in_use,
+						      row.bytes_reserved &&
+					      row.bytes_released_pending <=
+						      row.bytes_in_use,
 				      "step %d: in use %llu padding %llu "
-				      "reserved %llu pending %llu", step,
+				      "reserved %llu pending %llu",
+				      step,
 				      (unsigned long long)row.bytes_in_use,
 				      (unsigned long long)row.bytes_padding,
 				      (unsigned long long)row.bytes_reserved,
-				      (unsigned long long)row.bytes_released_pending);
+				      (unsigned long long)
+					      row.bytes_released_pending);
 			/* The device memory it holds stays within the cap. */
-			ck_assert_msg(row.bytes_reserved <=
-					      (limit < 64 * MIB ? 256 * MIB
-								: 4 * limit),
-				      "step %d: reserved %llu, limit %llu", step,
+			ck_assert_msg(row.bytes_reserved <= (limit < 64 * MIB ?
+								     256 * MIB :
+								     4 * limit),
+				      "step %d: reserved %llu, limit %llu",
+				      step,
 				      (unsigned long long)row.bytes_reserved,
 				      (unsigned long long)limit);
 			if (row.bytes_reserved > peak_res)
@@ -1454,7 +1490,8 @@ static void pipeline_under_quota(uint32_t nstreams, int lag, int depth, int step
 
 		for (i = 0; i < 1000; i++) {
 			row = row_of(c2, "p");
-			if (row.bytes_in_use == 0 && row.bytes_released_pending == 0 &&
+			if (row.bytes_in_use == 0 &&
+			    row.bytes_released_pending == 0 &&
 			    row.allocations == 0)
 				break;
 			usleep(10000);
@@ -1464,12 +1501,14 @@ static void pipeline_under_quota(uint32_t nstreams, int lag, int depth, int step
 		ck_assert_uint_eq(row.bytes_released_pending, 0);
 	}
 	gpucmd_close(c2);
-	fprintf(stderr, "pipeline streams=%u lag=%d depth=%d: peak reserved "
-		"%.2f x the limit\n", nstreams, lag, depth,
-		(double)peak_res / (double)limit);
-	ck_assert_msg(refused == 0, "pipeline streams=%u lag=%d depth=%d "
-		      "refused at step %d: %s", nstreams, lag, depth, first,
-		      firstmsg);
+	fprintf(stderr,
+		"pipeline streams=%u lag=%d depth=%d: peak reserved "
+		"%.2f x the limit\n",
+		nstreams, lag, depth, (double)peak_res / (double)limit);
+	ck_assert_msg(refused == 0,
+		      "pipeline streams=%u lag=%d depth=%d "
+		      "refused at step %d: %s",
+		      nstreams, lag, depth, first, firstmsg);
 }
 
 START_TEST(pipeline_two_streams_release_in_the_batch)
@@ -1508,7 +1547,9 @@ START_TEST(reuse_of_own_release_fits_the_quota)
 	for (uint32_t s = 0; s < 2; s++) {
 		ck_assert_int_eq(gpucmd_batch_new(c, s, &b), 0);
 		ck_assert_int_eq(gpucmd_batch_empty(b, 1 + s, 45 * MIB), 0);
-		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg, 1), 0);
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg,
+						     1),
+				 0);
 		ck_assert_int_eq(gpucmd_batch_release(b, 1 + s), 0);
 		gpucmd_response_free(run_ok(b));
 	}
@@ -1533,13 +1574,13 @@ START_TEST(reuse_of_own_release_fits_the_quota)
 		gpucmd_response_free(r);
 	}
 	ck_assert_uint_eq(after, before);
-	ck_assert_msg(e == 0, "reusing its own busy 45M (device holds %llu, "
-		      "under 2 x 64M) refused: %s", (unsigned long long)before,
-		      msg);
+	ck_assert_msg(e == 0,
+		      "reusing its own busy 45M (device holds %llu, "
+		      "under 2 x 64M) refused: %s",
+		      (unsigned long long)before, msg);
 	gpucmd_close(c);
 }
 END_TEST
-
 
 static double now_s(void)
 {
@@ -1599,9 +1640,11 @@ START_TEST(small_frames_are_not_charged_the_spare_arena)
 	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", ONE, ONE, &arg, 1), 0);
 	gpucmd_response_free(run_ok(b));
 	after = pipelined_pings(c, 1000);
-	ck_assert_msg(after < 3 * before + 0.05,
-		      "1000 pipelined pings: %.3f s before another connection's "
-		      "big frame, %.3f s after", before, after);
+	ck_assert_msg(
+		after < 3 * before + 0.05,
+		"1000 pipelined pings: %.3f s before another connection's "
+		"big frame, %.3f s after",
+		before, after);
 	gpucmd_close(o);
 	gpucmd_close(c);
 }
@@ -1643,11 +1686,13 @@ static void *report_loop(void *arg)
 		for (size_t i = 0; i < rep->nservices; i++) {
 			const char *n = rep->services[i].name;
 
-			if (n[0] == '\0' || strspn(n, "abcdefghijklmnopqrstuvwxyz"
-						  "0123456789") != strlen(n)) {
+			if (n[0] == '\0' ||
+			    strspn(n, "abcdefghijklmnopqrstuvwxyz"
+				      "0123456789") != strlen(n)) {
 				r->bad_rows++;
-				snprintf(r->bad, sizeof(r->bad), "row %zu id %u",
-					 i, rep->services[i].id);
+				snprintf(r->bad, sizeof(r->bad),
+					 "row %zu id %u", i,
+					 rep->services[i].id);
 			}
 		}
 		gpucmd_report_free(rep);
@@ -1806,9 +1851,9 @@ struct as_user {
 };
 
 struct child_ctx {
-	int why_fd;	/* write end: the child's reason for failing */
-	int ready_fd;	/* write end: the child tells the parent "now" */
-	int go_fd;	/* read end: the parent tells the child "go on" */
+	int why_fd;   /* write end: the child's reason for failing */
+	int ready_fd; /* write end: the child tells the parent "now" */
+	int go_fd;    /* read end: the parent tells the child "go on" */
 	uid_t uid;
 };
 
@@ -1834,13 +1879,13 @@ typedef int (*child_fn)(const struct child_ctx *cx, void *arg);
 
 struct child {
 	pid_t pid;
-	int why;	/* read end */
-	int ready;	/* read end */
-	int go;		/* write end */
+	int why;   /* read end */
+	int ready; /* read end */
+	int go;	   /* write end */
 };
 
-static void child_start(struct child *ch, const struct as_user *u,
-			child_fn fn, void *arg)
+static void child_start(struct child *ch, const struct as_user *u, child_fn fn,
+			void *arg)
 {
 	int why[2], ready[2], go[2];
 
@@ -1912,9 +1957,10 @@ static void child_finish(struct child *ch)
 	close(ch->why);
 	close(ch->ready);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-		      "the child (pid %d) failed with status %d: %s", (int)ch->pid,
-		      WIFEXITED(status) ? WEXITSTATUS(status)
-					: 128 + WTERMSIG(status),
+		      "the child (pid %d) failed with status %d: %s",
+		      (int)ch->pid,
+		      WIFEXITED(status) ? WEXITSTATUS(status) :
+					  128 + WTERMSIG(status),
 		      why);
 }
 
@@ -1950,15 +1996,15 @@ static bool nobody_user(struct as_user *u)
 	return true;
 }
 
-#define SKIP_UNLESS_ROOT(u)                                                   \
-	do {                                                                  \
-		if (!nobody_user(u)) {                                        \
+#define SKIP_UNLESS_ROOT(u)                                                \
+	do {                                                               \
+		if (!nobody_user(u)) {                                     \
 			/* Check names the function <test>_fn. */          \
-			printf("%.*s: skipped: needs root and a 'nobody' "   \
-			       "user to connect under a second uid\n",      \
-			       (int)strlen(__func__) - 3, __func__);          \
-			return;                                               \
-		}                                                             \
+			printf("%.*s: skipped: needs root and a 'nobody' " \
+			       "user to connect under a second uid\n",     \
+			       (int)strlen(__func__) - 3, __func__);       \
+			return;                                            \
+		}                                                          \
 	} while (0)
 
 /*
@@ -2008,11 +2054,14 @@ static int refused(const struct child_ctx *cx, const char *service, int code,
 				  service, gpucmd_errname(rc), msg,
 				  gpucmd_errname(code));
 	if (c != NULL)
-		return child_fail(cx, 21, "a refused connect gave a connection");
+		return child_fail(cx, 21,
+				  "a refused connect gave a connection");
 	if (strstr(msg, needle1) == NULL ||
 	    (needle2 != NULL && strstr(msg, needle2) == NULL))
-		return child_fail(cx, 22, "refusal of %s: '%s' lacks '%s' or "
-				  "'%s'", service, msg, needle1,
+		return child_fail(cx, 22,
+				  "refusal of %s: '%s' lacks '%s' or "
+				  "'%s'",
+				  service, msg, needle1,
 				  needle2 ? needle2 : "");
 	return 0;
 }
@@ -2047,7 +2096,8 @@ static int nobody_access(const struct child_ctx *cx, void *arg)
 	snprintf(uid_text, sizeof(uid_text), "uid %u", (unsigned)cx->uid);
 	if ((rc = refused(cx, "rootonly", GPUCMD_EPERM, uid_text,
 			  "rootonly")) != 0 ||
-	    (rc = refused(cx, "other", GPUCMD_EPERM, uid_text, "'other'")) != 0 ||
+	    (rc = refused(cx, "other", GPUCMD_EPERM, uid_text, "'other'")) !=
+		    0 ||
 	    (rc = refused(cx, "unlisted", GPUCMD_EPERM, "not configured",
 			  "unlisted")) != 0 ||
 	    (rc = admitted(cx, "bygroup", NULL)) != 0 ||
@@ -2055,7 +2105,8 @@ static int nobody_access(const struct child_ctx *cx, void *arg)
 		return rc;
 	if (gpucmd_info(c)->memory_limit != MIB)
 		return child_fail(cx, 40, "bynobody's limit is %llu",
-				  (unsigned long long)gpucmd_info(c)->memory_limit);
+				  (unsigned long long)gpucmd_info(c)
+					  ->memory_limit);
 	gpucmd_close(c);
 	/* A refusal is not sticky: the same process is still welcome. */
 	if ((rc = refused(cx, "rootonly", GPUCMD_EPERM, uid_text, NULL)) != 0 ||
@@ -2131,7 +2182,7 @@ START_TEST(silent_connections_do_not_lock_everyone_out)
 
 	SKIP_UNLESS_ROOT(&nobody);
 	start_for_others("[daemon]\nsocket_mode = 0666\n"
-		   "[limits]\nmax_connections = 3\n");
+			 "[limits]\nmax_connections = 3\n");
 	t0 = harness_now_us();
 	for (int i = 0; i < 3; i++)
 		idle[i] = idle_connect();
@@ -2199,9 +2250,9 @@ START_TEST(one_uids_silent_connections_leave_room_for_others)
 
 	SKIP_UNLESS_ROOT(&nobody);
 	other = nobody;
-	other.uid = other.gid = 4242;	/* any uid but nobody's and root's */
+	other.uid = other.gid = 4242; /* any uid but nobody's and root's */
 	start_for_others("[daemon]\nsocket_mode = 0666\n"
-		   "[limits]\nmax_connections = 4\n");
+			 "[limits]\nmax_connections = 4\n");
 	child_start(&ch, &nobody, nobody_holds_half_silent, NULL);
 	child_wait_ready(&ch);
 	child_run(&other, nobody_admitted, NULL);
@@ -2267,27 +2318,37 @@ static int nobody_report(const struct child_ctx *cx, void *arg)
 	gpucmd_response_free(r);
 	if (gpucmd_memory_report(c, &rep) != 0)
 		return child_fail(cx, 51, "no memory report");
-	if (rep->nservices != 1 || strcmp(rep->services[0].name, "bynobody") != 0)
-		return child_fail(cx, 52, "a non-admin sees %zu services, the "
-				  "first '%s'", rep->nservices,
+	if (rep->nservices != 1 ||
+	    strcmp(rep->services[0].name, "bynobody") != 0)
+		return child_fail(cx, 52,
+				  "a non-admin sees %zu services, the "
+				  "first '%s'",
+				  rep->nservices,
 				  rep->nservices ? rep->services[0].name : "");
 	if (rep->services[0].bytes_in_use != 1000 ||
 	    rep->services[0].allocations != 1 ||
 	    rep->services[0].limit_bytes != MIB)
-		return child_fail(cx, 53, "own row: %llu bytes in %llu "
+		return child_fail(cx, 53,
+				  "own row: %llu bytes in %llu "
 				  "allocations, limit %llu",
-				  (unsigned long long)rep->services[0].bytes_in_use,
-				  (unsigned long long)rep->services[0].allocations,
-				  (unsigned long long)rep->services[0].limit_bytes);
+				  (unsigned long long)rep->services[0]
+					  .bytes_in_use,
+				  (unsigned long long)rep->services[0]
+					  .allocations,
+				  (unsigned long long)rep->services[0]
+					  .limit_bytes);
 	if (rep->totals.bytes_in_use != 1000 || rep->totals.allocations != 1)
-		return child_fail(cx, 54, "a non-admin's totals show %llu bytes "
+		return child_fail(cx, 54,
+				  "a non-admin's totals show %llu bytes "
 				  "in %llu allocations: other services leak",
 				  (unsigned long long)rep->totals.bytes_in_use,
 				  (unsigned long long)rep->totals.allocations);
 	if (rep->has_pinned_host)
-		return child_fail(cx, 55, "a non-admin sees the daemon's pinned "
+		return child_fail(cx, 55,
+				  "a non-admin sees the daemon's pinned "
 				  "pool: %llu bytes in use",
-				  (unsigned long long)rep->pinned_host.bytes_in_use);
+				  (unsigned long long)
+					  rep->pinned_host.bytes_in_use);
 	gpucmd_report_free(rep);
 	/* Hold the memory while the admin looks. */
 	if ((rc = child_handshake(cx)) != 0)
@@ -2348,13 +2409,15 @@ static int nobody_status(const struct child_ctx *cx, void *arg)
 	if (gpucmd_status(c, &st) != 0)
 		return child_fail(cx, 60, "no status");
 	if (st.bytes_in_use != 0)
-		return child_fail(cx, 61, "a non-admin's status shows %llu "
+		return child_fail(cx, 61,
+				  "a non-admin's status shows %llu "
 				  "bytes in use, all of them another "
 				  "service's (rootonly)",
 				  (unsigned long long)st.bytes_in_use);
 	/* Nor how busy they are: its batches are its own, this one. */
 	if (st.batches != 1)
-		return child_fail(cx, 62, "a non-admin's first status counts "
+		return child_fail(cx, 62,
+				  "a non-admin's first status counts "
 				  "%llu batches, not its own 1",
 				  (unsigned long long)st.batches);
 	gpucmd_close(c);
@@ -2420,9 +2483,9 @@ START_TEST(default_uids_guard_unlisted_services)
 
 	SKIP_UNLESS_ROOT(&nobody);
 	start_for_others("[daemon]\nsocket_mode = 0666\n"
-		   "[services]\nunknown = allow\ndefault_uids = 1234\n"
-		   "[service open]\nuids = nobody\n"
-		   "[service plain]\nweight = 2\n");
+			 "[services]\nunknown = allow\ndefault_uids = 1234\n"
+			 "[service open]\nuids = nobody\n"
+			 "[service plain]\nweight = 2\n");
 	child_run(&nobody, nobody_without_default_uid, NULL);
 	memset(&other, 0, sizeof(other));
 	other.uid = 1234;
@@ -2449,8 +2512,10 @@ static int admin_by_group(const struct child_ctx *cx, void *arg)
 	if (gpucmd_memory_report(c, &rep) != 0)
 		return child_fail(cx, 70, "no memory report");
 	if (rep->nservices < 2)
-		return child_fail(cx, 71, "an admin_group member sees %zu "
-				  "services", rep->nservices);
+		return child_fail(cx, 71,
+				  "an admin_group member sees %zu "
+				  "services",
+				  rep->nservices);
 	gpucmd_report_free(rep);
 	gpucmd_close(c);
 	return admitted(cx, "mine", NULL);
@@ -2558,7 +2623,7 @@ START_TEST(admin_observer_joins_no_service)
 	plain = connect_as("default");
 	ck_assert_str_eq(gpucmd_info(plain)->service, "default");
 	ck_assert_uint_ne(gpucmd_info(plain)->service_id, 0);
-	sync_ok(plain, 0);	/* device state: counted in status */
+	sync_ok(plain, 0); /* device state: counted in status */
 	ck_assert_int_eq(gpucmd_memory_report(obs, &rep), 0);
 	ck_assert_uint_eq(rep->nservices, 2);
 	row = find_service(rep, "default");
@@ -2696,8 +2761,10 @@ static int nobody_observes(const struct child_ctx *cx, void *arg)
 	in = gpucmd_info(c);
 	if (strcmp(in->service, "bynobody") != 0 || in->service_id == 0 ||
 	    in->memory_limit != MIB)
-		return child_fail(cx, 81, "joined '%s' (id %u, limit %llu), "
-				  "not bynobody", in->service, in->service_id,
+		return child_fail(cx, 81,
+				  "joined '%s' (id %u, limit %llu), "
+				  "not bynobody",
+				  in->service, in->service_id,
 				  (unsigned long long)in->memory_limit);
 	gpucmd_batch_new(c, 0, &b);
 	gpucmd_batch_empty(b, 1, 1000);
@@ -2711,8 +2778,10 @@ static int nobody_observes(const struct child_ctx *cx, void *arg)
 	    strcmp(rep->services[0].name, "bynobody") != 0 ||
 	    rep->services[0].connections != 1 ||
 	    rep->services[0].bytes_in_use != 1000)
-		return child_fail(cx, 84, "nobody's report: %zu services, the "
-				  "first '%s'", rep->nservices,
+		return child_fail(cx, 84,
+				  "nobody's report: %zu services, the "
+				  "first '%s'",
+				  rep->nservices,
 				  rep->nservices ? rep->services[0].name : "");
 	gpucmd_report_free(rep);
 	gpucmd_close(c);
@@ -2784,8 +2853,8 @@ START_TEST(max_connections_per_service)
 
 	SKIP_UNLESS_ROOT(&nobody);
 	start_for_others("[daemon]\nsocket_mode = 0666\n"
-		   "[limits]\nmax_connections = 8\n"
-		   "[service capped]\nmax_connections = 2\n");
+			 "[limits]\nmax_connections = 8\n"
+			 "[service capped]\nmax_connections = 2\n");
 	child_start(&ch, &nobody, nobody_fills_a_service, NULL);
 	child_wait_ready(&ch);
 	/* An admin may still join the full service, to look and evict. */
@@ -2824,13 +2893,14 @@ static int nobody_faults(const struct child_ctx *cx, void *arg)
 	if (gpucmd_run(b, &r) != 0)
 		return child_fail(cx, 60, "no reply to the faulting batch");
 	rc = gpucmd_response_error(r);
-	if (cuda && (rc != GPUCMD_EPERM ||
-		     strstr(gpucmd_response_message(r), "only an admin") == NULL))
+	if (cuda && (rc != GPUCMD_EPERM || strstr(gpucmd_response_message(r),
+						  "only an admin") == NULL))
 		return child_fail(cx, 61, "a tenant's fault() on CUDA: %s (%s)",
 				  gpucmd_errname(rc),
 				  gpucmd_response_message(r));
 	if (!cuda && rc != GPUCMD_ESTREAM)
-		return child_fail(cx, 62, "a tenant's fault() on the host "
+		return child_fail(cx, 62,
+				  "a tenant's fault() on the host "
 				  "backend: %s (%s), not its stream's fault",
 				  gpucmd_errname(rc),
 				  gpucmd_response_message(r));
@@ -2851,7 +2921,7 @@ START_TEST(a_tenant_cannot_fault_the_shared_context)
 
 	SKIP_UNLESS_ROOT(&nobody);
 	start_for_others("[daemon]\nsocket_mode = 0666\n"
-		   "[service untrusted]\nmax_modules = 0\n");
+			 "[service untrusted]\nmax_modules = 0\n");
 	child_run(&nobody, nobody_faults, NULL);
 	/* Every other service is still served, by the same daemon. */
 	ck_assert_msg(try_connect("bystander", &c, msg, sizeof(msg)) == 0, "%s",
@@ -2901,7 +2971,8 @@ static int nobody_spins(const struct child_ctx *cx, void *arg)
 			"us") == NULL ||
 	    strstr(msg, "an admin may spin up to 60000000 us") == NULL)
 		return child_fail(cx, 72, "a tenant's spin(10001): %s (%s)",
-				  gpucmd_errname(gpucmd_response_error(r)), msg);
+				  gpucmd_errname(gpucmd_response_error(r)),
+				  msg);
 	gpucmd_response_free(r);
 	gpucmd_close(c);
 	return 0;
@@ -3215,7 +3286,7 @@ START_TEST(sighup_max_streams_spares_open_connections)
 	int reloads;
 
 	start_with("[service s]\nmax_streams = 4\n");
-	c = connect_as("s");	/* Welcome only: no request yet */
+	c = connect_as("s"); /* Welcome only: no request yet */
 	ck_assert_uint_eq(gpucmd_info(c)->max_streams, 4);
 
 	reloads = harness_log_count("reloaded");
@@ -3232,8 +3303,8 @@ START_TEST(sighup_max_streams_spares_open_connections)
 		ck_assert_msg(gpucmd_response_error(r) == 0,
 			      "stream %u of a connection welcomed with "
 			      "max_streams 4, opened before the reload to 1: "
-			      "%s (%s)", s,
-			      gpucmd_errname(gpucmd_response_error(r)),
+			      "%s (%s)",
+			      s, gpucmd_errname(gpucmd_response_error(r)),
 			      gpucmd_response_message(r));
 		gpucmd_response_free(r);
 	}
@@ -3274,7 +3345,8 @@ START_TEST(sighup_names_keys_that_need_a_restart)
 	harness_wait_log("reloaded", reloads);
 	ck_assert_msg(harness_log_count("only a restart") == warned + 1,
 		      "a reload that changed spin_us and layout did not say "
-		      "that they need a restart (%s)", the_daemon.log);
+		      "that they need a restart (%s)",
+		      the_daemon.log);
 	ck_assert_int_eq(harness_log_count("layout, spin_us changed"), 1);
 }
 END_TEST
@@ -3300,7 +3372,8 @@ static int run_gpucmdd(char *out, size_t out_len, char *err, size_t err_len,
 	snprintf(err_path, sizeof(err_path), "%s/stderr", conf_dir);
 	argv[argc++] = bin;
 	va_start(ap, err_len);
-	for (const char *a; (a = va_arg(ap, const char *)) != NULL && argc < 15;)
+	for (const char *a;
+	     (a = va_arg(ap, const char *)) != NULL && argc < 15;)
 		argv[argc++] = a;
 	va_end(ap);
 	argv[argc] = NULL;
@@ -3352,9 +3425,10 @@ START_TEST(check_config_good_and_bad)
 		      "[service a]\nmemory_limit = 1M\n"
 		      "[service b]\nuids = root\n",
 		      good, sizeof(good));
-	conf_write_as("bad.conf",
-		      "[daemon]\nbackend = host\n\n[limits]\nmax_streams = 99\n",
-		      bad, sizeof(bad));
+	conf_write_as(
+		"bad.conf",
+		"[daemon]\nbackend = host\n\n[limits]\nmax_streams = 99\n", bad,
+		sizeof(bad));
 	snprintf(missing, sizeof(missing), "%s/missing.conf", conf_dir);
 
 	rc = run_gpucmdd(out, sizeof(out), err, sizeof(err), "--check-config",
@@ -3389,11 +3463,15 @@ START_TEST(check_config_good_and_bad)
 	if (access("/etc/gpucmd/gpucmdd.conf", F_OK) != 0 && errno == ENOENT) {
 		rc = run_gpucmdd(out, sizeof(out), err, sizeof(err),
 				 "--check-config", NULL);
-		ck_assert_msg(rc == 0, "--check-config without a file exited "
-			      "%d: %s%s", rc, out, err);
-		ck_assert_msg(strstr(out, "/etc/gpucmd/gpucmdd.conf: no such "
+		ck_assert_msg(rc == 0,
+			      "--check-config without a file exited "
+			      "%d: %s%s",
+			      rc, out, err);
+		ck_assert_msg(strstr(out,
+				     "/etc/gpucmd/gpucmdd.conf: no such "
 				     "file, so the built-in defaults: ok") !=
-				      NULL, "stdout: %s", out);
+				      NULL,
+			      "stdout: %s", out);
 	}
 
 	/*
@@ -3401,22 +3479,23 @@ START_TEST(check_config_good_and_bad)
 	 * check says so.  A missing admin group is only a warning.
 	 */
 	conf_write_as("group.conf",
-		      "[daemon]\nsocket_group = gpucmd-no-such-group\n",
-		      bad, sizeof(bad));
+		      "[daemon]\nsocket_group = gpucmd-no-such-group\n", bad,
+		      sizeof(bad));
 	rc = run_gpucmdd(out, sizeof(out), err, sizeof(err), "--check-config",
 			 "--config", bad, NULL);
 	ck_assert_msg(rc == 1, "a missing socket_group passed the check");
 	ck_assert_msg(strstr(err, "socket_group 'gpucmd-no-such-group' does "
-			      "not exist") != NULL, "stderr: %s", err);
+				  "not exist") != NULL,
+		      "stderr: %s", err);
 	conf_write_as("admin.conf",
-		      "[daemon]\nadmin_group = gpucmd-no-such-group\n",
-		      bad, sizeof(bad));
+		      "[daemon]\nadmin_group = gpucmd-no-such-group\n", bad,
+		      sizeof(bad));
 	rc = run_gpucmdd(out, sizeof(out), err, sizeof(err), "--check-config",
 			 "--config", bad, NULL);
 	ck_assert_msg(rc == 0, "a missing admin_group failed the check: %s",
 		      err);
-	ck_assert_msg(strstr(err, "warning: admin_group") != NULL,
-		      "stderr: %s", err);
+	ck_assert_msg(strstr(err, "warning: admin_group") != NULL, "stderr: %s",
+		      err);
 	conf_write_as("empty-socket.conf", "[daemon]\nsocket =\n", bad,
 		      sizeof(bad));
 	rc = run_gpucmdd(out, sizeof(out), err, sizeof(err), "--check-config",
@@ -3465,7 +3544,8 @@ START_TEST(invalid_config_at_start_is_an_error)
 	ck_assert_msg(rc == 2, "--check-config --bogus exited %d (%s)", rc,
 		      err);
 	ck_assert_msg(strstr(err, "--bogus") != NULL &&
-			      strstr(err, missing) == NULL, "stderr: %s", err);
+			      strstr(err, missing) == NULL,
+		      "stderr: %s", err);
 }
 END_TEST
 
@@ -3490,12 +3570,12 @@ END_TEST
 enum { FLOOD_DEPTH_MAX = 1000, LAT_ROUNDS = 200 };
 
 struct flood {
-	int depth;		/* batches the flooder keeps in flight */
-	int ops;		/* spin(0) kernels per batch */
-	int rounds;		/* round trips of the latency client, at most */
-	uint64_t time_cap_us;	/* ... and for this long at most */
-	uint64_t floor_us;	/* the bound is never below this */
-	int max_in_flight;	/* [limits] max_in_flight, 0: the default */
+	int depth;	      /* batches the flooder keeps in flight */
+	int ops;	      /* spin(0) kernels per batch */
+	int rounds;	      /* round trips of the latency client, at most */
+	uint64_t time_cap_us; /* ... and for this long at most */
+	uint64_t floor_us;    /* the bound is never below this */
+	int max_in_flight;    /* [limits] max_in_flight, 0: the default */
 };
 
 /*
@@ -3610,7 +3690,7 @@ static void flood_check(const struct flood *fl)
 		start_with(text);
 	}
 	lat = connect_as("latency");
-	round_trips(lat, idle, 50, UINT64_MAX);	/* warm up */
+	round_trips(lat, idle, 50, UINT64_MAX); /* warm up */
 	n_idle = round_trips(lat, idle, LAT_ROUNDS, UINT64_MAX);
 	p50 = idle[n_idle / 2];
 
@@ -3628,7 +3708,8 @@ static void flood_check(const struct flood *fl)
 	{
 		struct pollfd p = { .fd = ready[0], .events = POLLIN };
 
-		ck_assert_msg(poll(&p, 1, 60000) == 1, "the flood never started");
+		ck_assert_msg(poll(&p, 1, 60000) == 1,
+			      "the flood never started");
 		ck_assert_int_eq(read(ready[0], buf, 1), 1);
 		ck_assert_msg(buf[0] == 'F', "the flooder failed at once");
 	}
@@ -3647,8 +3728,8 @@ static void flood_check(const struct flood *fl)
 
 	busy_p50 = busy[n_busy / 2];
 	p99 = busy[(n_busy * 99 + 99) / 100 - 1];
-	bound = 20 * p50 > fl->floor_us * SLOWDOWN ? 20 * p50
-						   : fl->floor_us * SLOWDOWN;
+	bound = 20 * p50 > fl->floor_us * SLOWDOWN ? 20 * p50 :
+						     fl->floor_us * SLOWDOWN;
 	printf("flood of %d x %d spin(0): %d round trips in %llu ms beside "
 	       "%llu batches (flooder total %s); idle p50 %llu us; under "
 	       "flood p50 %llu us (bound %llu), p99 %llu us (bound %llu), max "
@@ -3685,8 +3766,11 @@ static void flood_check(const struct flood *fl)
  */
 START_TEST(flood_does_not_starve_another_service)
 {
-	const struct flood fl = { .depth = 16, .ops = 64, .rounds = LAT_ROUNDS,
-				  .time_cap_us = 60000000, .floor_us = 20000,
+	const struct flood fl = { .depth = 16,
+				  .ops = 64,
+				  .rounds = LAT_ROUNDS,
+				  .time_cap_us = 60000000,
+				  .floor_us = 20000,
 				  .max_in_flight = 64 };
 
 	flood_check(&fl);
@@ -3703,8 +3787,10 @@ END_TEST
  */
 START_TEST(deep_flood_does_not_starve_another_service)
 {
-	const struct flood fl = { .depth = FLOOD_DEPTH_MAX, .ops = 128,
-				  .rounds = LAT_ROUNDS, .time_cap_us = 20000000,
+	const struct flood fl = { .depth = FLOOD_DEPTH_MAX,
+				  .ops = 128,
+				  .rounds = LAT_ROUNDS,
+				  .time_cap_us = 20000000,
 				  .floor_us = 20000 };
 	const char *stress = getenv("GPUCMD_TEST_STRESS");
 
@@ -3748,7 +3834,8 @@ START_TEST(sigterm_drains_in_flight_batches)
 	harness_wait_log("shutting down", 0);
 	/* No new clients during the drain. */
 	rc = try_connect("drain", &late, msg, sizeof(msg));
-	ck_assert_msg(rc != 0, "a new connection was accepted during the drain");
+	ck_assert_msg(rc != 0,
+		      "a new connection was accepted during the drain");
 	ck_assert_ptr_null(late);
 
 	/* The batch in flight is answered, and it succeeded. */
@@ -3815,7 +3902,8 @@ START_TEST(stop_timeout_ends_a_drain_that_runs_over)
 	uint64_t id, t0, took;
 	int rc, status;
 
-	start_with("[daemon]\nstop_timeout = 1\n[service holder]\nweight = 1\n");
+	start_with(
+		"[daemon]\nstop_timeout = 1\n[service holder]\nweight = 1\n");
 	c = connect_as("holder");
 	id = spin_taken(c, 30000000);
 
@@ -3823,25 +3911,31 @@ START_TEST(stop_timeout_ends_a_drain_that_runs_over)
 	ck_assert_int_eq(kill(the_daemon.pid, SIGTERM), 0);
 	status = daemon_wait_exit(&the_daemon);
 	took = harness_now_us() - t0;
-	ck_assert_msg(status == 1, "gpucmdd exited %d at stop_timeout, not 1 "
-		      "(see %s)", status, the_daemon.log);
+	ck_assert_msg(status == 1,
+		      "gpucmdd exited %d at stop_timeout, not 1 "
+		      "(see %s)",
+		      status, the_daemon.log);
 	/* Not before the deadline; long before the spin would have ended. */
 	ck_assert_msg(took >= 900000 && took < 15000000,
 		      "the stop took %.1f s with stop_timeout = 1",
 		      (double)took / 1e6);
 	ck_assert_int_eq(harness_log_count("1 s left before the daemon exits "
-					   "anyway (stop_timeout"), 1);
+					   "anyway (stop_timeout"),
+			 1);
 	ck_assert_int_eq(harness_log_count("service holder) still had 1 batch "
-					   "in flight, "), 1);
+					   "in flight, "),
+			 1);
 	ck_assert_int_eq(harness_log_count("stop_timeout (1 s) passed with 1 "
 					   "batch in flight on 1 connection "
 					   "(service holder): exiting with "
-					   "status 1"), 1);
+					   "status 1"),
+			 1);
 	/* The client learns that its batch will not be answered. */
 	rc = gpucmd_wait(c, id, &r);
 	ck_assert_msg(rc == GPUCMD_EDISCONNECTED,
 		      "the batch cut off at stop_timeout: %s, not "
-		      "GPUCMD_EDISCONNECTED", gpucmd_errname(rc));
+		      "GPUCMD_EDISCONNECTED",
+		      gpucmd_errname(rc));
 	ck_assert_ptr_null(r);
 	gpucmd_close(c);
 	daemon_cleanup_dir(&the_daemon);
@@ -3871,10 +3965,14 @@ static void drain_within(const char *conf, const char *says)
 	gpucmd_response_free(r);
 	gpucmd_close(c);
 	status = daemon_wait_exit(&the_daemon);
-	ck_assert_msg(status == 0, "gpucmdd exited %d after a drain within "
-		      "stop_timeout, not 0 (see %s)", status, the_daemon.log);
-	ck_assert_msg(harness_log_count(says) == 1, "the log does not say '%s' "
-		      "as the stop begins (see %s)", says, the_daemon.log);
+	ck_assert_msg(status == 0,
+		      "gpucmdd exited %d after a drain within "
+		      "stop_timeout, not 0 (see %s)",
+		      status, the_daemon.log);
+	ck_assert_msg(harness_log_count(says) == 1,
+		      "the log does not say '%s' "
+		      "as the stop begins (see %s)",
+		      says, the_daemon.log);
 	ck_assert_int_eq(harness_log_count("stop_timeout:"), 0);
 	ck_assert_int_eq(harness_log_count("passed with"), 0);
 	daemon_cleanup_dir(&the_daemon);
@@ -3882,10 +3980,12 @@ static void drain_within(const char *conf, const char *says)
 
 START_TEST(drain_within_stop_timeout_exits_0)
 {
-	drain_within("[daemon]\nstop_timeout = 10\n[service quick]\nweight = 1\n",
-		     "10 s left before the daemon exits anyway (stop_timeout;");
-	drain_within("[daemon]\nstop_timeout = 0\n[service quick]\nweight = 1\n",
-		     "with no deadline (stop_timeout = 0;");
+	drain_within(
+		"[daemon]\nstop_timeout = 10\n[service quick]\nweight = 1\n",
+		"10 s left before the daemon exits anyway (stop_timeout;");
+	drain_within(
+		"[daemon]\nstop_timeout = 0\n[service quick]\nweight = 1\n",
+		"with no deadline (stop_timeout = 0;");
 }
 END_TEST
 
@@ -3901,7 +4001,8 @@ START_TEST(sighup_takes_a_new_stop_timeout)
 	start_with("[service holder]\nweight = 1\n");
 	warned = harness_log_count("only a restart");
 	reloads = harness_log_count("reloaded");
-	conf_write("[daemon]\nstop_timeout = 1\n[service holder]\nweight = 1\n");
+	conf_write(
+		"[daemon]\nstop_timeout = 1\n[service holder]\nweight = 1\n");
 	ck_assert_int_eq(kill(the_daemon.pid, SIGHUP), 0);
 	harness_wait_log("reloaded", reloads);
 	ck_assert_int_eq(harness_log_count("only a restart"), warned);
@@ -3910,8 +4011,10 @@ START_TEST(sighup_takes_a_new_stop_timeout)
 	(void)spin_taken(c, 30000000);
 	ck_assert_int_eq(kill(the_daemon.pid, SIGTERM), 0);
 	status = daemon_wait_exit(&the_daemon);
-	ck_assert_msg(status == 1, "gpucmdd exited %d at the reloaded "
-		      "stop_timeout, not 1 (see %s)", status, the_daemon.log);
+	ck_assert_msg(status == 1,
+		      "gpucmdd exited %d at the reloaded "
+		      "stop_timeout, not 1 (see %s)",
+		      status, the_daemon.log);
 	ck_assert_int_eq(harness_log_count("stop_timeout (1 s) passed"), 1);
 	gpucmd_close(c);
 	daemon_cleanup_dir(&the_daemon);
@@ -3943,7 +4046,8 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, pages_scale_to_the_quota);
 	tcase_add_test(tc, medium_buffers_on_many_streams_fit);
 	tcase_add_test(tc, empty_buffers_past_half_the_reserve_quota_fit);
-	tcase_add_test(tc, pages_from_before_a_quota_give_way_to_exact_allocations);
+	tcase_add_test(tc,
+		       pages_from_before_a_quota_give_way_to_exact_allocations);
 	tcase_add_test(tc, reserve_quota_refuses_what_a_reload_leaves_over_it);
 	tcase_add_test(tc, reserve_quota_counts_what_open_captures_pin);
 	tcase_add_test(tc, quota_ignores_cached_memory);

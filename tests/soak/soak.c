@@ -117,32 +117,32 @@ struct client {
 	int index;
 	unsigned seed;
 	struct gpucmd_conn *conn;
-	struct gpucmd_conn *tight;	/* of soak-tight, once work_tight ran */
+	struct gpucmd_conn *tight; /* of soak-tight, once work_tight ran */
 	uint64_t next_handle;
-	uint64_t next_id;	/* regions, graphs and modules */
+	uint64_t next_id; /* regions, graphs and modules */
 	uint64_t ops;
 	uint64_t batches;
 	uint64_t kills;
 	uint64_t evictions;
-	unsigned kept_regions;	/* left attached for the next hang-up */
-	unsigned kept_graphs;	/* left, with their buffers, for it too */
-	bool cuda;		/* the daemon drives CUDA (here the fake) */
-	bool helper;		/* work_killed's helper, which may be evicted */
+	unsigned kept_regions; /* left attached for the next hang-up */
+	unsigned kept_graphs;  /* left, with their buffers, for it too */
+	bool cuda;	       /* the daemon drives CUDA (here the fake) */
+	bool helper;	       /* work_killed's helper, which may be evicted */
 };
 
 /*
  * A helper whose connection an eviction ended leaves quietly (status 3),
  * whatever call found out; everyone else says what went wrong.
  */
-#define fail_client(c, ...)                                                  \
-	do {                                                                 \
-		if ((c)->helper && (c)->conn != NULL &&                      \
-		    gpucmd_conn_error((c)->conn, NULL) != 0)                 \
-			_exit(3);                                            \
-		fprintf(stderr, "soak: client %d: ", (c)->index);            \
-		fprintf(stderr, __VA_ARGS__);                                \
-		fputc('\n', stderr);                                         \
-		_exit(1);                                                    \
+#define fail_client(c, ...)                                       \
+	do {                                                      \
+		if ((c)->helper && (c)->conn != NULL &&           \
+		    gpucmd_conn_error((c)->conn, NULL) != 0)      \
+			_exit(3);                                 \
+		fprintf(stderr, "soak: client %d: ", (c)->index); \
+		fprintf(stderr, __VA_ARGS__);                     \
+		fputc('\n', stderr);                              \
+		_exit(1);                                         \
 	} while (0)
 
 static unsigned rnd(struct client *c, unsigned n)
@@ -221,11 +221,12 @@ static void expect_bytes(struct client *c, const struct gpucmd_response *r,
 	if (gpucmd_response_data(r, i, (const void **)&got, &got_len) != 0)
 		fail_client(c, "%s: result %zu carries no data", what, i);
 	if (got_len != len)
-		fail_client(c, "%s: read %zu bytes, expected %zu", what, got_len,
-			    len);
+		fail_client(c, "%s: read %zu bytes, expected %zu", what,
+			    got_len, len);
 	for (size_t k = 0; k < len; k++)
 		if (got[k] != want[k])
-			fail_client(c, "%s: byte %zu is 0x%02x, expected 0x%02x",
+			fail_client(c,
+				    "%s: byte %zu is 0x%02x, expected 0x%02x",
 				    what, k, got[k], want[k]);
 }
 
@@ -314,7 +315,8 @@ static void work_cross_stream(struct client *c, uint8_t *buf)
 	pattern(buf, len, (unsigned)src * 7);
 	b = new_batch(c, s1);
 	gpucmd_batch_create_with_data(b, src, buf, len);
-	gpucmd_batch_create_with_data(b, dst, buf + 1, len);	/* not the answer */
+	gpucmd_batch_create_with_data(b, dst, buf + 1,
+				      len); /* not the answer */
 	if (gpucmd_submit(b, &ids[0]) != 0)
 		fail_client(c, "submit");
 	b = new_batch(c, s2);
@@ -355,7 +357,8 @@ static void work_writes(struct client *c, uint8_t *buf)
 	pattern(want, len, 3);
 	gpucmd_batch_create_with_data(b, h, want, len);
 	for (int i = 0; i < 8; i++) {
-		size_t off = rnd(c, (unsigned)len), n = 1 + rnd(c, (unsigned)(len - off));
+		size_t off = rnd(c, (unsigned)len),
+		       n = 1 + rnd(c, (unsigned)(len - off));
 
 		pattern(want + off, n, (unsigned)(i * 11 + off));
 		gpucmd_batch_write(b, h, off, want + off, n);
@@ -386,7 +389,8 @@ static void work_fault(struct client *c)
 	if (gpucmd_run(b, &r) != 0)
 		fail_client(c, "fault sync: run");
 	if (gpucmd_response_error(r) != GPUCMD_ESTREAM)
-		fail_client(c, "the sync after a fault got %s, not "
+		fail_client(c,
+			    "the sync after a fault got %s, not "
 			    "GPUCMD_ESTREAM",
 			    gpucmd_errname(gpucmd_response_error(r)));
 	gpucmd_response_free(r);
@@ -406,7 +410,8 @@ static void work_reports(struct client *c)
 	gpucmd_batch_memory_usage(b);
 	gpucmd_batch_ping(b);
 	r = run(c, b, "usage");
-	if (gpucmd_response_usage(r, 0, &u) != 0 || u.bytes_in_use > u.bytes_reserved)
+	if (gpucmd_response_usage(r, 0, &u) != 0 ||
+	    u.bytes_in_use > u.bytes_reserved)
 		fail_client(c, "memory usage: %llu in use, %llu reserved",
 			    (unsigned long long)u.bytes_in_use,
 			    (unsigned long long)u.bytes_reserved);
@@ -443,7 +448,8 @@ static void work_hangup(struct client *c, uint8_t *buf)
 static void work_spin(struct client *c)
 {
 	uint32_t one[3] = { 1, 1, 1 };
-	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U32, .v.u32 = 50 + rnd(c, 500) };
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U32,
+				.v.u32 = 50 + rnd(c, 500) };
 	struct gpucmd_batch *b = new_batch(c, rnd(c, 4));
 
 	gpucmd_batch_kernel(b, "spin", one, one, &a, 1);
@@ -468,7 +474,8 @@ static struct gpucmd_response *run_refused(struct client *c,
 		fail_client(c, "%s: run: %s", what, gpucmd_strerror(rc));
 	if (gpucmd_response_error(r) != code ||
 	    gpucmd_response_failed_index(r) != index)
-		fail_client(c, "%s: op %d got %s (%s), expected op %d to get %s",
+		fail_client(c,
+			    "%s: op %d got %s (%s), expected op %d to get %s",
 			    what, gpucmd_response_failed_index(r),
 			    gpucmd_errname(gpucmd_response_error(r)),
 			    gpucmd_response_message(r), index,
@@ -521,16 +528,18 @@ static void work_region(struct client *c, uint8_t *buf)
 	expect_bytes(c, r, 4, buf, n, "region: inline read of a write_region");
 	if (gpucmd_response_region(r, 3, &reg, &off, &len) != 0 || reg != id ||
 	    off != d1 || len != n)
-		fail_client(c, "region: the read names region %llu "
+		fail_client(c,
+			    "region: the read names region %llu "
 			    "[%llu, +%llu)",
 			    (unsigned long long)reg, (unsigned long long)off,
 			    (unsigned long long)len);
 	gpucmd_response_free(r);
 	for (size_t k = 0; k < n; k++)
 		if (p[d1 + k] != buf[k])
-			fail_client(c, "region: byte %zu read into the region is "
-				    "0x%02x, expected 0x%02x", k, p[d1 + k],
-				    buf[k]);
+			fail_client(c,
+				    "region: byte %zu read into the region is "
+				    "0x%02x, expected 0x%02x",
+				    k, p[d1 + k], buf[k]);
 
 	switch (rnd(c, 4)) {
 	case 0:
@@ -540,13 +549,15 @@ static void work_region(struct client *c, uint8_t *buf)
 		b = new_batch(c, stream);
 		gpucmd_batch_write_region(b, h2, 0, id, 0, n);
 		gpucmd_batch_release_region(b, id);
-		gpucmd_response_free(run(c, b, "region: released behind "
+		gpucmd_response_free(run(c, b,
+					 "region: released behind "
 					 "a copy"));
 		b = new_batch(c, rnd(c, 4));
 		gpucmd_batch_read(b, h2, 0, n);
 		gpucmd_batch_release(b, h2);
 		r = run(c, b, "region: read after the release");
-		expect_bytes(c, r, 0, buf, n, "region: write queued before "
+		expect_bytes(c, r, 0, buf, n,
+			     "region: write queued before "
 			     "its release");
 		gpucmd_response_free(r);
 		return;
@@ -596,8 +607,10 @@ static void work_scratch(struct client *c, uint8_t *buf)
 			    gpucmd_errname(rc), gpucmd_last_message(c->conn));
 	for (size_t k = 0; k < len; k++)
 		if (got[k] != buf[k])
-			fail_client(c, "scratch: byte %zu is 0x%02x, expected "
-				    "0x%02x", k, got[k], buf[k]);
+			fail_client(c,
+				    "scratch: byte %zu is 0x%02x, expected "
+				    "0x%02x",
+				    k, got[k], buf[k]);
 	b = new_batch(c, stream);
 	gpucmd_batch_release(b, h);
 	gpucmd_response_free(run(c, b, "scratch: release"));
@@ -760,7 +773,8 @@ static void work_quota(struct client *c, uint8_t *buf)
 			continue;
 		seen = true;
 		if (s->limit_bytes != limit || s->oom_count == 0)
-			fail_client(c, "quota: %s reports a limit of %llu "
+			fail_client(c,
+				    "quota: %s reports a limit of %llu "
 				    "(welcomed with %llu) and %llu refusals",
 				    s->name, (unsigned long long)s->limit_bytes,
 				    (unsigned long long)limit,
@@ -782,7 +796,8 @@ static void work_quota(struct client *c, uint8_t *buf)
 static void killed_main(struct client *parent, uint8_t *buf, int ready)
 {
 	struct client c = { .index = parent->index,
-			    .seed = parent->seed * 31 + 7, .helper = true };
+			    .seed = parent->seed * 31 + 7,
+			    .helper = true };
 	uint32_t one[3] = { 1, 1, 1 };
 	uint64_t ids[8], region = 0, cid;
 	int codes[8], nids = 0;
@@ -852,8 +867,9 @@ static void killed_main(struct client *parent, uint8_t *buf, int ready)
 					memcpy(buf, p, len);
 				gpucmd_batch_read(b, h, 0, len);
 				r = run(&c, b, "killed helper: read");
-				expect_bytes(&c, r, gpucmd_response_count(r) - 1,
-					     buf, len, "killed helper: read");
+				expect_bytes(&c, r,
+					     gpucmd_response_count(r) - 1, buf,
+					     len, "killed helper: read");
 				gpucmd_response_free(r);
 				continue;
 			}
@@ -867,9 +883,11 @@ static void killed_main(struct client *parent, uint8_t *buf, int ready)
 			if (gpucmd_wait(c.conn, ids[0], &r) != 0)
 				fail_client(&c, "killed helper: wait");
 			if (gpucmd_response_error(r) != codes[0])
-				fail_client(&c, "killed helper: a batch got %s "
+				fail_client(&c,
+					    "killed helper: a batch got %s "
 					    "(%s), not %s",
-					    gpucmd_errname(gpucmd_response_error(r)),
+					    gpucmd_errname(
+						    gpucmd_response_error(r)),
 					    gpucmd_response_message(r),
 					    gpucmd_errname(codes[0]));
 			gpucmd_response_free(r);
@@ -917,9 +935,10 @@ static void work_killed(struct client *c, uint8_t *buf)
 	if (evict) {
 		rc = gpucmd_evict(c->conn, NULL, cid, &count);
 		if (rc != 0 || count != 1)
-			fail_client(c, "evicting connection %llu: %s (%s), %llu "
-				    "ended", (unsigned long long)cid,
-				    gpucmd_errname(rc),
+			fail_client(c,
+				    "evicting connection %llu: %s (%s), %llu "
+				    "ended",
+				    (unsigned long long)cid, gpucmd_errname(rc),
 				    gpucmd_last_message(c->conn),
 				    (unsigned long long)count);
 		for (int i = 0; i < 2000; i++) {
@@ -930,8 +949,10 @@ static void work_killed(struct client *c, uint8_t *buf)
 		if (!WIFEXITED(status) || WEXITSTATUS(status) != 3) {
 			kill(pid, SIGKILL);
 			waitpid(pid, NULL, 0);
-			fail_client(c, "the helper evicted did not leave quietly "
-				    "within 20 s (status 0x%x)", status);
+			fail_client(c,
+				    "the helper evicted did not leave quietly "
+				    "within 20 s (status 0x%x)",
+				    status);
 		}
 		c->evictions++;
 		return;
@@ -982,22 +1003,22 @@ static void tight_region(struct client *c, uint8_t *buf)
 		fail_client(c, "tight: region batch: run");
 	c->batches++;
 	rc = gpucmd_response_error(r);
-	if (rc != 0 && !(rc == GPUCMD_EQUOTA &&
-			 gpucmd_response_failed_index(r) == 0))
+	if (rc != 0 &&
+	    !(rc == GPUCMD_EQUOTA && gpucmd_response_failed_index(r) == 0))
 		fail_client(c, "tight: region batch op %d: %s (%s)",
-			    gpucmd_response_failed_index(r),
-			    gpucmd_errname(rc), gpucmd_response_message(r));
+			    gpucmd_response_failed_index(r), gpucmd_errname(rc),
+			    gpucmd_response_message(r));
 	gpucmd_response_free(r);
 	if (rc == 0)
 		for (size_t k = 0; k < half; k++)
 			if (p[half + k] != buf[k])
-				fail_client(c, "tight: region byte %zu is "
-					    "0x%02x, expected 0x%02x", k,
-					    p[half + k], buf[k]);
+				fail_client(c,
+					    "tight: region byte %zu is "
+					    "0x%02x, expected 0x%02x",
+					    k, p[half + k], buf[k]);
 	rc = gpucmd_region_release(c->conn, id);
 	if (rc != 0)
-		fail_client(c, "tight: region_release: %s",
-			    gpucmd_errname(rc));
+		fail_client(c, "tight: region_release: %s", gpucmd_errname(rc));
 }
 
 static void work_tight(struct client *c, uint8_t *buf)
@@ -1045,7 +1066,8 @@ static void work_tight(struct client *c, uint8_t *buf)
 			fail_client(c, "tight: wait");
 		rc = gpucmd_response_error(r);
 		c->batches++;
-		if (rc == GPUCMD_EQUOTA && gpucmd_response_failed_index(r) == 0) {
+		if (rc == GPUCMD_EQUOTA &&
+		    gpucmd_response_failed_index(r) == 0) {
 			gpucmd_response_free(r);
 			continue;
 		}
@@ -1128,17 +1150,16 @@ static void client_main(int index, uint64_t until_ms)
  * at once (work_quota goes past them on purpose), and one without; then
  * soak-tight, whose quota write_config sets.
  */
-static const char soak_conf[] =
-	"[service soak-0]\n"
-	"memory_limit = 256M\n"
-	"region_limit = 128M\n"
-	"[service soak-1]\n"
-	"memory_limit = 192M\n"
-	"region_limit = 96M\n"
-	"max_modules = 16\n"
-	"[service soak-2]\n"
-	"memory_limit = 160M\n"
-	"[service soak-3]\n";
+static const char soak_conf[] = "[service soak-0]\n"
+				"memory_limit = 256M\n"
+				"region_limit = 128M\n"
+				"[service soak-1]\n"
+				"memory_limit = 192M\n"
+				"region_limit = 96M\n"
+				"max_modules = 16\n"
+				"[service soak-2]\n"
+				"memory_limit = 160M\n"
+				"[service soak-3]\n";
 
 /*
  * Write the daemon's config with soak-tight's quota at tight_mib MiB:
@@ -1153,8 +1174,10 @@ static void write_config(const char *path, unsigned tight_mib)
 	snprintf(tmp, sizeof(tmp), "%s.new", path);
 	f = fopen(tmp, "we");
 	if (f == NULL || fputs(soak_conf, f) == EOF ||
-	    fprintf(f, "[service soak-tight]\nmemory_limit = %uM\n"
-		    "region_limit = %uM\n", tight_mib, tight_mib) < 0 ||
+	    fprintf(f,
+		    "[service soak-tight]\nmemory_limit = %uM\n"
+		    "region_limit = %uM\n",
+		    tight_mib, tight_mib) < 0 ||
 	    fclose(f) != 0 || rename(tmp, path) != 0) {
 		fprintf(stderr, "soak: cannot write %s: %s\n", path,
 			strerror(errno));
@@ -1278,14 +1301,14 @@ static bool report_is_zero(const struct gpucmd_report *rep, bool say)
 		const struct gpucmd_service_report *s = &rep->services[i];
 
 		if (s->bytes_in_use == 0 && s->allocations == 0 &&
-		    s->bytes_reserved == 0 &&
-		    s->regions == 0 && s->region_bytes == 0 &&
-		    s->modules == 0 && s->module_bytes == 0 &&
-		    s->bytes_released_pending == 0)
+		    s->bytes_reserved == 0 && s->regions == 0 &&
+		    s->region_bytes == 0 && s->modules == 0 &&
+		    s->module_bytes == 0 && s->bytes_released_pending == 0)
 			continue;
 		zero = false;
 		if (say)
-			fprintf(stderr, "soak: at the end service %s holds %llu "
+			fprintf(stderr,
+				"soak: at the end service %s holds %llu "
 				"bytes in %llu allocations (%llu released, "
 				"pending; %llu reserved), %u regions of %llu "
 				"bytes, %u modules with %llu bytes of "
@@ -1295,7 +1318,8 @@ static bool report_is_zero(const struct gpucmd_report *rep, bool say)
 				(unsigned long long)s->bytes_released_pending,
 				(unsigned long long)s->bytes_reserved,
 				s->regions, (unsigned long long)s->region_bytes,
-				s->modules, (unsigned long long)s->module_bytes);
+				s->modules,
+				(unsigned long long)s->module_bytes);
 	}
 	return zero && rep->totals.bytes_in_use == 0 &&
 	       rep->totals.allocations == 0 && rep->totals.regions == 0;
@@ -1314,8 +1338,10 @@ static struct gpucmd_conn *monitor_open(void)
 	rc = gpucmd_connect_flags(sock_path, "", 20000, GPUCMD_CONNECT_OBSERVE,
 				  &c, msg, sizeof(msg));
 	if (rc != 0) {
-		fprintf(stderr, "soak: cannot connect to watch the daemon: %s "
-			"(%s)\n", gpucmd_strerror(rc), msg);
+		fprintf(stderr,
+			"soak: cannot connect to watch the daemon: %s "
+			"(%s)\n",
+			gpucmd_strerror(rc), msg);
 		return NULL;
 	}
 	return c;
@@ -1328,7 +1354,8 @@ static bool answers(struct gpucmd_conn *mon)
 	int rc = gpucmd_status(mon, &st);
 
 	if (rc != 0)
-		fprintf(stderr, "soak: the daemon did not answer a status: %s\n",
+		fprintf(stderr,
+			"soak: the daemon did not answer a status: %s\n",
 			gpucmd_strerror(rc));
 	return rc == 0;
 }
@@ -1439,7 +1466,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (opt.clients < 1 || opt.clients > MAX_CLIENTS || opt.seconds < 4) {
-		fprintf(stderr, "soak: 1 to %d clients and at least 4 seconds\n",
+		fprintf(stderr,
+			"soak: 1 to %d clients and at least 4 seconds\n",
 			MAX_CLIENTS);
 		return 2;
 	}
@@ -1521,8 +1549,9 @@ int main(int argc, char **argv)
 
 		waitpid(kids[i], &status, 0);
 		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-			fprintf(stderr, "soak: client %u failed (status 0x%x)\n",
-				i, status);
+			fprintf(stderr,
+				"soak: client %u failed (status 0x%x)\n", i,
+				status);
 			failed = true;
 		}
 	}
@@ -1548,14 +1577,17 @@ int main(int argc, char **argv)
 		       "KiB in the last; descriptors %d and %d (%zu samples)\n",
 		       rss_first, rss_last, fd_first, fd_last, n);
 		if (rss_last > rss_first + opt.rss_slack_kb) {
-			fprintf(stderr, "soak: the daemon's RSS grew by %ld KiB "
-				"(allowed %ld)\n", rss_last - rss_first,
-				opt.rss_slack_kb);
+			fprintf(stderr,
+				"soak: the daemon's RSS grew by %ld KiB "
+				"(allowed %ld)\n",
+				rss_last - rss_first, opt.rss_slack_kb);
 			failed = true;
 		}
 		if (fd_last > fd_first + opt.fd_slack) {
-			fprintf(stderr, "soak: the daemon's descriptors grew "
-				"from %d to %d\n", fd_first, fd_last);
+			fprintf(stderr,
+				"soak: the daemon's descriptors grew "
+				"from %d to %d\n",
+				fd_first, fd_last);
 			failed = true;
 		}
 	}
@@ -1601,10 +1633,12 @@ int main(int argc, char **argv)
 		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 			char cmd[256];
 
-			fprintf(stderr, "soak: gpucmdd did not exit 0 after "
-				"SIGTERM (status 0x%x); its log:\n", status);
-			snprintf(cmd, sizeof(cmd), "tail -n 20 %s/daemon.log >&2",
-				 tmp_dir);
+			fprintf(stderr,
+				"soak: gpucmdd did not exit 0 after "
+				"SIGTERM (status 0x%x); its log:\n",
+				status);
+			snprintf(cmd, sizeof(cmd),
+				 "tail -n 20 %s/daemon.log >&2", tmp_dir);
 			if (system(cmd) != 0)
 				fprintf(stderr, "(no log)\n");
 			kill(daemon, SIGKILL);
@@ -1616,12 +1650,14 @@ int main(int argc, char **argv)
 
 			snprintf(path, sizeof(path), "%s/daemon.log", tmp_dir);
 			unlink(path);
-			snprintf(path, sizeof(path), "%s/gpucmdd.conf", tmp_dir);
+			snprintf(path, sizeof(path), "%s/gpucmdd.conf",
+				 tmp_dir);
 			unlink(path);
 			unlink(sock_path);
 			rmdir(tmp_dir);
 		} else {
-			fprintf(stderr, "soak: daemon log kept in %s\n", tmp_dir);
+			fprintf(stderr, "soak: daemon log kept in %s\n",
+				tmp_dir);
 		}
 	}
 	printf("soak: %s\n", failed ? "FAILED" : "passed");

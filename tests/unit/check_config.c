@@ -111,7 +111,8 @@ static void expect_bad_at(int at, const char *text, int line, int also_line,
 	rc = config_load(&cfg, path, err, sizeof(err));
 	ck_assert_msg(rc == GPUCMD_EINVAL,
 		      "line %d: config_load returned %d (%s), expected "
-		      "GPUCMD_EINVAL for:\n%s", at, rc, err, text);
+		      "GPUCMD_EINVAL for:\n%s",
+		      at, rc, err, text);
 	snprintf(want, sizeof(want), "%s:%d: ", path, line);
 	snprintf(want2, sizeof(want2), "%s:%d: ", path, also_line);
 	ck_assert_msg(strncmp(err, want, strlen(want)) == 0 ||
@@ -173,7 +174,7 @@ START_TEST(defaults_are_the_documented_ones)
 	ck_assert_ptr_null(cfg.services);
 	ck_assert_ptr_null(config_find_service(&cfg, "anything"));
 	config_free(&cfg);
-	config_free(&cfg);	/* twice is harmless */
+	config_free(&cfg); /* twice is harmless */
 }
 END_TEST
 
@@ -202,7 +203,7 @@ START_TEST(parse_size_numbers_and_suffixes)
 		{ "1T", TIB },
 		{ "0x10", 16 },
 		{ "0X1f", 31 },
-		{ "010G", 10 * GIB },	/* decimal, not octal */
+		{ "010G", 10 * GIB }, /* decimal, not octal */
 		{ "0755", 755 },
 		{ "0M", 0 },
 		{ "18446744073709551615", UINT64_MAX },
@@ -225,11 +226,30 @@ END_TEST
 START_TEST(parse_size_rejects_what_is_not_a_size)
 {
 	static const char *const bad[] = {
-		"", "K", "abc", "-1", "+1", " 1", "1 ", "1 K", "1X", "1KK",
-		"1Kx", "1KiBB", "1iB", "1B", "1.5M", "1e6", "0x", "12Q",
+		"",
+		"K",
+		"abc",
+		"-1",
+		"+1",
+		" 1",
+		"1 ",
+		"1 K",
+		"1X",
+		"1KK",
+		"1Kx",
+		"1KiBB",
+		"1iB",
+		"1B",
+		"1.5M",
+		"1e6",
+		"0x",
+		"12Q",
 		/* Too large for 64 bits, with and without a suffix. */
-		"18446744073709551616", "99999999999999999999999",
-		"16777216T", "17179869184G", "17592186044416M",
+		"18446744073709551616",
+		"99999999999999999999999",
+		"16777216T",
+		"17179869184G",
+		"17592186044416M",
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -263,8 +283,8 @@ START_TEST(backend_names_round_trip)
 	ck_assert_str_eq(config_backend_name(CONFIG_BACKEND_HOST), "host");
 	ck_assert_str_eq(config_backend_name(CONFIG_BACKEND_CUDA), "cuda");
 	for (int b = CONFIG_BACKEND_AUTO; b <= CONFIG_BACKEND_CUDA; b++)
-		ck_assert_int_eq(config_backend_parse(
-					 config_backend_name((enum config_backend)b)),
+		ck_assert_int_eq(config_backend_parse(config_backend_name(
+					 (enum config_backend)b)),
 				 b);
 }
 END_TEST
@@ -276,52 +296,51 @@ START_TEST(every_key)
 	struct config cfg;
 	const struct config_service *web, *batch;
 
-	load_ok(&cfg,
-		"; gpucmdd.conf written by check_config\n"
-		"# both comment styles\n"
-		"[daemon]\n"
-		"socket = /run/test/gpucmd.sock\n"
-		"socket_mode = 0640\n"
-		"socket_group = video\n"
-		"admin_group = wheel\n"
-		"backend = host\n"
-		"device = 3\n"
-		"host_memory = 512M\n"
-		"pinned_memory = 0x1000000\n"
-		"log_level = debug\n"
-		"layout = exclusive\n"
-		"spin_us = 0\n"
-		"host_stream_nice = 0\n"
-		"stop_timeout = 5\n"
-		"\n"
-		"[limits]\n"
-		"max_connections = 1000\n"
-		"max_frame_bytes = 1M\n"
-		"max_ops_per_batch = 4096\n"
-		"max_in_flight = 32\n"
-		"max_handles = 100000\n"
-		"max_streams = 8\n"
-		"max_pending_bytes = 64M\n"
-		"max_bytes_in_flight = 32M\n"
-		"frame_timeout = 0\n"
-		"\n"
-		"[services]\n"
-		"unknown = refuse\n"
-		"default_memory_limit = 1G\n"
-		"default_region_limit = 256M\n"
-		"default_max_streams = 4\n"
-		"default_weight = 10\n"
-		"\n"
-		"[service web]\n"
-		"memory_limit = 2G\n"
-		"region_limit = 512M\n"
-		"max_streams = 2\n"
-		"weight = 100\n"
-		"uids = 1000, 1001\n"
-		"gids = 100\n"
-		"\n"
-		"[service batch]\n"
-		"weight = 1\n");
+	load_ok(&cfg, "; gpucmdd.conf written by check_config\n"
+		      "# both comment styles\n"
+		      "[daemon]\n"
+		      "socket = /run/test/gpucmd.sock\n"
+		      "socket_mode = 0640\n"
+		      "socket_group = video\n"
+		      "admin_group = wheel\n"
+		      "backend = host\n"
+		      "device = 3\n"
+		      "host_memory = 512M\n"
+		      "pinned_memory = 0x1000000\n"
+		      "log_level = debug\n"
+		      "layout = exclusive\n"
+		      "spin_us = 0\n"
+		      "host_stream_nice = 0\n"
+		      "stop_timeout = 5\n"
+		      "\n"
+		      "[limits]\n"
+		      "max_connections = 1000\n"
+		      "max_frame_bytes = 1M\n"
+		      "max_ops_per_batch = 4096\n"
+		      "max_in_flight = 32\n"
+		      "max_handles = 100000\n"
+		      "max_streams = 8\n"
+		      "max_pending_bytes = 64M\n"
+		      "max_bytes_in_flight = 32M\n"
+		      "frame_timeout = 0\n"
+		      "\n"
+		      "[services]\n"
+		      "unknown = refuse\n"
+		      "default_memory_limit = 1G\n"
+		      "default_region_limit = 256M\n"
+		      "default_max_streams = 4\n"
+		      "default_weight = 10\n"
+		      "\n"
+		      "[service web]\n"
+		      "memory_limit = 2G\n"
+		      "region_limit = 512M\n"
+		      "max_streams = 2\n"
+		      "weight = 100\n"
+		      "uids = 1000, 1001\n"
+		      "gids = 100\n"
+		      "\n"
+		      "[service batch]\n"
+		      "weight = 1\n");
 	ck_assert_str_eq(cfg.socket_path, "/run/test/gpucmd.sock");
 	ck_assert_uint_eq(cfg.socket_mode, 0640);
 	ck_assert_str_eq(cfg.socket_group, "video");
@@ -417,24 +436,23 @@ START_TEST(sizes_with_suffixes_and_range_edges)
 	struct config cfg;
 	const struct config_service *s;
 
-	load_ok(&cfg,
-		"[daemon]\n"
-		"host_memory = 1M\n"
-		"[limits]\n"
-		"max_frame_bytes = 4K\n"
-		"max_pending_bytes = 64KiB\n"
-		"max_connections = 1\n"
-		"max_streams = 64\n"
-		"max_ops_per_batch = 16777216\n"
-		"max_handles = 1G\n"
-		"[service a]\n"
-		"memory_limit = 1536K\n"
-		"weight = 1000\n"
-		"max_streams = 1\n"
-		"[service b]\n"
-		"memory_limit = 0\n"
-		"[service c]\n"
-		"memory_limit = 3t\n");
+	load_ok(&cfg, "[daemon]\n"
+		      "host_memory = 1M\n"
+		      "[limits]\n"
+		      "max_frame_bytes = 4K\n"
+		      "max_pending_bytes = 64KiB\n"
+		      "max_connections = 1\n"
+		      "max_streams = 64\n"
+		      "max_ops_per_batch = 16777216\n"
+		      "max_handles = 1G\n"
+		      "[service a]\n"
+		      "memory_limit = 1536K\n"
+		      "weight = 1000\n"
+		      "max_streams = 1\n"
+		      "[service b]\n"
+		      "memory_limit = 0\n"
+		      "[service c]\n"
+		      "memory_limit = 3t\n");
 	ck_assert_uint_eq(cfg.host_memory, MIB);
 	ck_assert_uint_eq(cfg.limits.max_frame_bytes, 4096);
 	ck_assert_uint_eq(cfg.limits.max_pending_bytes, 65536);
@@ -503,10 +521,9 @@ START_TEST(ids_by_number_and_by_name)
 
 	ck_assert_ptr_nonnull(nobody);
 	ck_assert_ptr_nonnull(root_group);
-	load_ok(&cfg,
-		"[service ids]\n"
-		"uids = root, 0, 1000,nobody\t4242\n"
-		"gids = root 7, 100\n");
+	load_ok(&cfg, "[service ids]\n"
+		      "uids = root, 0, 1000,nobody\t4242\n"
+		      "gids = root 7, 100\n");
 	s = config_find_service(&cfg, "ids");
 	ck_assert_ptr_nonnull(s);
 	expect_ids(s->uids, s->nuids,
@@ -538,8 +555,9 @@ START_TEST(ids_by_number_and_by_name)
 		snprintf(text + n, sizeof(text) - (size_t)n, "\n");
 		expect_bad(text, 2, "more than 32 ids");
 	}
-	expect_bad("[service x]\nweight = 2\nuids = 1000, no-such-user-gpucmd\n",
-		   3, "no user named 'no-such-user-gpucmd'");
+	expect_bad(
+		"[service x]\nweight = 2\nuids = 1000, no-such-user-gpucmd\n",
+		3, "no user named 'no-such-user-gpucmd'");
 	expect_bad("[service x]\n\ngids = no-such-group-gpucmd\n", 3,
 		   "no group named 'no-such-group-gpucmd'");
 	expect_bad("[service x]\nuids = 12abc\n", 2, "uids");
@@ -563,16 +581,15 @@ START_TEST(comments_and_whitespace)
 	struct config cfg;
 	const struct config_service *s;
 
-	load_ok(&cfg,
-		"# a comment\n"
-		"; another\n"
-		"\n"
-		"[daemon]   \n"
-		"socket_mode=0600\n"
-		"backend   =   host   \n"
-		"[service spaced] ; trailing comment\n"
-		"memory_limit = 2M ; two mebibytes\n"
-		"weight = 3\n");
+	load_ok(&cfg, "# a comment\n"
+		      "; another\n"
+		      "\n"
+		      "[daemon]   \n"
+		      "socket_mode=0600\n"
+		      "backend   =   host   \n"
+		      "[service spaced] ; trailing comment\n"
+		      "memory_limit = 2M ; two mebibytes\n"
+		      "weight = 3\n");
 	ck_assert_uint_eq(cfg.socket_mode, 0600);
 	ck_assert_int_eq(cfg.backend, CONFIG_BACKEND_HOST);
 	s = config_find_service(&cfg, "spaced");
@@ -587,21 +604,20 @@ START_TEST(multiple_service_sections)
 	struct config cfg;
 	const struct config_service *a, *b, *c;
 
-	load_ok(&cfg,
-		"[service alpha]\n"
-		"memory_limit = 1M\n"
-		"[service beta.2]\n"
-		"memory_limit = 2M\n"
-		"weight = 20\n"
-		"[service Gamma_3-x]\n"
-		"max_streams = 3\n"
-		"[limits]\n"
-		"max_streams = 9\n"
-		"; the same section again adds to it\n"
-		"[service alpha]\n"
-		"weight = 5\n"
-		"[service \"quoted\"]\n"
-		"weight = 6\n");
+	load_ok(&cfg, "[service alpha]\n"
+		      "memory_limit = 1M\n"
+		      "[service beta.2]\n"
+		      "memory_limit = 2M\n"
+		      "weight = 20\n"
+		      "[service Gamma_3-x]\n"
+		      "max_streams = 3\n"
+		      "[limits]\n"
+		      "max_streams = 9\n"
+		      "; the same section again adds to it\n"
+		      "[service alpha]\n"
+		      "weight = 5\n"
+		      "[service \"quoted\"]\n"
+		      "weight = 6\n");
 	ck_assert_uint_eq(cfg.nservices, 4);
 	a = config_find_service(&cfg, "alpha");
 	b = config_find_service(&cfg, "beta.2");
@@ -632,16 +648,15 @@ START_TEST(service_defaults_from_services_section)
 	struct config cfg;
 	const struct config_service *a, *b;
 
-	load_ok(&cfg,
-		"[services]\n"
-		"default_memory_limit = 2M\n"
-		"default_max_streams = 3\n"
-		"default_weight = 7\n"
-		"[service a]\n"
-		"weight = 2\n"
-		"[service b]\n"
-		"memory_limit = 5M\n"
-		"uids = 2000, 2001\n");
+	load_ok(&cfg, "[services]\n"
+		      "default_memory_limit = 2M\n"
+		      "default_max_streams = 3\n"
+		      "default_weight = 7\n"
+		      "[service a]\n"
+		      "weight = 2\n"
+		      "[service b]\n"
+		      "memory_limit = 5M\n"
+		      "uids = 2000, 2001\n");
 	ck_assert_uint_eq(cfg.default_service.memory_limit, 2 * MIB);
 	ck_assert_uint_eq(cfg.default_service.max_streams, 3);
 	ck_assert_uint_eq(cfg.default_service.weight, 7);
@@ -677,16 +692,15 @@ START_TEST(default_uids_apply_or_are_refused)
 	const struct config_service *a, *b;
 	int rc;
 
-	path = write_file("ids.conf",
-			  "[services]\n"
-			  "default_uids = 1000\n"
-			  "default_gids = 100\n"
-			  "[service a]\n"
-			  "weight = 2\n"
-			  "[service b]\n"
-			  "uids = 2000\n"
-			  "[service c]\n"
-			  "gids = 4242\n");
+	path = write_file("ids.conf", "[services]\n"
+				      "default_uids = 1000\n"
+				      "default_gids = 100\n"
+				      "[service a]\n"
+				      "weight = 2\n"
+				      "[service b]\n"
+				      "uids = 2000\n"
+				      "[service c]\n"
+				      "gids = 4242\n");
 	config_defaults(&cfg);
 	rc = config_load(&cfg, path, err, sizeof(err));
 	if (rc != 0) {
@@ -704,10 +718,12 @@ START_TEST(default_uids_apply_or_are_refused)
 	ck_assert_ptr_nonnull(b);
 	ck_assert_msg(a->nuids == 1 && a->uids[0] == 1000,
 		      "default_uids = 1000 was accepted, yet [service a] has "
-		      "%u uids", a->nuids);
+		      "%u uids",
+		      a->nuids);
 	ck_assert_msg(a->ngids == 1 && a->gids[0] == 100,
 		      "default_gids = 100 was accepted, yet [service a] has "
-		      "%u gids", a->ngids);
+		      "%u gids",
+		      a->ngids);
 	/*
 	 * A service's own list replaces both defaults: [service b] names
 	 * users only and admits no default group, [service c] names a group
@@ -720,8 +736,10 @@ START_TEST(default_uids_apply_or_are_refused)
 		const struct config_service *c = config_find_service(&cfg, "c");
 
 		ck_assert_ptr_nonnull(c);
-		ck_assert_msg(c->nuids == 0, "[service c] gids = 4242 also "
-			      "admits %u default uid(s)", c->nuids);
+		ck_assert_msg(c->nuids == 0,
+			      "[service c] gids = 4242 also "
+			      "admits %u default uid(s)",
+			      c->nuids);
 		ck_assert_uint_eq(c->ngids, 1);
 		ck_assert_uint_eq(c->gids[0], 4242);
 	}
@@ -738,12 +756,11 @@ START_TEST(service_defaults_whatever_the_order)
 	struct config cfg;
 	const struct config_service *early;
 
-	load_ok(&cfg,
-		"[service early]\n"
-		"max_streams = 2\n"
-		"[services]\n"
-		"default_memory_limit = 4M\n"
-		"default_weight = 9\n");
+	load_ok(&cfg, "[service early]\n"
+		      "max_streams = 2\n"
+		      "[services]\n"
+		      "default_memory_limit = 4M\n"
+		      "default_weight = 9\n");
 	early = config_find_service(&cfg, "early");
 	ck_assert_ptr_nonnull(early);
 	ck_assert_uint_eq(early->max_streams, 2);
@@ -768,23 +785,22 @@ START_TEST(region_limit_sizes_and_inheritance)
 	struct config cfg;
 	const struct config_service *own, *zero, *dflt, *early, *mem;
 
-	load_ok(&cfg,
-		"[service early]\n"
-		"weight = 3\n"
-		"[services]\n"
-		"default_region_limit = 64M\n"
-		"default_memory_limit = 1G\n"
-		"[service own]\n"
-		"region_limit = 1536K\n"
-		"[service zero]\n"
-		"region_limit = 0\n"
-		"[service dflt]\n"
-		"memory_limit = 2G\n"
-		"[service mem]\n"
-		"region_limit = 0x1000\n"
-		"memory_limit = 0\n"
-		"[service own]\n"
-		"max_streams = 2\n");
+	load_ok(&cfg, "[service early]\n"
+		      "weight = 3\n"
+		      "[services]\n"
+		      "default_region_limit = 64M\n"
+		      "default_memory_limit = 1G\n"
+		      "[service own]\n"
+		      "region_limit = 1536K\n"
+		      "[service zero]\n"
+		      "region_limit = 0\n"
+		      "[service dflt]\n"
+		      "memory_limit = 2G\n"
+		      "[service mem]\n"
+		      "region_limit = 0x1000\n"
+		      "memory_limit = 0\n"
+		      "[service own]\n"
+		      "max_streams = 2\n");
 	ck_assert_uint_eq(cfg.default_service.region_limit, 64 * MIB);
 	ck_assert_uint_eq(cfg.default_service.memory_limit, GIB);
 	ck_assert_uint_eq(cfg.nservices, 5);
@@ -844,15 +860,14 @@ START_TEST(max_modules_range_and_inheritance)
 {
 	struct config cfg;
 
-	load_ok(&cfg,
-		"[service early]\n"
-		"weight = 2\n"
-		"[services]\n"
-		"default_max_modules = 8\n"
-		"[service none]\n"
-		"max_modules = 0\n"
-		"[service all]\n"
-		"max_modules = 1024\n");
+	load_ok(&cfg, "[service early]\n"
+		      "weight = 2\n"
+		      "[services]\n"
+		      "default_max_modules = 8\n"
+		      "[service none]\n"
+		      "max_modules = 0\n"
+		      "[service all]\n"
+		      "max_modules = 1024\n");
 	ck_assert_uint_eq(cfg.default_service.max_modules, 8);
 	ck_assert_uint_eq(config_find_service(&cfg, "early")->max_modules, 8);
 	ck_assert_uint_eq(config_find_service(&cfg, "none")->max_modules, 0);
@@ -862,8 +877,7 @@ START_TEST(max_modules_range_and_inheritance)
 	ck_assert_uint_eq(config_find_service(&cfg, "plain")->max_modules, 64);
 	config_free(&cfg);
 	expect_bad("[service x]\nmax_modules = 1025\n", 2, "max_modules");
-	expect_bad("[services]\ndefault_max_modules = -1\n", 2,
-		   "max_modules");
+	expect_bad("[services]\ndefault_max_modules = -1\n", 2, "max_modules");
 }
 END_TEST
 
@@ -876,29 +890,29 @@ START_TEST(service_bytes_in_flight_and_inheritance)
 {
 	struct config cfg;
 
-	load_ok(&cfg,
-		"[service early]\n"
-		"weight = 2\n"
-		"[services]\n"
-		"default_max_bytes_in_flight = 2G\n"
-		"[service none]\n"
-		"max_bytes_in_flight = 0\n"
-		"[service small]\n"
-		"max_bytes_in_flight = 64M\n");
+	load_ok(&cfg, "[service early]\n"
+		      "weight = 2\n"
+		      "[services]\n"
+		      "default_max_bytes_in_flight = 2G\n"
+		      "[service none]\n"
+		      "max_bytes_in_flight = 0\n"
+		      "[service small]\n"
+		      "max_bytes_in_flight = 64M\n");
 	ck_assert_uint_eq(cfg.default_service.max_bytes_in_flight, 2ull << 30);
-	ck_assert_uint_eq(
-		config_find_service(&cfg, "early")->max_bytes_in_flight,
-		2ull << 30);
-	ck_assert_uint_eq(
-		config_find_service(&cfg, "none")->max_bytes_in_flight, 0);
-	ck_assert_uint_eq(
-		config_find_service(&cfg, "small")->max_bytes_in_flight,
-		64ull << 20);
+	ck_assert_uint_eq(config_find_service(&cfg, "early")
+				  ->max_bytes_in_flight,
+			  2ull << 30);
+	ck_assert_uint_eq(config_find_service(&cfg, "none")
+				  ->max_bytes_in_flight,
+			  0);
+	ck_assert_uint_eq(config_find_service(&cfg, "small")
+				  ->max_bytes_in_flight,
+			  64ull << 20);
 	config_free(&cfg);
 	load_ok(&cfg, "[service plain]\nweight = 1\n");
-	ck_assert_uint_eq(
-		config_find_service(&cfg, "plain")->max_bytes_in_flight,
-		1ull << 30);
+	ck_assert_uint_eq(config_find_service(&cfg, "plain")
+				  ->max_bytes_in_flight,
+			  1ull << 30);
 	config_free(&cfg);
 	expect_bad("[service x]\nmax_bytes_in_flight = lots\n", 2,
 		   "max_bytes_in_flight");
@@ -918,18 +932,16 @@ START_TEST(service_max_connections_and_inheritance)
 	ck_assert_uint_eq(config_find_service(&cfg, "plain")->max_connections,
 			  0);
 	config_free(&cfg);
-	load_ok(&cfg,
-		"[service early]\n"
-		"weight = 2\n"
-		"[services]\n"
-		"default_max_connections = 16\n"
-		"[service few]\n"
-		"max_connections = 2\n");
+	load_ok(&cfg, "[service early]\n"
+		      "weight = 2\n"
+		      "[services]\n"
+		      "default_max_connections = 16\n"
+		      "[service few]\n"
+		      "max_connections = 2\n");
 	ck_assert_uint_eq(cfg.default_service.max_connections, 16);
 	ck_assert_uint_eq(config_find_service(&cfg, "early")->max_connections,
 			  16);
-	ck_assert_uint_eq(config_find_service(&cfg, "few")->max_connections,
-			  2);
+	ck_assert_uint_eq(config_find_service(&cfg, "few")->max_connections, 2);
 	config_free(&cfg);
 	expect_bad("[service x]\nmax_connections = many\n", 2,
 		   "max_connections");
@@ -948,13 +960,12 @@ START_TEST(empty_service_section_declares_the_service)
 	struct config cfg;
 	const struct config_service *s;
 
-	load_ok(&cfg,
-		"[services]\n"
-		"unknown = refuse\n"
-		"default_weight = 4\n"
-		"[service idle]\n"
-		"[service busy]\n"
-		"weight = 2\n");
+	load_ok(&cfg, "[services]\n"
+		      "unknown = refuse\n"
+		      "default_weight = 4\n"
+		      "[service idle]\n"
+		      "[service busy]\n"
+		      "weight = 2\n");
 	ck_assert_ptr_nonnull(config_find_service(&cfg, "busy"));
 	s = config_find_service(&cfg, "idle");
 	ck_assert_msg(s != NULL, "an empty [service idle] section was dropped");
@@ -1014,9 +1025,13 @@ START_TEST(unknown_sections_and_keys)
 {
 	expect_bad2("[daemon]\nsocket_mode = 0660\n\n[bogus]\nx = 1\n", 4, 5,
 		    "unknown section [bogus]");
-	expect_bad("key_before_any_section = 1\n", 1, "'key_before_any_section' comes before any section: put it under [daemon]");
-	expect_bad2("[servicex]\nweight = 1\n", 1, 2, "unknown section [servicex]");
-	expect_bad2("[service]\nweight = 1\n", 1, 2, "unknown section [service]");
+	expect_bad(
+		"key_before_any_section = 1\n", 1,
+		"'key_before_any_section' comes before any section: put it under [daemon]");
+	expect_bad2("[servicex]\nweight = 1\n", 1, 2,
+		    "unknown section [servicex]");
+	expect_bad2("[service]\nweight = 1\n", 1, 2,
+		    "unknown section [service]");
 	expect_bad("[daemon]\nbackend = host\nsockett = /x\n", 3,
 		   "unknown key 'sockett' in [daemon]");
 	expect_bad("[limits]\nmax_connections = 5\nmax_conections = 5\n", 3,
@@ -1040,8 +1055,7 @@ START_TEST(unknown_sections_and_keys)
 		   "unknown key 'region_limit' in [limits]");
 	expect_bad("[service web]\nregions_limit = 1M\n", 2,
 		   "unknown key 'regions_limit' in a service section");
-	expect_bad("[service web]\nregions_limit = 1M\n", 2,
-		   "region_limit");
+	expect_bad("[service web]\nregions_limit = 1M\n", 2, "region_limit");
 	expect_bad("[service web]\nweight = 2\n\nmemory = 1M\n", 4,
 		   "unknown key 'memory' in a service section");
 	/* Keys are case-sensitive, like the documentation writes them. */
@@ -1102,7 +1116,8 @@ START_TEST(long_lines_bad_headers_and_too_many_sections)
 	ck_assert_uint_eq(cfg.nservices, 1024);
 	config_free(&cfg);
 	snprintf(text + len, cap - len, "[service s0]\n[service one-more]\n");
-	expect_bad(text, 1026, "[service one-more]: more than 1024 services, "
+	expect_bad(text, 1026,
+		   "[service one-more]: more than 1024 services, "
 		   "the most the daemon keeps");
 	free(text);
 }
@@ -1139,18 +1154,21 @@ START_TEST(indented_lines_repeated_and_empty_id_lists)
 	ck_assert_uint_eq(config_find_service(&cfg, "b")->nuids, 1);
 	ck_assert_uint_eq(config_find_service(&cfg, "b")->uids[0], 4242);
 	config_free(&cfg);
-	expect_bad("[services]\ndefault_uids = 4242\n[service a]\nuids =\n",
-		   4, "uids is empty: list at least one user, or leave the "
+	expect_bad("[services]\ndefault_uids = 4242\n[service a]\nuids =\n", 4,
+		   "uids is empty: list at least one user, or leave the "
 		   "key out");
-	expect_bad("[service a]\ngids = , \n", 2, "gids is empty: list at "
+	expect_bad("[service a]\ngids = , \n", 2,
+		   "gids is empty: list at "
 		   "least one group");
-	expect_bad("[services]\ndefault_uids =\n", 2,
-		   "default_uids is empty");
+	expect_bad("[services]\ndefault_uids =\n", 2, "default_uids is empty");
 	/* 32 ids over two lines, then one more. */
-	expect_bad("[service a]\nuids = 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n"
-		   "uids = 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32\n"
-		   "uids = 33\n", 4, "uids lists more than 32 ids (all its "
-		   "lines together)");
+	expect_bad(
+		"[service a]\nuids = 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n"
+		"uids = 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32\n"
+		"uids = 33\n",
+		4,
+		"uids lists more than 32 ids (all its "
+		"lines together)");
 }
 END_TEST
 
@@ -1236,7 +1254,8 @@ START_TEST(bad_service_names)
 		   "not a valid service name");
 	expect_bad("[service bad*]\nweight = 2\n", 2, "'bad*'");
 	expect_bad2("[daemon]\nbackend = host\n[service caf\xc3\xa9]\n"
-		    "memory_limit = 1M\n", 4, 3, "not a valid service name");
+		    "memory_limit = 1M\n",
+		    4, 3, "not a valid service name");
 }
 END_TEST
 
@@ -1306,11 +1325,10 @@ START_TEST(failed_load_keeps_the_previous_config)
 	const char *path;
 	int rc;
 
-	load_ok(&cfg,
-		"[daemon]\nsocket_mode = 0600\nbackend = host\n"
-		"[limits]\nmax_streams = 5\n"
-		"[service keep]\nmemory_limit = 3M\nweight = 4\n"
-		"region_limit = 2M\n");
+	load_ok(&cfg, "[daemon]\nsocket_mode = 0600\nbackend = host\n"
+		      "[limits]\nmax_streams = 5\n"
+		      "[service keep]\nmemory_limit = 3M\nweight = 4\n"
+		      "region_limit = 2M\n");
 	memcpy(&before, &cfg, sizeof(before));
 	services_before = malloc(cfg.nservices * sizeof(*services_before));
 	ck_assert_ptr_nonnull(services_before);

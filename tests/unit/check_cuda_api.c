@@ -19,8 +19,8 @@
 #include "driver/cuda_api.h"
 #include "unit.h"
 
-#define SAME_VALUE(name, value)						\
-	_Static_assert((long long)(name) == (value),			\
+#define SAME_VALUE(name, value)                      \
+	_Static_assert((long long)(name) == (value), \
 		       #name " is not " #value " in cuda.h");
 CUDA_API_RESULTS(SAME_VALUE)
 CUDA_API_DEVICE_ATTRIBUTES(SAME_VALUE)
@@ -30,8 +30,8 @@ CUDA_API_MEMORY_TYPES(SAME_VALUE)
 CUDA_API_CAPTURE_MODES(SAME_VALUE)
 CUDA_API_FLAGS(SAME_VALUE)
 
-#define SAME_HANDLE(type, tag)						\
-	_Static_assert(__builtin_types_compatible_p(type, struct tag *),	\
+#define SAME_HANDLE(type, tag)                                           \
+	_Static_assert(__builtin_types_compatible_p(type, struct tag *), \
 		       #type " is not struct " #tag " * in cuda.h");
 CUDA_API_HANDLES(SAME_HANDLE)
 
@@ -45,8 +45,9 @@ _Static_assert(sizeof(CUresult) == sizeof(int) &&
 		       sizeof(CUmemorytype) == sizeof(int) &&
 		       sizeof(CUstreamCaptureMode) == sizeof(int),
 	       "cuda_api.h's enums are int-sized");
-_Static_assert(__builtin_types_compatible_p(
-		       CUstreamCallback, void (*)(CUstream, CUresult, void *)),
+_Static_assert(__builtin_types_compatible_p(CUstreamCallback,
+					    void (*)(CUstream, CUresult,
+						     void *)),
 	       "CUstreamCallback");
 _Static_assert(__builtin_types_compatible_p(CUhostFn, void (*)(void *)),
 	       "CUhostFn");
@@ -58,18 +59,18 @@ struct memcpy2d_mirror {
 };
 _Static_assert(sizeof(struct memcpy2d_mirror) == sizeof(CUDA_MEMCPY2D),
 	       "CUDA_MEMCPY2D's size");
-#define SAME_FIELD(type, name)						\
-	_Static_assert(offsetof(struct memcpy2d_mirror, name) ==	\
-			       offsetof(CUDA_MEMCPY2D, name) &&	\
-			       __builtin_types_compatible_p(		\
-				       type,				\
-				       __typeof__(((CUDA_MEMCPY2D *)0)->name)), \
+#define SAME_FIELD(type, name)                                               \
+	_Static_assert(offsetof(struct memcpy2d_mirror, name) ==             \
+				       offsetof(CUDA_MEMCPY2D, name) &&      \
+			       __builtin_types_compatible_p(                 \
+				       type, __typeof__(((CUDA_MEMCPY2D *)0) \
+								->name)),    \
 		       "CUDA_MEMCPY2D." #name);
 CUDA_API_MEMCPY2D_FIELDS(SAME_FIELD)
 
-#define SAME_PROTOTYPE(name, symbol, params)				\
-	_Static_assert(__builtin_types_compatible_p(__typeof__(name),	\
-						    CUresult params),	\
+#define SAME_PROTOTYPE(name, symbol, params)                          \
+	_Static_assert(__builtin_types_compatible_p(__typeof__(name), \
+						    CUresult params), \
 		       #name "'s prototype differs from cuda.h's");
 CUDA_API_ENTRY_POINTS(SAME_PROTOTYPE)
 
@@ -81,10 +82,10 @@ START_TEST(entry_points_are_looked_up_by_cuda_h_symbols)
 {
 	int n = 0;
 
-#define SAME_SYMBOL(name, symbol, params)				\
-	ck_assert_msg(strcmp(MAPPED(name), #symbol) == 0,		\
-		      "%s: cuda.h calls %s, cuda_api.h %s", #name,	\
-		      MAPPED(name), #symbol);				\
+#define SAME_SYMBOL(name, symbol, params)                          \
+	ck_assert_msg(strcmp(MAPPED(name), #symbol) == 0,          \
+		      "%s: cuda.h calls %s, cuda_api.h %s", #name, \
+		      MAPPED(name), #symbol);                      \
 	n++;
 	CUDA_API_ENTRY_POINTS(SAME_SYMBOL)
 #undef SAME_SYMBOL

@@ -48,15 +48,13 @@
 
 /* ---- the failing encoder ------------------------------------------------- */
 
-static atomic_int fail_left;	/* response encodings still to fail */
-static atomic_int encodes;	/* response encodings tried since arm() */
-static atomic_int fail_code = -ENOMEM;	/* what a failing one returns */
+static atomic_int fail_left; /* response encodings still to fail */
+static atomic_int encodes;   /* response encodings tried since arm() */
+static atomic_int fail_code = -ENOMEM; /* what a failing one returns */
 
-int __real_frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out,
-			    size_t *len);
+int __real_frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out, size_t *len);
 
-int __wrap_frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out,
-			    size_t *len)
+int __wrap_frame_encode_buf(const Gpucmd__Frame *f, uint8_t **out, size_t *len)
 {
 	if (f->msg_case == GPUCMD__FRAME__MSG_RESPONSE) {
 		int left = atomic_load(&fail_left);
@@ -101,8 +99,8 @@ static void arm(int n)
 
 /* What the executor posted for the connection, in order. */
 struct post {
-	bool frame;			/* a response frame came */
-	Gpucmd__Frame *decoded;		/* it, when flat */
+	bool frame;		/* a response frame came */
+	Gpucmd__Frame *decoded; /* it, when flat */
 	bool has_lost;
 	struct reply_lost lost;
 	bool completed;
@@ -116,8 +114,7 @@ static struct {
 	struct post posts[MAX_POSTS];
 	unsigned n;
 	bool closed;
-} rec = { .lock = PTHREAD_MUTEX_INITIALIZER,
-	  .cond = PTHREAD_COND_INITIALIZER };
+} rec = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 static struct config ecfg;
 static struct executor *ex;
@@ -240,15 +237,19 @@ static void submit_ops(uint64_t id, Gpucmd__Op **ops, size_t n)
 
 /* Ops for the tests: empty, write, read of a handle; a ping. */
 static Gpucmd__OpEmpty op_empty_1 = { PROTOBUF_C_MESSAGE_INIT(
-	&gpucmd__op_empty__descriptor), .handle = 1, .size = 64 };
+					      &gpucmd__op_empty__descriptor),
+				      .handle = 1, .size = 64 };
 static uint8_t bytes64[64];
-static Gpucmd__OpWrite op_write_1 = { PROTOBUF_C_MESSAGE_INIT(
-	&gpucmd__op_write__descriptor), .handle = 1,
-	.data = { sizeof(bytes64), bytes64 } };
+static Gpucmd__OpWrite op_write_1 = {
+	PROTOBUF_C_MESSAGE_INIT(&gpucmd__op_write__descriptor), .handle = 1,
+	.data = { sizeof(bytes64), bytes64 }
+};
 static Gpucmd__OpRead op_read_1 = { PROTOBUF_C_MESSAGE_INIT(
-	&gpucmd__op_read__descriptor), .handle = 1, .length = 64 };
+					    &gpucmd__op_read__descriptor),
+				    .handle = 1, .length = 64 };
 static Gpucmd__OpRead op_read_99 = { PROTOBUF_C_MESSAGE_INIT(
-	&gpucmd__op_read__descriptor), .handle = 99, .length = 1 };
+					     &gpucmd__op_read__descriptor),
+				     .handle = 99, .length = 1 };
 static Gpucmd__OpPing op_ping = { PROTOBUF_C_MESSAGE_INIT(
 	&gpucmd__op_ping__descriptor) };
 
@@ -257,7 +258,7 @@ static Gpucmd__Op op(Gpucmd__Op__OpCase kind, void *msg)
 	Gpucmd__Op o = GPUCMD__OP__INIT;
 
 	o.op_case = kind;
-	o.empty = msg;	/* a oneof: every member shares the pointer */
+	o.empty = msg; /* a oneof: every member shares the pointer */
 	return o;
 }
 
@@ -406,20 +407,25 @@ END_TEST
 /* The sentences, case by case. */
 START_TEST(lost_message_says_what_is_known)
 {
-	struct reply_lost none = { .id = 5, .nops = 4, .ran = 0,
-				   .error = GPUCMD_EINVAL };
-	struct reply_lost all = { .id = 5, .nops = 4, .ran = 4,
+	struct reply_lost none = {
+		.id = 5, .nops = 4, .ran = 0, .error = GPUCMD_EINVAL
+	};
+	struct reply_lost all = { .id = 5,
+				  .nops = 4,
+				  .ran = 4,
 				  .error = GPUCMD_ESTREAM,
 				  .failed_index = 2 };
 	char msg[512];
 
 	reply_lost_message(&none, msg, sizeof(msg));
-	ck_assert_str_eq(msg, "gpucmdd's host ran out of memory answering "
+	ck_assert_str_eq(msg,
+			 "gpucmdd's host ran out of memory answering "
 			 "request 5: none of its ops ran, it failed with "
 			 "GPUCMD_EINVAL at op 0, and the reason is lost; send "
 			 "it again to see why once the host has memory again");
 	reply_lost_message(&all, msg, sizeof(msg));
-	ck_assert_ptr_nonnull(strstr(msg, "request 5: all 4 of its ops ran, "
+	ck_assert_ptr_nonnull(strstr(msg,
+				     "request 5: all 4 of its ops ran, "
 				     "and it failed with GPUCMD_ESTREAM at op "
 				     "2, but their results are lost"));
 }
@@ -463,12 +469,12 @@ static void daemon_up(void)
 	td.cfg.backend = CONFIG_BACKEND_HOST;
 	td.cfg.host_memory = 64u << 20;
 	td.cfg.pinned_memory = 16u << 20;
-	snprintf(td.cfg.socket_path, sizeof(td.cfg.socket_path), "%s",
-		 td.sock);
+	snprintf(td.cfg.socket_path, sizeof(td.cfg.socket_path), "%s", td.sock);
 	signal(SIGPIPE, SIG_IGN);
 	ck_assert_int_eq(uv_loop_init(&td.loop), 0);
 	ck_assert_msg(server_init(&td.srv, &td.loop, &td.cfg, why,
-				  sizeof(why)) == 0, "server_init: %s", why);
+				  sizeof(why)) == 0,
+		      "server_init: %s", why);
 	ck_assert_int_eq(uv_async_init(&td.loop, &td.stop, on_stop), 0);
 	ck_assert_int_eq(pthread_create(&td.thread, NULL, loop_main, NULL), 0);
 }
@@ -554,7 +560,8 @@ START_TEST(loop_answers_a_lost_response)
 	ck_assert_int_eq(gpucmd_response_error(resp), GPUCMD_ENOMEM);
 	ck_assert_int_eq(gpucmd_response_failed_index(resp), 3);
 	ck_assert_uint_eq(gpucmd_response_count(resp), 0);
-	snprintf(want, sizeof(want), "ran out of memory answering request "
+	snprintf(want, sizeof(want),
+		 "ran out of memory answering request "
 		 "%llu: all 3 of its ops ran, but their results are lost",
 		 (unsigned long long)id);
 	ck_assert_msg(strstr(gpucmd_response_message(resp), want) != NULL,
@@ -602,9 +609,11 @@ START_TEST(device_thread_answers_with_enomem)
 	ck_assert_int_eq(atomic_load(&encodes), 3);
 	ck_assert_int_eq(gpucmd_response_error(resp), GPUCMD_ENOMEM);
 	ck_assert_int_eq(gpucmd_response_failed_index(resp), 1);
-	snprintf(want, sizeof(want), "request %llu: the ops before op 1 ran, "
+	snprintf(want, sizeof(want),
+		 "request %llu: the ops before op 1 ran, "
 		 "then it failed with GPUCMD_ENOTFOUND at op 1 and the rest "
-		 "did not run", (unsigned long long)id);
+		 "did not run",
+		 (unsigned long long)id);
 	ck_assert_msg(strstr(gpucmd_response_message(resp), want) != NULL,
 		      "message: %s", gpucmd_response_message(resp));
 	gpucmd_response_free(resp);
@@ -650,7 +659,8 @@ START_TEST(loop_closes_when_nothing_can_be_encoded)
 	rewind(f);
 	n = fread(log, 1, sizeof(log) - 1, f);
 	log[n] = '\0';
-	snprintf(want, sizeof(want), "closed: the host is out of memory: the "
+	snprintf(want, sizeof(want),
+		 "closed: the host is out of memory: the "
 		 "response to request %llu could not be made",
 		 (unsigned long long)id);
 	ck_assert_msg(strstr(log, want) != NULL, "log: %s", log);
@@ -681,8 +691,8 @@ START_TEST(loop_answer_lost_too)
 	ck_assert_int_eq(atomic_load(&encodes), 2);
 	ck_assert_int_eq(gpucmd_response_error(resp), GPUCMD_ENOMEM);
 	ck_assert_int_eq(gpucmd_response_failed_index(resp), 2);
-	ck_assert_ptr_nonnull(strstr(gpucmd_response_message(resp),
-				     "all 2 of its ops ran"));
+	ck_assert_ptr_nonnull(
+		strstr(gpucmd_response_message(resp), "all 2 of its ops ran"));
 	gpucmd_response_free(resp);
 
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
@@ -778,7 +788,8 @@ START_TEST(accepts_failing_for_descriptors_do_not_wedge_the_loop)
 	atomic_store(&accept_errno, 0);
 	late = client();
 	ck_assert_int_eq(gpucmd_wait(late, submit_write_read(late, 0x22),
-				     &resp), 0);
+				     &resp),
+			 0);
 	ck_assert_int_eq(gpucmd_response_error(resp), 0);
 	gpucmd_response_free(resp);
 	assert_holds(late, 0x22);
@@ -810,7 +821,8 @@ START_TEST(no_memory_for_a_connection_does_not_stop_accepting)
 	ck_assert_int_eq(atomic_load(&fail_sessions), 0);
 	late = client();
 	ck_assert_int_eq(gpucmd_wait(late, submit_write_read(late, 0x33),
-				     &resp), 0);
+				     &resp),
+			 0);
 	ck_assert_int_eq(gpucmd_response_error(resp), 0);
 	gpucmd_response_free(resp);
 	assert_holds(late, 0x33);
@@ -849,8 +861,7 @@ pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
 static const char some_ptx[] = ".version 7.0\n.target sm_50\n";
 
 /* A batch of one op, empty handle 9 of 64 bytes, on stream; its answer. */
-static struct gpucmd_response *run_empty(struct gpucmd_conn *c,
-					 uint32_t stream)
+static struct gpucmd_response *run_empty(struct gpucmd_conn *c, uint32_t stream)
 {
 	struct gpucmd_response *resp;
 	struct gpucmd_batch *b;
@@ -880,7 +891,8 @@ START_TEST(a_module_compiled_out_of_threads_does_not_abort)
 	atomic_store(&refuse_threads, 1);
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_load_module(b, 7, "ptx", some_ptx,
-						  sizeof(some_ptx) - 1), 0);
+						  sizeof(some_ptx) - 1),
+			 0);
 	ck_assert_int_eq(gpucmd_run(b, &resp), 0);
 	ck_assert_msg(gpucmd_response_error(resp) == GPUCMD_EUNSUPPORTED,
 		      "load_module: %s", gpucmd_response_message(resp));
@@ -920,7 +932,8 @@ static Suite *executor_suite(void)
 	tcase_add_test(tc, loop_closes_when_nothing_can_be_encoded);
 	tcase_add_test(tc, loop_answer_lost_too);
 	tcase_add_test(tc, region_attach_whose_answer_was_lost_is_kept);
-	tcase_add_test(tc, accepts_failing_for_descriptors_do_not_wedge_the_loop);
+	tcase_add_test(tc,
+		       accepts_failing_for_descriptors_do_not_wedge_the_loop);
 	tcase_add_test(tc, no_memory_for_a_connection_does_not_stop_accepting);
 	tcase_add_test(tc, a_module_compiled_out_of_threads_does_not_abort);
 	suite_add_tcase(s, tc);

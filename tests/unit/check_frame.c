@@ -62,13 +62,16 @@ static void same_as_slow(const Gpucmd__Frame *slow, const Gpucmd__Frame *got,
 	uint8_t *a, *b;
 	size_t alen, blen;
 
-	ck_assert_msg(slow != NULL, "%s: %s accepted bytes that protobuf-c "
-		      "refuses", what, decoder);
+	ck_assert_msg(slow != NULL,
+		      "%s: %s accepted bytes that protobuf-c "
+		      "refuses",
+		      what, decoder);
 	a = pack(slow, &alen);
 	b = pack(got, &blen);
 	ck_assert_msg(alen == blen && memcmp(a, b, alen) == 0,
 		      "%s: %s decoded differently from protobuf-c (%zu vs %zu "
-		      "bytes packed again)", what, decoder, blen, alen);
+		      "bytes packed again)",
+		      what, decoder, blen, alen);
 	free(a);
 	free(b);
 }
@@ -185,7 +188,7 @@ static void gen_kernel(struct gen *g, size_t i)
 			ka->f32 = (float)(int32_t)rnd_u32() / 7.0f;
 			break;
 		default:
-			break;	/* an argument with no value set */
+			break; /* an argument with no value set */
 		}
 		g->args[i][a] = ka;
 	}
@@ -294,7 +297,8 @@ START_TEST(mixed_batches_agree)
 		snprintf(what, sizeof(what), "mixed request %d", iter);
 		ck_assert_msg(compare(body, len, what),
 			      "%s: a frame with some slow ops should still "
-			      "take the fast path", what);
+			      "take the fast path",
+			      what);
 		free(body);
 	}
 }
@@ -347,8 +351,8 @@ START_TEST(mutated_frames_agree)
 		if (compare(buf, len, what)) {
 			took++;
 		} else {
-			Gpucmd__Frame *slow = gpucmd__frame__unpack(NULL, len,
-								     buf);
+			Gpucmd__Frame *slow =
+				gpucmd__frame__unpack(NULL, len, buf);
 
 			if (slow == NULL)
 				refused++;
@@ -372,55 +376,58 @@ START_TEST(odd_encodings_agree)
 		const char *what;
 		uint8_t bytes[40];
 		size_t len;
-		bool fast;	/* the fast path must take it */
+		bool fast; /* the fast path must take it */
 	} cases[] = {
 #define REQ(...) { __VA_ARGS__ }, sizeof((uint8_t[]){ __VA_ARGS__ })
 		/* Frame{request{id 7, ops[kernel{name "ab"}]}} */
 		{ "plain kernel",
 		  REQ(0x22, 0x0a, 0x08, 0x07, 0x1a, 0x06, 0x32, 0x04, 0x0a,
-		      0x02, 'a', 'b'), true },
+		      0x02, 'a', 'b'),
+		  true },
 		{ "empty request", REQ(0x22, 0x00), true },
 		{ "id repeated (last wins)",
 		  REQ(0x22, 0x04, 0x08, 0x07, 0x08, 0x09), false },
 		{ "stream above 32 bits",
 		  REQ(0x22, 0x07, 0x10, 0x80, 0x80, 0x80, 0x80, 0x10), false },
-		{ "overlong varint id",
-		  REQ(0x22, 0x04, 0x08, 0x81, 0x80, 0x00), true },
-		{ "unknown request field",
-		  REQ(0x22, 0x02, 0x20, 0x01), false },
+		{ "overlong varint id", REQ(0x22, 0x04, 0x08, 0x81, 0x80, 0x00),
+		  true },
+		{ "unknown request field", REQ(0x22, 0x02, 0x20, 0x01), false },
 		{ "grid not packed",
-		  REQ(0x22, 0x06, 0x1a, 0x04, 0x32, 0x02, 0x10, 0x05),
-		  false },
+		  REQ(0x22, 0x06, 0x1a, 0x04, 0x32, 0x02, 0x10, 0x05), false },
 		{ "grid packed twice",
 		  REQ(0x22, 0x0a, 0x1a, 0x08, 0x32, 0x06, 0x12, 0x01, 0x02,
-		      0x12, 0x01, 0x03), false },
-		{ "empty packed grid",
-		  REQ(0x22, 0x05, 0x1a, 0x03, 0x32, 0x01, 0x12, 0x00),
+		      0x12, 0x01, 0x03),
 		  false },
+		{ "empty packed grid",
+		  REQ(0x22, 0x05, 0x1a, 0x03, 0x32, 0x01, 0x12, 0x00), false },
 		{ "args apart",
 		  REQ(0x22, 0x0c, 0x1a, 0x0a, 0x32, 0x08, 0x22, 0x02, 0x10,
-		      0x05, 0x28, 0x01, 0x22, 0x00), true },
+		      0x05, 0x28, 0x01, 0x22, 0x00),
+		  true },
 		{ "negative i32",
 		  REQ(0x22, 0x08, 0x1a, 0x06, 0x32, 0x04, 0x22, 0x02, 0x18,
-		      0x05), true },
+		      0x05),
+		  true },
 		{ "two values in one arg (last wins)",
 		  REQ(0x22, 0x0a, 0x1a, 0x08, 0x32, 0x06, 0x22, 0x04, 0x10,
-		      0x05, 0x08, 0x01), false },
+		      0x05, 0x08, 0x01),
+		  false },
 		{ "f32 arg",
 		  REQ(0x22, 0x0b, 0x1a, 0x09, 0x32, 0x07, 0x22, 0x05, 0x2d,
-		      0x00, 0x00, 0x80, 0x3f), true },
+		      0x00, 0x00, 0x80, 0x3f),
+		  true },
 		{ "truncated f32",
 		  REQ(0x22, 0x0a, 0x1a, 0x08, 0x32, 0x06, 0x22, 0x04, 0x2d,
-		      0x00, 0x00, 0x80), false },
+		      0x00, 0x00, 0x80),
+		  false },
 		{ "u32 arg above 32 bits",
 		  REQ(0x22, 0x0d, 0x1a, 0x0b, 0x32, 0x09, 0x22, 0x07, 0x10,
-		      0x80, 0x80, 0x80, 0x80, 0x10, 0x00), false },
+		      0x80, 0x80, 0x80, 0x80, 0x10, 0x00),
+		  false },
 		{ "ping with a field inside",
-		  REQ(0x22, 0x06, 0x1a, 0x04, 0x4a, 0x02, 0x08, 0x01),
-		  false },
+		  REQ(0x22, 0x06, 0x1a, 0x04, 0x4a, 0x02, 0x08, 0x01), false },
 		{ "op with two cases (last wins)",
-		  REQ(0x22, 0x06, 0x1a, 0x04, 0x4a, 0x00, 0x3a, 0x00),
-		  false },
+		  REQ(0x22, 0x06, 0x1a, 0x04, 0x4a, 0x00, 0x3a, 0x00), false },
 		{ "empty op", REQ(0x22, 0x02, 0x1a, 0x00), false },
 		{ "request twice in the frame (merged)",
 		  REQ(0x22, 0x02, 0x08, 0x01, 0x22, 0x02, 0x10, 0x02), false },
@@ -428,31 +435,38 @@ START_TEST(odd_encodings_agree)
 		{ "length past the end", REQ(0x22, 0x05, 0x08, 0x01), false },
 		{ "varint of eleven bytes",
 		  REQ(0x22, 0x0c, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-		      0xff, 0xff, 0xff, 0xff, 0x01), false },
+		      0xff, 0xff, 0xff, 0xff, 0x01),
+		  false },
 		{ "module and shared bytes",
 		  REQ(0x22, 0x0b, 0x1a, 0x09, 0x32, 0x07, 0x28, 0x80, 0x02,
-		      0x30, 0xff, 0xff, 0x03), true },
+		      0x30, 0xff, 0xff, 0x03),
+		  true },
 		/* Frame{request{ops[write{handle 1, offset 2, data "xy"}]}} */
 		{ "plain write",
 		  REQ(0x22, 0x0c, 0x1a, 0x0a, 0x1a, 0x08, 0x08, 0x01, 0x10,
-		      0x02, 0x1a, 0x02, 'x', 'y'), true },
+		      0x02, 0x1a, 0x02, 'x', 'y'),
+		  true },
 		{ "write, fields backwards",
-		  REQ(0x22, 0x0c, 0x1a, 0x0a, 0x1a, 0x08, 0x1a, 0x02, 'x',
-		      'y', 0x10, 0x02, 0x08, 0x01), true },
+		  REQ(0x22, 0x0c, 0x1a, 0x0a, 0x1a, 0x08, 0x1a, 0x02, 'x', 'y',
+		      0x10, 0x02, 0x08, 0x01),
+		  true },
 		{ "write with empty data",
 		  REQ(0x22, 0x06, 0x1a, 0x04, 0x1a, 0x02, 0x1a, 0x00), true },
 		{ "write data twice (last wins)",
-		  REQ(0x22, 0x0a, 0x1a, 0x08, 0x1a, 0x06, 0x1a, 0x01, 'x',
-		      0x1a, 0x01, 'y'), false },
+		  REQ(0x22, 0x0a, 0x1a, 0x08, 0x1a, 0x06, 0x1a, 0x01, 'x', 0x1a,
+		      0x01, 'y'),
+		  false },
 		{ "write with a layout",
 		  REQ(0x22, 0x08, 0x1a, 0x06, 0x1a, 0x04, 0x08, 0x01, 0x22,
-		      0x00), false },
+		      0x00),
+		  false },
 		{ "read with a wire type 2 handle",
 		  REQ(0x22, 0x07, 0x1a, 0x05, 0x22, 0x03, 0x0a, 0x01, 0x01),
 		  false },
 		{ "release of a large handle",
 		  REQ(0x22, 0x0f, 0x1a, 0x0d, 0x2a, 0x0b, 0x08, 0xff, 0xff,
-		      0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01), true },
+		      0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01),
+		  true },
 		{ "empty with an unknown field",
 		  REQ(0x22, 0x06, 0x1a, 0x04, 0x0a, 0x02, 0x18, 0x01), false },
 		/* protobuf-c reads at most five bytes of a tag or a length. */
@@ -467,21 +481,24 @@ START_TEST(odd_encodings_agree)
 		  false },
 		{ "six-byte op length",
 		  REQ(0x22, 0x08, 0x1a, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00,
-		      0x4a, 0x00), false },
+		      0x4a, 0x00),
+		  false },
 		{ "five-byte tag",
 		  REQ(0x22, 0x06, 0x88, 0x80, 0x80, 0x80, 0x00, 0x07), true },
 		{ "five-byte op length",
 		  REQ(0x22, 0x09, 0x1a, 0x82, 0x80, 0x80, 0x80, 0x00, 0x4a,
-		      0x00, 0x00), false },
+		      0x00, 0x00),
+		  false },
 		{ "five-byte ping length",
 		  REQ(0x22, 0x08, 0x1a, 0x06, 0x4a, 0x80, 0x80, 0x80, 0x80,
-		      0x00), true },
+		      0x00),
+		  true },
 #undef REQ
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		bool took = compare(cases[i].bytes, cases[i].len,
-				    cases[i].what);
+		bool took =
+			compare(cases[i].bytes, cases[i].len, cases[i].what);
 
 		if (cases[i].fast)
 			ck_assert_msg(took, "%s: the fast path should take it",
@@ -553,7 +570,7 @@ START_TEST(awaits_device_means_a_sync_or_a_read)
 	ck_assert(frame_request_awaits_device(&req));
 	ops[2] = &rd;
 	ck_assert(frame_request_awaits_device(&req));
-	ops[0] = NULL;	/* never from a decoder; not read through */
+	ops[0] = NULL; /* never from a decoder; not read through */
 	ck_assert(frame_request_awaits_device(&req));
 }
 END_TEST
@@ -661,10 +678,11 @@ START_TEST(responses_encode_as_protobuf_c_does)
 		want = pack(&f, &want_len);
 		ck_assert_int_eq(frame_encode(&f, &got, &got_len), 0);
 		ck_assert_uint_eq(got_len, FRAME_HEADER_SIZE + want_len);
-		ck_assert_msg(memcmp(got + FRAME_HEADER_SIZE, want,
-				     want_len) == 0,
+		ck_assert_msg(memcmp(got + FRAME_HEADER_SIZE, want, want_len) ==
+				      0,
 			      "response %d: frame_encode's bytes differ from "
-			      "protobuf-c's", iter);
+			      "protobuf-c's",
+			      iter);
 		/* Decoding it back (libgpucmd's side) takes the fast path. */
 		snprintf(msg, sizeof(msg), "response %d", iter);
 		ck_assert_msg(compare(want, want_len, msg),
@@ -823,8 +841,7 @@ START_TEST(owned_write_is_not_copied)
 		data[i] = (uint8_t)(i * 7);
 	d = owned_write(data, N, NULL, &body, &len);
 	/* The bytes are the body's, at the end of the frame. */
-	ck_assert_ptr_eq(d->request->ops[0]->write->data.data,
-			 body + len - N);
+	ck_assert_ptr_eq(d->request->ops[0]->write->data.data, body + len - N);
 	frame_free(d);
 	/* Taken a moment ago: a trim for buffers idle a second keeps it. */
 	frame_buf_trim(1000000000ull);
@@ -894,9 +911,10 @@ static void pieces_agree(struct frame_pieces *pc, const Gpucmd__Frame *f,
 	ck_assert_int_eq(frame_pieces_encode(pc, f), 0);
 	ck_assert_uint_eq(pc->total, FRAME_HEADER_SIZE + len);
 	got = join(pc);
-	ck_assert_msg(memcmp(got + FRAME_HEADER_SIZE, want, len) == 0,
-		      "%s: frame_pieces_encode's body differs from protobuf-c's",
-		      what);
+	ck_assert_msg(
+		memcmp(got + FRAME_HEADER_SIZE, want, len) == 0,
+		"%s: frame_pieces_encode's body differs from protobuf-c's",
+		what);
 	frame_buf_free(got);
 	free(want);
 }
@@ -960,7 +978,8 @@ START_TEST(large_request_references_its_data)
 	for (size_t i = 0; i < pc.n; i++) {
 		saw_big |= pc.v[i].ext == big && pc.v[i].len == BIG;
 		saw_mid |= pc.v[i].ext == mid && pc.v[i].len == MID;
-		ck_assert_msg(pc.v[i].ext != small, "small data was referenced");
+		ck_assert_msg(pc.v[i].ext != small,
+			      "small data was referenced");
 	}
 	ck_assert(saw_big);
 	ck_assert(saw_mid);
@@ -1167,8 +1186,7 @@ START_TEST(decoded_bound_covers_what_decoding_holds)
 		unk[4 + 2 * i] = (15 << 3) | 0;
 		unk[4 + 2 * i + 1] = 0;
 	}
-	bound = frame_decoded_bound(unk, 4 + 2 * NUNKNOWN, UINT64_MAX,
-				    &fields);
+	bound = frame_decoded_bound(unk, 4 + 2 * NUNKNOWN, UINT64_MAX, &fields);
 	ck_assert_uint_eq(fields, NUNKNOWN + 2);
 	ck_assert_uint_ge(bound, (uint64_t)NUNKNOWN * (24 + 40));
 	d = frame_decode(unk, 4 + 2 * NUNKNOWN);
@@ -1199,11 +1217,19 @@ START_TEST(request_counts_without_decoding)
 	struct frame_request_counts c;
 	/* Op{kernel{one arg}, region_attach{}}: an attach. */
 	static const uint8_t both[] = {
-		(4 << 3) | 2, 11,		/* Frame.request */
-		(1 << 3) | 0, 5,		/* id 5 */
-		(3 << 3) | 2, 7,		/* ops */
-		(6 << 3) | 2, 2, (4 << 3) | 2, 0,	/* kernel, one arg */
-		0xea, 0x01, 0,			/* region_attach{} */
+		(4 << 3) | 2,
+		11, /* Frame.request */
+		(1 << 3) | 0,
+		5, /* id 5 */
+		(3 << 3) | 2,
+		7, /* ops */
+		(6 << 3) | 2,
+		2,
+		(4 << 3) | 2,
+		0, /* kernel, one arg */
+		0xea,
+		0x01,
+		0, /* region_attach{} */
 	};
 	uint8_t *buf;
 	size_t len;
@@ -1238,7 +1264,7 @@ START_TEST(request_counts_without_decoding)
 	ck_assert(frame_request_counts(both, sizeof(both), &c));
 	ck_assert_uint_eq(c.id, 5);
 	ck_assert_uint_eq(c.nops, 1);
-	ck_assert_uint_eq(c.max_args, 1);	/* decoded, then replaced */
+	ck_assert_uint_eq(c.max_args, 1); /* decoded, then replaced */
 	ck_assert_uint_eq(c.attaches, 1);
 	/* Not a request, or cut short: declined. */
 	ck_assert(!frame_request_counts(both + 2, sizeof(both) - 2, &c));
@@ -1257,24 +1283,38 @@ START_TEST(request_counts_follow_protobuf_c)
 {
 	/* Op{kernel{3 empty args}, ping{}} */
 	static const uint8_t kernel_then_ping[] = {
-		(4 << 3) | 2, 14,
-		(1 << 3) | 0, 9,
-		(3 << 3) | 2, 10,
-		(6 << 3) | 2, 6, (4 << 3) | 2, 0, (4 << 3) | 2, 0,
-		(4 << 3) | 2, 0,
-		(9 << 3) | 2, 0,
+		(4 << 3) | 2, 14, (1 << 3) | 0, 9, (3 << 3) | 2, 10,
+		(6 << 3) | 2, 6,  (4 << 3) | 2, 0, (4 << 3) | 2, 0,
+		(4 << 3) | 2, 0,  (9 << 3) | 2, 0,
 	};
 	/* Frame{request{id 1, one ping}, request{id 2, two pings,
 	 * region_attach{}}} */
 	static const uint8_t two_requests[] = {
-		(4 << 3) | 2, 6,
-		(1 << 3) | 0, 1,
-		(3 << 3) | 2, 2, (9 << 3) | 2, 0,
-		(4 << 3) | 2, 15,
-		(1 << 3) | 0, 2,
-		(3 << 3) | 2, 2, (9 << 3) | 2, 0,
-		(3 << 3) | 2, 2, (9 << 3) | 2, 0,
-		(3 << 3) | 2, 3, 0xea, 0x01, 0,
+		(4 << 3) | 2,
+		6,
+		(1 << 3) | 0,
+		1,
+		(3 << 3) | 2,
+		2,
+		(9 << 3) | 2,
+		0,
+		(4 << 3) | 2,
+		15,
+		(1 << 3) | 0,
+		2,
+		(3 << 3) | 2,
+		2,
+		(9 << 3) | 2,
+		0,
+		(3 << 3) | 2,
+		2,
+		(9 << 3) | 2,
+		0,
+		(3 << 3) | 2,
+		3,
+		0xea,
+		0x01,
+		0,
 	};
 	struct frame_request_counts c;
 	Gpucmd__Frame *f;
@@ -1291,8 +1331,7 @@ START_TEST(request_counts_follow_protobuf_c)
 	ck_assert_int_eq(f->request->ops[0]->op_case, GPUCMD__OP__OP_PING);
 	frame_free(f);
 
-	ck_assert(frame_request_counts(two_requests, sizeof(two_requests),
-				       &c));
+	ck_assert(frame_request_counts(two_requests, sizeof(two_requests), &c));
 	f = frame_decode(two_requests, sizeof(two_requests));
 	ck_assert_ptr_nonnull(f);
 	ck_assert_int_eq(f->msg_case, GPUCMD__FRAME__MSG_REQUEST);
@@ -1302,7 +1341,7 @@ START_TEST(request_counts_follow_protobuf_c)
 	ck_assert_uint_eq(f->request->n_ops, 3);
 	ck_assert_uint_eq(c.id, f->request->id);
 	ck_assert_uint_eq(c.attaches, attaches);
-	ck_assert_uint_eq(c.nops, 4);	/* both requests were decoded */
+	ck_assert_uint_eq(c.nops, 4); /* both requests were decoded */
 	ck_assert_uint_eq(c.id, 2);
 	ck_assert_uint_eq(c.attaches, 1);
 	frame_free(f);

@@ -263,7 +263,8 @@ START_TEST(test_stream_order)
 	ck_assert_int_eq(spin(s1, 20000), 0);
 	ck_assert_int_eq(d->ops->copy_htod(d, s1, buf, in, N * 4), 0);
 	ck_assert_int_eq(LAUNCH(s1, "scale_f32", { .buf = buf },
-				{ .f32 = 2.0f }, { .u32 = N }), 0);
+				{ .f32 = 2.0f }, { .u32 = N }),
+			 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, out, buf, N * 4), 0);
 	ck_assert_int_eq(finish(s1), 0);
 	for (int i = 0; i < N; i++)
@@ -285,14 +286,17 @@ START_TEST(test_fill_copy_memset)
 	ck_assert_int_eq(d->ops->memset_d8(d, s1, a, 0, N * 4), 0);
 	ck_assert_int_eq(d->ops->memset_d8(d, s1, b, 0xff, N * 4), 0);
 	ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = a },
-				{ .u32 = 0xdeadbeef }, { .u32 = FILLED }), 0);
+				{ .u32 = 0xdeadbeef }, { .u32 = FILLED }),
+			 0);
 	ck_assert_int_eq(LAUNCH(s1, "copy", { .buf = b }, { .buf = a },
-				{ .u64 = FILLED * 4 + 8 }), 0);
+				{ .u64 = FILLED * 4 + 8 }),
+			 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, out, b, sizeof(out)), 0);
 	ck_assert_int_eq(finish(s1), 0);
 	for (int i = 0; i < N; i++) {
-		uint32_t want = i < FILLED ? 0xdeadbeef
-				: i < FILLED + 2 ? 0 : 0xffffffff;
+		uint32_t want = i < FILLED     ? 0xdeadbeef :
+				i < FILLED + 2 ? 0 :
+						 0xffffffff;
 
 		ck_assert_uint_eq(out[i], want);
 	}
@@ -321,21 +325,24 @@ START_TEST(test_float_kernels)
 	ck_assert_int_eq(d->ops->copy_htod(d, s1, dx, x, sizeof(x)), 0);
 	ck_assert_int_eq(d->ops->copy_htod(d, s1, dy, y, sizeof(y)), 0);
 	ck_assert_int_eq(LAUNCH(s1, "add_f32", { .buf = dout }, { .buf = dx },
-				{ .buf = dy }, { .u32 = N }), 0);
+				{ .buf = dy }, { .u32 = N }),
+			 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, o, dout, sizeof(o)), 0);
 	ck_assert_int_eq(finish(s1), 0);
 	for (int i = 0; i < N; i++)
 		ck_assert_float_eq(o[i], (float)(4 * i - 7));
 
 	ck_assert_int_eq(LAUNCH(s1, "scale_f32", { .buf = dout },
-				{ .f32 = -0.5f }, { .u32 = N }), 0);
+				{ .f32 = -0.5f }, { .u32 = N }),
+			 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, o, dout, sizeof(o)), 0);
 	ck_assert_int_eq(finish(s1), 0);
 	for (int i = 0; i < N; i++)
 		ck_assert_float_eq(o[i], -0.5f * (float)(4 * i - 7));
 
 	ck_assert_int_eq(LAUNCH(s1, "saxpy_f32", { .buf = dy }, { .buf = dx },
-				{ .f32 = 3.0f }, { .u32 = N }), 0);
+				{ .f32 = 3.0f }, { .u32 = N }),
+			 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, o, dy, sizeof(o)), 0);
 	ck_assert_int_eq(finish(s1), 0);
 	for (int i = 0; i < N; i++)
@@ -356,14 +363,16 @@ START_TEST(test_reduce_sum)
 	}
 	ck_assert_int_eq(d->ops->copy_htod(d, s1, din, in, N * 4), 0);
 	ck_assert_int_eq(LAUNCH(s1, "reduce_sum_f32", { .buf = dsum },
-				{ .buf = din }, { .u32 = N }), 0);
+				{ .buf = din }, { .u32 = N }),
+			 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &sum, dsum, 4), 0);
 	ck_assert_int_eq(finish(s1), 0);
 	ck_assert_double_eq_tol(sum, want, 1e-3 * fabs(want) + 1e-3);
 
 	/* n = 0 sums nothing. */
 	ck_assert_int_eq(LAUNCH(s1, "reduce_sum_f32", { .buf = dsum },
-				{ .buf = din }, { .u32 = 0 }), 0);
+				{ .buf = din }, { .u32 = 0 }),
+			 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &sum, dsum, 4), 0);
 	ck_assert_int_eq(finish(s1), 0);
 	ck_assert_float_eq(sum, 0.0f);
@@ -382,7 +391,7 @@ START_TEST(test_spin_and_elapsed)
 	ck_assert_int_eq(d->ops->event_record(d, a, s1), 0);
 	ck_assert_int_eq(spin(s1, 30000), 0);
 	ck_assert_int_eq(d->ops->event_record(d, b, s1), 0);
-	ck_assert_int_eq(spin(s1, 500), 0);	/* a short, busy one */
+	ck_assert_int_eq(spin(s1, 500), 0); /* a short, busy one */
 	ck_assert_int_eq(finish(s1), 0);
 	ck_assert_int_eq(d->ops->event_elapsed(d, a, b, &ms), 0);
 	ck_assert_msg(ms >= 29.9f && ms < 2000.0f,
@@ -399,7 +408,8 @@ START_TEST(test_fault)
 
 	ck_assert_int_eq(launch_none(s1, "fault"), 0);
 	ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = buf }, { .u32 = 9 },
-				{ .u32 = 4 }), 0);
+				{ .u32 = 4 }),
+			 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, out, buf, sizeof(out)), 0);
 	ck_assert_int_eq(finish(s1), GPUCMD_ESTREAM);
 	/* The fault is reported once, and later work still ran. */
@@ -428,7 +438,8 @@ START_TEST(test_event_cross_stream)
 
 	ck_assert_int_eq(spin(s1, 50000), 0);
 	ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = src }, { .u32 = 42 },
-				{ .u32 = N }), 0);
+				{ .u32 = N }),
+			 0);
 	ck_assert_int_eq(d->ops->event_record(d, e, s1), 0);
 	ck_assert_int_eq(d->ops->event_wait(d, s2, e), 0);
 	ck_assert_int_eq(d->ops->copy_dtod(d, s2, dst, src, N * 4), 0);
@@ -555,7 +566,7 @@ START_TEST(test_pending_until_flush)
 	ck_assert_int_eq(d->ops->copy_htod(d, s1, buf, &src, 4), 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
 	sleep_ms(20);
-	src = 2;	/* no race: the copy has not started */
+	src = 2; /* no race: the copy has not started */
 	ck_assert_int_eq(finish(s1), 0);
 	ck_assert_uint_eq(out, 2);
 
@@ -608,10 +619,10 @@ START_TEST(test_quiet_inline)
 	ck_assert_int_eq(d->ops->copy_htod(d, s1, buf, &src, 4), 0);
 	ck_assert_int_eq(d->ops->memset_d8(d, s1, buf, 9, 1), 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
-	ck_assert_uint_eq(out, 9);	/* no flush, no finish */
+	ck_assert_uint_eq(out, 9); /* no flush, no finish */
 	sem_init(&x.sem, 0, 0);
 	ck_assert_int_eq(d->ops->host_callback(d, s1, on_done, &x), 0);
-	ck_assert_int_eq(sem_trywait(&x.sem), 0);	/* already called */
+	ck_assert_int_eq(sem_trywait(&x.sem), 0); /* already called */
 	ck_assert_int_eq(x.status, 0);
 
 	/* Behind a running kernel the copy waits its turn. */
@@ -641,7 +652,8 @@ START_TEST(test_quiet_race_stress)
 		struct done x;
 
 		ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = buf },
-					{ .u32 = k }, { .u32 = N }), 0);
+					{ .u32 = k }, { .u32 = N }),
+				 0);
 		d->ops->flush(d, s1);
 		for (volatile unsigned j = 0; j < (k * 37u) % 2000u; j++)
 			;
@@ -672,11 +684,13 @@ START_TEST(test_pending_cross_stream)
 	ck_assert_int_eq(d->ops->event_create(d, &e), 0);
 	ck_assert_int_eq(spin(s1, 30000), 0);
 	ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = src }, { .u32 = 42 },
-				{ .u32 = N }), 0);
+				{ .u32 = N }),
+			 0);
 	ck_assert_int_eq(d->ops->event_record(d, e, s1), 0);
 	/* Pending behind the record, and left so until the end. */
 	ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = other }, { .u32 = 7 },
-				{ .u32 = 1 }), 0);
+				{ .u32 = 1 }),
+			 0);
 	ck_assert_int_eq(d->ops->event_wait(d, s2, e), 0);
 	ck_assert_int_eq(d->ops->copy_dtod(d, s2, dst, src, N * 4), 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s2, out, dst, N * 4), 0);
@@ -736,12 +750,13 @@ START_TEST(test_many_batches)
 
 	for (uint32_t b = 0; b < BATCHES; b++) {
 		for (uint32_t i = 0; i < OPS; i++)
-			ck_assert_int_eq(LAUNCH(s1, "fill_u32",
-						{ .buf = buf },
+			ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = buf },
 						{ .u32 = b * OPS + i },
-						{ .u32 = N }), 0);
+						{ .u32 = N }),
+					 0);
 		ck_assert_int_eq(d->ops->copy_dtoh(d, s1, out, buf,
-						   sizeof(out)), 0);
+						   sizeof(out)),
+				 0);
 		d->ops->flush(d, s1);
 		if (b % 8 == 7) {
 			ck_assert_int_eq(finish(s1), 0);
@@ -754,11 +769,13 @@ START_TEST(test_many_batches)
 	/* A graph launch goes behind pending ops, in order. */
 	ck_assert_int_eq(d->ops->capture_begin(d, s2), 0);
 	ck_assert_int_eq(LAUNCH(s2, "fill_u32", { .buf = buf }, { .u32 = 5 },
-				{ .u32 = N }), 0);
+				{ .u32 = N }),
+			 0);
 	ck_assert_int_eq(d->ops->capture_end(d, s2, &g), 0);
 	for (int r = 0; r < 300; r++)
 		ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = buf },
-					{ .u32 = 9 }, { .u32 = N }), 0);
+					{ .u32 = 9 }, { .u32 = N }),
+				 0);
 	ck_assert_int_eq(d->ops->graph_launch(d, g, s1), 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, out, buf, sizeof(out)), 0);
 	ck_assert_int_eq(finish(s1), 0);
@@ -894,7 +911,7 @@ START_TEST(test_small_blocks_take_no_mapping_each)
 	ck_assert_int_eq(dr->ops->mem_alloc(dr, 4 * MIB, &q), 0);
 	ck_assert_uint_eq(((unsigned char *)(uintptr_t)q)[4 * MIB - 1], 0);
 	free(p);
-	dr->ops->close(dr);	/* frees the rest, small and large */
+	dr->ops->close(dr); /* frees the rest, small and large */
 }
 END_TEST
 
@@ -906,8 +923,8 @@ START_TEST(test_fail_alloc_at)
 	ck_assert_int_eq(dr->ops->mem_alloc(dr, 1024, &p[0]), 0);
 	ck_assert_int_eq(dr->ops->mem_alloc(dr, 1024, &p[1]), 0);
 	ck_assert_int_eq(dr->ops->mem_alloc(dr, 1024, &p[2]), GPUCMD_ENOMEM);
-	ck_assert_ptr_nonnull(strstr(driver_last_error(dr),
-				     "host_fail_alloc_at"));
+	ck_assert_ptr_nonnull(
+		strstr(driver_last_error(dr), "host_fail_alloc_at"));
 	ck_assert_int_eq(dr->ops->mem_alloc(dr, 1024, &p[3]), 0);
 	dr->ops->mem_free(dr, p[0]);
 	dr->ops->mem_free(dr, p[1]);
@@ -984,7 +1001,8 @@ static int worker_nice(unsigned stream_nice)
 	 * this thread (test_quiet_inline). */
 	ck_assert_int_eq(dr->ops->builtin_function(dr, "spin", &f), 0);
 	ck_assert_int_eq(dr->ops->launch(dr, s, f, grid1, block1, 0, params,
-					 sizes, 1), 0);
+					 sizes, 1),
+			 0);
 	ck_assert_int_eq(dr->ops->host_callback(dr, s, on_nice, &seen), 0);
 	done_wait(&seen.done);
 	dr->ops->stream_destroy(dr, s);
@@ -1033,12 +1051,16 @@ START_TEST(test_copy_2d)
 	unsigned char src[ROWS * SRC_PITCH], dst[ROWS * DST_PITCH],
 		dev[ROWS * DEV_PITCH];
 	struct driver_copy2d in = {
-		.width = WIDTH, .height = ROWS,
-		.src_pitch = SRC_PITCH, .dst_pitch = DEV_PITCH,
+		.width = WIDTH,
+		.height = ROWS,
+		.src_pitch = SRC_PITCH,
+		.dst_pitch = DEV_PITCH,
 	};
 	struct driver_copy2d out = {
-		.width = WIDTH, .height = ROWS,
-		.src_pitch = DEV_PITCH, .dst_pitch = DST_PITCH,
+		.width = WIDTH,
+		.height = ROWS,
+		.src_pitch = DEV_PITCH,
+		.dst_pitch = DST_PITCH,
 	};
 	struct driver_copy2d bad = in;
 	uint64_t buf = dalloc(sizeof(dev));
@@ -1084,11 +1106,14 @@ static void graph_work(struct driver_stream *s, uint64_t dx, uint64_t dy,
 	memcpy(&one, &f, 4);
 	ck_assert_int_eq(d->ops->copy_htod(d, s, dx, x, GN * 4), 0);
 	ck_assert_int_eq(LAUNCH(s, "fill_u32", { .buf = dy }, { .u32 = one },
-				{ .u32 = GN }), 0);
+				{ .u32 = GN }),
+			 0);
 	ck_assert_int_eq(LAUNCH(s, "saxpy_f32", { .buf = dy }, { .buf = dx },
-				{ .f32 = 2.0f }, { .u32 = GN }), 0);
+				{ .f32 = 2.0f }, { .u32 = GN }),
+			 0);
 	ck_assert_int_eq(LAUNCH(s, "scale_f32", { .buf = dy }, { .f32 = 0.5f },
-				{ .u32 = GN }), 0);
+				{ .u32 = GN }),
+			 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s, out, dy, GN * 4), 0);
 }
 
@@ -1209,7 +1234,8 @@ START_TEST(test_launch_refused)
 	ck_assert_ptr_nonnull(strstr(driver_last_error(d), "limit"));
 	/* None of it reached the stream, which still works. */
 	ck_assert_int_eq(LAUNCH(s1, "fill_u32", { .buf = buf }, { .u32 = 5 },
-				{ .u32 = 1 }), 0);
+				{ .u32 = 1 }),
+			 0);
 	ck_assert_int_eq(d->ops->copy_dtoh(d, s1, &out, buf, 4), 0);
 	ck_assert_int_eq(finish(s1), 0);
 	ck_assert_uint_eq(out, 5);

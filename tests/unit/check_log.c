@@ -24,7 +24,7 @@ static void capture(void)
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(dup2(fd, STDERR_FILENO), STDERR_FILENO);
 	close(fd);
-	unlink(path);	/* the descriptor keeps it */
+	unlink(path); /* the descriptor keeps it */
 }
 
 /* What was written to stderr so far. */
@@ -73,8 +73,9 @@ START_TEST(limit_passes_its_burst_and_counts_the_rest)
 	ck_assert(log_limit_take(&l));
 	captured(out, sizeof(out));
 	ck_assert_msg(strstr(out, "gpucmdd: notice: 7 test lines left out of "
-			      "the log in the last 1 s (at most 3 pass in "
-			      "1 s)\n") != NULL, "%s", out);
+				  "the log in the last 1 s (at most 3 pass in "
+				  "1 s)\n") != NULL,
+		      "%s", out);
 	ck_assert_uint_eq(l.dropped, 0);
 	ck_assert_uint_eq(l.taken, 1);
 }

@@ -55,8 +55,7 @@ static struct memory_pool_options sliced(uint64_t page, uint64_t max_slice,
 	};
 }
 
-static struct memory_pool_options exclusive(uint64_t max_alloc,
-					    uint64_t period)
+static struct memory_pool_options exclusive(uint64_t max_alloc, uint64_t period)
 {
 	return (struct memory_pool_options){
 		.kind = MEMORY_POOL_EXCLUSIVE,
@@ -202,7 +201,8 @@ START_TEST(resolve_normalises)
 	char msg[64] = "";
 
 	ck_assert_int_eq(memory_configuration_resolve(&c, &dev80, msg,
-						      sizeof(msg)), 0);
+						      sizeof(msg)),
+			 0);
 	ck_assert_uint_eq(c.npools, 3);
 	ck_assert_uint_eq(c.pools[0].page_size, 1024);
 	ck_assert_uint_eq(c.pools[0].max_slice, 1024);
@@ -353,8 +353,7 @@ START_TEST(routing_subslices)
 	ck_assert_uint_eq(u.allocations, 4);
 	ck_assert_uint_eq(u.bytes_in_use, 100 * KIB + 3 * GIB + 4608 * MIB);
 	ck_assert_uint_eq(u.bytes_padding, 512);
-	ck_assert_uint_eq(u.bytes_reserved,
-			  512 + 20 * MIB + 3 * GIB + 5 * GIB);
+	ck_assert_uint_eq(u.bytes_reserved, 512 + 20 * MIB + 3 * GIB + 5 * GIB);
 	/* The 5 GiB page has half a GiB left. */
 	ck_assert_uint_eq(memory_manager_largest_free(mm), 512 * MIB);
 	/* Above max_page_size nothing accepts: final, usage untouched. */
@@ -385,10 +384,18 @@ START_TEST(routing_within_bit_lengths)
 		uint64_t size;
 		size_t pool;
 	} cases[] = {
-		{ 0, 0 },	      { 1, 0 },		    { 3 * KIB, 0 },
-		{ 3 * KIB + 1, 1 },   { 4 * KIB, 1 },	    { 52428, 1 },
-		{ 52429, 0 },	      { 64 * KIB, 0 },	    { 64 * KIB + 1, 1 },
-		{ 98 * KIB, 1 },      { 98 * KIB + 1, 2 },  { 128 * KIB, 2 },
+		{ 0, 0 },
+		{ 1, 0 },
+		{ 3 * KIB, 0 },
+		{ 3 * KIB + 1, 1 },
+		{ 4 * KIB, 1 },
+		{ 52428, 1 },
+		{ 52429, 0 },
+		{ 64 * KIB, 0 },
+		{ 64 * KIB + 1, 1 },
+		{ 98 * KIB, 1 },
+		{ 98 * KIB + 1, 2 },
+		{ 128 * KIB, 2 },
 		{ 1 * GIB + 3, 2 },
 	};
 	struct memory_pool_report r[4];
@@ -921,14 +928,14 @@ struct model {
 	bool capture;
 	uint64_t seed;
 	uint64_t max_alloc;
-	uint64_t pages[MEMORY_MAX_POOLS + 1];	/* sizes to aim near */
+	uint64_t pages[MEMORY_MAX_POOLS + 1]; /* sizes to aim near */
 	size_t npages;
-	uint64_t installs;			/* attempted */
+	uint64_t installs; /* attempted */
 	/* What happened, so that a change in the mix cannot go unnoticed. */
 	uint64_t n_dynamic, n_persistent, n_too_big, n_refused, n_installed,
 		n_busy;
-	struct fake_alloc *sorted;		/* scratch for checks */
-	struct model_slice *by_ptr;		/* scratch for checks */
+	struct fake_alloc *sorted;  /* scratch for checks */
+	struct model_slice *by_ptr; /* scratch for checks */
 	/*
 	 * Stream order: fences submitted and completed, and the slices
 	 * released with release_after whose fence has not completed (their
@@ -1082,7 +1089,8 @@ static void model_check(struct model *m)
 		/* Effective ranges are disjoint, zero-byte slices included. */
 		if (i > 0)
 			expect(m->by_ptr[i - 1].ptr +
-				       m->by_ptr[i - 1].effective <= s->ptr);
+				       m->by_ptr[i - 1].effective <=
+			       s->ptr);
 		h = holder(m->sorted, fs.nlive, s->ptr);
 		expect(h != NULL);
 		expect(s->ptr + s->effective <= h->ptr + h->size);
@@ -1186,7 +1194,7 @@ static void model_release(struct model *m)
 		struct model_slice *b = &m->busy[m->nbusy++];
 
 		*b = m->live[i];
-		b->cursor = m->submitted + 1;	/* the fence */
+		b->cursor = m->submitted + 1; /* the fence */
 		if (b->cursor > m->busy_until)
 			m->busy_until = b->cursor;
 		memory_manager_release_after(m->mm, m->live[i].slice,
@@ -1245,9 +1253,11 @@ static void model_step(struct model *m, const struct memory_configuration *a,
 		if (rnd_below(m, 2))
 			m->submitted++;
 		else if (m->completed < m->submitted)
-			model_complete(m, m->completed + 1 +
-				       rnd_below(m, m->submitted -
-						 m->completed));
+			model_complete(m,
+				       m->completed + 1 +
+					       rnd_below(m,
+							 m->submitted -
+								 m->completed));
 	} else if (r < 965) {
 		memory_manager_cleanup(m->mm, false);
 	} else if (r < 971) {
@@ -1281,8 +1291,8 @@ static void model_step(struct model *m, const struct memory_configuration *a,
 }
 
 static void model_run(const struct memory_configuration *first,
-		      const struct memory_configuration *second,
-		      uint64_t seed, int steps)
+		      const struct memory_configuration *second, uint64_t seed,
+		      int steps)
 {
 	struct model m = { .seed = seed };
 	struct memory_usage before;
@@ -1418,8 +1428,7 @@ START_TEST(release_after_reuses_at_once)
 	memory_manager_cleanup(mm, true);
 	ck_assert_uint_eq(usage(mm).bytes_reserved, 0);
 	ck_assert_uint_eq(fs.nlive, 0);
-	ck_assert_int_eq(memory_manager_install_pools(mm, &c, &dev80, NULL),
-			 0);
+	ck_assert_int_eq(memory_manager_install_pools(mm, &c, &dev80, NULL), 0);
 	finish(mm);
 }
 END_TEST
@@ -1498,8 +1507,10 @@ END_TEST
 /* Without a completed count, release_after is a plain release. */
 START_TEST(release_after_without_completed)
 {
-	struct memory_manager *mm = make(&(struct memory_configuration){
-		.preset = MEMORY_PRESET_SUBSLICES }, &dev80);
+	struct memory_manager *mm = make(
+		&(struct memory_configuration){
+			.preset = MEMORY_PRESET_SUBSLICES },
+		&dev80);
 
 	memory_manager_release_after(mm, take(mm, 4 * KIB), 99);
 	ck_assert(!memory_manager_busy(mm));

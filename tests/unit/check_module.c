@@ -194,11 +194,11 @@ START_TEST(a_hold_keeps_a_module_loaded)
 
 	for (uint32_t i = 0; i < MODULE_CACHE_MAX; i++)
 		e[i] = get_ok(100 + i);
-	module_cache_hold(cache, e[0]);		/* the graph */
-	module_cache_put(cache, e[0]);		/* the id */
+	module_cache_hold(cache, e[0]); /* the graph */
+	module_cache_put(cache, e[0]);	/* the id */
 	ck_assert_int_eq(get(5, &x, NULL, 0), GPUCMD_ELIMIT);
 	ck_assert_uint_eq(unloads, 0);
-	module_cache_put(cache, e[0]);		/* the graph is gone */
+	module_cache_put(cache, e[0]); /* the graph is gone */
 	(void)get_ok(5);
 	ck_assert_uint_eq(unloads, 1);
 	ck_assert_uint_eq(unloaded_tags[0], 100);
@@ -217,8 +217,8 @@ START_TEST(service_counts_distinct_modules)
 	int a, b, c;
 
 	ck_assert_ptr_nonnull(svc);
-	ck_assert_int_eq(service_module_ref(svc, &a, 100), 0);	/* an id */
-	ck_assert_int_eq(service_module_ref(svc, &a, 100), 0);	/* a graph */
+	ck_assert_int_eq(service_module_ref(svc, &a, 100), 0); /* an id */
+	ck_assert_int_eq(service_module_ref(svc, &a, 100), 0); /* a graph */
 	ck_assert_int_eq(service_module_ref(svc, &b, 20), 0);
 	ck_assert_int_eq(service_module_ref(svc, &c, 0), 0);
 	ck_assert_uint_eq(atomic_load(&svc->modules), 3);
@@ -290,10 +290,9 @@ START_TEST(modules_with_globals_are_shared_within_a_service_only)
 	ck_assert_ptr_eq(module_cache_lookup(cache, DRIVER_MODULE_PTX, g,
 					     strlen(g), 2),
 			 a2);
-	ck_assert_ptr_null(module_cache_lookup(cache, DRIVER_MODULE_PTX, g,
-					       strlen(g), 3));
-	ck_assert(!module_cache_has(cache, DRIVER_MODULE_PTX, g, strlen(g),
-				    3));
+	ck_assert_ptr_null(
+		module_cache_lookup(cache, DRIVER_MODULE_PTX, g, strlen(g), 3));
+	ck_assert(!module_cache_has(cache, DRIVER_MODULE_PTX, g, strlen(g), 3));
 	ck_assert_ptr_eq(get_text_as(plain, 2), p1);
 	ck_assert(module_cache_has(cache, DRIVER_MODULE_PTX, plain,
 				   strlen(plain), 3));
@@ -326,15 +325,15 @@ START_TEST(modules_whose_globals_are_unknown_stay_their_services)
 	char err[256], log[64];
 
 	memset(img, 0xab, sizeof(img));
-	put_le(img, 0xBA55ED50u, 4);		/* fatbin magic */
+	put_le(img, 0xBA55ED50u, 4); /* fatbin magic */
 	put_le(img + 4, 1, 2);
-	put_le(img + 6, 16, 2);			/* header size */
-	put_le(img + 8, 0x40 + 64, 8);		/* entries' size */
+	put_le(img + 6, 16, 2);	       /* header size */
+	put_le(img + 8, 0x40 + 64, 8); /* entries' size */
 	memset(img + 16, 0, 0x40);
-	put_le(img + 16, 2, 2);			/* kind: ELF */
-	put_le(img + 16 + 4, 0x40, 4);		/* entry header size */
-	put_le(img + 16 + 8, 64, 8);		/* payload size */
-	put_le(img + 16 + 0x28, 0x2000, 8);	/* the older compression */
+	put_le(img + 16, 2, 2);		    /* kind: ELF */
+	put_le(img + 16 + 4, 0x40, 4);	    /* entry header size */
+	put_le(img + 16 + 8, 64, 8);	    /* payload size */
+	put_le(img + 16 + 0x28, 0x2000, 8); /* the older compression */
 	ck_assert_uint_eq(module_image_static_bytes(img, sizeof(img), &known),
 			  0);
 	ck_assert_int_ne(known, MODULE_IMAGE_KNOWN);
@@ -433,8 +432,10 @@ static Suite *module_suite(void)
 	tcase_add_test(tc, service_counts_distinct_modules);
 	tcase_add_test(tc, idle_modules_keep_little_device_memory);
 	tcase_add_test(tc, a_huge_idle_module_goes_alone);
-	tcase_add_test(tc, modules_with_globals_are_shared_within_a_service_only);
-	tcase_add_test(tc, modules_whose_globals_are_unknown_stay_their_services);
+	tcase_add_test(tc,
+		       modules_with_globals_are_shared_within_a_service_only);
+	tcase_add_test(tc,
+		       modules_whose_globals_are_unknown_stay_their_services);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -127,16 +127,22 @@ START_TEST(ptx_managed_variables_are_storage)
 	enum module_image_known k = MODULE_IMAGE_UNKNOWN;
 
 	ck_assert_uint_eq(ptx(".global .attribute(.managed) .align 4 .b8 "
-			      "m[4096];", &k), 4096);
+			      "m[4096];",
+			      &k),
+			  4096);
 	ck_assert_int_eq(k, MODULE_IMAGE_KNOWN);
 	/* What LLVM's NVPTX backend writes for a __managed__ int. */
 	ck_assert_uint_eq(ptx(".visible .global .attribute(.managed) .align 4 "
-			      ".u32 managed_g;", NULL), 4);
+			      ".u32 managed_g;",
+			      NULL),
+			  4);
 	ck_assert_uint_eq(ptx(".global .attribute(.unified(19,95)) .f32 f;",
-			      NULL), 4);
+			      NULL),
+			  4);
 	/* What nvcc 13 writes. */
 	ck_assert_uint_eq(ptx(".global .attribute(.managed) .align 1 .b8 "
-			      "big[1048576];\n.global .align 4 .u32 g;", &k),
+			      "big[1048576];\n.global .align 4 .u32 g;",
+			      &k),
 			  1048580);
 	ck_assert_int_eq(k, MODULE_IMAGE_KNOWN);
 }
@@ -162,7 +168,9 @@ START_TEST(ptx_global_it_cannot_size_is_unknown)
 	/* Instructions and parameters are still no declaration at all. */
 	k = MODULE_IMAGE_UNKNOWN;
 	ck_assert_uint_eq(ptx("st.global.u32 [g], %r1;\n.func f (.param .u64 "
-			      ".ptr .global .align 8 p);", &k), 0);
+			      ".ptr .global .align 8 p);",
+			      &k),
+			  0);
 	ck_assert_int_eq(k, MODULE_IMAGE_KNOWN);
 }
 END_TEST
@@ -172,8 +180,7 @@ START_TEST(ptx_sizes_saturate)
 	/* An absurd size is refused by any quota; it does not wrap to small. */
 	ck_assert_uint_eq(ptx(".global .u64 x[18446744073709551615];", NULL),
 			  UINT64_MAX);
-	ck_assert_uint_eq(ptx(".global .u64 x[4294967296][4294967296];",
-			      NULL),
+	ck_assert_uint_eq(ptx(".global .u64 x[4294967296][4294967296];", NULL),
 			  UINT64_MAX);
 	ck_assert_uint_eq(ptx(".global .u8 a[99999999999999999999999];", NULL),
 			  UINT64_MAX);
@@ -238,8 +245,8 @@ static uint8_t *zstd_spaces(const char *text, size_t total, size_t *zlen)
 	for (size_t done = 0; done < total; done += piece) {
 		size_t n = total - done < piece ? total - done : piece;
 		ZSTD_inBuffer in = { buf, n, 0 };
-		ZSTD_EndDirective end = done + n == total ? ZSTD_e_end
-							  : ZSTD_e_continue;
+		ZSTD_EndDirective end =
+			done + n == total ? ZSTD_e_end : ZSTD_e_continue;
 		size_t left;
 
 		memset(buf, ' ', n);
@@ -271,10 +278,10 @@ static uint8_t *fatbin_zstd_ptx(const uint8_t *z, size_t zlen, unsigned n,
 	for (unsigned i = 0; i < n; i++) {
 		uint8_t *e = b + 16 + ent * i;
 
-		put_le(e, 1, 2);			/* PTX */
+		put_le(e, 1, 2); /* PTX */
 		put_le(e + 4, 0x40, 4);
 		put_le(e + 8, ent - 0x40, 8);
-		put_le(e + 0x28, 0x8000, 8);		/* zstd */
+		put_le(e + 0x28, 0x8000, 8); /* zstd */
 		memcpy(e + 0x40, z, zlen);
 	}
 	*len = total;
@@ -375,16 +382,18 @@ static struct module_image_params *ptx_params(const char *text)
  * t knows kernel name takes the n parameters of sizes, when n >= 0; it
  * does not know the kernel at all when n < 0.
  */
-static void expect_params(const struct module_image_params *t,
-			  const char *name, int n, const size_t *want)
+static void expect_params(const struct module_image_params *t, const char *name,
+			  int n, const size_t *want)
 {
 	const size_t *sizes = NULL;
 	size_t got = 0;
 	bool known = module_image_params_find(t, name, &got, &sizes);
 
 	if (n < 0) {
-		ck_assert_msg(!known, "%s: known (%zu parameters), want "
-			      "unknown", name, got);
+		ck_assert_msg(!known,
+			      "%s: known (%zu parameters), want "
+			      "unknown",
+			      name, got);
 		return;
 	}
 	ck_assert_msg(known, "%s: unknown, want %d parameters", name, n);
@@ -396,12 +405,11 @@ static void expect_params(const struct module_image_params *t,
 			      i, sizes[i], want[i]);
 }
 
-#define EXPECT(t, name, ...)                                               \
-	do {                                                                \
-		static const size_t want_[] = { __VA_ARGS__ };              \
-		expect_params(t, name,                                      \
-			      (int)(sizeof(want_) / sizeof(want_[0])),      \
-			      want_);                                       \
+#define EXPECT(t, name, ...)                                                   \
+	do {                                                                   \
+		static const size_t want_[] = { __VA_ARGS__ };                 \
+		expect_params(t, name,                                         \
+			      (int)(sizeof(want_) / sizeof(want_[0])), want_); \
 	} while (0)
 #define EXPECT_NONE(t, name) expect_params(t, name, 0, NULL)
 #define EXPECT_UNKNOWN(t, name) expect_params(t, name, -1, NULL)
@@ -432,8 +440,7 @@ START_TEST(params_of_nvcc_output)
 	 * each kernel's parameter records: read at any length but 4, the
 	 * records after it would not parse and every kernel be unknown.
 	 */
-	static const char *const names[] = { "params.ptx",
-					     "params.sm_90.cubin",
+	static const char *const names[] = { "params.ptx", "params.sm_90.cubin",
 					     "params.zstd.fatbin",
 					     "params.sm_80.cubin" };
 
@@ -519,22 +526,22 @@ END_TEST
 START_TEST(params_ptx_unreadable_is_unknown)
 {
 	static const char *const lists[] = {
-		"(.param .texref t)",		/* opaque: no size to check */
+		"(.param .texref t)", /* opaque: no size to check */
 		"(.param .samplerref t)",
 		"(.param .pred p)",
-		"(.param .u32 a[])",		/* no size */
+		"(.param .u32 a[])", /* no size */
 		"(.param .u32 a[0])",
 		"(.param .u32 a[n])",
-		"(.param .future .u32 a)",	/* a directive it does not know */
+		"(.param .future .u32 a)", /* a directive it does not know */
 		"(.param .attribute(.x) .u32 a)",
-		"(.param .global .u32 a)",	/* a space but no .ptr */
+		"(.param .global .u32 a)", /* a space but no .ptr */
 		"(.param .align .u32 a)",
-		"(.param .u32)",		/* no name */
-		"(.param .u32 .u64 a)",		/* two types */
+		"(.param .u32)",		 /* no name */
+		"(.param .u32 .u64 a)",		 /* two types */
 		"(.param .u32 a .param .u32 b)", /* no comma */
 		"(.param .u32 a,)",
 		"(.reg .u32 a)",
-		"(.param .u32 a",		/* cut short */
+		"(.param .u32 a", /* cut short */
 		"(.param .u32 1a)",
 		"(.param .u32 a.b)",
 		"; .param .u32 a",
@@ -544,12 +551,15 @@ START_TEST(params_ptx_unreadable_is_unknown)
 	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
 		struct module_image_params *t;
 
-		snprintf(text, sizeof(text), ".entry before(.param .u64 p)"
+		snprintf(text, sizeof(text),
+			 ".entry before(.param .u64 p)"
 			 "{ret;}\n.entry k%s\n{\n\tret;\n}\n"
-			 ".entry after(.param .u16 h){ret;}", lists[i]);
+			 ".entry after(.param .u16 h){ret;}",
+			 lists[i]);
 		t = ptx_params(text);
 		ck_assert_msg(!module_image_params_find(t, "k", &(size_t){ 0 },
-							&(const size_t *){ NULL }),
+							&(const size_t *){
+								NULL }),
 			      "%s: known", lists[i]);
 		EXPECT(t, "before", 8);
 		EXPECT(t, "after", 2);
@@ -561,16 +571,16 @@ END_TEST
 /* A kernel declared twice must be declared alike to be known. */
 START_TEST(params_ptx_twice)
 {
-	struct module_image_params *t = ptx_params(
-		".entry same(.param .u32 a){ret;}\n"
-		".entry differ(.param .u32 a){ret;}\n"
-		".entry same(.param .b32 b){ret;}\n"
-		".entry differ(.param .u64 a){ret;}\n"
-		".entry count(.param .u32 a){ret;}\n"
-		".entry count(.param .u32 a, .param .u32 b){ret;}\n"
-		/* unreadable once: the readable one stands */
-		".entry once(.param .u32 a){ret;}\n"
-		".entry once(.param .texref t){ret;}\n");
+	struct module_image_params *t =
+		ptx_params(".entry same(.param .u32 a){ret;}\n"
+			   ".entry differ(.param .u32 a){ret;}\n"
+			   ".entry same(.param .b32 b){ret;}\n"
+			   ".entry differ(.param .u64 a){ret;}\n"
+			   ".entry count(.param .u32 a){ret;}\n"
+			   ".entry count(.param .u32 a, .param .u32 b){ret;}\n"
+			   /* unreadable once: the readable one stands */
+			   ".entry once(.param .u32 a){ret;}\n"
+			   ".entry once(.param .texref t){ret;}\n");
 
 	EXPECT(t, "same", 4);
 	EXPECT_UNKNOWN(t, "differ");
@@ -629,8 +639,8 @@ static void elf_section(const uint8_t *b, size_t len, const char *name,
 static uint8_t *nv_attr(uint8_t *p, size_t n, unsigned attr, unsigned nth)
 {
 	for (size_t q = 0; q + 4 <= n;) {
-		size_t step = p[q] == 4 ? 4 + (size_t)(p[q + 2] | p[q + 3] << 8)
-					: 4;
+		size_t step =
+			p[q] == 4 ? 4 + (size_t)(p[q + 2] | p[q + 3] << 8) : 4;
 
 		if (p[q + 1] == attr && nth-- == 0)
 			return p + q + (p[q] == 4 ? 4 : 2);
@@ -668,8 +678,10 @@ START_TEST(params_cubin_records)
 	ck_assert_uint_eq(rec[4], 2);
 	ck_assert_uint_eq(rec[6], 16);
 	ck_assert_uint_eq((rec[8] | rec[9] << 8 | rec[10] << 16 |
-			   (uint32_t)rec[11] << 24) >> 18, 4);
-	rec[10] = (uint8_t)((rec[10] & 0x03) | (8 << 2));	/* 8 bytes */
+			   (uint32_t)rec[11] << 24) >>
+				  18,
+			  4);
+	rec[10] = (uint8_t)((rec[10] & 0x03) | (8 << 2)); /* 8 bytes */
 	nv_attr(sec, n, CBANK_PARAM_SIZE, 0)[0] = 24;
 	nv_attr(sec, n, PARAM_CBANK, 0)[6] = 24;
 	t = params_of(c, len);
@@ -766,17 +778,20 @@ START_TEST(params_cubin_walk_is_bounded)
 	double secs;
 
 	ck_assert_ptr_nonnull(b);
-	memcpy(b, "\x7f" "ELF\x02\x01\x01", 7);
+	memcpy(b,
+	       "\x7f"
+	       "ELF\x02\x01\x01",
+	       7);
 	put_le(b + 0x28, shoff, 8);
 	put_le(b + 0x3a, 64, 2);
 	put_le(b + 0x3c, nsec, 2);
-	put_le(b + 0x3e, 0, 2);		/* the names: section 0 */
+	put_le(b + 0x3e, 0, 2); /* the names: section 0 */
 	memcpy(b + strs + 1, ".nv.info.k", 10);
 	memcpy(b + strs + 12, ".nv.info.", 9);
 	memset(b + strs + 21, 'k', mib - 9);
 	for (size_t q = 0; q < mib; q += 4) {
 		b[data + q] = 3;	/* EIFMT_HVAL */
-		b[data + q + 1] = 0x1b;	/* EIATTR_MAXREG_COUNT */
+		b[data + q + 1] = 0x1b; /* EIATTR_MAXREG_COUNT */
 	}
 	put_le(b + shoff + 4, 3, 4);
 	put_le(b + shoff + 0x18, strs, 8);
@@ -810,8 +825,7 @@ struct fb_entry {
 	size_t n;
 };
 
-static uint8_t *fatbin_of(const struct fb_entry *e, size_t count,
-			  size_t *len)
+static uint8_t *fatbin_of(const struct fb_entry *e, size_t count, size_t *len)
 {
 	size_t total = 16;
 	uint8_t *b, *q;
@@ -880,8 +894,7 @@ START_TEST(params_of_images_that_lie)
 	 * each kernel's parameter records: read at any length but 4, the
 	 * records after it would not parse and every kernel be unknown.
 	 */
-	static const char *const names[] = { "params.ptx",
-					     "params.sm_90.cubin",
+	static const char *const names[] = { "params.ptx", "params.sm_90.cubin",
 					     "params.zstd.fatbin",
 					     "params.sm_80.cubin" };
 

@@ -411,8 +411,7 @@ START_TEST(sliced_bad_options)
 			 GPUCMD_EINVAL);
 	ck_assert_ptr_null(p);
 	opt.kind = MEMORY_POOL_PERSISTENT;
-	ck_assert_int_eq(pool_create(&opt, &storage, ALIGN, &p),
-			 GPUCMD_EINVAL);
+	ck_assert_int_eq(pool_create(&opt, &storage, ALIGN, &p), GPUCMD_EINVAL);
 }
 END_TEST
 

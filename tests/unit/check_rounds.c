@@ -171,7 +171,10 @@ START_TEST(news_cuts_a_round_short_and_its_rest_goes_first)
 	w.who = 5;
 	w.add = 1;
 	run_all();
-	ck_assert_str_eq(w.log, "ABCDE" "AB" "FCDEAB" "CDE");
+	ck_assert_str_eq(w.log, "ABCDE"
+				"AB"
+				"FCDEAB"
+				"CDE");
 }
 END_TEST
 

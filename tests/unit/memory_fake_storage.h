@@ -22,11 +22,11 @@
  * A check for hot loops: Check's ck_assert records its location through
  * the runner on every call, which costs more than the code under test.
  */
-#define expect(cond)                                                         \
-	do {                                                                 \
-		if (!(cond))                                                 \
-			ck_abort_msg("%s:%d: expected %s", __FILE__,         \
-				     __LINE__, #cond);                       \
+#define expect(cond)                                                           \
+	do {                                                                   \
+		if (!(cond))                                                   \
+			ck_abort_msg("%s:%d: expected %s", __FILE__, __LINE__, \
+				     #cond);                                   \
 	} while (0)
 
 struct fake_alloc {
@@ -36,15 +36,15 @@ struct fake_alloc {
 
 struct fake_storage {
 	uint64_t alignment;
-	uint64_t next;		/* next invented address */
-	bool real;		/* back allocations with host memory */
-	bool fail;		/* refuse every alloc while set */
-	bool misalign;		/* hand out addresses off the alignment */
+	uint64_t next; /* next invented address */
+	bool real;     /* back allocations with host memory */
+	bool fail;     /* refuse every alloc while set */
+	bool misalign; /* hand out addresses off the alignment */
 	struct fake_alloc *live;
 	size_t nlive;
 	size_t cap;
-	uint64_t bytes;		/* outstanding bytes */
-	uint64_t allocs;	/* successful allocs so far */
+	uint64_t bytes;	 /* outstanding bytes */
+	uint64_t allocs; /* successful allocs so far */
 };
 
 static inline int fake_storage_alloc(void *ctx, uint64_t size, uint64_t *ptr)
@@ -101,9 +101,8 @@ static inline void fake_storage_free(void *ctx, uint64_t ptr, uint64_t size)
 }
 
 /* A storage over fs, which starts empty. */
-static inline struct memory_storage fake_storage_init(struct fake_storage *fs,
-						      uint64_t alignment,
-						      bool real)
+static inline struct memory_storage
+fake_storage_init(struct fake_storage *fs, uint64_t alignment, bool real)
 {
 	*fs = (struct fake_storage){
 		.alignment = alignment,

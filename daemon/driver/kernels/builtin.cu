@@ -27,19 +27,22 @@ struct launch_index {
 
 static __device__ __forceinline__ unsigned int thread_in_block(void)
 {
-	return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+	return threadIdx.x +
+	       blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
 
 static __device__ __forceinline__ struct launch_index launch_index(void)
 {
 	/* 64-bit arithmetic: a large grid times a large block exceeds 2^32. */
-	unsigned long long per_block = (unsigned long long)blockDim.x *
-				       blockDim.y * blockDim.z;
-	unsigned long long block = blockIdx.x +
+	unsigned long long per_block =
+		(unsigned long long)blockDim.x * blockDim.y * blockDim.z;
+	unsigned long long block =
+		blockIdx.x +
 		(unsigned long long)gridDim.x *
-		(blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
-	unsigned long long blocks = (unsigned long long)gridDim.x * gridDim.y *
-				    gridDim.z;
+			(blockIdx.y +
+			 (unsigned long long)gridDim.y * blockIdx.z);
+	unsigned long long blocks =
+		(unsigned long long)gridDim.x * gridDim.y * gridDim.z;
 	struct launch_index li;
 
 	li.first = block * per_block + thread_in_block();
