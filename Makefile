@@ -6,6 +6,8 @@
 #   make check-gpu       the integration suite on the CUDA backend (77 without a GPU)
 #   make bench           build and run gpucmd-bench
 #   make examples        the client examples of examples/ into build/examples/
+#   make lint            cppcheck, and the layout of .clang-format (format-check)
+#   make format          lay the code out as .clang-format says (clang-format-19)
 #   make install         PREFIX=/usr/local DESTDIR=
 #
 # Switches: V=1 (show commands), SANITIZER=address,undefined | thread,
@@ -109,7 +111,7 @@ EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 
 BINS := $(BUILD)/gpucmdd $(BUILD)/gpucmd $(BUILD)/libgpucmd.so $(BUILD)/libgpucmd.a
 
-.PHONY: all run check check-unit check-integration check-gpu check-valgrind lint install uninstall clean deps tests examples
+.PHONY: all run check check-unit check-integration check-gpu check-valgrind lint format format-check install uninstall clean deps tests examples
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -232,10 +234,29 @@ check-integration: deps
 	$(Q)$(MAKE) --no-print-directory tests
 	$(Q)BUILD=$(BUILD) sh tests/run.sh integration
 
-# Static analysis at the warning level; any finding fails.
-lint: $(BUILD)/proto/gpucmd.pb-c.h
+# Static analysis at the warning level, and the layout of .clang-format;
+# any finding fails.
+lint: $(BUILD)/proto/gpucmd.pb-c.h format-check
 	$(Q)cppcheck -q --error-exitcode=1 -Iinclude -Iproto -Idaemon -Iclient \
 		-I$(BUILD)/proto daemon client proto
+
+# The code follows .clang-format as clang-format 19 writes it (another
+# version lays some lines out otherwise): `make format` rewrites what
+# differs, format-check lists it.  Not the device-code fixtures of the
+# tests, which are nvcc's input as they were compiled.
+CLANG_FORMAT ?= clang-format-19
+FORMAT_SRC := $(sort $(wildcard include/*.h proto/*.[ch] client/*.[ch] \
+	daemon/*.[ch] daemon/*/*.[ch] daemon/driver/kernels/*.cu \
+	examples/*.c tests/*/*.[ch]))
+
+format:
+	$(Q)$(CLANG_FORMAT) -i $(FORMAT_SRC)
+
+format-check:
+	$(Q)command -v $(CLANG_FORMAT) >/dev/null || { echo "format-check: $(CLANG_FORMAT) is missing: apt-get install clang-format-19"; exit 1; }
+	$(Q)out=$$($(CLANG_FORMAT) --dry-run --Werror $(FORMAT_SRC) 2>&1) || \
+		{ printf '%s\n' "$$out" | grep 'error:' | head -n 20; \
+		  echo "format-check: these lines differ from .clang-format: make format"; exit 1; }
 
 # The integration suites with the daemon under valgrind (memory errors and
 # definite leaks fail the test).

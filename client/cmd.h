@@ -20,8 +20,8 @@
 #define TOOL_EXIT_OK 0
 #define TOOL_EXIT_FAIL 1  /* the daemon answered with an error */
 #define TOOL_EXIT_USAGE 2 /* bad command line or script */
-#define TOOL_EXIT_UNAVAILABLE \
-	69 /* the daemon cannot be reached (EX_UNAVAILABLE) */
+/* the daemon cannot be reached (EX_UNAVAILABLE) */
+#define TOOL_EXIT_UNAVAILABLE 69
 
 /* Room for a size printed by tool_size. */
 #define TOOL_SIZE_LEN 24

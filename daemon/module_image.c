@@ -935,8 +935,8 @@ static void ptx_params(const char *p, size_t len, struct module_image_params *t)
 #define EIATTR_PARAM_CBANK 0x0a /* symbol, offset:16, size:16 */
 #define EIATTR_KPARAM_INFO 0x17 /* index, ordinal:16, offset:16, flags:32 */
 #define EIATTR_CBANK_PARAM_SIZE 0x19 /* the parameters' bytes in all */
-#define EIATTR_KPARAM_INFO_V2 \
-	0x45 /* index, ordinal:16, offset:16, size:16, flags:16 */
+/* index, ordinal:16, offset:16, size:16, flags:16 */
+#define EIATTR_KPARAM_INFO_V2 0x45
 #define KPARAM_RECORD 12
 
 /* One parameter as a KPARAM record says. */
