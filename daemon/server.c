@@ -1217,22 +1217,29 @@ static void on_signal(uv_signal_t *sig, int signum)
  * usual case: its batches run), or closed and not yet gone.  Its service
  * stays while it is on the list (service.h, holders), closed or not.
  */
-static void stop_log_session(const struct session *s, uint64_t waited_ms)
+static void stop_log_session(const struct session *s, uint64_t now_ms,
+			     uint64_t waited_ms)
 {
 	const char *svc =
 		s->econn.service != NULL ? s->econn.service->name : "(none)";
 	const char *why = "";
-	char n[32];
+	char n[32], busy[64] = "";
 
 	if (s->state == SESSION_CLOSING)
 		why = s->device_open ? "; it had closed, and the device "
 				       "thread had not freed its memory yet" :
 				       "; it had closed, and its last replies "
 				       "were not written yet";
+	/* How long it has had work: the one stuck for minutes stands out. */
+	if (s->in_flight > 0)
+		snprintf(busy, sizeof(busy),
+			 ", with work for %.1f s without a "
+			 "pause",
+			 (double)(now_ms - s->busy_since_ms) / 1000.0);
 	log_warn("stop_timeout: connection %llu (%s, service %s) still had "
-		 "%s in flight, %.1f s into the stop%s",
+		 "%s in flight%s, %.1f s into the stop%s",
 		 (unsigned long long)s->id, s->peer, svc,
-		 counted(n, sizeof(n), s->in_flight, "batch", "batches"),
+		 counted(n, sizeof(n), s->in_flight, "batch", "batches"), busy,
 		 (double)waited_ms / 1000.0, why);
 }
 
@@ -1266,7 +1273,7 @@ static void on_stop_deadline(uv_timer_t *t)
 
 		batches += s->in_flight;
 		if (listed++ < STOP_LISTED_CONNECTIONS)
-			stop_log_session(s, waited);
+			stop_log_session(s, uv_now(srv->loop), waited);
 		if (svc == NULL)
 			continue;
 		for (i = 0; i < nnamed && named[i] != svc; i++)

@@ -1678,6 +1678,13 @@ static void compile_done(uv_work_t *w, int status)
 		resume_reading(s);
 }
 
+/* One more batch in flight; since when s has had work, for the stop. */
+static void in_flight_add(struct session *s)
+{
+	if (s->in_flight++ == 0)
+		s->busy_since_ms = uv_now(s->server->loop);
+}
+
 /*
  * Compile the request's modules on the pool; true when it went there (and
  * owns frame and fds), false to go on without (the device thread then
@@ -1711,7 +1718,7 @@ static bool start_compile(struct session *s, Gpucmd__Frame *frame, int *fds,
 		return false;
 	}
 	s->compiling = job;
-	s->in_flight++;
+	in_flight_add(s);
 	stop_reading(s);
 	return true;
 }
@@ -1758,7 +1765,7 @@ static void submit(struct session *s, Gpucmd__Frame *frame, int *fds,
 		frame_free(frame);
 		return;
 	}
-	s->in_flight++;
+	in_flight_add(s);
 	s->bytes_submitted += cost;
 	s->econn.service->bytes_submitted += cost;
 	/* Watch for the reply only when it can come within the spin. */

@@ -103,6 +103,7 @@ struct session {
 	uint32_t nstreams;
 	uint32_t max_streams; /* 0 until the first request */
 	uint32_t in_flight;
+	uint64_t busy_since_ms; /* uv_now when in_flight last left 0 */
 	/*
 	 * request_cost of the batches submitted, ever; less the executor's
 	 * econn.bytes_done, what is in flight against max_bytes_in_flight.

@@ -156,6 +156,9 @@ grep -q '^STATUS=stopped at stop_timeout (1 s) with 1 batch in flight on 1 conne
 	"$dir/dl.msgs" || fail "no last STATUS= at stop_timeout"
 grep -q 'stop_timeout: connection [0-9]* (pid [0-9]* uid [0-9]*, service holder) still had 1 batch in flight, ' \
 	"$dir/dl.log" || fail "no log line naming the connection left at stop_timeout"
+# Its work began before the stop, so it has had work for longer.
+grep -q 'in flight, with work for [1-9][0-9]*\.[0-9] s without a pause, [0-9]*\.[0-9] s into the stop' \
+	"$dir/dl.log" || fail "the stop_timeout line does not say for how long the connection had work: $(grep 'still had' "$dir/dl.log")"
 grep -q 'stop_timeout (1 s) passed with 1 batch in flight on 1 connection (service holder): exiting with status 1' \
 	"$dir/dl.log" || fail "no log line summing up at stop_timeout"
 wait "$spinner" && fail "the client of the spin cut off at stop_timeout succeeded"

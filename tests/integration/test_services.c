@@ -3923,7 +3923,7 @@ START_TEST(stop_timeout_ends_a_drain_that_runs_over)
 					   "anyway (stop_timeout"),
 			 1);
 	ck_assert_int_eq(harness_log_count("service holder) still had 1 batch "
-					   "in flight, "),
+					   "in flight, with work for "),
 			 1);
 	ck_assert_int_eq(harness_log_count("stop_timeout (1 s) passed with 1 "
 					   "batch in flight on 1 connection "
