@@ -71,6 +71,19 @@ uint64_t tool_stream_largest_free(const struct gpucmd_stream_report *sr)
 			max = sr->pools[p].largest_free;
 	return max;
 }
+/* Columns col to col + 2: in use, padding and reserved of u. */
+static void table_set_usage(struct table *t, size_t col,
+			    const struct gpucmd_memory_usage *u, int exact)
+{
+	char sz[TOOL_SIZE_LEN];
+
+	table_set(t, col, "%s",
+		  tool_size(u->bytes_in_use, exact, sz, sizeof(sz)));
+	table_set(t, col + 1, "%s",
+		  tool_size(u->bytes_padding, exact, sz, sizeof(sz)));
+	table_set(t, col + 2, "%s",
+		  tool_size(u->bytes_reserved, exact, sz, sizeof(sz)));
+}
 
 /* "12.5%" of a fragmentation. */
 static const char *percent(double f, char *buf, size_t len)
@@ -104,15 +117,7 @@ int tool_pool_table(const struct gpucmd_stream_report *sr, int exact,
 					       "-");
 		table_set(&t, 3, "%" PRIu64, pr->pages);
 		table_set(&t, 4, "%" PRIu64, pr->usage.allocations);
-		table_set(&t, 5, "%s",
-			  tool_size(pr->usage.bytes_in_use, exact, sz,
-				    sizeof(sz)));
-		table_set(&t, 6, "%s",
-			  tool_size(pr->usage.bytes_padding, exact, sz,
-				    sizeof(sz)));
-		table_set(&t, 7, "%s",
-			  tool_size(pr->usage.bytes_reserved, exact, sz,
-				    sizeof(sz)));
+		table_set_usage(&t, 5, &pr->usage, exact);
 		table_set(&t, 8, "%s",
 			  tool_size(pr->largest_free, exact, sz, sizeof(sz)));
 		table_set(&t, 9, "%s",
@@ -339,15 +344,7 @@ static int streams_table(const struct service_view *sv, int exact)
 			  sr->closing ? " (closed)" : "");
 		table_set(&t, 1, "%u", sr->stream);
 		table_set(&t, 2, "%" PRIu64, sr->usage.allocations);
-		table_set(&t, 3, "%s",
-			  tool_size(sr->usage.bytes_in_use, exact, sz,
-				    sizeof(sz)));
-		table_set(&t, 4, "%s",
-			  tool_size(sr->usage.bytes_padding, exact, sz,
-				    sizeof(sz)));
-		table_set(&t, 5, "%s",
-			  tool_size(sr->usage.bytes_reserved, exact, sz,
-				    sizeof(sz)));
+		table_set_usage(&t, 3, &sr->usage, exact);
 		table_set(&t, 6, "%s", tool_size(lf, exact, sz, sizeof(sz)));
 		table_set(&t, 7, "%s",
 			  percent(tool_fragmentation(&sr->usage, lf), sz,

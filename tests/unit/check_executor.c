@@ -538,6 +538,17 @@ static void assert_holds(struct gpucmd_conn *c, uint8_t fill)
 	gpucmd_response_free(resp);
 }
 
+/* A write and its read back on c answer, and c holds fill after them. */
+static void round_trip_holds(struct gpucmd_conn *c, uint8_t fill)
+{
+	struct gpucmd_response *resp;
+
+	ck_assert_int_eq(gpucmd_wait(c, submit_write_read(c, fill), &resp), 0);
+	ck_assert_int_eq(gpucmd_response_error(resp), 0);
+	gpucmd_response_free(resp);
+	assert_holds(c, fill);
+}
+
 /*
  * Both of the device thread's tries fail (the response, then the short
  * error): the loop's third answers the request, with GPUCMD_ENOMEM, no
@@ -768,7 +779,6 @@ accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 START_TEST(accepts_failing_for_descriptors_do_not_wedge_the_loop)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct gpucmd_response *resp;
 	struct gpucmd_conn *c, *late;
 	int waiting;
 
@@ -781,18 +791,10 @@ START_TEST(accepts_failing_for_descriptors_do_not_wedge_the_loop)
 	ck_assert_int_eq(connect(waiting, (struct sockaddr *)&sa, sizeof(sa)),
 			 0);
 	/* The second round trip needs the loop past the failed accept. */
-	ck_assert_int_eq(gpucmd_wait(c, submit_write_read(c, 0x11), &resp), 0);
-	ck_assert_int_eq(gpucmd_response_error(resp), 0);
-	gpucmd_response_free(resp);
-	assert_holds(c, 0x11);
+	round_trip_holds(c, 0x11);
 	atomic_store(&accept_errno, 0);
 	late = client();
-	ck_assert_int_eq(gpucmd_wait(late, submit_write_read(late, 0x22),
-				     &resp),
-			 0);
-	ck_assert_int_eq(gpucmd_response_error(resp), 0);
-	gpucmd_response_free(resp);
-	assert_holds(late, 0x22);
+	round_trip_holds(late, 0x22);
 	close(waiting);
 	gpucmd_close(late);
 	gpucmd_close(c);
@@ -820,12 +822,7 @@ START_TEST(no_memory_for_a_connection_does_not_stop_accepting)
 			 GPUCMD_EDISCONNECTED);
 	ck_assert_int_eq(atomic_load(&fail_sessions), 0);
 	late = client();
-	ck_assert_int_eq(gpucmd_wait(late, submit_write_read(late, 0x33),
-				     &resp),
-			 0);
-	ck_assert_int_eq(gpucmd_response_error(resp), 0);
-	gpucmd_response_free(resp);
-	assert_holds(late, 0x33);
+	round_trip_holds(late, 0x33);
 	ck_assert_int_eq(gpucmd_wait(c, submit_write_read(c, 0x44), &resp), 0);
 	ck_assert_int_eq(gpucmd_response_error(resp), 0);
 	gpucmd_response_free(resp);
