@@ -34,6 +34,8 @@ struct gpucmd_batch {
 	size_t cap;
 	int *fds; /* of the region_attach ops, in op order */
 	size_t nfds;
+	int error;	 /* the first builder's refusal, or 0 */
+	size_t error_op; /* the index the refused op would have had */
 };
 
 struct batch_op {
@@ -200,6 +202,11 @@ GPUCMD_EXTERN size_t gpucmd_batch_count(const struct gpucmd_batch *b)
 	return b != NULL ? b->req.n_ops : 0;
 }
 
+GPUCMD_EXTERN int gpucmd_batch_error(const struct gpucmd_batch *b)
+{
+	return b != NULL ? b->error : GPUCMD_EINVAL;
+}
+
 /* Tail of an op block: where its variable-length parts live. */
 static void *op_tail(struct batch_op *o)
 {
@@ -220,6 +227,23 @@ static size_t tail_sum(size_t a, size_t b)
 	return a > SIZE_MAX - b ? SIZE_MAX : a + b;
 }
 
+/*
+ * A builder's refusal: the op is not queued, and the batch remembers the
+ * first one, so that later builders add nothing and submit sends nothing
+ * (a batch that ran without one of its ops would compute something else).
+ * Returns the first refusal.
+ */
+static int batch_refuse(struct gpucmd_batch *b, int code)
+{
+	if (b == NULL)
+		return code;
+	if (b->error == 0) {
+		b->error = code;
+		b->error_op = b->req.n_ops;
+	}
+	return b->error;
+}
+
 static int batch_push(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
 		      size_t extra, struct batch_op **out)
 {
@@ -228,18 +252,20 @@ static int batch_push(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
 
 	if (b == NULL)
 		return GPUCMD_EINVAL;
+	if (b->error != 0)
+		return b->error;
 	info = gpucmd_info(b->conn);
 	if (info->max_ops_per_batch > 0 &&
 	    b->req.n_ops >= info->max_ops_per_batch)
-		return GPUCMD_ELIMIT;
+		return batch_refuse(b, GPUCMD_ELIMIT);
 	if (extra > info->max_frame_bytes)
-		return GPUCMD_ELIMIT;
+		return batch_refuse(b, GPUCMD_ELIMIT);
 	if (b->req.n_ops == b->cap) {
 		size_t cap = b->cap ? 2 * b->cap : 8;
 		Gpucmd__Op **ops = realloc(b->req.ops, cap * sizeof(*ops));
 
 		if (ops == NULL)
-			return -ENOMEM;
+			return batch_refuse(b, -ENOMEM);
 		b->req.ops = ops;
 		b->cap = cap;
 	}
@@ -247,7 +273,7 @@ static int batch_push(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
 		/* Every user of a large tail writes all of it. */
 		o = (struct batch_op *)frame_buf_alloc(sizeof(*o) + extra);
 		if (o == NULL)
-			return -ENOMEM;
+			return batch_refuse(b, -ENOMEM);
 		memset(o, 0, sizeof(*o));
 		o->pooled = true;
 	} else if (extra == 0 && conn_batch_cache(b->conn)->ops != NULL) {
@@ -261,7 +287,7 @@ static int batch_push(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
 	} else {
 		o = calloc(1, sizeof(*o) + extra);
 		if (o == NULL)
-			return -ENOMEM;
+			return batch_refuse(b, -ENOMEM);
 		o->plain = extra == 0;
 	}
 	gpucmd__op__init(&o->op);
@@ -294,7 +320,7 @@ GPUCMD_EXTERN int gpucmd_batch_empty(struct gpucmd_batch *b, uint64_t handle,
 	int r;
 
 	if (handle == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = batch_push(b, GPUCMD__OP__OP_EMPTY, 0, &o);
 	if (r < 0)
 		return r;
@@ -324,7 +350,7 @@ GPUCMD_EXTERN int gpucmd_batch_create_with_data(struct gpucmd_batch *b,
 	int r;
 
 	if (handle == 0 || (data == NULL && len > 0))
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = batch_push(b, GPUCMD__OP__OP_CREATE_WITH_DATA, len, &o);
 	if (r < 0)
 		return r;
@@ -344,7 +370,7 @@ GPUCMD_EXTERN int gpucmd_batch_create_region(struct gpucmd_batch *b,
 	int r;
 
 	if (handle == 0 || region == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = batch_push(b, GPUCMD__OP__OP_CREATE_WITH_DATA, 0, &o);
 	if (r < 0)
 		return r;
@@ -430,10 +456,10 @@ static int batch_write(struct gpucmd_batch *b, uint64_t handle, uint64_t offset,
 	int r;
 
 	if (handle == 0 || (data == NULL && inline_len > 0))
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = layout_check(layout);
 	if (r < 0)
-		return r;
+		return batch_refuse(b, r);
 	r = batch_push(b, GPUCMD__OP__OP_WRITE,
 		       tail_sum(layout_tail(layout), inline_len), &o);
 	if (r < 0)
@@ -465,10 +491,10 @@ GPUCMD_EXTERN int gpucmd_batch_write_borrowed(struct gpucmd_batch *b,
 	int r;
 
 	if (b == NULL || handle == 0 || (data == NULL && len > 0))
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	/* What batch_push checks of a copy's tail. */
 	if (len > gpucmd_info(b->conn)->max_frame_bytes)
-		return GPUCMD_ELIMIT;
+		return batch_refuse(b, GPUCMD_ELIMIT);
 	r = batch_push(b, GPUCMD__OP__OP_WRITE, 0, &o);
 	if (r < 0)
 		return r;
@@ -488,7 +514,7 @@ GPUCMD_EXTERN int gpucmd_batch_write_layout(struct gpucmd_batch *b,
 					    const void *data, size_t len)
 {
 	if (layout == NULL)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	return batch_write(b, handle, offset, layout, data, len, 0, 0);
 }
 
@@ -499,7 +525,7 @@ GPUCMD_EXTERN int gpucmd_batch_write_region(struct gpucmd_batch *b,
 					    uint64_t len)
 {
 	if (region == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	return batch_write(b, handle, offset, NULL, NULL, len, region,
 			   region_offset);
 }
@@ -514,12 +540,12 @@ gpucmd_batch_write_region_layout(struct gpucmd_batch *b, uint64_t handle,
 	int r;
 
 	if (layout == NULL || region == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = layout_check(layout);
 	if (r == 0)
 		r = layout_bytes(layout, &len);
 	if (r < 0)
-		return r;
+		return batch_refuse(b, r);
 	return batch_write(b, handle, offset, layout, NULL, len, region,
 			   region_offset);
 }
@@ -537,12 +563,12 @@ static int batch_read(struct gpucmd_batch *b, uint64_t handle, uint64_t offset,
 	int r;
 
 	if (handle == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = layout_check(layout);
 	if (r == 0 && layout != NULL && region != 0)
 		r = layout_bytes(layout, &dense);
 	if (r < 0)
-		return r;
+		return batch_refuse(b, r);
 	r = batch_push(b, GPUCMD__OP__OP_READ, layout_tail(layout), &o);
 	if (r < 0)
 		return r;
@@ -568,7 +594,7 @@ GPUCMD_EXTERN int gpucmd_batch_read_layout(struct gpucmd_batch *b,
 					   const struct gpucmd_layout *layout)
 {
 	if (layout == NULL)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	return batch_read(b, handle, offset, 0, layout, 0, 0);
 }
 
@@ -578,7 +604,7 @@ GPUCMD_EXTERN int gpucmd_batch_read_region(struct gpucmd_batch *b,
 					   uint64_t region_offset)
 {
 	if (region == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	return batch_read(b, handle, offset, len, NULL, region, region_offset);
 }
 
@@ -589,7 +615,7 @@ gpucmd_batch_read_region_layout(struct gpucmd_batch *b, uint64_t handle,
 				uint64_t region, uint64_t region_offset)
 {
 	if (layout == NULL || region == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	return batch_read(b, handle, offset, 0, layout, region, region_offset);
 }
 
@@ -599,7 +625,7 @@ GPUCMD_EXTERN int gpucmd_batch_release(struct gpucmd_batch *b, uint64_t handle)
 	int r;
 
 	if (handle == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = batch_push(b, GPUCMD__OP__OP_RELEASE, 0, &o);
 	if (r < 0)
 		return r;
@@ -626,12 +652,12 @@ static int batch_add_simple(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
 	int r;
 
 	if (f == NULL || f->type != PROTOBUF_C_TYPE_MESSAGE)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	md = f->descriptor;
 	if (md->n_fields != (v != NULL ? 1u : 0u) ||
 	    (v != NULL && md->fields[0].type != PROTOBUF_C_TYPE_UINT64) ||
 	    md->sizeof_message > sizeof(o->m))
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = batch_push(b, kind, 0, &o);
 	if (r < 0)
 		return r;
@@ -702,10 +728,10 @@ int batch_add_region_attach(struct gpucmd_batch *b, uint64_t region,
 	int r;
 
 	if (b == NULL || fd < 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	fds = realloc(b->fds, (b->nfds + 1) * sizeof(*fds));
 	if (fds == NULL)
-		return -ENOMEM;
+		return batch_refuse(b, -ENOMEM);
 	b->fds = fds;
 	r = batch_push(b, GPUCMD__OP__OP_REGION_ATTACH, 0, &o);
 	if (r < 0)
@@ -723,7 +749,7 @@ GPUCMD_EXTERN int gpucmd_batch_release_region(struct gpucmd_batch *b,
 {
 	/* The library's own regions are released by the library. */
 	if (region == 0 || region >= GPUCMD_REGION_ID_RESERVED)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	return batch_add_u64(b, GPUCMD__OP__OP_REGION_RELEASE, region);
 }
 
@@ -754,7 +780,7 @@ GPUCMD_EXTERN int gpucmd_batch_reserve(struct gpucmd_batch *b,
 	int r;
 
 	if (reservation == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = batch_push(b, GPUCMD__OP__OP_RESERVE, 0, &o);
 	if (r < 0)
 		return r;
@@ -773,7 +799,7 @@ GPUCMD_EXTERN int gpucmd_batch_bind(struct gpucmd_batch *b,
 
 	/* An unknown reservation is the daemon's to refuse: it knows. */
 	if (handle == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = batch_push(b, GPUCMD__OP__OP_BIND, 0, &o);
 	if (r < 0)
 		return r;
@@ -811,7 +837,7 @@ GPUCMD_EXTERN int gpucmd_batch_allocation_mode(struct gpucmd_batch *b,
 	int r;
 
 	if (mode != GPUCMD_MODE_AUTO && mode != GPUCMD_MODE_PERSISTENT)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = batch_push(b, GPUCMD__OP__OP_ALLOCATION_MODE, 0, &o);
 	if (r < 0)
 		return r;
@@ -845,14 +871,14 @@ gpucmd_batch_install_pools(struct gpucmd_batch *b, const char *preset,
 	/* The cap on npools only keeps the size below from overflowing. */
 	if (preset == NULL || (pools == NULL && npools > 0) ||
 	    npools > UINT16_MAX)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	if (npools > 0 && strcmp(preset, "custom") != 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	extra = sizeof(*l) + npools * (sizeof(*w) + sizeof(w)) +
 		strlen(preset) + 1;
 	for (size_t i = 0; i < npools; i++) {
 		if (pools[i].kind == NULL)
-			return GPUCMD_EINVAL;
+			return batch_refuse(b, GPUCMD_EINVAL);
 		extra += strlen(pools[i].kind) + 1;
 	}
 	r = batch_push(b, GPUCMD__OP__OP_INSTALL_POOLS, extra, &o);
@@ -993,7 +1019,7 @@ gpucmd_batch_kernel_module(struct gpucmd_batch *b, uint64_t module,
 			   const struct gpucmd_arg *args, size_t nargs)
 {
 	if (module == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	return kernel_op(b, module, function, grid, block, shared_bytes, args,
 			 nargs);
 }
@@ -1007,7 +1033,7 @@ GPUCMD_EXTERN int gpucmd_batch_load_module(struct gpucmd_batch *b,
 	int r;
 
 	if (module == 0 || format == NULL || (data == NULL && len > 0))
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	flen = strlen(format) + 1;
 	r = batch_push(b, GPUCMD__OP__OP_LOAD_MODULE, tail_sum(len, flen), &o);
 	if (r < 0)
@@ -1028,7 +1054,7 @@ GPUCMD_EXTERN int gpucmd_batch_unload_module(struct gpucmd_batch *b,
 	int r;
 
 	if (module == 0)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	r = batch_push(b, GPUCMD__OP__OP_UNLOAD_MODULE, 0, &o);
 	if (r < 0)
 		return r;
@@ -1054,7 +1080,7 @@ static int kernel_op(struct gpucmd_batch *b, uint64_t module, const char *name,
 	/* The cap on nargs only keeps the size below from overflowing. */
 	if (name == NULL || name[0] == '\0' || (args == NULL && nargs > 0) ||
 	    nargs > UINT16_MAX)
-		return GPUCMD_EINVAL;
+		return batch_refuse(b, GPUCMD_EINVAL);
 	name_len = strlen(name) + 1;
 	r = batch_push(b, GPUCMD__OP__OP_KERNEL,
 		       nargs * (sizeof(*wargs) + sizeof(wargs)) +
@@ -1074,7 +1100,7 @@ static int kernel_op(struct gpucmd_batch *b, uint64_t module, const char *name,
 		r = kernel_arg(&wargs[i], &args[i]);
 		if (r < 0) {
 			batch_pop(b);
-			return r;
+			return batch_refuse(b, r);
 		}
 		k->args[i] = &wargs[i];
 	}
@@ -1101,6 +1127,16 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id)
 	if (b == NULL || id == NULL) {
 		gpucmd_batch_free(b);
 		return GPUCMD_EINVAL;
+	}
+	if (b->error != 0) {
+		r = conn_refuse(b->conn, b->error,
+				"the batch was not sent: its op %zu (counting "
+				"from 0) was refused as it was built: %s; "
+				"check each builder's return, or "
+				"gpucmd_batch_error before submitting",
+				b->error_op, gpucmd_strerror(b->error));
+		gpucmd_batch_free(b);
+		return r;
 	}
 	r = conn_submit(b->conn, &b->req, b->fds, b->nfds, &got);
 	batch_recycle(b);

@@ -180,6 +180,20 @@ GPUCMD_EXTERN int gpucmd_batch_new(struct gpucmd_conn *conn, uint32_t stream,
 GPUCMD_EXTERN void gpucmd_batch_free(struct gpucmd_batch *batch);
 /* Number of operations queued in the batch. */
 GPUCMD_EXTERN size_t gpucmd_batch_count(const struct gpucmd_batch *batch);
+/*
+ * The builders below (gpucmd_batch_empty to gpucmd_batch_graph_destroy)
+ * return 0 when they queued their op.  A refusal (GPUCMD_EINVAL for a bad
+ * argument, GPUCMD_ELIMIT when the batch already holds max_ops_per_batch
+ * ops or the op is over max_frame_bytes, -ENOMEM) queues nothing, and the
+ * batch keeps it: later builders queue nothing and return the first
+ * refusal, and gpucmd_submit and gpucmd_run free the batch and return it
+ * with gpucmd_last_message naming the op.  So a batch is built with every
+ * op or sent with none, and a caller may check the builders' codes or
+ * only the submit's.  To fill batches to the limit, compare
+ * gpucmd_batch_count with gpucmd_info(conn)->max_ops_per_batch.
+ */
+/* The batch's first builder refusal, or 0 (GPUCMD_EINVAL for NULL). */
+GPUCMD_EXTERN int gpucmd_batch_error(const struct gpucmd_batch *batch);
 
 /* Allocate size bytes of device memory and name it handle. */
 GPUCMD_EXTERN int gpucmd_batch_empty(struct gpucmd_batch *b, uint64_t handle,
@@ -578,7 +592,9 @@ gpucmd_response_message(const struct gpucmd_response *r);
  * gpucmd_memory_report and the other reports): what happened, with the
  * numbers; for the region and transfer calls, also the library's own
  * refusals (a bad id, an id already attached).  "" when that call
- * succeeded.  Valid until the next such call on conn.
+ * succeeded.  Also why gpucmd_submit or gpucmd_run sent no batch (a
+ * builder had refused one of its ops).  Valid until the next such call on
+ * conn.
  */
 GPUCMD_EXTERN const char *gpucmd_last_message(const struct gpucmd_conn *conn);
 /* Index of the failing operation, or -1 when the batch succeeded. */

@@ -274,15 +274,18 @@ START_TEST(borrowed_write_sent_at_submit)
 	gpucmd_response_free(r);
 
 	/* Refused like gpucmd_batch_write; a batch freed unsent is fine. */
+	for (int i = 0; i < 3; i++) {
+		const void *from = i == 1 ? NULL : src;
+		size_t n = i == 2 ? gpucmd_info(c)->max_frame_bytes + 1 : 8;
+
+		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		ck_assert_int_eq(gpucmd_batch_write_borrowed(b, i == 0 ? 0 : 1,
+							     0, from, n),
+				 i == 2 ? GPUCMD_ELIMIT : GPUCMD_EINVAL);
+		ck_assert_uint_eq(gpucmd_batch_count(b), 0);
+		gpucmd_batch_free(b);
+	}
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 0, 0, src, 8),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, NULL, 8),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_write_borrowed(
-				 b, 1, 0, src,
-				 (size_t)gpucmd_info(c)->max_frame_bytes + 1),
-			 GPUCMD_ELIMIT);
 	ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, src, BIG), 0);
 	ck_assert_uint_eq(gpucmd_batch_count(b), 1);
 	gpucmd_batch_free(b);
@@ -671,25 +674,34 @@ START_TEST(lengths_that_wrap_are_refused)
 	struct gpucmd_batch *b;
 	uint8_t small[16] = { 0 };
 
-	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
-	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
-		ck_assert_int_eq(gpucmd_batch_write(b, 1, 0, small, lens[i]),
-				 GPUCMD_ELIMIT);
-		ck_assert_int_eq(gpucmd_batch_write_borrowed(b, 1, 0, small,
-							     lens[i]),
-				 GPUCMD_ELIMIT);
-		ck_assert_int_eq(gpucmd_batch_write_layout(b, 1, 0, &l, small,
-							   lens[i]),
-				 GPUCMD_ELIMIT);
-		ck_assert_int_eq(gpucmd_batch_create_with_data(b, 2, small,
-							       lens[i]),
-				 GPUCMD_ELIMIT);
-		ck_assert_int_eq(gpucmd_batch_load_module(b, 3, "ptx", small,
-							  lens[i]),
-				 GPUCMD_ELIMIT);
+	for (size_t i = 0; i < 5 * sizeof(lens) / sizeof(lens[0]); i++) {
+		size_t len = lens[i / 5];
+		int r = 0;
+
+		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		switch (i % 5) {
+		case 0:
+			r = gpucmd_batch_write(b, 1, 0, small, len);
+			break;
+		case 1:
+			r = gpucmd_batch_write_borrowed(b, 1, 0, small, len);
+			break;
+		case 2:
+			r = gpucmd_batch_write_layout(b, 1, 0, &l, small, len);
+			break;
+		case 3:
+			r = gpucmd_batch_create_with_data(b, 2, small, len);
+			break;
+		case 4:
+			r = gpucmd_batch_load_module(b, 3, "ptx", small, len);
+			break;
+		}
+		ck_assert_int_eq(r, GPUCMD_ELIMIT);
+		ck_assert_uint_eq(gpucmd_batch_count(b), 0);
+		gpucmd_batch_free(b);
 	}
-	ck_assert_uint_eq(gpucmd_batch_count(b), 0);
-	/* The batch and the connection are as before. */
+	/* The connection is as before. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
 	gpucmd_response_free(run_ok(b));
 	gpucmd_close(c);

@@ -706,6 +706,8 @@ START_TEST(persistent_mode_nests)
 	const struct gpucmd_pool_report *pp;
 
 	ck_assert_int_eq(gpucmd_batch_allocation_mode(b, 7), GPUCMD_EINVAL);
+	gpucmd_batch_free(b);
+	b = batch(c, 0);
 	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_PERSISTENT);
 	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_PERSISTENT);
 	gpucmd_batch_allocation_mode(b, GPUCMD_MODE_AUTO);
@@ -793,6 +795,8 @@ START_TEST(install_pools_refused_while_in_use)
 	b = batch(c, 0);
 	ck_assert_int_eq(gpucmd_batch_install_pools(b, "subslices", pools, 3),
 			 GPUCMD_EINVAL);
+	gpucmd_batch_free(b);
+	b = batch(c, 0);
 	ck_assert_int_eq(gpucmd_batch_install_pools(b, "custom", pools, 3), 0);
 	gpucmd_batch_empty(b, 2, 1000);
 	gpucmd_batch_empty(b, 3, 10 << 20);
@@ -2096,11 +2100,25 @@ END_TEST
 
 /*
  * The batch builders check their arguments: each call below is refused
- * with GPUCMD_EINVAL and adds nothing, so the batch still runs what it
- * holds.  A batch takes max_ops_per_batch ops and then GPUCMD_ELIMIT; a
+ * with GPUCMD_EINVAL and adds nothing, and the batch keeps the refusal, so
+ * it is never sent without the op.  A batch takes max_ops_per_batch ops
+ * and then GPUCMD_ELIMIT; a
  * submit without somewhere to put the id frees the batch.  An i32
  * argument goes to the daemon, which names the argument it does not take.
  */
+/*
+ * call, on a fresh batch b, is refused with code: it queues nothing, and
+ * the batch keeps the refusal.
+ */
+#define REFUSED(call, code)                                      \
+	do {                                                     \
+		b = batch(c, 0);                                 \
+		ck_assert_int_eq((call), (code));                \
+		ck_assert_uint_eq(gpucmd_batch_count(b), 0);     \
+		ck_assert_int_eq(gpucmd_batch_error(b), (code)); \
+		gpucmd_batch_free(b);                            \
+	} while (0)
+
 START_TEST(batch_calls_check_their_arguments)
 {
 	static const uint32_t one[3] = { 1, 1, 1 };
@@ -2124,56 +2142,67 @@ START_TEST(batch_calls_check_their_arguments)
 
 	ck_assert_int_eq(gpucmd_batch_new(NULL, 0, &b), GPUCMD_EINVAL);
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, NULL), GPUCMD_EINVAL);
-	b = batch(c, 0);
-	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 0, data, 4),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, NULL, 4),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_write(b, 0, 0, data, 4), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_write(b, 1, 0, NULL, 4), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_write_layout(b, 1, 0, NULL, data, 4),
-			 GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_create_with_data(b, 0, data, 4), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_create_with_data(b, 1, NULL, 4), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_write(b, 0, 0, data, 4), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_write(b, 1, 0, NULL, 4), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_write_layout(b, 1, 0, NULL, data, 4),
+		GPUCMD_EINVAL);
 	/* From region 0, and 2^80 elements from a region. */
-	ck_assert_int_eq(gpucmd_batch_write_region(b, 1, 0, 0, 0, 4),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_write_region_layout(b, 1, 0, &l, 5, 0),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_read(b, 0, 0, 4), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_release(b, 0), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_load_module(b, 0, "ptx", data, 4),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_load_module(b, 1, NULL, data, 4),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_load_module(b, 1, "ptx", NULL, 4),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_unload_module(b, 0), GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_kernel_module(b, 0, "f", one, one, 0,
-						    NULL, 0),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, NULL, one, one, NULL, 0),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "", one, one, NULL, 0),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", one, one, NULL, 3),
-			 GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_write_region(b, 1, 0, 0, 0, 4), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_write_region_layout(b, 1, 0, &l, 5, 0),
+		GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_read(b, 0, 0, 4), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_release(b, 0), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_load_module(b, 0, "ptx", data, 4), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_load_module(b, 1, NULL, data, 4), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_load_module(b, 1, "ptx", NULL, 4), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_unload_module(b, 0), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_kernel_module(b, 0, "f", one, one, 0, NULL, 0),
+		GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_kernel(b, NULL, one, one, NULL, 0), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_kernel(b, "", one, one, NULL, 0), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_kernel(b, "fill_u32", one, one, NULL, 3),
+		GPUCMD_EINVAL);
 	/* A buffer argument of handle 0, and a kind nobody knows. */
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3),
-			 GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3),
+		GPUCMD_EINVAL);
 	args[0].v.handle = 1;
 	args[2].kind = (enum gpucmd_arg_kind)99;
-	ck_assert_int_eq(gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3),
+	REFUSED(gpucmd_batch_kernel(b, "fill_u32", one, one, args, 3),
+		GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_install_pools(b, NULL, NULL, 0), GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_install_pools(b, "custom", NULL, 2),
+		GPUCMD_EINVAL);
+	REFUSED(gpucmd_batch_install_pools(b, "custom", &pool, 1),
+		GPUCMD_EINVAL);
+
+	/*
+	 * A refusal sticks: later builders queue nothing and return it, and
+	 * the submit sends nothing, saying which op it was.
+	 */
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
+	ck_assert_int_eq(gpucmd_batch_write(b, 0, 0, data, 4), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_error(b), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, data, 4),
 			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_install_pools(b, NULL, NULL, 0),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_install_pools(b, "custom", NULL, 2),
-			 GPUCMD_EINVAL);
-	ck_assert_int_eq(gpucmd_batch_install_pools(b, "custom", &pool, 1),
-			 GPUCMD_EINVAL);
-	ck_assert_uint_eq(gpucmd_batch_count(b), 0);
-	/* Nothing was added: the batch runs what comes next. */
+	ck_assert_int_eq(gpucmd_batch_ping(b), GPUCMD_EINVAL);
+	ck_assert_uint_eq(gpucmd_batch_count(b), 1);
+	ck_assert_int_eq(gpucmd_submit(b, &id), GPUCMD_EINVAL);
+	ck_assert_msg(strstr(gpucmd_last_message(c), "not sent: its op 1 ") !=
+			      NULL,
+		      "%s", gpucmd_last_message(c));
+	/* Nothing ran: handle 1 does not exist, and the connection serves. */
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_read(b, 1, 0, 4), 0);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ENOTFOUND);
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_error(b), 0);
 	ck_assert_int_eq(gpucmd_batch_create_with_data(b, 1, data, 4), 0);
 	ck_assert_int_eq(gpucmd_batch_ping(b), 0);
 	ck_assert_uint_eq(gpucmd_batch_count(b), 2);
+	ck_assert_int_eq(gpucmd_batch_error(NULL), GPUCMD_EINVAL);
 	run_done(b);
 
 	/* An i32 where fill_u32 takes a u32: the daemon names the argument. */
@@ -2192,7 +2221,7 @@ START_TEST(batch_calls_check_their_arguments)
 	for (uint32_t i = 0; i < gpucmd_info(c)->max_ops_per_batch; i++)
 		ck_assert_int_eq(gpucmd_batch_ping(full), 0);
 	ck_assert_int_eq(gpucmd_batch_ping(full), GPUCMD_ELIMIT);
-	gpucmd_batch_free(full);
+	ck_assert_int_eq(gpucmd_submit(full, &id), GPUCMD_ELIMIT);
 
 	/* A submit needs the batch and a place for its id. */
 	ck_assert_int_eq(gpucmd_submit(NULL, &id), GPUCMD_EINVAL);
