@@ -519,6 +519,54 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn, uint32_t stream,
 	return drain(conn, pieces, r);
 }
 
+/*
+ * Allocate handle and fill it with data in one call: inline when it fits
+ * the frame (one round trip), else an allocation then gpucmd_write_buffer.
+ * A failed fill releases the allocation, so the call leaves either a full
+ * buffer or none.
+ */
+GPUCMD_EXTERN int gpucmd_create_buffer(struct gpucmd_conn *conn,
+				       uint32_t stream, uint64_t handle,
+				       const void *data, size_t len)
+{
+	struct gpucmd_batch *b;
+	char why[768]; /* the room of gpucmd_last_message */
+	int r;
+
+	if (conn == NULL)
+		return GPUCMD_EINVAL;
+	conn_set_message(conn, "");
+	if (handle == 0 || (data == NULL && len > 0))
+		return conn_refuse(conn, GPUCMD_EINVAL,
+				   "gpucmd_create_buffer: %s",
+				   handle == 0 ? "handle 0 names no buffer" :
+						 "no data for a length of "
+						 "more than 0");
+	r = gpucmd_batch_new(conn, stream, &b);
+	if (r < 0)
+		return r;
+	if (len <= inline_limit(conn)) {
+		gpucmd_batch_create_with_data(b, handle, data, len);
+		gpucmd_batch_sync(b);
+		return run_checked(conn, b);
+	}
+	gpucmd_batch_empty(b, handle, len);
+	r = run_checked(conn, b);
+	if (r < 0)
+		return r;
+	r = gpucmd_write_buffer(conn, stream, handle, 0, data, len);
+	if (r == 0 || gpucmd_conn_error(conn, NULL) != 0)
+		return r;
+	/* Keep the write's sentence over the release's. */
+	snprintf(why, sizeof(why), "%s", gpucmd_last_message(conn));
+	if (gpucmd_batch_new(conn, stream, &b) == 0) {
+		gpucmd_batch_release(b, handle);
+		(void)run_checked(conn, b);
+	}
+	conn_set_message(conn, why);
+	return r;
+}
+
 /* Submit the read of piece p into the region. */
 static int read_piece(struct gpucmd_conn *conn, uint32_t stream,
 		      uint64_t handle, uint64_t offset, struct piece *p)

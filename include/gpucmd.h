@@ -523,6 +523,15 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn, uint32_t stream,
 GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn, uint32_t stream,
 				     uint64_t handle, uint64_t offset,
 				     size_t len, void *out);
+/*
+ * Allocate len bytes named handle on stream and copy data into them, of
+ * any size (gpucmd_batch_create_with_data is bounded by the frame): one
+ * round trip inline, else an allocation and gpucmd_write_buffer.  Returns
+ * once the bytes are on the device; on a failure no buffer is left.
+ */
+GPUCMD_EXTERN int gpucmd_create_buffer(struct gpucmd_conn *conn,
+				       uint32_t stream, uint64_t handle,
+				       const void *data, size_t len);
 
 /*
  * Profiles time the device between begin and end on one stream (ids are
@@ -588,7 +597,7 @@ gpucmd_response_message(const struct gpucmd_response *r);
 /*
  * The daemon's message for the last failure of a call that returns only a
  * code (gpucmd_region_create, gpucmd_region_release, gpucmd_write_buffer,
- * gpucmd_read_buffer, gpucmd_evict, gpucmd_cleanup, gpucmd_status,
+ * gpucmd_read_buffer, gpucmd_create_buffer, gpucmd_evict, gpucmd_cleanup, gpucmd_status,
  * gpucmd_memory_report and the other reports): what happened, with the
  * numbers; for the region and transfer calls, also the library's own
  * refusals (a bad id, an id already attached).  "" when that call

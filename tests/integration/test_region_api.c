@@ -573,6 +573,70 @@ START_TEST(convenience_round_trips)
 }
 END_TEST
 
+/*
+ * gpucmd_create_buffer allocates and fills a buffer of any size in one
+ * call (inline up to the frame, else through the scratch region), and
+ * leaves no buffer when it fails: an allocation refused, or a fill that
+ * failed after the allocation (a fault on the stream), which releases it.
+ */
+START_TEST(create_buffer_of_any_size)
+{
+	static const size_t sizes[] = { 1, GPUCMD_INLINE_MAX,
+					GPUCMD_INLINE_MAX + 1, 3 * MIB + 5 };
+	struct gpucmd_conn *c = connect_as("regions");
+	size_t max = 3 * MIB + 5;
+	uint8_t *want = malloc(max), *got = malloc(max);
+	struct gpucmd_batch *b;
+	char msg[512];
+
+	ck_assert_ptr_nonnull(want);
+	ck_assert_ptr_nonnull(got);
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		size_t n = sizes[k];
+
+		fill(want, n, (uint32_t)k + 7);
+		ck_assert_int_eq(gpucmd_create_buffer(c, 0, 10 + k, want, n),
+				 0);
+		ck_assert_str_eq(gpucmd_last_message(c), "");
+		memset(got, 0, n);
+		ck_assert_int_eq(gpucmd_read_buffer(c, 0, 10 + k, 0, n, got),
+				 0);
+		ck_assert_msg(memcmp(got, want, n) == 0, "%zu bytes differ", n);
+		/* Exactly n bytes: one more is out of bounds. */
+		ck_assert_int_eq(gpucmd_read_buffer(c, 0, 10 + k, n, 1, got),
+				 GPUCMD_EINVAL);
+	}
+	/* Refusals, with their sentences; nothing is left. */
+	ck_assert_int_eq(gpucmd_create_buffer(c, 0, 10, want, 4),
+			 GPUCMD_EEXIST);
+	ck_assert_int_eq(gpucmd_create_buffer(c, 0, 0, want, 4), GPUCMD_EINVAL);
+	expect_message(c, "gpucmd_create_buffer: handle 0 names no buffer");
+	ck_assert_int_eq(gpucmd_create_buffer(c, 0, 20, NULL, 4),
+			 GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_create_buffer(c, 0, 20, want,
+					      UINT64_C(1) << 50),
+			 GPUCMD_ETOOBIG);
+	ck_assert_msg(strstr(gpucmd_last_message(c), "too big") != NULL,
+		      "message: '%s'", gpucmd_last_message(c));
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 20, 0, 1, got),
+			 GPUCMD_ENOTFOUND);
+
+	/* A fault on the stream fails the fill: the buffer goes again. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 3, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "fault", ONE, ONE, NULL, 0), 0);
+	ck_assert_int_eq(run_code(b, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(gpucmd_create_buffer(c, 3, 21, want, 2 * MIB),
+			 GPUCMD_ESTREAM);
+	ck_assert_msg(strstr(gpucmd_last_message(c), "fault") != NULL,
+		      "message: '%s'", gpucmd_last_message(c));
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 21, 0, 1, got),
+			 GPUCMD_ENOTFOUND);
+	free(want);
+	free(got);
+	gpucmd_close(c);
+}
+END_TEST
+
 /* A daemon whose frames hold at most 1 MiB. */
 static void small_frames_setup(void)
 {
@@ -834,6 +898,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, region_count_limit);
 	tcase_add_test(tc, client_killed_with_regions_and_copies_in_flight);
 	tcase_add_test(tc, convenience_round_trips);
+	tcase_add_test(tc, create_buffer_of_any_size);
 	tcase_add_test(tc, release_after_a_fault_is_settled);
 	tcase_add_test(tc, convenience_failure_keeps_its_message);
 	suite_add_tcase(s, tc);
