@@ -197,13 +197,17 @@ int region_attach(struct stream_set *set, uint64_t id, int fd, uint64_t size,
 		bool refused = err == EPERM || err == EACCES;
 
 		snprintf(msg, msg_len,
-			 "region %llu: cannot map %llu bytes: "
+			 "region %llu: the daemon cannot map %llu bytes: "
 			 "%s%s",
 			 (unsigned long long)id, (unsigned long long)size,
 			 strerror(err),
 			 refused ? " (send a memfd open for writing, not "
 				   "sealed against writes)" :
-				   "");
+				   " (the daemon's address space or its count "
+				   "of mappings is spent, not the device: "
+				   "attach a smaller region or release "
+				   "others; an operator may raise the unit's "
+				   "LimitAS= or vm.max_map_count)");
 		r->base = NULL;
 		unmap(d, r);
 		return refused ? GPUCMD_EINVAL : GPUCMD_ENOMEM;

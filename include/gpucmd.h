@@ -51,7 +51,7 @@ enum gpucmd_error {
 	GPUCMD_OK = 0,
 	GPUCMD_ENOTFOUND = -1001,   /* storage handle not found */
 	GPUCMD_ETOOBIG = -1002,	    /* too big for any pool, or the device */
-	GPUCMD_ENOMEM = -1003,	    /* device out of memory */
+	GPUCMD_ENOMEM = -1003,	    /* out of device (or daemon host) memory */
 	GPUCMD_ECAPACITY = -1004,   /* pool capacity exceeded */
 	GPUCMD_ESTRIDES = -1005,    /* unsupported strides / layout */
 	GPUCMD_EPOOLSINUSE = -1006, /* pools in use, layout kept */

@@ -7,7 +7,8 @@
 # parsing, and ones past a buffer's end by the daemon, with the numbers.
 # Where the service's region_limit (service capped) or the daemon's count
 # of regions leaves no room for exec's scratch region, transfers go in the
-# frame when they fit it, and are refused with the numbers when not.
+# frame when they fit it, and are refused with the numbers when not.  A
+# region the daemon has no address space to map is refused, saying so.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 lib_init region-cli
@@ -241,4 +242,27 @@ while :; do
 done
 
 stop_daemon
+
+# 8. a region the daemon cannot map (its address space spent: ulimit -v)
+#    is refused with what ran out and what to do, not as device memory,
+#    and a smaller one still attaches (not under a sanitizer, whose shadow
+#    memory needs the address space)
+case "$BUILD" in
+*san-*) ;;
+*)
+	(ulimit -v 1500000 && exec "$BUILD/gpucmdd" --socket "$sock" \
+		--backend host >"$dir/log.as" 2>&1) &
+	pid=$!
+	wait_socket "$sock"
+	err=$(printf 'region r 2G\nsync\n' | g exec 2>&1) &&
+		fail "a 2 GiB region in 1.5 GB of address space was made"
+	case "$err" in
+	*"region r: the daemon cannot map 2147483648 bytes: "*"the daemon's address space or its count of mappings is spent, not the device: attach a smaller region"*"(GPUCMD_ENOMEM)") ;;
+	*) fail "a region the daemon cannot map: '$err'" ;;
+	esac
+	printf 'region r 1M\nsync\n' | g exec >/dev/null ||
+		fail "a 1 MiB region after the refusal: exit $?"
+	stop_daemon
+	;;
+esac
 exit 0
