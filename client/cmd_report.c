@@ -477,6 +477,61 @@ static void module_lines(const struct report_view *v, int exact)
 	}
 }
 
+/* "3 s", "4 min", "2 h", "5 d": how long ago unix_ms was (now_ms). */
+static void ago(uint64_t unix_ms, uint64_t now_ms, char *buf, size_t len)
+{
+	uint64_t s = now_ms > unix_ms ? (now_ms - unix_ms) / 1000 : 0;
+
+	if (s < 120)
+		snprintf(buf, len, "%" PRIu64 " s", s);
+	else if (s < 120 * 60)
+		snprintf(buf, len, "%" PRIu64 " min", s / 60);
+	else if (s < 48 * 3600)
+		snprintf(buf, len, "%" PRIu64 " h", s / 3600);
+	else
+		snprintf(buf, len, "%" PRIu64 " d", s / 86400);
+}
+
+/*
+ * Under the table: each service's last refused allocation, as its client
+ * was told, and when (local time) -- the answer to "why did my allocation
+ * fail" after the fact.  Nothing when no service had one.
+ */
+static void refusal_lines(const struct report_view *v, int exact)
+{
+	char size[TOOL_SIZE_LEN], when[64], since[32];
+	struct timespec now;
+	size_t shown = 0;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	for (size_t i = 0; i < v->n; i++) {
+		const struct gpucmd_service_report *s = v->services[i].s;
+		const struct gpucmd_refusal *r = &s->last_refusal;
+		time_t t = (time_t)(r->unix_ms / 1000);
+		struct tm tm;
+
+		if (r->unix_ms == 0)
+			continue;
+		if (shown++ == 0)
+			printf("\nlast refused allocation of each service that "
+			       "had one (what its client was told):\n");
+		if (localtime_r(&t, &tm) == NULL ||
+		    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", &tm) ==
+			    0)
+			snprintf(when, sizeof(when), "%" PRIu64 " ms",
+				 r->unix_ms);
+		ago(r->unix_ms,
+		    (uint64_t)now.tv_sec * 1000 +
+			    (uint64_t)now.tv_nsec / 1000000,
+		    since, sizeof(since));
+		printf("  %s: %s at %s (%s ago), connection %" PRIu64
+		       ", stream %u: %s\n    %s\n",
+		       s->name, tool_size(r->size, exact, size, sizeof(size)),
+		       when, since, r->connection_id, r->stream,
+		       gpucmd_errname(r->code), r->message);
+	}
+}
+
 static int report_text(const struct report_view *v, const struct report_opts *o)
 {
 	const struct gpucmd_report *rep = v->rep;
@@ -524,6 +579,7 @@ static int report_text(const struct report_view *v, const struct report_opts *o)
 	region_lines(v, o->exact);
 	released_lines(v, o->exact);
 	module_lines(v, o->exact);
+	refusal_lines(v, o->exact);
 
 	for (size_t i = 0; (o->streams || o->pools) && i < v->n; i++) {
 		const struct service_view *sv = &v->services[i];
@@ -613,6 +669,22 @@ static void report_json(const struct report_view *v)
 				     sv->fragmentation, &rg,
 				     s->bytes_released_pending);
 		printf(",\"module_bytes\":%" PRIu64, s->module_bytes);
+		printf(",\"last_refusal\":");
+		if (s->last_refusal.unix_ms != 0) {
+			const struct gpucmd_refusal *r = &s->last_refusal;
+
+			printf("{\"unix_ms\":%" PRIu64 ",\"size\":%" PRIu64
+			       ",\"connection_id\":%" PRIu64
+			       ",\"stream\":%u,\"code\":",
+			       r->unix_ms, r->size, r->connection_id,
+			       r->stream);
+			tool_json_string(stdout, gpucmd_errname(r->code));
+			printf(",\"message\":");
+			tool_json_string(stdout, r->message);
+			printf("}");
+		} else {
+			printf("null");
+		}
 		printf(",\"streams\":[");
 		for (size_t j = 0; j < s->nstreams; j++) {
 			printf("%s{", j > 0 ? "," : "");
@@ -753,6 +825,11 @@ static struct prom_value svc_ooms(const struct prom_at *at)
 	return pv(at->sv->s->oom_count);
 }
 
+static struct prom_value svc_last_refusal(const struct prom_at *at)
+{
+	return pr((double)at->sv->s->last_refusal.unix_ms / 1000);
+}
+
 static struct prom_value svc_module_bytes(const struct prom_at *at)
 {
 	return pv(at->sv->s->module_bytes);
@@ -879,6 +956,10 @@ static const struct prom_metric prom_metrics[] = {
 	  "Memory quota of the service (0 = none).", svc_limit },
 	{ PROM_SERVICE, "gpucmd_service_oom_total", "counter",
 	  "Allocations refused for lack of memory or quota.", svc_ooms },
+	{ PROM_SERVICE, "gpucmd_service_last_oom_timestamp_seconds", "gauge",
+	  "When the service's last allocation was refused (Unix time; 0 = "
+	  "none since the daemon started).",
+	  svc_last_refusal },
 	{ PROM_SERVICE, "gpucmd_service_largest_free_bytes", "gauge",
 	  "Largest free block in any pool of the service.", svc_largest_free },
 	{ PROM_SERVICE, "gpucmd_service_fragmentation_ratio", "gauge",

@@ -338,6 +338,18 @@ static int service_from_wire(struct gpucmd_service_report *out,
 	out->modules = s->modules;
 	out->max_modules = s->max_modules;
 	out->module_bytes = s->module_bytes;
+	if (s->last_refusal != NULL) {
+		const Gpucmd__Refusal *r = s->last_refusal;
+
+		out->last_refusal.unix_ms = r->unix_ms;
+		out->last_refusal.size = r->size;
+		out->last_refusal.connection_id = r->connection_id;
+		out->last_refusal.stream = r->stream;
+		out->last_refusal.code = r->code;
+		snprintf(out->last_refusal.message,
+			 sizeof(out->last_refusal.message), "%s",
+			 r->message != NULL ? r->message : "");
+	}
 	if (!streams || s->n_streams == 0)
 		return 0;
 	out->streams = calloc(s->n_streams, sizeof(*out->streams));

@@ -405,6 +405,17 @@ static void reserved(struct command *cmd, struct managed_memory *out,
 		svc->peak_bytes_in_use = held;
 }
 
+/*
+ * An allocation of size refused with code, the sentence in cmd->msg: the
+ * service counts it and keeps it for the memory report.
+ */
+static int refused(struct command *cmd, uint64_t size, int code)
+{
+	service_note_refusal(cmd->service, cmd->set->connection_id,
+			     cmd->current->number, size, code, cmd->msg);
+	return code;
+}
+
 static int reserve(struct command *cmd, uint64_t size,
 		   struct managed_memory *out, uint64_t limit)
 {
@@ -467,7 +478,6 @@ static int reserve(struct command *cmd, uint64_t size,
 		memory_manager_release(mm, out->alloc.slice);
 	}
 	if (over) {
-		svc->oom_count++;
 		snprintf(cmd->msg, sizeof(cmd->msg),
 			 "quota exceeded: allocating %llu bytes would make "
 			 "service '%s' hold %llu bytes of device memory, over "
@@ -486,11 +496,10 @@ static int reserve(struct command *cmd, uint64_t size,
 			 (unsigned long long)released,
 			 (unsigned long long)ordered, cmd->current->number,
 			 (unsigned long long)memory_manager_largest_free(mm));
-		return GPUCMD_EQUOTA;
+		return refused(cmd, size, GPUCMD_EQUOTA);
 	}
 	/* The globals of the modules it holds count like live buffers. */
 	if (service_over_limit(svc, limit, size)) {
-		svc->oom_count++;
 		struct memory_usage u;
 		uint64_t after, closing = command_closing_live(cmd->ctx, svc);
 		char gone[160] = "", globals[120] = "";
@@ -524,7 +533,7 @@ static int reserve(struct command *cmd, uint64_t size,
 			 cmd->current->number,
 			 (unsigned long long)memory_manager_largest_free(mm),
 			 fragmentation(mm), gone);
-		return GPUCMD_EQUOTA;
+		return refused(cmd, size, GPUCMD_EQUOTA);
 	}
 	cmd->ctx->driver->error[0] = '\0';
 	cmd->set->quota_refused = 0;
@@ -590,14 +599,12 @@ static int reserve(struct command *cmd, uint64_t size,
 		}
 	}
 	if (rc == GPUCMD_ENOMEM && cmd->set->quota_refused != 0) {
-		svc->oom_count++;
 		describe_reserve_quota(cmd, size, limit);
-		return GPUCMD_EQUOTA;
+		return refused(cmd, size, GPUCMD_EQUOTA);
 	}
 	if (rc != 0) {
-		svc->oom_count++;
 		describe_oom(cmd, rc, size);
-		return rc;
+		return refused(cmd, size, rc);
 	}
 	reserved(cmd, out, memory_manager_take_reused(mm));
 	return 0;

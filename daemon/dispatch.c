@@ -995,6 +995,25 @@ static void service_row(struct service *svc, void *arg)
 	sr->modules = atomic_load(&svc->modules);
 	sr->max_modules = atomic_load(&svc->max_modules);
 	sr->module_bytes = svc->module_bytes;
+	if (svc->last_refusal.unix_ms != 0) {
+		const struct service_refusal *from = &svc->last_refusal;
+		Gpucmd__Refusal *to = arena_alloc(b, sizeof(*to));
+		size_t len = strlen(from->message) + 1;
+
+		if (to == NULL)
+			goto oom;
+		gpucmd__refusal__init(to);
+		to->unix_ms = from->unix_ms;
+		to->size = from->size;
+		to->connection_id = from->connection;
+		to->stream = from->stream;
+		to->code = from->code;
+		to->message = arena_alloc(b, len);
+		if (to->message == NULL)
+			goto oom;
+		memcpy(to->message, from->message, len);
+		sr->last_refusal = to;
+	}
 	for (struct stream_set *set = executor_sets(b->ex); set;
 	     set = set->next) {
 		if (set->service != svc)
@@ -1769,25 +1788,27 @@ static int module_fits(const struct command_ctx *ctx, struct batch *b,
 
 	if (!service_over_limit(svc, limit, bytes))
 		return 0;
-	svc->oom_count++;
 	closing = command_closing_live(ctx, svc);
 	if (closing > 0)
 		snprintf(gone, sizeof(gone),
 			 ", %llu of them of closed connections, back once "
 			 "the work they queued has run",
 			 (unsigned long long)closing);
-	return fail(b, GPUCMD_EQUOTA,
-		    "quota exceeded: module %llu's global variables take %llu "
-		    "bytes of device memory while it is loaded, which would "
-		    "take service '%s' past its memory_limit of %llu bytes "
-		    "(live buffers %llu%s; globals of the modules it holds "
-		    "%llu); release buffers or unload modules, make the "
-		    "module's __device__ arrays smaller, or raise the "
-		    "memory_limit",
-		    (unsigned long long)id, (unsigned long long)bytes,
-		    svc->name, (unsigned long long)limit,
-		    (unsigned long long)svc->bytes_in_use, gone,
-		    (unsigned long long)svc->module_bytes);
+	fail(b, GPUCMD_EQUOTA,
+	     "quota exceeded: module %llu's global variables take %llu "
+	     "bytes of device memory while it is loaded, which would "
+	     "take service '%s' past its memory_limit of %llu bytes "
+	     "(live buffers %llu%s; globals of the modules it holds "
+	     "%llu); release buffers or unload modules, make the "
+	     "module's __device__ arrays smaller, or raise the "
+	     "memory_limit",
+	     (unsigned long long)id, (unsigned long long)bytes, svc->name,
+	     (unsigned long long)limit, (unsigned long long)svc->bytes_in_use,
+	     gone, (unsigned long long)svc->module_bytes);
+	/* A load runs on no stream: the one its request named. */
+	service_note_refusal(svc, b->conn->set->connection_id, b->req->stream,
+			     bytes, GPUCMD_EQUOTA, b->message);
+	return GPUCMD_EQUOTA;
 }
 
 static int op_load_module(struct command_ctx *ctx, struct batch *b, size_t i,

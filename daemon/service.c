@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpucmd.h"
 #include "log.h"
@@ -359,4 +360,31 @@ void service_registry_free(void)
 	registry_count = 0;
 	registry_last_id = 0;
 	pthread_mutex_unlock(&registry_lock);
+}
+
+void service_note_refusal(struct service *svc, uint64_t connection,
+			  uint32_t stream, uint64_t size, int code,
+			  const char *message)
+{
+	/* A client may cause these at will: the device thread's own limit. */
+	static struct log_limit limit =
+		LOG_LIMIT_INIT("allocation refusal lines", 10, 20);
+	struct service_refusal *r = &svc->last_refusal;
+	struct timespec now;
+
+	svc->oom_count++;
+	clock_gettime(CLOCK_REALTIME, &now);
+	r->unix_ms =
+		(uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+	r->size = size;
+	r->connection = connection;
+	r->stream = stream;
+	r->code = code;
+	snprintf(r->message, sizeof(r->message), "%s", message);
+	if (log_limit_take(&limit))
+		log_info("service '%s': connection %llu was refused %llu "
+			 "bytes on stream %u (%s): %s",
+			 svc->name, (unsigned long long)connection,
+			 (unsigned long long)size, stream, gpucmd_errname(code),
+			 message);
 }

@@ -32,6 +32,22 @@
 struct batch;
 struct session;
 
+/*
+ * The last allocation a service was refused (device memory or its quota),
+ * as its client was told: kept for the memory report, so that an operator
+ * asked "why did my allocation fail" after the fact has the sentence with
+ * its numbers, and when.
+ */
+#define SERVICE_REFUSAL_MSG 768 /* a command's sentence, whole */
+struct service_refusal {
+	uint64_t unix_ms; /* wall clock; 0: none since the daemon started */
+	uint64_t size;	  /* bytes asked for */
+	uint64_t connection;
+	int32_t code; /* GPUCMD_EQUOTA, GPUCMD_ENOMEM */
+	uint32_t stream;
+	char message[SERVICE_REFUSAL_MSG];
+};
+
 #define SERVICE_NAME_MAX 63
 /* The sentence for a service name the daemon does not know (evict, cleanup). */
 #define SERVICE_UNKNOWN_FMT \
@@ -110,6 +126,7 @@ struct service {
 	uint64_t allocations;
 	uint64_t peak_bytes_in_use;
 	uint64_t oom_count;
+	struct service_refusal last_refusal; /* device thread */
 	/*
 	 * Bytes released by the service's connections that the device may
 	 * still use (drop queues): no longer in bytes_in_use, not yet free.
@@ -255,3 +272,11 @@ int service_module_ref(struct service *svc, const void *entry, uint64_t bytes);
 void service_module_unref(struct service *svc, const void *entry);
 /** Free every service (at exit, after the threads stopped). */
 void service_registry_free(void);
+/**
+ * An allocation of size bytes by connection (on stream) was refused with
+ * code and message: count it (oom_count), keep it as the service's last
+ * refusal, and log it (rate-limited).  Device thread.
+ */
+void service_note_refusal(struct service *svc, uint64_t connection,
+			  uint32_t stream, uint64_t size, int code,
+			  const char *message);

@@ -721,6 +721,22 @@ struct gpucmd_service_report {
 	 * they are loaded; counted in limit_bytes beside bytes_in_use.
 	 */
 	uint64_t module_bytes;
+	/*
+	 * The last allocation the service was refused (GPUCMD_ENOMEM, or
+	 * GPUCMD_EQUOTA over its memory_limit; oom_count counts them all),
+	 * as its client was told: when (milliseconds since the epoch; 0:
+	 * none since the daemon started, and always 0 in totals), the bytes
+	 * asked for, by which connection on which stream, and the daemon's
+	 * sentence with its numbers.
+	 */
+	struct gpucmd_refusal {
+		uint64_t unix_ms;
+		uint64_t size;
+		uint64_t connection_id;
+		uint32_t stream;
+		int code;
+		char message[768];
+	} last_refusal;
 };
 struct gpucmd_report {
 	char device_name[128];

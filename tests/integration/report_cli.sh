@@ -2,7 +2,8 @@
 # report_cli.sh - gpucmd memory-report, services, evict and cleanup against
 # a real daemon: the JSON has the exact bytes the clients hold, the text
 # table (--bytes) shows the same numbers, --prometheus is valid exposition
-# format with the same numbers, --service filters, --watch redraws, and a
+# format with the same numbers, --service filters, --watch redraws, a
+# refused allocation stays in the report as its client was told it, and a
 # user who is not an admin sees only the service it speaks for.
 #
 # The last part runs the tool as nobody, so the test needs root (77
@@ -471,7 +472,8 @@ grep -q "would repeat every metric: run memory-report --prometheus once per scra
 "$dir/gpucmd" --socket "$sock" ping -c 1000000000 >"$dir/ping.out" 2>"$dir/ping.err" &
 ppid=$!
 i=0
-until [ "$(grep -c '^pong ' "$dir/ping.out")" -ge 3 ]; do
+# (the file may not be there yet: the tool's shell opens it)
+until [ "$(cat "$dir/ping.out" 2>/dev/null | grep -c '^pong ')" -ge 3 ]; do
 	i=$((i + 1))
 	[ $i -gt 200 ] && fail "ping printed no pongs: $(cat "$dir/ping.err")"
 	sleep 0.05
@@ -534,6 +536,34 @@ while g memory-report --json --service drainer | grep -qF '"closing":true'; do
 	[ $i -gt 200 ] && fail "the closed connection's streams never went"
 	sleep 0.05
 done
+
+# 10. A refused allocation stays in the report as the client was told it:
+#     the text has when, how much, where and the sentence; the JSON its
+#     members; nobody (another service) does not see it.
+err=$(printf 'empty big 100M\n' | g --service held exec 2>&1) &&
+	fail "100 MiB in held's 64 MiB was not refused"
+told=${err#*"(GPUCMD_EQUOTA): "}
+told=${told% \[script line 1\]}
+text=$(TZ=UTC g memory-report --service held) ||
+	fail "memory-report after the refusal exited $?"
+printf '%s\n' "$text" | grep -qE '^  held: 100\.0 MiB at [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} UTC \([0-9]+ s ago\), connection [0-9]+, stream 0: GPUCMD_EQUOTA$' ||
+	fail "no refusal line for held: $text"
+printf '%s\n' "$text" | grep -qxF "    $told" ||
+	fail "the refusal's sentence is not what the client got ('$told'): $text"
+if command -v python3 >/dev/null 2>&1; then
+	g memory-report --json --service held | python3 -c '
+import json, sys, time
+s = json.load(sys.stdin)["services"][0]
+r = s["last_refusal"]
+assert r["code"] == "GPUCMD_EQUOTA" and r["size"] == 104857600, r
+assert r["stream"] == 0 and sys.argv[1] == r["message"], r
+assert abs(r["unix_ms"] / 1000 - time.time()) < 60, r
+' "$told" || fail "last_refusal in the JSON: $(g memory-report --json --service held)"
+fi
+gn memory-report --json | grep -qF '"last_refusal":null' ||
+	fail "nobody's own service shows a refusal: $(gn memory-report --json)"
+gn memory-report | grep -q "last refused" &&
+	fail "nobody sees held's refusal: $(gn memory-report)"
 
 stop_daemon
 exit 0

@@ -447,6 +447,19 @@ START_TEST(module_globals_count_against_the_quota)
 	ck_assert_msg(strstr(msg, "8388608 bytes") != NULL &&
 			      strstr(msg, "live buffers 62914560") != NULL,
 		      "%s", msg);
+	/* The report keeps it as the service's last refused allocation. */
+	{
+		struct gpucmd_report *rep = NULL;
+		const struct gpucmd_refusal *last;
+
+		ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+		ck_assert_uint_eq(rep->nservices, 1);
+		last = &rep->services[0].last_refusal;
+		ck_assert_uint_eq(last->size, 8388608);
+		ck_assert_int_eq(last->code, GPUCMD_EQUOTA);
+		ck_assert_str_eq(last->message, msg);
+		gpucmd_report_free(rep);
+	}
 	/* With the buffers gone it goes on to the compiler. */
 	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
 	gpucmd_batch_release(b, 1);

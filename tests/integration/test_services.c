@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/prctl.h>
+#include <time.h>
 
 #include "batch.h" /* batch_add_evict: an evict among other ops */
 #include "frame.h"
@@ -217,6 +218,72 @@ static struct gpucmd_service_report row_of(struct gpucmd_conn *c,
 static void wait_limit(struct gpucmd_conn *c, const char *name, uint64_t want);
 
 /* ---- quotas --------------------------------------------------------------- */
+
+/*
+ * The memory report keeps each service's last refused allocation as its
+ * client was told it, with when, how much, and where: the operator's
+ * answer to "why did my allocation fail" after the fact.  A later refusal
+ * replaces it; it outlives the connection; other services and the totals
+ * have none.
+ */
+START_TEST(last_refusal_is_in_the_report)
+{
+	struct gpucmd_conn *c, *o;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	struct gpucmd_service_report row;
+	struct gpucmd_report *rep = NULL;
+	struct timespec t0, t1;
+	char told[768];
+	uint64_t id;
+
+	start_with("[service q]\n"
+		   "memory_limit = 1M\n"
+		   "[service other]\n");
+	c = connect_as("q");
+	id = gpucmd_info(c)->connection_id;
+	ck_assert_uint_eq(row_of(c, "q").last_refusal.unix_ms, 0);
+
+	clock_gettime(CLOCK_REALTIME, &t0);
+	b = alloc_batch(c, 3, 1, 2 * MIB);
+	ck_assert_int_eq(gpucmd_run(b, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_EQUOTA);
+	snprintf(told, sizeof(told), "%s", gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	clock_gettime(CLOCK_REALTIME, &t1);
+
+	row = row_of(c, "q");
+	ck_assert_uint_eq(row.oom_count, 1);
+	ck_assert_uint_ge(row.last_refusal.unix_ms,
+			  (uint64_t)t0.tv_sec * 1000 + t0.tv_nsec / 1000000);
+	ck_assert_uint_le(row.last_refusal.unix_ms,
+			  (uint64_t)t1.tv_sec * 1000 + t1.tv_nsec / 1000000);
+	ck_assert_uint_eq(row.last_refusal.size, 2 * MIB);
+	ck_assert_uint_eq(row.last_refusal.connection_id, id);
+	ck_assert_uint_eq(row.last_refusal.stream, 3);
+	ck_assert_int_eq(row.last_refusal.code, GPUCMD_EQUOTA);
+	ck_assert_str_eq(row.last_refusal.message, told);
+	ck_assert_msg(strstr(told, "2097152") != NULL, "%s", told);
+
+	/* The next one replaces it, and it stays once the client is gone. */
+	expect_fail(alloc_batch(c, 0, 2, 3 * MIB), 0, GPUCMD_EQUOTA, "3145728");
+	gpucmd_close(c);
+	o = connect_as("other");
+	ck_assert_uint_eq(row_of(o, "other").last_refusal.unix_ms, 0);
+	gpucmd_close(o);
+	c = connect_as("q");
+	row = row_of(c, "q");
+	ck_assert_uint_eq(row.oom_count, 2);
+	ck_assert_uint_eq(row.last_refusal.size, 3 * MIB);
+	ck_assert_uint_eq(row.last_refusal.stream, 0);
+	ck_assert_msg(strstr(row.last_refusal.message, "3145728") != NULL, "%s",
+		      row.last_refusal.message);
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	ck_assert_uint_eq(rep->totals.last_refusal.unix_ms, 0);
+	gpucmd_report_free(rep);
+	gpucmd_close(c);
+}
+END_TEST
 
 START_TEST(quota_exact_at_the_boundary)
 {
@@ -4031,6 +4098,7 @@ static Suite *make_suite(void)
 	tcase_add_checked_fixture(tc, conf_setup, conf_teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, quota_exact_at_the_boundary);
+	tcase_add_test(tc, last_refusal_is_in_the_report);
 	tcase_add_test(tc, quota_bounds_memory_released_behind_a_kernel);
 	tcase_add_test(tc, same_stream_release_is_reused_at_once);
 	tcase_add_test(tc, quota_bounds_releases_on_their_own_streams);
