@@ -1118,6 +1118,36 @@ static int kernel_op(struct gpucmd_batch *b, uint64_t module, const char *name,
 	return 0;
 }
 
+/*
+ * Why submit sends no batch: the refusal its builders met, with what
+ * each code means there (the builders return only the code).
+ */
+static int batch_refused(struct gpucmd_batch *b)
+{
+	const struct gpucmd_info *info = gpucmd_info(b->conn);
+	char why[200];
+
+	if (b->error == GPUCMD_ELIMIT)
+		snprintf(why, sizeof(why),
+			 "the batch held max_ops_per_batch (%u) ops, or the "
+			 "op's data was over max_frame_bytes (%u)",
+			 info->max_ops_per_batch, info->max_frame_bytes);
+	else if (b->error == GPUCMD_EINVAL)
+		snprintf(why, sizeof(why),
+			 "an argument was invalid: a handle, region or "
+			 "module of 0, a NULL pointer with a length, an empty "
+			 "name, a bad layout, pool or kernel argument");
+	else if (b->error == -ENOMEM)
+		snprintf(why, sizeof(why), "this process ran out of memory");
+	else
+		snprintf(why, sizeof(why), "%s", gpucmd_strerror(b->error));
+	return conn_refuse(b->conn, b->error,
+			   "the batch was not sent (a batch goes whole or "
+			   "not at all): the builder of its op %zu (counting "
+			   "from 0) refused it with %s: %s",
+			   b->error_op, gpucmd_errname(b->error), why);
+}
+
 GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id)
 {
 	uint64_t got;
@@ -1129,12 +1159,7 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id)
 		return GPUCMD_EINVAL;
 	}
 	if (b->error != 0) {
-		r = conn_refuse(b->conn, b->error,
-				"the batch was not sent: its op %zu (counting "
-				"from 0) was refused as it was built: %s; "
-				"check each builder's return, or "
-				"gpucmd_batch_error before submitting",
-				b->error_op, gpucmd_strerror(b->error));
+		r = batch_refused(b);
 		gpucmd_batch_free(b);
 		return r;
 	}

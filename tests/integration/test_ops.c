@@ -2190,8 +2190,10 @@ START_TEST(batch_calls_check_their_arguments)
 	ck_assert_int_eq(gpucmd_batch_ping(b), GPUCMD_EINVAL);
 	ck_assert_uint_eq(gpucmd_batch_count(b), 1);
 	ck_assert_int_eq(gpucmd_submit(b, &id), GPUCMD_EINVAL);
-	ck_assert_msg(strstr(gpucmd_last_message(c), "not sent: its op 1 ") !=
-			      NULL,
+	ck_assert_msg(strstr(gpucmd_last_message(c),
+			     "the builder of its op 1 (counting from 0) "
+			     "refused it with GPUCMD_EINVAL: an argument was "
+			     "invalid") != NULL,
 		      "%s", gpucmd_last_message(c));
 	/* Nothing ran: handle 1 does not exist, and the connection serves. */
 	b = batch(c, 0);
@@ -2222,6 +2224,9 @@ START_TEST(batch_calls_check_their_arguments)
 		ck_assert_int_eq(gpucmd_batch_ping(full), 0);
 	ck_assert_int_eq(gpucmd_batch_ping(full), GPUCMD_ELIMIT);
 	ck_assert_int_eq(gpucmd_submit(full, &id), GPUCMD_ELIMIT);
+	ck_assert_msg(strstr(gpucmd_last_message(c),
+			     "held max_ops_per_batch (") != NULL,
+		      "%s", gpucmd_last_message(c));
 
 	/* A submit needs the batch and a place for its id. */
 	ck_assert_int_eq(gpucmd_submit(NULL, &id), GPUCMD_EINVAL);
