@@ -51,21 +51,17 @@ static void die(struct gpucmd_conn *conn, const char *what, int rc)
 }
 
 /*
- * Run a batch that must succeed; the response is the caller's.  built is
- * the first failure of the builders that made b, if any: it is reported
- * here, with the batch freed.
+ * Run a batch that must succeed; the response is the caller's.  The
+ * builders that made b need no checks of their own: one that refused its
+ * op made the batch keep the refusal, and gpucmd_run then sends nothing and
+ * returns it, with gpucmd_last_message naming the op (die prints it).
  */
 static struct gpucmd_response *run(struct gpucmd_conn *conn,
-				   struct gpucmd_batch *b, int built,
-				   const char *what)
+				   struct gpucmd_batch *b, const char *what)
 {
 	struct gpucmd_response *r;
 	int rc;
 
-	if (built < 0) {
-		gpucmd_batch_free(b);
-		die(conn, what, built);
-	}
 	if ((rc = gpucmd_run(b, &r)) < 0)
 		die(conn, what, rc);
 	if ((rc = gpucmd_response_error(r)) != 0) {
@@ -152,19 +148,16 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < N; i++)
 		w[i] = (float)(i % 3);
 	b = batch(conn);
-	(void)((rc = gpucmd_batch_empty(b, H_X, BYTES)) < 0 ||
-	       (rc = gpucmd_batch_create_with_data(b, H_W, w, sizeof(w))) < 0 ||
-	       (rc = gpucmd_batch_empty(b, H_Y, BYTES)) < 0 ||
-	       (rc = gpucmd_batch_empty(b, H_SUM, sizeof(float))) < 0 ||
-	       (rc = gpucmd_batch_capture_begin(b)) < 0 ||
-	       (rc = gpucmd_batch_kernel(b, "scale_f32", grid, block, scale,
-					 3)) < 0 ||
-	       (rc = gpucmd_batch_kernel(b, "add_f32", grid, block, add, 4)) <
-		       0 ||
-	       (rc = gpucmd_batch_kernel(b, "reduce_sum_f32", grid, block, sum,
-					 3)) < 0 ||
-	       (rc = gpucmd_batch_capture_end(b, GRAPH)) < 0);
-	gpucmd_response_free(run(conn, b, rc, "capture"));
+	gpucmd_batch_empty(b, H_X, BYTES);
+	gpucmd_batch_create_with_data(b, H_W, w, sizeof(w));
+	gpucmd_batch_empty(b, H_Y, BYTES);
+	gpucmd_batch_empty(b, H_SUM, sizeof(float));
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_kernel(b, "scale_f32", grid, block, scale, 3);
+	gpucmd_batch_kernel(b, "add_f32", grid, block, add, 4);
+	gpucmd_batch_kernel(b, "reduce_sum_f32", grid, block, sum, 3);
+	gpucmd_batch_capture_end(b, GRAPH);
+	gpucmd_response_free(run(conn, b, "capture"));
 
 	for (unsigned req = 0; req < requests; req++) {
 		const void *data;
@@ -175,13 +168,11 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < N; i++)
 			in[i] = (float)(2 * ((i + req) % 11));
 		b = batch(conn);
-		(void)((rc = gpucmd_batch_write_region(b, H_X, 0, REGION, 0,
-						       BYTES)) < 0 ||
-		       (rc = gpucmd_batch_graph_launch(b, GRAPH)) < 0 ||
-		       (rc = gpucmd_batch_read(b, H_Y, 0, BYTES)) < 0 ||
-		       (rc = gpucmd_batch_read(b, H_SUM, 0, sizeof(float))) <
-			       0);
-		r = run(conn, b, rc, "replay");
+		gpucmd_batch_write_region(b, H_X, 0, REGION, 0, BYTES);
+		gpucmd_batch_graph_launch(b, GRAPH);
+		gpucmd_batch_read(b, H_Y, 0, BYTES);
+		gpucmd_batch_read(b, H_SUM, 0, sizeof(float));
+		r = run(conn, b, "replay");
 		if (gpucmd_response_data(r, 2, &data, &len) < 0 ||
 		    len != BYTES) {
 			fprintf(stderr, "graph: request %u: no y\n", req);
@@ -217,32 +208,27 @@ int main(int argc, char **argv)
 
 	/* Refusals: each names the operation and says why. */
 	b = batch(conn);
-	rc = gpucmd_batch_graph_launch(b, GRAPH + 1);
-	if (rc < 0)
-		die(conn, "graph_launch", rc);
+	gpucmd_batch_graph_launch(b, GRAPH + 1);
 	expect_refusal(conn, b, GPUCMD_ENOTFOUND, 0, "an unknown graph");
 
 	b = batch(conn);
-	if ((rc = gpucmd_batch_sync(b)) < 0 ||
-	    (rc = gpucmd_batch_release(b, H_W)) < 0)
-		die(conn, "release", rc);
+	gpucmd_batch_sync(b);
+	gpucmd_batch_release(b, H_W);
 	expect_refusal(conn, b, GPUCMD_EBUSY, 1, "releasing what a graph uses");
 
 	b = batch(conn);
-	rc = gpucmd_batch_kernel(b, "add_f32", grid, block, past_end, 4);
-	if (rc < 0)
-		die(conn, "kernel", rc);
+	gpucmd_batch_kernel(b, "add_f32", grid, block, past_end, 4);
 	expect_refusal(conn, b, GPUCMD_EINVAL, 0,
 		       "a launch past a buffer's end");
 
 	/* Once the graph is gone its buffers may go too. */
 	b = batch(conn);
-	(void)((rc = gpucmd_batch_graph_destroy(b, GRAPH)) < 0 ||
-	       (rc = gpucmd_batch_release(b, H_X)) < 0 ||
-	       (rc = gpucmd_batch_release(b, H_W)) < 0 ||
-	       (rc = gpucmd_batch_release(b, H_Y)) < 0 ||
-	       (rc = gpucmd_batch_release(b, H_SUM)) < 0);
-	gpucmd_response_free(run(conn, b, rc, "teardown"));
+	gpucmd_batch_graph_destroy(b, GRAPH);
+	gpucmd_batch_release(b, H_X);
+	gpucmd_batch_release(b, H_W);
+	gpucmd_batch_release(b, H_Y);
+	gpucmd_batch_release(b, H_SUM);
+	gpucmd_response_free(run(conn, b, "teardown"));
 	if ((rc = gpucmd_region_release(conn, REGION)) < 0)
 		die(conn, "region_release", rc);
 	gpucmd_close(conn);

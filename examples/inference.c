@@ -37,7 +37,11 @@ enum { H_W = 1, H_BIAS, H_X0 = 100, H_Y0 = 200, H_SUM0 = 300 };
 
 static const uint32_t grid[3] = { 64, 1, 1 }, block[3] = { 256, 1, 1 };
 
-/* A call that returns only a code: name it, and the daemon's sentence. */
+/*
+ * A call that returns only a code: name it, and the sentence that goes
+ * with it (the daemon's, or the library's when it sent nothing: a batch
+ * one of whose builders refused an op).
+ */
 static void die(struct gpucmd_conn *conn, const char *what, int rc)
 {
 	const char *why = "";
@@ -78,9 +82,12 @@ static float input(unsigned req, size_t i)
 /*
  * Queue one request on slot: x from the region, y = copy of w, y += a*x,
  * y += bias, sum = reduce(y), then y back into the region and the sum
- * inline.  Builders fail only on bad arguments or limits; stop at the first.
+ * inline.  The builders' codes need no checking: a refused builder (a bad
+ * argument, a limit) queues nothing, and the batch keeps the refusal, so
+ * gpucmd_submit sends nothing and returns it, with gpucmd_last_message
+ * naming the op.
  */
-static int queue_request(struct gpucmd_batch *b, unsigned slot)
+static void queue_request(struct gpucmd_batch *b, unsigned slot)
 {
 	uint64_t x = H_X0 + slot, y = H_Y0 + slot;
 	size_t off = (size_t)slot * 2 * BYTES;
@@ -93,20 +100,14 @@ static int queue_request(struct gpucmd_batch *b, unsigned slot)
 				   gpucmd_arg_u32(N) };
 	struct gpucmd_arg rs[] = { gpucmd_arg_buffer(H_SUM0 + slot),
 				   gpucmd_arg_buffer(y), gpucmd_arg_u32(N) };
-	int rc;
 
-	if ((rc = gpucmd_batch_write_region(b, x, 0, REGION, off, BYTES)) < 0 ||
-	    (rc = gpucmd_batch_kernel(b, "copy", grid, block, cp, 3)) < 0 ||
-	    (rc = gpucmd_batch_kernel(b, "saxpy_f32", grid, block, ax, 4)) <
-		    0 ||
-	    (rc = gpucmd_batch_kernel(b, "add_f32", grid, block, ab, 4)) < 0 ||
-	    (rc = gpucmd_batch_kernel(b, "reduce_sum_f32", grid, block, rs,
-				      3)) < 0 ||
-	    (rc = gpucmd_batch_read_region(b, y, 0, BYTES, REGION,
-					   off + BYTES)) < 0 ||
-	    (rc = gpucmd_batch_read(b, H_SUM0 + slot, 0, sizeof(float))) < 0)
-		return rc;
-	return 0;
+	gpucmd_batch_write_region(b, x, 0, REGION, off, BYTES);
+	gpucmd_batch_kernel(b, "copy", grid, block, cp, 3);
+	gpucmd_batch_kernel(b, "saxpy_f32", grid, block, ax, 4);
+	gpucmd_batch_kernel(b, "add_f32", grid, block, ab, 4);
+	gpucmd_batch_kernel(b, "reduce_sum_f32", grid, block, rs, 3);
+	gpucmd_batch_read_region(b, y, 0, BYTES, REGION, off + BYTES);
+	gpucmd_batch_read(b, H_SUM0 + slot, 0, sizeof(float));
 }
 
 /* Check the answer of request req, which used slot. */
@@ -181,25 +182,18 @@ int main(int argc, char **argv)
 		host[i] = weight(i);
 	if ((rc = gpucmd_batch_new(conn, 0, &b)) < 0)
 		die(conn, "batch_new", rc);
-	if ((rc = gpucmd_batch_empty(b, H_W, BYTES)) < 0 ||
-	    (rc = gpucmd_batch_empty(b, H_BIAS, BYTES)) < 0 ||
-	    (rc = gpucmd_batch_kernel(b, "fill_u32", grid, block,
-				      (struct gpucmd_arg[]){
-					      gpucmd_arg_buffer(H_BIAS),
-					      gpucmd_arg_u32(0x3f800000),
-					      gpucmd_arg_u32(N) },
-				      3)) < 0) {
-		gpucmd_batch_free(b);
-		die(conn, "building the setup batch", rc);
-	}
-	for (unsigned s = 0; s < DEPTH && rc == 0; s++)
-		if ((rc = gpucmd_batch_empty(b, H_X0 + s, BYTES)) < 0 ||
-		    (rc = gpucmd_batch_empty(b, H_Y0 + s, BYTES)) < 0 ||
-		    (rc = gpucmd_batch_empty(b, H_SUM0 + s, sizeof(float))) < 0)
-			break;
-	if (rc < 0) {
-		gpucmd_batch_free(b);
-		die(conn, "building the setup batch", rc);
+	/* A builder's refusal is gpucmd_run's code: one check serves all. */
+	gpucmd_batch_empty(b, H_W, BYTES);
+	gpucmd_batch_empty(b, H_BIAS, BYTES);
+	gpucmd_batch_kernel(b, "fill_u32", grid, block,
+			    (struct gpucmd_arg[]){ gpucmd_arg_buffer(H_BIAS),
+						   gpucmd_arg_u32(0x3f800000),
+						   gpucmd_arg_u32(N) },
+			    3);
+	for (unsigned s = 0; s < DEPTH; s++) {
+		gpucmd_batch_empty(b, H_X0 + s, BYTES);
+		gpucmd_batch_empty(b, H_Y0 + s, BYTES);
+		gpucmd_batch_empty(b, H_SUM0 + s, sizeof(float));
 	}
 	if ((rc = gpucmd_run(b, &r)) < 0)
 		die(conn, "setup", rc);
@@ -225,11 +219,11 @@ int main(int argc, char **argv)
 				x[i] = input(sent, i);
 			if ((rc = gpucmd_batch_new(conn, 0, &b)) < 0)
 				die(conn, "batch_new", rc);
-			if ((rc = queue_request(b, slot)) < 0) {
-				gpucmd_batch_free(b);
-				die(conn, "building a request", rc);
-			}
-			/* submit consumes the batch, even when it fails */
+			queue_request(b, slot);
+			/*
+			 * submit consumes the batch, even when it fails; a
+			 * builder's refusal fails it before anything is sent
+			 */
 			if ((rc = gpucmd_submit(b, &ids[slot])) < 0)
 				die(conn, "submit", rc);
 			sent++;
