@@ -4,11 +4,13 @@
 # nothing on stderr.  graph also prints the three refusals it provokes,
 # each with the daemon's message.  A second run of inference finds the
 # daemon serving still, and with the threads example at once, the two
-# services do not disturb each other.
+# services do not disturb each other.  reconnect serves on while its
+# daemon is killed (SIGKILL, as a crash would) and another starts on the
+# same socket, between requests and during one.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 lib_init examples
-for e in inference threads graph; do
+for e in inference threads graph reconnect; do
 	[ -x "$BUILD/examples/$e" ] ||
 		fail "$BUILD/examples/$e is missing: run make examples first"
 done
@@ -62,6 +64,81 @@ rc=$?
 [ $rc -eq 0 ] || fail "threads beside inference exited $rc: $(cat "$dir/threads2.log")"
 grep -qxF "threads: 8 threads x 20 rounds, 2 streams each: OK" "$dir/threads2.out" ||
 	fail "threads beside inference printed: $(cat "$dir/threads2.out")"
+
+# A daemon that dies and another on its socket.  Requests go to reconnect
+# through a FIFO, so each step waits for what it needs (an answer, a
+# listening daemon) instead of sleeping.  The FIFO is opened read-write
+# here, after reconnect opened it (neither open blocks, a write never
+# raises SIGPIPE), and closed from what starts later, so that closing it
+# here is reconnect's end of input.
+mkfifo "$dir/reconnect.in" || fail "mkfifo"
+"$BUILD/examples/reconnect" 10000 <"$dir/reconnect.in" \
+	>"$dir/reconnect.out" 2>"$dir/reconnect.log" &
+rpid=$!
+pids="$pids $rpid"
+exec 3<>"$dir/reconnect.in"
+
+# await WHAT CMD...: returns once CMD succeeds; fails after 10 s, or once
+# reconnect has exited without it
+await() {
+	what=$1
+	shift
+	i=0
+	until "$@"; do
+		kill -0 "$rpid" 2>/dev/null || "$@" ||
+			fail "reconnect exited before $what: $(cat "$dir/reconnect.out")"
+		i=$((i + 1))
+		[ $i -gt 500 ] &&
+			fail "reconnect: no $what within 10 s: $(cat "$dir/reconnect.out")"
+		sleep 0.02
+	done
+}
+answered() {
+	grep -q "^request $1: sum " "$dir/reconnect.out"
+}
+listening() {
+	g status >/dev/null 2>&1
+}
+# crash: SIGKILL to the daemon, and another on the same socket (the dead
+# one's socket file stays, as after a crash; the new daemon replaces it)
+crash() {
+	kill -KILL "$pid"
+	wait "$pid" 2>/dev/null
+	pid=""
+	start_daemon 3>&-
+	await "a daemon listening again" listening
+}
+
+echo 1 >&3
+await "the answer to request 1" answered 1
+# Between requests: the next one finds its connection dead.
+crash
+echo 2 >&3
+await "the answer to request 2" answered 2
+# During a request, or just before or after it: whichever it is, request
+# 3 is answered, and request 4 finds the connection dead if 3 did not.
+echo 3 >&3
+crash
+echo 4 >&3
+await "the answer to request 4" answered 4
+exec 3>&-
+i=0
+while kill -0 "$rpid" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "reconnect did not end at the end of its input"
+	sleep 0.02
+done
+wait "$rpid"
+rc=$?
+[ $rc -eq 0 ] || fail "reconnect exited $rc: $(cat "$dir/reconnect.log")"
+[ -s "$dir/reconnect.log" ] && fail "reconnect wrote to stderr"
+expect reconnect "reconnect: 4 requests, 2 reconnects: OK"
+n=$(grep -c '^reconnect: reconnected after ' "$dir/reconnect.out")
+[ "$n" -eq 2 ] || fail "reconnect said it reconnected $n times, not 2: $(cat "$dir/reconnect.out")"
+for r in 1 2 3 4; do
+	[ "$(grep -c "^request $r: sum " "$dir/reconnect.out")" -eq 1 ] ||
+		fail "request $r was not answered once: $(cat "$dir/reconnect.out")"
+done
 
 # Every example closed what it opened: once the daemon has freed what the
 # closed connections held (when their streams are idle), nothing is left.
