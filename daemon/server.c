@@ -238,6 +238,12 @@ static void on_wakeup(uv_async_t *async)
 			"manager restarts gpucmdd with a fresh device context",
 			fatal);
 		srv->exit_code = 1;
+		snprintf(srv->stop_reason, sizeof(srv->stop_reason),
+			 "%s; gpucmdd stops and restarts with a fresh device "
+			 "context: connect again, then upload buffers and "
+			 "capture graphs again (libgpucmd(3), "
+			 "examples/reconnect.c)",
+			 fatal);
 		server_stop(srv);
 	}
 
@@ -1316,6 +1322,11 @@ void server_stop(struct server *srv)
 		return;
 	srv->stopping = true;
 	srv->stop_began_ms = uv_now(srv->loop);
+	if (srv->stop_reason[0] == '\0')
+		snprintf(srv->stop_reason, sizeof(srv->stop_reason),
+			 "gpucmdd is shutting down: connect again once it has "
+			 "restarted (buffers, graphs and regions do not "
+			 "survive it)");
 	sd_stopping();
 	if (srv->listening) {
 		/*

@@ -110,6 +110,12 @@ struct server {
 	 */
 	int (*rebuild)(struct config *cfg, char *err, size_t err_len);
 	char fatal[256]; /* set by the device thread, under lock */
+	/*
+	 * What each connection is told as the daemon stops (an Error frame
+	 * of GPUCMD_EDISCONNECTED before its socket closes): why, and what
+	 * to do.  Set by server_stop (loop thread).
+	 */
+	char stop_reason[512];
 };
 
 /**

@@ -844,10 +844,24 @@ static void resume_reading(struct session *s)
 		s->reading = true;
 }
 
+/*
+ * A connection the daemon closes as it stops: an Error frame says why
+ * (else the client reads only "closed without saying why"), after the
+ * replies already queued.  One not yet joined is only closed.
+ */
+static void stop_close(struct session *s)
+{
+	if (s->state == SESSION_READY)
+		session_refuse(s, GPUCMD_EDISCONNECTED, "%s",
+			       s->server->stop_reason);
+	else
+		session_close(s, "the daemon is shutting down");
+}
+
 void session_drain(struct session *s)
 {
 	if (s->state != SESSION_READY || s->in_flight == 0) {
-		session_close(s, "the daemon is shutting down");
+		stop_close(s);
 		return;
 	}
 	s->draining = true;
@@ -905,7 +919,7 @@ void session_reply(struct session *s, uint8_t *buf, size_t len,
 	s->in_flight--;
 	if (s->draining) {
 		if (s->in_flight == 0)
-			session_close(s, "the daemon is shutting down");
+			stop_close(s);
 	} else if (s->in_flight < s->server->cfg.limits.max_in_flight) {
 		/*
 		 * Whole frames read ahead wait in rbuf for their turn, and a

@@ -488,6 +488,16 @@ for mode in "" FAKECUDA_FAULT_AT_LAUNCH=1 \
 		>"$dir/log" 2>&1 &
 	pid=$!
 	wait_socket "$sock"
+	# A bystander: another service's connection is told why it ends.
+	g --service bystander ping -c 1000000000 >/dev/null \
+		2>"$dir/bystander.err" &
+	bpid=$!
+	i=0
+	until g services | grep -q "^bystander "; do
+		i=$((i + 1))
+		[ $i -gt 200 ] && fail "the bystander never joined ($mode)"
+		sleep 0.05
+	done
 	out=$(printf 'kernel fault grid=1 block=1\nsync\n' |
 		g exec --json - 2>&1) &&
 		fail "the faulting script succeeded ($mode)"
@@ -503,5 +513,9 @@ for mode in "" FAKECUDA_FAULT_AT_LAUNCH=1 \
 		fail "the daemon exited $status after a fault, not 1 ($mode)"
 	grep -q 'device is lost' "$dir/log" ||
 		fail "no log line about the lost device ($mode)"
+	wait "$bpid"
+	grep -q "faulted.*lost for every client; gpucmdd stops and restarts with a fresh device context: connect again" \
+		"$dir/bystander.err" ||
+		fail "the bystander was not told why ($mode): $(cat "$dir/bystander.err")"
 done
 exit 0

@@ -3925,6 +3925,25 @@ START_TEST(sigterm_drains_in_flight_batches)
 	}
 	ck_assert_uint_ge(harness_now_us() - t0, 300000);
 	gpucmd_response_free(r);
+	/*
+	 * Then the daemon says why it closes the connection: the next call
+	 * gets GPUCMD_EDISCONNECTED with that sentence, not "closed without
+	 * saying why".
+	 */
+	{
+		const char *why = "";
+
+		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		gpucmd_batch_ping(b);
+		rc = gpucmd_run(b, &r);
+		ck_assert_int_eq(rc, GPUCMD_EDISCONNECTED);
+		ck_assert_int_eq(gpucmd_conn_error(c, &why),
+				 GPUCMD_EDISCONNECTED);
+		ck_assert_msg(strstr(why,
+				     "gpucmdd is shutting down: connect "
+				     "again once it has restarted") != NULL,
+			      "%s", why);
+	}
 	gpucmd_close(c);
 
 	status = daemon_wait_exit(&the_daemon);
