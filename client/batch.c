@@ -941,6 +941,12 @@ GPUCMD_EXTERN int gpucmd_batch_capture_end(struct gpucmd_batch *b,
 	return batch_add_u64(b, GPUCMD__OP__OP_CAPTURE_END, graph);
 }
 
+GPUCMD_EXTERN int gpucmd_batch_capture_abort(struct gpucmd_batch *b)
+{
+	/* capture_end of graph 0: the daemon discards the recording. */
+	return batch_add_u64(b, GPUCMD__OP__OP_CAPTURE_END, 0);
+}
+
 GPUCMD_EXTERN int gpucmd_batch_graph_launch(struct gpucmd_batch *b,
 					    uint64_t graph)
 {

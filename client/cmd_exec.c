@@ -1226,11 +1226,21 @@ static int parse_profile(struct script *s, struct op *op)
 	return 0;
 }
 
-/* capture begin | capture end GRAPH */
+/* capture begin | capture end GRAPH | capture abort */
 static int parse_capture(struct script *s, struct op *op)
 {
 	struct binding *b;
 
+	if (strcmp(s->word[1], "abort") == 0) {
+		if (s->nwords != 2)
+			return parse_error(s, 2,
+					   "capture abort takes no "
+					   "operands");
+		/* capture_end of graph 0: the recording is discarded. */
+		op->kind = OP_CAPTURE_END;
+		op->id = 0;
+		return 0;
+	}
 	if (strcmp(s->word[1], "begin") == 0) {
 		if (s->nwords != 2)
 			return parse_error(s, 2,
@@ -1240,7 +1250,8 @@ static int parse_capture(struct script *s, struct op *op)
 		return 0;
 	}
 	if (strcmp(s->word[1], "end") != 0)
-		return parse_error(s, 1, "expected begin or end, not '%s'",
+		return parse_error(s, 1,
+				   "expected begin, end or abort, not '%s'",
 				   s->word[1]);
 	if (s->nwords != 3)
 		return parse_error(s, s->nwords < 3 ? s->nwords : 3,
@@ -1701,7 +1712,8 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 	case OP_CAPTURE_BEGIN:
 		return gpucmd_batch_capture_begin(b);
 	case OP_CAPTURE_END:
-		return gpucmd_batch_capture_end(b, op->id);
+		return op->id == 0 ? gpucmd_batch_capture_abort(b) :
+				     gpucmd_batch_capture_end(b, op->id);
 	case OP_LAUNCH:
 		return gpucmd_batch_graph_launch(b, op->id);
 	case OP_DESTROY:

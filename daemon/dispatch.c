@@ -1585,16 +1585,29 @@ static int op_capture_end(struct command_ctx *ctx, struct batch *b, size_t i,
 		return fail(b, GPUCMD_EINVAL,
 			    "stream %u is not recording: capture_begin first",
 			    s->number);
-	if (op->graph == 0 || graph_find(set->graphs, op->graph) != NULL)
-		return fail(b, op->graph ? GPUCMD_EEXIST : GPUCMD_EINVAL,
-			    "graph id %llu is %s: choose another non-zero id "
-			    "(the capture goes on)",
-			    (unsigned long long)op->graph,
-			    op->graph ? "already taken" : "invalid");
+	if (op->graph != 0 && graph_find(set->graphs, op->graph) != NULL)
+		return fail(b, GPUCMD_EEXIST,
+			    "graph id %llu is already taken: choose another "
+			    "non-zero id, or 0 to discard the capture (the "
+			    "capture goes on)",
+			    (unsigned long long)op->graph);
 	rc = d->ops->capture_end(d, s->ds, &g->dg);
 	s->capturing = false;
 	s->recording = NULL;
 	memory_manager_set_capture(s->memory, false);
+	/*
+	 * Graph 0 discards what was recorded (capture_abort): the way out
+	 * of a capture that a failed batch left open, whatever the driver
+	 * made of it.
+	 */
+	if (op->graph == 0) {
+		if (rc != 0)
+			g->dg = NULL;
+		graph_free(d, g);
+		streams_flush_drops(set);
+		result_done(&b->results[i]);
+		return 0;
+	}
 	if (rc != 0) {
 		g->dg = NULL;
 		graph_free(d, g);

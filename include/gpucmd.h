@@ -559,9 +559,18 @@ GPUCMD_EXTERN int gpucmd_batch_profile_end(struct gpucmd_batch *b,
 
 /* Start recording the stream. */
 GPUCMD_EXTERN int gpucmd_batch_capture_begin(struct gpucmd_batch *b);
-/* Stop recording into graph (non-zero, not in use: else EINVAL/EEXIST). */
+/*
+ * Stop recording into graph (not in use: else GPUCMD_EEXIST, and the
+ * capture goes on; 0 is gpucmd_batch_capture_abort).
+ */
 GPUCMD_EXTERN int gpucmd_batch_capture_end(struct gpucmd_batch *b,
 					   uint64_t graph);
+/*
+ * Stop recording and discard what was recorded: the way out of a capture
+ * that a failed batch left open (its capture_end never ran).  Buffers the
+ * recording held may be released again.
+ */
+GPUCMD_EXTERN int gpucmd_batch_capture_abort(struct gpucmd_batch *b);
 /* Replay graph on the stream (GPUCMD_ENOTFOUND if it does not exist). */
 GPUCMD_EXTERN int gpucmd_batch_graph_launch(struct gpucmd_batch *b,
 					    uint64_t graph);

@@ -255,6 +255,27 @@ fi
 g exec "$dir/long.gs" >/dev/null 2>"$dir/long.err" || fail "exec exited $?"
 [ ! -s "$dir/long.err" ] || fail "progress without a terminal: $(cat "$dir/long.err")"
 
+# 9c. capture abort: the recording is discarded, the recorded fill never
+#     runs, and the stream reads again (test_ops checks it after a failed
+#     batch)
+out=$(g exec 2>&1 <<'SCRIPT'
+empty z 4
+write z hex:00000000
+submit
+capture begin
+kernel fill_u32 grid=1 block=1 z u32:7 u32:1
+submit
+capture abort
+read z
+SCRIPT
+) || fail "capture abort: exit $?: $out"
+[ "$out" = "00000000" ] || fail "capture abort: read '$out'"
+err=$(printf 'capture abort extra\n' | g exec 2>&1) && fail "capture abort extra parsed"
+case "$err" in
+*"capture abort takes no operands"*) ;;
+*) fail "capture abort extra: '$err'" ;;
+esac
+
 # 10. SIGTERM: a clean exit 0
 stop_daemon
 exit 0

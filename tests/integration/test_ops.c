@@ -1644,6 +1644,69 @@ START_TEST(graph_replays_are_bounded)
 }
 END_TEST
 
+/*
+ * A batch that fails after its capture_begin leaves the stream recording;
+ * capture_abort ends the capture and discards it: nothing recorded runs,
+ * reads work again, and the buffers the recording held may be released.
+ */
+START_TEST(capture_abort_discards_the_recording)
+{
+	static const uint32_t one[3] = { 1, 1, 1 }, block[3] = { 4, 1, 1 };
+	static const uint8_t zero[16];
+	struct gpucmd_conn *c = connect_as("ops");
+	struct gpucmd_arg fill[3] = { gpucmd_arg_buffer(1), gpucmd_arg_u32(7),
+				      gpucmd_arg_u32(4) };
+	struct gpucmd_response *r;
+	struct gpucmd_batch *b;
+	const void *data;
+	size_t len;
+	int idx;
+
+	b = batch(c, 0);
+	gpucmd_batch_create_with_data(b, 1, zero, sizeof(zero));
+	gpucmd_batch_sync(b);
+	run_done(b);
+	b = batch(c, 0);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_kernel(b, "fill_u32", one, block, fill, 3);
+	gpucmd_batch_kernel(b, "no_such_kernel", one, one, NULL, 0);
+	gpucmd_batch_capture_end(b, 9);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ENOKERNEL);
+	ck_assert_int_eq(idx, 2);
+	/* Still recording: a read is refused. */
+	b = batch(c, 0);
+	gpucmd_batch_read(b, 1, 0, 16);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	ck_assert_msg(strstr(last_message, "record") != NULL, "%s",
+		      last_message);
+
+	b = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_capture_abort(b), 0);
+	gpucmd_batch_read(b, 1, 0, 16);
+	ck_assert_int_eq(gpucmd_run(b, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	/* The recorded fill never ran, and no graph 9 was kept. */
+	ck_assert_int_eq(gpucmd_response_data(r, 1, &data, &len), 0);
+	ck_assert_uint_eq(len, 16);
+	ck_assert_int_eq(memcmp(data, zero, 16), 0);
+	gpucmd_response_free(r);
+	b = batch(c, 0);
+	gpucmd_batch_graph_launch(b, 9);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_ENOTFOUND);
+	/* The buffer is no graph's: it may go. */
+	b = batch(c, 0);
+	gpucmd_batch_release(b, 1);
+	run_done(b);
+	/* Not recording now: another abort is refused. */
+	b = batch(c, 0);
+	gpucmd_batch_capture_abort(b);
+	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
+	ck_assert_msg(strstr(last_message, "not recording") != NULL, "%s",
+		      last_message);
+	gpucmd_close(c);
+}
+END_TEST
+
 START_TEST(capture_refuses_reads_syncs_allocations)
 {
 	struct gpucmd_conn *c = connect_as("ops");
@@ -1687,10 +1750,6 @@ START_TEST(capture_refuses_reads_syncs_allocations)
 	gpucmd_batch_bind(b, 2, 4);
 	gpucmd_batch_write(b, 4, 0, "0123456789abcdef", 16);
 	run_done(b);
-	/* Graph ids: 0 is invalid; the capture goes on after a refusal. */
-	b = batch(c, 0);
-	gpucmd_batch_capture_end(b, 0);
-	ck_assert_int_eq(run_code(b, &idx), GPUCMD_EINVAL);
 	b = batch(c, 0);
 	gpucmd_batch_capture_end(b, 5);
 	gpucmd_batch_graph_launch(b, 5);
@@ -2328,6 +2387,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, graph_replay_equals_eager);
 	tcase_add_test(tc, graph_holds_its_handles);
 	tcase_add_test(tc, capture_refuses_reads_syncs_allocations);
+	tcase_add_test(tc, capture_abort_discards_the_recording);
 	tcase_add_test(tc, capture_and_other_streams);
 	tcase_add_test(tc, capture_ignores_uses_that_completed);
 	tcase_add_test(tc, profiles_and_graphs_are_bounded);
