@@ -73,6 +73,13 @@ bool conn_has_room(const struct gpucmd_conn *c, size_t n);
  * gives the large-buffer pool back at once (gpucmd_response_free).
  */
 bool conn_none_open(void);
+/**
+ * 0 when conn was opened by this process; else (a child of fork() that
+ * inherited it) refuse with GPUCMD_EINVAL and a sentence that says what to
+ * do.  Cheap unless sure: then getpid() is asked even when no fork was
+ * seen (pthread_atfork misses _Fork and raw clones).
+ */
+int conn_check_process(struct gpucmd_conn *conn, bool sure);
 /** Remember the daemon's message of a failure (gpucmd_last_message). */
 void conn_set_message(struct gpucmd_conn *conn, const char *msg);
 /** Refuse a call on this side: keep the sentence (printf), return code. */

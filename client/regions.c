@@ -248,6 +248,9 @@ GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
 
 	if (conn == NULL || ptr == NULL)
 		return GPUCMD_EINVAL;
+	r = conn_check_process(conn, true);
+	if (r < 0)
+		return r;
 	conn_set_message(conn, "");
 	if (id == 0 || id >= GPUCMD_REGION_ID_RESERVED)
 		return conn_refuse(conn, GPUCMD_EINVAL,
@@ -279,8 +282,13 @@ GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
 
 GPUCMD_EXTERN int gpucmd_region_release(struct gpucmd_conn *conn, uint64_t id)
 {
+	int r;
+
 	if (conn == NULL)
 		return GPUCMD_EINVAL;
+	r = conn_check_process(conn, true);
+	if (r < 0)
+		return r;
 	conn_set_message(conn, "");
 	if (id == 0 || id >= GPUCMD_REGION_ID_RESERVED)
 		return conn_refuse(conn, GPUCMD_EINVAL,
@@ -467,6 +475,10 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn, uint32_t stream,
 
 	if (conn == NULL)
 		return GPUCMD_EINVAL;
+	/* Before the scratch region is touched: it is the opener's too. */
+	r = conn_check_process(conn, true);
+	if (r < 0)
+		return r;
 	conn_set_message(conn, "");
 	if (handle == 0 || (data == NULL && len > 0))
 		return conn_refuse(conn, GPUCMD_EINVAL,
@@ -535,6 +547,10 @@ GPUCMD_EXTERN int gpucmd_create_buffer(struct gpucmd_conn *conn,
 
 	if (conn == NULL)
 		return GPUCMD_EINVAL;
+	/* Before the scratch region is touched: it is the opener's too. */
+	r = conn_check_process(conn, true);
+	if (r < 0)
+		return r;
 	conn_set_message(conn, "");
 	if (handle == 0 || (data == NULL && len > 0))
 		return conn_refuse(conn, GPUCMD_EINVAL,
@@ -643,6 +659,10 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn, uint32_t stream,
 
 	if (conn == NULL)
 		return GPUCMD_EINVAL;
+	/* Before the scratch region is touched: it is the opener's too. */
+	r = conn_check_process(conn, true);
+	if (r < 0)
+		return r;
 	conn_set_message(conn, "");
 	if (handle == 0 || (out == NULL && len > 0))
 		return conn_refuse(conn, GPUCMD_EINVAL,

@@ -14,6 +14,14 @@
  * write, launch and read back in a single round trip.
  *
  * Threading: a connection and its batches belong to one thread at a time.
+ * fork(): a connection belongs to the process that opened it.  A child
+ * shares its socket and regions, so there every call that would use them
+ * (submit, wait, run, the region and transfer calls, reports, admin calls)
+ * fails at once with GPUCMD_EINVAL, sends nothing, and gpucmd_last_message
+ * says so; the child opens its own with gpucmd_connect, and may
+ * gpucmd_close the inherited one, which leaves the parent's alone.  It must
+ * not write through the region pointers it inherited: they are the
+ * parent's memory.
  * Every function returns 0 (or a count) on success and a negative GPUCMD_E*
  * code, or a negative errno, on failure; out-parameters are written only on
  * success.  gpucmd_strerror() names any of them.
@@ -111,7 +119,9 @@ struct gpucmd_memory_usage {
  * Open a connection to the daemon at socket_path (NULL: $GPUCMD_SOCKET, else
  * GPUCMD_DEFAULT_SOCKET) speaking for the service named service, and run the
  * Hello/Welcome handshake.  On refusal the code says why and, when msg is not
- * NULL, the daemon's message is copied there (msg_len bytes at most).
+ * NULL, the daemon's message is copied there (msg_len bytes at most).  The
+ * connection is this process's: after fork() a child opens its own (see
+ * the top of this file).
  */
 GPUCMD_EXTERN int gpucmd_connect(const char *socket_path, const char *service,
 				 struct gpucmd_conn **out, char *msg,
@@ -160,13 +170,16 @@ GPUCMD_EXTERN void gpucmd_set_timeout(struct gpucmd_conn *conn, int timeout_ms);
  * 0 while conn can be used.  Once the daemon closed it, sent an Error
  * frame, or a timeout closed it, the code it died with (every later submit
  * and wait returns it), and *why (when why is not NULL) says what
- * happened: the daemon's message when it sent one.
+ * happened: the daemon's message when it sent one.  GPUCMD_EINVAL in a
+ * process other than the one that opened conn (a child after fork()).
  */
 GPUCMD_EXTERN int gpucmd_conn_error(const struct gpucmd_conn *conn,
 				    const char **why);
 /*
  * Close the connection; the daemon releases every handle it held, and
- * every shared region is unmapped here.
+ * every shared region is unmapped here.  In a child after fork() it only
+ * frees the child's copy (memory, descriptor, mappings) and sends nothing:
+ * the parent's connection goes on.
  */
 GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *conn);
 /* The daemon's Welcome for this connection. */

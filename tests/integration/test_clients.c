@@ -829,6 +829,255 @@ START_TEST(connect_timeout_on_a_silent_listener)
 }
 END_TEST
 
+/*
+ * A connection inherited across fork(): the child's every call on it is
+ * refused at once (GPUCMD_EINVAL, and a sentence that names the opener),
+ * and the parent's connection goes on as if the child did not exist.
+ */
+
+/* The start of the refusal's sentence, which names the opener's pid. */
+#define FORK_SENTENCE "this connection was opened by process "
+
+/* What the child saw, sent back through a pipe. */
+struct fork_seen {
+	int submit, wait, run, status, report, cleanup, conn_error;
+	int region_create, region_release, write_buffer, read_buffer;
+	int create_buffer;
+	int refused_in_loop; /* submits refused while the parent pinged */
+	char message[768];   /* gpucmd_last_message after the submit */
+	char region_message[768];
+	int own_connect, own_bytes_ok, own_connections;
+};
+
+/* The child of fork_child_is_refused: try everything, report, _exit. */
+static void fork_child(struct gpucmd_conn *c, uint64_t parent_id, int out,
+		       int go)
+{
+	static uint8_t big[100000]; /* through the scratch region */
+	struct fork_seen seen;
+	struct gpucmd_response *resp = NULL;
+	struct gpucmd_report *rep = NULL;
+	struct gpucmd_status st;
+	struct gpucmd_conn *own = NULL;
+	struct gpucmd_batch *b;
+	const char *why = NULL;
+	uint64_t id = 0, n = 0;
+	void *p = NULL;
+	char x;
+
+	memset(&seen, 0, sizeof(seen));
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_ping(b);
+	seen.submit = gpucmd_submit(b, &id);
+	snprintf(seen.message, sizeof(seen.message), "%s",
+		 gpucmd_last_message(c));
+	/* The parent's request, answered or not: not the child's to take. */
+	seen.wait = gpucmd_wait(c, parent_id, &resp);
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_ping(b);
+	seen.run = gpucmd_run(b, &resp);
+	seen.status = gpucmd_status(c, &st);
+	seen.report = gpucmd_memory_report(c, &rep);
+	seen.cleanup = gpucmd_cleanup(c, NULL, &n);
+	seen.conn_error = gpucmd_conn_error(c, &why);
+	seen.region_create = gpucmd_region_create(c, 8, 4096, &p);
+	snprintf(seen.region_message, sizeof(seen.region_message), "%s",
+		 gpucmd_last_message(c));
+	seen.region_release = gpucmd_region_release(c, 7);
+	memset(big, 0x5a, sizeof(big));
+	seen.write_buffer = gpucmd_write_buffer(c, 0, 1, 0, big, sizeof(big));
+	seen.read_buffer = gpucmd_read_buffer(c, 0, 1, 0, sizeof(big), big);
+	seen.create_buffer = gpucmd_create_buffer(c, 0, 9, big, 64);
+	/* While the parent pings: every submit refused, none sent. */
+	if (read(go, &x, 1) != 1)
+		_exit(120);
+	for (int i = 0; i < 200; i++) {
+		gpucmd_batch_new(c, 0, &b);
+		gpucmd_batch_ping(b);
+		seen.refused_in_loop += gpucmd_submit(b, &id) == GPUCMD_EINVAL;
+	}
+	/* Its own connection works. */
+	seen.own_connect =
+		gpucmd_connect(the_daemon.sock, "forked", &own, NULL, 0);
+	if (seen.own_connect == 0) {
+		uint8_t mine[256];
+		const void *data = NULL;
+		size_t len = 0;
+
+		for (size_t i = 0; i < sizeof(mine); i++)
+			mine[i] = (uint8_t)(i * 7 + 3);
+		gpucmd_batch_new(own, 0, &b);
+		gpucmd_batch_create_with_data(b, 1, mine, sizeof(mine));
+		gpucmd_batch_read(b, 1, 0, sizeof(mine));
+		if (gpucmd_run(b, &resp) == 0 &&
+		    gpucmd_response_error(resp) == 0 &&
+		    gpucmd_response_data(resp, 1, &data, &len) == 0)
+			seen.own_bytes_ok = len == sizeof(mine) &&
+					    memcmp(data, mine, len) == 0;
+		gpucmd_response_free(resp);
+		if (gpucmd_status(own, &st) == 0)
+			seen.own_connections = (int)st.connections;
+		gpucmd_close(own);
+	}
+	gpucmd_close(c); /* the inherited one: nothing may reach the daemon */
+	if (write(out, &seen, sizeof(seen)) != (ssize_t)sizeof(seen))
+		_exit(121);
+	_exit(0);
+}
+
+/* The parent's connection still right: a ping, and bytes that round trip. */
+static void parent_still_works(struct gpucmd_conn *c, uint8_t seed)
+{
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	uint8_t in[64], out[64];
+	const void *data;
+	size_t len;
+
+	for (size_t i = 0; i < sizeof(in); i++)
+		in[i] = (uint8_t)(seed + i);
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_ping(b);
+	gpucmd_batch_write(b, 1, 0, in, sizeof(in));
+	gpucmd_batch_read(b, 1, 0, sizeof(in));
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 2, &data, &len), 0);
+	ck_assert_uint_eq(len, sizeof(in));
+	ck_assert_mem_eq(data, in, sizeof(in));
+	gpucmd_response_free(r);
+	/* And through gpucmd_read_buffer (inline at this size). */
+	ck_assert_int_eq(gpucmd_read_buffer(c, 0, 1, 0, sizeof(out), out), 0);
+	ck_assert_mem_eq(out, in, sizeof(out));
+	ck_assert_int_eq(gpucmd_conn_error(c, NULL), 0);
+}
+
+START_TEST(fork_child_is_refused)
+{
+	struct gpucmd_conn *c = connect_as("alpha");
+	struct gpucmd_service_report t;
+	struct gpucmd_response *r;
+	struct gpucmd_status st;
+	struct gpucmd_batch *b;
+	struct fork_seen seen;
+	char want[128];
+	uint64_t pending;
+	uint8_t *region;
+	void *p = NULL;
+	int res[2], go[2], wst = 0;
+	pid_t pid;
+
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_response_free(run_ok(b));
+	ck_assert_int_eq(gpucmd_region_create(c, 7, 4096, &p), 0);
+	region = p;
+	memset(region, 0xaa, 4096);
+	/* Outstanding across the fork: its answer is the parent's. */
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_ping(b);
+	ck_assert_int_eq(gpucmd_submit(b, &pending), 0);
+	ck_assert_int_eq(pipe(res), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(res[0]);
+		close(go[1]);
+		fork_child(c, pending, res[1], go[0]);
+	}
+	close(res[1]);
+	close(go[0]);
+	/* Ping while the child tries its 200 submits. */
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	for (int i = 0; i < 200; i++) {
+		gpucmd_batch_new(c, 0, &b);
+		gpucmd_batch_ping(b);
+		gpucmd_response_free(run_ok(b));
+	}
+	ck_assert_int_eq(read(res[0], &seen, sizeof(seen)),
+			 (ssize_t)sizeof(seen));
+	ck_assert_int_eq(waitpid(pid, &wst, 0), pid);
+	ck_assert(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+	close(res[0]);
+	close(go[1]);
+
+	ck_assert_int_eq(seen.submit, GPUCMD_EINVAL);
+	snprintf(want, sizeof(want), FORK_SENTENCE "%ld, not this one (%ld)",
+		 (long)getpid(), (long)pid);
+	ck_assert_msg(strstr(seen.message, want) == seen.message, "message: %s",
+		      seen.message);
+	ck_assert_msg(strstr(seen.message, "gpucmd_connect") != NULL,
+		      "message: %s", seen.message);
+	ck_assert_str_eq(seen.region_message, seen.message);
+	ck_assert_int_eq(seen.wait, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.run, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.status, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.report, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.cleanup, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.conn_error, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.region_create, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.region_release, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.write_buffer, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.read_buffer, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.create_buffer, GPUCMD_EINVAL);
+	ck_assert_int_eq(seen.refused_in_loop, 200);
+	ck_assert_int_eq(seen.own_connect, 0);
+	ck_assert_int_eq(seen.own_bytes_ok, 1);
+	ck_assert_int_eq(seen.own_connections, 2);
+
+	/* The parent's: its request answered here, everything in its place. */
+	ck_assert_int_eq(gpucmd_wait(c, pending, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), 0);
+	gpucmd_response_free(r);
+	parent_still_works(c, 11);
+	ck_assert_uint_eq(region[0], 0xaa);
+	ck_assert_uint_eq(region[4095], 0xaa);
+	ck_assert_int_eq(gpucmd_status(c, &st), 0);
+	ck_assert_uint_eq(st.connections, 1);
+	t = report_totals(c);
+	/* Handle 1 only: not the child's 9, nor its own connection's. */
+	ck_assert_uint_eq(t.bytes_in_use, 64);
+	ck_assert_uint_eq(t.allocations, 1);
+	ck_assert_uint_eq(t.connections, 1);
+	/* Region 7: not the child's 8, nor a scratch region of its writes. */
+	ck_assert_uint_eq(t.regions, 1);
+	ck_assert_uint_eq(t.region_bytes, 4096);
+	ck_assert_int_eq(gpucmd_region_release(c, 7), 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+/* A child that leaves without gpucmd_close, by exit or by _exit. */
+START_TEST(fork_child_exits_without_close)
+{
+	struct gpucmd_conn *c = connect_as("alpha");
+	struct gpucmd_batch *b;
+	struct gpucmd_status st;
+
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_response_free(run_ok(b));
+	for (int how = 0; how < 2; how++) {
+		int wst = 0;
+		pid_t pid = fork();
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			if (how == 0)
+				exit(0); /* atexit handlers, stdio flushed */
+			_exit(0);
+		}
+		ck_assert_int_eq(waitpid(pid, &wst, 0), pid);
+		ck_assert(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+		parent_still_works(c, (uint8_t)(40 + how));
+	}
+	ck_assert_int_eq(gpucmd_status(c, &st), 0);
+	ck_assert_uint_eq(st.connections, 1);
+	ck_assert_uint_eq(st.bytes_in_use, 64);
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("clients");
@@ -857,6 +1106,13 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, responses_freed_after_close_keep_no_buffers);
 	tcase_add_test(tc, abandoned_answers_give_their_places_back);
 	tcase_add_test(tc, send_timeout_on_a_stopped_daemon);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("fork");
+	tcase_add_checked_fixture(tc, harness_setup, harness_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, fork_child_is_refused);
+	tcase_add_test(tc, fork_child_exits_without_close);
 	suite_add_tcase(s, tc);
 	return s;
 }
