@@ -126,7 +126,7 @@ static atomic_int conns_open;
  * with a load and a compare: getpid() is a system call in glibc 2.25 and
  * later (185 ns on the test machine, against a 10-30 us round trip).  A
  * child that pthread_atfork does not see (_Fork, a raw clone) is caught by
- * getpid() in the calls that write shared memory.
+ * getpid() in the calls that write shared memory, and in gpucmd_close.
  */
 static atomic_uint conn_forks;
 static pthread_once_t conn_atfork_once = PTHREAD_ONCE_INIT;
@@ -1214,14 +1214,21 @@ GPUCMD_EXTERN int gpucmd_connect_flags(const char *path, const char *service,
 }
 
 /*
- * Nothing is sent, and nothing but close() touches the socket: in a child
- * after fork(), only the child's copies go (the descriptor, the mappings,
- * the memory), and the parent's connection goes on.
+ * Nothing is sent.  In the process that opened it, the socket is shut down
+ * before it is closed: the daemon sees the end now even where a child of
+ * fork() still holds a copy of the descriptor (else it would keep the
+ * connection, and all it holds, until the last copy closed).  In another
+ * process (getpid(), not only the fork counter: shutdown() would end the
+ * opener's connection too) only that process's copies go, the
+ * descriptor, the mappings and the memory, and the opener's connection
+ * goes on.
  */
 GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *c)
 {
 	if (c == NULL)
 		return;
+	if (c->fd >= 0 && !conn_foreign(c, true))
+		(void)shutdown(c->fd, SHUT_RDWR);
 	for (size_t i = 0; i < c->nslots; i++) {
 		frame_free(c->slots[i].frame);
 		free(c->slots[i].releases);

@@ -176,7 +176,8 @@ GPUCMD_EXTERN void gpucmd_set_timeout(struct gpucmd_conn *conn, int timeout_ms);
 GPUCMD_EXTERN int gpucmd_conn_error(const struct gpucmd_conn *conn,
 				    const char **why);
 /*
- * Close the connection; the daemon releases every handle it held, and
+ * Close the connection; the daemon releases every handle it held (at once,
+ * even while a child of fork() still holds a copy of the socket), and
  * every shared region is unmapped here.  In a child after fork() it only
  * frees the child's copy (memory, descriptor, mappings) and sends nothing:
  * the parent's connection goes on.

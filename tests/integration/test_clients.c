@@ -1078,6 +1078,106 @@ START_TEST(fork_child_exits_without_close)
 }
 END_TEST
 
+/* The daemon's count of connections, as conn sees it (at most 5 s). */
+static void wait_connections(struct gpucmd_conn *conn, uint32_t want)
+{
+	struct gpucmd_status st = { 0 };
+
+	for (int i = 0; i < 500; i++) {
+		ck_assert_int_eq(gpucmd_status(conn, &st), 0);
+		if (st.connections == want)
+			return;
+		usleep(10000);
+	}
+	ck_abort_msg("the daemon counts %u connections, not %u", st.connections,
+		     want);
+}
+
+/*
+ * The parent closes while its child still holds the inherited descriptor
+ * (a prefork master and its workers): the daemon ends the connection and
+ * frees what it held at once, not when the last worker exits.
+ */
+START_TEST(fork_parent_close_ends_connection)
+{
+	struct gpucmd_conn *c = connect_as("alpha");
+	struct gpucmd_conn *o = connect_as("beta");
+	struct gpucmd_service_report t;
+	struct gpucmd_batch *b;
+	int hold[2], wst = 0;
+	void *p = NULL;
+	pid_t pid;
+	char x;
+
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 4096);
+	gpucmd_response_free(run_ok(b));
+	ck_assert_int_eq(gpucmd_region_create(c, 7, 8192, &p), 0);
+	wait_connections(o, 2);
+	ck_assert_int_eq(pipe(hold), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* Holds the descriptor until told, and never closes it. */
+		close(hold[1]);
+		_exit(read(hold[0], &x, 1) == 0 ? 0 : 1);
+	}
+	close(hold[0]);
+	gpucmd_close(c);
+	wait_connections(o, 1);
+	for (int i = 0; i < 500; i++) {
+		t = report_totals(o);
+		if (t.bytes_in_use == 0 && t.regions == 0)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(t.bytes_in_use, 0);
+	ck_assert_uint_eq(t.regions, 0);
+	close(hold[1]);
+	ck_assert_int_eq(waitpid(pid, &wst, 0), pid);
+	ck_assert(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+	gpucmd_close(o);
+}
+END_TEST
+
+/*
+ * A child that fork's handlers did not see (_Fork): gpucmd_close asks
+ * getpid(), so it does not shut the parent's connection down, and the
+ * region and transfer calls are refused.
+ */
+START_TEST(fork_unseen_child_leaves_the_parent_alone)
+{
+	struct gpucmd_conn *c = connect_as("alpha");
+	struct gpucmd_batch *b;
+	int wst = 0;
+	pid_t pid;
+
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_response_free(run_ok(b));
+	pid = _Fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		uint8_t big[64] = { 0 };
+		void *p = NULL;
+		int rc = 0;
+
+		if (gpucmd_region_create(c, 8, 4096, &p) != GPUCMD_EINVAL)
+			rc |= 1;
+		if (gpucmd_write_buffer(c, 0, 1, 0, big, sizeof(big)) !=
+		    GPUCMD_EINVAL)
+			rc |= 2;
+		gpucmd_close(c);
+		_exit(rc);
+	}
+	ck_assert_int_eq(waitpid(pid, &wst, 0), pid);
+	ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+		      "the child saw %d", WEXITSTATUS(wst));
+	parent_still_works(c, 77);
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("clients");
@@ -1113,6 +1213,8 @@ static Suite *make_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, fork_child_is_refused);
 	tcase_add_test(tc, fork_child_exits_without_close);
+	tcase_add_test(tc, fork_parent_close_ends_connection);
+	tcase_add_test(tc, fork_unseen_child_leaves_the_parent_alone);
 	suite_add_tcase(s, tc);
 	return s;
 }
