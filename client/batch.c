@@ -21,6 +21,7 @@
 #include "batch.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
