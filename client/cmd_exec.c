@@ -2206,7 +2206,7 @@ static int unanswered(struct exec *x, const struct group *g,
 		      const struct request *rq, int err)
 {
 	const struct op *op = &g->ops[rq->first];
-	char what[64], msg[320];
+	char what[64], msg[576]; /* the daemon's sentence is up to 511 */
 	const char *why = NULL;
 	int status;
 

@@ -79,9 +79,13 @@ struct gpucmd_conn {
 	struct conn_slot *slots;
 	size_t nslots;
 	size_t slots_cap;
-	size_t nabandoned;	/* slots whose answer nobody will collect */
-	int dead;		/* 0, or the code the connection died with */
-	char dead_message[256]; /* why (gpucmd_conn_error) */
+	size_t nabandoned; /* slots whose answer nobody will collect */
+	int dead;	   /* 0, or the code the connection died with */
+	/*
+	 * Why (gpucmd_conn_error): room for the daemon's whole sentence (an
+	 * Error frame's, up to 511 bytes: session_refuse).
+	 */
+	char dead_message[512];
 	int timeout_ms; /* of every wait, -1: none (gpucmd_set_timeout) */
 	/*
 	 * Of the next recv of the frame being read, 0: none.  Each recv that

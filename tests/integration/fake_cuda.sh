@@ -517,5 +517,8 @@ for mode in "" FAKECUDA_FAULT_AT_LAUNCH=1 \
 	grep -q "faulted.*lost for every client; gpucmdd stops and restarts with a fresh device context: connect again" \
 		"$dir/bystander.err" ||
 		fail "the bystander was not told why ($mode): $(cat "$dir/bystander.err")"
+	# Whole: the sentence is longer than 255 bytes.
+	grep -q "(libgpucmd(3), examples/reconnect.c)$" "$dir/bystander.err" ||
+		fail "the bystander's sentence was cut ($mode): $(cat "$dir/bystander.err")"
 done
 exit 0
