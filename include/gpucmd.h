@@ -697,6 +697,21 @@ GPUCMD_EXTERN void gpucmd_stream_report_free(struct gpucmd_stream_report *sr);
 /* Free a response and everything its accessors pointed into. */
 GPUCMD_EXTERN void gpucmd_response_free(struct gpucmd_response *r);
 
+/*
+ * A service's last refused allocation: when (milliseconds since the epoch;
+ * 0: none since the daemon started, and always 0 in totals), the bytes
+ * asked for, by which connection on which stream, the code and the
+ * daemon's sentence with its numbers.  Declared here, not inside
+ * gpucmd_service_report, so that C++ names it as C does.
+ */
+struct gpucmd_refusal {
+	uint64_t unix_ms;
+	uint64_t size;
+	uint64_t connection_id;
+	uint32_t stream;
+	int code;
+	char message[768];
+};
 /* Daemon-wide memory report, one entry per service the caller may see. */
 struct gpucmd_service_report {
 	char name[64];
@@ -747,19 +762,9 @@ struct gpucmd_service_report {
 	/*
 	 * The last allocation the service was refused (GPUCMD_ENOMEM, or
 	 * GPUCMD_EQUOTA over its memory_limit; oom_count counts them all),
-	 * as its client was told: when (milliseconds since the epoch; 0:
-	 * none since the daemon started, and always 0 in totals), the bytes
-	 * asked for, by which connection on which stream, and the daemon's
-	 * sentence with its numbers.
+	 * as its client was told (struct gpucmd_refusal, above).
 	 */
-	struct gpucmd_refusal {
-		uint64_t unix_ms;
-		uint64_t size;
-		uint64_t connection_id;
-		uint32_t stream;
-		int code;
-		char message[768];
-	} last_refusal;
+	struct gpucmd_refusal last_refusal;
 };
 struct gpucmd_report {
 	char device_name[128];

@@ -106,6 +106,24 @@ EOF
 # shellcheck disable=SC2086 # word splitting of the flags is intended
 "$CC" $san $cflags -o "$dir/client" "$dir/client.c" $libs >"$dir/cc.log" 2>&1 ||
 	fail "the client does not build with pkg-config's flags ($cflags $libs)"
+# The header declares extern "C" for C++: its types must be nameable there
+# as in C (a struct defined inside another is a nested type in C++).
+CXX=${CXX:-c++}
+if command -v "$CXX" >/dev/null; then
+	cat >"$dir/client.cc" <<'EOF'
+#include <gpucmd.h>
+
+unsigned long long last_refusal_ms(const struct gpucmd_service_report *s)
+{
+	const struct gpucmd_refusal *r = &s->last_refusal;
+
+	return r->unix_ms;
+}
+EOF
+	# shellcheck disable=SC2086
+	"$CXX" $cflags -fsyntax-only "$dir/client.cc" >"$dir/cxx.log" 2>&1 ||
+		fail "the header does not compile as C++: $(cat "$dir/cxx.log")"
+fi
 # Static: libgpucmd.a and what pkg-config --static adds for it.
 slibs_a=$(printf '%s\n' "$slibs" | sed "s|-lgpucmd|$root/usr/lib/libgpucmd.a|")
 # shellcheck disable=SC2086
@@ -144,5 +162,5 @@ make -s uninstall PREFIX=/usr DESTDIR="$root" BUILD="$BUILD" >"$dir/uninstall.lo
 	fail "make uninstall failed"
 left=$(find "$root" ! -type d)
 [ -z "$left" ] || fail "make uninstall left: $left"
-echo "ok: installed tree, pkg-config client (shared and static), uninstall"
+echo "ok: installed tree, pkg-config client (shared and static, the header in C++), uninstall"
 exit 0
