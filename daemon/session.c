@@ -1684,7 +1684,7 @@ static void compile_done(uv_work_t *w, int status)
 		 * batch completes (session_reply).
 		 */
 		if (s->in_flight == 0)
-			session_close(s, "the daemon is shutting down");
+			stop_close(s);
 		return;
 	}
 	parse_frames(s);
