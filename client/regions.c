@@ -443,6 +443,32 @@ static int drain(struct gpucmd_conn *conn, struct piece *pieces, int err)
 	return err;
 }
 
+/*
+ * The checks every transfer call starts with, in the order that matters:
+ * the process owns the connection (before the scratch region, the
+ * opener's memory too, is touched), the message is cleared, the handle
+ * is not 0 and bytes (data or out) are there for len.  0, or the refusal
+ * with call's sentence.
+ */
+static int transfer_check(struct gpucmd_conn *conn, const char *call,
+			  uint64_t handle, const void *bytes, size_t len,
+			  const char *no_bytes)
+{
+	int r;
+
+	if (conn == NULL)
+		return GPUCMD_EINVAL;
+	r = conn_check_process(conn, true);
+	if (r < 0)
+		return r;
+	conn_set_message(conn, "");
+	if (handle == 0 || (bytes == NULL && len > 0))
+		return conn_refuse(conn, GPUCMD_EINVAL, "%s: %s", call,
+				   handle == 0 ? "handle 0 names no buffer" :
+						 no_bytes);
+	return 0;
+}
+
 /* A write small enough to go in the frame, run at once (a round trip). */
 static int write_inline(struct gpucmd_conn *conn, uint32_t stream,
 			uint64_t handle, uint64_t offset, const void *data,
@@ -473,21 +499,10 @@ GPUCMD_EXTERN int gpucmd_write_buffer(struct gpucmd_conn *conn, uint32_t stream,
 	size_t chunk, done;
 	int r = 0, k;
 
-	if (conn == NULL)
-		return GPUCMD_EINVAL;
-	/* Before the scratch region is touched: it is the opener's too. */
-	r = conn_check_process(conn, true);
+	r = transfer_check(conn, "gpucmd_write_buffer", handle, data, len,
+			   "no data for a length of more than 0");
 	if (r < 0)
 		return r;
-	conn_set_message(conn, "");
-	if (handle == 0 || (data == NULL && len > 0))
-		return conn_refuse(conn, GPUCMD_EINVAL,
-				   "gpucmd_write_buffer: "
-				   "%s",
-				   handle == 0 ? "handle 0 names no "
-						 "buffer" :
-						 "no data for a length of more "
-						 "than 0");
 	if (len <= inline_limit(conn))
 		return write_inline(conn, stream, handle, offset, data, len);
 	r = scratch_get(conn, len, &e);
@@ -545,19 +560,10 @@ GPUCMD_EXTERN int gpucmd_create_buffer(struct gpucmd_conn *conn,
 	char why[768]; /* the room of gpucmd_last_message */
 	int r;
 
-	if (conn == NULL)
-		return GPUCMD_EINVAL;
-	/* Before the scratch region is touched: it is the opener's too. */
-	r = conn_check_process(conn, true);
+	r = transfer_check(conn, "gpucmd_create_buffer", handle, data, len,
+			   "no data for a length of more than 0");
 	if (r < 0)
 		return r;
-	conn_set_message(conn, "");
-	if (handle == 0 || (data == NULL && len > 0))
-		return conn_refuse(conn, GPUCMD_EINVAL,
-				   "gpucmd_create_buffer: %s",
-				   handle == 0 ? "handle 0 names no buffer" :
-						 "no data for a length of "
-						 "more than 0");
 	r = gpucmd_batch_new(conn, stream, &b);
 	if (r < 0)
 		return r;
@@ -657,22 +663,10 @@ GPUCMD_EXTERN int gpucmd_read_buffer(struct gpucmd_conn *conn, uint32_t stream,
 	size_t chunk, next;
 	int r, k;
 
-	if (conn == NULL)
-		return GPUCMD_EINVAL;
-	/* Before the scratch region is touched: it is the opener's too. */
-	r = conn_check_process(conn, true);
+	r = transfer_check(conn, "gpucmd_read_buffer", handle, out, len,
+			   "nowhere to put a length of more than 0");
 	if (r < 0)
 		return r;
-	conn_set_message(conn, "");
-	if (handle == 0 || (out == NULL && len > 0))
-		return conn_refuse(conn, GPUCMD_EINVAL,
-				   "gpucmd_read_buffer: "
-				   "%s",
-				   handle == 0 ?
-					   "handle 0 names no "
-					   "buffer" :
-					   "nowhere to put a length of more "
-					   "than 0");
 	if (len <= inline_limit(conn))
 		return read_inline(conn, stream, handle, offset, len, out);
 	r = scratch_get(conn, len, &e);
