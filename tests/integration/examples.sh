@@ -14,6 +14,7 @@ for e in inference threads graph reconnect; do
 	[ -x "$BUILD/examples/$e" ] ||
 		fail "$BUILD/examples/$e is missing: run make examples first"
 done
+# shellcheck disable=SC2119 # no arguments to pass on
 start_daemon
 export GPUCMD_SOCKET="$sock"
 
@@ -105,6 +106,7 @@ crash() {
 	kill -KILL "$pid"
 	wait "$pid" 2>/dev/null
 	pid=""
+	# shellcheck disable=SC2119 # no arguments to pass on
 	start_daemon 3>&-
 	await "a daemon listening again" listening
 }

@@ -77,9 +77,13 @@ need() {
 	done
 }
 
+# wait_socket PATH [ID]: until PATH is a socket, and not the one whose
+# inode and change time were ID (sock_id): what a killed daemon left there
+# is not the new daemon's
 wait_socket() {
 	i=0
-	while [ ! -S "$1" ]; do
+	while [ ! -S "$1" ] ||
+		{ [ -n "${2:-}" ] && [ "$(sock_id "$1")" = "$2" ]; }; do
 		i=$((i + 1))
 		if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
 			fail "process $pid exited before $1 was there"
@@ -89,11 +93,19 @@ wait_socket() {
 	done
 }
 
+# A socket file's inode and change time (an inode number alone may be
+# reused at once).
+sock_id() {
+	stat -c '%i %z' "$1" 2>/dev/null
+}
+
 start_daemon() {
+	sock_was=""
+	[ -S "$sock" ] && sock_was=$(sock_id "$sock")
 	"$BUILD/gpucmdd" --socket "$sock" \
 		--backend "${GPUCMD_TEST_BACKEND:-host}" "$@" >"$dir/log" 2>&1 &
 	pid=$!
-	wait_socket "$sock"
+	wait_socket "$sock" "$sock_was"
 }
 
 wait_exit() {
