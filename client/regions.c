@@ -240,18 +240,35 @@ static int regions_release(struct gpucmd_conn *conn, uint64_t id)
 	return r;
 }
 
+/*
+ * How the region and transfer calls begin: the connection is this
+ * process's (checked before a region, the opener's memory too, is
+ * touched), and gpucmd_last_message starts empty.
+ */
+static int call_begin(struct gpucmd_conn *conn)
+{
+	int r;
+
+	if (conn == NULL)
+		return GPUCMD_EINVAL;
+	r = conn_check_process(conn, true);
+	if (r < 0)
+		return r;
+	conn_set_message(conn, "");
+	return 0;
+}
+
 GPUCMD_EXTERN int gpucmd_region_create(struct gpucmd_conn *conn, uint64_t id,
 				       size_t size, void **ptr)
 {
 	struct regions_entry *e;
 	int r;
 
-	if (conn == NULL || ptr == NULL)
+	if (ptr == NULL)
 		return GPUCMD_EINVAL;
-	r = conn_check_process(conn, true);
+	r = call_begin(conn);
 	if (r < 0)
 		return r;
-	conn_set_message(conn, "");
 	if (id == 0 || id >= GPUCMD_REGION_ID_RESERVED)
 		return conn_refuse(conn, GPUCMD_EINVAL,
 				   "region id %llu: an id is 1 to 2^63 - 1 "
@@ -284,12 +301,9 @@ GPUCMD_EXTERN int gpucmd_region_release(struct gpucmd_conn *conn, uint64_t id)
 {
 	int r;
 
-	if (conn == NULL)
-		return GPUCMD_EINVAL;
-	r = conn_check_process(conn, true);
+	r = call_begin(conn);
 	if (r < 0)
 		return r;
-	conn_set_message(conn, "");
 	if (id == 0 || id >= GPUCMD_REGION_ID_RESERVED)
 		return conn_refuse(conn, GPUCMD_EINVAL,
 				   "region id %llu: an id is 1 to 2^63 - 1 "
@@ -444,11 +458,9 @@ static int drain(struct gpucmd_conn *conn, struct piece *pieces, int err)
 }
 
 /*
- * The checks every transfer call starts with, in the order that matters:
- * the process owns the connection (before the scratch region, the
- * opener's memory too, is touched), the message is cleared, the handle
- * is not 0 and bytes (data or out) are there for len.  0, or the refusal
- * with call's sentence.
+ * The checks every transfer call starts with: call_begin (before the
+ * scratch region is touched), then the handle is not 0 and bytes (data or
+ * out) are there for len.  0, or the refusal with call's sentence.
  */
 static int transfer_check(struct gpucmd_conn *conn, const char *call,
 			  uint64_t handle, const void *bytes, size_t len,
@@ -456,12 +468,9 @@ static int transfer_check(struct gpucmd_conn *conn, const char *call,
 {
 	int r;
 
-	if (conn == NULL)
-		return GPUCMD_EINVAL;
-	r = conn_check_process(conn, true);
+	r = call_begin(conn);
 	if (r < 0)
 		return r;
-	conn_set_message(conn, "");
 	if (handle == 0 || (bytes == NULL && len > 0))
 		return conn_refuse(conn, GPUCMD_EINVAL, "%s: %s", call,
 				   handle == 0 ? "handle 0 names no buffer" :
