@@ -240,6 +240,13 @@ static void check_op(const struct script *s, const struct op *op)
 		check_named(s, op, NAME_PROFILE, op->id);
 		break;
 	case OP_CAPTURE_END:
+		/* capture abort: graph 0, no name */
+		if (op->name == NULL) {
+			expect(op->id == 0);
+			break;
+		}
+		check_named(s, op, NAME_GRAPH, op->id);
+		break;
 	case OP_LAUNCH:
 	case OP_DESTROY:
 		check_named(s, op, NAME_GRAPH, op->id);
