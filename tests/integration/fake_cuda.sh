@@ -492,12 +492,7 @@ for mode in "" FAKECUDA_FAULT_AT_LAUNCH=1 \
 	g --service bystander ping -c 1000000000 >/dev/null \
 		2>"$dir/bystander.err" &
 	bpid=$!
-	i=0
-	until g services | grep -q "^bystander "; do
-		i=$((i + 1))
-		[ $i -gt 200 ] && fail "the bystander never joined ($mode)"
-		sleep 0.05
-	done
+	wait_service bystander
 	out=$(printf 'kernel fault grid=1 block=1\nsync\n' |
 		g exec --json - 2>&1) &&
 		fail "the faulting script succeeded ($mode)"

@@ -127,6 +127,17 @@ stop_daemon() {
 	[ "$status" -eq 0 ] || fail "the daemon exited $status after SIGTERM, not 0"
 }
 
+# wait_service NAME: until the daemon lists service NAME (a background
+# client has joined it), at most 10 s
+wait_service() {
+	i=0
+	until g services | grep -q "^$1 "; do
+		i=$((i + 1))
+		[ $i -gt 200 ] && fail "no client joined service $1 within 10 s"
+		sleep 0.05
+	done
+}
+
 g() {
 	"$BUILD/gpucmd" --socket "$sock" "$@"
 }

@@ -501,12 +501,7 @@ esac
 # service; the others share its tool_fail_conn).
 g --service victim ping -c 1000000000 >/dev/null 2>"$dir/victim.err" &
 vpid=$!
-i=0
-until g services | grep -q "^victim "; do
-	i=$((i + 1))
-	[ $i -gt 200 ] && fail "ping never joined service victim"
-	sleep 0.05
-done
+wait_service victim
 g evict victim >/dev/null || fail "evict victim: exit $?"
 wait "$vpid"
 rc=$?
