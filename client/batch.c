@@ -74,6 +74,8 @@ struct batch_op {
 		Gpucmd__OpRegionRelease region_release;
 		Gpucmd__OpLoadModule load_module;
 		Gpucmd__OpUnloadModule unload_module;
+		Gpucmd__OpShare share;
+		Gpucmd__OpImport import;
 	} m;
 	Gpucmd__RegionRef ref; /* write, read, create: a region range */
 	bool pooled;	       /* from frame_buf_alloc (a large tail) */
@@ -971,6 +973,12 @@ static int kernel_arg(Gpucmd__KernelArg *w, const struct gpucmd_arg *a)
 		w->value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER;
 		w->buffer = a->v.handle;
 		return 0;
+	case GPUCMD_ARG_BUFFER_IN:
+		if (a->v.handle == 0)
+			return GPUCMD_EINVAL;
+		w->value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN;
+		w->buffer_in = a->v.handle;
+		return 0;
 	case GPUCMD_ARG_U32:
 		w->value_case = GPUCMD__KERNEL_ARG__VALUE_U32;
 		w->u32 = a->v.u32;
@@ -1052,6 +1060,49 @@ GPUCMD_EXTERN int gpucmd_batch_load_module(struct gpucmd_batch *b,
 	memcpy(o->m.load_module.format, format, flen);
 	o->op.load_module = &o->m.load_module;
 	return 0;
+}
+
+/* share and import: a handle and a name (copied into the op's tail). */
+static int shared_op(struct gpucmd_batch *b, Gpucmd__Op__OpCase kind,
+		     uint64_t handle, const char *name)
+{
+	struct batch_op *o;
+	size_t len;
+	int r;
+
+	if (handle == 0 || name == NULL)
+		return batch_refuse(b, GPUCMD_EINVAL);
+	len = strlen(name);
+	if (len == 0 || len > 63)
+		return batch_refuse(b, GPUCMD_EINVAL);
+	r = batch_push(b, kind, len + 1, &o);
+	if (r < 0)
+		return r;
+	memcpy(op_tail(o), name, len + 1);
+	if (kind == GPUCMD__OP__OP_SHARE) {
+		gpucmd__op_share__init(&o->m.share);
+		o->m.share.handle = handle;
+		o->m.share.name = op_tail(o);
+		o->op.share = &o->m.share;
+	} else {
+		gpucmd__op_import__init(&o->m.import);
+		o->m.import.handle = handle;
+		o->m.import.name = op_tail(o);
+		o->op.import = &o->m.import;
+	}
+	return 0;
+}
+
+GPUCMD_EXTERN int gpucmd_batch_share(struct gpucmd_batch *b, uint64_t handle,
+				     const char *name)
+{
+	return shared_op(b, GPUCMD__OP__OP_SHARE, handle, name);
+}
+
+GPUCMD_EXTERN int gpucmd_batch_import(struct gpucmd_batch *b, uint64_t handle,
+				      const char *name)
+{
+	return shared_op(b, GPUCMD__OP__OP_IMPORT, handle, name);
 }
 
 GPUCMD_EXTERN int gpucmd_batch_unload_module(struct gpucmd_batch *b,

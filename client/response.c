@@ -350,6 +350,28 @@ static int service_from_wire(struct gpucmd_service_report *out,
 			 sizeof(out->last_refusal.message), "%s",
 			 r->message != NULL ? r->message : "");
 	}
+	out->shared_buffers = s->shared_buffers;
+	out->shared_buffer_bytes = s->shared_buffer_bytes;
+	if (streams && s->n_shared > 0) {
+		out->shared = calloc(s->n_shared, sizeof(*out->shared));
+		if (out->shared == NULL)
+			return -ENOMEM;
+		for (size_t i = 0; i < s->n_shared; i++) {
+			const Gpucmd__SharedBuffer *w = s->shared[i];
+			struct gpucmd_shared_buffer *o = &out->shared[i];
+
+			if (w == NULL)
+				continue;
+			snprintf(o->name, sizeof(o->name), "%s",
+				 w->name != NULL ? w->name : "");
+			o->bytes = w->bytes;
+			o->handles = w->handles;
+			o->connection_id = w->connection_id;
+			o->imports = w->imports;
+			o->ready = w->ready;
+		}
+		out->nshared = s->n_shared;
+	}
 	if (!streams || s->n_streams == 0)
 		return 0;
 	out->streams = calloc(s->n_streams, sizeof(*out->streams));
@@ -388,6 +410,8 @@ static void add_totals(struct gpucmd_report *rep)
 		t->region_refusals += s->region_refusals;
 		t->bytes_released_pending += s->bytes_released_pending;
 		t->modules += s->modules;
+		t->shared_buffers += s->shared_buffers;
+		t->shared_buffer_bytes += s->shared_buffer_bytes;
 	}
 }
 
@@ -464,6 +488,7 @@ GPUCMD_EXTERN void gpucmd_report_free(struct gpucmd_report *rep)
 		for (size_t j = 0; j < s->nstreams; j++)
 			free(s->streams[j].pools);
 		free(s->streams);
+		free(s->shared);
 	}
 	free(rep->services);
 	free(rep);

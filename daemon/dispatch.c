@@ -22,6 +22,7 @@
 #include "memory/drop_queue.h"
 #include "memory/handle.h"
 #include "memory/pinned.h"
+#include "memory/shared_buffer.h"
 #include "service.h"
 #include "streams.h"
 
@@ -155,6 +156,16 @@ static int begin(struct command_ctx *ctx, struct batch *b,
 	struct resolved r;
 	int rc;
 
+	for (size_t i = 0; i < n; i++)
+		if (bind[i].write && bind[i].handle->shared != NULL)
+			return fail(b, GPUCMD_EINVAL,
+				    "handle %llu names the buffer shared as "
+				    "'%s', which is read-only for every "
+				    "connection: write into a buffer of your "
+				    "own, and pass shared ones to kernels as "
+				    "buffer_in (gpucmd_arg_buffer_in)",
+				    (unsigned long long)bind[i].handle->id,
+				    bind[i].handle->shared->name);
 	ctx->driver->error[0] = '\0';
 	rc = streams_resolve(b->conn->set, b->stream, bind, n, &r);
 	if (rc != 0)
@@ -487,12 +498,191 @@ static int op_release(struct command_ctx *ctx, struct batch *b, size_t i,
 	return 0;
 }
 
+/* ---- buffers shared between a service's connections --------------------- */
+
+static int shared_name(struct batch *b, const char *name)
+{
+	if (shared_buffer_name_check(name) == 0)
+		return 0;
+	return fail(b, GPUCMD_EINVAL,
+		    "'%.64s' cannot name a shared buffer: use 1 to %d letters, "
+		    "digits, '.', '_', '-', '/' or ':'",
+		    name != NULL ? name : "", SHARED_NAME_MAX);
+}
+
+/* The device has no room for the shared copy: say how much it has. */
+static int share_oom(struct command_ctx *ctx, struct batch *b,
+		     const struct handle *h, int rc)
+{
+	struct driver *d = ctx->driver;
+	uint64_t free_bytes = 0, total = 0;
+
+	if (d->ops->mem_info(d, &free_bytes, &total) != 0)
+		total = d->props.total_memory;
+	return fail(b, rc,
+		    "cannot share handle %llu: its %llu bytes move into device "
+		    "memory of the service's own, and the device refused "
+		    "that allocation (%s; %llu of %llu bytes free): release "
+		    "buffers, or share before allocating the rest",
+		    (unsigned long long)h->id,
+		    (unsigned long long)h->alloc.size, gpucmd_strerror(rc),
+		    (unsigned long long)free_bytes, (unsigned long long)total);
+}
+
+static int op_share(struct command_ctx *ctx, struct batch *b, size_t i,
+		    const Gpucmd__OpShare *op)
+{
+	struct service *svc = b->conn->service;
+	uint64_t limit = atomic_load(&svc->memory_limit);
+	const struct shared_buffer *other;
+	struct shared_buffer *sb;
+	struct binding bind;
+	struct command cmd;
+	struct handle *h = NULL;
+	int rc = not_while_capturing(b, "share");
+
+	if (rc == 0)
+		rc = lookup(b, op->handle, &h);
+	if (rc == 0)
+		rc = shared_name(b, op->name);
+	if (rc != 0)
+		return rc;
+	if (h->shared != NULL)
+		return fail(b, GPUCMD_EINVAL,
+			    "handle %llu is shared already, as '%s': other "
+			    "connections of the service import it by that name",
+			    (unsigned long long)op->handle, h->shared->name);
+	if (h->graph_refs > 0)
+		return fail(
+			b, GPUCMD_EBUSY,
+			"handle %llu is used by %u graph(s), which keep its "
+			"address: share it before capturing, or destroy "
+			"them first",
+			(unsigned long long)op->handle, h->graph_refs);
+	other = shared_buffer_find(svc, op->name);
+	if (other != NULL)
+		return fail(
+			b, GPUCMD_EEXIST,
+			"service '%s' shares a buffer as '%s' already (%llu "
+			"bytes, shared by connection %llu): import it, or "
+			"choose another name",
+			svc->name, op->name, (unsigned long long)other->size,
+			(unsigned long long)other->connection);
+	if (svc->nshared >= SHARED_MAX_PER_SERVICE)
+		return fail(
+			b, GPUCMD_ELIMIT,
+			"service '%s' shares %u buffers, the most a service "
+			"may: release every handle of one before sharing "
+			"another",
+			svc->name, svc->nshared);
+	/* For the time of the copy the buffer is there twice. */
+	if (limit != 0 && service_reserve_over(svc, limit, h->alloc.size, true))
+		return fail(b, GPUCMD_EQUOTA,
+			    "quota exceeded: sharing handle %llu copies its "
+			    "%llu bytes into memory of service '%s''s own, "
+			    "which would take the device memory the service "
+			    "holds from %llu bytes past the %llu its "
+			    "memory_limit of %llu allows: release buffers (and "
+			    "memory_cleanup) first, or raise memory_limit",
+			    (unsigned long long)op->handle,
+			    (unsigned long long)h->alloc.size, svc->name,
+			    (unsigned long long)svc->bytes_reserved,
+			    (unsigned long long)service_reserve_cap(limit),
+			    (unsigned long long)limit);
+	bind.handle = h;
+	bind.write = false;
+	rc = begin(ctx, b, &bind, 1, &cmd);
+	if (rc != 0)
+		return rc;
+	rc = shared_buffer_create(ctx->driver, svc, op->name, h->alloc.size,
+				  &sb);
+	if (rc == GPUCMD_ENOMEM)
+		return share_oom(ctx, b, h, rc);
+	if (rc != 0)
+		return fail(b, rc, "cannot share handle %llu: %s",
+			    (unsigned long long)op->handle,
+			    gpucmd_strerror(rc));
+	ctx->driver->error[0] = '\0';
+	rc = streams_share(b->conn->set, b->stream, h, sb);
+	if (rc != 0)
+		return fail(b, rc,
+			    "cannot copy handle %llu into its shared memory: "
+			    "%s",
+			    (unsigned long long)op->handle,
+			    ctx->driver->error[0] ? ctx->driver->error :
+						    gpucmd_strerror(rc));
+	result_done(&b->results[i]);
+	return 0;
+}
+
+static int op_import(struct command_ctx *ctx, struct batch *b, size_t i,
+		     const Gpucmd__OpImport *op)
+{
+	struct service *svc = b->conn->service;
+	struct stream_set *set = b->conn->set;
+	struct shared_buffer *sb;
+	int rc = not_while_capturing(b, "import");
+
+	(void)ctx;
+	if (rc == 0)
+		rc = shared_name(b, op->name);
+	if (rc != 0)
+		return rc;
+	sb = shared_buffer_find(svc, op->name);
+	if (sb == NULL)
+		return fail(
+			b, GPUCMD_ENOTFOUND,
+			"service '%s' shares no buffer as '%s': share it "
+			"first (on the connection that made it), and import "
+			"it once that share was answered",
+			svc->name, op->name);
+	if (!streams_shared_ready(sb) && sb->state == SHARED_LOST)
+		return fail(b, GPUCMD_ESTREAM,
+			    "the buffer shared as '%s' was lost: connection "
+			    "%llu's stream that copied it went before the copy "
+			    "ran (a fault, or the device lost); release every "
+			    "handle of it and share it again",
+			    op->name, (unsigned long long)sb->connection);
+	if (sb->state != SHARED_READY)
+		return fail(b, GPUCMD_EBUSY,
+			    "the buffer shared as '%s' is still being copied "
+			    "on connection %llu: import it once that share was "
+			    "answered",
+			    op->name, (unsigned long long)sb->connection);
+	if (op->handle == 0 || handle_table_find(set->handles, op->handle))
+		return fail(b, op->handle ? GPUCMD_EEXIST : GPUCMD_EINVAL,
+			    "handle %llu is %s: choose another non-zero id",
+			    (unsigned long long)op->handle,
+			    op->handle ? "already live on this connection" :
+					 "invalid");
+	rc = streams_import(set, b->stream, op->handle, sb);
+	if (rc == GPUCMD_ELIMIT)
+		return fail(b, rc,
+			    "this connection already holds %u handles, the "
+			    "limit (max_handles): release some first",
+			    handle_table_count(set->handles));
+	if (rc != 0)
+		return fail(b, rc, "cannot import '%s': %s", op->name,
+			    gpucmd_strerror(rc));
+	result_done(&b->results[i]);
+	return 0;
+}
+
+/* The handle of a buffer argument, whichever way it was passed. */
+static uint64_t arg_handle(const Gpucmd__KernelArg *a)
+{
+	return a->value_case == GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN ?
+		       a->buffer_in :
+		       a->buffer;
+}
+
 static bool arg_matches(char kind, const Gpucmd__KernelArg *a)
 {
 	switch (kind) {
 	case BUILTIN_ARG_BUF_OUT:
 	case BUILTIN_ARG_BUF_IN:
-		return a->value_case == GPUCMD__KERNEL_ARG__VALUE_BUFFER;
+		return a->value_case == GPUCMD__KERNEL_ARG__VALUE_BUFFER ||
+		       a->value_case == GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN;
 	case BUILTIN_ARG_U32:
 		return a->value_case == GPUCMD__KERNEL_ARG__VALUE_U32;
 	case BUILTIN_ARG_I32:
@@ -632,10 +822,14 @@ static int op_kernel_module(struct command_ctx *ctx, struct batch *b, size_t i,
 		sizes[a] = 4;
 		switch (arg->value_case) {
 		case GPUCMD__KERNEL_ARG__VALUE_BUFFER:
-			rc = lookup(b, arg->buffer, &bind[nbind].handle);
+		case GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN:
+			rc = lookup(b, arg_handle(arg), &bind[nbind].handle);
 			if (rc != 0)
 				return rc;
-			bind[nbind].write = true;
+			/* The caller's word: a buffer_in the kernel writes is
+			 * its own service's loss, never another's. */
+			bind[nbind].write = arg->value_case ==
+					    GPUCMD__KERNEL_ARG__VALUE_BUFFER;
 			vals[a].buf = bind[nbind].handle->alloc.ptr;
 			nbind++;
 			sizes[a] = 8;
@@ -747,9 +941,17 @@ static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b, size_t i,
 				    "kernel %s argument %zu has the wrong "
 				    "type: %s",
 				    k->name, a, k->usage);
+		if (kind == BUILTIN_ARG_BUF_OUT &&
+		    arg->value_case == GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN)
+			return fail(b, GPUCMD_EINVAL,
+				    "kernel %s writes argument %zu, which was "
+				    "passed as buffer_in (read only): pass it "
+				    "as a buffer (%s)",
+				    k->name, a, k->usage);
 		switch (arg->value_case) {
 		case GPUCMD__KERNEL_ARG__VALUE_BUFFER:
-			rc = lookup(b, arg->buffer, &bind[nbind].handle);
+		case GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN:
+			rc = lookup(b, arg_handle(arg), &bind[nbind].handle);
 			if (rc != 0)
 				return rc;
 			bind[nbind].write = kind == BUILTIN_ARG_BUF_OUT;
@@ -781,7 +983,10 @@ static int op_kernel_builtin(struct command_ctx *ctx, struct batch *b, size_t i,
 		uint64_t need = builtin_extent(k, vals, a);
 		const struct handle *h;
 
-		if (op->args[a]->value_case != GPUCMD__KERNEL_ARG__VALUE_BUFFER)
+		if (op->args[a]->value_case !=
+			    GPUCMD__KERNEL_ARG__VALUE_BUFFER &&
+		    op->args[a]->value_case !=
+			    GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN)
 			continue;
 		h = bind[n++].handle;
 		if (need > h->alloc.size)
@@ -940,6 +1145,46 @@ static Gpucmd__StreamReport *stream_report(struct batch *b,
 	return sr;
 }
 
+/*
+ * The buffers svc's connections share: in no stream's pools, so added to
+ * the service's usage here, once, whoever holds them.
+ */
+static int shared_rows(struct batch *b, struct service *svc,
+		       Gpucmd__ServiceReport *sr)
+{
+	sr->shared = arena_alloc(b, svc->nshared * sizeof(*sr->shared) + 1);
+	if (sr->shared == NULL)
+		return GPUCMD_ENOMEM;
+	for (struct shared_buffer *sb = svc->shared; sb; sb = sb->next) {
+		Gpucmd__SharedBuffer *w;
+
+		if (!sb->charged)
+			continue; /* a failed share, gone once its copy ran */
+		w = arena_alloc(b, sizeof(*w));
+		if (w == NULL)
+			return GPUCMD_ENOMEM;
+		gpucmd__shared_buffer__init(w);
+		w->name = arena_alloc(b, sizeof(sb->name));
+		if (w->name == NULL)
+			return GPUCMD_ENOMEM;
+		memcpy(w->name, sb->name, sizeof(sb->name));
+		w->bytes = sb->size;
+		w->handles = sb->refs;
+		w->connection_id = sb->connection;
+		w->imports = sb->imports;
+		w->ready = streams_shared_ready(sb);
+		sr->shared[sr->n_shared++] = w;
+		sr->shared_buffers++;
+		sr->shared_buffer_bytes += sb->size;
+	}
+	/* Failed shares' memory still counts until it goes. */
+	sr->usage->allocations += svc->nshared;
+	sr->usage->bytes_in_use += svc->shared_bytes;
+	for (struct shared_buffer *sb = svc->shared; sb; sb = sb->next)
+		sr->usage->bytes_reserved += sb->reserved;
+	return 0;
+}
+
 struct report_state {
 	struct batch *b;
 	Gpucmd__MemoryReport *rep;
@@ -1038,6 +1283,8 @@ static void service_row(struct service *svc, void *arg)
 		sr->bytes_released_pending += ordered;
 		sr->usage->bytes_in_use += ordered;
 	}
+	if (shared_rows(b, svc, sr) != 0)
+		goto oom;
 	/*
 	 * The peak counts as in use counts: service_charge does not see the
 	 * releases to their own streams added above, so what a report counts
@@ -1057,6 +1304,8 @@ static void service_row(struct service *svc, void *arg)
 	st->totals->bytes_released_pending += sr->bytes_released_pending;
 	st->totals->modules += sr->modules; /* max_modules: no sum */
 	st->totals->module_bytes += sr->module_bytes;
+	st->totals->shared_buffers += sr->shared_buffers;
+	st->totals->shared_buffer_bytes += sr->shared_buffer_bytes;
 	st->totals->usage->allocations += sr->usage->allocations;
 	st->totals->usage->bytes_in_use += sr->usage->bytes_in_use;
 	st->totals->usage->bytes_padding += sr->usage->bytes_padding;
@@ -1654,7 +1903,8 @@ static int op_graph_launch(struct command_ctx *ctx, struct batch *b, size_t i,
 		return fail(b, GPUCMD_ENOMEM, "out of host memory");
 	for (uint32_t h = 0; h < g->nhandles; h++) {
 		bind[h].handle = g->handles[h];
-		bind[h].write = true;
+		/* The capture refused to record a write of a shared one. */
+		bind[h].write = g->handles[h]->shared == NULL;
 	}
 	rc = begin(ctx, b, bind, g->nhandles, &cmd);
 	free(bind);
@@ -2061,6 +2311,10 @@ static int run_op(struct command_ctx *ctx, struct batch *b, size_t i)
 		return op_load_module(ctx, b, i, op->load_module);
 	case GPUCMD__OP__OP_UNLOAD_MODULE:
 		return op_unload_module(ctx, b, i, op->unload_module);
+	case GPUCMD__OP__OP_SHARE:
+		return op_share(ctx, b, i, op->share);
+	case GPUCMD__OP__OP_IMPORT:
+		return op_import(ctx, b, i, op->import);
 	case GPUCMD__OP__OP_EVICT:
 		return fail(b, GPUCMD_EINVAL,
 			    "evict must be the only op of its request");

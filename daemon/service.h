@@ -30,6 +30,7 @@
 #include "config.h"
 
 struct batch;
+struct shared_buffer;
 struct session;
 
 /*
@@ -163,6 +164,13 @@ struct service {
 	 * thread): counted in the memory_limit beside live buffers.
 	 */
 	uint64_t module_bytes;
+	/*
+	 * Buffers its connections share (memory/shared_buffer.h; device
+	 * thread): their bytes are in bytes_in_use and bytes_reserved too.
+	 */
+	struct shared_buffer *shared;
+	uint32_t nshared;
+	uint64_t shared_bytes;
 	struct service *next;
 };
 

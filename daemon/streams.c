@@ -12,6 +12,7 @@
 #include "log.h"
 #include "graph.h"
 #include "memory/drop_queue.h"
+#include "memory/shared_buffer.h"
 #include "module.h"
 #include "region.h"
 #include "service.h"
@@ -125,9 +126,53 @@ static void release_at_teardown(struct handle *h, void *arg)
 {
 	struct stream_set *set = arg;
 
-	service_uncharge(set->service, h->alloc.size);
-	memory_manager_release(h->owner->memory, h->alloc.slice);
+	if (h->shared != NULL) {
+		/* Every stream is idle: this connection is done with it. */
+		shared_buffer_put(set->driver, h->shared);
+	} else {
+		service_uncharge(set->service, h->alloc.size);
+		memory_manager_release(h->owner->memory, h->alloc.slice);
+	}
 	handle_free(h);
+}
+
+/* Give back the references of released shared handles whose uses ran. */
+static void shared_drops_flush(struct stream_set *set, bool all)
+{
+	struct shared_drop **pp = &set->dropped_shared;
+
+	while (*pp != NULL) {
+		struct shared_drop *d = *pp;
+
+		if (!all && !streams_fences_passed(d->fences, d->nfences)) {
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		shared_buffer_put(set->driver, d->sb);
+		free(d);
+	}
+}
+
+/*
+ * A buffer this connection shared whose copy is still on one of its
+ * streams: complete once its fence passed, lost if the stream goes
+ * without it (held, or the device lost), for import to say so.
+ */
+static void shared_fills_settle(struct stream_set *set)
+{
+	for (struct shared_buffer *sb = set->service->shared; sb;
+	     sb = sb->next) {
+		if (sb->state != SHARED_FILLING || sb->filler->set != set)
+			continue;
+		if (stream_completed(sb->filler) >= sb->fill_seq) {
+			sb->state = SHARED_READY;
+			sb->filler = NULL;
+		} else {
+			sb->state = SHARED_LOST;
+			sb->filler = NULL;
+		}
+	}
 }
 
 /*
@@ -220,6 +265,8 @@ void stream_set_destroy(struct stream_set *set)
 	region_teardown(set);
 	/* Every stream is idle: nothing runs the modules any more. */
 	module_drops_flush(set, true);
+	shared_fills_settle(set);
+	shared_drops_flush(set, true);
 	while (set->modules != NULL) {
 		struct module_ref *m = set->modules;
 		set->modules = m->next;
@@ -518,15 +565,35 @@ static bool uses_completed(const struct stream_set *set,
 	return true;
 }
 
-int streams_release(struct stream_set *set, struct stream *current,
-		    struct handle *h)
+/*
+ * Everyone who may still touch h's memory: the owner (it zeroed and may
+ * have used it), the last writer, the readers since, and the stream the
+ * release arrives on.  Earlier writers and readers were waited on by the
+ * last writer, so its fence covers them.
+ */
+static uint32_t use_fences(const struct stream_set *set,
+			   const struct stream *current, const struct handle *h,
+			   struct drop_fence *fences)
+{
+	uint32_t n = 0;
+
+	add_fence(fences, &n, h->owner, current);
+	add_fence(fences, &n, current, current);
+	if (h->writer_slot >= 0)
+		add_fence(fences, &n, set->slots[h->writer_slot], current);
+	for (uint32_t i = 0; i < h->nreaders; i++)
+		add_fence(fences, &n, set->slots[h->readers[i].slot], current);
+	return n;
+}
+
+/* Give h's memory back to its owner's pools, now or after its fences. */
+static int release_memory(struct stream_set *set, struct stream *current,
+			  struct handle *h)
 {
 	struct drop_fence fences[STREAMS_MAX];
-	uint32_t n = 0;
+	uint32_t n;
 	int rc;
 
-	if (h->graph_refs > 0)
-		return GPUCMD_EBUSY;
 	/*
 	 * Every use has finished (a sync in an earlier request saw to it),
 	 * and nothing was queued since: the memory is free now, for a
@@ -535,21 +602,9 @@ int streams_release(struct stream_set *set, struct stream *current,
 	 */
 	if (uses_completed(set, current, h)) {
 		memory_manager_release(h->owner->memory, h->alloc.slice);
-		goto released;
+		return 0;
 	}
-
-	/*
-	 * Everyone who may still touch the memory: the owner (it zeroed and
-	 * may have used it), the last writer, the readers since, and the
-	 * stream the release arrives on.  Earlier writers and readers were
-	 * waited on by the last writer, so its fence covers them.
-	 */
-	add_fence(fences, &n, h->owner, current);
-	add_fence(fences, &n, current, current);
-	if (h->writer_slot >= 0)
-		add_fence(fences, &n, set->slots[h->writer_slot], current);
-	for (uint32_t i = 0; i < h->nreaders; i++)
-		add_fence(fences, &n, set->slots[h->readers[i].slot], current);
+	n = use_fences(set, current, h, fences);
 	/*
 	 * Only the owner used it, and the release comes on the owner: the
 	 * owner's later work runs after its earlier work, so the slice is
@@ -575,16 +630,127 @@ int streams_release(struct stream_set *set, struct stream *current,
 		h->owner->ordered_free += h->alloc.size;
 		memory_manager_release_after(h->owner->memory, h->alloc.slice,
 					     fences[0].seq);
+		return 0;
+	}
+	return drop_queue_push(h->owner->drops, h->alloc.slice, h->alloc.size,
+			       fences, n);
+}
+
+/*
+ * Drop one reference of a shared buffer once this connection's uses of h
+ * have run; d is the record that waits for them (taken, or freed).
+ */
+static void release_shared(struct stream_set *set, struct stream *current,
+			   const struct handle *h, struct shared_buffer *sb,
+			   struct shared_drop *d)
+{
+	if (uses_completed(set, current, h)) {
+		free(d);
+		shared_buffer_put(set->driver, sb);
+		return;
+	}
+	d->sb = sb;
+	d->nfences = use_fences(set, current, h, d->fences);
+	d->next = set->dropped_shared;
+	set->dropped_shared = d;
+}
+
+int streams_release(struct stream_set *set, struct stream *current,
+		    struct handle *h)
+{
+	int rc;
+
+	if (h->graph_refs > 0)
+		return GPUCMD_EBUSY;
+	if (h->shared != NULL) {
+		struct shared_drop *d = malloc(sizeof(*d));
+
+		if (d == NULL)
+			return GPUCMD_ENOMEM;
+		release_shared(set, current, h, h->shared, d);
 	} else {
-		rc = drop_queue_push(h->owner->drops, h->alloc.slice,
-				     h->alloc.size, fences, n);
+		rc = release_memory(set, current, h);
 		if (rc != 0)
 			return rc;
+		service_uncharge(set->service, h->alloc.size);
 	}
-released:
 	handle_table_remove(set->handles, h->id);
-	service_uncharge(set->service, h->alloc.size);
 	handle_free(h);
+	return 0;
+}
+
+int streams_share(struct stream_set *set, struct stream *current,
+		  struct handle *h, struct shared_buffer *sb)
+{
+	struct driver *d = set->driver;
+	struct shared_drop *spare = malloc(sizeof(*spare));
+	int rc;
+
+	if (spare == NULL)
+		return GPUCMD_ENOMEM;
+	/* current waited for h's last write (the caller resolved h). */
+	rc = sb->size > 0 ? d->ops->copy_dtod(d, current->ds, sb->ptr,
+					      h->alloc.ptr, sb->size) :
+			    0;
+	if (rc != 0) {
+		free(spare);
+		return rc;
+	}
+	/* After the copy: its fence must cover the copy's read. */
+	rc = release_memory(set, current, h);
+	if (rc != 0) {
+		/* h keeps its memory; sb goes once the copy has run. */
+		struct handle tmp = *h;
+
+		tmp.owner = current;
+		sb->state = SHARED_LOST;
+		release_shared(set, current, &tmp, sb, spare);
+		return rc;
+	}
+	free(spare);
+	/* Its live bytes were h's: the service is charged for them once. */
+	sb->charged = true;
+	sb->connection = set->connection_id;
+	sb->filler = current;
+	sb->fill_seq = stream_next_fence(current);
+	h->alloc.ptr = sb->ptr;
+	h->alloc.slice = NULL;
+	h->shared = sb;
+	h->owner = current;
+	/* The copy is the new memory's first write; nothing read it yet. */
+	h->writer_slot = current->slot;
+	h->writer_cursor = current->cursor;
+	h->nreaders = 0;
+	return 0;
+}
+
+bool streams_shared_ready(struct shared_buffer *sb)
+{
+	if (sb->state == SHARED_FILLING &&
+	    stream_completed(sb->filler) >= sb->fill_seq) {
+		sb->state = SHARED_READY;
+		sb->filler = NULL;
+	}
+	return sb->state == SHARED_READY;
+}
+
+int streams_import(struct stream_set *set, struct stream *current, uint64_t id,
+		   struct shared_buffer *sb)
+{
+	struct memory_alloc a = { .ptr = sb->ptr, .size = sb->size };
+	struct handle *h = handle_new(id, current, &a);
+	int rc;
+
+	if (h == NULL)
+		return GPUCMD_ENOMEM;
+	h->shared = sb;
+	rc = handle_table_insert(set->handles, h);
+	if (rc != 0) {
+		handle_free(h);
+		return rc;
+	}
+	shared_buffer_get(sb);
+	sb->imports++;
 	return 0;
 }
 
@@ -668,6 +834,7 @@ void streams_flush_drops(struct stream_set *set)
 	region_flush(set);
 	graph_flush(set);
 	module_drops_flush(set, false);
+	shared_drops_flush(set, false);
 }
 
 void streams_usage(const struct stream_set *set, struct memory_usage *out)

@@ -79,6 +79,7 @@ struct graph;
 struct module_cache;
 struct region;
 struct service;
+struct shared_buffer;
 struct stream_set;
 
 /* An open profile: device time from its start event to its end. */
@@ -136,6 +137,17 @@ struct module_drop {
 	struct module_drop *next;
 };
 
+/*
+ * A released handle of a shared buffer (memory/shared_buffer.h): its
+ * reference goes once this connection's uses of it have run.
+ */
+struct shared_drop {
+	struct shared_buffer *sb;
+	uint32_t nfences;
+	struct drop_fence fences[STREAMS_MAX];
+	struct shared_drop *next;
+};
+
 struct stream_set {
 	struct driver *driver;
 	struct service *service;
@@ -158,6 +170,7 @@ struct stream_set {
 	struct module_cache *module_cache; /* the daemon's, for teardown */
 	struct module_ref *modules;	   /* modules this connection loaded */
 	struct module_drop *dropped_modules; /* unloaded, maybe still running */
+	struct shared_drop *dropped_shared;  /* released, maybe still used */
 	struct region *released_regions;     /* waiting for their fences */
 	/* New streams' layout: the config's, or the last one installed. */
 	struct memory_configuration layout;
@@ -282,6 +295,22 @@ uint64_t stream_completed(const struct stream *s);
 struct module_ref *streams_module_ref_new(void);
 /** Free a module_ref from streams_module_ref_new (NULL: nothing). */
 void streams_module_ref_free(struct module_ref *ref);
+/**
+ * Share h as sb (new, of h's size, in SHARED_FILLING): enqueue the copy of
+ * h's bytes into sb on current (which the caller resolved h on), release
+ * h's own memory behind it, and make h name sb, read-only.  On failure h
+ * is unchanged and sb is dropped once nothing can use it.
+ */
+int streams_share(struct stream_set *set, struct stream *current,
+		  struct handle *h, struct shared_buffer *sb);
+/** Whether sb's copy has completed, so that it may be imported. */
+bool streams_shared_ready(struct shared_buffer *sb);
+/**
+ * A new handle id on set naming sb (ready), read-only, owned by current.
+ * GPUCMD_EEXIST, GPUCMD_ELIMIT (max_handles) or GPUCMD_ENOMEM.
+ */
+int streams_import(struct stream_set *set, struct stream *current, uint64_t id,
+		   struct shared_buffer *sb);
 /**
  * ref's module was unloaded on current: its cache reference goes back, and
  * the service's count of modules (max_modules) goes down, once every

@@ -255,6 +255,11 @@ enum gpucmd_arg_kind {
 	GPUCMD_ARG_I32 = 3,
 	GPUCMD_ARG_U64 = 4,
 	GPUCMD_ARG_F32 = 5,
+	/*
+	 * A handle the kernel only reads: the way to pass a shared buffer
+	 * (gpucmd_batch_share), and other streams may read it meanwhile.
+	 */
+	GPUCMD_ARG_BUFFER_IN = 6,
 };
 struct gpucmd_arg {
 	enum gpucmd_arg_kind kind;
@@ -276,6 +281,15 @@ static inline struct gpucmd_arg gpucmd_arg_buffer(uint64_t handle)
 	struct gpucmd_arg a;
 
 	a.kind = GPUCMD_ARG_BUFFER;
+	a.v.handle = handle;
+	return a;
+}
+
+static inline struct gpucmd_arg gpucmd_arg_buffer_in(uint64_t handle)
+{
+	struct gpucmd_arg a;
+
+	a.kind = GPUCMD_ARG_BUFFER_IN;
 	a.v.handle = handle;
 	return a;
 }
@@ -337,6 +351,26 @@ gpucmd_batch_kernel_shared(struct gpucmd_batch *b, const char *name,
 			   const uint32_t grid[3], const uint32_t block[3],
 			   uint32_t shared_bytes, const struct gpucmd_arg *args,
 			   size_t nargs);
+
+/*
+ * Buffers shared between the connections of one service (weights that
+ * several worker processes use, kept once).  share moves the live buffer
+ * `handle` of this connection into device memory of the service's own,
+ * under `name` (1 to 63 of letters, digits, '.', '_', '-', '/', ':'): one
+ * device-to-device copy on the batch's stream, and the reply comes once
+ * it has run.  From then on the buffer is read-only for every holder:
+ * reads, copies from it, and kernels that take it as
+ * gpucmd_arg_buffer_in; a write is refused with GPUCMD_EINVAL.  import
+ * names it with a new handle of this connection (another connection of
+ * the same service; GPUCMD_ENOTFOUND for a name the service does not
+ * share, GPUCMD_EBUSY while the share's copy has not run).  The memory
+ * goes back once every handle naming it, on every connection, is
+ * released; it counts once against the service's memory_limit.
+ */
+GPUCMD_EXTERN int gpucmd_batch_share(struct gpucmd_batch *b, uint64_t handle,
+				     const char *name);
+GPUCMD_EXTERN int gpucmd_batch_import(struct gpucmd_batch *b, uint64_t handle,
+				      const char *name);
 
 /*
  * Device code: load a module (format "ptx", "cubin", "fatbin", or "cuda"
@@ -712,6 +746,20 @@ struct gpucmd_refusal {
 	int code;
 	char message[768];
 };
+/*
+ * A buffer a service's connections share (gpucmd_batch_share): its name,
+ * size, the handles naming it on all connections, the connection that
+ * shared it, the imports since, and whether its copy has run (until then
+ * an import is refused with GPUCMD_EBUSY).
+ */
+struct gpucmd_shared_buffer {
+	char name[64];
+	uint64_t bytes;
+	uint32_t handles;
+	uint64_t connection_id;
+	uint64_t imports;
+	int ready;
+};
 /* Daemon-wide memory report, one entry per service the caller may see. */
 struct gpucmd_service_report {
 	char name[64];
@@ -765,6 +813,15 @@ struct gpucmd_service_report {
 	 * as its client was told (struct gpucmd_refusal, above).
 	 */
 	struct gpucmd_refusal last_refusal;
+	/*
+	 * Buffers its connections share: part of bytes_in_use (and of
+	 * bytes_reserved) once, whoever holds them; the list is empty in
+	 * totals.
+	 */
+	uint32_t shared_buffers;
+	uint64_t shared_buffer_bytes;
+	size_t nshared;
+	struct gpucmd_shared_buffer *shared;
 };
 struct gpucmd_report {
 	char device_name[128];

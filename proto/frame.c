@@ -384,6 +384,8 @@ static size_t arg_size(const Gpucmd__KernelArg *a)
 	switch (a->value_case) {
 	case GPUCMD__KERNEL_ARG__VALUE_BUFFER:
 		return 1 + varint_size(a->buffer);
+	case GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN:
+		return 1 + varint_size(a->buffer_in);
 	case GPUCMD__KERNEL_ARG__VALUE_U32:
 		return 1 + varint_size(a->u32);
 	case GPUCMD__KERNEL_ARG__VALUE_I32:
@@ -419,7 +421,9 @@ static bool op_inner_size(const Gpucmd__Op *op, size_t *out)
 		if (k->n_block > 0)
 			n += field_size(packed_u32_size(k->block, k->n_block));
 		for (size_t i = 0; i < k->n_args; i++) {
-			if (k->args[i]->base.n_unknown_fields != 0)
+			/* An argument of a kind not written here: protobuf-c. */
+			if (k->args[i]->base.n_unknown_fields != 0 ||
+			    arg_size(k->args[i]) == 0)
 				return false;
 			n += field_size(arg_size(k->args[i]));
 		}
@@ -497,6 +501,9 @@ static uint8_t *put_arg(uint8_t *p, const Gpucmd__KernelArg *a)
 	case GPUCMD__KERNEL_ARG__VALUE_BUFFER:
 		*p++ = (1 << 3) | 0;
 		return put_varint(p, a->buffer);
+	case GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN:
+		*p++ = (6 << 3) | 0;
+		return put_varint(p, a->buffer_in);
 	case GPUCMD__KERNEL_ARG__VALUE_U32:
 		*p++ = (2 << 3) | 0;
 		return put_varint(p, a->u32);

@@ -16,6 +16,7 @@
 
 #include "memory/memory_manager.h"
 
+struct shared_buffer;
 struct stream;
 
 /* A stream's last use of a handle, as that stream's cursor. */
@@ -35,6 +36,12 @@ struct handle {
 	uint32_t readers_cap;
 	struct handle_use *readers;
 	uint32_t graph_refs; /* graphs that use it: no release while > 0 */
+	/*
+	 * Shared within its service (memory/shared_buffer.h): alloc names
+	 * the shared buffer's memory, not owner's pools (alloc.slice NULL),
+	 * and nothing may write it.
+	 */
+	struct shared_buffer *shared;
 	uint64_t graph_last; /* serial of the last graph to hold it */
 };
 

@@ -166,10 +166,14 @@ static void gen_kernel(struct gen *g, size_t i)
 		Gpucmd__KernelArg *ka = &g->arg[i][a];
 
 		*ka = (Gpucmd__KernelArg)GPUCMD__KERNEL_ARG__INIT;
-		switch (rnd_below(6)) {
+		switch (rnd_below(7)) {
 		case 0:
 			ka->value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER;
 			ka->buffer = rnd() >> rnd_below(64);
+			break;
+		case 5:
+			ka->value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN;
+			ka->buffer_in = rnd() >> rnd_below(64);
 			break;
 		case 1:
 			ka->value_case = GPUCMD__KERNEL_ARG__VALUE_U32;

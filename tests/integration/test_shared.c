@@ -1,0 +1,481 @@
+/*
+ * test_shared.c - buffers shared between the connections of one service
+ * (share, import): the bytes, read-only for every holder, the memory that
+ * outlives the connection that shared it and goes with the last handle,
+ * names per service, the count in the memory report and the quota, and
+ * clients that die holding one.
+ */
+#include "harness.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * 1024)
+
+static const uint32_t G1[3] = { 1, 1, 1 };
+static const uint32_t B64[3] = { 64, 1, 1 };
+
+static char conf_path[256];
+
+static void start_with(const char *text)
+{
+	harness_config(text, conf_path, sizeof(conf_path));
+	daemon_start_args(&the_daemon, "--config", conf_path, NULL);
+}
+
+/* Run b, which must fail at op idx with code and a message holding want. */
+#define expect_fail(b, idx, code, want) \
+	expect_fail_at(__LINE__, b, idx, code, want)
+static void expect_fail_at(int line, struct gpucmd_batch *b, int idx, int code,
+			   const char *want)
+{
+	struct gpucmd_response *r = NULL;
+	const char *msg;
+
+	ck_assert_int_eq(gpucmd_run(b, &r), 0);
+	msg = gpucmd_response_message(r);
+	ck_assert_msg(gpucmd_response_error(r) == code,
+		      "line %d: expected %s, got %s: %s", line,
+		      gpucmd_errname(code),
+		      gpucmd_errname(gpucmd_response_error(r)), msg);
+	ck_assert_msg(gpucmd_response_failed_index(r) == idx,
+		      "line %d: failed at op %d, expected %d (%s)", line,
+		      gpucmd_response_failed_index(r), idx, msg);
+	ck_assert_msg(strstr(msg, want) != NULL,
+		      "line %d: message '%s' lacks '%s'", line, msg, want);
+	gpucmd_response_free(r);
+}
+
+static struct gpucmd_batch *batch(struct gpucmd_conn *c, uint32_t stream)
+{
+	struct gpucmd_batch *b = NULL;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, stream, &b), 0);
+	return b;
+}
+
+/* n words of a pattern that tells buffers apart. */
+static void pattern(uint32_t *w, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		w[i] = seed * 2654435761u + (uint32_t)i;
+}
+
+/* Allocate handle on c with n words of pattern seed, and share it. */
+static void make_shared(struct gpucmd_conn *c, uint64_t handle,
+			const char *name, size_t n, uint32_t seed)
+{
+	uint32_t *w = malloc(n * 4);
+	struct gpucmd_batch *b = batch(c, 0);
+
+	ck_assert_ptr_nonnull(w);
+	pattern(w, n, seed);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(b, handle, w, n * 4), 0);
+	ck_assert_int_eq(gpucmd_batch_share(b, handle, name), 0);
+	gpucmd_response_free(run_ok(b));
+	free(w);
+}
+
+/* Read n words of handle on c and check them against pattern seed. */
+static void expect_pattern(struct gpucmd_conn *c, uint32_t stream,
+			   uint64_t handle, size_t n, uint32_t seed)
+{
+	struct gpucmd_batch *b = batch(c, stream);
+	struct gpucmd_response *r;
+	uint32_t *want = malloc(n * 4);
+	const void *data;
+	size_t len;
+
+	ck_assert_ptr_nonnull(want);
+	pattern(want, n, seed);
+	ck_assert_int_eq(gpucmd_batch_read(b, handle, 0, n * 4), 0);
+	r = run_ok(b);
+	ck_assert_int_eq(gpucmd_response_data(r, 0, &data, &len), 0);
+	ck_assert_uint_eq(len, n * 4);
+	ck_assert_int_eq(memcmp(data, want, n * 4), 0);
+	gpucmd_response_free(r);
+	free(want);
+}
+
+static void import_ok(struct gpucmd_conn *c, uint64_t handle, const char *name)
+{
+	struct gpucmd_batch *b = batch(c, 0);
+
+	ck_assert_int_eq(gpucmd_batch_import(b, handle, name), 0);
+	gpucmd_response_free(run_ok(b));
+}
+
+static void release_ok(struct gpucmd_conn *c, uint64_t handle)
+{
+	struct gpucmd_batch *b = batch(c, 0);
+
+	ck_assert_int_eq(gpucmd_batch_release(b, handle), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	gpucmd_response_free(run_ok(b));
+}
+
+/* The report's row of service name; its shared list is copied to sh. */
+static struct gpucmd_service_report row_of(struct gpucmd_conn *c,
+					   const char *name,
+					   struct gpucmd_shared_buffer *sh,
+					   size_t cap)
+{
+	struct gpucmd_report *rep = NULL;
+	struct gpucmd_service_report out;
+	bool found = false;
+
+	memset(&out, 0, sizeof(out));
+	ck_assert_int_eq(gpucmd_memory_report(c, &rep), 0);
+	for (size_t i = 0; i < rep->nservices; i++) {
+		if (strcmp(rep->services[i].name, name) != 0)
+			continue;
+		out = rep->services[i];
+		found = true;
+		ck_assert_uint_le(out.nshared, cap);
+		if (out.nshared > 0)
+			memcpy(sh, out.shared, out.nshared * sizeof(*sh));
+	}
+	ck_assert_msg(found, "service %s is not in the report", name);
+	out.streams = NULL;
+	out.shared = NULL;
+	gpucmd_report_free(rep);
+	return out;
+}
+
+/* ---- the bytes ------------------------------------------------------------ */
+
+START_TEST(imported_buffer_holds_the_shared_bytes)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_conn *b = connect_as("infer");
+	struct gpucmd_arg args[3] = { buf_arg(20), gpucmd_arg_buffer_in(7),
+				      u64_arg(4096) };
+	struct gpucmd_batch *k;
+
+	make_shared(a, 1, "weights", 1024, 11);
+	/* The sharer keeps reading it through its own handle. */
+	expect_pattern(a, 0, 1, 1024, 11);
+	import_ok(b, 7, "weights");
+	expect_pattern(b, 0, 7, 1024, 11);
+	/* On another stream of the importer too, and through a kernel. */
+	expect_pattern(b, 3, 7, 1024, 11);
+	k = batch(b, 2);
+	ck_assert_int_eq(gpucmd_batch_empty(k, 20, 4096), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(k, "copy", G1, B64, args, 3), 0);
+	gpucmd_response_free(run_ok(k));
+	expect_pattern(b, 2, 20, 1024, 11);
+	/* A built-in's input may be passed either way. */
+	args[1] = buf_arg(7);
+	k = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(k, "copy", G1, B64, args, 3), 0);
+	gpucmd_response_free(run_ok(k));
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
+START_TEST(shared_buffers_are_read_only_for_every_holder)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_conn *b = connect_as("infer");
+	struct gpucmd_arg fill[3] = { buf_arg(7), u32_arg(1), u32_arg(4) };
+	struct gpucmd_arg copy[3] = { buf_arg(7), gpucmd_arg_buffer_in(9),
+				      u64_arg(16) };
+	struct gpucmd_batch *x;
+	uint32_t w[4] = { 0 };
+
+	make_shared(a, 1, "weights", 64, 3);
+	import_ok(b, 7, "weights");
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_write(x, 7, 0, w, sizeof(w)), 0);
+	expect_fail(x, 0, GPUCMD_EINVAL, "read-only");
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "fill_u32", G1, B64, fill, 3),
+			 0);
+	expect_fail(x, 0, GPUCMD_EINVAL, "shared as 'weights'");
+	/* Its sharer may not write it either. */
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_write(x, 1, 0, w, sizeof(w)), 0);
+	expect_fail(x, 0, GPUCMD_EINVAL, "read-only");
+	/* A buffer_in is no output, shared or not. */
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_empty(x, 9, 64), 0);
+	copy[0] = gpucmd_arg_buffer_in(9);
+	copy[1] = buf_arg(9);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "copy", G1, B64, copy, 3), 0);
+	expect_fail(x, 1, GPUCMD_EINVAL, "buffer_in");
+	/* A capture that would write it is refused while recording. */
+	x = batch(b, 4);
+	ck_assert_int_eq(gpucmd_batch_capture_begin(x), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "fill_u32", G1, B64, fill, 3),
+			 0);
+	expect_fail(x, 1, GPUCMD_EINVAL, "read-only");
+	x = batch(b, 4);
+	ck_assert_int_eq(gpucmd_batch_capture_abort(x), 0);
+	gpucmd_response_free(run_ok(x));
+	expect_pattern(b, 0, 7, 16, 3);
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
+START_TEST(graphs_replay_reads_of_a_shared_buffer)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_conn *b = connect_as("infer");
+	struct gpucmd_arg copy[3] = { buf_arg(2), gpucmd_arg_buffer_in(7),
+				      u64_arg(256) };
+	struct gpucmd_batch *x;
+
+	make_shared(a, 1, "w", 64, 5);
+	import_ok(b, 7, "w");
+	x = batch(b, 1);
+	ck_assert_int_eq(gpucmd_batch_empty(x, 2, 256), 0);
+	ck_assert_int_eq(gpucmd_batch_capture_begin(x), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "copy", G1, B64, copy, 3), 0);
+	ck_assert_int_eq(gpucmd_batch_capture_end(x, 40), 0);
+	gpucmd_response_free(run_ok(x));
+	x = batch(b, 1);
+	ck_assert_int_eq(gpucmd_batch_graph_launch(x, 40), 0);
+	gpucmd_response_free(run_ok(x));
+	expect_pattern(b, 1, 2, 64, 5);
+	/* The graph holds the handle: no release, nor a share of one. */
+	x = batch(b, 1);
+	ck_assert_int_eq(gpucmd_batch_release(x, 7), 0);
+	expect_fail(x, 0, GPUCMD_EBUSY, "graph");
+	x = batch(b, 1);
+	ck_assert_int_eq(gpucmd_batch_share(x, 2, "out"), 0);
+	expect_fail(x, 0, GPUCMD_EBUSY, "graph");
+	x = batch(b, 1);
+	ck_assert_int_eq(gpucmd_batch_graph_destroy(x, 40), 0);
+	ck_assert_int_eq(gpucmd_batch_release(x, 7), 0);
+	gpucmd_response_free(run_ok(x));
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
+/* ---- lifetime ------------------------------------------------------------- */
+
+START_TEST(shared_memory_outlives_its_sharer)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_conn *b = connect_as("infer");
+	struct gpucmd_conn *o = connect_as("watch");
+	struct gpucmd_shared_buffer sh[4];
+	struct gpucmd_service_report row;
+
+	make_shared(a, 1, "weights", 16 * KIB / 4, 9);
+	import_ok(b, 7, "weights");
+	row = row_of(b, "infer", sh, 4);
+	ck_assert_uint_eq(row.shared_buffers, 1);
+	ck_assert_uint_eq(row.shared_buffer_bytes, 16 * KIB);
+	ck_assert_uint_eq(row.nshared, 1);
+	ck_assert_str_eq(sh[0].name, "weights");
+	ck_assert_uint_eq(sh[0].bytes, 16 * KIB);
+	ck_assert_uint_eq(sh[0].handles, 2);
+	ck_assert_uint_eq(sh[0].imports, 1);
+	ck_assert_uint_eq(sh[0].connection_id, gpucmd_info(a)->connection_id);
+	ck_assert_int_eq(sh[0].ready, 1);
+	/* Counted once, whoever holds it. */
+	ck_assert_uint_eq(row.bytes_in_use, 16 * KIB);
+	ck_assert_uint_eq(row.allocations, 1);
+
+	gpucmd_close(a);
+	expect_pattern(b, 0, 7, 16 * KIB / 4, 9);
+	row = row_of(b, "infer", sh, 4);
+	ck_assert_uint_eq(row.shared_buffers, 1);
+	ck_assert_uint_eq(sh[0].handles, 1);
+	ck_assert_uint_eq(row.bytes_in_use, 16 * KIB);
+
+	/* The last handle takes it, and its name, away. */
+	release_ok(b, 7);
+	row = row_of(b, "infer", sh, 4);
+	ck_assert_uint_eq(row.shared_buffers, 0);
+	ck_assert_uint_eq(row.bytes_in_use, 0);
+	ck_assert_uint_eq(row.allocations, 0);
+	{
+		struct gpucmd_batch *x = batch(b, 0);
+
+		ck_assert_int_eq(gpucmd_batch_import(x, 8, "weights"), 0);
+		expect_fail(x, 0, GPUCMD_ENOTFOUND, "shares no buffer");
+	}
+	/* The name is free again. */
+	make_shared(b, 3, "weights", 8, 4);
+	expect_pattern(b, 0, 3, 8, 4);
+	/* Another service saw none of it. */
+	ck_assert_uint_eq(row_of(o, "watch", sh, 4).shared_buffers, 0);
+	gpucmd_close(b);
+	gpucmd_close(o);
+}
+END_TEST
+
+static int hold_import(void *arg)
+{
+	struct gpucmd_conn *c = NULL;
+	struct gpucmd_batch *b = NULL;
+	struct gpucmd_response *r = NULL;
+	uint32_t spin[1];
+	struct gpucmd_arg args[1];
+	uint64_t id;
+
+	(void)arg;
+	if (gpucmd_connect(the_daemon.sock, "infer", &c, NULL, 0) != 0)
+		return 2;
+	if (gpucmd_batch_new(c, 0, &b) != 0 ||
+	    gpucmd_batch_import(b, 5, "weights") != 0 ||
+	    gpucmd_run(b, &r) != 0 || gpucmd_response_error(r) != 0)
+		return 3;
+	gpucmd_response_free(r);
+	/* Work in flight on it when the client dies. */
+	spin[0] = 10000;
+	args[0] = u32_arg(spin[0]);
+	if (gpucmd_batch_new(c, 1, &b) != 0 ||
+	    gpucmd_batch_kernel(b, "spin", G1, G1, args, 1) != 0 ||
+	    gpucmd_batch_read(b, 5, 0, 64) != 0 || gpucmd_submit(b, &id) != 0)
+		return 4;
+	return 0;
+}
+
+START_TEST(a_client_that_dies_leaves_its_imports_behind)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_shared_buffer sh[2];
+	pid_t child;
+
+	make_shared(a, 1, "weights", 256, 2);
+	child = harness_child_ready(hold_import, NULL);
+	ck_assert_uint_eq(row_of(a, "infer", sh, 2).shared_buffers, 1);
+	ck_assert_uint_eq(sh[0].handles, 2);
+	harness_child_kill(child);
+	/* The daemon frees the connection once its work has run. */
+	for (int i = 0; i < 1000; i++) {
+		row_of(a, "infer", sh, 2);
+		if (sh[0].handles == 1)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(sh[0].handles, 1);
+	expect_pattern(a, 0, 1, 64, 2);
+	release_ok(a, 1);
+	ck_assert_uint_eq(row_of(a, "infer", sh, 2).bytes_in_use, 0);
+	gpucmd_close(a);
+}
+END_TEST
+
+/* ---- names ---------------------------------------------------------------- */
+
+START_TEST(names_belong_to_their_service)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_conn *b = connect_as("infer");
+	struct gpucmd_conn *t = connect_as("train");
+	struct gpucmd_batch *x;
+
+	make_shared(a, 1, "weights", 16, 1);
+	/* Another service finds nothing by that name... */
+	x = batch(t, 0);
+	ck_assert_int_eq(gpucmd_batch_import(x, 7, "weights"), 0);
+	expect_fail(x, 0, GPUCMD_ENOTFOUND, "service 'train' shares no buffer");
+	/* ...and may share one of its own under it. */
+	make_shared(t, 2, "weights", 16, 2);
+	import_ok(b, 7, "weights");
+	expect_pattern(b, 0, 7, 16, 1);
+	expect_pattern(t, 0, 2, 16, 2);
+
+	/* A name is shared once per service. */
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_empty(x, 8, 64), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 8, "weights"), 0);
+	expect_fail(x, 1, GPUCMD_EEXIST, "already");
+	/* A handle is shared once. */
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 7, "again"), 0);
+	expect_fail(x, 0, GPUCMD_EINVAL, "shared already, as 'weights'");
+	/* An import takes a new id. */
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_import(x, 8, "weights"), 0);
+	expect_fail(x, 0, GPUCMD_EEXIST, "already live");
+	/* Names the daemon refuses, and those the builder does. */
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 8, "a b"), 0);
+	expect_fail(x, 0, GPUCMD_EINVAL, "cannot name a shared buffer");
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 8, ""), GPUCMD_EINVAL);
+	ck_assert_int_eq(
+		gpucmd_batch_import(
+			x, 9,
+			"0123456789012345678901234567890123456789012345678901234567890123"),
+		GPUCMD_EINVAL);
+	gpucmd_batch_free(x);
+	/* A handle that does not exist is named. */
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 99, "x"), 0);
+	expect_fail(x, 0, GPUCMD_ENOTFOUND, "handle 99");
+	gpucmd_close(a);
+	gpucmd_close(b);
+	gpucmd_close(t);
+}
+END_TEST
+
+/* ---- quota ---------------------------------------------------------------- */
+
+START_TEST(a_shared_buffer_counts_once_against_the_quota)
+{
+	struct gpucmd_conn *a, *b, *c;
+	struct gpucmd_shared_buffer sh[2];
+	struct gpucmd_batch *x;
+
+	start_with("[service q]\nmemory_limit = 1M\n");
+	a = connect_as("q");
+	b = connect_as("q");
+	c = connect_as("q");
+	make_shared(a, 1, "w", 512 * KIB / 4, 6);
+	import_ok(b, 1, "w");
+	import_ok(c, 1, "w");
+	ck_assert_uint_eq(row_of(a, "q", sh, 2).bytes_in_use, 512 * KIB);
+	/* 512K more fits under 1M; three copies would not have. */
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_empty(x, 2, 512 * KIB), 0);
+	gpucmd_response_free(run_ok(x));
+	x = batch(c, 0);
+	ck_assert_int_eq(gpucmd_batch_empty(x, 2, 4 * KIB), 0);
+	expect_fail(x, 0, GPUCMD_EQUOTA, "quota exceeded");
+	gpucmd_close(a);
+	gpucmd_close(b);
+	gpucmd_close(c);
+}
+END_TEST
+
+static Suite *shared_suite(void)
+{
+	Suite *s = suite_create("shared");
+	TCase *t = tcase_create("bytes");
+	TCase *l = tcase_create("lifetime");
+	TCase *n = tcase_create("names");
+	TCase *q = tcase_create("quota");
+
+	tcase_add_checked_fixture(t, harness_setup, harness_teardown);
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, imported_buffer_holds_the_shared_bytes);
+	tcase_add_test(t, shared_buffers_are_read_only_for_every_holder);
+	tcase_add_test(t, graphs_replay_reads_of_a_shared_buffer);
+	suite_add_tcase(s, t);
+	tcase_add_checked_fixture(l, harness_setup, harness_teardown);
+	tcase_set_timeout(l, 60);
+	tcase_add_test(l, shared_memory_outlives_its_sharer);
+	tcase_add_test(l, a_client_that_dies_leaves_its_imports_behind);
+	suite_add_tcase(s, l);
+	tcase_add_checked_fixture(n, harness_setup, harness_teardown);
+	tcase_set_timeout(n, 60);
+	tcase_add_test(n, names_belong_to_their_service);
+	suite_add_tcase(s, n);
+	tcase_add_checked_fixture(q, NULL, harness_teardown);
+	tcase_set_timeout(q, 60);
+	tcase_add_test(q, a_shared_buffer_counts_once_against_the_quota);
+	suite_add_tcase(s, q);
+	return s;
+}
+
+int main(void)
+{
+	return harness_main(shared_suite());
+}
