@@ -1229,16 +1229,19 @@ GPUCMD_EXTERN int gpucmd_connect_flags(const char *path, const char *service,
  */
 GPUCMD_EXTERN void gpucmd_close(struct gpucmd_conn *c)
 {
+	bool foreign;
+
 	if (c == NULL)
 		return;
-	if (c->fd >= 0 && !conn_foreign(c, true))
+	foreign = conn_foreign(c, true);
+	if (c->fd >= 0 && !foreign)
 		(void)shutdown(c->fd, SHUT_RDWR);
 	for (size_t i = 0; i < c->nslots; i++) {
 		frame_free(c->slots[i].frame);
 		free(c->slots[i].releases);
 	}
 	free(c->slots);
-	regions_clear(&c->regions);
+	regions_clear(&c->regions, !foreign);
 	batch_cache_clear(&c->batches);
 	frame_pieces_free(&c->out);
 	free(c->body);

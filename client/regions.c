@@ -46,9 +46,10 @@ struct regions_entry *regions_find(struct regions *t, uint64_t id)
 	return NULL;
 }
 
-static void entry_unmap(struct regions_entry *e)
+static void entry_unmap(struct regions_entry *e, bool mapped)
 {
-	munmap(e->base, e->size);
+	if (mapped)
+		munmap(e->base, e->size);
 	close(e->fd);
 }
 
@@ -58,17 +59,17 @@ void regions_forget(struct regions *t, uint64_t id)
 
 	if (e == NULL)
 		return;
-	entry_unmap(e);
+	entry_unmap(e, true);
 	*e = t->v[--t->n];
 	/* A region of the caller's gone: a larger scratch may fit again. */
 	if (id != REGIONS_SCRATCH_ID)
 		t->scratch_refused = 0;
 }
 
-void regions_clear(struct regions *t)
+void regions_clear(struct regions *t, bool mapped)
 {
 	for (size_t i = 0; i < t->n; i++)
-		entry_unmap(&t->v[i]);
+		entry_unmap(&t->v[i], mapped);
 	free(t->v);
 	memset(t, 0, sizeof(*t));
 }
@@ -114,6 +115,15 @@ static int memfd_map(size_t size, int *fd_out, uint8_t **base_out)
 		close(fd);
 		return r;
 	}
+	/*
+	 * Not inherited across fork(): the region is the parent
+	 * connection's, which the daemon may be copying from or into, and
+	 * the library refuses the child every call on it (conn_check_process).
+	 * A child that still writes through a pointer into it faults at once
+	 * (SIGSEGV) instead of changing the parent's data unseen.  A failure
+	 * only leaves it inherited, as before.
+	 */
+	(void)madvise(base, size, MADV_DONTFORK);
 	*fd_out = fd;
 	*base_out = base;
 	return 0;

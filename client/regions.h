@@ -17,6 +17,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,5 +46,9 @@ struct regions {
 struct regions_entry *regions_find(struct regions *t, uint64_t id);
 /** Drop region id from the table: unmap it and close its memfd. */
 void regions_forget(struct regions *t, uint64_t id);
-/** Unmap and close every region (the connection is closing). */
-void regions_clear(struct regions *t);
+/**
+ * Close every region (the connection is closing), and unmap them when
+ * mapped: not in a child of fork(), which did not inherit the mappings
+ * (MADV_DONTFORK) and may have mapped something else at their addresses.
+ */
+void regions_clear(struct regions *t, bool mapped);

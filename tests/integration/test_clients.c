@@ -3,6 +3,8 @@
  * every client gets its own right answers, and a client killed mid-batch
  * leaves nothing behind.
  */
+#include <sys/mman.h>
+
 #include "harness.h"
 
 #include "frame.h"
@@ -1178,6 +1180,56 @@ START_TEST(fork_unseen_child_leaves_the_parent_alone)
 }
 END_TEST
 
+/*
+ * A child does not inherit the connection's regions (MADV_DONTFORK): a
+ * pointer into one names nothing there, so a write through it faults
+ * instead of changing the parent's bytes the daemon copies from.  And a
+ * gpucmd_close in the child unmaps nothing: what the child mapped since at
+ * those addresses is its own.
+ */
+START_TEST(fork_child_inherits_no_region)
+{
+	struct gpucmd_conn *c = connect_as("alpha");
+	const size_t len = 64 * 1024;
+	struct gpucmd_batch *b;
+	uint8_t *p = NULL;
+	int wst = 0;
+	pid_t pid;
+
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 64);
+	gpucmd_response_free(run_ok(b));
+	ck_assert_int_eq(gpucmd_region_create(c, 5, len, (void **)&p), 0);
+	memset(p, 0x5a, len);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* The range is free here: a fixed mapping that may not
+		 * replace anything gets it. */
+		uint8_t *q =
+			mmap(p, len, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+			     -1, 0);
+
+		if (q != p)
+			_exit(1);
+		q[0] = 0x11;
+		q[len - 1] = 0x22;
+		gpucmd_close(c);
+		/* Still the child's own. */
+		_exit(q[0] == 0x11 && q[len - 1] == 0x22 ? 0 : 2);
+	}
+	ck_assert_int_eq(waitpid(pid, &wst, 0), pid);
+	ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+		      "the child saw %d", WEXITSTATUS(wst));
+	for (size_t i = 0; i < len; i++)
+		ck_assert_uint_eq(p[i], 0x5a);
+	parent_still_works(c, 78);
+	ck_assert_int_eq(gpucmd_region_release(c, 5), 0);
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("clients");
@@ -1215,6 +1267,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, fork_child_exits_without_close);
 	tcase_add_test(tc, fork_parent_close_ends_connection);
 	tcase_add_test(tc, fork_unseen_child_leaves_the_parent_alone);
+	tcase_add_test(tc, fork_child_inherits_no_region);
 	suite_add_tcase(s, tc);
 	return s;
 }
