@@ -529,6 +529,8 @@ static int share_oom(struct command_ctx *ctx, struct batch *b,
 		    (unsigned long long)free_bytes, (unsigned long long)total);
 }
 
+static bool may_fault_after(const Gpucmd__Request *req, size_t i);
+
 static int op_share(struct command_ctx *ctx, struct batch *b, size_t i,
 		    const Gpucmd__OpShare *op)
 {
@@ -611,6 +613,16 @@ static int op_share(struct command_ctx *ctx, struct batch *b, size_t i,
 			    (unsigned long long)op->handle,
 			    ctx->driver->error[0] ? ctx->driver->error :
 						    gpucmd_strerror(rc));
+	/*
+	 * Answered once the copy ran, as a sync is: an import that follows
+	 * the answer must find the buffer ready, and a batch with no read
+	 * or sync is otherwise answered as soon as it is enqueued.
+	 */
+	if (b->fence_index < 0) {
+		b->fence_index = (int)i;
+		if (may_fault_after(b->req, i))
+			executor_barrier(b->ex, b);
+	}
 	result_done(&b->results[i]);
 	return 0;
 }

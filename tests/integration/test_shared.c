@@ -445,6 +445,234 @@ START_TEST(a_shared_buffer_counts_once_against_the_quota)
 }
 END_TEST
 
+/* ---- the answer, and the order of the copy -------------------------------- */
+
+/* Keep stream of c busy for n x 10 ms (a tenant's spins are 10 ms at most). */
+static void keep_busy(struct gpucmd_batch *b, int n)
+{
+	struct gpucmd_arg spin[1] = { u32_arg(10000) };
+
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", G1, G1, spin, 1),
+				 0);
+}
+
+/*
+ * "Import it once that share was answered": the answer must come once the
+ * copy ran, sync or none in the batch.  It used to come at dispatch, like
+ * any batch without a read or sync, while the copy still waited behind the
+ * stream's work: an import right after it was refused (GPUCMD_EBUSY, still
+ * being copied) (on the fake CUDA backend every time).
+ */
+START_TEST(a_share_is_answered_once_its_copy_ran)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_conn *b = connect_as("infer");
+	struct gpucmd_batch *x;
+	uint32_t w[64];
+
+	pattern(w, 64, 21);
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 1, w, sizeof(w)), 0);
+	keep_busy(x, 30);
+	ck_assert_int_eq(gpucmd_batch_share(x, 1, "late"), 0);
+	gpucmd_response_free(run_ok(x));
+	import_ok(b, 7, "late");
+	expect_pattern(b, 0, 7, 64, 21);
+	/* A kernel after it in the batch: the answer still waits. */
+	x = batch(a, 1);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 2, w, sizeof(w)), 0);
+	keep_busy(x, 20);
+	ck_assert_int_eq(gpucmd_batch_share(x, 2, "later"), 0);
+	keep_busy(x, 1);
+	gpucmd_response_free(run_ok(x));
+	import_ok(b, 8, "later");
+	expect_pattern(b, 2, 8, 64, 21);
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
+/*
+ * A share on stream 2 of a buffer last written on stream 1 of the same
+ * connection copies what that write left, however late it runs.
+ */
+START_TEST(a_share_copies_the_last_write_of_another_stream)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_conn *b = connect_as("infer");
+	struct gpucmd_batch *x;
+	uint32_t w[256];
+	uint64_t id;
+
+	pattern(w, 256, 1);
+	x = batch(a, 1);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 1, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(x), 0);
+	gpucmd_response_free(run_ok(x));
+	/* Stream 1 busy, then the write that the share must see. */
+	pattern(w, 256, 2);
+	x = batch(a, 1);
+	keep_busy(x, 20);
+	ck_assert_int_eq(gpucmd_batch_write(x, 1, 0, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_submit(x, &id), 0);
+	x = batch(a, 2);
+	ck_assert_int_eq(gpucmd_batch_share(x, 1, "w"), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(x), 0);
+	gpucmd_response_free(run_ok(x));
+	{
+		struct gpucmd_response *r = NULL;
+
+		ck_assert_int_eq(gpucmd_wait(a, id, &r), 0);
+		ck_assert_int_eq(gpucmd_response_error(r), 0);
+		gpucmd_response_free(r);
+	}
+	import_ok(b, 7, "w");
+	expect_pattern(b, 3, 7, 256, 2);
+	/* The sharer's own handle, on its first stream. */
+	expect_pattern(a, 1, 1, 256, 2);
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
+/*
+ * An import read at once on another stream of the importer, and a graph of
+ * the importer that reads it, replayed after the sharer left.
+ */
+START_TEST(a_graph_of_an_importer_outlives_the_sharer)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_conn *b = connect_as("infer");
+	struct gpucmd_arg copy[3] = { buf_arg(2), gpucmd_arg_buffer_in(7),
+				      u64_arg(1024) };
+	struct gpucmd_shared_buffer sh[2];
+	struct gpucmd_batch *x;
+
+	make_shared(a, 1, "w", 256, 8);
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_import(x, 7, "w"), 0);
+	gpucmd_response_free(run_ok(x));
+	expect_pattern(b, 5, 7, 256, 8);
+	x = batch(b, 3);
+	ck_assert_int_eq(gpucmd_batch_empty(x, 2, 1024), 0);
+	ck_assert_int_eq(gpucmd_batch_capture_begin(x), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "copy", G1, B64, copy, 3), 0);
+	ck_assert_int_eq(gpucmd_batch_capture_end(x, 40), 0);
+	gpucmd_response_free(run_ok(x));
+	gpucmd_close(a);
+	/* The sharer's handle went with it: the graph's import holds it. */
+	for (int i = 0; i < 500; i++) {
+		if (row_of(b, "infer", sh, 2).nshared == 1 && sh[0].handles == 1)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(sh[0].handles, 1);
+	x = batch(b, 4);
+	ck_assert_int_eq(gpucmd_batch_graph_launch(x, 40), 0);
+	gpucmd_response_free(run_ok(x));
+	expect_pattern(b, 6, 2, 256, 8);
+	x = batch(b, 4);
+	ck_assert_int_eq(gpucmd_batch_graph_destroy(x, 40), 0);
+	ck_assert_int_eq(gpucmd_batch_release(x, 7), 0);
+	ck_assert_int_eq(gpucmd_batch_release(x, 2), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(x), 0);
+	gpucmd_response_free(run_ok(x));
+	ck_assert_uint_eq(row_of(b, "infer", sh, 2).shared_buffers, 0);
+	gpucmd_close(b);
+}
+END_TEST
+
+/* ---- the counts ----------------------------------------------------------- */
+
+/* The report of service name once its released memory went back. */
+static struct gpucmd_service_report settled_row(struct gpucmd_conn *c,
+						const char *name)
+{
+	struct gpucmd_shared_buffer sh[4];
+	struct gpucmd_service_report row;
+	uint64_t bytes = 0;
+
+	for (int i = 0; i < 500; i++) {
+		ck_assert_int_eq(gpucmd_cleanup(c, name, &bytes), 0);
+		row = row_of(c, name, sh, 4);
+		if (row.bytes_in_use == 0 && row.bytes_released_pending == 0 &&
+		    row.bytes_reserved == 0 && row.allocations == 0 &&
+		    row.shared_buffers == 0)
+			break;
+		usleep(10000);
+	}
+	return row;
+}
+
+/*
+ * Every count the service has goes back to nothing once every handle of a
+ * shared buffer is gone, whichever connection held the last, and the
+ * quota counts nothing either: the whole memory_limit may be taken again.
+ */
+START_TEST(every_count_goes_back_to_zero)
+{
+	struct gpucmd_conn *a, *b, *c;
+	struct gpucmd_service_report row;
+	struct gpucmd_arg copy[3] = { buf_arg(3), gpucmd_arg_buffer_in(7),
+				      u64_arg(64 * KIB) };
+	struct gpucmd_batch *x;
+
+	start_with("[service z]\nmemory_limit = 1M\n");
+	a = connect_as("z");
+	b = connect_as("z");
+	c = connect_as("z");
+	/* Written on stream 1, shared on stream 2, kept by the sharer. */
+	x = batch(a, 1);
+	ck_assert_int_eq(gpucmd_batch_empty(x, 1, 256 * KIB), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(x), 0);
+	gpucmd_response_free(run_ok(x));
+	x = batch(a, 2);
+	ck_assert_int_eq(gpucmd_batch_share(x, 1, "one"), 0);
+	gpucmd_response_free(run_ok(x));
+	make_shared(a, 2, "two", 64 * KIB / 4, 3);
+	import_ok(b, 7, "one");
+	import_ok(c, 7, "two");
+	import_ok(c, 8, "one");
+	x = batch(c, 3);
+	ck_assert_int_eq(gpucmd_batch_empty(x, 3, 64 * KIB), 0);
+	copy[1] = gpucmd_arg_buffer_in(7);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "copy", G1, B64, copy, 3), 0);
+	ck_assert_int_eq(gpucmd_batch_release(x, 3), 0);
+	gpucmd_response_free(run_ok(x));
+	{
+		struct gpucmd_shared_buffer sh[4];
+
+		row = row_of(a, "z", sh, 4);
+		ck_assert_uint_eq(row.shared_buffers, 2);
+		ck_assert_uint_eq(row.shared_buffer_bytes, 320 * KIB);
+		ck_assert_uint_ge(row.bytes_in_use, 320 * KIB);
+	}
+	/* Handles go, in every order: the sharer first for "one". */
+	release_ok(a, 1);
+	release_ok(b, 7);
+	release_ok(c, 8);
+	/* The last of "two" goes with its connection. */
+	release_ok(a, 2);
+	gpucmd_close(c);
+	gpucmd_close(b);
+	row = settled_row(a, "z");
+	ck_assert_uint_eq(row.shared_buffers, 0);
+	ck_assert_uint_eq(row.shared_buffer_bytes, 0);
+	ck_assert_uint_eq(row.bytes_in_use, 0);
+	ck_assert_uint_eq(row.allocations, 0);
+	ck_assert_uint_eq(row.bytes_released_pending, 0);
+	ck_assert_uint_eq(row.bytes_reserved, 0);
+	/* The live bytes the quota counts are back to 0 as well. */
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_empty(x, 9, 1024 * KIB), 0);
+	ck_assert_int_eq(gpucmd_batch_release(x, 9), 0);
+	ck_assert_int_eq(gpucmd_batch_sync(x), 0);
+	gpucmd_response_free(run_ok(x));
+	gpucmd_close(a);
+}
+END_TEST
+
 static Suite *shared_suite(void)
 {
 	Suite *s = suite_create("shared");
@@ -458,11 +686,14 @@ static Suite *shared_suite(void)
 	tcase_add_test(t, imported_buffer_holds_the_shared_bytes);
 	tcase_add_test(t, shared_buffers_are_read_only_for_every_holder);
 	tcase_add_test(t, graphs_replay_reads_of_a_shared_buffer);
+	tcase_add_test(t, a_share_is_answered_once_its_copy_ran);
+	tcase_add_test(t, a_share_copies_the_last_write_of_another_stream);
 	suite_add_tcase(s, t);
 	tcase_add_checked_fixture(l, harness_setup, harness_teardown);
 	tcase_set_timeout(l, 60);
 	tcase_add_test(l, shared_memory_outlives_its_sharer);
 	tcase_add_test(l, a_client_that_dies_leaves_its_imports_behind);
+	tcase_add_test(l, a_graph_of_an_importer_outlives_the_sharer);
 	suite_add_tcase(s, l);
 	tcase_add_checked_fixture(n, harness_setup, harness_teardown);
 	tcase_set_timeout(n, 60);
@@ -471,6 +702,7 @@ static Suite *shared_suite(void)
 	tcase_add_checked_fixture(q, NULL, harness_teardown);
 	tcase_set_timeout(q, 60);
 	tcase_add_test(q, a_shared_buffer_counts_once_against_the_quota);
+	tcase_add_test(q, every_count_goes_back_to_zero);
 	suite_add_tcase(s, q);
 	return s;
 }
