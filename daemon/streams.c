@@ -693,6 +693,14 @@ int streams_share(struct stream_set *set, struct stream *current,
 					      h->alloc.ptr, sb->size) :
 			    0;
 	if (rc != 0) {
+		/*
+		 * Nothing was enqueued that uses sb: it goes now.  Left in
+		 * the service's list it would stay there for good, in
+		 * SHARED_FILLING with no filler for shared_fills_settle to
+		 * look at when a connection of the service goes.
+		 */
+		sb->state = SHARED_LOST;
+		shared_buffer_put(d, sb);
 		free(spare);
 		return rc;
 	}
