@@ -340,7 +340,7 @@ done
 # expects the driver to refuse PTX that the fake loads).
 for t in ${FAKE_CUDA_BINARIES:-test_basic test_ops test_regions test_clients \
 	test_hostile test_hostile2 test_fake_daemon test_modules:quota \
-	test_modules:globals test_services:faults}; do
+	test_modules:globals test_services:faults test_shared}; do
 	bin=$BUILD/tests/${t%%:*}
 	[ -x "$bin" ] || continue
 	if [ "$t" != "${t%%:*}" ]; then
