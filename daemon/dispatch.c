@@ -519,14 +519,18 @@ static int share_oom(struct command_ctx *ctx, struct batch *b,
 
 	if (d->ops->mem_info(d, &free_bytes, &total) != 0)
 		total = d->props.total_memory;
-	return fail(b, rc,
-		    "cannot share handle %llu: its %llu bytes move into device "
-		    "memory of the service's own, and the device refused "
-		    "that allocation (%s; %llu of %llu bytes free): release "
-		    "buffers, or share before allocating the rest",
-		    (unsigned long long)h->id,
-		    (unsigned long long)h->alloc.size, gpucmd_strerror(rc),
-		    (unsigned long long)free_bytes, (unsigned long long)total);
+	fail(b, rc,
+	     "cannot share handle %llu: its %llu bytes move into device "
+	     "memory of the service's own, and the device refused "
+	     "that allocation (%s; %llu of %llu bytes free): release "
+	     "buffers, or share before allocating the rest",
+	     (unsigned long long)h->id, (unsigned long long)h->alloc.size,
+	     gpucmd_strerror(rc), (unsigned long long)free_bytes,
+	     (unsigned long long)total);
+	/* The report's oom_count and last refusal, as an allocation's. */
+	service_note_refusal(b->conn->service, b->conn->set->connection_id,
+			     b->stream->number, h->alloc.size, rc, b->message);
+	return rc;
 }
 
 static bool may_fault_after(const Gpucmd__Request *req, size_t i);
@@ -578,19 +582,25 @@ static int op_share(struct command_ctx *ctx, struct batch *b, size_t i,
 			"another",
 			svc->name, svc->nshared);
 	/* For the time of the copy the buffer is there twice. */
-	if (limit != 0 && service_reserve_over(svc, limit, h->alloc.size, true))
-		return fail(b, GPUCMD_EQUOTA,
-			    "quota exceeded: sharing handle %llu copies its "
-			    "%llu bytes into memory of service '%s''s own, "
-			    "which would take the device memory the service "
-			    "holds from %llu bytes past the %llu its "
-			    "memory_limit of %llu allows: release buffers (and "
-			    "memory_cleanup) first, or raise memory_limit",
-			    (unsigned long long)op->handle,
-			    (unsigned long long)h->alloc.size, svc->name,
-			    (unsigned long long)svc->bytes_reserved,
-			    (unsigned long long)service_reserve_cap(limit),
-			    (unsigned long long)limit);
+	if (limit != 0 &&
+	    service_reserve_over(svc, limit, h->alloc.size, true)) {
+		fail(b, GPUCMD_EQUOTA,
+		     "quota exceeded: sharing handle %llu copies its "
+		     "%llu bytes into memory of service '%s''s own, "
+		     "which would take the device memory the service "
+		     "holds from %llu bytes past the %llu its "
+		     "memory_limit of %llu allows: release buffers (and "
+		     "memory_cleanup) first, or raise memory_limit",
+		     (unsigned long long)op->handle,
+		     (unsigned long long)h->alloc.size, svc->name,
+		     (unsigned long long)svc->bytes_reserved,
+		     (unsigned long long)service_reserve_cap(limit),
+		     (unsigned long long)limit);
+		service_note_refusal(svc, b->conn->set->connection_id,
+				     b->stream->number, h->alloc.size,
+				     GPUCMD_EQUOTA, b->message);
+		return GPUCMD_EQUOTA;
+	}
 	bind.handle = h;
 	bind.write = false;
 	rc = begin(ctx, b, &bind, 1, &cmd);

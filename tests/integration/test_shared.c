@@ -751,6 +751,13 @@ START_TEST(evict_and_cleanup_leave_shared_memory_alone)
 	}
 	ck_assert_uint_eq(sh[0].handles, 1);
 	ck_assert_int_eq(gpucmd_cleanup(c, NULL, &n), 0);
+	{
+		/* The holder's own streams' cleanup, in a batch. */
+		struct gpucmd_batch *x = batch(b, 2);
+
+		ck_assert_int_eq(gpucmd_batch_memory_cleanup(x), 0);
+		gpucmd_response_free(run_ok(x));
+	}
 	expect_pattern(b, 2, 7, 4 * KIB, 12);
 	row = row_of(c, "infer", sh, 2);
 	ck_assert_uint_eq(row.shared_buffer_bytes, 16 * KIB);
@@ -795,6 +802,14 @@ START_TEST(a_share_the_device_refuses_leaves_the_handle_as_it_was)
 	ck_assert_uint_eq(row.shared_buffers, 0);
 	ck_assert_uint_eq(row.allocations, 1);
 	ck_assert_uint_eq(row.bytes_in_use, sizeof(w));
+	/* Counted as the service's refusals are, with its sentence. */
+	ck_assert_uint_eq(row.oom_count, 1);
+	ck_assert_int_eq(row.last_refusal.code, GPUCMD_ENOMEM);
+	ck_assert_uint_eq(row.last_refusal.size, sizeof(w));
+	ck_assert_uint_eq(row.last_refusal.connection_id,
+			  gpucmd_info(a)->connection_id);
+	ck_assert_ptr_nonnull(
+		strstr(row.last_refusal.message, "cannot share handle 1"));
 	x = batch(b, 0);
 	ck_assert_int_eq(gpucmd_batch_import(x, 7, "w"), 0);
 	expect_fail(x, 0, GPUCMD_ENOTFOUND, "shares no buffer");
