@@ -949,6 +949,64 @@ START_TEST(an_observer_sees_shared_buffers_and_cannot_import)
 }
 END_TEST
 
+/*
+ * Edges: a zero-byte buffer has a name too; a share released in its own
+ * batch goes with its name once the copy ran; an import in the batch of
+ * its share is too early (still being copied).
+ */
+START_TEST(a_zero_byte_share_and_a_share_released_at_once)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_conn *b = connect_as("infer");
+	struct gpucmd_shared_buffer sh[2];
+	struct gpucmd_batch *x;
+	uint32_t w[8];
+
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_empty(x, 1, 0), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 1, "none"), 0);
+	gpucmd_response_free(run_ok(x));
+	import_ok(b, 7, "none");
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_read(x, 7, 0, 0), 0);
+	gpucmd_response_free(run_ok(x));
+	ck_assert_uint_eq(row_of(a, "infer", sh, 2).shared_buffers, 1);
+	ck_assert_uint_eq(sh[0].bytes, 0);
+	ck_assert_uint_eq(sh[0].handles, 2);
+	release_ok(a, 1);
+	release_ok(b, 7);
+
+	pattern(w, 8, 3);
+	x = batch(a, 1);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 2, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 2, "brief"), 0);
+	ck_assert_int_eq(gpucmd_batch_import(x, 3, "brief"), 0);
+	expect_fail(x, 2, GPUCMD_EBUSY, "still being copied");
+	x = batch(a, 1);
+	ck_assert_int_eq(gpucmd_batch_import(x, 3, "brief"), 0);
+	ck_assert_int_eq(gpucmd_batch_release(x, 2), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 3, "again"), 0);
+	expect_fail(x, 2, GPUCMD_EINVAL, "shared already, as 'brief'");
+	release_ok(a, 3);
+	ck_assert_uint_eq(settled_row(a, "infer").allocations, 0);
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_import(x, 8, "brief"), 0);
+	expect_fail(x, 0, GPUCMD_ENOTFOUND, "shares no buffer");
+	/* Shared and released in one batch: gone, name and all, once answered. */
+	x = batch(a, 2);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 4, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 4, "gone"), 0);
+	ck_assert_int_eq(gpucmd_batch_release(x, 4), 0);
+	gpucmd_response_free(run_ok(x));
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_import(x, 8, "gone"), 0);
+	expect_fail(x, 0, GPUCMD_ENOTFOUND, "shares no buffer");
+	ck_assert_uint_eq(settled_row(a, "infer").allocations, 0);
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
 static Suite *shared_suite(void)
 {
 	Suite *s = suite_create("shared");
@@ -978,6 +1036,7 @@ static Suite *shared_suite(void)
 	tcase_add_checked_fixture(n, harness_setup, harness_teardown);
 	tcase_set_timeout(n, 60);
 	tcase_add_test(n, names_belong_to_their_service);
+	tcase_add_test(n, a_zero_byte_share_and_a_share_released_at_once);
 	suite_add_tcase(s, n);
 	tcase_add_checked_fixture(q, NULL, harness_teardown);
 	tcase_set_timeout(q, 60);
