@@ -660,10 +660,11 @@ static int op_import(struct command_ctx *ctx, struct batch *b, size_t i,
 			svc->name, op->name);
 	if (!streams_shared_ready(sb) && sb->state == SHARED_LOST)
 		return fail(b, GPUCMD_ESTREAM,
-			    "the buffer shared as '%s' was lost: connection "
-			    "%llu's stream that copied it went before the copy "
-			    "ran (a fault, or the device lost); release every "
-			    "handle of it and share it again",
+			    "the buffer shared as '%s' was lost: its copy on "
+			    "connection %llu's stream came after a fault or "
+			    "with one (the share was answered with it), or "
+			    "that stream went before the copy ran; release "
+			    "every handle of it and share it again",
 			    op->name, (unsigned long long)sb->connection);
 	if (sb->state != SHARED_READY)
 		return fail(b, GPUCMD_EBUSY,
@@ -1168,6 +1169,25 @@ static Gpucmd__StreamReport *stream_report(struct batch *b,
 }
 
 /*
+ * Add the memory of the buffers svc's connections share to u: in no
+ * stream's pools, so counted here, once, whoever holds them (failed
+ * shares' too, until their copy has run and they go).
+ */
+static void shared_usage(const struct service *svc, Gpucmd__MemoryUsage *u)
+{
+	u->allocations += svc->nshared;
+	u->bytes_in_use += svc->shared_bytes;
+	for (const struct shared_buffer *sb = svc->shared; sb; sb = sb->next)
+		u->bytes_reserved += sb->reserved;
+}
+
+static void status_shared(struct service *svc, void *arg)
+{
+	if (!svc->observer)
+		shared_usage(svc, arg);
+}
+
+/*
  * The buffers svc's connections share: in no stream's pools, so added to
  * the service's usage here, once, whoever holds them.
  */
@@ -1199,11 +1219,7 @@ static int shared_rows(struct batch *b, struct service *svc,
 		sr->shared_buffers++;
 		sr->shared_buffer_bytes += sb->size;
 	}
-	/* Failed shares' memory still counts until it goes. */
-	sr->usage->allocations += svc->nshared;
-	sr->usage->bytes_in_use += svc->shared_bytes;
-	for (struct shared_buffer *sb = svc->shared; sb; sb = sb->next)
-		sr->usage->bytes_reserved += sb->reserved;
+	shared_usage(svc, sr->usage);
 	return 0;
 }
 
@@ -1436,6 +1452,11 @@ static int op_status(struct command_ctx *ctx, struct batch *b, size_t i)
 	else
 		conns = atomic_load(&b->conn->service->connections);
 	usage_to_wire(&total, st->usage);
+	/* Shared buffers are in no connection's streams. */
+	if (b->conn->admin)
+		service_foreach(status_shared, st->usage);
+	else
+		shared_usage(b->conn->service, st->usage);
 	st->uptime_ms = executor_uptime_ms(b->ex);
 	st->services = b->conn->admin ? service_count() : 1;
 	st->connections = conns;

@@ -635,6 +635,9 @@ static void complete_fence(struct executor *ex, struct fence *f)
 		s->fault_seq = f->seq;
 		device_lost(ex, b, s);
 	}
+	/* Before the fault is reported: it decides the shares' fate. */
+	if (s->filling > 0)
+		streams_fills_done(s, f->seq);
 	/*
 	 * The batch's read or sync is answered by the fault of the work
 	 * before it, which its barrier covers (fences of a stream complete

@@ -159,19 +159,39 @@ static void shared_drops_flush(struct stream_set *set, bool all)
  * streams: complete once its fence passed, lost if the stream goes
  * without it (held, or the device lost), for import to say so.
  */
+static void fill_settle(struct shared_buffer *sb, enum shared_state state)
+{
+	sb->filler->filling--;
+	sb->filler = NULL;
+	sb->state = state;
+}
+
 static void shared_fills_settle(struct stream_set *set)
 {
 	for (struct shared_buffer *sb = set->service->shared; sb;
 	     sb = sb->next) {
 		if (sb->state != SHARED_FILLING || sb->filler->set != set)
 			continue;
-		if (stream_completed(sb->filler) >= sb->fill_seq) {
-			sb->state = SHARED_READY;
-			sb->filler = NULL;
-		} else {
-			sb->state = SHARED_LOST;
-			sb->filler = NULL;
-		}
+		fill_settle(sb, stream_completed(sb->filler) >= sb->fill_seq &&
+						!sb->filler->fault_pending ?
+					SHARED_READY :
+					SHARED_LOST);
+	}
+}
+
+void streams_fills_done(struct stream *s, uint64_t seq)
+{
+	for (struct shared_buffer *sb = s->set->service->shared;
+	     sb != NULL && s->filling > 0; sb = sb->next) {
+		if (sb->state != SHARED_FILLING || sb->filler != s ||
+		    sb->fill_seq > seq)
+			continue;
+		/*
+		 * A fault of the work before the copy, or of the copy: the
+		 * bytes may not be what the sharer meant, and the share's
+		 * answer says so (it is the batch's wait).
+		 */
+		fill_settle(sb, s->fault_pending ? SHARED_LOST : SHARED_READY);
 	}
 }
 
@@ -721,6 +741,7 @@ int streams_share(struct stream_set *set, struct stream *current,
 	sb->connection = set->connection_id;
 	sb->filler = current;
 	sb->fill_seq = stream_next_fence(current);
+	current->filling++;
 	h->alloc.ptr = sb->ptr;
 	h->alloc.slice = NULL;
 	h->shared = sb;
@@ -734,11 +755,7 @@ int streams_share(struct stream_set *set, struct stream *current,
 
 bool streams_shared_ready(struct shared_buffer *sb)
 {
-	if (sb->state == SHARED_FILLING &&
-	    stream_completed(sb->filler) >= sb->fill_seq) {
-		sb->state = SHARED_READY;
-		sb->filler = NULL;
-	}
+	/* Settled when its fence completed (streams_fills_done). */
 	return sb->state == SHARED_READY;
 }
 

@@ -122,6 +122,7 @@ struct stream {
 	bool fault_pending;	 /* a fault not yet reported to a sync/read */
 	uint64_t fault_seq;	 /* the last fence that reported a fault */
 	bool capturing;		 /* recording a graph */
+	uint32_t filling;	 /* shares whose copy is queued here */
 	struct graph *recording; /* what the capture holds on to */
 };
 
@@ -303,8 +304,14 @@ void streams_module_ref_free(struct module_ref *ref);
  */
 int streams_share(struct stream_set *set, struct stream *current,
 		  struct handle *h, struct shared_buffer *sb);
-/** Whether sb's copy has completed, so that it may be imported. */
+/** Whether sb's copy has completed clean, so that it may be imported. */
 bool streams_shared_ready(struct shared_buffer *sb);
+/**
+ * Fence seq of s completed (executor.c, after noting its fault): the
+ * shares whose copy it covers are ready, or lost when a fault not yet
+ * reported came before or with it (their share is answered with it).
+ */
+void streams_fills_done(struct stream *s, uint64_t seq);
 /**
  * A new handle id on set naming sb (ready), read-only, owned by current.
  * GPUCMD_EEXIST, GPUCMD_ELIMIT (max_handles) or GPUCMD_ENOMEM.

@@ -57,7 +57,7 @@ struct shared_buffer {
 	uint64_t imports;    /* imports so far (the report) */
 	/* Until SHARED_READY: the copy completes with fill_seq on filler. */
 	enum shared_state state;
-	const struct stream *filler;
+	struct stream *filler;
 	uint64_t fill_seq;
 	struct shared_buffer *next;
 };
