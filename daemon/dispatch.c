@@ -583,7 +583,10 @@ static int op_share(struct command_ctx *ctx, struct batch *b, size_t i,
 			svc->name, svc->nshared);
 	/* For the time of the copy the buffer is there twice. */
 	if (limit != 0 &&
-	    service_reserve_over(svc, limit, h->alloc.size, true)) {
+	    service_reserve_over(svc, limit,
+				 shared_buffer_reserved(ctx->driver,
+							h->alloc.size),
+				 true)) {
 		fail(b, GPUCMD_EQUOTA,
 		     "quota exceeded: sharing handle %llu copies its "
 		     "%llu bytes into memory of service '%s''s own, "

@@ -37,22 +37,31 @@ struct shared_buffer *shared_buffer_find(const struct service *svc,
 	return NULL;
 }
 
+uint64_t shared_buffer_reserved(const struct driver *d, uint64_t size)
+{
+	uint64_t align = d->props.alignment ? d->props.alignment : 256;
+
+	/* A zero-byte buffer still has an address of its own. */
+	if (size == 0)
+		return align;
+	if (size > UINT64_MAX - (align - 1))
+		return 0;
+	return (size + align - 1) / align * align;
+}
+
 int shared_buffer_create(struct driver *d, struct service *svc,
 			 const char *name, uint64_t size,
 			 struct shared_buffer **out)
 {
-	uint64_t align = d->props.alignment ? d->props.alignment : 256;
+	uint64_t reserved = shared_buffer_reserved(d, size);
 	struct shared_buffer *sb;
-	uint64_t reserved;
 	int rc;
 
 	if (shared_buffer_find(svc, name) != NULL)
 		return GPUCMD_EEXIST;
 	if (svc->nshared >= SHARED_MAX_PER_SERVICE)
 		return GPUCMD_ELIMIT;
-	/* A zero-byte buffer still has an address of its own. */
-	reserved = size == 0 ? align : (size + align - 1) / align * align;
-	if (reserved < size)
+	if (reserved == 0)
 		return GPUCMD_ETOOBIG;
 	sb = calloc(1, sizeof(*sb));
 	if (sb == NULL)

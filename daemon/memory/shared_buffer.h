@@ -70,6 +70,8 @@ int shared_buffer_name_check(const char *name);
 /** svc's shared buffer called name, or NULL. */
 struct shared_buffer *shared_buffer_find(const struct service *svc,
 					 const char *name);
+/** The device memory a shared buffer of size bytes holds; 0: too big. */
+uint64_t shared_buffer_reserved(const struct driver *d, uint64_t size);
 /**
  * A new shared buffer of size bytes for svc, called name, with one
  * reference, in device memory of its own (not zeroed: the caller fills
