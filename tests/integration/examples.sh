@@ -6,11 +6,14 @@
 # daemon serving still, and with the threads example at once, the two
 # services do not disturb each other.  reconnect serves on while its
 # daemon is killed (SIGKILL, as a crash would) and another starts on the
-# same socket, between requests and during one.
+# same socket, between requests and during one.  shared_weights forks
+# workers that import the weights their parent shared: each checks its
+# result, the parent prints the write it was refused and the report's
+# count of handles and imports, and the weights go with the last worker.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 lib_init examples
-for e in inference threads graph reconnect; do
+for e in inference threads graph reconnect shared_weights; do
 	[ -x "$BUILD/examples/$e" ] ||
 		fail "$BUILD/examples/$e is missing: run make examples first"
 done
@@ -53,6 +56,15 @@ grep -q '^expected refusal, releasing what a graph uses: op 1: GPUCMD_EBUSY: han
 	"$dir/graph.out" || fail "graph: no EBUSY refusal: $(cat "$dir/graph.out")"
 expect graph "expected refusal, a launch past a buffer's end: op 0: GPUCMD_EINVAL: kernel add_f32 argument 0 (handle 3) needs 4100 bytes, the buffer has 4096"
 expect graph "graph: OK"
+
+run shared_weights 4
+expect shared_weights "worker 0: y = w + 1 * x, sum 81912: OK"
+expect shared_weights "worker 1: y = w + 2 * x, sum 114686: OK"
+expect shared_weights "worker 2: y = w + 3 * x, sum 147453: OK"
+expect shared_weights "worker 3: y = w + 4 * x, sum 180218: OK"
+expect shared_weights "expected refusal, writing shared weights: op 0: GPUCMD_EINVAL: handle 1 names the buffer shared as 'example/weights', which is read-only for every connection: write into a buffer of your own, and pass shared ones to kernels as buffer_in (gpucmd_arg_buffer_in)"
+expect shared_weights "shared: 'example/weights', 65536 bytes once, 5 handles, 4 imports"
+expect shared_weights "shared_weights: 4 workers, one copy of 65536 bytes of weights: OK"
 
 # Two services at once: neither sees the other's work.
 "$BUILD/examples/threads" 8 20 >"$dir/threads2.out" 2>"$dir/threads2.log" &
