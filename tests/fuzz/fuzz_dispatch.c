@@ -1,8 +1,9 @@
 /*
  * fuzz_dispatch.c - libFuzzer harness for decoded batches run through the
  * daemon's executor and dispatch against the host backend: handles,
- * reservations, streams, kernels, layouts, profiles and graph capture in
- * any order, on two connections, pipelined.
+ * reservations, streams, kernels, layouts, profiles, graph capture and
+ * buffers shared between the connections of a service in any order, on
+ * two connections, pipelined.
  *
  * Set-up (once): two executors on the host backend with 64 MiB of "device"
  * memory each, one with the subslices layout and one with exclusive pages,
@@ -12,8 +13,11 @@
  * Per input: the bytes are turned into up to 32 Requests, either by a small
  * op interpreter (handle ids from a set of ten so ops hit each other,
  * streams 0-3 and two out of range, built-ins by name with right and wrong
- * arguments, sizes and offsets near every limit) or, when the first byte
- * says so, by decoding length-prefixed Request messages.  Each request is
+ * arguments, buffers passed as buffer or buffer_in, share and import under
+ * a few names, good and bad, sizes and offsets near every limit) or, when
+ * the first byte says so, by decoding length-prefixed Request messages.
+ * The two connections speak for two services, or (flag 0x40) for the same
+ * one, so that one imports what the other shares.  Each request is
  * encoded, decoded the way session.c decodes it, and submitted with
  * executor_submit on one of two fake connections; some wait for their
  * reply, the rest stay in flight.  Then both connections are closed with
@@ -32,9 +36,13 @@
  *     the model knows: written, filled, copied, or fresh memory that must be
  *     zero), a GPUCMD_ESTREAM where no fault ran or a fault that is never
  *     reported to the next sync or read of its stream (data and fault checks
- *     are skipped for inputs that record graphs: a replay runs later);
+ *     are skipped for inputs that record graphs: a replay runs later), a
+ *     write into a shared or imported handle, or a kernel output passed as
+ *     buffer_in, that succeeds, a share of a handle shared already that is
+ *     not GPUCMD_EINVAL, an import that finds a handle live which the model
+ *     says is not (GPUCMD_EEXIST);
  *   - after the closed callbacks, a service still has bytes or allocations
- *     charged to it.
+ *     charged to it, or shares a buffer.
  * Nothing waits longer than 30 s: a wedged executor aborts too.  spin()
  * launches are capped at 1000 us so every input stays short.
  *
@@ -389,6 +397,18 @@ static const char *const svc_names[2][4] = {
 };
 static const char *const presets[] = { "subslices", "exclusive", "custom",
 				       "bogus" };
+/* Names of shared buffers: mostly good ones that meet, some refused. */
+static const char *const shared_names[] = {
+	"w",
+	"w",
+	"weights",
+	"model/layer.0:w-q_k",
+	"",
+	"a b",
+	"\xc3\xa9",
+	"0123456789012345678901234567890123456789012345678901234567890ab",
+	"0123456789012345678901234567890123456789012345678901234567890abc",
+};
 static const char *const pool_kinds[] = { "sliced", "exclusive", "direct",
 					  "?" };
 
@@ -529,6 +549,22 @@ static Gpucmd__CopyLayout *layout(struct plan *p, struct reader *r,
 	return l;
 }
 
+/* The handle a buffer or buffer_in argument names; 0 for the others. */
+static uint64_t arg_handle(const Gpucmd__KernelArg *a)
+{
+	if (a->value_case == GPUCMD__KERNEL_ARG__VALUE_BUFFER)
+		return a->buffer;
+	if (a->value_case == GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN)
+		return a->buffer_in;
+	return 0;
+}
+
+static bool is_buffer_arg(const Gpucmd__KernelArg *a)
+{
+	return a->value_case == GPUCMD__KERNEL_ARG__VALUE_BUFFER ||
+	       a->value_case == GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN;
+}
+
 static void kernel(struct plan *p, struct reader *r, Gpucmd__Op *op)
 {
 	Gpucmd__OpKernel *k = arena_get(&p->arena, sizeof(*k));
@@ -572,10 +608,22 @@ static void kernel(struct plan *p, struct reader *r, Gpucmd__Op *op)
 		switch (kind) {
 		case 'B':
 		case 'b':
-			arg->value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER;
-			arg->buffer = PICK(r, handle_ids);
+			/*
+			 * An input goes as buffer_in half the time (a built-in
+			 * takes both), an output seldom (refused).
+			 */
+			if (kind == 'b' ? (ab & 0x40) != 0 :
+					  (ab & 0x7f) == 0x7f) {
+				arg->value_case =
+					GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN;
+				arg->buffer_in = PICK(r, handle_ids);
+			} else {
+				arg->value_case =
+					GPUCMD__KERNEL_ARG__VALUE_BUFFER;
+				arg->buffer = PICK(r, handle_ids);
+			}
 			if (!have_buf) {
-				first_buf = arg->buffer;
+				first_buf = arg_handle(arg);
 				have_buf = true;
 			}
 			break;
@@ -924,6 +972,20 @@ static bool interpret_op(struct plan *p, struct reader *r)
 		op->empty->size = rd8(r) * 16u;
 		p->planned_size[handle_slot(h)] = op->empty->size;
 		break;
+	case 38:
+		SUB(share, Gpucmd__OpShare, gpucmd__op_share__init,
+		    GPUCMD__OP__OP_SHARE);
+		op->share->handle = PICK(r, handle_ids);
+		op->share->name = (char *)PICK(r, shared_names);
+		break;
+	case 39:
+		SUB(import, Gpucmd__OpImport, gpucmd__op_import__init,
+		    GPUCMD__OP__OP_IMPORT);
+		op->import->handle = h = PICK(r, handle_ids);
+		op->import->name = (char *)PICK(r, shared_names);
+		/* Its size is the sharer's: not known here. */
+		p->planned_size[handle_slot(h)] = 0;
+		break;
 	default:
 		break; /* an Op with no case set */
 	}
@@ -937,6 +999,7 @@ struct mhandle {
 	uint64_t id;
 	int owner; /* stream index that allocated it */
 	bool live;
+	bool shared; /* shared or imported: read-only from then on */
 	uint64_t size;
 	uint8_t *data;	/* NULL: no data model for it */
 	uint8_t *known; /* 1 where data[] is the truth */
@@ -984,6 +1047,7 @@ static void mdrop(struct mhandle *h)
 	h->data = NULL;
 	h->known = NULL;
 	h->live = false;
+	h->shared = false;
 	h->size = 0;
 }
 
@@ -1132,7 +1196,7 @@ static void apply_kernel(struct mconn *m, const Gpucmd__OpKernel *k)
 		}
 		memset(out->known, 1, (uint64_t)n * 4);
 	} else if (strcmp(k->name, "copy") == 0) {
-		struct mhandle *src = mfind(m, k->args[1]->buffer);
+		struct mhandle *src = mfind(m, arg_handle(k->args[1]));
 		uint64_t n = k->args[2]->u64;
 
 		expect(n <= out->size);
@@ -1233,14 +1297,32 @@ static size_t needs_live(const Gpucmd__Op *op, uint64_t *ids)
 		break;
 	case GPUCMD__OP__OP_KERNEL:
 		for (size_t a = 0; a < op->kernel->n_args && n < 8; a++)
-			if (op->kernel->args[a]->value_case ==
-			    GPUCMD__KERNEL_ARG__VALUE_BUFFER)
-				ids[n++] = op->kernel->args[a]->buffer;
+			if (is_buffer_arg(op->kernel->args[a]))
+				ids[n++] = arg_handle(op->kernel->args[a]);
+		break;
+	case GPUCMD__OP__OP_SHARE:
+		ids[n++] = op->share->handle;
 		break;
 	default:
 		break;
 	}
 	return n;
+}
+
+/* A built-in whose first argument is its output. */
+static bool writes_first_arg(const Gpucmd__OpKernel *k)
+{
+	static const char *const writers[] = {
+		"fill_u32",  "copy",	  "add_f32",
+		"scale_f32", "saxpy_f32", "reduce_sum_f32",
+	};
+
+	if (k->module != 0 || k->n_args == 0 || !is_buffer_arg(k->args[0]))
+		return false;
+	for (size_t i = 0; i < sizeof(writers) / sizeof(writers[0]); i++)
+		if (strcmp(k->name, writers[i]) == 0)
+			return true;
+	return false;
 }
 
 /* The effect of an op that ran on the model. */
@@ -1324,6 +1406,10 @@ static void apply(struct mconn *m, int si, const Gpucmd__Op *op,
 		break;
 	case GPUCMD__OP__OP_WRITE:
 		h = mfind(m, op->write->handle);
+		expectf(h == NULL || !h->shared,
+			"batch %zu op %zu: a write into handle %llu, shared, "
+			"succeeded",
+			batch, i, (unsigned long long)op->write->handle);
 		if (h != NULL && op->write->region != NULL)
 			unknown(h, 0, h->size);
 		else if (h != NULL && data_model)
@@ -1341,7 +1427,46 @@ static void apply(struct mconn *m, int si, const Gpucmd__Op *op,
 		if (h != NULL)
 			mdrop(h);
 		break;
+	case GPUCMD__OP__OP_SHARE:
+		/* The bytes stay what they were: the copy moved them. */
+		h = mfind(m, op->share->handle);
+		if (h == NULL)
+			break;
+		expectf(m->overflow || !h->shared,
+			"batch %zu op %zu: handle %llu was shared twice", batch,
+			i, (unsigned long long)h->id);
+		h->shared = true;
+		h->owner = si;
+		break;
+	case GPUCMD__OP__OP_IMPORT:
+		h = mfind(m, op->import->handle);
+		expectf(op->import->handle != 0,
+			"import to handle 0 succeeded");
+		if (h == NULL)
+			break;
+		expectf(m->overflow || !h->live,
+			"batch %zu op %zu: import to live handle %llu succeeded",
+			batch, i, (unsigned long long)h->id);
+		/* Another connection's bytes, of a size not known here. */
+		mnew(h, UINT64_MAX, false);
+		h->shared = true;
+		h->owner = si;
+		break;
 	case GPUCMD__OP__OP_KERNEL:
+		if (writes_first_arg(op->kernel)) {
+			const Gpucmd__KernelArg *out = op->kernel->args[0];
+
+			h = mfind(m, arg_handle(out));
+			expectf(out->value_case ==
+					GPUCMD__KERNEL_ARG__VALUE_BUFFER,
+				"batch %zu op %zu: %s ran with its output "
+				"passed as buffer_in",
+				batch, i, op->kernel->name);
+			expectf(h == NULL || !h->shared,
+				"batch %zu op %zu: %s wrote handle %llu, shared",
+				batch, i, op->kernel->name,
+				(unsigned long long)arg_handle(out));
+		}
 		if (data_model)
 			apply_kernel(m, op->kernel);
 		if (strcmp(op->kernel->name, "fault") == 0)
@@ -1350,6 +1475,25 @@ static void apply(struct mconn *m, int si, const Gpucmd__Op *op,
 	default:
 		break;
 	}
+}
+
+/*
+ * A write, inline, packed, inside a buffer of known size and not recorded,
+ * fails only for the read-only rule, if at all.
+ */
+static void check_shared_write(struct mconn *m, const Gpucmd__OpWrite *w,
+			       int code, const char *msg, size_t batch,
+			       size_t i)
+{
+	const struct mhandle *h = mfind(m, w->handle);
+
+	if (h == NULL || !h->shared || w->layout != NULL ||
+	    h->size == UINT64_MAX || w->offset >= h->size ||
+	    w->data.len > h->size - w->offset)
+		return;
+	expectf(code == GPUCMD_EINVAL && strstr(msg, "read-only") != NULL,
+		"batch %zu op %zu: write into shared handle %llu gave %d (%s)",
+		batch, i, (unsigned long long)w->handle, code, msg);
 }
 
 /* What a failed op's code must be, given the model. */
@@ -1388,6 +1532,9 @@ static void check_failure(struct mconn *m, const Gpucmd__Op *op, int code,
 				"batch %zu op %zu: %d (%s) for a handle never "
 				"allocated or released",
 				batch, i, code, msg);
+		if (op->op_case == GPUCMD__OP__OP_WRITE && all_live &&
+		    !capture && !region)
+			check_shared_write(m, op->write, code, msg, batch, i);
 		break;
 	case GPUCMD__OP__OP_EMPTY:
 		id = op->empty->handle;
@@ -1412,6 +1559,31 @@ static void check_failure(struct mconn *m, const Gpucmd__Op *op, int code,
 					(code != GPUCMD_ENOTFOUND || region),
 				"batch %zu op %zu: free handle %llu gave %d (%s)",
 				batch, i, (unsigned long long)id, code, msg);
+		break;
+	case GPUCMD__OP__OP_SHARE: {
+		struct mhandle *h = mfind(m, op->share->handle);
+
+		/* Looked up first (in a capture: refused before that). */
+		if (!all_live && !(capture && code == GPUCMD_EINVAL))
+			expectf(code == GPUCMD_ENOTFOUND,
+				"batch %zu op %zu: share of a handle never "
+				"allocated or released gave %d (%s)",
+				batch, i, code, msg);
+		/* A name refused, or shared already: EINVAL both ways. */
+		if (h != NULL && h->live && h->shared)
+			expectf(code == GPUCMD_EINVAL,
+				"batch %zu op %zu: share of shared handle %llu "
+				"gave %d (%s)",
+				batch, i, (unsigned long long)h->id, code, msg);
+		break;
+	}
+	case GPUCMD__OP__OP_IMPORT:
+		if (code == GPUCMD_EEXIST)
+			expectf(mlive(m, op->import->handle),
+				"batch %zu op %zu: import to free handle %llu "
+				"gave EEXIST (%s)",
+				batch, i,
+				(unsigned long long)op->import->handle, msg);
 		break;
 	case GPUCMD__OP__OP__NOT_SET:
 		expect(code == GPUCMD_EPROTO);
@@ -1466,6 +1638,14 @@ static void trace(const Gpucmd__Request *req, const Gpucmd__Response *resp,
 		if (op->op_case == GPUCMD__OP__OP_RELEASE)
 			fprintf(stderr, "(h%llu)",
 				(unsigned long long)op->release->handle);
+		if (op->op_case == GPUCMD__OP__OP_SHARE)
+			fprintf(stderr, "(h%llu,'%s')",
+				(unsigned long long)op->share->handle,
+				op->share->name);
+		if (op->op_case == GPUCMD__OP__OP_IMPORT)
+			fprintf(stderr, "(h%llu,'%s')",
+				(unsigned long long)op->import->handle,
+				op->import->name);
 	}
 	if (resp->error != NULL)
 		fprintf(stderr, " -> %s at %u: %s\n",
@@ -1853,13 +2033,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int c = 0; c < 2; c++) {
 		struct fconn *fc = &conns[c];
 		struct config_service limits = cfg.default_service;
+		/* Flag 0x40: one service, so that one imports the other's. */
+		bool same = c == 1 && (flags & 0x40);
 
 		memset(fc, 0, sizeof(*fc));
 		if (c == 0 && (flags & 2))
 			limits.memory_limit = 8u << 20;
-		fc->svc = service_get(svc_names[ex_index][c ? 2 : 1], &limits);
+		fc->svc = same ? conns[0].svc :
+				 service_get(svc_names[ex_index][c ? 2 : 1],
+					     &limits);
 		expect(fc->svc != NULL);
-		service_apply(fc->svc, &limits);
+		if (!same)
+			service_apply(fc->svc, &limits);
 		fc->econn.conn = fc;
 		fc->econn.service = fc->svc;
 		fc->econn.id = ++next_conn_id;
@@ -1889,10 +2074,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			wait_for(&conns[c], all_replied, "the replies");
 		expect(executor_close(ex, &conns[c].econn) == 0);
 	}
+	/* Both first: with flag 0x40 they hold the same service's memory. */
+	for (int c = 0; c < 2; c++)
+		wait_for(&conns[c], is_closed, "the closed callback");
 	for (int c = 0; c < 2; c++) {
 		struct fconn *fc = &conns[c];
 
-		wait_for(fc, is_closed, "the closed callback");
 		/* Everything was answered before the device state went. */
 		expectf(fc->replies == fc->submitted &&
 				fc->completions == fc->submitted,
@@ -1905,6 +2092,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fc->svc->name,
 			(unsigned long long)fc->svc->bytes_in_use,
 			(unsigned long long)fc->svc->allocations);
+		/* A shared buffer goes with the last handle naming it. */
+		expectf(fc->svc->shared == NULL && fc->svc->nshared == 0 &&
+				fc->svc->shared_bytes == 0,
+			"service %s shares %u buffers (%llu bytes) after its "
+			"connections closed",
+			fc->svc->name, fc->svc->nshared,
+			(unsigned long long)fc->svc->shared_bytes);
 	}
 
 	/* Every descriptor passed was closed, every region unmapped. */

@@ -278,11 +278,13 @@ static void check_op(const struct script *s, const struct op *op)
 			const struct gpucmd_arg *a = &op->args[i];
 
 			expect(a->kind == GPUCMD_ARG_BUFFER ||
+			       a->kind == GPUCMD_ARG_BUFFER_IN ||
 			       a->kind == GPUCMD_ARG_U32 ||
 			       a->kind == GPUCMD_ARG_I32 ||
 			       a->kind == GPUCMD_ARG_U64 ||
 			       a->kind == GPUCMD_ARG_F32);
-			if (a->kind == GPUCMD_ARG_BUFFER)
+			if (a->kind == GPUCMD_ARG_BUFFER ||
+			    a->kind == GPUCMD_ARG_BUFFER_IN)
 				expect(a->v.handle != 0 &&
 				       a->v.handle <=
 					       s->names[NAME_BUFFER].next_id);

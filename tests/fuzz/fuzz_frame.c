@@ -85,6 +85,9 @@ static void walk_kernel(const Gpucmd__OpKernel *k)
 		case GPUCMD__KERNEL_ARG__VALUE_BUFFER:
 			sink += a->buffer;
 			break;
+		case GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN:
+			sink += a->buffer_in;
+			break;
 		case GPUCMD__KERNEL_ARG__VALUE_U32:
 			sink += a->u32;
 			break;
@@ -153,6 +156,16 @@ static void walk_request(const Gpucmd__Request *r)
 		case GPUCMD__OP__OP_STATUS:
 			expect(op->status != NULL);
 			break;
+		case GPUCMD__OP__OP_SHARE:
+			expect(op->share != NULL);
+			touch_str(op->share->name);
+			sink += op->share->handle;
+			break;
+		case GPUCMD__OP__OP_IMPORT:
+			expect(op->import != NULL);
+			touch_str(op->import->name);
+			sink += op->import->handle;
+			break;
 		case GPUCMD__OP__OP__NOT_SET:
 		default:
 			break;
@@ -170,8 +183,19 @@ static void walk_response(const Gpucmd__Response *r)
 			touch_bytes(res->data);
 		if (res->result_case == GPUCMD__OP_RESULT__RESULT_REPORT) {
 			expect(res->report != NULL);
-			for (size_t s = 0; s < res->report->n_services; s++)
-				touch_str(res->report->services[s]->name);
+			for (size_t s = 0; s < res->report->n_services; s++) {
+				const Gpucmd__ServiceReport *sr =
+					res->report->services[s];
+
+				touch_str(sr->name);
+				/* What client/response.c copies of each. */
+				expect(sr->n_shared == 0 || sr->shared != NULL);
+				for (size_t k = 0; k < sr->n_shared; k++) {
+					expect(sr->shared[k] != NULL);
+					touch_str(sr->shared[k]->name);
+					sink += sr->shared[k]->bytes;
+				}
+			}
 		}
 		if (res->result_case == GPUCMD__OP_RESULT__RESULT_STATUS) {
 			expect(res->status != NULL);

@@ -4,7 +4,9 @@
  *   DIR/fuzz_frame/    valid frames of every message kind (one and two per
  *                      file), each behind the harness's limit byte
  *   DIR/fuzz_dispatch/ raw-mode inputs (first byte 0x10): length-prefixed
- *                      Requests that use every op the daemon knows
+ *                      Requests that use every op the daemon knows; a
+ *                      buffer shared by one connection and imported by
+ *                      the other, in raw and interpreter mode
  *   DIR/fuzz_config/   config files: the example file's sections, every
  *                      key, services with uids and quotas
  *
@@ -76,8 +78,8 @@ static void frame_file(const char *name, const Gpucmd__Frame *f)
 static Gpucmd__Request *every_op(void)
 {
 	static Gpucmd__Request req = GPUCMD__REQUEST__INIT;
-	static Gpucmd__Op ops[31];
-	static Gpucmd__Op *ptrs[31];
+	static Gpucmd__Op ops[40];
+	static Gpucmd__Op *ptrs[40];
 	static Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
 	static Gpucmd__OpCreateWithData create =
 		GPUCMD__OP_CREATE_WITH_DATA__INIT;
@@ -91,6 +93,17 @@ static Gpucmd__Request *every_op(void)
 		GPUCMD__KERNEL_ARG__INIT,
 	};
 	static Gpucmd__KernelArg *argp[3] = { &args[0], &args[1], &args[2] };
+	/* copy(h1, buffer_in h2, 64): a kernel reading a shared buffer */
+	static Gpucmd__OpKernel copy = GPUCMD__OP_KERNEL__INIT;
+	static Gpucmd__KernelArg cargs[3] = {
+		GPUCMD__KERNEL_ARG__INIT,
+		GPUCMD__KERNEL_ARG__INIT,
+		GPUCMD__KERNEL_ARG__INIT,
+	};
+	static Gpucmd__KernelArg *cargp[3] = { &cargs[0], &cargs[1],
+					       &cargs[2] };
+	static Gpucmd__OpShare share = GPUCMD__OP_SHARE__INIT;
+	static Gpucmd__OpImport import = GPUCMD__OP_IMPORT__INIT;
 	static uint32_t grid[1] = { 4 }, block[1] = { 64 };
 	static Gpucmd__CopyLayout layout = GPUCMD__COPY_LAYOUT__INIT;
 	static uint64_t shape[2] = { 2, 4 }, strides[2] = { 8, 1 };
@@ -168,6 +181,24 @@ static Gpucmd__Request *every_op(void)
 	read.length = 64;
 	OP(GPUCMD__OP__OP_READ, read, read);
 	OP(GPUCMD__OP__OP_SYNC, sync, sync);
+	/* h2 shared and read through buffer_in (imported as h4 below). */
+	share.handle = 2;
+	share.name = "seed/w";
+	OP(GPUCMD__OP__OP_SHARE, share, share);
+	cargs[0].value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER;
+	cargs[0].buffer = 1;
+	cargs[1].value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN;
+	cargs[1].buffer_in = 2;
+	cargs[2].value_case = GPUCMD__KERNEL_ARG__VALUE_U64;
+	cargs[2].u64 = sizeof(bytes);
+	copy.name = "copy";
+	copy.n_grid = 1;
+	copy.grid = grid;
+	copy.n_block = 1;
+	copy.block = block;
+	copy.n_args = 3;
+	copy.args = cargp;
+	OP(GPUCMD__OP__OP_KERNEL, kernel, copy);
 	OP(GPUCMD__OP__OP_MEMORY_USAGE, memory_usage, usage);
 	OP(GPUCMD__OP__OP_PING, ping, ping);
 	OP(GPUCMD__OP__OP_MEMORY_REPORT, memory_report, report);
@@ -207,6 +238,11 @@ static Gpucmd__Request *every_op(void)
 	OP(GPUCMD__OP__OP_REGION_ATTACH, region_attach, attach);
 	rrelease.region = 1;
 	OP(GPUCMD__OP__OP_REGION_RELEASE, region_release, rrelease);
+	/* Last but one: in the same batch as the share it may find the
+	 * copy still to run (GPUCMD_EBUSY), and stop the batch there. */
+	import.handle = 4;
+	import.name = "seed/w";
+	OP(GPUCMD__OP__OP_IMPORT, import, import);
 	release.handle = 1;
 	OP(GPUCMD__OP__OP_RELEASE, release, release);
 #undef OP
@@ -271,6 +307,42 @@ static void frames(void)
 	f.msg_case = GPUCMD__FRAME__MSG_RESPONSE;
 	f.response = &resp;
 	frame_file("response", &f);
+
+	/* A memory report whose service shares a buffer. */
+	{
+		static Gpucmd__MemoryReport rep = GPUCMD__MEMORY_REPORT__INIT;
+		static Gpucmd__ServiceReport svc = GPUCMD__SERVICE_REPORT__INIT;
+		static Gpucmd__ServiceReport totals =
+			GPUCMD__SERVICE_REPORT__INIT;
+		static Gpucmd__SharedBuffer sb = GPUCMD__SHARED_BUFFER__INIT;
+		static Gpucmd__ServiceReport *svcs[1] = { &svc };
+		static Gpucmd__SharedBuffer *sbs[1] = { &sb };
+
+		sb.name = "model/weights";
+		sb.bytes = 1u << 20;
+		sb.handles = 3;
+		sb.connection_id = 4;
+		sb.imports = 2;
+		sb.ready = 1;
+		svc.name = "inference";
+		svc.id = 1;
+		svc.connections = 3;
+		svc.shared_buffers = 1;
+		svc.shared_buffer_bytes = 1u << 20;
+		svc.n_shared = 1;
+		svc.shared = sbs;
+		totals.name = "";
+		totals.shared_buffers = 1;
+		totals.shared_buffer_bytes = 1u << 20;
+		rep.n_services = 1;
+		rep.services = svcs;
+		rep.totals = &totals;
+		res.result_case = GPUCMD__OP_RESULT__RESULT_REPORT;
+		res.report = &rep;
+		resp.error = NULL;
+		resp.failed_index = 0;
+		frame_file("response-report-shared", &f);
+	}
 }
 
 /* ---- dispatch (raw mode) ----------------------------------------------------- */
@@ -285,6 +357,108 @@ static size_t chunk(uint8_t *out, uint8_t hdr, const Gpucmd__Request *req)
 	out[2] = (uint8_t)(len >> 8);
 	gpucmd__request__pack(req, out + 3);
 	return 3 + len;
+}
+
+/* Raw mode, one service: the share, import and uses of ops-share-import. */
+static void raw_share_import(void)
+{
+	static uint8_t buf[4096], bytes[64];
+	Gpucmd__Request req = GPUCMD__REQUEST__INIT;
+	Gpucmd__Op ops[8], *ptrs[8];
+	Gpucmd__OpCreateWithData create = GPUCMD__OP_CREATE_WITH_DATA__INIT;
+	Gpucmd__OpShare share = GPUCMD__OP_SHARE__INIT;
+	Gpucmd__OpImport import = GPUCMD__OP_IMPORT__INIT;
+	Gpucmd__OpEmpty empty = GPUCMD__OP_EMPTY__INIT;
+	Gpucmd__OpKernel copy = GPUCMD__OP_KERNEL__INIT;
+	Gpucmd__KernelArg args[3] = {
+		GPUCMD__KERNEL_ARG__INIT,
+		GPUCMD__KERNEL_ARG__INIT,
+		GPUCMD__KERNEL_ARG__INIT,
+	};
+	Gpucmd__KernelArg *argp[3] = { &args[0], &args[1], &args[2] };
+	Gpucmd__OpRead read3 = GPUCMD__OP_READ__INIT;
+	Gpucmd__OpRead read2 = GPUCMD__OP_READ__INIT;
+	Gpucmd__OpWrite write = GPUCMD__OP_WRITE__INIT;
+	Gpucmd__OpRelease release1 = GPUCMD__OP_RELEASE__INIT;
+	Gpucmd__OpRelease release2 = GPUCMD__OP_RELEASE__INIT;
+	Gpucmd__OpSync sync = GPUCMD__OP_SYNC__INIT;
+	size_t len = 1, n;
+
+	for (size_t i = 0; i < sizeof(bytes); i++)
+		bytes[i] = (uint8_t)(i * 3 + 1);
+	req.ops = ptrs;
+#define OP(kase, field, msg)               \
+	do {                               \
+		gpucmd__op__init(&ops[n]); \
+		ops[n].op_case = kase;     \
+		ops[n].field = &msg;       \
+		ptrs[n] = &ops[n];         \
+		n++;                       \
+	} while (0)
+	/* conn 0: create h1, share it as "w", sync */
+	n = 0;
+	create.handle = 1;
+	create.data.data = bytes;
+	create.data.len = sizeof(bytes);
+	OP(GPUCMD__OP__OP_CREATE_WITH_DATA, create_with_data, create);
+	share.handle = 1;
+	share.name = "w";
+	OP(GPUCMD__OP__OP_SHARE, share, share);
+	OP(GPUCMD__OP__OP_SYNC, sync, sync);
+	req.id = 1;
+	req.n_ops = n;
+	len += chunk(buf + len, 2, &req);
+	/* conn 1: import it as h2, copy it into h3 through buffer_in, read
+	 * both, and write h2 (refused: read-only) */
+	n = 0;
+	import.handle = 2;
+	import.name = "w";
+	OP(GPUCMD__OP__OP_IMPORT, import, import);
+	empty.handle = 3;
+	empty.size = sizeof(bytes);
+	OP(GPUCMD__OP__OP_EMPTY, empty, empty);
+	args[0].value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER;
+	args[0].buffer = 3;
+	args[1].value_case = GPUCMD__KERNEL_ARG__VALUE_BUFFER_IN;
+	args[1].buffer_in = 2;
+	args[2].value_case = GPUCMD__KERNEL_ARG__VALUE_U64;
+	args[2].u64 = sizeof(bytes);
+	copy.name = "copy";
+	copy.n_args = 3;
+	copy.args = argp;
+	OP(GPUCMD__OP__OP_KERNEL, kernel, copy);
+	read3.handle = 3;
+	read3.length = sizeof(bytes);
+	OP(GPUCMD__OP__OP_READ, read, read3);
+	read2.handle = 2;
+	read2.length = sizeof(bytes);
+	OP(GPUCMD__OP__OP_READ, read, read2);
+	write.handle = 2;
+	write.data.data = bytes;
+	write.data.len = 8;
+	OP(GPUCMD__OP__OP_WRITE, write, write);
+	req.id = 2;
+	req.n_ops = n;
+	len += chunk(buf + len, 3, &req);
+	/* conn 0: release h1; conn 1: h2 still reads, then goes */
+	n = 0;
+	release1.handle = 1;
+	OP(GPUCMD__OP__OP_RELEASE, release, release1);
+	OP(GPUCMD__OP__OP_SYNC, sync, sync);
+	req.id = 3;
+	req.n_ops = n;
+	len += chunk(buf + len, 2, &req);
+	n = 0;
+	OP(GPUCMD__OP__OP_READ, read, read2);
+	release2.handle = 2;
+	OP(GPUCMD__OP__OP_RELEASE, release, release2);
+	OP(GPUCMD__OP__OP_SYNC, sync, sync);
+	req.id = 4;
+	req.n_ops = n;
+	len += chunk(buf + len, 3, &req);
+#undef OP
+	buf[0] = 0x50; /* raw mode, one service */
+	put("fuzz_dispatch", "raw-share-import", buf, len, NULL, 0);
 }
 
 static void dispatch(void)
@@ -328,6 +502,47 @@ static void dispatch(void)
 		put("fuzz_dispatch", "ops-create-fault-sync", prog,
 		    sizeof(prog), NULL, 0);
 	}
+
+	/*
+	 * Interpreter mode, both connections in one service (flag 0x40):
+	 * conn 0 shares h1 as "w", conn 1 imports it as h2, copies it through
+	 * buffer_in, reads it, and is refused a write into it; conn 0
+	 * releases h1, and conn 1 reads h2 still.
+	 */
+	{
+		/* clang-format off */
+		static const uint8_t prog[] = {
+			0x40,			/* flags: one service */
+			1, 0, 10, 0x41,		/* create h1, 64 bytes */
+			38, 0, 0,		/* share h1 as "w" */
+			6,			/* sync */
+			13,			/* end of batch */
+			0x02,			/* conn 0, wait, stream 0 */
+			6, 13,			/* sync */
+			0x03,			/* conn 1, wait, stream 0 */
+			39, 1, 0,		/* import h2 "w" */
+			37, 2, 4,		/* empty h3, 64 bytes */
+			5, 1, 0,		/* kernel copy, plain flags */
+			0, 2,			/* out: buffer h3 */
+			0x40, 1,		/* in: buffer_in h2 */
+			0, 1,			/* bytes: h3's size */
+			3, 2, 0, 0, 1,		/* read h3 */
+			3, 1, 0, 0, 5, 16,	/* read 16 bytes of h2 */
+			2, 1, 0, 0, 5, 8, 0x11,	/* write h2: refused */
+			13,			/* end of batch */
+			0x02,			/* conn 0, wait, stream 0 */
+			4, 0,			/* release h1 */
+			6, 13,			/* sync */
+			0x03,			/* conn 1, wait, stream 0 */
+			3, 1, 0, 0, 5, 16,	/* read h2 */
+			4, 1,			/* release h2 */
+			6,			/* sync */
+		};
+		/* clang-format on */
+		put("fuzz_dispatch", "ops-share-import", prog, sizeof(prog),
+		    NULL, 0);
+	}
+	raw_share_import();
 }
 
 /* ---- config ---------------------------------------------------------------- */
