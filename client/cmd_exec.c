@@ -22,6 +22,12 @@
  * that was never made, or was ended (`release`, `bind`, `destroy`,
  * `profile end`), is a parse error.
  *
+ * A buffer shared with the service's other connections (`share BUF NAME`)
+ * keeps its script name; `import BUF NAME` makes a buffer name for one
+ * that another connection shared.  The daemon does not say how large an
+ * imported buffer is, so the script does not know, and `read BUF` must
+ * give its range.
+ *
  * Shared regions (`region NAME BYTES`) are named like the rest; a region
  * is created (a round trip of its own, gpucmd_region_create) when its
  * group runs, before the group's requests, and its line leaves no result.
@@ -66,6 +72,8 @@
 #define EXEC_FRAME_SLACK 4096u
 /* Alignment of each transfer in the scratch region. */
 #define EXEC_SCRATCH_ALIGN 4096u
+/* The longest name of a shared buffer (gpucmd_batch_share). */
+#define EXEC_SHARED_NAME_MAX 63
 
 static const char exec_usage[] =
 	"usage: gpucmd exec [--service NAME] [--json] [SCRIPT|-]\n"
@@ -84,8 +92,10 @@ static const char exec_usage[] =
 	"       REGION: region:R[:ROFF[:LEN]] (read: region:R[:ROFF])\n"
 	"  region R BYTES [hex:..|file:PATH] | release-region R\n"
 	"  kernel KERNEL grid=X[,Y,Z] block=X[,Y,Z] [shared=BYTES] ARG...\n"
-	"       ARG: NAME, u32:N, i32:N, u64:N, f32:X\n"
+	"       ARG: NAME, in:NAME (read only), u32:N, i32:N, u64:N, f32:X\n"
 	"  release NAME\n"
+	"  share NAME SHARED | import NAME SHARED\n"
+	"       SHARED: the service-wide name, 1 to 63 of A-Z a-z 0-9 . _ - / :\n"
 	"  reserve RESERVATION BYTES | bind RESERVATION NAME\n"
 	"  reserve-cpu BYTES\n"
 	"  mode auto|persistent\n"
@@ -125,6 +135,8 @@ enum op_kind {
 	OP_REGION,
 	OP_RELEASE_REGION,
 	OP_MODULE,
+	OP_SHARE,
+	OP_IMPORT,
 };
 
 /* Where the bytes of a write, create or read travel. */
@@ -160,7 +172,8 @@ struct op {
 	char *src;  /* a file: operand read when the group runs */
 	char *path; /* read: write the bytes to this file */
 	struct gpucmd_layout layout; /* write, read: rank 0 = none */
-	char *kernel; /* kernel: the function; module: the format */
+	char *kernel;	   /* kernel: the function; module: the format */
+	char *shared_name; /* share, import: the service-wide name */
 	uint32_t grid[3];
 	uint32_t block[3];
 	uint32_t shared;
@@ -182,6 +195,7 @@ struct binding {
 	char *name;
 	uint64_t id;   /* 0 once ended */
 	uint64_t size; /* buffers and reservations */
+	bool unsized;  /* a buffer made by import: its size is not known */
 };
 
 /* The names of one kind, and the ids given to them. */
@@ -273,6 +287,8 @@ static const char *const op_names[] = {
 	[OP_REGION] = "region",
 	[OP_RELEASE_REGION] = "release-region",
 	[OP_MODULE] = "module",
+	[OP_SHARE] = "share",
+	[OP_IMPORT] = "import",
 };
 
 /* How messages speak of each kind of name. */
@@ -282,7 +298,8 @@ static const struct name_words {
 	const char *ended; /* why a known name is not live */
 	const char *end;   /* how to end a live one */
 } name_words[NAME_KINDS] = {
-	[NAME_BUFFER] = { "buffer", "create it with empty, create or bind",
+	[NAME_BUFFER] = { "buffer",
+			  "create it with empty, create, bind or import",
 			  "it was released", "release it" },
 	[NAME_RESERVATION] = { "reservation", "make it with reserve",
 			       "it was bound", "bind it" },
@@ -513,6 +530,7 @@ static struct binding *word_new(struct script *s, size_t w, enum name_kind kind,
 	}
 	b->id = ++ns->next_id;
 	b->size = size;
+	b->unsized = false;
 	return b;
 }
 
@@ -973,6 +991,12 @@ static int parse_read(struct script *s, struct op *op)
 					   "the layout holds "
 					   "more than 2^64 bytes");
 	} else if (n == 0) {
+		if (b->unsized)
+			return parse_error(s, 1,
+					   "the script does not know how large "
+					   "'%s' is (import does not say): "
+					   "read %s OFFSET LEN",
+					   b->name, b->name);
 		op->len = b->size;
 		op->rlen = op->len;
 	} else if (n != 2) {
@@ -1024,6 +1048,53 @@ static int parse_region(struct script *s, struct op *op)
 		return -1;
 	op->name = b->name;
 	op->id = b->id;
+	return 0;
+}
+
+/*
+ * Word w is the name a shared buffer goes by in the service, checked here
+ * as the daemon checks it, so a bad one costs the group nothing.
+ */
+static int word_shared_name(struct script *s, size_t w, struct op *op)
+{
+	const char *v = s->word[w];
+	size_t n = strlen(v);
+
+	if (n > EXEC_SHARED_NAME_MAX ||
+	    v[strspn(v, "abcdefghijklmnopqrstuvwxyz"
+			"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:")] != '\0')
+		return parse_error(s, w,
+				   "'%s' cannot name a shared buffer: use 1 "
+				   "to %d letters, digits, '.', '_', '-', '/' "
+				   "or ':'",
+				   v, EXEC_SHARED_NAME_MAX);
+	op->shared_name = strdup(v);
+	if (op->shared_name == NULL)
+		return parse_error(s, w, "out of memory");
+	return 0;
+}
+
+/* share NAME SHARED: the buffer keeps its name, read-only from now on. */
+static int parse_share(struct script *s, struct op *op)
+{
+	if (word_target(s, 1, op, NULL) < 0)
+		return -1;
+	return word_shared_name(s, 2, op);
+}
+
+/* import NAME SHARED: a new buffer name, of a size the script cannot know. */
+static int parse_import(struct script *s, struct op *op)
+{
+	struct binding *b;
+
+	if (word_shared_name(s, 2, op) < 0)
+		return -1;
+	b = word_new(s, 1, NAME_BUFFER, 0);
+	if (b == NULL)
+		return -1;
+	b->unsized = true;
+	op->name = b->name;
+	op->handle = b->id;
 	return 0;
 }
 
@@ -1342,7 +1413,8 @@ static int parse_scalar(struct script *s, size_t w, struct gpucmd_arg *a)
 	} else {
 		return parse_error(s, w,
 				   "unknown argument type '%.*s': use a "
-				   "buffer name, u32:, i32:, u64: or f32:",
+				   "buffer name, in:, u32:, i32:, u64: or "
+				   "f32:",
 				   (int)(v - 1 - word), word);
 	}
 	if (tool_parse_u64(v + neg, 0, &x) < 0)
@@ -1416,7 +1488,18 @@ static int parse_kernel(struct script *s, struct op *op)
 			op->shared = (uint32_t)x;
 			continue;
 		}
-		if (strchr(v, ':') != NULL) {
+		if (strncmp(v, "in:", 3) == 0) {
+			/* A buffer the kernel only reads: shared ones too. */
+			if (v[3] == '\0')
+				return parse_error(s, w,
+						   "in: needs a buffer name: "
+						   "in:NAME");
+			b = name_live(s, w, NAME_BUFFER, v + 3);
+			if (b == NULL)
+				return -1;
+			a->kind = GPUCMD_ARG_BUFFER_IN;
+			a->v.handle = b->id;
+		} else if (strchr(v, ':') != NULL) {
 			if (parse_scalar(s, w, a) < 0)
 				return -1;
 		} else {
@@ -1477,6 +1560,8 @@ static const struct op_syntax syntax[] = {
 	{ "kernel", OP_KERNEL, 1, EXEC_MAX_WORDS, parse_kernel,
 	  "kernel KERNEL grid=X[,Y,Z] block=X[,Y,Z] ARG..." },
 	{ "release", OP_RELEASE, 1, 1, parse_release, "release NAME" },
+	{ "share", OP_SHARE, 2, 2, parse_share, "share NAME SHARED" },
+	{ "import", OP_IMPORT, 2, 2, parse_import, "import NAME SHARED" },
 	{ "sync", OP_SYNC, 0, 0, parse_plain, "sync" },
 	{ "usage", OP_USAGE, 0, 0, parse_plain, "usage" },
 	{ "ping", OP_PING, 0, 0, parse_plain, "ping" },
@@ -1513,6 +1598,7 @@ static void op_clear(struct op *op)
 	free(op->src);
 	free(op->path);
 	free(op->kernel);
+	free(op->shared_name);
 	free(op->args);
 }
 
@@ -1680,6 +1766,10 @@ static int batch_add(struct gpucmd_batch *b, const struct op *op)
 						op->data_len);
 	case OP_RELEASE:
 		return gpucmd_batch_release(b, op->handle);
+	case OP_SHARE:
+		return gpucmd_batch_share(b, op->handle, op->shared_name);
+	case OP_IMPORT:
+		return gpucmd_batch_import(b, op->handle, op->shared_name);
 	case OP_SYNC:
 		return gpucmd_batch_sync(b);
 	case OP_USAGE:
