@@ -18,6 +18,12 @@
  * line per service under the table (only for services that have regions or
  * a region_limit, so the table keeps its columns), in JSON and Prometheus
  * as figures of every service.
+ *
+ * Buffers a service's connections share (gpucmd_batch_share) are device
+ * memory of the service's own, counted once in its usage whoever holds
+ * them, and in no stream: the text lists them in a table under the
+ * service table (who shared each, how many handles name it), JSON lists
+ * them per service, Prometheus has their count and bytes per service.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -193,6 +199,8 @@ struct report_view {
 		uint64_t region_refusals;
 		uint64_t released_pending;
 		uint64_t module_bytes;
+		uint32_t shared_buffers;
+		uint64_t shared_buffer_bytes;
 	} total;
 };
 
@@ -259,6 +267,8 @@ static int view_build(const struct gpucmd_report *rep,
 		v->total.region_refusals += s->region_refusals;
 		v->total.released_pending += s->bytes_released_pending;
 		v->total.module_bytes += s->module_bytes;
+		v->total.shared_buffers += s->shared_buffers;
+		v->total.shared_buffer_bytes += s->shared_buffer_bytes;
 		if (sv->largest_free > v->total.largest_free)
 			v->total.largest_free = sv->largest_free;
 		v->total.stream_largest_sum += sv->stream_largest_sum;
@@ -477,6 +487,57 @@ static void module_lines(const struct report_view *v, int exact)
 	}
 }
 
+/*
+ * Under the table: the buffers each service's connections share, one row
+ * each -- the answer to "who holds what" for memory that no stream owns:
+ * its size, the handles naming it on every connection (it goes with the
+ * last), the imports since it was shared, the connection that shared it
+ * (which may have gone: the memory outlives it), and whether its copy has
+ * run (until then an import is refused with GPUCMD_EBUSY).  Nothing when
+ * no service shares any.  -1 when rows were lost for lack of memory.
+ */
+static int shared_lines(const struct report_view *v, int exact)
+{
+	static const char *const headings[] = {
+		"SERVICE", "NAME",	"SIZE",	 "HANDLES",
+		"IMPORTS", "SHARED BY", "READY",
+	};
+	char sz[TOOL_SIZE_LEN];
+	struct table t;
+	int r;
+
+	if (v->total.shared_buffers == 0)
+		return 0;
+	printf("\nbuffers shared between the connections of a service "
+	       "(counted once in in use above):\n");
+	table_init(&t, sizeof(headings) / sizeof(headings[0]), headings);
+	table_left(&t, 1);
+	table_left(&t, 5);
+	table_left(&t, 6);
+	for (size_t i = 0; i < v->n; i++) {
+		const struct gpucmd_service_report *s = v->services[i].s;
+
+		for (size_t j = 0; j < s->nshared; j++) {
+			const struct gpucmd_shared_buffer *sb = &s->shared[j];
+
+			table_row(&t);
+			table_set(&t, 0, "%s", s->name);
+			table_set(&t, 1, "%s", sb->name);
+			table_set(&t, 2, "%s",
+				  tool_size(sb->bytes, exact, sz, sizeof(sz)));
+			table_set(&t, 3, "%u", sb->handles);
+			table_set(&t, 4, "%" PRIu64, sb->imports);
+			table_set(&t, 5, "connection %" PRIu64,
+				  sb->connection_id);
+			table_set(&t, 6, "%s",
+				  sb->ready ? "yes" : "no, still copying");
+		}
+	}
+	r = table_print(&t, stdout, 2);
+	table_free(&t);
+	return r;
+}
+
 /* "3 s", "4 min", "2 h", "5 d": how long ago unix_ms was (now_ms). */
 static void ago(uint64_t unix_ms, uint64_t now_ms, char *buf, size_t len)
 {
@@ -579,6 +640,8 @@ static int report_text(const struct report_view *v, const struct report_opts *o)
 	region_lines(v, o->exact);
 	released_lines(v, o->exact);
 	module_lines(v, o->exact);
+	if (shared_lines(v, o->exact) < 0)
+		r = -1;
 	refusal_lines(v, o->exact);
 
 	for (size_t i = 0; (o->streams || o->pools) && i < v->n; i++) {
@@ -630,6 +693,13 @@ static void json_service_figures(uint32_t connections,
 	printf(",\"bytes_released_pending\":%" PRIu64, released_pending);
 }
 
+/* The shared buffers' count and bytes, of a service or the totals. */
+static void json_shared_figures(uint32_t count, uint64_t bytes)
+{
+	printf(",\"shared_buffers\":%u,\"shared_buffer_bytes\":%" PRIu64, count,
+	       bytes);
+}
+
 static void report_json(const struct report_view *v)
 {
 	const struct gpucmd_report *rep = v->rep;
@@ -669,6 +739,7 @@ static void report_json(const struct report_view *v)
 				     sv->fragmentation, &rg,
 				     s->bytes_released_pending);
 		printf(",\"module_bytes\":%" PRIu64, s->module_bytes);
+		json_shared_figures(s->shared_buffers, s->shared_buffer_bytes);
 		printf(",\"last_refusal\":");
 		if (s->last_refusal.unix_ms != 0) {
 			const struct gpucmd_refusal *r = &s->last_refusal;
@@ -691,6 +762,18 @@ static void report_json(const struct report_view *v)
 			tool_json_stream(&s->streams[j]);
 			printf("}");
 		}
+		printf("],\"shared\":[");
+		for (size_t j = 0; j < s->nshared; j++) {
+			const struct gpucmd_shared_buffer *sb = &s->shared[j];
+
+			printf("%s{\"name\":", j > 0 ? "," : "");
+			tool_json_string(stdout, sb->name);
+			printf(",\"bytes\":%" PRIu64 ",\"handles\":%u"
+			       ",\"connection_id\":%" PRIu64
+			       ",\"imports\":%" PRIu64 ",\"ready\":%s}",
+			       sb->bytes, sb->handles, sb->connection_id,
+			       sb->imports, sb->ready ? "true" : "false");
+		}
 		printf("]}");
 	}
 	printf("],\"totals\":{");
@@ -705,6 +788,8 @@ static void report_json(const struct report_view *v)
 				     v->total.fragmentation, &rg,
 				     v->total.released_pending);
 		printf(",\"module_bytes\":%" PRIu64, v->total.module_bytes);
+		json_shared_figures(v->total.shared_buffers,
+				    v->total.shared_buffer_bytes);
 	}
 	printf("}}\n");
 }
@@ -833,6 +918,16 @@ static struct prom_value svc_last_refusal(const struct prom_at *at)
 static struct prom_value svc_module_bytes(const struct prom_at *at)
 {
 	return pv(at->sv->s->module_bytes);
+}
+
+static struct prom_value svc_shared_buffers(const struct prom_at *at)
+{
+	return pv(at->sv->s->shared_buffers);
+}
+
+static struct prom_value svc_shared_buffer_bytes(const struct prom_at *at)
+{
+	return pv(at->sv->s->shared_buffer_bytes);
 }
 
 static struct prom_value svc_region_bytes(const struct prom_at *at)
@@ -973,6 +1068,13 @@ static const struct prom_metric prom_metrics[] = {
 	  "Device memory the globals of the service's loaded modules hold "
 	  "(counted in its quota).",
 	  svc_module_bytes },
+	{ PROM_SERVICE, "gpucmd_service_shared_buffers", "gauge",
+	  "Buffers the service's connections share (share and import).",
+	  svc_shared_buffers },
+	{ PROM_SERVICE, "gpucmd_service_shared_buffer_bytes", "gauge",
+	  "Bytes of the buffers the service's connections share (part of "
+	  "bytes_in_use, counted once).",
+	  svc_shared_buffer_bytes },
 	{ PROM_SERVICE, "gpucmd_service_region_bytes", "gauge",
 	  "Bytes of shared regions mapped for the service (pinned host "
 	  "memory on CUDA).",
