@@ -2,7 +2,8 @@
 # exec_cli.sh - the gpucmd tool against a real daemon: an exec script fills
 # a buffer with a built-in kernel and reads back the right bytes; an error
 # prints "gpucmd: op N (KIND): message" and exits 1; memory-report --json
-# has the documented keys and the right numbers.
+# has the documented keys and the right numbers; a buffer shared by one
+# exec is imported by another of the same service, with its bytes.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 lib_init cli
@@ -275,6 +276,124 @@ case "$err" in
 *"capture abort takes no operands"*) ;;
 *) fail "capture abort extra: '$err'" ;;
 esac
+
+# 9d. share and import (gpucmd(1), exec): one exec is one connection, so
+#     the sharer reads its script from a fifo and stays connected; its ping
+#     answers once the share has run.  Another exec of the same service
+#     imports the buffer, reads its bytes and copies it with a kernel that
+#     takes it as in:NAME; the memory outlives the sharer while an import
+#     holds it; a write into it, a kernel that writes an in: argument,
+#     another service and an unknown name are refused by the daemon (1);
+#     a bare read of an import, a bad shared name and in: without a name
+#     by the parser (2), nothing of the group sent.
+mkfifo "$dir/sharer" "$dir/keeper"
+"$BUILD/gpucmd" --socket "$sock" --service infer exec - <"$dir/sharer" \
+	>"$dir/sharer.out" 2>"$dir/sharer.err" &
+sharer=$!
+pids="$pids $sharer"
+exec 6>"$dir/sharer"
+printf 'create w hex:0102030405060708\nshare w weights\nread w\nping\nsubmit\n' >&6
+i=0
+until grep -q '^pong$' "$dir/sharer.out" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "the sharer never answered: $(cat "$dir/sharer.err")"
+	sleep 0.05
+done
+# The sharer still reads its buffer (read-only, not gone).
+[ "$(head -1 "$dir/sharer.out")" = 0102030405060708 ] ||
+	fail "the sharer's read after share: $(cat "$dir/sharer.out")"
+out=$(g --service infer exec <<'SCRIPT'
+import v weights
+empty o 8
+kernel copy grid=1 block=1 o in:v u64:8
+read v 0 8
+read o
+read v 2 4
+SCRIPT
+) || fail "import and read exited $?: $out"
+[ "$out" = "0102030405060708
+0102030405060708
+03040506" ] || fail "import and read printed '$out'"
+# A keeper holds an import; the sharer goes; the bytes stay.
+# (not holding the sharer's fifo open: 6>&-)
+"$BUILD/gpucmd" --socket "$sock" --service infer exec - <"$dir/keeper" \
+	>"$dir/keeper.out" 2>"$dir/keeper.err" 6>&- &
+keeper=$!
+pids="$pids $keeper"
+exec 7>"$dir/keeper"
+printf 'import k weights\nping\nsubmit\n' >&7
+i=0
+until grep -q '^pong$' "$dir/keeper.out" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "the keeper never imported: $(cat "$dir/keeper.err")"
+	sleep 0.05
+done
+exec 6>&-
+wait "$sharer" || fail "the sharer exited $?: $(cat "$dir/sharer.err")"
+out=$(printf 'import v weights\nread v 0 8\n' | g --service infer exec) ||
+	fail "import after the sharer left exited $?: $out"
+[ "$out" = 0102030405060708 ] || fail "import after the sharer left read '$out'"
+# --json: share and import print nothing, the read its record.
+out=$(printf 'import v weights\nread v 4 4\n' | g --service infer exec --json) ||
+	fail "import --json exited $?"
+[ "$out" = '{"line":2,"op":"read","name":"v","data":"05060708"}' ] ||
+	fail "import --json printed '$out'"
+err=$(printf 'import v weights\nwrite v hex:00\n' | g --service infer exec 2>&1)
+rc=$?
+[ $rc -eq 1 ] || fail "a write into an import: exit $rc"
+case "$err" in
+"gpucmd: op 1 (GPUCMD_EINVAL): handle 1 names the buffer shared as 'weights', which is read-only for every connection"*"[script line 2]") ;;
+*) fail "a write into an import: '$err'" ;;
+esac
+err=$(printf 'import v weights\nkernel fill_u32 grid=1 block=1 in:v u32:1 u32:1\n' |
+	g --service infer exec 2>&1)
+rc=$?
+[ $rc -eq 1 ] || fail "fill_u32 of an in: argument: exit $rc"
+case "$err" in
+*"(GPUCMD_EINVAL): kernel fill_u32 writes argument 0, which was passed as buffer_in (read only)"*) ;;
+*) fail "fill_u32 of an in: argument: '$err'" ;;
+esac
+err=$(printf 'import v weights\n' | g --service elsewhere exec 2>&1)
+rc=$?
+[ $rc -eq 1 ] || fail "an import from another service: exit $rc"
+case "$err" in
+"gpucmd: op 0 (GPUCMD_ENOTFOUND): service 'elsewhere' shares no buffer as 'weights'"*) ;;
+*) fail "an import from another service: '$err'" ;;
+esac
+err=$(printf 'import v biases\n' | g --service infer exec 2>&1)
+[ $? -eq 1 ] || fail "an import of an unknown name did not exit 1"
+case "$err" in
+*"GPUCMD_ENOTFOUND"*"shares no buffer as 'biases'"*) ;;
+*) fail "an import of an unknown name: '$err'" ;;
+esac
+# Sharing a name the service shares already.
+err=$(printf 'empty a 4\nshare a weights\n' | g --service infer exec 2>&1)
+[ $? -eq 1 ] || fail "a second share of 'weights' did not exit 1"
+case "$err" in
+*"GPUCMD_EEXIST"*"shares a buffer as 'weights' already (8 bytes"*) ;;
+*) fail "a second share of 'weights': '$err'" ;;
+esac
+long=$(printf 'n%.0s' $(seq 64))
+for bad in \
+	"ping|import v weights|read v|3:6: the script does not know how large 'v' is (import does not say): read v OFFSET LEN" \
+	"ping|import v bad*name|2:10: 'bad*name' cannot name a shared buffer: use 1 to 63 letters, digits, '.', '_', '-', '/' or ':'" \
+	"ping|empty a 4|share a $long|3:9: '$long' cannot name a shared buffer" \
+	"ping|empty a 4|share b w|3:7: no buffer named 'b' (create it with empty, create, bind or import)" \
+	"ping|empty o 4|kernel copy o in: u64:4|3:15: in: needs a buffer name: in:NAME" \
+	"ping|empty o 4|kernel copy o in:x u64:4|3:15: no buffer named 'x' (create it with empty, create, bind or import)" \
+	"ping|empty o 4|kernel copy o out:o u64:4|3:15: unknown argument type 'out': use a buffer name, in:, u32:, i32:, u64: or f32:" \
+	"ping|import v|2:9: missing operand: usage: import NAME SHARED" \
+	"ping|empty a 4|share a w x|3:11: too many operands: usage: share NAME SHARED"; do
+	want=${bad##*|}
+	script=$(printf '%s\n' "${bad%|*}" | tr '|' '\n')
+	out=$(printf '%s\n' "$script" | g --service infer exec 2>"$dir/err")
+	rc=$?
+	[ $rc -eq 2 ] || fail "'$script': exit $rc, not 2"
+	[ -z "$out" ] || fail "'$script': the group ran: '$out'"
+	grep -qF "gpucmd: <stdin>:$want" "$dir/err" || fail "'$script': $(cat "$dir/err")"
+done
+exec 7>&-
+wait "$keeper" || fail "the keeper exited $?: $(cat "$dir/keeper.err")"
 
 # 10. SIGTERM: a clean exit 0
 stop_daemon
