@@ -279,7 +279,8 @@ esac
 
 # 9d. share and import (gpucmd(1), exec): one exec is one connection, so
 #     the sharer reads its script from a fifo and stays connected; its ping
-#     answers once the share has run.  Another exec of the same service
+#     answers once the share's copy has run (the sync waits for it: the
+#     daemon answers a share before, and an import until then is EBUSY).  Another exec of the same service
 #     imports the buffer, reads its bytes and copies it with a kernel that
 #     takes it as in:NAME; the memory outlives the sharer while an import
 #     holds it; a write into it, a kernel that writes an in: argument,
@@ -292,7 +293,7 @@ mkfifo "$dir/sharer" "$dir/keeper"
 sharer=$!
 pids="$pids $sharer"
 exec 6>"$dir/sharer"
-printf 'create w hex:0102030405060708\nshare w weights\nread w\nping\nsubmit\n' >&6
+printf 'create w hex:0102030405060708\nshare w weights\nsync\nread w\nping\nsubmit\n' >&6
 i=0
 until grep -q '^pong$' "$dir/sharer.out" 2>/dev/null; do
 	i=$((i + 1))

@@ -560,5 +560,125 @@ gn memory-report --json | grep -qF '"last_refusal":null' ||
 gn memory-report | grep -q "last refused" &&
 	fail "nobody sees held's refusal: $(gn memory-report)"
 
+# 11. Buffers a service's connections share: who holds what.  A sharer
+#     (its script from a fifo, so it stays connected) shares two buffers,
+#     an importer holds one of them (after the sharer's sync: until the
+#     copies have run the daemon refuses imports, and READY says no); the
+#     text table, the JSON and the
+#     metrics show each with its size, handles, imports and sharer, and
+#     the service's in use counts each once.  When the sharer goes, the
+#     buffer only it held goes with it; when the importer goes, the last.
+mkfifo "$dir/sharer" "$dir/importer"
+"$dir/gpucmd" --socket "$sock" --service infer exec - <"$dir/sharer" \
+	>"$dir/sharer.out" 2>"$dir/sharer.err" &
+sharer=$!
+pids="$pids $sharer"
+exec 6>"$dir/sharer"
+printf '%s\n' 'create w hex:0102030405060708' 'share w weights' \
+	'empty e 3M' 'share e model/emb:v1' sync report submit >&6
+i=0
+until grep -q '^report: ' "$dir/sharer.out" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "the sharer never answered: $(cat "$dir/sharer.err")"
+	sleep 0.05
+done
+conn=$(sed -n 's/^report: stream 0 (connection \([0-9]*\)).*/\1/p' "$dir/sharer.out")
+[ -n "$conn" ] || fail "no connection in the sharer's report: $(cat "$dir/sharer.out")"
+"$dir/gpucmd" --socket "$sock" --service infer exec - <"$dir/importer" \
+	>"$dir/importer.out" 2>"$dir/importer.err" 6>&- &
+importer=$!
+pids="$pids $importer"
+exec 7>"$dir/importer"
+printf '%s\n' 'import v weights' ping submit >&7
+i=0
+until grep -q '^pong$' "$dir/importer.out" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "the importer never imported: $(cat "$dir/importer.err")"
+	sleep 0.05
+done
+json=$(g memory-report --json) || fail "memory-report --json exited $?"
+[ "$(jget infer shared_buffers)" = 2 ] || fail "infer shared_buffers: $json"
+[ "$(jget infer shared_buffer_bytes)" = 3145736 ] || fail "infer shared_buffer_bytes: $json"
+# Once each, whoever holds them, and in no stream.
+[ "$(jget infer bytes_in_use)" = 3145736 ] || fail "infer bytes_in_use: $json"
+[ "$(jget infer allocations)" = 2 ] || fail "infer allocations: $json"
+[ "$(jget held shared_buffers)" = 0 ] || fail "held shared_buffers: $json"
+for b in "{\"name\":\"weights\",\"bytes\":8,\"handles\":2,\"connection_id\":$conn,\"imports\":1,\"ready\":true}" \
+	"{\"name\":\"model/emb:v1\",\"bytes\":3145728,\"handles\":1,\"connection_id\":$conn,\"imports\":0,\"ready\":true}"; do
+	printf '%s\n' "$json" | grep -qF "$b" || fail "no $b in: $json"
+done
+printf '%s\n' "$json" | grep -qF '"shared_buffers":2,"shared_buffer_bytes":3145736}}' ||
+	fail "totals of the shared buffers: $json"
+if command -v python3 >/dev/null 2>&1; then
+	printf '%s\n' "$json" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+for s in r["services"]:
+    assert s["shared_buffers"] == len(s["shared"]), s["name"]
+    assert s["shared_buffer_bytes"] == sum(b["bytes"] for b in s["shared"]), s["name"]
+    if s["name"] != "infer":
+        assert s["shared"] == [], s["name"]
+for k in ("shared_buffers", "shared_buffer_bytes"):
+    assert r["totals"][k] == sum(s[k] for s in r["services"]), k
+assert "shared" not in r["totals"]
+' || fail "the shared buffers in the JSON do not add up: $json"
+fi
+text=$(g memory-report --bytes) || fail "memory-report --bytes exited $?"
+printf '%s\n' "$text" | grep -qx "buffers shared between the connections of a service (counted once in in use above):" ||
+	fail "no shared buffers section: $text"
+printf '%s\n' "$text" | grep -qx '  SERVICE  NAME  *SIZE  HANDLES  IMPORTS  SHARED BY  *READY' ||
+	fail "shared buffers headings: $text"
+row=$(printf '%s\n' "$text" | awk '$1 == "infer" && $2 == "weights"' | tr -s ' ')
+[ "$row" = " infer weights 8 2 1 connection $conn yes" ] || fail "weights row '$row': $text"
+row=$(printf '%s\n' "$text" | awk '$1 == "infer" && $2 == "model/emb:v1"' | tr -s ' ')
+[ "$row" = " infer model/emb:v1 3145728 1 0 connection $conn yes" ] ||
+	fail "model/emb:v1 row '$row': $text"
+human=$(g memory-report | awk '$1 == "infer" && $2 == "model/emb:v1" { print $3, $4 }')
+[ "$human" = "3.0 MiB" ] || fail "shared size without --bytes: '$human'"
+prom=$(g memory-report --prometheus) || fail "--prometheus exited $?"
+for l in '# TYPE gpucmd_service_shared_buffers gauge' \
+	'# TYPE gpucmd_service_shared_buffer_bytes gauge' \
+	'gpucmd_service_shared_buffers{service="infer"} 2' \
+	'gpucmd_service_shared_buffer_bytes{service="infer"} 3145736' \
+	'gpucmd_service_shared_buffers{service="held"} 0' \
+	'gpucmd_service_shared_buffer_bytes{service="held"} 0'; do
+	printf '%s\n' "$prom" | grep -qxF "$l" || fail "prometheus lacks '$l'"
+done
+# nobody, in service lowly, sees none of infer's.
+gn --service lowly memory-report | grep -q "buffers shared" &&
+	fail "nobody sees infer's shared buffers: $(gn --service lowly memory-report)"
+gn --service lowly memory-report --json |
+	grep -qF '"shared_buffers":0,"shared_buffer_bytes":0,' ||
+	fail "nobody's shared buffers: $(gn --service lowly memory-report --json)"
+# The sharer goes: model/emb:v1 (its handle alone) goes, weights stays
+# with the importer's handle.
+exec 6>&-
+wait "$sharer" || fail "the sharer exited $?: $(cat "$dir/sharer.err")"
+i=0
+while :; do
+	json=$(g memory-report --json --service infer)
+	[ "$(jget infer shared_buffers)" = 1 ] && break
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "model/emb:v1 outlived its only handle: $json"
+	sleep 0.05
+done
+[ "$(jget infer shared_buffer_bytes)" = 8 ] || fail "after the sharer left: $json"
+printf '%s\n' "$json" | grep -qF "\"shared\":[{\"name\":\"weights\",\"bytes\":8,\"handles\":1,\"connection_id\":$conn,\"imports\":1,\"ready\":true}]" ||
+	fail "weights after the sharer left: $json"
+exec 7>&-
+wait "$importer" || fail "the importer exited $?: $(cat "$dir/importer.err")"
+i=0
+while :; do
+	json=$(g memory-report --json --service infer)
+	[ "$(jget infer shared_buffers)" = 0 ] && break
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "weights outlived its last handle: $json"
+	sleep 0.05
+done
+printf '%s\n' "$json" | grep -qF '"shared":[]}' || fail "infer's list after the last handle: $json"
+[ "$(jget infer bytes_in_use)" = 0 ] || fail "infer bytes_in_use after the last handle: $json"
+g memory-report | grep -q "buffers shared" &&
+	fail "a shared buffers section with none shared: $(g memory-report)"
+
 stop_daemon
 exit 0
