@@ -36,6 +36,7 @@
  *     live ids no larger than the last one given out;
  *   - no crash, no undefined behaviour, no leak (ASan/UBSan/LSan).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -181,7 +182,7 @@ static void check_op(const struct script *s, const struct op *op)
 {
 	uint64_t bytes;
 
-	expect(op->kind <= OP_MODULE);
+	expect(op->kind <= OP_IMPORT);
 	expect(op->line >= 1 && op->line <= s->line);
 	expect(op->via == VIA_INLINE || op->via == VIA_REGION);
 	check_data(op);
@@ -226,6 +227,15 @@ static void check_op(const struct script *s, const struct op *op)
 		break;
 	case OP_RELEASE:
 		check_named(s, op, NAME_BUFFER, op->handle);
+		break;
+	case OP_SHARE:
+	case OP_IMPORT:
+		check_named(s, op, NAME_BUFFER, op->handle);
+		expect(op->shared_name != NULL && op->shared_name[0] != '\0' &&
+		       strlen(op->shared_name) <= EXEC_SHARED_NAME_MAX);
+		for (const char *c = op->shared_name; *c != '\0'; c++)
+			expect(isalnum((unsigned char)*c) ||
+			       strchr("._-/:", *c) != NULL);
 		break;
 	case OP_RESERVE:
 		check_named(s, op, NAME_RESERVATION, op->id);
