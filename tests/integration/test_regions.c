@@ -1020,7 +1020,9 @@ START_TEST(region_limit_refuses_the_attach_over_it)
 				     "\"region_limit\":0,"
 				     "\"region_refusals\":3,"
 				     "\"bytes_released_pending\":0,"
-				     "\"module_bytes\":0}") != NULL,
+				     "\"module_bytes\":0,"
+				     "\"shared_buffers\":0,"
+				     "\"shared_buffer_bytes\":0}") != NULL,
 		      "memory-report --json totals: %.3000s", out);
 	harness_tool_output("memory-report --prometheus", out, sizeof(out));
 	{
