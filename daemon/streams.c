@@ -122,13 +122,32 @@ static void stream_destroy(struct stream *s)
 	free(s);
 }
 
+static void fill_settle(struct shared_buffer *sb, enum shared_state state)
+{
+	sb->filler->filling--;
+	sb->filler = NULL;
+	sb->state = state;
+}
+
+/*
+ * One reference of sb goes (its holder's uses have run).  The last one
+ * frees it; should its copy still count as in flight then (it cannot: the
+ * copy's fence is among the holders'), its stream's count is set right.
+ */
+static void shared_put(struct stream_set *set, struct shared_buffer *sb)
+{
+	if (sb->refs == 1 && sb->state == SHARED_FILLING)
+		fill_settle(sb, SHARED_LOST);
+	shared_buffer_put(set->driver, sb);
+}
+
 static void release_at_teardown(struct handle *h, void *arg)
 {
 	struct stream_set *set = arg;
 
 	if (h->shared != NULL) {
 		/* Every stream is idle: this connection is done with it. */
-		shared_buffer_put(set->driver, h->shared);
+		shared_put(set, h->shared);
 	} else {
 		service_uncharge(set->service, h->alloc.size);
 		memory_manager_release(h->owner->memory, h->alloc.slice);
@@ -149,7 +168,7 @@ static void shared_drops_flush(struct stream_set *set, bool all)
 			continue;
 		}
 		*pp = d->next;
-		shared_buffer_put(set->driver, d->sb);
+		shared_put(set, d->sb);
 		free(d);
 	}
 }
@@ -159,13 +178,6 @@ static void shared_drops_flush(struct stream_set *set, bool all)
  * streams: complete once its fence passed, lost if the stream goes
  * without it (held, or the device lost), for import to say so.
  */
-static void fill_settle(struct shared_buffer *sb, enum shared_state state)
-{
-	sb->filler->filling--;
-	sb->filler = NULL;
-	sb->state = state;
-}
-
 static void shared_fills_settle(struct stream_set *set)
 {
 	for (struct shared_buffer *sb = set->service->shared; sb;
@@ -666,7 +678,7 @@ static void release_shared(struct stream_set *set, struct stream *current,
 {
 	if (uses_completed(set, current, h)) {
 		free(d);
-		shared_buffer_put(set->driver, sb);
+		shared_put(set, sb);
 		return;
 	}
 	d->sb = sb;
