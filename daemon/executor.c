@@ -532,9 +532,19 @@ static void report_fault(struct batch *b, struct stream *s)
 	if (b->replied || !s->fault_pending || b->error != 0 ||
 	    b->fence_index < 0)
 		return;
-	what = b->req->ops[b->fence_index]->op_case == GPUCMD__OP__OP_READ ?
-		       "read" :
-		       "sync";
+	switch (b->req->ops[b->fence_index]->op_case) {
+	case GPUCMD__OP__OP_READ:
+		what = "read";
+		break;
+	case GPUCMD__OP__OP_SHARE:
+		/* streams_fills_done marked the shared buffer lost. */
+		what = "share (the buffer it shared is lost: release it and "
+		       "share again)";
+		break;
+	default:
+		what = "sync";
+		break;
+	}
 	b->error = GPUCMD_ESTREAM;
 	b->failed_index = (uint32_t)b->fence_index;
 	b->nresults = (size_t)b->fence_index;

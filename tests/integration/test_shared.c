@@ -857,7 +857,7 @@ START_TEST(a_fault_before_the_copy_is_reported_by_the_share)
 	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 1, w, sizeof(w)), 0);
 	ck_assert_int_eq(gpucmd_batch_kernel(x, "fault", G1, G1, NULL, 0), 0);
 	ck_assert_int_eq(gpucmd_batch_share(x, 1, "w"), 0);
-	expect_fail(x, 2, GPUCMD_ESTREAM, "stream fault");
+	expect_fail(x, 2, GPUCMD_ESTREAM, "faulted before this share");
 	x = batch(a, 0);
 	ck_assert_int_eq(gpucmd_batch_share(x, 1, "again"), 0);
 	expect_fail(x, 0, GPUCMD_EINVAL, "shared already, as 'w'");
@@ -880,7 +880,7 @@ START_TEST(a_fault_before_the_copy_is_reported_by_the_share)
 	gpucmd_response_free(run_ok(x));
 	x = batch(a, 0);
 	ck_assert_int_eq(gpucmd_batch_share(x, 2, "w2"), 0);
-	expect_fail(x, 0, GPUCMD_ESTREAM, "stream fault");
+	expect_fail(x, 0, GPUCMD_ESTREAM, "faulted before this share");
 	x = batch(b, 0);
 	ck_assert_int_eq(gpucmd_batch_import(x, 8, "w2"), 0);
 	expect_fail(x, 0, GPUCMD_ESTREAM, "was lost");
