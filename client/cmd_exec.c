@@ -2256,6 +2256,48 @@ static void print_op_error(struct exec *x, const struct op *op, int index,
 		gpucmd_errname(code), message, op->line);
 }
 
+/*
+ * The daemon's sentence with the script's name after each "handle N" it
+ * gives (its ids are exec's: "handle 3 ('w')"), into buf.
+ */
+static void handle_names(const struct exec *x, const char *why, char *buf,
+			 size_t len)
+{
+	const struct names *ns = &x->s.names[NAME_BUFFER];
+	size_t used = 0;
+
+	buf[0] = '\0';
+	while (*why != '\0' && used + 1 < len) {
+		const char *at = strstr(why, "handle ");
+		const char *name = NULL;
+		char *end = NULL;
+		uint64_t id = 0;
+		int n;
+
+		if (at != NULL && at[7] >= '0' && at[7] <= '9')
+			id = strtoull(at + 7, &end, 10);
+		for (size_t i = 0; id != 0 && i < ns->n; i++)
+			if (ns->v[i].id == id)
+				name = ns->v[i].name;
+		if (at == NULL)
+			end = (char *)why + strlen(why);
+		else if (end == NULL)
+			end = (char *)at + 7;
+		n = snprintf(buf + used, len - used, "%.*s", (int)(end - why),
+			     why);
+		if (n > 0)
+			used += (size_t)n < len - used ? (size_t)n :
+							 len - used - 1;
+		if (name != NULL && used + 1 < len) {
+			n = snprintf(buf + used, len - used, " ('%s')", name);
+			if (n > 0)
+				used += (size_t)n < len - used ? (size_t)n :
+								 len - used - 1;
+		}
+		why = end;
+	}
+}
+
 /* Print one request's results in order, then its error if it failed. */
 static int print_request(struct exec *x, const struct group *g,
 			 const struct request *rq)
@@ -2283,8 +2325,14 @@ static int print_request(struct exec *x, const struct group *g,
 		failed = (int)rq->n - 1;
 	else if (failed < 0 || (size_t)failed >= rq->n)
 		failed = 0;
-	print_op_error(x, &g->ops[rq->first + (size_t)failed], failed, code,
-		       gpucmd_response_message(resp));
+	{
+		char why[1024];
+
+		handle_names(x, gpucmd_response_message(resp), why,
+			     sizeof(why));
+		print_op_error(x, &g->ops[rq->first + (size_t)failed], failed,
+			       code, why);
+	}
 	return TOOL_EXIT_FAIL;
 }
 

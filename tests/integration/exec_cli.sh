@@ -343,7 +343,7 @@ err=$(printf 'import v weights\nwrite v hex:00\n' | g --service infer exec 2>&1)
 rc=$?
 [ $rc -eq 1 ] || fail "a write into an import: exit $rc"
 case "$err" in
-"gpucmd: op 1 (GPUCMD_EINVAL): handle 1 names the buffer shared as 'weights', which is read-only for every connection"*"[script line 2]") ;;
+"gpucmd: op 1 (GPUCMD_EINVAL): handle 1 ('v') names the buffer shared as 'weights', which is read-only for every connection"*"[script line 2]") ;;
 *) fail "a write into an import: '$err'" ;;
 esac
 err=$(printf 'import v weights\nkernel fill_u32 grid=1 block=1 in:v u32:1 u32:1\n' |
