@@ -1229,6 +1229,22 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id)
 	return 0;
 }
 
+GPUCMD_EXTERN int gpucmd_submit_detached(struct gpucmd_batch *b)
+{
+	struct gpucmd_conn *conn;
+	uint64_t id;
+	int r;
+
+	if (b == NULL)
+		return GPUCMD_EINVAL;
+	conn = b->conn;
+	r = gpucmd_submit(b, &id);
+	if (r < 0)
+		return r;
+	conn_abandon(conn, id, true);
+	return 0;
+}
+
 GPUCMD_EXTERN int gpucmd_wait_timeout(struct gpucmd_conn *conn, uint64_t id,
 				      int timeout_ms,
 				      struct gpucmd_response **out)
@@ -1273,6 +1289,6 @@ GPUCMD_EXTERN int gpucmd_run(struct gpucmd_batch *b,
 	r = gpucmd_wait(conn, id, out);
 	/* The caller never saw id: nobody could collect it later. */
 	if (r == -ETIMEDOUT)
-		conn_abandon(conn, id);
+		conn_abandon(conn, id, false);
 	return r;
 }

@@ -55,6 +55,7 @@ struct conn_slot {
 	uint64_t id;
 	bool awaits_device;   /* the reply waits for device work (fenced) */
 	bool abandoned;	      /* its wait timed out: drop the reply */
+	bool detached;	      /* ...or nobody waits for it: count a failure */
 	Gpucmd__Frame *frame; /* NULL until the response is read */
 	struct conn_release *releases; /* settled when collected */
 	size_t nreleases;
@@ -80,7 +81,15 @@ struct gpucmd_conn {
 	size_t nslots;
 	size_t slots_cap;
 	size_t nabandoned; /* slots whose answer nobody will collect */
-	int dead;	   /* 0, or the code the connection died with */
+	/*
+	 * Detached requests (gpucmd_submit_detached) that failed, since
+	 * gpucmd_detached_failures last asked, and the first one's code and
+	 * sentence.
+	 */
+	uint64_t detached_failed;
+	int detached_code;
+	char detached_message[640];
+	int dead; /* 0, or the code the connection died with */
 	/*
 	 * Why (gpucmd_conn_error): room for the daemon's whole sentence (an
 	 * Error frame's, up to 511 bytes: session_refuse).
@@ -655,6 +664,20 @@ static void slot_drop(struct gpucmd_conn *c, struct conn_slot *s)
 
 static void slot_settle(struct gpucmd_conn *c, struct conn_slot *s);
 
+/* The answer of a detached request came: count it if it failed. */
+static void note_detached(struct gpucmd_conn *c, const Gpucmd__Response *r)
+{
+	if (r->error == NULL || r->error->code == 0)
+		return;
+	if (c->detached_failed++ > 0)
+		return;
+	c->detached_code = r->error->code;
+	snprintf(c->detached_message, sizeof(c->detached_message),
+		 "detached request %llu failed at op %u: %s",
+		 (unsigned long long)r->id, r->failed_index,
+		 r->error->message != NULL ? r->error->message : "");
+}
+
 /*
  * Read one frame after the handshake and file it: a response goes to its
  * slot (or away, with its slot, when its wait was abandoned), an Error
@@ -720,6 +743,8 @@ static int conn_recv_one(struct gpucmd_conn *c, unsigned spin_us,
 		}
 		s->frame = f;
 		if (s->abandoned) {
+			if (s->detached)
+				note_detached(c, f->response);
 			slot_settle(c, s);
 			slot_drop(c, s);
 			c->nabandoned--;
@@ -810,6 +835,15 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 	if (c->dead)
 		return c->dead;
 	/*
+	 * Answers nobody waits for that have come: read them in now, without
+	 * waiting, or a client that only detaches would leave them piling up
+	 * in the socket and the daemon's write queue.
+	 */
+	while (c->nabandoned > 0 && c->dead == 0 && conn_recv_one(c, 0, 1) == 0)
+		;
+	if (c->dead)
+		return c->dead;
+	/*
 	 * Abandoned requests hold places until their answers come, which
 	 * only reading collects: read them in before refusing, as long as
 	 * the timeout allows (the daemon owes them).
@@ -866,6 +900,7 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 		return conn_fail(c, r);
 	c->slots[c->nslots].id = c->next_id;
 	c->slots[c->nslots].abandoned = false;
+	c->slots[c->nslots].detached = false;
 	/*
 	 * A reply that waits for device work is watched for up to
 	 * SPIN_AWAIT_US, as the daemon's threads do, instead of spin_us.  A
@@ -917,20 +952,42 @@ int conn_wait(struct gpucmd_conn *c, uint64_t id, int timeout_ms,
 	return 0;
 }
 
-void conn_abandon(struct gpucmd_conn *c, uint64_t id)
+void conn_abandon(struct gpucmd_conn *c, uint64_t id, bool detached)
 {
 	struct conn_slot *s = slot_find(c, id);
 
 	if (s == NULL)
 		return;
 	if (s->frame != NULL || c->dead) {
+		if (s->frame != NULL && detached)
+			note_detached(c, s->frame->response);
 		if (s->frame != NULL)
 			slot_settle(c, s);
 		slot_drop(c, s);
 		return;
 	}
 	s->abandoned = true;
+	s->detached = detached;
 	c->nabandoned++;
+}
+
+GPUCMD_EXTERN uint64_t gpucmd_detached_failures(struct gpucmd_conn *c,
+						int *code, char *msg,
+						size_t len)
+{
+	uint64_t n;
+
+	if (c == NULL)
+		return 0;
+	n = c->detached_failed;
+	if (code != NULL)
+		*code = n > 0 ? c->detached_code : 0;
+	if (msg != NULL && len > 0)
+		snprintf(msg, len, "%s", n > 0 ? c->detached_message : "");
+	c->detached_failed = 0;
+	c->detached_code = 0;
+	c->detached_message[0] = '\0';
+	return n;
 }
 
 int conn_timeout(const struct gpucmd_conn *c)

@@ -49,10 +49,11 @@ int conn_wait(struct gpucmd_conn *conn, uint64_t id, int timeout_ms,
 	      Gpucmd__Frame **out);
 /**
  * Nobody will wait for request id any more (its wait timed out where the
- * caller cannot resume it): its response is dropped when it comes, its
- * region releases settled, and its slot freed then.
+ * caller cannot resume it, or it was detached): its response is dropped
+ * when it comes, its region releases settled, and its slot freed then; a
+ * detached one's failure is counted (gpucmd_detached_failures).
  */
-void conn_abandon(struct gpucmd_conn *conn, uint64_t id);
+void conn_abandon(struct gpucmd_conn *conn, uint64_t id, bool detached);
 /** The connection's timeout for waits (gpucmd_set_timeout), -1: none. */
 int conn_timeout(const struct gpucmd_conn *conn);
 /**

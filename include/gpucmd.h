@@ -632,6 +632,26 @@ GPUCMD_EXTERN int gpucmd_batch_graph_destroy(struct gpucmd_batch *b,
  * max_in_flight requests are already outstanding.
  */
 GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id);
+/*
+ * Send the batch (consuming it) and let the library drop its response:
+ * for batches whose results nobody needs (a release, launches whose
+ * output a later batch reads).  Its answer is read in by later calls on
+ * the connection (a submit reads what has come, without waiting); until
+ * then it holds a place in flight.  A detached batch that failed is
+ * counted for gpucmd_detached_failures: once a later batch of the same
+ * stream that waits (a sync or a read) was answered, the detached ones
+ * sent before it there are counted.  The same refusals as gpucmd_submit.
+ */
+GPUCMD_EXTERN int gpucmd_submit_detached(struct gpucmd_batch *b);
+/*
+ * How many detached batches failed since the last call (0: none, of those
+ * whose answers were read in), and the first one's code and the daemon's
+ * sentence, into msg (len bytes; "" when none).  Each call starts the
+ * count again.
+ */
+GPUCMD_EXTERN uint64_t gpucmd_detached_failures(struct gpucmd_conn *conn,
+						int *code, char *msg,
+						size_t len);
 /* Wait for the response to request id (any order of ids is fine). */
 GPUCMD_EXTERN int gpucmd_wait(struct gpucmd_conn *conn, uint64_t id,
 			      struct gpucmd_response **out);

@@ -1230,6 +1230,56 @@ START_TEST(fork_child_inherits_no_region)
 }
 END_TEST
 
+/*
+ * Detached batches: nobody waits for them, their answers are read in by
+ * later calls, and a failure is counted with the first one's code and
+ * sentence.  Once a later batch of that stream that waits (a read) was
+ * answered, their answers came before it, and the count is complete.
+ */
+START_TEST(detached_batches_count_their_failures)
+{
+	struct gpucmd_conn *c = connect_as("alpha");
+	struct gpucmd_batch *b;
+	char msg[640];
+	int code = -1;
+
+	ck_assert_uint_eq(gpucmd_detached_failures(c, &code, msg, sizeof(msg)),
+			  0);
+	ck_assert_int_eq(code, 0);
+	ck_assert_str_eq(msg, "");
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_empty(b, 1, 64);
+	ck_assert_int_eq(gpucmd_submit_detached(b), 0);
+	for (int i = 0; i < 2000; i++) {
+		gpucmd_batch_new(c, 0, &b);
+		gpucmd_batch_ping(b);
+		ck_assert_int_eq(gpucmd_submit_detached(b), 0);
+	}
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_release(b, 99);
+	ck_assert_int_eq(gpucmd_submit_detached(b), 0);
+	gpucmd_batch_new(c, 0, &b);
+	gpucmd_batch_write(b, 1, 64, "x", 1); /* past the end */
+	ck_assert_int_eq(gpucmd_submit_detached(b), 0);
+	/* A batch refused by its builder is not sent, and says so now. */
+	gpucmd_batch_new(c, 0, &b);
+	ck_assert_int_eq(gpucmd_batch_empty(b, 0, 64), GPUCMD_EINVAL);
+	ck_assert_int_eq(gpucmd_submit_detached(b), GPUCMD_EINVAL);
+	/* Answered after them on the same stream: they are counted. */
+	parent_still_works(c, 9);
+	ck_assert_uint_eq(gpucmd_detached_failures(c, &code, msg, sizeof(msg)),
+			  2);
+	ck_assert_int_eq(code, GPUCMD_ENOTFOUND);
+	ck_assert_msg(strstr(msg, "detached request") != NULL &&
+			      strstr(msg, "at op 0") != NULL &&
+			      strstr(msg, "handle 99") != NULL,
+		      "%s", msg);
+	/* Asking starts the count again. */
+	ck_assert_uint_eq(gpucmd_detached_failures(c, NULL, NULL, 0), 0);
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("clients");
@@ -1257,6 +1307,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, zero_timeout_collects_what_arrived);
 	tcase_add_test(tc, responses_freed_after_close_keep_no_buffers);
 	tcase_add_test(tc, abandoned_answers_give_their_places_back);
+	tcase_add_test(tc, detached_batches_count_their_failures);
 	tcase_add_test(tc, send_timeout_on_a_stopped_daemon);
 	suite_add_tcase(s, tc);
 
