@@ -256,8 +256,9 @@ enum gpucmd_arg_kind {
 	GPUCMD_ARG_U64 = 4,
 	GPUCMD_ARG_F32 = 5,
 	/*
-	 * A handle the kernel only reads: the way to pass a shared buffer
-	 * (gpucmd_batch_share), and other streams may read it meanwhile.
+	 * A handle the kernel only reads: how a module's kernel takes a
+	 * shared buffer (gpucmd_batch_share; a built-in's inputs take
+	 * either kind), and other streams may read it meanwhile.
 	 */
 	GPUCMD_ARG_BUFFER_IN = 6,
 };
@@ -363,9 +364,10 @@ gpucmd_batch_kernel_shared(struct gpucmd_batch *b, const char *name,
  * gpucmd_arg_buffer_in; a write is refused with GPUCMD_EINVAL.  import
  * names it with a new handle of this connection (another connection of
  * the same service; GPUCMD_ENOTFOUND for a name the service does not
- * share, GPUCMD_EBUSY while the share's copy has not run).  The memory
- * goes back once every handle naming it, on every connection, is
- * released; it counts once against the service's memory_limit.
+ * share, GPUCMD_EBUSY while the share's copy has not run, GPUCMD_ESTREAM
+ * when it is lost: the share was answered with a fault of its stream).
+ * The memory goes back once every handle naming it, on every connection,
+ * is released; it counts once against the service's memory_limit.
  */
 GPUCMD_EXTERN int gpucmd_batch_share(struct gpucmd_batch *b, uint64_t handle,
 				     const char *name);
