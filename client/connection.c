@@ -61,6 +61,9 @@ struct conn_slot {
 	size_t nreleases;
 };
 
+/* Unwaited answers outstanding before a submit looks for them (conn_submit). */
+#define CONN_DRAIN_AT 32
+
 /* Read-ahead of the receive side; larger reads go straight to the body. */
 #define CONN_RBUF 4096
 /* Frame bodies this large are decoded in place (frame_decode_owned). */
@@ -835,12 +838,16 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 	if (c->dead)
 		return c->dead;
 	/*
-	 * Answers nobody waits for that have come: read them in now, without
+	 * Answers nobody waits for that have come: read them in, without
 	 * waiting, or a client that only detaches would leave them piling up
-	 * in the socket and the daemon's write queue.
+	 * in the socket and the daemon's write queue.  Once CONN_DRAIN_AT
+	 * are outstanding, not at every submit: a look costs a poll(), and a
+	 * loop of detached submits would pay one per batch.
 	 */
-	while (c->nabandoned > 0 && c->dead == 0 && conn_recv_one(c, 0, 1) == 0)
-		;
+	if (c->nabandoned >= CONN_DRAIN_AT)
+		while (c->nabandoned > 0 && c->dead == 0 &&
+		       conn_recv_one(c, 0, 1) == 0)
+			;
 	if (c->dead)
 		return c->dead;
 	/*

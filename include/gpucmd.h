@@ -638,8 +638,8 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id);
  * Send the batch (consuming it) and let the library drop its response:
  * for batches whose results nobody needs (a release, launches whose
  * output a later batch reads).  Its answer is read in by later calls on
- * the connection (a submit reads what has come, without waiting); until
- * then it holds a place in flight.  A detached batch that failed is
+ * the connection (a submit with 32 or more of them outstanding reads what
+ * has come, without waiting); until then it holds a place in flight.  A detached batch that failed is
  * counted for gpucmd_detached_failures: once a later batch of the same
  * stream that waits (a sync or a read) was answered, the detached ones
  * sent before it there are counted.  The same refusals as gpucmd_submit.
