@@ -66,6 +66,9 @@ struct outbox_msg {
  */
 #define SERVER_TICK_MS 2000
 
+/* Clients the listening socket queues until the loop accepts them. */
+#define SERVER_BACKLOG 128
+
 /* Connections past max_connections that admins may still open. */
 #define SERVER_ADMIN_SPARE 4
 
@@ -560,23 +563,26 @@ static int listen_on(struct server *srv, int fd, bool *opened)
 	if (opened != NULL)
 		*opened = rc == 0;
 	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&srv->listener, 128,
+		rc = uv_listen((uv_stream_t *)&srv->listener, SERVER_BACKLOG,
 			       on_connection);
 	return rc;
 }
 
-static void on_accept_resume(uv_timer_t *t)
+/*
+ * Listen again on listen_spare, keeping a spare of it: 0, or an error
+ * after which accept_resume tries again in SERVER_ACCEPT_PAUSE_MS.
+ */
+static int resume_listening(struct server *srv)
 {
-	struct server *srv = t->data;
 	int fd = srv->listen_spare, spare, rc;
 
-	if (srv->stopping || !srv->accept_paused)
-		return;
 	/* The listener takes fd; the socket needs a spare again. */
 	spare = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (spare < 0) {
-		uv_timer_start(t, on_accept_resume, SERVER_ACCEPT_PAUSE_MS, 0);
-		return;
+		rc = -errno;
+		uv_timer_start(&srv->accept_resume, on_accept_resume,
+			       SERVER_ACCEPT_PAUSE_MS, 0);
+		return rc;
 	}
 	rc = listen_on(srv, fd, NULL);
 	if (rc != 0) {
@@ -585,13 +591,24 @@ static void on_accept_resume(uv_timer_t *t)
 				 "%d ms",
 				 uv_strerror(rc), SERVER_ACCEPT_PAUSE_MS);
 		close(spare);
+		/* on_listener_paused starts accept_resume. */
 		uv_close((uv_handle_t *)&srv->listener, on_listener_paused);
-		return;
+		return rc;
 	}
 	srv->listen_spare = spare;
 	srv->listening = true;
 	srv->accept_paused = false;
-	log_notice("accepting connections again");
+	return 0;
+}
+
+static void on_accept_resume(uv_timer_t *t)
+{
+	struct server *srv = t->data;
+
+	if (srv->stopping || !srv->accept_paused)
+		return;
+	if (resume_listening(srv) == 0)
+		log_notice("accepting connections again");
 }
 
 /* Refusals for descriptors: a client may reconnect in a loop. */
@@ -940,27 +957,109 @@ static bool socket_is_ours(const struct server *srv)
 	       (uint64_t)st.st_ino == srv->sock_ino;
 }
 
+/* "1 connection", "3 connections": n and its noun, in buf (returned). */
+static const char *counted(char *buf, size_t len, uint64_t n, const char *one,
+			   const char *many)
+{
+	snprintf(buf, len, "%llu %s", (unsigned long long)n,
+		 n == 1 ? one : many);
+	return buf;
+}
+
+/* The listener closed for a socket bound anew: listen on the new one. */
+static void on_listener_rebound(uv_handle_t *h)
+{
+	struct server *srv = h->data;
+
+	if (!srv->stopping && srv->accept_paused)
+		(void)resume_listening(srv);
+}
+
 /*
- * At the tick: say once that the socket file is gone, or is another's now,
- * and once that it is back (a rename back).  Clients that connect by path
- * cannot reach the daemon meanwhile; those connected carry on.
+ * Nothing at the socket's path: bind a new socket there and serve it in
+ * place of the old one.  The old one closes with the clients in its queue
+ * not yet accepted (they connected before the file went; they see the
+ * connection end).  True once bound; false, the reason said once per
+ * loss, to try again at the next tick.
+ */
+static bool socket_rebind(struct server *srv)
+{
+	const char *path = srv->cfg.socket_path;
+	char why[256], n[32];
+	struct stat st;
+	int fd;
+
+	fd = bind_path(srv, why, sizeof(why));
+	if (fd >= 0 && listen(fd, SERVER_BACKLOG) != 0) {
+		snprintf(why, sizeof(why), "cannot listen on %s: %s", path,
+			 strerror(errno));
+		unlink(path);
+		close(fd);
+		fd = -1;
+	}
+	if (fd < 0) {
+		if (!srv->sock_gone)
+			log_warn("the socket %s was removed while gpucmdd "
+				 "runs, and binding it again failed: %s; new "
+				 "clients cannot connect (%s open carry on); "
+				 "trying again every %d s",
+				 path, why,
+				 counted(n, sizeof(n), srv->nsessions,
+					 "connection", "connections"),
+				 SERVER_TICK_MS / 1000);
+		return false;
+	}
+	if (lstat(path, &st) == 0) {
+		srv->sock_dev = (uint64_t)st.st_dev;
+		srv->sock_ino = (uint64_t)st.st_ino;
+	}
+	if (srv->listen_spare >= 0)
+		close(srv->listen_spare);
+	srv->listen_spare = fd;
+	srv->listening = false;
+	srv->accept_paused = true;
+	uv_close((uv_handle_t *)&srv->listener, on_listener_rebound);
+	log_notice("the socket %s was removed while gpucmdd runs: bound it "
+		   "again, new clients can connect (%s open carried on)",
+		   path,
+		   counted(n, sizeof(n), srv->nsessions, "connection",
+			   "connections"));
+	return true;
+}
+
+/*
+ * At the tick: a socket file removed (a cleanup of the runtime directory
+ * or of /tmp, an operator) is bound again.  One that is another's now (a
+ * daemon started on the path since, or a file put there) is left alone,
+ * said once, and once that ours is back (a rename back).  Clients that
+ * connect by path cannot reach this daemon meanwhile; those connected
+ * carry on.
  */
 static void socket_gone(struct server *srv)
 {
+	const char *path = srv->cfg.socket_path;
+	struct stat st;
+	char n[32];
 	bool gone;
 
 	if (!srv->listening || srv->activated)
 		return;
 	gone = !socket_is_ours(srv);
-	if (gone && !srv->sock_gone)
-		log_warn("the socket %s was removed or replaced while gpucmdd "
-			 "runs: new clients cannot connect to this daemon "
-			 "(%u connections open carry on); restart it to "
-			 "listen there again",
-			 srv->cfg.socket_path, srv->nsessions);
-	else if (!gone && srv->sock_gone)
+	if (gone && lstat(path, &st) != 0 && errno == ENOENT) {
+		gone = !socket_rebind(srv);
+	} else if (gone && !srv->sock_gone) {
+		log_warn("the socket %s was replaced while gpucmdd runs: new "
+			 "clients reach what listens there now, not this "
+			 "daemon (%s open carry on); stop this one once they "
+			 "are done, or remove that file and this daemon binds "
+			 "the path again",
+			 path,
+			 counted(n, sizeof(n), srv->nsessions, "connection",
+				 "connections"));
+	} else if (!gone && srv->sock_gone) {
 		log_notice("the socket %s is back: clients can connect again",
-			   srv->cfg.socket_path);
+			   path);
+	}
 	srv->sock_gone = gone;
 }
 
@@ -1130,15 +1229,6 @@ static void on_sighup(uv_signal_t *sig, int signum)
 	server_reload(srv);
 	status_line(srv, buf, sizeof(buf));
 	sd_ready(buf);
-}
-
-/* "1 connection", "3 connections": n and its noun, in buf (returned). */
-static const char *counted(char *buf, size_t len, uint64_t n, const char *one,
-			   const char *many)
-{
-	snprintf(buf, len, "%llu %s", (unsigned long long)n,
-		 n == 1 ? one : many);
-	return buf;
 }
 
 /*

@@ -84,8 +84,9 @@ struct server {
 	bool listening;
 	/*
 	 * The socket file we bound (not an activated one): the stop removes
-	 * the path only while it is still this file, and the tick warns once
-	 * when it is gone (socket_gone).
+	 * the path only while it is still this file; the tick binds the path
+	 * again when nothing is there, and warns once when another's file is
+	 * (socket_gone).
 	 */
 	uint64_t sock_dev, sock_ino;
 	bool sock_gone;

@@ -52,6 +52,7 @@ lib_init() {
 lib_cleanup() {
 	for p in $pid $pids; do
 		kill "$p" 2>/dev/null
+		kill -CONT "$p" 2>/dev/null # one a test stopped
 		wait "$p" 2>/dev/null
 	done
 	[ -n "$dir" ] && rm -rf "$dir"

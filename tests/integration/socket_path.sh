@@ -4,8 +4,9 @@
 #   - a second daemon on the path of a live one exits 1 and says so, and
 #     the first one goes on serving;
 #   - a socket file left by a daemon killed with SIGKILL is replaced;
-#   - a socket file removed while the daemon runs is warned about, and
-#     the daemon's stop does not remove another's socket bound since;
+#   - a socket file removed while the daemon runs is bound again, and
+#     clients connected before go on; one replaced by another daemon's is
+#     warned about, and the first daemon's stop does not remove it;
 #   - a path that is a regular file is left alone: exit 1, and why;
 #   - a directory that does not exist is named as the reason (libuv would
 #     report EACCES), exit 1;
@@ -64,20 +65,88 @@ grep -qF "already serving" "$dir/replacement.log" &&
 stop_daemon
 [ -e "$sock" ] && fail "a clean shutdown left $sock behind"
 
-# A socket file removed while the daemon runs: the daemon warns (at its
-# 2 s tick), and its stop leaves alone the socket another daemon has bound
-# on the path since, which used to vanish with the first one's stop.
+# A socket file removed while the daemon runs is bound again at the 2 s
+# tick, with its mode: new clients reach the daemon, and a client
+# connected before goes on (its ping after the re-bind is answered).
 start removed
+mkfifo "$dir/kept"
+"$BUILD/gpucmd" --socket "$sock" exec - <"$dir/kept" >"$dir/kept.out" \
+	2>"$dir/kept.err" &
+kept=$!
+pids="$pid $kept"
+exec 6>"$dir/kept"
+printf 'ping\nsubmit\n' >&6
+i=0
+until grep -q '^pong$' "$dir/kept.out" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "the kept client never answered: $(cat "$dir/kept.err")"
+	sleep 0.02
+done
+mode=$(stat -c %a "$sock")
+rm -f "$sock"
+i=0
+until grep -qF "the socket $sock was removed while gpucmdd runs: bound it again, new clients can connect (1 connection open carried on)" "$dir/removed.log"; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "not bound again within 10 s: $(cat "$dir/removed.log")"
+	sleep 0.02
+done
+[ -S "$sock" ] || fail "the log says bound again, but $sock is no socket"
+[ "$(stat -c %a "$sock")" = "$mode" ] ||
+	fail "bound again with mode $(stat -c %a "$sock"), was $mode"
+"$BUILD/gpucmd" --socket "$sock" ping >/dev/null 2>&1 ||
+	fail "a new client cannot reach the daemon after the re-bind"
+printf 'ping\nsubmit\n' >&6
+exec 6>&-
+wait "$kept" || fail "the kept client exited $?: $(cat "$dir/kept.err")"
+[ "$(grep -c '^pong$' "$dir/kept.out")" -eq 2 ] ||
+	fail "the kept client's second ping: $(cat "$dir/kept.out")"
+pids=""
+stop_daemon
+[ -e "$sock" ] && fail "a clean shutdown left the re-bound $sock behind"
+
+# A socket whose directory went too: the daemon says once that binding
+# it again failed, and why, and binds it once the directory is back.
+mkdir "$dir/sub"
+sock0=$sock
+sock=$dir/sub/s.sock
+start nodir
+rm -rf "$dir/sub"
+i=0
+until grep -qF "the socket $sock was removed while gpucmdd runs, and binding it again failed: cannot listen on $sock: the directory $dir/sub does not exist" "$dir/nodir.log"; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "no word within 10 s that binding again failed: $(cat "$dir/nodir.log")"
+	sleep 0.02
+done
+mkdir "$dir/sub"
+i=0
+until "$BUILD/gpucmd" --socket "$sock" ping >/dev/null 2>&1; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "not bound again within 10 s of the directory's return"
+	sleep 0.02
+done
+[ "$(grep -c "binding it again failed" "$dir/nodir.log")" -eq 1 ] ||
+	fail "the failure to bind again was said more than once"
+stop_daemon
+sock=$sock0
+
+# A socket file replaced while the daemon runs (another daemon started on
+# the path) is the other's: the first warns, and its stop leaves that
+# socket alone (it used to remove it).  The first is stopped (SIGSTOP)
+# from the removal until the second listens, so that its tick cannot bind
+# the path again in between.
+start replaced
 first=$pid
 pids=$first
+kill -STOP "$first"
 rm -f "$sock"
 start rebound
 second=$pid
 pids="$first $second"
+kill -CONT "$first"
 i=0
-until grep -qF "the socket $sock was removed or replaced" "$dir/removed.log"; do
+until grep -qF "the socket $sock was replaced while gpucmdd runs" "$dir/replaced.log"; do
 	i=$((i + 1))
-	[ $i -gt 500 ] && fail "no warning within 10 s that the socket went"
+	[ $i -gt 500 ] && fail "no warning within 10 s that the socket is another's"
 	sleep 0.02
 done
 pid=$first
@@ -163,4 +232,4 @@ case "$err" in
 esac
 
 [ -n "${SOCKPATH_DEBUG:-}" ] && tail -n 3 "$dir"/*.log
-echo "ok: live socket kept, stale socket replaced, removed socket warned about and another's kept, file and missing directory refused, socket mode and group set, unknown group refused, gpucmd says why it cannot connect"
+echo "ok: live socket kept, stale socket replaced, removed socket bound again, replaced one warned about and kept, file and missing directory refused, socket mode and group set, unknown group refused, gpucmd says why it cannot connect"
