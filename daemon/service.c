@@ -29,20 +29,26 @@ static struct service observers = {
 	.weight = 1,
 };
 
-int service_name_check(const char *name)
+int name_check(const char *name, size_t max, const char *extra)
 {
-	size_t n = strlen(name);
+	size_t n = name != NULL ? strlen(name) : 0;
 
-	if (n == 0 || n > SERVICE_NAME_MAX)
+	if (n == 0 || n > max)
 		return GPUCMD_EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		char c = name[i];
+
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
 		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-		      c == '-'))
+		      c == '-' || strchr(extra, c) != NULL))
 			return GPUCMD_EINVAL;
 	}
 	return 0;
+}
+
+int service_name_check(const char *name)
+{
+	return name_check(name, SERVICE_NAME_MAX, "");
 }
 
 void service_apply(struct service *svc, const struct config_service *limits)

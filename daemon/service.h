@@ -182,9 +182,11 @@ struct service_module {
 };
 
 /**
- * Check a service name: 1 to 63 characters of letters, digits, '.', '_',
- * '-'.  0 or GPUCMD_EINVAL.
+ * Check a name: 1 to max characters of letters, digits, '.', '_', '-' and
+ * those of extra ("" for none).  0 or GPUCMD_EINVAL.
  */
+int name_check(const char *name, size_t max, const char *extra);
+/** Check a service name: name_check with SERVICE_NAME_MAX, no extras. */
 int service_name_check(const char *name);
 /** Whether a service of that name exists (any thread). */
 bool service_known(const char *name);

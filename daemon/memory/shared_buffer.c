@@ -12,19 +12,8 @@
 
 int shared_buffer_name_check(const char *name)
 {
-	size_t n = name != NULL ? strlen(name) : 0;
-
-	if (n == 0 || n > SHARED_NAME_MAX)
-		return GPUCMD_EINVAL;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-		      c == '-' || c == '/' || c == ':'))
-			return GPUCMD_EINVAL;
-	}
-	return 0;
+	/* Service names' characters, and / and : to spell versions. */
+	return name_check(name, SHARED_NAME_MAX, "/:");
 }
 
 struct shared_buffer *shared_buffer_find(const struct service *svc,
