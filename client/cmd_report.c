@@ -608,6 +608,11 @@ static int report_text(const struct report_view *v, const struct report_opts *o)
 					      b, sizeof(b)));
 	else
 		printf("free n/a\n");
+	if (rep->device_uuid[0] != '\0' || rep->device_pci_bus_id[0] != '\0')
+		printf("gpu: %s, PCI %s\n",
+		       rep->device_uuid[0] ? rep->device_uuid : "(no UUID)",
+		       rep->device_pci_bus_id[0] ? rep->device_pci_bus_id :
+						   "(unknown)");
 	/*
 	 * What the daemon holds for itself beside the services: its pinned
 	 * host pool (the device context and modules are not measured).
@@ -708,6 +713,10 @@ static void report_json(const struct report_view *v)
 	tool_json_string(stdout, rep->device_name);
 	printf(",\"backend\":");
 	tool_json_string(stdout, rep->backend);
+	printf(",\"uuid\":");
+	tool_json_string(stdout, rep->device_uuid);
+	printf(",\"pci_bus_id\":");
+	tool_json_string(stdout, rep->device_pci_bus_id);
 	printf(",\"total_memory\":%" PRIu64 ",\"free_memory\":",
 	       rep->device_total_memory);
 	if (rep->has_device_free_memory)
@@ -1149,6 +1158,7 @@ static void report_prometheus(const struct report_view *v)
 	printf("gpucmd_device_memory_bytes{");
 	prom_label("device", rep->device_name, 1);
 	prom_label("backend", rep->backend, 0);
+	prom_label("uuid", rep->device_uuid, 0);
 	printf("} %" PRIu64 "\n", rep->device_total_memory);
 	if (rep->has_device_free_memory) {
 		prom_family("gpucmd_device_free_memory_bytes", "gauge",
@@ -1156,6 +1166,7 @@ static void report_prometheus(const struct report_view *v)
 		printf("gpucmd_device_free_memory_bytes{");
 		prom_label("device", rep->device_name, 1);
 		prom_label("backend", rep->backend, 0);
+		prom_label("uuid", rep->device_uuid, 0);
 		printf("} %" PRIu64 "\n", rep->device_free_memory);
 	}
 	if (rep->has_pinned_host) {

@@ -35,6 +35,12 @@ static void status_text(const struct gpucmd_status *st,
 	printf("device       %s, %s backend, %s\n", st->device_name,
 	       st->backend,
 	       tool_size(st->device_total_memory, 0, a, sizeof(a)));
+	/* What nvidia-smi -L and -q call it: the host backend has none. */
+	if (in->device_uuid[0] != '\0' || in->device_pci_bus_id[0] != '\0')
+		printf("gpu          %s, PCI %s\n",
+		       in->device_uuid[0] ? in->device_uuid : "(no UUID)",
+		       in->device_pci_bus_id[0] ? in->device_pci_bus_id :
+						  "(unknown)");
 	printf("uptime       ");
 	print_uptime(st->uptime_ms);
 	printf("services     %u\n", st->services);
@@ -79,6 +85,10 @@ static void status_json(const struct gpucmd_status *st,
 	tool_json_string(stdout, st->backend);
 	printf(",\"device_name\":");
 	tool_json_string(stdout, st->device_name);
+	printf(",\"device_uuid\":");
+	tool_json_string(stdout, in->device_uuid);
+	printf(",\"device_pci_bus_id\":");
+	tool_json_string(stdout, in->device_pci_bus_id);
 	printf(",\"device_total_memory\":%" PRIu64 ",\"uptime_ms\":%" PRIu64
 	       ",\"services\":%u,\"connections\":%u,\"batches\":%" PRIu64
 	       ",\"bytes_in_use\":%" PRIu64 ",\"bytes_reserved\":%" PRIu64,

@@ -1086,6 +1086,10 @@ static void info_from_welcome(struct gpucmd_info *info,
 			 d->backend);
 		info->device_total_memory = d->total_memory;
 		info->max_allocation = d->max_allocation;
+		snprintf(info->device_uuid, sizeof(info->device_uuid), "%s",
+			 d->uuid);
+		snprintf(info->device_pci_bus_id,
+			 sizeof(info->device_pci_bus_id), "%s", d->pci_bus_id);
 	}
 	if (l != NULL) {
 		info->memory_limit = l->memory_limit;

@@ -451,6 +451,10 @@ GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,
 		rep->device_total_memory = m->device->total_memory;
 		rep->device_free_memory = m->device->free_memory;
 		rep->has_device_free_memory = m->device->free_memory_known;
+		snprintf(rep->device_uuid, sizeof(rep->device_uuid), "%s",
+			 m->device->uuid);
+		snprintf(rep->device_pci_bus_id, sizeof(rep->device_pci_bus_id),
+			 "%s", m->device->pci_bus_id);
 	}
 	if (m->pinned_host != NULL) {
 		rep->has_pinned_host = 1;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "gpucmd.h"
@@ -78,6 +79,31 @@ const char *config_backend_name(enum config_backend b)
 		break;
 	}
 	return "auto";
+}
+
+int config_parse_device(const char *s, int *index, char *id, size_t id_len)
+{
+	bool uuid = strncasecmp(s, "GPU-", 4) == 0;
+	const char *p = uuid ? s + 4 : s;
+	size_t n = strlen(s);
+	uint64_t x;
+
+	if (n > 0 && strspn(s, "0123456789") == n) {
+		if (config_parse_size(s, &x) != 0 || x > 1024)
+			return -1;
+		*index = (int)x;
+		id[0] = '\0';
+		return 0;
+	}
+	/* A UUID's hex digits and dashes; a bus id's, colons and a dot. */
+	if (n >= id_len || *p == '\0' ||
+	    strspn(p, uuid ? "0123456789abcdefABCDEF-" :
+			     "0123456789abcdefABCDEF:.") != strlen(p) ||
+	    (!uuid && strchr(s, ':') == NULL))
+		return -1;
+	*index = 0;
+	snprintf(id, id_len, "%s", s);
+	return 0;
 }
 
 int config_parse_size(const char *s, uint64_t *out)
@@ -596,10 +622,15 @@ static int handle_key(void *user, const char *section, const char *name,
 			return 1;
 		}
 		if (strcmp(name, "device") == 0) {
-			uint32_t d = 0;
-			if (!set_u32(st, name, v, 0, 1024, &d))
-				return 0;
-			cfg->device = (int)d;
+			if (config_parse_device(v, &cfg->device, cfg->device_id,
+						sizeof(cfg->device_id)) != 0)
+				return bad(st,
+					   "device = %s: expected an index "
+					   "from 0 to 1024, a GPU UUID "
+					   "(GPU-...) or a PCI bus id "
+					   "(0000:3b:00.0), as nvidia-smi -L "
+					   "and nvidia-smi -q print them",
+					   v);
 			return 1;
 		}
 		if (strcmp(name, "host_memory") == 0)

@@ -118,6 +118,8 @@ struct config {
 	char admin_group[64];  /* members see every service */
 	enum config_backend backend;
 	int device;
+	/* The device by "GPU-" UUID (prefix) or PCI bus id; "": by index. */
+	char device_id[64];
 	uint64_t host_memory;		/* host backend "device" size */
 	uint64_t pinned_memory;		/* budget of the pinned host pool */
 	uint64_t host_fail_alloc_at;	/* test hook, see driver.h */
@@ -161,3 +163,9 @@ const char *config_file(const struct config *cfg);
  * when s is not a size.
  */
 int config_parse_size(const char *s, uint64_t *out);
+/**
+ * Parse a device: an index from 0 to 1024 (into *index, id emptied), or a
+ * "GPU-" UUID or a prefix of one, or a PCI bus id such as 0000:3b:00.0
+ * (into id, *index 0).  0, or -1 when s is none of these.
+ */
+int config_parse_device(const char *s, int *index, char *id, size_t id_len);

@@ -1113,6 +1113,8 @@ static Gpucmd__DeviceInfo *device_info(struct batch *b, struct driver *d)
 	}
 	dev->name = (char *)p->name;
 	dev->backend = (char *)p->backend;
+	dev->uuid = (char *)p->uuid;
+	dev->pci_bus_id = (char *)p->pci_bus_id;
 	dev->total_memory = p->total_memory;
 	dev->max_allocation = p->max_page_size;
 	dev->alignment = p->alignment;

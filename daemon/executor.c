@@ -83,6 +83,7 @@ static int open_backend(struct executor *ex, char *why, size_t why_len)
 {
 	struct driver_options opt = {
 		.device = ex->cfg.device,
+		.device_id = ex->cfg.device_id,
 		.host_memory = ex->cfg.host_memory,
 		.host_fail_alloc_at = ex->cfg.host_fail_alloc_at,
 		.spin_us = ex->cfg.spin_us,

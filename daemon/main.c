@@ -38,7 +38,7 @@ static void usage(FILE *out)
 		"                          config file's socket, else %s)\n"
 		"  -b, --backend NAME      auto, cuda or host (default auto: cuda when a\n"
 		"                          device answers, else host)\n"
-		"  -d, --device N          GPU index (default 0)\n"
+		"  -d, --device N|ID       GPU index (default 0), GPU-UUID or PCI bus id\n"
 		"      --host-memory SIZE  device memory of the host backend (default 4G)\n"
 		"      --max-connections N connections at once (default 256)\n"
 		"      --max-frame-bytes SIZE  largest frame body (default 64M)\n"
@@ -178,14 +178,17 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 			cfg->backend = (enum config_backend)v;
 			break;
 		case 'd':
-			if (parse_count(optarg, 0, 1024, &u) != 0) {
+			if (config_parse_device(optarg, &cfg->device,
+						cfg->device_id,
+						sizeof(cfg->device_id)) != 0) {
 				fprintf(stderr,
 					"gpucmdd: bad --device '%s' (a GPU "
-					"index from 0 to 1024)\n",
+					"index from 0 to 1024, a GPU UUID "
+					"GPU-... or a PCI bus id "
+					"0000:3b:00.0)\n",
 					optarg);
 				return 2;
 			}
-			cfg->device = (int)u;
 			break;
 		case OPT_HOST_MEMORY:
 			if (config_parse_size(optarg, &cfg->host_memory) != 0 ||
@@ -332,6 +335,21 @@ static int rebuild(struct config *cfg, char *err, size_t err_len)
 	return 0;
 }
 
+/*
+ * "GPU-..., PCI 0000:3b:00.0; " for the start line, so that the log says
+ * which GPU an index meant; "" where the backend has neither.
+ */
+static const char *gpu_ids(const struct driver_properties *p, char *buf,
+			   size_t len)
+{
+	buf[0] = '\0';
+	if (p->uuid[0] != '\0' || p->pci_bus_id[0] != '\0')
+		snprintf(buf, len, "%s, PCI %s; ",
+			 p->uuid[0] ? p->uuid : "no UUID",
+			 p->pci_bus_id[0] ? p->pci_bus_id : "unknown");
+	return buf;
+}
+
 /* --probe: open the backend as the daemon would, say what it is, close. */
 static void probe_reply(void *conn, uint8_t *buf, size_t len,
 			struct reply_pieces *pieces,
@@ -383,6 +401,9 @@ static int probe(const struct config *cfg)
 	printf("%s backend: %s, %llu MiB, alignment %llu\n", p->backend,
 	       p->name, (unsigned long long)(p->total_memory >> 20),
 	       (unsigned long long)p->alignment);
+	if (p->uuid[0] != '\0' || p->pci_bus_id[0] != '\0')
+		printf("gpu: %s, PCI %s\n", p->uuid[0] ? p->uuid : "(no UUID)",
+		       p->pci_bus_id[0] ? p->pci_bus_id : "(unknown)");
 	executor_stop(ex);
 	return 0;
 }
@@ -433,7 +454,7 @@ int main(int argc, char **argv)
 	struct early_args early = { 0 };
 	struct config cfg;
 	struct server srv;
-	char why[1024] = "";
+	char why[1024] = "", ids[96];
 	uv_loop_t loop;
 	int rc;
 
@@ -496,8 +517,9 @@ int main(int argc, char **argv)
 	}
 	if (cfg.path[0] != '\0')
 		log_info("settings from %s", cfg.path);
-	log_notice("gpucmdd %s serving %s (%s backend, %llu MiB) on %s",
+	log_notice("gpucmdd %s serving %s (%s%s backend, %llu MiB) on %s",
 		   GPUCMD_VERSION_STRING, executor_properties(srv.ex)->name,
+		   gpu_ids(executor_properties(srv.ex), ids, sizeof(ids)),
 		   executor_properties(srv.ex)->backend,
 		   (unsigned long long)(executor_properties(srv.ex)
 						->total_memory >>

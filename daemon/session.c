@@ -1072,6 +1072,8 @@ static void handle_hello(struct session *s, const Gpucmd__Hello *hello)
 
 	dev.name = (char *)p->name;
 	dev.backend = (char *)p->backend;
+	dev.uuid = (char *)p->uuid;
+	dev.pci_bus_id = (char *)p->pci_bus_id;
 	dev.total_memory = p->total_memory;
 	dev.max_allocation = p->max_page_size;
 	dev.alignment = p->alignment;

@@ -105,6 +105,12 @@ struct gpucmd_info {
 	uint32_t max_frame_bytes;
 	uint32_t max_in_flight;
 	uint64_t region_limit; /* shared region bytes, 0 = none */
+	/*
+	 * Which GPU, as nvidia-smi names it: "GPU-" and its UUID, and its
+	 * PCI bus id ("0000:3b:00.0"); "" on the host backend.
+	 */
+	char device_uuid[48];
+	char device_pci_bus_id[32];
 };
 
 /* Device memory usage of a stream (or a service, or the daemon). */
@@ -858,6 +864,9 @@ struct gpucmd_report {
 	struct gpucmd_memory_usage pinned_host;
 	/* 0: the backend could not say how much is free (not a full device). */
 	int has_device_free_memory;
+	/* As in struct gpucmd_info. */
+	char device_uuid[48];
+	char device_pci_bus_id[32];
 };
 /* Ask for the memory report (a round trip of its own). */
 GPUCMD_EXTERN int gpucmd_memory_report(struct gpucmd_conn *conn,

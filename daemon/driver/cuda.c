@@ -44,9 +44,11 @@
 
 #ifndef GPUCMD_HAVE_CUDA
 
-int driver_cuda_create(const struct driver_options *opt, struct driver **out,
+int driver_cuda_create(struct driver_options *opt, struct driver **out,
 		       char *why, size_t why_len)
 {
+	(void)opt;
+	(void)out;
 	if (why && why_len)
 		snprintf(why, why_len, "%s",
 			 "this gpucmdd was built without the CUDA backend "
@@ -66,6 +68,7 @@ int driver_cuda_create(const struct driver_options *opt, struct driver **out,
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "kernels/builtin.h"
 #include "kernels/builtin_ptx.h"
@@ -99,6 +102,9 @@ _Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t),
 	X(cuDeviceGetCount, NULL, true)                   \
 	X(cuDeviceGet, NULL, true)                        \
 	X(cuDeviceGetName, NULL, true)                    \
+	X(cuDeviceGetUuid, NULL, false)                   \
+	X(cuDeviceGetPCIBusId, NULL, false)               \
+	X(cuDeviceGetByPCIBusId, NULL, false)             \
 	X(cuDeviceGetAttribute, NULL, true)               \
 	X(cuDeviceTotalMem, NULL, true)                   \
 	X(cuDevicePrimaryCtxRetain, NULL, true)           \
@@ -542,6 +548,95 @@ static const char *cuda_resolve(struct cuda_driver *cd)
 
 /* ---- device ------------------------------------------------------------ */
 
+/*
+ * dev's UUID as nvidia-smi prints it ("GPU-" and 8-4-4-4-12 hex digits) and
+ * its PCI bus id, each "" where the driver cannot say (the calls are
+ * optional: nothing else depends on them).
+ */
+static void cuda_identify(const struct cuda_driver *cd, CUdevice dev,
+			  char *uuid, size_t uuid_len, char *pci,
+			  size_t pci_len)
+{
+	CUuuid u;
+
+	uuid[0] = '\0';
+	pci[0] = '\0';
+	if (cd->cu.cuDeviceGetUuid != NULL &&
+	    cd->cu.cuDeviceGetUuid(&u, dev) == CUDA_SUCCESS) {
+		const unsigned char *b = (const unsigned char *)u.bytes;
+
+		snprintf(uuid, uuid_len,
+			 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+			 "%02x%02x%02x%02x%02x%02x",
+			 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8],
+			 b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+	}
+	if (cd->cu.cuDeviceGetPCIBusId != NULL &&
+	    cd->cu.cuDeviceGetPCIBusId(pci, (int)pci_len, dev) != CUDA_SUCCESS)
+		pci[0] = '\0';
+}
+
+/*
+ * The ordinal of the device that id names: its "GPU-" UUID, or a prefix of
+ * it that only it has (as nvidia-smi -i takes), or its PCI bus id.  -1,
+ * with msg saying why and listing the devices there are, when none or
+ * several match.
+ */
+static int cuda_find_device(const struct cuda_driver *cd, const char *id,
+			    int count, char *msg, size_t len)
+{
+	bool by_uuid = strncasecmp(id, "GPU-", 4) == 0;
+	char uuid[48], pci[32];
+	int found = -1, matches = 0;
+	CUdevice dev, want = -1;
+	size_t n;
+
+	if (by_uuid ? cd->cu.cuDeviceGetUuid == NULL :
+		      cd->cu.cuDeviceGetByPCIBusId == NULL) {
+		snprintf(msg, len,
+			 "device %s: this NVIDIA driver cannot look devices "
+			 "up by %s: give the device's index instead",
+			 id, by_uuid ? "UUID" : "PCI bus id");
+		return -1;
+	}
+	if (!by_uuid && cd->cu.cuDeviceGetByPCIBusId(&want, id) != CUDA_SUCCESS)
+		want = -1;
+	for (int i = 0; i < count; i++) {
+		if (cd->cu.cuDeviceGet(&dev, i) != CUDA_SUCCESS)
+			continue;
+		if (by_uuid) {
+			cuda_identify(cd, dev, uuid, sizeof(uuid), pci,
+				      sizeof(pci));
+			if (strncasecmp(uuid, id, strlen(id)) != 0)
+				continue;
+		} else if (dev != want) {
+			continue;
+		}
+		if (matches++ == 0)
+			found = i;
+	}
+	if (matches == 1)
+		return found;
+	if (matches == 0)
+		snprintf(msg, len, "no CUDA device is %s", id);
+	else
+		snprintf(msg, len,
+			 "%s is the start of %d devices' UUIDs: give more of "
+			 "it",
+			 id, matches);
+	n = strlen(msg);
+	snprintf(msg + n, len - n, "; the devices this daemon sees are");
+	for (int i = 0; i < count && (n = strlen(msg)) + 1 < len; i++) {
+		if (cd->cu.cuDeviceGet(&dev, i) != CUDA_SUCCESS)
+			continue;
+		cuda_identify(cd, dev, uuid, sizeof(uuid), pci, sizeof(pci));
+		snprintf(msg + n, len - n, "%s %d %s %s", i ? "," : "", i,
+			 uuid[0] ? uuid : "(no UUID)",
+			 pci[0] ? pci : "(no PCI bus id)");
+	}
+	return -1;
+}
+
 /* A device attribute into *out; negative values (none exist) become 0. */
 static int cuda_attribute(struct cuda_driver *cd, CUdevice_attribute attr,
 			  uint32_t *out)
@@ -587,6 +682,8 @@ static int cuda_properties(struct cuda_driver *cd, struct driver_properties *p)
 	if (rc)
 		return rc;
 	snprintf(p->backend, sizeof(p->backend), "cuda");
+	cuda_identify(cd, cd->device, p->uuid, sizeof(p->uuid), p->pci_bus_id,
+		      sizeof(p->pci_bus_id));
 	p->fault_is_fatal = true;
 	p->pageable_copies_block = true;
 	rc = CU_CHECK(cd, cuDeviceTotalMem, &total, cd->device);
@@ -2132,7 +2229,7 @@ static const struct driver_ops cuda_ops = {
  * CUDA device can be used, so that --backend auto can fall back to host.
  * May run on any thread; open must then run on the device thread.
  */
-int driver_cuda_create(const struct driver_options *opt, struct driver **out,
+int driver_cuda_create(struct driver_options *opt, struct driver **out,
 		       char *why, size_t why_len)
 {
 	char msg[sizeof(((struct driver *)0)->error)];
@@ -2194,6 +2291,14 @@ int driver_cuda_create(const struct driver_options *opt, struct driver **out,
 		snprintf(msg, sizeof(msg),
 			 "the NVIDIA driver sees no CUDA device");
 		goto fail;
+	}
+	if (opt != NULL && opt->device_id != NULL &&
+	    opt->device_id[0] != '\0') {
+		device = cuda_find_device(cd, opt->device_id, count, msg,
+					  sizeof(msg));
+		if (device < 0)
+			goto fail;
+		opt->device = device;
 	}
 	if (device < 0 || device >= count) {
 		snprintf(msg, sizeof(msg),

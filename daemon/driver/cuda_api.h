@@ -144,6 +144,12 @@
 	X(cuDeviceGet, cuDeviceGet, (CUdevice *device, int ordinal))	\
 	X(cuDeviceGetName, cuDeviceGetName,				\
 	  (char *name, int len, CUdevice dev))				\
+	X(cuDeviceGetUuid, cuDeviceGetUuid_v2,				\
+	  (CUuuid *uuid, CUdevice dev))					\
+	X(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId,			\
+	  (char *pciBusId, int len, CUdevice dev))			\
+	X(cuDeviceGetByPCIBusId, cuDeviceGetByPCIBusId,			\
+	  (CUdevice *dev, const char *pciBusId))			\
 	X(cuDeviceGetAttribute, cuDeviceGetAttribute,			\
 	  (int *pi, CUdevice_attribute attrib, CUdevice dev))		\
 	X(cuDeviceTotalMem, cuDeviceTotalMem_v2,			\
@@ -243,6 +249,7 @@
 #define CUDA_API_PROTOTYPE(name, symbol, params) CUresult symbol params;
 
 /* The plain names of versioned entry points, as cuda.h maps them. */
+#define cuDeviceGetUuid cuDeviceGetUuid_v2
 #define cuDeviceTotalMem cuDeviceTotalMem_v2
 #define cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
 #define cuMemGetInfo cuMemGetInfo_v2
@@ -280,6 +287,9 @@ enum { CUDA_API_FLAGS(CUDA_API_ENUMERATOR) };
 
 typedef unsigned long long CUdeviceptr;
 typedef int CUdevice;
+typedef struct CUuuid_st {
+	char bytes[16];
+} CUuuid;
 CUDA_API_HANDLES(CUDA_API_HANDLE)
 
 typedef void(CUDA_CB *CUstreamCallback)(CUstream hStream, CUresult status,

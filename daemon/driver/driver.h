@@ -34,7 +34,15 @@ struct driver_graph;
 /* What a device tells about itself. */
 struct driver_properties {
 	char name[128];
-	char backend[16];	/* "host" or "cuda" */
+	char backend[16]; /* "host" or "cuda" */
+	/*
+	 * Which GPU, in the forms nvidia-smi prints ("" where the backend
+	 * has none): "GPU-" and the UUID, and the PCI bus id
+	 * "0000:3b:00.0".  Ordinals change with CUDA_VISIBLE_DEVICES and
+	 * CUDA_DEVICE_ORDER; these do not.
+	 */
+	char uuid[48];
+	char pci_bus_id[32];
 	uint64_t total_memory;	/* bytes the device can hand out */
 	uint64_t max_page_size; /* sizes the pool layouts (total / 4) */
 	uint64_t alignment;	/* offset alignment of buffers */
@@ -223,7 +231,13 @@ struct driver {
 
 /* Backend options from the command line / config. */
 struct driver_options {
-	int device;	      /* device index */
+	int device; /* device index */
+	/*
+	 * The device by "GPU-" UUID (or a unique prefix of it) or PCI bus
+	 * id instead of device ("": by index); driver_cuda_create resolves
+	 * it into device.
+	 */
+	const char *device_id;
 	uint64_t host_memory; /* host backend: bytes of "device" memory */
 	uint64_t
 		host_fail_alloc_at; /* host backend test hook: fail the Nth mem_alloc (0 = never) */
@@ -238,7 +252,7 @@ struct driver_options {
 /* The host backend (driver/host.c). */
 int driver_host_create(const struct driver_options *opt, struct driver **out);
 /* The CUDA backend (driver/cuda.c); GPUCMD_EUNSUPPORTED when not built. */
-int driver_cuda_create(const struct driver_options *opt, struct driver **out,
+int driver_cuda_create(struct driver_options *opt, struct driver **out,
 		       char *why, size_t why_len);
 
 /** Last error sentence of d ("" when none). */

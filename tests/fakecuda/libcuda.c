@@ -11,7 +11,10 @@
  * The model, kept as close to the documented driver behaviour as cheap:
  *
  *  - One device ("gpucmd fake CUDA device", compute capability 9.0, 8 GiB or
- *    $FAKECUDA_TOTAL_MB).  Device memory is host memory from mmap (lazy, so a
+ *    $FAKECUDA_TOTAL_MB), or $FAKECUDA_DEVICES alike (at most 16) with one
+ *    context between them.  Device N's UUID is
+ *    GPU-facec0da-0000-0000-0000-0000000000NN (hex) and its PCI bus id
+ *    0000:NN:00.0 with NN = 0x3b + N.  Device memory is host memory from mmap (lazy, so a
  *    page of 2 GiB costs nothing until touched), and a CUdeviceptr is its
  *    address.  cuMemGetInfo counts what cuMemAlloc handed out; allocating
  *    past the total is CUDA_ERROR_OUT_OF_MEMORY.  Copies and built-in kernels
@@ -200,6 +203,7 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t changed; /* an op ended: pending, events */
 	bool initialized;
+	int ndevices; /* $FAKECUDA_DEVICES, 1 to 16 (default 1) */
 	size_t total;
 	size_t used;
 	struct fake_range *device;
@@ -732,6 +736,7 @@ static CUresult fake_stream_new(CUstream *out);
 FAKE_EXPORT CUresult cuInit(unsigned int Flags)
 {
 	const char *mb = getenv("FAKECUDA_TOTAL_MB");
+	const char *nd = getenv("FAKECUDA_DEVICES");
 	CUresult r = CUDA_SUCCESS;
 
 	if (Flags != 0)
@@ -741,6 +746,8 @@ FAKE_EXPORT CUresult cuInit(unsigned int Flags)
 		fake.total = FAKE_DEFAULT_TOTAL;
 		if (mb && atoll(mb) > 0)
 			fake.total = (size_t)atoll(mb) << 20;
+		fake.ndevices =
+			nd && atoi(nd) > 0 && atoi(nd) <= 16 ? atoi(nd) : 1;
 	}
 	pthread_mutex_unlock(&fake.lock);
 	if (!fake.null_stream)
@@ -755,23 +762,31 @@ FAKE_EXPORT CUresult cuInit(unsigned int Flags)
 FAKE_EXPORT CUresult cuDeviceGetCount(int *count)
 {
 	FAKE_ENTER(false);
-	*count = 1;
+	*count = fake.ndevices;
 	return CUDA_SUCCESS;
 }
+
+static bool fake_device(CUdevice dev)
+{
+	return dev >= 0 && dev < fake.ndevices;
+}
+
+/* The first byte of the PCI bus number of device 0. */
+#define FAKE_PCI_BUS 0x3b
 
 FAKE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
 	FAKE_ENTER(false);
-	if (ordinal != 0)
+	if (!fake_device(ordinal))
 		return CUDA_ERROR_INVALID_DEVICE;
-	*device = 0;
+	*device = ordinal;
 	return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
 	FAKE_ENTER(false);
-	if (dev != 0)
+	if (!fake_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!name || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -779,11 +794,56 @@ FAKE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
+FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	static const unsigned char head[4] = { 0xfa, 0xce, 0xc0, 0xda };
+
+	FAKE_ENTER(false);
+	if (!fake_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!uuid)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(uuid->bytes, 0, sizeof(uuid->bytes));
+	memcpy(uuid->bytes, head, sizeof(head));
+	uuid->bytes[15] = (char)dev;
+	return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+	FAKE_ENTER(false);
+	if (!fake_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!pciBusId || len < 13)
+		return CUDA_ERROR_INVALID_VALUE;
+	snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", FAKE_PCI_BUS + dev);
+	return CUDA_SUCCESS;
+}
+
+/* "[domain:]bus:device.function", in hex, as the driver takes it. */
+FAKE_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
+{
+	unsigned dom = 0, bus, d, fn;
+	char end;
+
+	FAKE_ENTER(false);
+	if (!dev || !pciBusId)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (sscanf(pciBusId, "%x:%x:%x.%x%c", &dom, &bus, &d, &fn, &end) != 4 &&
+	    (dom = 0, sscanf(pciBusId, "%x:%x.%x%c", &bus, &d, &fn, &end)) != 3)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dom != 0 || d != 0 || fn != 0 || bus < FAKE_PCI_BUS ||
+	    !fake_device((CUdevice)(bus - FAKE_PCI_BUS)))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*dev = (CUdevice)(bus - FAKE_PCI_BUS);
+	return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib,
 					  CUdevice dev)
 {
 	FAKE_ENTER(false);
-	if (dev != 0)
+	if (!fake_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	/* An H100's numbers. */
 	switch (attrib) {
@@ -820,7 +880,7 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib,
 FAKE_EXPORT CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev)
 {
 	FAKE_ENTER(false);
-	if (dev != 0)
+	if (!fake_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	*bytes = fake.total;
 	return CUDA_SUCCESS;
@@ -829,7 +889,7 @@ FAKE_EXPORT CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev)
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	FAKE_ENTER(false);
-	if (dev != 0)
+	if (!fake_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&fake.lock);
 	fake_ctx.refs++;
@@ -846,7 +906,7 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 	/* Works after a fault too: it is how a context is let go. */
 	if (!fake.initialized)
 		return FAKE_ERROR_NOT_INITIALIZED;
-	if (dev != 0)
+	if (!fake_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&fake.lock);
 	if (fake_ctx.refs <= 0)

@@ -20,7 +20,7 @@
 #
 # Without a GPU, the checks run on the fake driver with a stand-in for
 # nvidia-smi (the parameter comparison is skipped there):
-#   printf '#!/bin/sh\necho "GPU 0: fake"\n' >/tmp/bin/nvidia-smi
+#   printf '#!/bin/sh\necho "GPU 0: fake (UUID: GPU-facec0da-0000-0000-0000-000000000000)"\n' >/tmp/bin/nvidia-smi
 #   PATH=/tmp/bin:$PATH LD_LIBRARY_PATH=build/fakecuda GPU_RUN_SUITES=0 \
 #       sh tests/gpu/run.sh
 #
@@ -176,6 +176,33 @@ expect() {
 		pass
 	fi
 }
+
+# ---- which GPU ----------------------------------------------------------------
+# status names the GPU by UUID and PCI bus id; nvidia-smi must list that
+# UUID, and --device by that UUID must open the same GPU.
+
+printf '%-40s ' "the GPU's UUID, as nvidia-smi has it"
+tool status >"$OUT" 2>"$ERR"
+gpu_line=$(grep '^gpu ' "$OUT")
+uuid=$(echo "$gpu_line" | sed -n 's/^gpu *\(GPU-[0-9a-f-]*\),.*/\1/p')
+echo "$gpu_line" >"$ERR"
+if [ -z "$uuid" ]; then
+	fail "status names no UUID: $(cat "$OUT")"
+elif ! nvidia-smi -L 2>&1 | grep -qi "$uuid"; then
+	nvidia-smi -L >>"$ERR" 2>&1
+	fail "nvidia-smi -L does not list $uuid"
+else
+	pass
+fi
+printf '%-40s ' "--device by UUID opens that GPU"
+if [ -n "$uuid" ] &&
+	"$GPUCMDD" --backend cuda --device "$uuid" --probe >"$OUT" 2>"$ERR" &&
+	grep -q "^gpu: $uuid, " "$OUT"; then
+	pass
+else
+	cat "$OUT" >>"$ERR"
+	fail "gpucmdd --device $uuid --probe"
+fi
 
 # ---- built-in kernels with known answers -------------------------------------
 # Floats in little-endian hex: 1.0 = 0000803f, 2.0 = 00000040, 1.5 = 0000c03f.

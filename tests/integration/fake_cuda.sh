@@ -62,6 +62,94 @@ case "$out" in
 *) fail "memory-report: $out" ;;
 esac
 
+# Which GPU: the UUID and PCI bus id, as nvidia-smi prints them, in status
+# (text and JSON), the memory report and the start line.
+uuid0=GPU-facec0da-0000-0000-0000-000000000000
+out=$(g status) || fail "status exited $?"
+case "$out" in
+*"gpu          $uuid0, PCI 0000:3b:00.0"*) ;;
+*) fail "status does not show the GPU's UUID and PCI bus id: $out" ;;
+esac
+out=$(g status --json) || fail "status --json exited $?"
+case "$out" in
+*"\"device_uuid\":\"$uuid0\",\"device_pci_bus_id\":\"0000:3b:00.0\""*) ;;
+*) fail "status --json: $out" ;;
+esac
+out=$(g memory-report --json) || fail "memory-report --json exited $?"
+case "$out" in
+*"\"uuid\":\"$uuid0\",\"pci_bus_id\":\"0000:3b:00.0\""*) ;;
+*) fail "memory-report --json: $out" ;;
+esac
+out=$(g memory-report --prometheus) || fail "memory-report --prometheus exited $?"
+case "$out" in
+*"gpucmd_device_memory_bytes{device=\"gpucmd fake CUDA device\",backend=\"cuda\",uuid=\"$uuid0\"} 8589934592"*) ;;
+*) fail "memory-report --prometheus: $out" ;;
+esac
+grep -qF "serving gpucmd fake CUDA device ($uuid0, PCI 0000:3b:00.0; cuda backend" "$dir/log" ||
+	fail "the start line does not name the GPU: $(grep serving "$dir/log")"
+
+# --device by UUID, by a prefix only one UUID has, or by PCI bus id, among
+# three fake GPUs; a prefix of several, or an id of none, is refused with
+# the devices there are; what is no id at all is a usage error (2).
+probe() {
+	FAKECUDA_DEVICES=3 "$BUILD/gpucmdd" --backend cuda --probe "$@" 2>&1
+}
+for dev in GPU-facec0da-0000-0000-0000-000000000002 \
+	gpu-FACEC0DA-0000-0000-0000-000000000002 \
+	GPU-facec0da-0000-0000-0000-0000000000 0000:3d:00.0 3d:00.0; do
+	case "$dev" in
+	GPU-facec0da-0000-0000-0000-0000000000) want=0 ;; # 3 match: refused
+	*) want=1 ;;
+	esac
+	out=$(probe --device "$dev")
+	rc=$?
+	if [ $want -eq 1 ]; then
+		[ $rc -eq 0 ] || fail "--device $dev: exit $rc: $out"
+		case "$out" in
+		*"gpu: GPU-facec0da-0000-0000-0000-000000000002, PCI 0000:3d:00.0"*) ;;
+		*) fail "--device $dev opened another GPU: $out" ;;
+		esac
+	else
+		[ $rc -eq 1 ] || fail "--device $dev (ambiguous): exit $rc: $out"
+		case "$out" in
+		*"$dev is the start of 3 devices' UUIDs: give more of it; the devices this daemon sees are 0 $uuid0 0000:3b:00.0, 1 GPU-facec0da-0000-0000-0000-000000000001 0000:3c:00.0, 2 "*) ;;
+		*) fail "--device $dev (ambiguous): $out" ;;
+		esac
+	fi
+done
+for dev in GPU-0bad 0000:7f:00.0; do
+	out=$(probe --device "$dev")
+	rc=$?
+	[ $rc -eq 1 ] || fail "--device $dev (none): exit $rc: $out"
+	case "$out" in
+	*"no CUDA device is $dev; the devices this daemon sees are 0 $uuid0 0000:3b:00.0,"*) ;;
+	*) fail "--device $dev (none): $out" ;;
+	esac
+done
+for dev in GPU-xyz 3d-00 ""; do
+	out=$(probe --device "$dev")
+	rc=$?
+	[ $rc -eq 2 ] || fail "--device '$dev' (no id): exit $rc: $out"
+	case "$out" in
+	*"bad --device '$dev'"*) ;;
+	*) fail "--device '$dev' (no id): $out" ;;
+	esac
+done
+printf '[daemon]\ndevice = GPU-facec0da-0000-0000-0000-000000000001\n' \
+	>"$dir/by-uuid.conf"
+out=$(probe -c "$dir/by-uuid.conf")
+case "$out" in
+*"gpu: GPU-facec0da-0000-0000-0000-000000000001, PCI 0000:3c:00.0"*) ;;
+*) fail "device = GPU-... in the config: $out" ;;
+esac
+printf '[daemon]\ndevice = GPU-nope\n' >"$dir/bad-id.conf"
+out=$("$BUILD/gpucmdd" --check-config -c "$dir/bad-id.conf" 2>&1) &&
+	fail "--check-config took device = GPU-nope: $out"
+case "$out" in
+*"device = GPU-nope: expected an index from 0 to 1024, a GPU UUID"*) ;;
+*) fail "device = GPU-nope: $out" ;;
+esac
+
 # ---- copies ---------------------------------------------------------------
 
 expect "empty, write, read" "0000aabbccdd0000" <<'EOF'

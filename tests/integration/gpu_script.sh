@@ -13,7 +13,7 @@ FAKE=$BUILD/fakecuda
 	skip "$FAKE/libcuda.so.1 is missing (make fakecuda)"
 lib_init gpuscript
 mkdir -p "$dir/bin"
-printf '#!/bin/sh\necho "GPU 0: gpucmd fake CUDA device (UUID: GPU-0)"\n' \
+printf '#!/bin/sh\necho "GPU 0: gpucmd fake CUDA device (UUID: GPU-facec0da-0000-0000-0000-000000000000)"\n' \
 	>"$dir/bin/nvidia-smi"
 chmod +x "$dir/bin/nvidia-smi"
 PATH=$dir/bin:$PATH LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \

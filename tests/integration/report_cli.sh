@@ -441,7 +441,7 @@ g ping -c 0 >/dev/null 2>"$dir/err"
 grep -q "bad count '0' (a number of round trips from 1 to 4294967295)" "$dir/err" ||
 	fail "ping -c 0: $(cat "$dir/err")"
 : >"$dir/none.conf"
-for bad in "--device 5000:a GPU index from 0 to 1024" \
+for bad in "--device 5000:a GPU index from 0 to 1024, a GPU UUID GPU-... or a PCI bus id 0000:3b:00.0" \
 	"--log-level loud:error, warning, notice, info or debug" \
 	"--max-connections 0:1 to 1048576"; do
 	# shellcheck disable=SC2086 # the flag and its value, two words

@@ -289,6 +289,78 @@ START_TEST(backend_names_round_trip)
 }
 END_TEST
 
+/* ---- devices -------------------------------------------------------------- */
+
+/* An index, a UUID (or a start of one) or a PCI bus id; nothing else. */
+START_TEST(device_index_uuid_or_bus_id)
+{
+	char id[64] = "stale";
+	int index = 7;
+	struct config cfg;
+	char err[256];
+	FILE *f;
+	char path[] = "/tmp/check_config_dev_XXXXXX";
+	int fd;
+
+	ck_assert_int_eq(config_parse_device("3", &index, id, sizeof(id)), 0);
+	ck_assert_int_eq(index, 3);
+	ck_assert_str_eq(id, "");
+	ck_assert_int_eq(config_parse_device("1024", &index, id, sizeof(id)),
+			 0);
+	ck_assert_int_eq(index, 1024);
+	ck_assert_int_eq(
+		config_parse_device("GPU-3b9c1a2e-0d4f-4e5a-9b1c-2d3e4f5a6b7c",
+				    &index, id, sizeof(id)),
+		0);
+	ck_assert_int_eq(index, 0);
+	ck_assert_str_eq(id, "GPU-3b9c1a2e-0d4f-4e5a-9b1c-2d3e4f5a6b7c");
+	ck_assert_int_eq(config_parse_device("gpu-3B9C", &index, id,
+					     sizeof(id)),
+			 0);
+	ck_assert_str_eq(id, "gpu-3B9C");
+	ck_assert_int_eq(config_parse_device("0000:3b:00.0", &index, id,
+					     sizeof(id)),
+			 0);
+	ck_assert_str_eq(id, "0000:3b:00.0");
+	ck_assert_int_eq(config_parse_device("3b:00.0", &index, id, sizeof(id)),
+			 0);
+	ck_assert_str_eq(id, "3b:00.0");
+	/* An index again empties the id. */
+	ck_assert_int_eq(config_parse_device("2", &index, id, sizeof(id)), 0);
+	ck_assert_str_eq(id, "");
+	ck_assert_int_eq(index, 2);
+	/* What is none of them leaves both alone. */
+	const char *bad[] = { "",	 "1025",     "-1",	     "GPU-",
+			      "GPU-xyz", "GPU 3b",   "3b.00",	     "3b-00-0",
+			      "0x3",	 "MIG-1234", "0000:3b:00.0 " };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_msg(config_parse_device(bad[i], &index, id,
+						  sizeof(id)) == -1,
+			      "'%s' taken for a device", bad[i]);
+		ck_assert_int_eq(index, 2);
+		ck_assert_str_eq(id, "");
+	}
+	/* Longer than the id may be. */
+	ck_assert_int_eq(config_parse_device("GPU-0123456789abcdef", &index, id,
+					     8),
+			 -1);
+
+	/* In the file. */
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[daemon]\ndevice = GPU-3b9c1a2e\n", f);
+	fclose(f);
+	config_defaults(&cfg);
+	ck_assert_int_eq(config_load(&cfg, path, err, sizeof(err)), 0);
+	ck_assert_str_eq(cfg.device_id, "GPU-3b9c1a2e");
+	ck_assert_int_eq(cfg.device, 0);
+	config_free(&cfg);
+	unlink(path);
+}
+END_TEST
+
 /* ---- good files ----------------------------------------------------------- */
 
 START_TEST(every_key)
@@ -1214,6 +1286,9 @@ START_TEST(bad_values)
 	expect_bad("[limits]\nmax_handles = 2G\n", 2, "max_handles");
 	expect_bad("[daemon]\ndevice = 1025\n", 2, "device = 1025");
 	expect_bad("[daemon]\ndevice = -1\n", 2, "device");
+	expect_bad("[daemon]\ndevice = GPU-nope\n", 2,
+		   "device = GPU-nope: expected an index from 0 to 1024, a GPU "
+		   "UUID (GPU-...) or a PCI bus id (0000:3b:00.0)");
 	expect_bad("[service web]\nweight = 0\n", 2, "from 1 to 1000");
 	expect_bad("[service web]\nweight = 1001\n", 2, "weight = 1001");
 	expect_bad("[service web]\nmax_streams = 0\n", 2, "from 1 to 64");
@@ -1410,6 +1485,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, parse_size_numbers_and_suffixes);
 	tcase_add_test(tc, parse_size_rejects_what_is_not_a_size);
 	tcase_add_test(tc, backend_names_round_trip);
+	tcase_add_test(tc, device_index_uuid_or_bus_id);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("good files");

@@ -38,6 +38,10 @@ CUDA_API_HANDLES(SAME_HANDLE)
 _Static_assert(__builtin_types_compatible_p(CUdeviceptr, unsigned long long),
 	       "CUdeviceptr");
 _Static_assert(__builtin_types_compatible_p(CUdevice, int), "CUdevice");
+_Static_assert(sizeof(CUuuid) == 16 &&
+		       __builtin_types_compatible_p(
+			       __typeof__(((CUuuid *)0)->bytes), char[16]),
+	       "CUuuid is 16 bytes");
 _Static_assert(sizeof(CUresult) == sizeof(int) &&
 		       sizeof(CUdevice_attribute) == sizeof(int) &&
 		       sizeof(CUfunction_attribute) == sizeof(int) &&
@@ -89,7 +93,7 @@ START_TEST(entry_points_are_looked_up_by_cuda_h_symbols)
 	n++;
 	CUDA_API_ENTRY_POINTS(SAME_SYMBOL)
 #undef SAME_SYMBOL
-	ck_assert_int_eq(n, 46);
+	ck_assert_int_eq(n, 49);
 }
 END_TEST
 
