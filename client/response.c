@@ -369,6 +369,7 @@ static int service_from_wire(struct gpucmd_service_report *out,
 			o->connection_id = w->connection_id;
 			o->imports = w->imports;
 			o->ready = w->ready;
+			o->sharer_open = w->sharer_open;
 		}
 		out->nshared = s->n_shared;
 	}

@@ -1218,6 +1218,7 @@ static int shared_rows(struct batch *b, struct service *svc,
 		w->bytes = sb->size;
 		w->handles = sb->refs;
 		w->connection_id = sb->connection;
+		w->sharer_open = sb->sharer_open;
 		w->imports = sb->imports;
 		w->ready = streams_shared_ready(sb);
 		sr->shared[sr->n_shared++] = w;

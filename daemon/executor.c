@@ -817,7 +817,7 @@ static void run_batch(struct executor *ex, struct batch *b)
 static void begin_close(struct executor *ex, struct executor_conn *conn)
 {
 	if (conn->set != NULL)
-		conn->set->closing = true;
+		streams_closing(conn->set);
 	conn->next_closing = ex->closing;
 	ex->closing = conn;
 }

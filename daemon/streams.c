@@ -260,6 +260,18 @@ void streams_drop_module(struct stream_set *set, struct stream *current,
 	set->dropped_modules = d;
 }
 
+void streams_closing(struct stream_set *set)
+{
+	set->closing = true;
+	/*
+	 * Its own handles of them go later, with the set; from now on only
+	 * imports can keep them for anyone, and the report says that.
+	 */
+	for (struct shared_buffer *sb = set->service->shared; sb; sb = sb->next)
+		if (sb->charged && sb->connection == set->connection_id)
+			sb->sharer_open = false;
+}
+
 void stream_set_destroy(struct stream_set *set)
 {
 	struct driver *d;
@@ -751,6 +763,7 @@ int streams_share(struct stream_set *set, struct stream *current,
 	/* Its live bytes were h's: the service is charged for them once. */
 	sb->charged = true;
 	sb->connection = set->connection_id;
+	sb->sharer_open = !set->closing;
 	sb->filler = current;
 	sb->fill_seq = stream_next_fence(current);
 	current->filling++;

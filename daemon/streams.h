@@ -222,6 +222,11 @@ int stream_set_create(struct driver *d, struct service *svc,
  */
 void stream_set_destroy(struct stream_set *set);
 /**
+ * The set's connection is gone: mark it closing (its queued work drains),
+ * and the buffers it shared no longer open (the memory report).
+ */
+void streams_closing(struct stream_set *set);
+/**
  * The stream numbered number, created on first use.  GPUCMD_ELIMIT past
  * max_streams (msg says so).
  */

@@ -777,8 +777,10 @@ struct gpucmd_refusal {
 /*
  * A buffer a service's connections share (gpucmd_batch_share): its name,
  * size, the handles naming it on all connections, the connection that
- * shared it, the imports since, and whether its copy has run (until then
- * an import is refused with GPUCMD_EBUSY).
+ * shared it, the imports since, whether its copy has run (until then an
+ * import is refused with GPUCMD_EBUSY), and whether the connection that
+ * shared it is still open (0: it is gone, and only imports hold the
+ * buffer; also 0 from a daemon older than the field).
  */
 struct gpucmd_shared_buffer {
 	char name[64];
@@ -787,6 +789,7 @@ struct gpucmd_shared_buffer {
 	uint64_t connection_id;
 	uint64_t imports;
 	int ready;
+	int sharer_open;
 };
 /* Daemon-wide memory report, one entry per service the caller may see. */
 struct gpucmd_service_report {

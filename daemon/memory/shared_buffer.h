@@ -54,6 +54,7 @@ struct shared_buffer {
 	uint32_t refs;	     /* handles naming it, on every connection */
 	bool charged;	     /* its live bytes are the service's (shared) */
 	uint64_t connection; /* the one that shared it */
+	bool sharer_open;    /* ... and it is still open (the report) */
 	uint64_t imports;    /* imports so far (the report) */
 	/* Until SHARED_READY: the copy completes with fill_seq on filler. */
 	enum shared_state state;

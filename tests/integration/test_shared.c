@@ -275,6 +275,7 @@ START_TEST(shared_memory_outlives_its_sharer)
 	ck_assert_uint_eq(sh[0].imports, 1);
 	ck_assert_uint_eq(sh[0].connection_id, gpucmd_info(a)->connection_id);
 	ck_assert_int_eq(sh[0].ready, 1);
+	ck_assert_int_eq(sh[0].sharer_open, 1);
 	/* Counted once, whoever holds it. */
 	ck_assert_uint_eq(row.bytes_in_use, 16 * KIB);
 	ck_assert_uint_eq(row.allocations, 1);
@@ -292,6 +293,7 @@ START_TEST(shared_memory_outlives_its_sharer)
 	row = row_of(b, "infer", sh, 4);
 	ck_assert_uint_eq(row.shared_buffers, 1);
 	ck_assert_uint_eq(sh[0].handles, 1);
+	ck_assert_int_eq(sh[0].sharer_open, 0);
 	ck_assert_uint_eq(row.bytes_in_use, 16 * KIB);
 
 	/* The last handle takes it, and its name, away. */
@@ -593,6 +595,58 @@ START_TEST(a_graph_of_an_importer_outlives_the_sharer)
 }
 END_TEST
 
+/*
+ * The report says whether the connection that shared a buffer is open:
+ * whatever handles it still holds (none here once it released its own),
+ * and no longer once it is gone, while an import keeps the buffer.
+ */
+START_TEST(the_report_says_whether_the_sharer_is_open)
+{
+	struct gpucmd_conn *a = connect_as("infer");
+	struct gpucmd_conn *b = connect_as("infer");
+	struct gpucmd_conn *c = connect_as("infer");
+	uint64_t a_id = gpucmd_info(a)->connection_id;
+	struct gpucmd_shared_buffer sh[4];
+	struct gpucmd_service_report row;
+	int gone = -1, kept = -1;
+
+	make_shared(a, 1, "gone", 64, 3);
+	make_shared(c, 1, "kept", 64, 4);
+	import_ok(b, 7, "gone");
+	release_ok(a, 1);
+	row = row_of(b, "infer", sh, 4);
+	ck_assert_uint_eq(row.nshared, 2);
+	for (int i = 0; i < 2; i++)
+		ck_assert_msg(sh[i].sharer_open == 1,
+			      "'%s': sharer_open %d with its sharer open",
+			      sh[i].name, sh[i].sharer_open);
+
+	gpucmd_close(a);
+	/* The close reaches the device thread on its own time. */
+	for (int i = 0; i < 500; i++) {
+		row = row_of(b, "infer", sh, 4);
+		gone = strcmp(sh[0].name, "gone") == 0 ? 0 : 1;
+		kept = 1 - gone;
+		if (row.nshared != 2 || sh[gone].sharer_open == 0)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(row.nshared, 2);
+	ck_assert_str_eq(sh[gone].name, "gone");
+	ck_assert_int_eq(sh[gone].sharer_open, 0);
+	ck_assert_uint_eq(sh[gone].connection_id, a_id);
+	ck_assert_uint_eq(sh[gone].handles, 1);
+	ck_assert_str_eq(sh[kept].name, "kept");
+	ck_assert_int_eq(sh[kept].sharer_open, 1);
+	ck_assert_uint_eq(sh[kept].connection_id,
+			  gpucmd_info(c)->connection_id);
+	/* The import still reads what the sharer wrote. */
+	expect_pattern(b, 0, 7, 16, 3);
+	gpucmd_close(b);
+	gpucmd_close(c);
+}
+END_TEST
+
 /* ---- the counts ----------------------------------------------------------- */
 
 /* The report of service name once its released memory went back. */
@@ -758,6 +812,7 @@ START_TEST(evict_and_cleanup_leave_shared_memory_alone)
 		usleep(10000);
 	}
 	ck_assert_uint_eq(sh[0].handles, 1);
+	ck_assert_int_eq(sh[0].sharer_open, 0);
 	ck_assert_int_eq(gpucmd_cleanup(c, NULL, &n), 0);
 	{
 		/* The holder's own streams' cleanup, in a batch. */
@@ -1053,6 +1108,7 @@ static Suite *shared_suite(void)
 	tcase_add_test(l, shared_memory_outlives_its_sharer);
 	tcase_add_test(l, a_client_that_dies_leaves_its_imports_behind);
 	tcase_add_test(l, a_graph_of_an_importer_outlives_the_sharer);
+	tcase_add_test(l, the_report_says_whether_the_sharer_is_open);
 	tcase_add_test(l, evict_and_cleanup_leave_shared_memory_alone);
 	tcase_add_test(l, the_last_release_waits_for_reads_on_other_streams);
 	tcase_add_test(l, an_observer_sees_shared_buffers_and_cannot_import);
