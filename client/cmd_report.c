@@ -22,8 +22,11 @@
  * Buffers a service's connections share (gpucmd_batch_share) are device
  * memory of the service's own, counted once in its usage whoever holds
  * them, and in no stream: the text lists them in a table under the
- * service table (who shared each, how many handles name it), JSON lists
- * them per service, Prometheus has their count and bytes per service.
+ * service table (who shared each and whether that connection is still
+ * open, how many handles name it), JSON lists them per service,
+ * Prometheus has their count and bytes per service, and how many of them
+ * their sharer left behind (a per-buffer series would be one per name,
+ * unbounded).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -492,7 +495,8 @@ static void module_lines(const struct report_view *v, int exact)
  * each -- the answer to "who holds what" for memory that no stream owns:
  * its size, the handles naming it on every connection (it goes with the
  * last), the imports since it was shared, the connection that shared it
- * (which may have gone: the memory outlives it), and whether its copy has
+ * ("(gone)" once it closed: the memory outlives it, held by imports
+ * only), and whether its copy has
  * run (until then an import is refused with GPUCMD_EBUSY).  Nothing when
  * no service shares any.  -1 when rows were lost for lack of memory.
  */
@@ -527,8 +531,9 @@ static int shared_lines(const struct report_view *v, int exact)
 				  tool_size(sb->bytes, exact, sz, sizeof(sz)));
 			table_set(&t, 3, "%u", sb->handles);
 			table_set(&t, 4, "%" PRIu64, sb->imports);
-			table_set(&t, 5, "connection %" PRIu64,
-				  sb->connection_id);
+			table_set(&t, 5, "connection %" PRIu64 "%s",
+				  sb->connection_id,
+				  sb->sharer_open ? "" : " (gone)");
 			table_set(&t, 6, "%s",
 				  sb->ready ? "yes" : "no, still copying");
 		}
@@ -779,9 +784,11 @@ static void report_json(const struct report_view *v)
 			tool_json_string(stdout, sb->name);
 			printf(",\"bytes\":%" PRIu64 ",\"handles\":%u"
 			       ",\"connection_id\":%" PRIu64
+			       ",\"sharer_open\":%s"
 			       ",\"imports\":%" PRIu64 ",\"ready\":%s}",
 			       sb->bytes, sb->handles, sb->connection_id,
-			       sb->imports, sb->ready ? "true" : "false");
+			       sb->sharer_open ? "true" : "false", sb->imports,
+			       sb->ready ? "true" : "false");
 		}
 		printf("]}");
 	}
@@ -939,6 +946,16 @@ static struct prom_value svc_shared_buffer_bytes(const struct prom_at *at)
 	return pv(at->sv->s->shared_buffer_bytes);
 }
 
+static struct prom_value svc_shared_sharer_gone(const struct prom_at *at)
+{
+	const struct gpucmd_service_report *s = at->sv->s;
+	uint64_t n = 0;
+
+	for (size_t j = 0; j < s->nshared; j++)
+		n += !s->shared[j].sharer_open;
+	return pv(n);
+}
+
 static struct prom_value svc_region_bytes(const struct prom_at *at)
 {
 	return pv(at->sv->s->region_bytes);
@@ -1084,6 +1101,10 @@ static const struct prom_metric prom_metrics[] = {
 	  "Bytes of the buffers the service's connections share (part of "
 	  "bytes_in_use, counted once).",
 	  svc_shared_buffer_bytes },
+	{ PROM_SERVICE, "gpucmd_service_shared_buffers_sharer_gone", "gauge",
+	  "Buffers the service's connections share whose sharing connection "
+	  "has closed (held by imports only).",
+	  svc_shared_sharer_gone },
 	{ PROM_SERVICE, "gpucmd_service_region_bytes", "gauge",
 	  "Bytes of shared regions mapped for the service (pinned host "
 	  "memory on CUDA).",

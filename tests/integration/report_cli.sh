@@ -565,9 +565,10 @@ gn memory-report | grep -q "last refused" &&
 #     an importer holds one of them (after the sharer's sync: until the
 #     copies have run the daemon refuses imports, and READY says no); the
 #     text table, the JSON and the
-#     metrics show each with its size, handles, imports and sharer, and
-#     the service's in use counts each once.  When the sharer goes, the
-#     buffer only it held goes with it; when the importer goes, the last.
+#     metrics show each with its size, handles, imports and sharer (open),
+#     and the service's in use counts each once.  When the sharer goes, the
+#     buffer only it held goes with it, the other says its sharer is gone;
+#     when the importer goes, the last.
 mkfifo "$dir/sharer" "$dir/importer"
 "$dir/gpucmd" --socket "$sock" --service infer exec - <"$dir/sharer" \
 	>"$dir/sharer.out" 2>"$dir/sharer.err" &
@@ -603,8 +604,8 @@ json=$(g memory-report --json) || fail "memory-report --json exited $?"
 [ "$(jget infer bytes_in_use)" = 3145736 ] || fail "infer bytes_in_use: $json"
 [ "$(jget infer allocations)" = 2 ] || fail "infer allocations: $json"
 [ "$(jget held shared_buffers)" = 0 ] || fail "held shared_buffers: $json"
-for b in "{\"name\":\"weights\",\"bytes\":8,\"handles\":2,\"connection_id\":$conn,\"imports\":1,\"ready\":true}" \
-	"{\"name\":\"model/emb:v1\",\"bytes\":3145728,\"handles\":1,\"connection_id\":$conn,\"imports\":0,\"ready\":true}"; do
+for b in "{\"name\":\"weights\",\"bytes\":8,\"handles\":2,\"connection_id\":$conn,\"sharer_open\":true,\"imports\":1,\"ready\":true}" \
+	"{\"name\":\"model/emb:v1\",\"bytes\":3145728,\"handles\":1,\"connection_id\":$conn,\"sharer_open\":true,\"imports\":0,\"ready\":true}"; do
 	printf '%s\n' "$json" | grep -qF "$b" || fail "no $b in: $json"
 done
 printf '%s\n' "$json" | grep -qF '"shared_buffers":2,"shared_buffer_bytes":3145736}}' ||
@@ -641,7 +642,10 @@ for l in '# TYPE gpucmd_service_shared_buffers gauge' \
 	'gpucmd_service_shared_buffers{service="infer"} 2' \
 	'gpucmd_service_shared_buffer_bytes{service="infer"} 3145736' \
 	'gpucmd_service_shared_buffers{service="held"} 0' \
-	'gpucmd_service_shared_buffer_bytes{service="held"} 0'; do
+	'gpucmd_service_shared_buffer_bytes{service="held"} 0' \
+	'# TYPE gpucmd_service_shared_buffers_sharer_gone gauge' \
+	'gpucmd_service_shared_buffers_sharer_gone{service="infer"} 0' \
+	'gpucmd_service_shared_buffers_sharer_gone{service="held"} 0'; do
 	printf '%s\n' "$prom" | grep -qxF "$l" || fail "prometheus lacks '$l'"
 done
 # nobody, in service lowly, sees none of infer's.
@@ -663,8 +667,15 @@ while :; do
 	sleep 0.05
 done
 [ "$(jget infer shared_buffer_bytes)" = 8 ] || fail "after the sharer left: $json"
-printf '%s\n' "$json" | grep -qF "\"shared\":[{\"name\":\"weights\",\"bytes\":8,\"handles\":1,\"connection_id\":$conn,\"imports\":1,\"ready\":true}]" ||
+printf '%s\n' "$json" | grep -qF "\"shared\":[{\"name\":\"weights\",\"bytes\":8,\"handles\":1,\"connection_id\":$conn,\"sharer_open\":false,\"imports\":1,\"ready\":true}]" ||
 	fail "weights after the sharer left: $json"
+text=$(g memory-report --bytes --service infer)
+row=$(printf '%s\n' "$text" | awk '$1 == "infer" && $2 == "weights"' | tr -s ' ')
+[ "$row" = " infer weights 8 1 1 connection $conn (gone) yes" ] ||
+	fail "weights row after the sharer left '$row': $text"
+g memory-report --prometheus |
+	grep -qxF 'gpucmd_service_shared_buffers_sharer_gone{service="infer"} 1' ||
+	fail "prometheus: weights' sharer is not gone: $(g memory-report --prometheus | grep sharer_gone)"
 exec 7>&-
 wait "$importer" || fail "the importer exited $?: $(cat "$dir/importer.err")"
 i=0
