@@ -17,7 +17,9 @@
 #include "gpucmd.h"
 #include "log.h"
 #include "module.h"
+#include "memory/handle.h"
 #include "memory/pinned.h"
+#include "memory/shared_buffer.h"
 #include "rounds.h"
 #include "service.h"
 #include "spin.h"
@@ -524,10 +526,60 @@ static void finish_batch(struct executor *ex, struct batch *b)
 	free_batch(ex, b);
 }
 
+/*
+ * The shares of b after op from that the fault being reported lost
+ * (streams_fills_done ran before: their copy came after the faulted work,
+ * in the fence that reports it), as "; handle 5, shared as 'w' at op 3,
+ * is lost: ..." into buf.  A batch answered at its read or sync has no
+ * result for them, and without this the client would not know that its
+ * names are taken by buffers nobody may import.  Shares after a barrier
+ * fence are still copying: the fault reported at it does not lose them.
+ */
+static void lost_shares(const struct batch *b, size_t from, char *buf,
+			size_t len)
+{
+	const struct stream_set *set = b->conn->set;
+	size_t used = 0, left_out = 0;
+
+	buf[0] = '\0';
+	for (size_t i = from + 1; i < b->ran && i < b->req->n_ops; i++) {
+		const Gpucmd__Op *op = b->req->ops[i];
+		const struct handle *h;
+		char one[256]; /* a name of SHARED_NAME_MAX fits */
+		int n;
+
+		if (op == NULL || op->op_case != GPUCMD__OP__OP_SHARE)
+			continue;
+		h = handle_table_find(set->handles, op->share->handle);
+		/* Released since, in the batch: it goes by itself. */
+		if (h == NULL || h->shared == NULL ||
+		    h->shared->state != SHARED_LOST)
+			continue;
+		n = snprintf(
+			one, sizeof(one),
+			"; handle %llu, shared as '%s' at op %zu, is lost: "
+			"release it and share it again",
+			(unsigned long long)h->id, h->shared->name, i);
+		/* Room for the count of those left out, should more come. */
+		if (n < 0 || (size_t)n >= sizeof(one) ||
+		    used + (size_t)n + 48 >= len) {
+			left_out++;
+			continue;
+		}
+		memcpy(buf + used, one, (size_t)n + 1);
+		used += (size_t)n;
+	}
+	if (left_out > 0)
+		snprintf(buf + used, len - used,
+			 "; %zu more buffers this batch shared are lost too",
+			 left_out);
+}
+
 /* A fault the stream had not reported yet goes to this batch's sync/read. */
 static void report_fault(struct batch *b, struct stream *s)
 {
 	const struct driver_properties *p = &b->ex->driver->props;
+	char lost[512];
 	const char *what;
 
 	if (b->replied || !s->fault_pending || b->error != 0 ||
@@ -562,12 +614,14 @@ static void report_fault(struct batch *b, struct stream *s)
 			 "context, and every buffer is gone; reconnect and "
 			 "start over",
 			 s->number, what, p->backend);
-	else
+	else {
+		lost_shares(b, (size_t)b->fence_index, lost, sizeof(lost));
 		snprintf(b->message, sizeof(b->message),
 			 "stream fault: work on stream %u faulted before this "
 			 "%s; results since the previous sync are not valid, "
-			 "the stream stays usable",
-			 s->number, what);
+			 "the stream stays usable%s",
+			 s->number, what, lost);
+	}
 	s->fault_pending = false;
 }
 

@@ -955,6 +955,121 @@ START_TEST(a_fault_before_the_copy_is_reported_by_the_share)
 END_TEST
 
 /*
+ * A fault before a read that comes before a share in the same batch: the
+ * read reports it (the batch's wait), the share's copy ran after the
+ * faulted work, and its buffer is lost -- the sentence must say so, with
+ * the name and the handle, since the answer has no result for the share.
+ * Two such shares are both named.  When a kernel follows the read, the
+ * fault is reported at a fence of its own (a barrier) before the share's
+ * copy completes: that share is clean, and the sentence names none.
+ */
+START_TEST(a_fault_reported_at_a_read_names_the_share_it_lost)
+{
+	struct gpucmd_conn *a, *b;
+	struct gpucmd_batch *x;
+	struct gpucmd_response *r = NULL;
+	const char *msg;
+	uint32_t w[16];
+
+	if (!host_backend_only())
+		return;
+	a = connect_as("infer");
+	b = connect_as("infer");
+	pattern(w, 16, 5);
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 1, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 2, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 3, w, sizeof(w)), 0);
+	gpucmd_response_free(run_ok(x));
+
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "fault", G1, G1, NULL, 0), 0);
+	ck_assert_int_eq(gpucmd_batch_read(x, 3, 0, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 1, "one"), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 2, "two"), 0);
+	ck_assert_int_eq(gpucmd_run(x, &r), 0);
+	msg = gpucmd_response_message(r);
+	ck_assert_msg(gpucmd_response_error(r) == GPUCMD_ESTREAM &&
+			      gpucmd_response_failed_index(r) == 1,
+		      "%s at %d: %s", gpucmd_errname(gpucmd_response_error(r)),
+		      gpucmd_response_failed_index(r), msg);
+	ck_assert_msg(strstr(msg, "faulted before this read") != NULL, "%s",
+		      msg);
+	ck_assert_msg(strstr(msg,
+			     "; handle 1, shared as 'one' at op 2, is "
+			     "lost: release it and share it again") != NULL,
+		      "share 'one' not named: %s", msg);
+	ck_assert_msg(strstr(msg, "; handle 2, shared as 'two' at op 3, is "
+				  "lost") != NULL,
+		      "share 'two' not named: %s", msg);
+	gpucmd_response_free(r);
+	/* What the sentence says: both are lost, and their names taken. */
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_import(x, 7, "one"), 0);
+	expect_fail(x, 0, GPUCMD_ESTREAM, "was lost");
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_import(x, 8, "two"), 0);
+	expect_fail(x, 0, GPUCMD_ESTREAM, "was lost");
+	/* Released, the name is free for a clean share again. */
+	release_ok(a, 1);
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 1, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 1, "one"), 0);
+	gpucmd_response_free(run_ok(x));
+	import_ok(b, 7, "one");
+	expect_pattern(b, 0, 7, 16, 5);
+
+	/* A kernel after the read: the fault is reported before the copy. */
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "fault", G1, G1, NULL, 0), 0);
+	ck_assert_int_eq(gpucmd_batch_read(x, 3, 0, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 3, "three"), 0);
+	keep_busy(x, 1);
+	ck_assert_int_eq(gpucmd_run(x, &r), 0);
+	msg = gpucmd_response_message(r);
+	ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_ESTREAM);
+	ck_assert_int_eq(gpucmd_response_failed_index(r), 1);
+	ck_assert_msg(strstr(msg, "shared as") == NULL,
+		      "names a share it did not lose: %s", msg);
+	gpucmd_response_free(r);
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_sync(x), 0);
+	gpucmd_response_free(run_ok(x));
+	import_ok(b, 9, "three");
+	expect_pattern(b, 0, 9, 16, 5);
+
+	/* Six lost, with the longest names: those that fit, and a count. */
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "fault", G1, G1, NULL, 0), 0);
+	ck_assert_int_eq(gpucmd_batch_read(x, 3, 0, sizeof(w)), 0);
+	for (int i = 0; i < 6; i++) {
+		char name[64];
+
+		memset(name, 'a' + i, 63);
+		name[63] = '\0';
+		ck_assert_int_eq(gpucmd_batch_create_with_data(x, 20 + i, w,
+							       sizeof(w)),
+				 0);
+		ck_assert_int_eq(gpucmd_batch_share(x, 20 + i, name), 0);
+	}
+	ck_assert_int_eq(gpucmd_run(x, &r), 0);
+	msg = gpucmd_response_message(r);
+	ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_ESTREAM);
+	ck_assert_msg(strstr(msg, "; handle 20, shared as 'aaa") != NULL &&
+			      strstr(msg, "; handle 22, shared as 'ccc") !=
+				      NULL &&
+			      strstr(msg, "handle 23") == NULL,
+		      "the first three shares: %s", msg);
+	ck_assert_msg(strstr(msg, "; 3 more buffers this batch shared are "
+				  "lost too") != NULL,
+		      "no count of the other three: %s", msg);
+	gpucmd_response_free(r);
+	gpucmd_close(a);
+	gpucmd_close(b);
+}
+END_TEST
+
+/*
  * The last handle goes on stream 0 while stream 1 of the same connection
  * still has a read of it queued behind 200 ms of spins: the memory stays
  * until that read ran (under ASan or valgrind, a free before it is a use
@@ -1113,6 +1228,7 @@ static Suite *shared_suite(void)
 	tcase_add_test(l, the_last_release_waits_for_reads_on_other_streams);
 	tcase_add_test(l, an_observer_sees_shared_buffers_and_cannot_import);
 	tcase_add_test(l, a_fault_before_the_copy_is_reported_by_the_share);
+	tcase_add_test(l, a_fault_reported_at_a_read_names_the_share_it_lost);
 	suite_add_tcase(s, l);
 	tcase_add_checked_fixture(n, harness_setup, harness_teardown);
 	tcase_set_timeout(n, 60);
