@@ -3,7 +3,8 @@
 # a buffer with a built-in kernel and reads back the right bytes; an error
 # prints "gpucmd: op N (KIND): message" and exits 1; memory-report --json
 # has the documented keys and the right numbers; a buffer shared by one
-# exec is imported by another of the same service, with its bytes.
+# exec is imported by another of the same service, with its bytes, and the
+# daemon's refusals name shared buffers by the script's names.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 lib_init cli
@@ -346,6 +347,37 @@ case "$err" in
 "gpucmd: op 1 (GPUCMD_EINVAL): handle 1 ('v') names the buffer shared as 'weights', which is read-only for every connection"*"[script line 2]") ;;
 *) fail "a write into an import: '$err'" ;;
 esac
+# The sharer's own handle, and a kernel's output argument: the same
+# sentence, with the script's name.
+err=$(printf 'create s hex:01020304\nshare s mine\nwrite s hex:00\n' |
+	g --service infer exec 2>&1)
+rc=$?
+[ $rc -eq 1 ] || fail "a write into the sharer's own buffer: exit $rc"
+case "$err" in
+"gpucmd: op 2 (GPUCMD_EINVAL): handle 1 ('s') names the buffer shared as 'mine', which is read-only for every connection"*"[script line 3]") ;;
+*) fail "a write into the sharer's own buffer: '$err'" ;;
+esac
+err=$(printf 'import v weights\nkernel fill_u32 grid=1 block=1 v u32:1 u32:1\n' |
+	g --service infer exec 2>&1)
+rc=$?
+[ $rc -eq 1 ] || fail "fill_u32 into an import: exit $rc"
+case "$err" in
+"gpucmd: op 1 (GPUCMD_EINVAL): handle 1 ('v') names the buffer shared as 'weights', which is read-only"*"[script line 2]") ;;
+*) fail "fill_u32 into an import: '$err'" ;;
+esac
+# A fault reported at a read loses the share after it: the sentence says
+# which, by the script's name (host only: on CUDA a fault loses the device).
+if [ "${GPUCMD_TEST_BACKEND:-host}" = host ]; then
+	err=$(printf '%s\n' 'create s hex:01020304' 'empty x 4' \
+		'kernel fault grid=1 block=1' 'read x' 'share s faulted' |
+		g --service infer exec 2>&1)
+	rc=$?
+	[ $rc -eq 1 ] || fail "a share lost to a fault: exit $rc"
+	case "$err" in
+	"gpucmd: op 3 (GPUCMD_ESTREAM): stream fault: work on stream 0 faulted before this read;"*"; handle 1 ('s'), shared as 'faulted' at op 4, is lost: release it and share it again [script line 4]") ;;
+	*) fail "a share lost to a fault: '$err'" ;;
+	esac
+fi
 err=$(printf 'import v weights\nkernel fill_u32 grid=1 block=1 in:v u32:1 u32:1\n' |
 	g --service infer exec 2>&1)
 rc=$?
