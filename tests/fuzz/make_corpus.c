@@ -324,6 +324,7 @@ static void frames(void)
 		sb.connection_id = 4;
 		sb.imports = 2;
 		sb.ready = 1;
+		sb.sharer_open = 1;
 		svc.name = "inference";
 		svc.id = 1;
 		svc.connections = 3;
