@@ -959,7 +959,8 @@ END_TEST
  * read reports it (the batch's wait), the share's copy ran after the
  * faulted work, and its buffer is lost -- the sentence must say so, with
  * the name and the handle, since the answer has no result for the share.
- * Two such shares are both named.  When a kernel follows the read, the
+ * Two such shares are both named, and a share after the one that reports
+ * the fault is named beside it.  When a kernel follows the read, the
  * fault is reported at a fence of its own (a barrier) before the share's
  * copy completes: that share is clean, and the sentence names none.
  */
@@ -1037,6 +1038,28 @@ START_TEST(a_fault_reported_at_a_read_names_the_share_it_lost)
 	gpucmd_response_free(run_ok(x));
 	import_ok(b, 9, "three");
 	expect_pattern(b, 0, 9, 16, 5);
+
+	/* Answered at the first share: the second is named too. */
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 10, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 11, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "fault", G1, G1, NULL, 0), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 10, "p"), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 11, "q"), 0);
+	ck_assert_int_eq(gpucmd_run(x, &r), 0);
+	msg = gpucmd_response_message(r);
+	ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_ESTREAM);
+	ck_assert_int_eq(gpucmd_response_failed_index(r), 3);
+	ck_assert_msg(strstr(msg, "faulted before this share (the buffer it "
+				  "shared is lost") != NULL &&
+			      strstr(msg, "; handle 11, shared as 'q' at op 4, "
+					  "is lost") != NULL &&
+			      strstr(msg, "as 'p'") == NULL,
+		      "the second share: %s", msg);
+	gpucmd_response_free(r);
+	x = batch(b, 0);
+	ck_assert_int_eq(gpucmd_batch_import(x, 10, "q"), 0);
+	expect_fail(x, 0, GPUCMD_ESTREAM, "was lost");
 
 	/* Six lost, with the longest names: those that fit, and a count. */
 	x = batch(a, 0);
