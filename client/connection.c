@@ -824,6 +824,17 @@ static void slot_settle(struct gpucmd_conn *c, struct conn_slot *s)
 	s->nreleases = 0;
 }
 
+/*
+ * Read in the answers that have come, without waiting, while some nobody
+ * waits for are outstanding (a deadline of 1 ns is already past: each
+ * conn_recv_one looks once).
+ */
+static void conn_drain(struct gpucmd_conn *c)
+{
+	while (c->nabandoned > 0 && c->dead == 0 && conn_recv_one(c, 0, 1) == 0)
+		;
+}
+
 int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 		size_t nfds, uint64_t *id)
 {
@@ -845,9 +856,7 @@ int conn_submit(struct gpucmd_conn *c, Gpucmd__Request *req, const int *fds,
 	 * loop of detached submits would pay one per batch.
 	 */
 	if (c->nabandoned >= CONN_DRAIN_AT)
-		while (c->nabandoned > 0 && c->dead == 0 &&
-		       conn_recv_one(c, 0, 1) == 0)
-			;
+		conn_drain(c);
 	if (c->dead)
 		return c->dead;
 	/*
@@ -986,6 +995,23 @@ GPUCMD_EXTERN uint64_t gpucmd_detached_failures(struct gpucmd_conn *c,
 
 	if (c == NULL)
 		return 0;
+	/*
+	 * In a child of fork() the socket and the count are the parent's:
+	 * read nothing, report nothing (conn_check_process leaves why for
+	 * gpucmd_last_message).
+	 */
+	if (conn_check_process(c, false) < 0) {
+		if (code != NULL)
+			*code = 0;
+		if (msg != NULL && len > 0)
+			msg[0] = '\0';
+		return 0;
+	}
+	/*
+	 * What a service polls: the answers that have come are counted now,
+	 * not only at a later wait or once CONN_DRAIN_AT are outstanding.
+	 */
+	conn_drain(c);
 	n = c->detached_failed;
 	if (code != NULL)
 		*code = n > 0 ? c->detached_code : 0;

@@ -653,9 +653,10 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id);
 GPUCMD_EXTERN int gpucmd_submit_detached(struct gpucmd_batch *b);
 /*
  * How many detached batches failed since the last call (0: none, of those
- * whose answers were read in), and the first one's code and the daemon's
- * sentence, into msg (len bytes; "" when none).  Each call starts the
- * count again.
+ * whose answers were read in: it first reads in, without waiting, those
+ * that have arrived), and the first one's code and the daemon's sentence,
+ * into msg (len bytes; "" when none).  Each call starts the count again.
+ * In a child of fork(): 0, and nothing read.
  */
 GPUCMD_EXTERN uint64_t gpucmd_detached_failures(struct gpucmd_conn *conn,
 						int *code, char *msg,

@@ -1,9 +1,9 @@
 /*
  * test_detached.c - detached batches (gpucmd_submit_detached) as a service
  * uses them: mixed with submits and waits on several streams, by the
- * hundred thousand without a wait, next to runs whose wait timed out, and
- * refused as gpucmd_submit refuses.  Every count gpucmd_detached_failures
- * gives is asserted exactly.
+ * hundred thousand without a wait, next to runs whose wait timed out,
+ * refused as gpucmd_submit refuses, counted when asked, and in a child of
+ * fork().  Every count gpucmd_detached_failures gives is asserted exactly.
  */
 #include "harness.h"
 
@@ -239,6 +239,33 @@ START_TEST(answers_with_data_stay_bounded)
 END_TEST
 
 /*
+ * gpucmd_detached_failures is what a service polls: the failures whose
+ * answers have come are counted by it, not only after a later wait or
+ * the 32nd detached submit.
+ */
+START_TEST(failures_counted_when_asked)
+{
+	struct gpucmd_conn *c = connect_as("asked");
+	char msg[640];
+	int code = 0;
+	uint64_t n = 0;
+
+	detach_bad_release(c, 0, 77);
+	/* Ask until the answer has come (the daemon answers at once). */
+	for (int i = 0; i < 2000 && n == 0; i++) {
+		n = gpucmd_detached_failures(c, &code, msg, sizeof(msg));
+		if (n == 0)
+			usleep(5000);
+	}
+	ck_assert_uint_eq(n, 1);
+	ck_assert_int_eq(code, GPUCMD_ENOTFOUND);
+	ck_assert_msg(strstr(msg, "handle 77") != NULL, "%s", msg);
+	ck_assert_int_eq(gpucmd_conn_error(c, NULL), 0);
+	gpucmd_close(c);
+}
+END_TEST
+
+/*
  * A run whose wait timed out leaves an abandoned answer that is not a
  * detached one: when it comes, failed (its kernel faulted the stream), it
  * is dropped and not counted; the
@@ -326,6 +353,63 @@ START_TEST(refused_like_submit)
 }
 END_TEST
 
+/*
+ * In a child of fork(), a detached submit is refused as a submit is, and
+ * the count is not the parent's: the child reads nothing from the
+ * parent's socket, and the parent then counts its own failure.
+ */
+START_TEST(fork_child_is_refused)
+{
+	struct gpucmd_conn *c = connect_as("forked");
+	struct gpucmd_batch *b;
+	int res[2], st = 0;
+	pid_t pid;
+	char msg[640];
+	int code = 0;
+
+	detach_bad_release(c, 0, 61);
+	sync_stream(c, 0); /* counted, not yet asked for */
+	detach_bad_release(c, 0, 62);
+	usleep(50000); /* its answer waits in the socket */
+	ck_assert_int_eq(pipe(res), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int out[3];
+
+		close(res[0]);
+		out[0] = gpucmd_batch_new(c, 0, &b);
+		if (out[0] == 0) {
+			gpucmd_batch_ping(b);
+			out[0] = gpucmd_submit_detached(b);
+		}
+		out[1] = strstr(gpucmd_last_message(c), "after fork()") != NULL;
+		out[2] = (int)gpucmd_detached_failures(c, NULL, NULL, 0);
+		_exit(write(res[1], out, sizeof(out)) == (ssize_t)sizeof(out) ?
+			      0 :
+			      1);
+	}
+	close(res[1]);
+	{
+		int out[3];
+
+		ck_assert_int_eq(read(res[0], out, sizeof(out)),
+				 (ssize_t)sizeof(out));
+		ck_assert_int_eq(out[0], GPUCMD_EINVAL);
+		ck_assert_int_eq(out[1], 1);
+		ck_assert_int_eq(out[2], 0);
+	}
+	close(res[0]);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ck_assert_uint_eq(gpucmd_detached_failures(c, &code, msg, sizeof(msg)),
+			  2);
+	ck_assert_msg(strstr(msg, "handle 61") != NULL, "%s", msg);
+	ck_assert_int_eq(gpucmd_conn_error(c, NULL), 0);
+	gpucmd_close(c);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("detached");
@@ -334,7 +418,9 @@ static Suite *make_suite(void)
 	tcase_add_checked_fixture(tc, harness_setup, harness_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, mixed_with_waits_on_two_streams);
+	tcase_add_test(tc, failures_counted_when_asked);
 	tcase_add_test(tc, refused_like_submit);
+	tcase_add_test(tc, fork_child_is_refused);
 	suite_add_tcase(s, tc);
 
 	/* Each starts a daemon with limits of its own (start_with). */
