@@ -188,6 +188,8 @@ int conn_check_process(struct gpucmd_conn *c, bool sure)
 /* Buffers larger than this are freed after their frame. */
 #define CONN_KEEP_BYTES (16u << 20)
 
+static void conn_lose_detached(struct gpucmd_conn *c);
+
 /* The connection is over: code (the first one sticks) and why. */
 static int conn_fail_why(struct gpucmd_conn *c, int code, const char *why)
 {
@@ -196,6 +198,7 @@ static int conn_fail_why(struct gpucmd_conn *c, int code, const char *why)
 		snprintf(c->dead_message, sizeof(c->dead_message), "%s",
 			 why != NULL && why[0] != '\0' ? why :
 							 gpucmd_strerror(code));
+		conn_lose_detached(c);
 		/*
 		 * Given up on this side: the daemon sees the end now and
 		 * frees what the connection held, not at gpucmd_close.
@@ -679,6 +682,35 @@ static void note_detached(struct gpucmd_conn *c, const Gpucmd__Response *r)
 		 "detached request %llu failed at op %u: %s",
 		 (unsigned long long)r->id, r->failed_index,
 		 r->error->message != NULL ? r->error->message : "");
+}
+
+/*
+ * The connection died with detached requests unanswered: whether they ran
+ * is not known, and no answer will say, so each counts as a failure with
+ * the connection's code and why (gpucmd_detached_failures) instead of
+ * being lost without a word.  Their slots go, and those of abandoned
+ * waits, which nobody asks about, with them: nabandoned is 0 again.  From
+ * the end down, as slot_drop moves the last slot into the place it frees.
+ */
+static void conn_lose_detached(struct gpucmd_conn *c)
+{
+	for (size_t i = c->nslots; i-- > 0;) {
+		struct conn_slot *s = &c->slots[i];
+
+		if (!s->abandoned)
+			continue;
+		if (s->detached && c->detached_failed++ == 0) {
+			c->detached_code = c->dead;
+			snprintf(c->detached_message,
+				 sizeof(c->detached_message),
+				 "detached request %llu got no answer: the "
+				 "connection ended first (%s); whether it ran "
+				 "is not known",
+				 (unsigned long long)s->id, c->dead_message);
+		}
+		slot_drop(c, s);
+		c->nabandoned--;
+	}
 }
 
 /*

@@ -645,10 +645,13 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id);
  * for batches whose results nobody needs (a release, launches whose
  * output a later batch reads).  Its answer is read in by later calls on
  * the connection (a submit with 32 or more of them outstanding reads what
- * has come, without waiting); until then it holds a place in flight.  A detached batch that failed is
- * counted for gpucmd_detached_failures: once a later batch of the same
- * stream that waits (a sync or a read) was answered, the detached ones
- * sent before it there are counted.  The same refusals as gpucmd_submit.
+ * has come, without waiting); until then it holds a place in flight.  A
+ * detached batch that failed is counted for gpucmd_detached_failures:
+ * once a later batch of the same stream that waits (a sync or a read) was
+ * answered, the detached ones sent before it there are counted.  One
+ * still unanswered when the connection ends counts as failed, with the
+ * connection's code; gpucmd_close drops them uncounted.  The same
+ * refusals as gpucmd_submit.
  */
 GPUCMD_EXTERN int gpucmd_submit_detached(struct gpucmd_batch *b);
 /*

@@ -2,8 +2,9 @@
  * test_detached.c - detached batches (gpucmd_submit_detached) as a service
  * uses them: mixed with submits and waits on several streams, by the
  * hundred thousand without a wait, next to runs whose wait timed out,
- * refused as gpucmd_submit refuses, counted when asked, and in a child of
- * fork().  Every count gpucmd_detached_failures gives is asserted exactly.
+ * refused as gpucmd_submit refuses, counted when asked, on a connection
+ * that ends under them, and in a child of fork().  Every count
+ * gpucmd_detached_failures gives is asserted exactly.
  */
 #include "harness.h"
 
@@ -17,6 +18,22 @@ static void start_with(const char *text)
 
 	harness_config(text, path, sizeof(path));
 	daemon_start_args(&the_daemon, "--config", path, NULL);
+}
+
+/* Submit a batch that spins stream for usec, then syncs; its id. */
+static uint64_t submit_spin(struct gpucmd_conn *c, uint32_t stream,
+			    uint32_t usec)
+{
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32, .v.u32 = usec };
+	struct gpucmd_batch *b;
+	uint64_t id;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, stream, &b), 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(b, "spin", GRID, BLOCK, &spin, 1),
+			 0);
+	ck_assert_int_eq(gpucmd_batch_sync(b), 0);
+	ck_assert_int_eq(gpucmd_submit(b, &id), 0);
+	return id;
 }
 
 /* A detached batch on stream that fails: a release of a handle not held. */
@@ -327,6 +344,82 @@ START_TEST(abandoned_runs_are_not_counted)
 }
 END_TEST
 
+/*
+ * Detached batches still waiting behind a spin when the connection is
+ * evicted get no answer: each is counted as failed, with the connection's
+ * code and why, not lost without a word.
+ */
+START_TEST(evicted_with_detached_outstanding)
+{
+	struct gpucmd_conn *c = connect_as("evicted");
+	struct gpucmd_conn *admin = connect_as("evicted");
+	struct gpucmd_batch *b;
+	uint64_t count = 0, n = 0;
+	char msg[640];
+	int code = 0;
+
+	(void)submit_spin(c, 0, 300000);
+	for (int i = 0; i < 5; i++) {
+		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		gpucmd_batch_sync(b);
+		ck_assert_int_eq(gpucmd_submit_detached(b), 0);
+	}
+	ck_assert_int_eq(gpucmd_evict(admin, NULL,
+				      gpucmd_info(c)->connection_id, &count),
+			 0);
+	ck_assert_uint_eq(count, 1);
+	/* Asking finds the connection gone, once the daemon closed it. */
+	for (int i = 0; i < 2000 && n == 0; i++) {
+		n = gpucmd_detached_failures(c, &code, msg, sizeof(msg));
+		if (n == 0)
+			usleep(5000);
+	}
+	ck_assert_uint_eq(n, 5);
+	ck_assert_int_eq(code, GPUCMD_EDISCONNECTED);
+	ck_assert_msg(strstr(msg, "no answer") != NULL &&
+			      strstr(msg, "evicted") != NULL,
+		      "%s", msg);
+	ck_assert_int_eq(gpucmd_conn_error(c, NULL), GPUCMD_EDISCONNECTED);
+	/* Counted once; a later detached submit is refused. */
+	ck_assert_uint_eq(gpucmd_detached_failures(c, NULL, NULL, 0), 0);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_ping(b);
+	ck_assert_int_eq(gpucmd_submit_detached(b), GPUCMD_EDISCONNECTED);
+	ck_assert_uint_eq(gpucmd_detached_failures(c, NULL, NULL, 0), 0);
+	gpucmd_close(c);
+	gpucmd_close(admin);
+}
+END_TEST
+
+/*
+ * The daemon killed with detached batches out: the next look at the count
+ * finds the connection gone, and counts them.
+ */
+START_TEST(daemon_gone_with_detached_outstanding)
+{
+	struct gpucmd_conn *c = connect_as("gone");
+	struct gpucmd_batch *b;
+	char msg[640];
+	int code = 0;
+	uint64_t n;
+
+	(void)submit_spin(c, 0, 2000000);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+		gpucmd_batch_sync(b);
+		ck_assert_int_eq(gpucmd_submit_detached(b), 0);
+	}
+	kill(the_daemon.pid, SIGKILL);
+	ck_assert_int_eq(daemon_wait_exit(&the_daemon), 128 + SIGKILL);
+	n = gpucmd_detached_failures(c, &code, msg, sizeof(msg));
+	ck_assert_uint_eq(n, 3);
+	ck_assert_int_eq(code, GPUCMD_EDISCONNECTED);
+	ck_assert_msg(strstr(msg, "no answer") != NULL, "%s", msg);
+	ck_assert_int_eq(gpucmd_conn_error(c, NULL), GPUCMD_EDISCONNECTED);
+	gpucmd_close(c);
+}
+END_TEST
+
 /* What gpucmd_submit refuses, gpucmd_submit_detached refuses alike. */
 START_TEST(refused_like_submit)
 {
@@ -419,6 +512,7 @@ static Suite *make_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, mixed_with_waits_on_two_streams);
 	tcase_add_test(tc, failures_counted_when_asked);
+	tcase_add_test(tc, evicted_with_detached_outstanding);
 	tcase_add_test(tc, refused_like_submit);
 	tcase_add_test(tc, fork_child_is_refused);
 	suite_add_tcase(s, tc);
@@ -430,6 +524,12 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, many_without_a_wait_stay_bounded);
 	tcase_add_test(tc, answers_with_data_stay_bounded);
 	tcase_add_test(tc, abandoned_runs_are_not_counted);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("gone");
+	tcase_add_checked_fixture(tc, harness_setup, harness_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, daemon_gone_with_detached_outstanding);
 	suite_add_tcase(s, tc);
 	return s;
 }
