@@ -645,11 +645,13 @@ GPUCMD_EXTERN int gpucmd_submit(struct gpucmd_batch *b, uint64_t *id);
  * for batches whose results nobody needs (a release, launches whose
  * output a later batch reads).  Its answer is read in by later calls on
  * the connection (a submit with 32 or more of them outstanding reads what
- * has come, without waiting); until then it holds a place in flight.  A
- * detached batch that failed is counted for gpucmd_detached_failures:
- * once a later batch of the same stream that waits (a sync or a read) was
- * answered, the detached ones sent before it there are counted.  One
- * still unanswered when the connection ends counts as failed, with the
+ * has come, without waiting); until then it holds a place in flight,
+ * which a submit that finds none free waits for (up to the connection's
+ * timeout) instead of failing with GPUCMD_ELIMIT at once.  A detached
+ * batch that failed is counted for gpucmd_detached_failures: once a later
+ * batch of the same stream that waits (a sync or a read) was answered,
+ * the detached ones sent before it there are counted.  One still
+ * unanswered when the connection ends counts as failed, with the
  * connection's code; gpucmd_close drops them uncounted.  The same
  * refusals as gpucmd_submit.
  */
@@ -659,7 +661,8 @@ GPUCMD_EXTERN int gpucmd_submit_detached(struct gpucmd_batch *b);
  * whose answers were read in: it first reads in, without waiting, those
  * that have arrived), and the first one's code and the daemon's sentence,
  * into msg (len bytes; "" when none).  Each call starts the count again.
- * In a child of fork(): 0, and nothing read.
+ * In a child of fork(): 0, and nothing read.  A call on the connection
+ * like any other: from the thread that uses it, not a monitor beside it.
  */
 GPUCMD_EXTERN uint64_t gpucmd_detached_failures(struct gpucmd_conn *conn,
 						int *code, char *msg,
