@@ -3,9 +3,12 @@
  * uses them: mixed with submits and waits on several streams, by the
  * hundred thousand without a wait, next to runs whose wait timed out,
  * refused as gpucmd_submit refuses, counted when asked, on a connection
- * that ends under them, and in a child of fork().  Every count
- * gpucmd_detached_failures gives is asserted exactly.
+ * that ends under them, in a child of fork(), and on a connection per
+ * thread.  Every count gpucmd_detached_failures gives is asserted
+ * exactly.
  */
+#include <pthread.h>
+
 #include "harness.h"
 
 static const uint32_t GRID[3] = { 1, 1, 1 };
@@ -503,6 +506,80 @@ START_TEST(fork_child_is_refused)
 }
 END_TEST
 
+/* One thread's connection: its own detached batches and count. */
+struct counter {
+	pthread_t thread;
+	unsigned fail_every; /* one detached batch in this many fails */
+	uint64_t failed;     /* how many were made to fail */
+	uint64_t counted;    /* what gpucmd_detached_failures said */
+	int code;	     /* 0, or where it went wrong */
+};
+
+static void *count_alone(void *arg)
+{
+	struct counter *t = arg;
+	struct gpucmd_conn *c = NULL;
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_batch *b;
+
+	if (gpucmd_connect(the_daemon.sock, "threads", &c, NULL, 0) != 0) {
+		t->code = 1;
+		return NULL;
+	}
+	for (unsigned i = 0; i < 2000 && t->code == 0; i++) {
+		if (gpucmd_batch_new(c, 0, &b) != 0) {
+			t->code = 2;
+			break;
+		}
+		if (i % t->fail_every == 0) {
+			gpucmd_batch_release(b, 100 + i);
+			t->failed++;
+		} else {
+			gpucmd_batch_ping(b);
+		}
+		if (gpucmd_submit_detached(b) != 0)
+			t->code = 3;
+		if (i % 100 == 99)
+			t->counted +=
+				gpucmd_detached_failures(c, NULL, NULL, 0);
+	}
+	if (t->code == 0 && gpucmd_batch_new(c, 0, &b) == 0) {
+		gpucmd_batch_sync(b);
+		if (gpucmd_run(b, &r) != 0 || gpucmd_response_error(r) != 0)
+			t->code = 4;
+		gpucmd_response_free(r);
+	}
+	t->counted += gpucmd_detached_failures(c, NULL, NULL, 0);
+	gpucmd_close(c);
+	return NULL;
+}
+
+/*
+ * Different connections may be used by different threads at once
+ * (libgpucmd.3): four threads detaching on a connection each count
+ * exactly their own failures, none of another's.
+ */
+START_TEST(threads_each_count_their_own)
+{
+	struct counter t[4];
+
+	for (unsigned k = 0; k < 4; k++) {
+		t[k] = (struct counter){ .fail_every = 3 + 4 * k };
+		ck_assert_int_eq(pthread_create(&t[k].thread, NULL, count_alone,
+						&t[k]),
+				 0);
+	}
+	for (unsigned k = 0; k < 4; k++) {
+		ck_assert_int_eq(pthread_join(t[k].thread, NULL), 0);
+		ck_assert_msg(t[k].code == 0, "thread %u: step %d failed", k,
+			      t[k].code);
+		ck_assert_uint_eq(t[k].failed, (2000 + t[k].fail_every - 1) /
+						       t[k].fail_every);
+		ck_assert_uint_eq(t[k].counted, t[k].failed);
+	}
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("detached");
@@ -515,6 +592,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, evicted_with_detached_outstanding);
 	tcase_add_test(tc, refused_like_submit);
 	tcase_add_test(tc, fork_child_is_refused);
+	tcase_add_test(tc, threads_each_count_their_own);
 	suite_add_tcase(s, tc);
 
 	/* Each starts a daemon with limits of its own (start_with). */
