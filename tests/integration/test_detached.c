@@ -506,6 +506,44 @@ START_TEST(fork_child_is_refused)
 }
 END_TEST
 
+/*
+ * A stream fault is reported once, at the stream's next sync or read: a
+ * detached one takes it, so it shows in the count (GPUCMD_ESTREAM) and
+ * not in the sync waited for after it.  Without a detached sync in
+ * between, the waited sync gets it.
+ */
+START_TEST(detached_sync_takes_the_fault)
+{
+	struct gpucmd_conn *c = connect_as("fault");
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_batch *b;
+	char msg[640];
+	int code = 0;
+
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_kernel(b, "fault", GRID, BLOCK, NULL, 0);
+	ck_assert_int_eq(gpucmd_submit_detached(b), 0);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_sync(b);
+	ck_assert_int_eq(gpucmd_submit_detached(b), 0);
+	sync_stream(c, 0);
+	ck_assert_uint_eq(gpucmd_detached_failures(c, &code, msg, sizeof(msg)),
+			  1);
+	ck_assert_int_eq(code, GPUCMD_ESTREAM);
+	/* The same fault with no detached sync: the waited sync has it. */
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_kernel(b, "fault", GRID, BLOCK, NULL, 0);
+	ck_assert_int_eq(gpucmd_submit_detached(b), 0);
+	ck_assert_int_eq(gpucmd_batch_new(c, 0, &b), 0);
+	gpucmd_batch_sync(b);
+	ck_assert_int_eq(gpucmd_run(b, &r), 0);
+	ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_ESTREAM);
+	gpucmd_response_free(r);
+	ck_assert_uint_eq(gpucmd_detached_failures(c, NULL, NULL, 0), 0);
+	gpucmd_close(c);
+}
+END_TEST
+
 /* One thread's connection: its own detached batches and count. */
 struct counter {
 	pthread_t thread;
@@ -593,6 +631,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, refused_like_submit);
 	tcase_add_test(tc, fork_child_is_refused);
 	tcase_add_test(tc, threads_each_count_their_own);
+	tcase_add_test(tc, detached_sync_takes_the_fault);
 	suite_add_tcase(s, tc);
 
 	/* Each starts a daemon with limits of its own (start_with). */
