@@ -527,13 +527,15 @@ static void finish_batch(struct executor *ex, struct batch *b)
 }
 
 /*
- * The shares of b after op from that the fault being reported lost
- * (streams_fills_done ran before: their copy came after the faulted work,
- * in the fence that reports it), as "; handle 5, shared as 'w' at op 3,
- * is lost: ..." into buf.  A batch answered at its read or sync has no
- * result for them, and without this the client would not know that its
- * names are taken by buffers nobody may import.  Shares after a barrier
- * fence are still copying: the fault reported at it does not lose them.
+ * The shares of b after op from, which the answer (a fault reported at
+ * from) does not confirm, as "; handle 5, shared as 'w' at op 3, is lost:
+ * ..." into buf.  Without this the client would not know that its names
+ * are taken by buffers nobody may import.  Those the fault lost settled so
+ * before (streams_fills_done: their copy came after the faulted work, in
+ * the fence that reports it); those after a barrier fence are still
+ * copying, and are lost too when their copy completes (unconfirmed): the
+ * sharer was told the batch stopped at from, and a share it was not told
+ * of must not be importable, whatever its bytes.
  */
 static void lost_shares(const struct batch *b, size_t from, char *buf,
 			size_t len)
@@ -553,8 +555,9 @@ static void lost_shares(const struct batch *b, size_t from, char *buf,
 		h = handle_table_find(set->handles, op->share->handle);
 		/* Released since, in the batch: it goes by itself. */
 		if (h == NULL || h->shared == NULL ||
-		    h->shared->state != SHARED_LOST)
+		    h->shared->state == SHARED_READY)
 			continue;
+		h->shared->unconfirmed = true;
 		n = snprintf(
 			one, sizeof(one),
 			"; handle %llu, shared as '%s' at op %zu, is lost: "

@@ -203,7 +203,9 @@ void streams_fills_done(struct stream *s, uint64_t seq)
 		 * bytes may not be what the sharer meant, and the share's
 		 * answer says so (it is the batch's wait).
 		 */
-		fill_settle(sb, s->fault_pending ? SHARED_LOST : SHARED_READY);
+		fill_settle(sb, s->fault_pending || sb->unconfirmed ?
+					SHARED_LOST :
+					SHARED_READY);
 	}
 }
 

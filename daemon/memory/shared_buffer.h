@@ -60,6 +60,11 @@ struct shared_buffer {
 	enum shared_state state;
 	struct stream *filler;
 	uint64_t fill_seq;
+	/*
+	 * Its batch was answered with a fault at an op before the share, so
+	 * the sharer was told of no share: the copy settles SHARED_LOST.
+	 */
+	bool unconfirmed;
 	struct shared_buffer *next;
 };
 
