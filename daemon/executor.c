@@ -553,9 +553,15 @@ static void lost_shares(const struct batch *b, size_t from, char *buf,
 		if (op == NULL || op->op_case != GPUCMD__OP__OP_SHARE)
 			continue;
 		h = handle_table_find(set->handles, op->share->handle);
-		/* Released since, in the batch: it goes by itself. */
+		/*
+		 * Released since, in the batch: it goes by itself.  The id
+		 * may name a buffer made after that release, shared at a
+		 * later op under another name: that op names it, not this.
+		 */
 		if (h == NULL || h->shared == NULL ||
-		    h->shared->state == SHARED_READY)
+		    h->shared->state == SHARED_READY ||
+		    op->share->name == NULL ||
+		    strcmp(h->shared->name, op->share->name) != 0)
 			continue;
 		h->shared->unconfirmed = true;
 		n = snprintf(

@@ -1108,6 +1108,51 @@ START_TEST(a_fault_reported_at_a_read_names_the_share_it_lost)
 END_TEST
 
 /*
+ * A handle shared, released and made again under the same id in the batch
+ * whose read reports a fault: the first share's buffer went with its
+ * release, and the sentence names the second share once, at its own op --
+ * not the second buffer's name at the first share's op as well.
+ */
+START_TEST(a_reused_handle_id_is_named_once_at_its_own_share)
+{
+	struct gpucmd_conn *a;
+	struct gpucmd_batch *x;
+	struct gpucmd_response *r = NULL;
+	const char *msg, *at;
+	uint32_t w[16];
+
+	if (!host_backend_only())
+		return;
+	a = connect_as("infer");
+	pattern(w, 16, 6);
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 1, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 3, w, sizeof(w)), 0);
+	gpucmd_response_free(run_ok(x));
+
+	x = batch(a, 0);
+	ck_assert_int_eq(gpucmd_batch_kernel(x, "fault", G1, G1, NULL, 0), 0);
+	ck_assert_int_eq(gpucmd_batch_read(x, 3, 0, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 1, "first"), 0);
+	ck_assert_int_eq(gpucmd_batch_release(x, 1), 0);
+	ck_assert_int_eq(gpucmd_batch_create_with_data(x, 1, w, sizeof(w)), 0);
+	ck_assert_int_eq(gpucmd_batch_share(x, 1, "second"), 0);
+	ck_assert_int_eq(gpucmd_run(x, &r), 0);
+	msg = gpucmd_response_message(r);
+	ck_assert_int_eq(gpucmd_response_error(r), GPUCMD_ESTREAM);
+	ck_assert_int_eq(gpucmd_response_failed_index(r), 1);
+	at = strstr(msg, "; handle 1, shared as 'second' at op 5, is lost");
+	ck_assert_msg(at != NULL, "the second share not named: %s", msg);
+	ck_assert_msg(strstr(msg, "'second' at op 2") == NULL &&
+			      strstr(at + 13, "shared as") == NULL &&
+			      strstr(msg, "shared as") == at + 12,
+		      "the released share named by the new buffer: %s", msg);
+	gpucmd_response_free(r);
+	gpucmd_close(a);
+}
+END_TEST
+
+/*
  * The last handle goes on stream 0 while stream 1 of the same connection
  * still has a read of it queued behind 200 ms of spins: the memory stays
  * until that read ran (under ASan or valgrind, a free before it is a use
@@ -1267,6 +1312,7 @@ static Suite *shared_suite(void)
 	tcase_add_test(l, an_observer_sees_shared_buffers_and_cannot_import);
 	tcase_add_test(l, a_fault_before_the_copy_is_reported_by_the_share);
 	tcase_add_test(l, a_fault_reported_at_a_read_names_the_share_it_lost);
+	tcase_add_test(l, a_reused_handle_id_is_named_once_at_its_own_share);
 	suite_add_tcase(s, l);
 	tcase_add_checked_fixture(n, harness_setup, harness_teardown);
 	tcase_set_timeout(n, 60);
