@@ -65,6 +65,7 @@ int driver_cuda_create(struct driver_options *opt, struct driver **out,
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -574,6 +575,13 @@ static void cuda_identify(const struct cuda_driver *cd, CUdevice dev,
 	if (cd->cu.cuDeviceGetPCIBusId != NULL &&
 	    cd->cu.cuDeviceGetPCIBusId(pci, (int)pci_len, dev) != CUDA_SUCCESS)
 		pci[0] = '\0';
+	/*
+	 * The driver's hex digits are upper case ("0000:3B:00.0"); lspci,
+	 * sysfs and our man pages have them lower case, and a bus id copied
+	 * from status should match what grep finds there.
+	 */
+	for (char *c = pci; *c != '\0'; c++)
+		*c = (char)tolower((unsigned char)*c);
 }
 
 /*

@@ -14,8 +14,9 @@
  *    $FAKECUDA_TOTAL_MB), or $FAKECUDA_DEVICES alike (at most 16) with one
  *    context between them.  Device N's UUID is
  *    GPU-facec0da-0000-0000-0000-0000000000NN (hex) and its PCI bus id
- *    0000:NN:00.0 with NN = 0x3b + N.  Device memory is host memory from mmap (lazy, so a
- *    page of 2 GiB costs nothing until touched), and a CUdeviceptr is its
+ *    0000:NN:00.0 with NN = 0x3B + N, in upper case as the driver has
+ *    it.  Device memory is host memory from mmap (lazy, so a page of 2 GiB
+ *    costs nothing until touched), and a CUdeviceptr is its
  *    address.  cuMemGetInfo counts what cuMemAlloc handed out; allocating
  *    past the total is CUDA_ERROR_OUT_OF_MEMORY.  Copies and built-in kernels
  *    check that device ranges lie inside one allocation: a copy that does
@@ -816,7 +817,8 @@ FAKE_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!pciBusId || len < 13)
 		return CUDA_ERROR_INVALID_VALUE;
-	snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", FAKE_PCI_BUS + dev);
+	/* The driver's digits are upper case, "0000:3B:00.0". */
+	snprintf(pciBusId, (size_t)len, "0000:%02X:00.0", FAKE_PCI_BUS + dev);
 	return CUDA_SUCCESS;
 }
 
