@@ -88,6 +88,12 @@ int config_parse_device(const char *s, int *index, char *id, size_t id_len)
 	size_t n = strlen(s);
 	uint64_t x;
 
+	/*
+	 * nvidia-smi -L lists MIG instances by these too, but CUDA numbers
+	 * at most one of them, and only when CUDA_VISIBLE_DEVICES names it.
+	 */
+	if (strncasecmp(s, "MIG-", 4) == 0)
+		return -2;
 	if (n > 0 && strspn(s, "0123456789") == n) {
 		if (config_parse_size(s, &x) != 0 || x > 1024)
 			return -1;
@@ -622,8 +628,20 @@ static int handle_key(void *user, const char *section, const char *name,
 			return 1;
 		}
 		if (strcmp(name, "device") == 0) {
-			if (config_parse_device(v, &cfg->device, cfg->device_id,
-						sizeof(cfg->device_id)) != 0)
+			int rc = config_parse_device(v, &cfg->device,
+						     cfg->device_id,
+						     sizeof(cfg->device_id));
+
+			if (rc == -2)
+				return bad(st,
+					   "device = %s: a MIG instance is "
+					   "chosen by CUDA_VISIBLE_DEVICES=%s "
+					   "in gpucmdd's environment "
+					   "(Environment= in its unit), where "
+					   "CUDA numbers it 0: set that and "
+					   "remove this line",
+					   v, v);
+			if (rc != 0)
 				return bad(st,
 					   "device = %s: expected an index "
 					   "from 0 to 1024, a GPU UUID "

@@ -166,6 +166,7 @@ int config_parse_size(const char *s, uint64_t *out);
 /**
  * Parse a device: an index from 0 to 1024 (into *index, id emptied), or a
  * "GPU-" UUID or a prefix of one, or a PCI bus id such as 0000:3b:00.0
- * (into id, *index 0).  0, or -1 when s is none of these.
+ * (into id, *index 0).  0; -2 when s is a MIG instance's UUID (MIG-...),
+ * which only CUDA_VISIBLE_DEVICES chooses; -1 when s is none of these.
  */
 int config_parse_device(const char *s, int *index, char *id, size_t id_len);

@@ -138,7 +138,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 {
 	const char *env = getenv("GPUCMD_SOCKET");
 	uint32_t u;
-	int c, v;
+	int c, v, rc;
 
 	if (env != NULL && env[0] != '\0')
 		snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", env);
@@ -178,9 +178,21 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 			cfg->backend = (enum config_backend)v;
 			break;
 		case 'd':
-			if (config_parse_device(optarg, &cfg->device,
-						cfg->device_id,
-						sizeof(cfg->device_id)) != 0) {
+			rc = config_parse_device(optarg, &cfg->device,
+						 cfg->device_id,
+						 sizeof(cfg->device_id));
+			if (rc == -2) {
+				fprintf(stderr,
+					"gpucmdd: --device '%s' is a MIG "
+					"instance, which CUDA numbers only "
+					"when CUDA_VISIBLE_DEVICES names it: "
+					"start gpucmdd with "
+					"CUDA_VISIBLE_DEVICES=%s in its "
+					"environment and no --device\n",
+					optarg, optarg);
+				return 2;
+			}
+			if (rc != 0) {
 				fprintf(stderr,
 					"gpucmdd: bad --device '%s' (a GPU "
 					"index from 0 to 1024, a GPU UUID "

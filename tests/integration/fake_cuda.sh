@@ -136,6 +136,14 @@ for dev in GPU-xyz 3d-00 ""; do
 	*) fail "--device '$dev' (no id): $out" ;;
 	esac
 done
+# A MIG instance: refused with how to choose one (CUDA_VISIBLE_DEVICES).
+out=$(probe --device MIG-8a2f3b1c-4d5e)
+rc=$?
+[ $rc -eq 2 ] || fail "--device MIG-... : exit $rc: $out"
+case "$out" in
+*"start gpucmdd with CUDA_VISIBLE_DEVICES=MIG-8a2f3b1c-4d5e in its environment"*) ;;
+*) fail "--device MIG-...: $out" ;;
+esac
 printf '[daemon]\ndevice = GPU-facec0da-0000-0000-0000-000000000001\n' \
 	>"$dir/by-uuid.conf"
 out=$(probe -c "$dir/by-uuid.conf")

@@ -332,7 +332,7 @@ START_TEST(device_index_uuid_or_bus_id)
 	/* What is none of them leaves both alone. */
 	const char *bad[] = { "",	 "1025",     "-1",	     "GPU-",
 			      "GPU-xyz", "GPU 3b",   "3b.00",	     "3b-00-0",
-			      "0x3",	 "MIG-1234", "0000:3b:00.0 " };
+			      "0x3",	 "MIG 1234", "0000:3b:00.0 " };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ck_assert_msg(config_parse_device(bad[i], &index, id,
 						  sizeof(id)) == -1,
@@ -340,6 +340,20 @@ START_TEST(device_index_uuid_or_bus_id)
 		ck_assert_int_eq(index, 2);
 		ck_assert_str_eq(id, "");
 	}
+	/*
+	 * A MIG instance's UUID, as nvidia-smi -L prints it (and the older
+	 * MIG-GPU-.../gi/ci form): its own code, for a message that says how
+	 * to choose one (CUDA_VISIBLE_DEVICES), both left alone.
+	 */
+	ck_assert_int_eq(
+		config_parse_device("MIG-8a2f3b1c-4d5e-5f60-8a7b-9c0d1e2f3a4b",
+				    &index, id, sizeof(id)),
+		-2);
+	ck_assert_int_eq(config_parse_device("mig-GPU-3b9c1a2e/1/0", &index, id,
+					     sizeof(id)),
+			 -2);
+	ck_assert_int_eq(index, 2);
+	ck_assert_str_eq(id, "");
 	/* Longer than the id may be. */
 	ck_assert_int_eq(config_parse_device("GPU-0123456789abcdef", &index, id,
 					     8),
@@ -1289,6 +1303,10 @@ START_TEST(bad_values)
 	expect_bad("[daemon]\ndevice = GPU-nope\n", 2,
 		   "device = GPU-nope: expected an index from 0 to 1024, a GPU "
 		   "UUID (GPU-...) or a PCI bus id (0000:3b:00.0)");
+	expect_bad(
+		"[daemon]\ndevice = MIG-8a2f3b1c\n", 2,
+		"device = MIG-8a2f3b1c: a MIG instance is chosen by "
+		"CUDA_VISIBLE_DEVICES=MIG-8a2f3b1c in gpucmdd's environment");
 	expect_bad("[service web]\nweight = 0\n", 2, "from 1 to 1000");
 	expect_bad("[service web]\nweight = 1001\n", 2, "weight = 1001");
 	expect_bad("[service web]\nmax_streams = 0\n", 2, "from 1 to 64");
