@@ -535,7 +535,11 @@ static int shared_lines(const struct report_view *v, int exact)
 				  sb->connection_id,
 				  sb->sharer_open ? "" : " (gone)");
 			table_set(&t, 6, "%s",
-				  sb->ready ? "yes" : "no, still copying");
+				  sb->ready ?
+					  "yes" :
+				  sb->lost ?
+					  "no, lost: release and share again" :
+					  "no, still copying");
 		}
 	}
 	r = table_print(&t, stdout, 2);
@@ -785,10 +789,12 @@ static void report_json(const struct report_view *v)
 			printf(",\"bytes\":%" PRIu64 ",\"handles\":%u"
 			       ",\"connection_id\":%" PRIu64
 			       ",\"sharer_open\":%s"
-			       ",\"imports\":%" PRIu64 ",\"ready\":%s}",
+			       ",\"imports\":%" PRIu64 ",\"ready\":%s"
+			       ",\"lost\":%s}",
 			       sb->bytes, sb->handles, sb->connection_id,
 			       sb->sharer_open ? "true" : "false", sb->imports,
-			       sb->ready ? "true" : "false");
+			       sb->ready ? "true" : "false",
+			       sb->lost ? "true" : "false");
 		}
 		printf("]}");
 	}

@@ -370,6 +370,7 @@ static int service_from_wire(struct gpucmd_service_report *out,
 			o->imports = w->imports;
 			o->ready = w->ready;
 			o->sharer_open = w->sharer_open;
+			o->lost = w->lost;
 		}
 		out->nshared = s->n_shared;
 	}

@@ -1221,6 +1221,7 @@ static int shared_rows(struct batch *b, struct service *svc,
 		w->sharer_open = sb->sharer_open;
 		w->imports = sb->imports;
 		w->ready = streams_shared_ready(sb);
+		w->lost = sb->state == SHARED_LOST;
 		sr->shared[sr->n_shared++] = w;
 		sr->shared_buffers++;
 		sr->shared_buffer_bytes += sb->size;

@@ -787,7 +787,10 @@ struct gpucmd_refusal {
  * shared it, the imports since, whether its copy has run (until then an
  * import is refused with GPUCMD_EBUSY), and whether the connection that
  * shared it is still open (0: it is gone, and only imports hold the
- * buffer; also 0 from a daemon older than the field).
+ * buffer; also 0 from a daemon older than the field), and whether it is
+ * lost (its copy came after a fault, or the share's batch was answered
+ * before it: imports are refused with GPUCMD_ESTREAM until every handle of
+ * it is released; 0 from a daemon older than the field).
  */
 struct gpucmd_shared_buffer {
 	char name[64];
@@ -797,6 +800,7 @@ struct gpucmd_shared_buffer {
 	uint64_t imports;
 	int ready;
 	int sharer_open;
+	int lost;
 };
 /* Daemon-wide memory report, one entry per service the caller may see. */
 struct gpucmd_service_report {

@@ -604,8 +604,8 @@ json=$(g memory-report --json) || fail "memory-report --json exited $?"
 [ "$(jget infer bytes_in_use)" = 3145736 ] || fail "infer bytes_in_use: $json"
 [ "$(jget infer allocations)" = 2 ] || fail "infer allocations: $json"
 [ "$(jget held shared_buffers)" = 0 ] || fail "held shared_buffers: $json"
-for b in "{\"name\":\"weights\",\"bytes\":8,\"handles\":2,\"connection_id\":$conn,\"sharer_open\":true,\"imports\":1,\"ready\":true}" \
-	"{\"name\":\"model/emb:v1\",\"bytes\":3145728,\"handles\":1,\"connection_id\":$conn,\"sharer_open\":true,\"imports\":0,\"ready\":true}"; do
+for b in "{\"name\":\"weights\",\"bytes\":8,\"handles\":2,\"connection_id\":$conn,\"sharer_open\":true,\"imports\":1,\"ready\":true,\"lost\":false}" \
+	"{\"name\":\"model/emb:v1\",\"bytes\":3145728,\"handles\":1,\"connection_id\":$conn,\"sharer_open\":true,\"imports\":0,\"ready\":true,\"lost\":false}"; do
 	printf '%s\n' "$json" | grep -qF "$b" || fail "no $b in: $json"
 done
 printf '%s\n' "$json" | grep -qF '"shared_buffers":2,"shared_buffer_bytes":3145736}}' ||
@@ -667,7 +667,7 @@ while :; do
 	sleep 0.05
 done
 [ "$(jget infer shared_buffer_bytes)" = 8 ] || fail "after the sharer left: $json"
-printf '%s\n' "$json" | grep -qF "\"shared\":[{\"name\":\"weights\",\"bytes\":8,\"handles\":1,\"connection_id\":$conn,\"sharer_open\":false,\"imports\":1,\"ready\":true}]" ||
+printf '%s\n' "$json" | grep -qF "\"shared\":[{\"name\":\"weights\",\"bytes\":8,\"handles\":1,\"connection_id\":$conn,\"sharer_open\":false,\"imports\":1,\"ready\":true,\"lost\":false}]" ||
 	fail "weights after the sharer left: $json"
 text=$(g memory-report --bytes --service infer)
 row=$(printf '%s\n' "$text" | awk '$1 == "infer" && $2 == "weights"' | tr -s ' ')

@@ -1005,6 +1005,22 @@ START_TEST(a_fault_reported_at_a_read_names_the_share_it_lost)
 				  "lost") != NULL,
 		      "share 'two' not named: %s", msg);
 	gpucmd_response_free(r);
+	/*
+	 * The report tells a lost buffer from one whose copy is still to
+	 * run: "still copying" for good would send an operator waiting.
+	 */
+	{
+		struct gpucmd_shared_buffer sh[8];
+		struct gpucmd_service_report row = row_of(a, "infer", sh, 8);
+		size_t lost = 0;
+
+		for (size_t i = 0; i < row.nshared; i++) {
+			ck_assert_int_eq(sh[i].ready, 0);
+			lost += sh[i].lost != 0;
+		}
+		ck_assert_uint_eq(row.nshared, 2);
+		ck_assert_uint_eq(lost, 2);
+	}
 	/* What the sentence says: both are lost, and their names taken. */
 	x = batch(b, 0);
 	ck_assert_int_eq(gpucmd_batch_import(x, 7, "one"), 0);
@@ -1020,6 +1036,17 @@ START_TEST(a_fault_reported_at_a_read_names_the_share_it_lost)
 	gpucmd_response_free(run_ok(x));
 	import_ok(b, 7, "one");
 	expect_pattern(b, 0, 7, 16, 5);
+	{
+		struct gpucmd_shared_buffer sh[8];
+		struct gpucmd_service_report row = row_of(a, "infer", sh, 8);
+
+		for (size_t i = 0; i < row.nshared; i++)
+			if (strcmp(sh[i].name, "one") == 0)
+				ck_assert_msg(sh[i].ready && !sh[i].lost,
+					      "'one' shared clean: ready %d, "
+					      "lost %d",
+					      sh[i].ready, sh[i].lost);
+	}
 
 	/*
 	 * A kernel after the read: the fault is reported before the copy,
