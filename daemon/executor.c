@@ -116,8 +116,30 @@ static int open_backend(struct executor *ex, char *why, size_t why_len)
 				 cuda_why);
 			return rc;
 		}
+		/*
+		 * An index past the last is refused by the host backend too;
+		 * a GPU named by UUID or bus id must not become the CPU
+		 * either (a GPU swapped, a typo): clients would get host
+		 * memory where the operator chose a device.
+		 */
+		if (ex->cfg.device_id[0] != '\0') {
+			snprintf(why, why_len,
+				 "device %s names a GPU, and no CUDA device "
+				 "is it (%s); the host backend serves none: "
+				 "correct device (--device), or remove it to "
+				 "serve the host backend",
+				 ex->cfg.device_id, cuda_why);
+			return GPUCMD_EINVAL;
+		}
 		log_notice("no usable CUDA device (%s); using the host backend",
 			   cuda_why);
+	} else if (ex->cfg.device_id[0] != '\0') {
+		snprintf(why, why_len,
+			 "device %s names a GPU, and backend host serves "
+			 "none: remove device (--device), or choose backend "
+			 "cuda or auto",
+			 ex->cfg.device_id);
+		return GPUCMD_EINVAL;
 	}
 	rc = driver_host_create(&opt, &ex->driver);
 	if (rc == 0) {

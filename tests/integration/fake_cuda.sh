@@ -136,6 +136,19 @@ for dev in GPU-xyz 3d-00 ""; do
 	*) fail "--device '$dev' (no id): $out" ;;
 	esac
 done
+# --backend auto falls back to the host backend when CUDA has no device;
+# one named by UUID or bus id that no GPU is does not, as an index past
+# the last does not: the operator chose a GPU, and would get the CPU.
+for dev in GPU-0bad 0000:7f:00.0; do
+	out=$(FAKECUDA_DEVICES=3 "$BUILD/gpucmdd" --backend auto --probe \
+		--device "$dev" 2>&1)
+	rc=$?
+	[ $rc -eq 1 ] || fail "--backend auto --device $dev (none): exit $rc: $out"
+	case "$out" in
+	*"device $dev names a GPU, and no CUDA device is it (no CUDA device is $dev; the devices this daemon sees are 0 $uuid0 0000:3b:00.0,"*"the host backend serves none"*) ;;
+	*) fail "--backend auto --device $dev (none): $out" ;;
+	esac
+done
 # A MIG instance: refused with how to choose one (CUDA_VISIBLE_DEVICES).
 out=$(probe --device MIG-8a2f3b1c-4d5e)
 rc=$?
