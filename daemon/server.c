@@ -998,7 +998,7 @@ static bool socket_rebind(struct server *srv)
 		fd = -1;
 	}
 	if (fd < 0) {
-		if (!srv->sock_gone)
+		if (srv->sock_state != SOCK_UNBOUND)
 			log_warn("the socket %s was removed while gpucmdd "
 				 "runs, and binding it again failed: %s; new "
 				 "clients cannot connect (%s open carry on); "
@@ -1040,14 +1040,20 @@ static void socket_gone(struct server *srv)
 	const char *path = srv->cfg.socket_path;
 	struct stat st;
 	char n[32];
-	bool gone;
 
 	if (!srv->listening || srv->activated)
 		return;
-	gone = !socket_is_ours(srv);
-	if (gone && lstat(path, &st) != 0 && errno == ENOENT) {
-		gone = !socket_rebind(srv);
-	} else if (gone && !srv->sock_gone) {
+	if (socket_is_ours(srv)) {
+		/* A rename back, after a rename or a failed bind. */
+		if (srv->sock_state != SOCK_OURS)
+			log_notice("the socket %s is back: clients can connect "
+				   "again",
+				   path);
+		srv->sock_state = SOCK_OURS;
+	} else if (lstat(path, &st) != 0 && errno == ENOENT) {
+		srv->sock_state = socket_rebind(srv) ? SOCK_OURS : SOCK_UNBOUND;
+	} else if (srv->sock_state != SOCK_ANOTHERS) {
+		/* Also after binding again failed: that stops trying. */
 		log_warn("the socket %s was replaced while gpucmdd runs: new "
 			 "clients reach what listens there now, not this "
 			 "daemon (%s open carry on); stop this one once they "
@@ -1056,11 +1062,8 @@ static void socket_gone(struct server *srv)
 			 path,
 			 counted(n, sizeof(n), srv->nsessions, "connection",
 				 "connections"));
-	} else if (!gone && srv->sock_gone) {
-		log_notice("the socket %s is back: clients can connect again",
-			   path);
+		srv->sock_state = SOCK_ANOTHERS;
 	}
-	srv->sock_gone = gone;
 }
 
 /* ---- signals and lifetime ------------------------------------------------ */

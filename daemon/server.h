@@ -89,7 +89,12 @@ struct server {
 	 * (socket_gone).
 	 */
 	uint64_t sock_dev, sock_ino;
-	bool sock_gone;
+	/*
+	 * What the tick said last of the path, so that each is said once:
+	 * nothing (it is ours), that binding it again failed, or that it is
+	 * another's file now.
+	 */
+	enum { SOCK_OURS, SOCK_UNBOUND, SOCK_ANOTHERS } sock_state;
 	/*
 	 * A second descriptor of the listening socket (-1: none), so that
 	 * accepting can pause: an accept that fails for descriptors where

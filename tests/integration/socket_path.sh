@@ -127,6 +127,48 @@ done
 [ "$(grep -c "binding it again failed" "$dir/nodir.log")" -eq 1 ] ||
 	fail "the failure to bind again was said more than once"
 stop_daemon
+
+# Binding again failed, then another daemon took the path: the first
+# stops trying, and says so (its last word was "trying again every 2 s");
+# once the other has gone, it binds the path again.  SIGSTOP keeps its
+# tick from winning the path before the other listens.
+mkdir "$dir/sub"
+start gone2
+first=$pid
+pids=$first
+rm -rf "$dir/sub"
+i=0
+until grep -qF "binding it again failed" "$dir/gone2.log"; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "gone2: no word within 10 s that binding again failed"
+	sleep 0.02
+done
+kill -STOP "$first"
+mkdir "$dir/sub"
+start other
+second=$pid
+pids="$first $second"
+kill -CONT "$first"
+i=0
+until grep -qF "the socket $sock was replaced while gpucmdd runs" "$dir/gone2.log"; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "gone2: not said within 10 s that the path is another's now: $(cat "$dir/gone2.log")"
+	sleep 0.02
+done
+pid=$second
+pids=$first
+stop_daemon
+i=0
+until grep -qF "the socket $sock was removed while gpucmdd runs: bound it again" "$dir/gone2.log"; do
+	i=$((i + 1))
+	[ $i -gt 500 ] && fail "gone2: not bound again within 10 s of the other's stop"
+	sleep 0.02
+done
+"$BUILD/gpucmd" --socket "$sock" ping >/dev/null 2>&1 ||
+	fail "gone2: the first daemon does not answer after binding again"
+pid=$first
+pids=""
+stop_daemon
 sock=$sock0
 
 # A socket file replaced while the daemon runs (another daemon started on
