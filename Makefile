@@ -220,7 +220,15 @@ $(BUILD)/tests/%: tests/integration/%.c tests/integration/harness.h $(BUILD)/lib
 	$(Q)$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Wno-missing-prototypes -Itests/integration -o $@ $< \
 		$(BUILD)/libgpucmd.a $(ALL_LDFLAGS) $(CHECK_LIBS) $(shell pkg-config --libs libprotobuf-c) $(LIBS)
 
-tests: all $(UNIT_BIN) $(INTEG_BIN) $(BUILD)/soak $(EXAMPLE_BIN)
+# An LD_PRELOAD shim whose Nth listen(2) fails (socket_path.sh).
+$(BUILD)/tests/listen_fail.so: tests/integration/preload/listen_fail.c
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) -MF $(BUILD)/tests/listen_fail.d -shared \
+		$(ALL_LDFLAGS) -o $@ $< -ldl
+
+tests: all $(UNIT_BIN) $(INTEG_BIN) $(BUILD)/soak $(EXAMPLE_BIN) \
+	$(BUILD)/tests/listen_fail.so
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory tests

@@ -575,6 +575,7 @@ static int listen_on(struct server *srv, int fd, bool *opened)
 static int resume_listening(struct server *srv)
 {
 	int fd = srv->listen_spare, spare, rc;
+	bool opened;
 
 	/* The listener takes fd; the socket needs a spare again. */
 	spare = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -584,13 +585,21 @@ static int resume_listening(struct server *srv)
 			       SERVER_ACCEPT_PAUSE_MS, 0);
 		return rc;
 	}
-	rc = listen_on(srv, fd, NULL);
+	rc = listen_on(srv, fd, &opened);
 	if (rc != 0) {
 		if (log_limit_take(&accept_lines))
 			log_warn("cannot listen again: %s; trying again in "
 				 "%d ms",
 				 uv_strerror(rc), SERVER_ACCEPT_PAUSE_MS);
-		close(spare);
+		/*
+		 * A handle that took fd closes it with itself: the spare is
+		 * the socket then, or the retry would use a closed (or
+		 * reused) descriptor.
+		 */
+		if (opened)
+			srv->listen_spare = spare;
+		else
+			close(spare);
 		/* on_listener_paused starts accept_resume. */
 		uv_close((uv_handle_t *)&srv->listener, on_listener_paused);
 		return rc;

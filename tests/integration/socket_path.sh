@@ -171,6 +171,35 @@ pids=""
 stop_daemon
 sock=$sock0
 
+# A listen that fails on the socket bound again (listen_fail.so: the 3rd
+# listen(2), after the start's and socket_rebind's): the daemon tries
+# again, and listens within a few seconds.  The handle that failed had
+# closed the socket with itself, and the retry used that closed
+# descriptor: it failed with EBADF every second, for good.
+if [ -f "$BUILD/tests/listen_fail.so" ]; then
+	export LD_PRELOAD="$BUILD/tests/listen_fail.so" LISTEN_FAIL_AT=3
+	start relisten
+	unset LD_PRELOAD LISTEN_FAIL_AT
+	pids=$pid
+	rm -f "$sock"
+	i=0
+	until grep -qF "cannot listen again: address already in use" "$dir/relisten.log"; do
+		i=$((i + 1))
+		[ $i -gt 500 ] && fail "relisten: the failed listen not said within 10 s: $(cat "$dir/relisten.log")"
+		sleep 0.02
+	done
+	i=0
+	until "$BUILD/gpucmd" --socket "$sock" ping -c 1 >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ $i -gt 250 ] && fail "relisten: not listening within 5 s of a failed listen: $(cat "$dir/relisten.log")"
+		sleep 0.02
+	done
+	pids=""
+	stop_daemon
+else
+	echo "note: $BUILD/tests/listen_fail.so is missing (make tests): a failed listen not tested"
+fi
+
 # A socket file replaced while the daemon runs (another daemon started on
 # the path) is the other's: the first warns, and its stop leaves that
 # socket alone (it used to remove it).  The first is stopped (SIGSTOP)
