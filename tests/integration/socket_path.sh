@@ -37,6 +37,17 @@ start() {
 	done
 }
 
+# said FILE TEXT WHAT: wait until FILE has a line with TEXT, at most 10 s,
+# else fail with WHAT and the end of FILE.
+said() {
+	i=0
+	until grep -qF "$2" "$1"; do
+		i=$((i + 1))
+		[ $i -gt 500 ] && fail "$3: $(tail -n 5 "$1")"
+		sleep 0.02
+	done
+}
+
 # refused NAME PATH WANT: gpucmdd on PATH exits 1 within 10 s and logs WANT.
 refused() {
 	timeout 10 "$BUILD/gpucmdd" -c "$conf" -s "$2" -b host \
@@ -84,12 +95,8 @@ until grep -q '^pong$' "$dir/kept.out" 2>/dev/null; do
 done
 mode=$(stat -c %a "$sock")
 rm -f "$sock"
-i=0
-until grep -qF "the socket $sock was removed while gpucmdd runs: bound it again, new clients can connect (1 connection open carried on)" "$dir/removed.log"; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "not bound again within 10 s: $(cat "$dir/removed.log")"
-	sleep 0.02
-done
+said "$dir/removed.log" "the socket $sock was removed while gpucmdd runs: bound it again, new clients can connect (1 connection open carried on)" \
+	"not bound again within 10 s"
 [ -S "$sock" ] || fail "the log says bound again, but $sock is no socket"
 [ "$(stat -c %a "$sock")" = "$mode" ] ||
 	fail "bound again with mode $(stat -c %a "$sock"), was $mode"
@@ -111,12 +118,8 @@ sock0=$sock
 sock=$dir/sub/s.sock
 start nodir
 rm -rf "$dir/sub"
-i=0
-until grep -qF "the socket $sock was removed while gpucmdd runs, and binding it again failed: cannot listen on $sock: the directory $dir/sub does not exist" "$dir/nodir.log"; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "no word within 10 s that binding again failed: $(cat "$dir/nodir.log")"
-	sleep 0.02
-done
+said "$dir/nodir.log" "the socket $sock was removed while gpucmdd runs, and binding it again failed: cannot listen on $sock: the directory $dir/sub does not exist" \
+	"no word within 10 s that binding again failed"
 mkdir "$dir/sub"
 i=0
 until "$BUILD/gpucmd" --socket "$sock" ping >/dev/null 2>&1; do
@@ -137,33 +140,21 @@ start gone2
 first=$pid
 pids=$first
 rm -rf "$dir/sub"
-i=0
-until grep -qF "binding it again failed" "$dir/gone2.log"; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "gone2: no word within 10 s that binding again failed"
-	sleep 0.02
-done
+said "$dir/gone2.log" "binding it again failed" \
+	"gone2: no word within 10 s that binding again failed"
 kill -STOP "$first"
 mkdir "$dir/sub"
 start other
 second=$pid
 pids="$first $second"
 kill -CONT "$first"
-i=0
-until grep -qF "the socket $sock was replaced while gpucmdd runs" "$dir/gone2.log"; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "gone2: not said within 10 s that the path is another's now: $(cat "$dir/gone2.log")"
-	sleep 0.02
-done
+said "$dir/gone2.log" "the socket $sock was replaced while gpucmdd runs" \
+	"gone2: not said within 10 s that the path is another's now"
 pid=$second
 pids=$first
 stop_daemon
-i=0
-until grep -qF "the socket $sock was removed while gpucmdd runs: bound it again" "$dir/gone2.log"; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "gone2: not bound again within 10 s of the other's stop"
-	sleep 0.02
-done
+said "$dir/gone2.log" "the socket $sock was removed while gpucmdd runs: bound it again" \
+	"gone2: not bound again within 10 s of the other's stop"
 "$BUILD/gpucmd" --socket "$sock" ping >/dev/null 2>&1 ||
 	fail "gone2: the first daemon does not answer after binding again"
 pid=$first
@@ -187,16 +178,12 @@ if [ -f "$BUILD/tests/listen_fail.so" ]; then
 	ASAN_OPTIONS=$asan_was
 	pids=$pid
 	rm -f "$sock"
-	i=0
-	until grep -qF "cannot listen again: address already in use" "$dir/relisten.log"; do
-		i=$((i + 1))
-		[ $i -gt 500 ] && fail "relisten: the failed listen not said within 10 s: $(cat "$dir/relisten.log")"
-		sleep 0.02
-	done
+	said "$dir/relisten.log" "cannot listen again: address already in use" \
+		"relisten: the failed listen not said within 10 s"
 	i=0
 	until "$BUILD/gpucmd" --socket "$sock" ping -c 1 >/dev/null 2>&1; do
 		i=$((i + 1))
-		[ $i -gt 250 ] && fail "relisten: not listening within 5 s of a failed listen: $(cat "$dir/relisten.log")"
+		[ $i -gt 250 ] && fail "relisten: not listening within 5 s of a failed listen"
 		sleep 0.02
 	done
 	pids=""
@@ -219,12 +206,8 @@ start rebound
 second=$pid
 pids="$first $second"
 kill -CONT "$first"
-i=0
-until grep -qF "the socket $sock was replaced while gpucmdd runs" "$dir/replaced.log"; do
-	i=$((i + 1))
-	[ $i -gt 500 ] && fail "no warning within 10 s that the socket is another's"
-	sleep 0.02
-done
+said "$dir/replaced.log" "the socket $sock was replaced while gpucmdd runs" \
+	"no warning within 10 s that the socket is another's"
 pid=$first
 stop_daemon
 [ -S "$sock" ] || fail "the first daemon's stop removed the second one's socket"
