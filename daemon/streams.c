@@ -185,7 +185,8 @@ static void shared_fills_settle(struct stream_set *set)
 		if (sb->state != SHARED_FILLING || sb->filler->set != set)
 			continue;
 		fill_settle(sb, stream_completed(sb->filler) >= sb->fill_seq &&
-						!sb->filler->fault_pending ?
+						!sb->filler->fault_pending &&
+						!sb->unconfirmed ?
 					SHARED_READY :
 					SHARED_LOST);
 	}
