@@ -854,6 +854,7 @@ static int clear_stale_socket(const char *path, char *why, size_t why_len)
 static int bind_path(const struct server *srv, char *why, size_t why_len)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
 	const char *path = srv->cfg.socket_path;
 	int fd, rc = 0;
 
@@ -870,8 +871,17 @@ static int bind_path(const struct server *srv, char *why, size_t why_len)
 		close(fd);
 		return rc;
 	}
-	if (chmod(path, srv->cfg.socket_mode) != 0)
+	/*
+	 * Not through a symlink: the tick binds the path again when it is
+	 * gone, and in a directory others may write, one could put a link
+	 * there between the bind and these calls.
+	 */
+	if (fchmodat(AT_FDCWD, path, srv->cfg.socket_mode,
+		     AT_SYMLINK_NOFOLLOW) != 0)
 		rc = -errno;
+	/* Some setups lack what glibc needs for it (/proc): not a link. */
+	if (rc != 0 && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+		rc = chmod(path, srv->cfg.socket_mode) == 0 ? 0 : -errno;
 	if (rc == 0 && srv->cfg.socket_group[0] != '\0') {
 		struct group *g = getgrnam(srv->cfg.socket_group);
 
@@ -882,7 +892,7 @@ static int bind_path(const struct server *srv, char *why, size_t why_len)
 				 "the setting",
 				 srv->cfg.socket_group);
 			rc = GPUCMD_EINVAL;
-		} else if (chown(path, (uid_t)-1, g->gr_gid) != 0) {
+		} else if (lchown(path, (uid_t)-1, g->gr_gid) != 0) {
 			rc = -errno;
 		}
 	}
