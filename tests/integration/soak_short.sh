@@ -1,7 +1,8 @@
 #!/bin/sh
 # soak_short.sh - a 20 s soak of the daemon (tests/soak/soak.c): mixed load
 # from 4 client processes in four services with quotas (regions, graphs,
-# modules, helpers killed mid-batch among the work), every result verified,
+# modules, shared buffers, detached batches, helpers killed mid-batch among
+# the work), every result verified,
 # daemon RSS and open descriptors not growing.  The soak binary is built by
 # `make soak` (tests/fuzz/fuzz.mk); without it this test is skipped.
 BUILD=${BUILD:-build}

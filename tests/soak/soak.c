@@ -31,6 +31,24 @@
  * point, in the middle of a batch or of a frame, or evicted by another
  * connection of its service.
  *
+ * Shared buffers: each client keeps a second connection of its service,
+ * and its two connections and its helpers share buffers under three names
+ * per service (soak/w0 to soak/w2), so that a share finds the name taken
+ * (GPUCMD_EEXIST) and an import finds none (GPUCMD_ENOTFOUND) or one whose
+ * copy waits behind a spin (GPUCMD_EBUSY; once that share is answered the
+ * import must get it).  A shared buffer's first bytes say who made it and
+ * how (its seed and length), so that an importer checks every byte against
+ * what the sharer wrote.  Held buffers are read (whole, through the
+ * scratch region, or a range), copied by a kernel that takes them as
+ * buffer_in, read by a graph that keeps them from their release
+ * (GPUCMD_EBUSY), shared again (GPUCMD_EINVAL), written to in four ways
+ * that must all be refused with GPUCMD_EINVAL and leave every byte as it
+ * was, and released in random order (some detached); hang-ups, kills and
+ * evictions leave the rest to the daemon.  Detached batches
+ * (gpucmd_submit_detached) go among the work, some due to fail
+ * (GPUCMD_ENOTFOUND, GPUCMD_EINVAL, GPUCMD_EQUOTA): once each stream they
+ * went to was synced, gpucmd_detached_failures must count exactly those.
+ *
  * A daemon the soak starts itself gets a configuration file that lists
  * the clients' services (soak-0 to soak-3, clients taking them in turn)
  * with memory and region quotas; soak-3 has none.  Besides, every client
@@ -48,9 +66,12 @@
  * --rss-slack MiB (default 32) or --fd-slack descriptors (default 4; on
  * the fake CUDA driver device memory is the daemon's own, and its pools
  * follow the load: give a wider --rss-slack there), when a client sees a
- * wrong result, or when at the end the memory report is not back to zero
- * for every service: no bytes in use or reserved, no allocations, no
- * regions, no modules.
+ * wrong result, when the observer's memory report lists shared buffers
+ * the clients cannot have made (more than the names, or bytes that do not
+ * add up), when a soak of 10 s or more shared, imported, refused or
+ * failed detached nothing, or when at the end the memory report is not
+ * back to zero for every service: no bytes in use or reserved, no
+ * allocations, no regions, no modules, no shared buffers.
  *
  * Exit status: 0 passed, 1 failed, 2 usage, 77 skipped (no daemon binary).
  */
@@ -65,6 +86,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -113,6 +135,60 @@ static uint64_t now_ms(void)
 
 /* ---- the client processes ------------------------------------------------- */
 
+/*
+ * Shared buffers: every connection of a service shares under one of
+ * SHARE_NAMES names, so that a client's two connections and its helpers
+ * (all of one service take the same names) run into each other's shares:
+ * GPUCMD_EEXIST at a share, GPUCMD_ENOTFOUND and GPUCMD_EBUSY at an import
+ * are answers.  A shared buffer says what it is in its first SHARE_HEAD
+ * bytes (a magic, its service and name, the sharer's seed and its length)
+ * and the rest is the pattern of that seed: whoever imports it checks
+ * every byte against what the sharer wrote without asking the sharer.
+ */
+#define SHARE_NAMES 3
+#define SHARE_HEAD 16
+#define SHARE_MAX (SHARE_HEAD + (256u << 10))
+#define SHARE_MAGIC 0x6b616f73u
+/* Shared buffers one connection holds at most, its own and imports. */
+#define KEPT_SHARED 2
+
+struct share_head {
+	uint32_t magic;
+	uint32_t seed;
+	uint32_t len;
+	uint8_t service;
+	uint8_t name;
+	uint8_t pad[2];
+};
+
+/* A shared buffer a connection of the client holds: its own, or an import. */
+struct held_share {
+	struct gpucmd_conn *conn;
+	uint64_t handle;
+	uint32_t seed;
+	uint32_t len;
+	uint8_t name;
+	bool sharer;
+};
+
+/*
+ * What a client saw of shares and detached batches, for the soak's
+ * totals: in memory shared with the soak, one entry per client.
+ */
+struct soak_stats {
+	uint64_t shares;
+	uint64_t share_eexist;
+	uint64_t imports;
+	uint64_t import_enotfound;
+	uint64_t import_ebusy;
+	uint64_t shared_reads;
+	uint64_t refused_writes;
+	uint64_t detached;
+	uint64_t detached_failed;
+};
+
+static struct soak_stats *stats;
+
 struct client {
 	int index;
 	unsigned seed;
@@ -128,6 +204,20 @@ struct client {
 	unsigned kept_graphs;  /* left, with their buffers, for it too */
 	bool cuda;	       /* the daemon drives CUDA (here the fake) */
 	bool helper;	       /* work_killed's helper, which may be evicted */
+	/* A second connection of its service, to import what one shares. */
+	struct gpucmd_conn *peer;
+	struct held_share held[2 * KEPT_SHARED];
+	unsigned nheld;
+	uint32_t share_seed;
+	/*
+	 * Per connection (conn, peer): detached failures due since the
+	 * count was last asked for, their codes (code_bit) and the streams
+	 * detached batches went to.
+	 */
+	uint64_t det_due[2];
+	unsigned det_codes[2];
+	unsigned det_streams[2];
+	struct soak_stats st;
 };
 
 /*
@@ -423,6 +513,31 @@ static void work_reports(struct client *c)
 		fail_client(c, "status");
 }
 
+static void held_drop(struct client *c, struct held_share *e)
+{
+	*e = c->held[--c->nheld];
+}
+
+/* What conn held goes with it (a hang-up, a close). */
+static void held_forget(struct client *c, const struct gpucmd_conn *conn)
+{
+	for (unsigned i = 0; i < c->nheld;)
+		if (c->held[i].conn == conn)
+			held_drop(c, &c->held[i]);
+		else
+			i++;
+}
+
+/* Forget the detached batches of conn: its close drops them uncounted. */
+static void detached_forget(struct client *c, const struct gpucmd_conn *conn)
+{
+	int k = conn == c->peer;
+
+	c->det_due[k] = 0;
+	c->det_codes[k] = 0;
+	c->det_streams[k] = 0;
+}
+
 /* Pipelined batches, then a hang-up with some still in flight. */
 static void work_hangup(struct client *c, uint8_t *buf)
 {
@@ -438,6 +553,9 @@ static void work_hangup(struct client *c, uint8_t *buf)
 		if (gpucmd_submit(b, &id) != 0)
 			fail_client(c, "submit");
 	}
+	/* Shared buffers held and detached batches in flight go too. */
+	held_forget(c, c->conn);
+	detached_forget(c, c->conn);
 	gpucmd_close(c->conn);
 	c->conn = NULL;
 	c->kept_regions = 0;
@@ -786,6 +904,666 @@ static void work_quota(struct client *c, uint8_t *buf)
 	gpucmd_report_free(rep);
 }
 
+/* ---- shared buffers and detached batches ---------------------------------- */
+
+static void share_name(char *out, size_t len, unsigned name)
+{
+	snprintf(out, len, "soak/w%u", name);
+}
+
+/* The bytes the sharer of (seed, name) writes, len of them, into buf. */
+static void share_bytes(const struct client *c, uint8_t *buf, uint32_t len,
+			uint32_t seed, unsigned name)
+{
+	struct share_head h = {
+		.magic = SHARE_MAGIC,
+		.seed = seed,
+		.len = len,
+		.service = (uint8_t)(c->index % NSERVICES),
+		.name = (uint8_t)name,
+	};
+
+	memcpy(buf, &h, SHARE_HEAD);
+	pattern(buf + SHARE_HEAD, len - SHARE_HEAD, seed);
+}
+
+static unsigned held_count(const struct client *c)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < c->nheld; i++)
+		n += c->held[i].conn == c->conn;
+	return n;
+}
+
+/* A shared handle c->conn holds, at random; NULL when none. */
+static struct held_share *held_pick(struct client *c)
+{
+	unsigned n = held_count(c), k;
+
+	if (n == 0)
+		return NULL;
+	k = rnd(c, n);
+	for (unsigned i = 0; i < c->nheld; i++)
+		if (c->held[i].conn == c->conn && k-- == 0)
+			return &c->held[i];
+	return NULL;
+}
+
+/* Which of the client's connections c->conn is, for the detached counts. */
+static int conn_slot(const struct client *c)
+{
+	return c->conn == c->peer;
+}
+
+/* The failures work_detached makes, as bits of a mask. */
+static unsigned code_bit(int code)
+{
+	switch (code) {
+	case GPUCMD_ENOTFOUND:
+		return 1;
+	case GPUCMD_EINVAL:
+		return 2;
+	case GPUCMD_EQUOTA:
+		return 4;
+	default:
+		return 8;
+	}
+}
+
+/*
+ * Send b detached; a failure is due from it when code is not 0.  A
+ * helper counts nothing: it dies with its batches in flight.
+ */
+static void detach(struct client *c, struct gpucmd_batch *b, uint32_t stream,
+		   int code)
+{
+	int k = conn_slot(c);
+
+	if (gpucmd_submit_detached(b) != 0)
+		fail_client(c, "submit_detached: %s",
+			    gpucmd_last_message(c->conn));
+	c->st.detached++;
+	c->det_streams[k] |= 1u << stream;
+	if (code == 0)
+		return;
+	c->det_due[k]++;
+	c->det_codes[k] |= code_bit(code);
+}
+
+/*
+ * Once a waited sync of every stream detached batches of c->conn went to
+ * is answered, gpucmd_detached_failures must count exactly those due, and
+ * the first one's code must be one of theirs.
+ */
+static void detached_check(struct client *c, const char *what)
+{
+	int k = conn_slot(c), code = 0;
+	char msg[512] = "";
+	uint64_t n;
+
+	for (uint32_t s = 0; s < 4; s++) {
+		struct gpucmd_batch *b;
+
+		if (!(c->det_streams[k] & (1u << s)))
+			continue;
+		b = new_batch(c, s);
+		gpucmd_batch_sync(b);
+		gpucmd_response_free(run(c, b, "detached: sync"));
+	}
+	n = gpucmd_detached_failures(c->conn, &code, msg, sizeof(msg));
+	if (n != c->det_due[k])
+		fail_client(c,
+			    "%s: %llu detached batches failed, %llu were to "
+			    "(first: %s, %s)",
+			    what, (unsigned long long)n,
+			    (unsigned long long)c->det_due[k],
+			    gpucmd_errname(code), msg);
+	if (n > 0 && !(c->det_codes[k] & code_bit(code)))
+		fail_client(c, "%s: a detached batch failed with %s (%s)", what,
+			    gpucmd_errname(code), msg);
+	c->st.detached_failed += n;
+	c->det_due[k] = 0;
+	c->det_codes[k] = 0;
+	c->det_streams[k] = 0;
+}
+
+/* Release e, in a round trip or detached, and forget it. */
+static void share_release(struct client *c, struct held_share *e)
+{
+	uint32_t s = rnd(c, 4);
+	struct gpucmd_batch *b = new_batch(c, s);
+
+	gpucmd_batch_release(b, e->handle);
+	if (!c->helper && rnd(c, 2)) {
+		detach(c, b, s, 0);
+	} else {
+		if (rnd(c, 2))
+			gpucmd_batch_sync(b);
+		gpucmd_response_free(run(c, b, "shared: release"));
+	}
+	held_drop(c, e);
+}
+
+/* Room for one more shared handle on c->conn: a random one goes. */
+static void share_room(struct client *c)
+{
+	while (held_count(c) >= KEPT_SHARED)
+		share_release(c, held_pick(c));
+}
+
+/*
+ * Read e whole and check every byte: inline, or through the scratch
+ * region past GPUCMD_INLINE_MAX.  want gets what the sharer wrote.
+ */
+static void share_expect(struct client *c, const struct held_share *e,
+			 uint8_t *want, uint8_t *got, const char *what)
+{
+	int rc;
+
+	share_bytes(c, want, e->len, e->seed, e->name);
+	memset(got, 0, e->len);
+	rc = gpucmd_read_buffer(c->conn, rnd(c, 4), e->handle, 0, e->len, got);
+	if (rc != 0)
+		fail_client(c, "%s: read_buffer of %u bytes: %s (%s)", what,
+			    e->len, gpucmd_errname(rc),
+			    gpucmd_last_message(c->conn));
+	for (size_t k = 0; k < e->len; k++)
+		if (got[k] != want[k])
+			fail_client(c,
+				    "%s: byte %zu of the %u shared as "
+				    "soak/w%u (seed %u) is 0x%02x, expected "
+				    "0x%02x",
+				    what, k, e->len, e->name, e->seed, got[k],
+				    want[k]);
+	c->st.shared_reads++;
+}
+
+/*
+ * The batch that makes a buffer and shares it under a random name: made
+ * in the batch of the share, or written on another stream first by a
+ * detached batch (the share must copy what that write left), and with
+ * spin, behind a spin of that many microseconds.  *p describes the share,
+ * *at is the share's op.
+ */
+static struct gpucmd_batch *share_batch(struct client *c, uint8_t *buf,
+					uint32_t spin, struct held_share *p,
+					int *at)
+{
+	uint32_t len = SHARE_HEAD + rnd(c, 1u << (4 + rnd(c, 15)));
+	uint32_t seed = ++c->share_seed, s = rnd(c, 4), s1 = rnd(c, 4);
+	unsigned name = rnd(c, SHARE_NAMES);
+	uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_arg a = { .kind = GPUCMD_ARG_U32, .v.u32 = spin };
+	struct gpucmd_batch *b;
+	char nm[16];
+
+	*p = (struct held_share){ .conn = c->conn,
+				  .handle = handle(c),
+				  .seed = seed,
+				  .len = len,
+				  .name = (uint8_t)name,
+				  .sharer = true };
+	share_name(nm, sizeof(nm), name);
+	/* Made with other bytes: the write after them is what is shared. */
+	pattern(buf, len, seed ^ 0x5a5a);
+	share_bytes(c, buf + SHARE_MAX, len, seed, name);
+	if (!c->helper && s1 != s && rnd(c, 2)) {
+		b = new_batch(c, s1);
+		gpucmd_batch_create_with_data(b, p->handle, buf, len);
+		gpucmd_batch_write(b, p->handle, 0, buf + SHARE_MAX, len);
+		detach(c, b, s1, 0);
+		b = new_batch(c, s);
+		*at = 0;
+	} else {
+		b = new_batch(c, s);
+		gpucmd_batch_create_with_data(b, p->handle, buf, len);
+		gpucmd_batch_write(b, p->handle, 0, buf + SHARE_MAX, len);
+		*at = 2;
+	}
+	if (spin != 0) {
+		gpucmd_batch_kernel(b, "spin", one, one, &a, 1);
+		++*at;
+	}
+	gpucmd_batch_share(b, p->handle, nm);
+	return b;
+}
+
+/*
+ * The answer r to the share p (at op at): held when it was shared,
+ * released when the service shares the name already.  Whether it is held.
+ */
+static bool share_answer(struct client *c, const struct held_share *p, int at,
+			 struct gpucmd_response *r)
+{
+	struct gpucmd_conn *conn = c->conn;
+	int rc = gpucmd_response_error(r);
+	struct gpucmd_batch *b;
+
+	c->batches++;
+	if (rc != 0 &&
+	    (rc != GPUCMD_EEXIST || gpucmd_response_failed_index(r) != at))
+		fail_client(
+			c,
+			"shared: share of %u bytes as soak/w%u: op %d: %s (%s)",
+			p->len, p->name, gpucmd_response_failed_index(r),
+			gpucmd_errname(rc), gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	if (rc == 0) {
+		c->held[c->nheld++] = *p;
+		c->st.shares++;
+		return true;
+	}
+	c->st.share_eexist++;
+	c->conn = p->conn;
+	b = new_batch(c, rnd(c, 4));
+	gpucmd_batch_release(b, p->handle);
+	gpucmd_response_free(run(c, b, "shared: release after EEXIST"));
+	c->conn = conn;
+	return false;
+}
+
+static void share_one(struct client *c, uint8_t *buf)
+{
+	struct held_share p;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r = NULL;
+	int at;
+
+	share_room(c);
+	b = share_batch(c, buf, 0, &p, &at);
+	if (gpucmd_run(b, &r) != 0)
+		fail_client(c, "shared: share: run");
+	if (share_answer(c, &p, at, r) && rnd(c, 2))
+		share_expect(c, &c->held[c->nheld - 1], buf, buf + SHARE_MAX,
+			     "shared: the sharer's read");
+}
+
+/*
+ * An import of a random name on c->conn, its header read in the same
+ * batch and then every byte: GPUCMD_ENOTFOUND (no such share) and
+ * GPUCMD_EBUSY (its copy still to run) are answers.  Whether the rc it
+ * got is the import's, 1 when imported (with *out the held entry).
+ */
+static int share_import(struct client *c, uint8_t *buf, unsigned name,
+			struct held_share **out)
+{
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r = NULL;
+	struct share_head head;
+	struct held_share *e;
+	uint64_t h = handle(c);
+	const void *data;
+	size_t len;
+	char nm[16];
+	int rc;
+
+	share_room(c);
+	share_name(nm, sizeof(nm), name);
+	b = new_batch(c, rnd(c, 4));
+	gpucmd_batch_import(b, h, nm);
+	gpucmd_batch_read(b, h, 0, SHARE_HEAD);
+	if (gpucmd_run(b, &r) != 0)
+		fail_client(c, "shared: import: run");
+	c->batches++;
+	rc = gpucmd_response_error(r);
+	if (rc != 0) {
+		if ((rc != GPUCMD_ENOTFOUND && rc != GPUCMD_EBUSY) ||
+		    gpucmd_response_failed_index(r) != 0)
+			fail_client(c, "shared: import of %s: op %d: %s (%s)",
+				    nm, gpucmd_response_failed_index(r),
+				    gpucmd_errname(rc),
+				    gpucmd_response_message(r));
+		if (rc == GPUCMD_ENOTFOUND)
+			c->st.import_enotfound++;
+		else
+			c->st.import_ebusy++;
+		gpucmd_response_free(r);
+		return rc;
+	}
+	if (gpucmd_response_data(r, 1, &data, &len) != 0 || len != SHARE_HEAD)
+		fail_client(c, "shared: the header of %s: %zu bytes", nm, len);
+	memcpy(&head, data, sizeof(head));
+	gpucmd_response_free(r);
+	if (head.magic != SHARE_MAGIC || head.service != c->index % NSERVICES ||
+	    head.name != name || head.len < SHARE_HEAD || head.len > SHARE_MAX)
+		fail_client(c,
+			    "shared: import of %s found magic 0x%08x, "
+			    "service %u, name %u, %u bytes",
+			    nm, head.magic, head.service, head.name, head.len);
+	e = &c->held[c->nheld++];
+	*e = (struct held_share){ .conn = c->conn,
+				  .handle = h,
+				  .seed = head.seed,
+				  .len = head.len,
+				  .name = (uint8_t)name };
+	c->st.imports++;
+	share_expect(c, e, buf, buf + SHARE_MAX, "shared: import");
+	if (out != NULL)
+		*out = e;
+	return 0;
+}
+
+/*
+ * A held shared buffer used: a range read and checked, copied by a
+ * kernel that takes it as buffer_in (or as a plain input, which a
+ * built-in's inputs may be), read by a graph that then keeps it from its
+ * release (GPUCMD_EBUSY), or shared again (GPUCMD_EINVAL: once is all).
+ */
+static void share_use(struct client *c, uint8_t *buf)
+{
+	struct held_share *e = held_pick(c);
+	uint8_t *want = buf;
+	uint32_t one[3] = { 1, 1, 1 };
+	uint64_t dst, g;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r;
+	size_t off, n;
+	char nm[16];
+
+	if (e == NULL)
+		return;
+	share_bytes(c, want, e->len, e->seed, e->name);
+	off = rnd(c, e->len);
+	n = 1 + rnd(c, (unsigned)(e->len - off));
+	switch (rnd(c, 5)) {
+	case 0:
+	case 1:
+		b = new_batch(c, rnd(c, 4));
+		gpucmd_batch_read(b, e->handle, off, n);
+		r = run(c, b, "shared: range read");
+		expect_bytes(c, r, 0, want + off, n, "shared: range read");
+		gpucmd_response_free(r);
+		c->st.shared_reads++;
+		return;
+	case 2: {
+		/* A copy from offset 0: the kernel takes the buffer whole. */
+		struct gpucmd_arg copy[3] = {
+			{ .kind = GPUCMD_ARG_BUFFER, .v.handle = handle(c) },
+			{ .kind = rnd(c, 4) ? GPUCMD_ARG_BUFFER_IN :
+					      GPUCMD_ARG_BUFFER,
+			  .v.handle = e->handle },
+			{ .kind = GPUCMD_ARG_U64, .v.u64 = n },
+		};
+
+		dst = copy[0].v.handle;
+		b = new_batch(c, rnd(c, 4));
+		gpucmd_batch_empty(b, dst, n);
+		gpucmd_batch_kernel(b, "copy", one, one, copy, 3);
+		gpucmd_batch_read(b, dst, 0, n);
+		gpucmd_batch_release(b, dst);
+		r = run(c, b, "shared: kernel input");
+		expect_bytes(c, r, 2, want, n, "shared: copied by a kernel");
+		gpucmd_response_free(r);
+		c->st.shared_reads++;
+		return;
+	}
+	case 3: {
+		struct gpucmd_arg copy[3] = {
+			{ .kind = GPUCMD_ARG_BUFFER, .v.handle = handle(c) },
+			{ .kind = GPUCMD_ARG_BUFFER_IN, .v.handle = e->handle },
+			{ .kind = GPUCMD_ARG_U64, .v.u64 = n },
+		};
+		uint32_t s = rnd(c, 4);
+
+		dst = copy[0].v.handle;
+		g = next_id(c);
+		b = new_batch(c, s);
+		gpucmd_batch_empty(b, dst, n);
+		gpucmd_batch_capture_begin(b);
+		gpucmd_batch_kernel(b, "copy", one, one, copy, 3);
+		gpucmd_batch_capture_end(b, g);
+		gpucmd_batch_graph_launch(b, g);
+		gpucmd_batch_read(b, dst, 0, n);
+		r = run(c, b, "shared: graph");
+		expect_bytes(c, r, 5, want, n, "shared: read by a graph");
+		gpucmd_response_free(r);
+		b = new_batch(c, rnd(c, 4));
+		gpucmd_batch_release(b, e->handle);
+		gpucmd_response_free(run_refused(c, b, 0, GPUCMD_EBUSY,
+						 "shared: release under a "
+						 "graph"));
+		b = new_batch(c, s);
+		gpucmd_batch_graph_destroy(b, g);
+		gpucmd_batch_release(b, dst);
+		gpucmd_response_free(run(c, b, "shared: graph destroyed"));
+		c->st.shared_reads++;
+		return;
+	}
+	default:
+		share_name(nm, sizeof(nm), rnd(c, SHARE_NAMES));
+		b = new_batch(c, rnd(c, 4));
+		gpucmd_batch_share(b, e->handle, nm);
+		gpucmd_response_free(run_refused(c, b, 0, GPUCMD_EINVAL,
+						 "shared: shared again"));
+		return;
+	}
+}
+
+/*
+ * Writes into a held shared buffer, each refused with GPUCMD_EINVAL: at
+ * a random offset inline, through the scratch region, as a built-in's
+ * output, or queued behind a read of it.  Then every byte is checked: as
+ * the sharer wrote them.
+ */
+static void share_write(struct client *c, uint8_t *buf)
+{
+	struct held_share *e = held_pick(c);
+	uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_batch *b;
+	size_t off, n;
+	int rc;
+
+	if (e == NULL)
+		return;
+	off = rnd(c, e->len);
+	n = 1 + rnd(c, (unsigned)(e->len - off));
+	memset(buf, 0xa5, e->len);
+	switch (rnd(c, 4)) {
+	case 0:
+		b = new_batch(c, rnd(c, 4));
+		gpucmd_batch_write(b, e->handle, off, buf, n);
+		gpucmd_response_free(
+			run_refused(c, b, 0, GPUCMD_EINVAL, "shared: write"));
+		break;
+	case 1:
+		/* Past GPUCMD_INLINE_MAX when the buffer is that long. */
+		rc = gpucmd_write_buffer(c->conn, rnd(c, 4), e->handle, 0, buf,
+					 e->len);
+		if (rc != GPUCMD_EINVAL)
+			fail_client(c,
+				    "shared: write_buffer of %u bytes got %s "
+				    "(%s), not GPUCMD_EINVAL",
+				    e->len, gpucmd_errname(rc),
+				    gpucmd_last_message(c->conn));
+		break;
+	case 2: {
+		struct gpucmd_arg fill[3] = {
+			{ .kind = GPUCMD_ARG_BUFFER, .v.handle = e->handle },
+			{ .kind = GPUCMD_ARG_U32, .v.u32 = 0xdeadbeef },
+			{ .kind = GPUCMD_ARG_U32, .v.u32 = e->len / 4 },
+		};
+
+		b = new_batch(c, rnd(c, 4));
+		gpucmd_batch_kernel(b, "fill_u32", one, one, fill, 3);
+		gpucmd_response_free(run_refused(c, b, 0, GPUCMD_EINVAL,
+						 "shared: a kernel's output"));
+		break;
+	}
+	default:
+		b = new_batch(c, rnd(c, 4));
+		gpucmd_batch_read(b, e->handle, off, n);
+		gpucmd_batch_write(b, e->handle, off, buf, n);
+		gpucmd_response_free(run_refused(c, b, 1, GPUCMD_EINVAL,
+						 "shared: write after a read"));
+		break;
+	}
+	c->st.refused_writes++;
+	share_expect(c, e, buf, buf + SHARE_MAX,
+		     "shared: after a refused write");
+}
+
+/*
+ * A share whose copy waits behind a spin, and an import of its name from
+ * the other connection while it waits: GPUCMD_EBUSY (or GPUCMD_ENOTFOUND
+ * before the share is dispatched, or someone else's buffer of that name).
+ * Once the share is answered, an import of the name must get its bytes.
+ */
+static void share_busy(struct client *c, uint8_t *buf,
+		       struct gpucmd_conn *other)
+{
+	struct gpucmd_conn *sharer = c->conn;
+	struct gpucmd_response *r = NULL;
+	struct held_share p, *e = NULL;
+	struct gpucmd_batch *b;
+	uint64_t id;
+	int at;
+
+	share_room(c);
+	b = share_batch(c, buf, 2000 + rnd(c, 6000), &p, &at);
+	if (gpucmd_submit(b, &id) != 0)
+		fail_client(c, "shared: submit");
+	c->conn = other;
+	share_import(c, buf, p.name, NULL);
+	c->conn = sharer;
+	if (gpucmd_wait(sharer, id, &r) != 0)
+		fail_client(c, "shared: wait for the share");
+	if (!share_answer(c, &p, at, r))
+		return;
+	c->conn = other;
+	if (share_import(c, buf, p.name, &e) != 0 || e->seed != p.seed)
+		fail_client(c,
+			    "shared: the import of soak/w%u after its share "
+			    "was answered did not get it",
+			    p.name);
+	c->conn = sharer;
+}
+
+/*
+ * Detached batches on c->conn, on random streams: releases of buffers
+ * made in the same batch, spins, reads nobody reads, pings; and some due
+ * to fail (a release of a handle not live: GPUCMD_ENOTFOUND; a write into
+ * a shared buffer: GPUCMD_EINVAL; an allocation past the quota:
+ * GPUCMD_EQUOTA).  Now and then the count is asked for, after a sync of
+ * each stream they went to.
+ */
+static void work_detached(struct client *c, uint8_t *buf)
+{
+	uint64_t limit = gpucmd_info(c->conn)->memory_limit;
+	uint32_t one[3] = { 1, 1, 1 };
+	int n = 1 + (int)rnd(c, 40);
+
+	for (int i = 0; i < n; i++) {
+		uint32_t s = rnd(c, 4);
+		struct gpucmd_batch *b = new_batch(c, s);
+		struct held_share *e = held_pick(c);
+		uint64_t h = handle(c);
+		size_t len = 1 + rnd(c, 4096);
+		struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
+					   .v.u32 = 10 + rnd(c, 200) };
+
+		switch (rnd(c, 8)) {
+		case 0:
+			gpucmd_batch_release(b, (1ull << 40) + h);
+			detach(c, b, s, GPUCMD_ENOTFOUND);
+			break;
+		case 1:
+			if (e == NULL) {
+				gpucmd_batch_ping(b);
+				detach(c, b, s, 0);
+				break;
+			}
+			gpucmd_batch_write(b, e->handle, 0, buf,
+					   len < e->len ? len : e->len);
+			detach(c, b, s, GPUCMD_EINVAL);
+			break;
+		case 2:
+			if (limit == 0) {
+				gpucmd_batch_kernel(b, "spin", one, one, &spin,
+						    1);
+				detach(c, b, s, 0);
+				break;
+			}
+			gpucmd_batch_empty(b, h, limit + 1);
+			detach(c, b, s, GPUCMD_EQUOTA);
+			break;
+		case 3:
+			gpucmd_batch_kernel(b, "spin", one, one, &spin, 1);
+			detach(c, b, s, 0);
+			break;
+		case 4:
+			/* An answer with data that nobody reads. */
+			gpucmd_batch_create_with_data(b, h, buf, len);
+			gpucmd_batch_read(b, h, 0, len);
+			gpucmd_batch_release(b, h);
+			detach(c, b, s, 0);
+			break;
+		default:
+			gpucmd_batch_create_with_data(b, h, buf, len);
+			gpucmd_batch_write(b, h, 0, buf + 1, len - 1);
+			gpucmd_batch_release(b, h);
+			detach(c, b, s, 0);
+			break;
+		}
+	}
+	if (rnd(c, 2))
+		detached_check(c, "detached");
+}
+
+/* work_detached on one of the client's connections. */
+static void work_detached_on(struct client *c, uint8_t *buf)
+{
+	struct gpucmd_conn *main_conn = c->conn;
+
+	if (c->peer != NULL && rnd(c, 2))
+		c->conn = c->peer;
+	work_detached(c, buf);
+	c->conn = main_conn;
+}
+
+/* One of the shared-buffer moves, on one of the client's two connections. */
+static void work_shared(struct client *c, uint8_t *buf)
+{
+	struct gpucmd_conn *main_conn = c->conn, *other;
+	struct held_share *e;
+	char service[32];
+
+	if (c->peer == NULL) {
+		snprintf(service, sizeof(service), "soak-%d",
+			 c->index % NSERVICES);
+		c->peer = connect_service(c, service);
+	}
+	if (rnd(c, 2))
+		c->conn = c->peer;
+	other = c->conn == c->peer ? main_conn : c->peer;
+	switch (rnd(c, 10)) {
+	case 0:
+	case 1:
+		share_one(c, buf);
+		break;
+	case 2:
+	case 3:
+		share_import(c, buf, rnd(c, SHARE_NAMES), NULL);
+		break;
+	case 4:
+	case 5:
+		share_use(c, buf);
+		break;
+	case 6:
+		share_write(c, buf);
+		break;
+	case 7:
+		share_busy(c, buf, other);
+		break;
+	default:
+		e = held_pick(c);
+		if (e != NULL)
+			share_release(c, e);
+		break;
+	}
+	c->conn = main_conn;
+}
+
 /*
  * The helper of work_killed: a connection of its own that sends batches
  * as fast as it can, some with a megabyte of data in them, with a region
@@ -797,6 +1575,7 @@ static void killed_main(struct client *parent, uint8_t *buf, int ready)
 {
 	struct client c = { .index = parent->index,
 			    .seed = parent->seed * 31 + 7,
+			    .share_seed = (uint32_t)getpid() << 16,
 			    .helper = true };
 	uint32_t one[3] = { 1, 1, 1 };
 	uint64_t ids[8], region = 0, cid;
@@ -830,7 +1609,7 @@ static void killed_main(struct client *parent, uint8_t *buf, int ready)
 		struct gpucmd_response *r = NULL;
 
 		codes[nids] = 0;
-		switch (rnd(&c, 4)) {
+		switch (rnd(&c, 5)) {
 		case 0:
 			/* A graph of one fill, replayed and destroyed. */
 			g = next_id(&c);
@@ -849,6 +1628,15 @@ static void killed_main(struct client *parent, uint8_t *buf, int ready)
 			if (!c.cuda)
 				codes[nids] = GPUCMD_EUNSUPPORTED;
 			break;
+		case 2:
+			/* Shares and imports, held when it is killed. */
+			gpucmd_batch_free(b);
+			if (rnd(&c, 2))
+				share_one(&c, buf);
+			else
+				share_import(&c, buf, rnd(&c, SHARE_NAMES),
+					     NULL);
+			continue;
 		default:
 			pattern(buf, len, (unsigned)h);
 			gpucmd_batch_create_with_data(b, h, buf, len);
@@ -875,6 +1663,13 @@ static void killed_main(struct client *parent, uint8_t *buf, int ready)
 			}
 			if (rnd(&c, 2))
 				gpucmd_batch_release(b, h);
+			if (rnd(&c, 4) == 0) {
+				/* Nobody waits for it. */
+				if (gpucmd_submit_detached(b) != 0)
+					fail_client(&c, "killed helper: "
+							"submit_detached");
+				continue;
+			}
 			break;
 		}
 		if (gpucmd_submit(b, &ids[nids++]) != 0)
@@ -1087,14 +1882,16 @@ static void work_tight(struct client *c, uint8_t *buf)
 
 static void client_main(int index, uint64_t until_ms)
 {
-	struct client c = { .index = index, .seed = opt.seed * 7919 + index };
+	struct client c = { .index = index,
+			    .seed = opt.seed * 7919 + index,
+			    .share_seed = (uint32_t)index << 24 };
 	uint8_t *buf = malloc(BUF_BYTES);
 
 	if (buf == NULL)
 		fail_client(&c, "out of memory");
 	connect_client(&c);
 	while (now_ms() < until_ms) {
-		unsigned w = rnd(&c, 100);
+		unsigned w = rnd(&c, 115);
 
 		if (w < 15)
 			work_roundtrip(&c, buf);
@@ -1126,19 +1923,45 @@ static void client_main(int index, uint64_t until_ms)
 			work_module(&c, buf);
 		else if (w < 97)
 			work_quota(&c, buf);
-		else
+		else if (w < 100)
 			work_killed(&c, buf);
+		else if (w < 110)
+			work_shared(&c, buf);
+		else
+			work_detached_on(&c, buf);
+	}
+	/* Every detached failure due is counted before the close. */
+	detached_check(&c, "detached at the end");
+	if (c.peer != NULL) {
+		struct gpucmd_conn *main_conn = c.conn;
+
+		c.conn = c.peer;
+		detached_check(&c, "detached at the end (second connection)");
+		c.conn = main_conn;
+		gpucmd_close(c.peer);
 	}
 	gpucmd_close(c.conn);
 	if (c.tight != NULL)
 		gpucmd_close(c.tight);
 	free(buf);
+	stats[index] = c.st;
 	if (!opt.quiet)
 		printf("soak: client %d: %llu batches, %llu ops, %llu helpers "
-		       "killed, %llu evicted, all verified\n",
+		       "killed, %llu evicted, %llu shares (%llu EEXIST), "
+		       "%llu imports (%llu ENOTFOUND, %llu EBUSY), %llu "
+		       "writes refused, %llu detached (%llu failed), all "
+		       "verified\n",
 		       index, (unsigned long long)c.batches,
 		       (unsigned long long)c.ops, (unsigned long long)c.kills,
-		       (unsigned long long)c.evictions);
+		       (unsigned long long)c.evictions,
+		       (unsigned long long)c.st.shares,
+		       (unsigned long long)c.st.share_eexist,
+		       (unsigned long long)c.st.imports,
+		       (unsigned long long)c.st.import_enotfound,
+		       (unsigned long long)c.st.import_ebusy,
+		       (unsigned long long)c.st.refused_writes,
+		       (unsigned long long)c.st.detached,
+		       (unsigned long long)c.st.detached_failed);
 	fflush(stdout);
 	_exit(0);
 }
@@ -1303,7 +2126,9 @@ static bool report_is_zero(const struct gpucmd_report *rep, bool say)
 		if (s->bytes_in_use == 0 && s->allocations == 0 &&
 		    s->bytes_reserved == 0 && s->regions == 0 &&
 		    s->region_bytes == 0 && s->modules == 0 &&
-		    s->module_bytes == 0 && s->bytes_released_pending == 0)
+		    s->module_bytes == 0 && s->bytes_released_pending == 0 &&
+		    s->shared_buffers == 0 && s->shared_buffer_bytes == 0 &&
+		    s->nshared == 0)
 			continue;
 		zero = false;
 		if (say)
@@ -1312,17 +2137,33 @@ static bool report_is_zero(const struct gpucmd_report *rep, bool say)
 				"bytes in %llu allocations (%llu released, "
 				"pending; %llu reserved), %u regions of %llu "
 				"bytes, %u modules with %llu bytes of "
-				"globals\n",
+				"globals, %u shared buffers of %llu bytes "
+				"(%zu listed)\n",
 				s->name, (unsigned long long)s->bytes_in_use,
 				(unsigned long long)s->allocations,
 				(unsigned long long)s->bytes_released_pending,
 				(unsigned long long)s->bytes_reserved,
 				s->regions, (unsigned long long)s->region_bytes,
-				s->modules,
-				(unsigned long long)s->module_bytes);
+				s->modules, (unsigned long long)s->module_bytes,
+				s->shared_buffers,
+				(unsigned long long)s->shared_buffer_bytes,
+				s->nshared);
+		for (size_t k = 0; say && k < s->nshared; k++)
+			fprintf(stderr,
+				"soak:   shared as %s: %llu bytes, %u handles, "
+				"shared by connection %llu (%s), ready %d, "
+				"lost %d\n",
+				s->shared[k].name,
+				(unsigned long long)s->shared[k].bytes,
+				s->shared[k].handles,
+				(unsigned long long)s->shared[k].connection_id,
+				s->shared[k].sharer_open ? "open" : "gone",
+				s->shared[k].ready, s->shared[k].lost);
 	}
 	return zero && rep->totals.bytes_in_use == 0 &&
-	       rep->totals.allocations == 0 && rep->totals.regions == 0;
+	       rep->totals.allocations == 0 && rep->totals.regions == 0 &&
+	       rep->totals.shared_buffers == 0 &&
+	       rep->totals.shared_buffer_bytes == 0;
 }
 
 /*
@@ -1386,6 +2227,68 @@ static bool cleanup(struct gpucmd_conn *mon, size_t k)
 		fprintf(stderr, "soak: cleanup of %s: %s (%s)\n", service,
 			gpucmd_errname(rc), gpucmd_last_message(mon));
 	return rc == 0 || rc == GPUCMD_ENOTFOUND;
+}
+
+/*
+ * The shared buffers the memory report lists while the clients work:
+ * only the soak's names in the clients' services, as many as the count
+ * says, of the bytes it says, and counted in the service's bytes in use.
+ * Whether they are; what is wrong goes to stderr.
+ */
+static bool shared_sane(struct gpucmd_conn *mon)
+{
+	struct gpucmd_report *rep = NULL;
+	bool ok = true;
+	int rc = gpucmd_memory_report(mon, &rep);
+
+	if (rc != 0) {
+		fprintf(stderr, "soak: the observer's memory report: %s\n",
+			gpucmd_errname(rc));
+		return false;
+	}
+	for (size_t i = 0; i < rep->nservices; i++) {
+		const struct gpucmd_service_report *s = &rep->services[i];
+		bool ours = strncmp(s->name, "soak-", 5) == 0 &&
+			    s->name[5] >= '0' && s->name[5] < '0' + NSERVICES &&
+			    s->name[6] == 0;
+		uint64_t bytes = 0;
+
+		for (size_t k = 0; k < s->nshared; k++) {
+			bytes += s->shared[k].bytes;
+			if (strncmp(s->shared[k].name, "soak/w", 6) != 0 ||
+			    s->shared[k].name[6] < '0' ||
+			    s->shared[k].name[6] >= '0' + SHARE_NAMES ||
+			    s->shared[k].name[7] != 0 ||
+			    s->shared[k].handles == 0 || s->shared[k].lost)
+				ok = false;
+		}
+		if (s->nshared != s->shared_buffers ||
+		    s->shared_buffers > (ours ? SHARE_NAMES : 0) ||
+		    bytes != s->shared_buffer_bytes ||
+		    s->shared_buffer_bytes > s->bytes_in_use)
+			ok = false;
+		if (!ok) {
+			fprintf(stderr,
+				"soak: service %s reports %u shared buffers "
+				"(%zu listed) of %llu bytes (%llu listed), "
+				"%llu bytes in use\n",
+				s->name, s->shared_buffers, s->nshared,
+				(unsigned long long)s->shared_buffer_bytes,
+				(unsigned long long)bytes,
+				(unsigned long long)s->bytes_in_use);
+			for (size_t k = 0; k < s->nshared; k++)
+				fprintf(stderr,
+					"soak:   '%s': %llu bytes, %u "
+					"handles, lost %d\n",
+					s->shared[k].name,
+					(unsigned long long)s->shared[k].bytes,
+					s->shared[k].handles,
+					s->shared[k].lost);
+			break;
+		}
+	}
+	gpucmd_report_free(rep);
+	return ok;
 }
 
 /* ---- main ------------------------------------------------------------------ */
@@ -1491,6 +2394,12 @@ int main(int argc, char **argv)
 	       opt.clients, opt.seconds, (int)daemon);
 	fflush(stdout);
 
+	stats = mmap(NULL, sizeof(*stats) * MAX_CLIENTS, PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (stats == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
 	until = now_ms() + (uint64_t)opt.seconds * 1000;
 	for (unsigned i = 0; i < opt.clients; i++) {
 		kids[i] = fork();
@@ -1512,7 +2421,7 @@ int main(int argc, char **argv)
 			failed = true;
 			break;
 		}
-		if (!answers(mon)) {
+		if (!answers(mon) || !shared_sane(mon)) {
 			failed = true;
 			break;
 		}
@@ -1552,6 +2461,47 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"soak: client %u failed (status 0x%x)\n", i,
 				status);
+			failed = true;
+		}
+	}
+
+	/*
+	 * What the clients did with shared buffers and detached batches, all
+	 * told: a soak where none were shared, imported, refused a write or
+	 * failed detached tested none of it.
+	 */
+	if (!failed) {
+		struct soak_stats t = { 0 };
+
+		for (unsigned i = 0; i < opt.clients; i++) {
+			t.shares += stats[i].shares;
+			t.share_eexist += stats[i].share_eexist;
+			t.imports += stats[i].imports;
+			t.import_enotfound += stats[i].import_enotfound;
+			t.import_ebusy += stats[i].import_ebusy;
+			t.shared_reads += stats[i].shared_reads;
+			t.refused_writes += stats[i].refused_writes;
+			t.detached += stats[i].detached;
+			t.detached_failed += stats[i].detached_failed;
+		}
+		printf("soak: %llu buffers shared (%llu EEXIST), %llu imports "
+		       "(%llu ENOTFOUND, %llu EBUSY), %llu shared reads "
+		       "checked, %llu writes refused; %llu batches detached, "
+		       "%llu failed as due\n",
+		       (unsigned long long)t.shares,
+		       (unsigned long long)t.share_eexist,
+		       (unsigned long long)t.imports,
+		       (unsigned long long)t.import_enotfound,
+		       (unsigned long long)t.import_ebusy,
+		       (unsigned long long)t.shared_reads,
+		       (unsigned long long)t.refused_writes,
+		       (unsigned long long)t.detached,
+		       (unsigned long long)t.detached_failed);
+		if (opt.seconds >= 10 &&
+		    (t.shares == 0 || t.imports == 0 || t.refused_writes == 0 ||
+		     t.detached_failed == 0)) {
+			fprintf(stderr, "soak: the shared buffers and detached "
+					"batches were not all exercised\n");
 			failed = true;
 		}
 	}
