@@ -43,8 +43,14 @@
  * buffer_in, read by a graph that keeps them from their release
  * (GPUCMD_EBUSY), shared again (GPUCMD_EINVAL), written to in four ways
  * that must all be refused with GPUCMD_EINVAL and leave every byte as it
- * was, and released in random order (some detached); hang-ups, kills and
- * evictions leave the rest to the daemon.  Detached batches
+ * was, and released in random order (some detached, some with a read of
+ * them still queued on another stream, which must read the sharer's
+ * bytes); hang-ups, kills and evictions leave the rest to the daemon.
+ * Every client shares and imports under soak-tight's names too, where
+ * imports cross processes and a share may be refused for its quota.  On
+ * the host backend, work_fault shares a buffer behind a fault: the share
+ * (or a read before it) reports the fault, the buffer is lost, an import
+ * is refused with GPUCMD_ESTREAM, and once it is released the name is free.  Detached batches
  * (gpucmd_submit_detached) go among the work, some due to fail
  * (GPUCMD_ENOTFOUND, GPUCMD_EINVAL, GPUCMD_EQUOTA): once each stream they
  * went to was synced, gpucmd_detached_failures must count exactly those.
@@ -178,6 +184,8 @@ struct held_share {
 struct soak_stats {
 	uint64_t shares;
 	uint64_t share_eexist;
+	uint64_t share_equota;
+	uint64_t lost;
 	uint64_t imports;
 	uint64_t import_enotfound;
 	uint64_t import_ebusy;
@@ -206,7 +214,8 @@ struct client {
 	bool helper;	       /* work_killed's helper, which may be evicted */
 	/* A second connection of its service, to import what one shares. */
 	struct gpucmd_conn *peer;
-	struct held_share held[2 * KEPT_SHARED];
+	/* Its own and imports, on conn, peer and tight. */
+	struct held_share held[3 * KEPT_SHARED];
 	unsigned nheld;
 	uint32_t share_seed;
 	/*
@@ -460,35 +469,6 @@ static void work_writes(struct client *c, uint8_t *buf)
 	gpucmd_response_free(r);
 }
 
-/* A fault: reported at the next sync of its stream, once, and only there. */
-static void work_fault(struct client *c)
-{
-	uint32_t one[3] = { 1, 1, 1 };
-	uint32_t s = rnd(c, 4), other = (s + 1) % 4;
-	struct gpucmd_batch *b;
-	struct gpucmd_response *r = NULL;
-
-	b = new_batch(c, s);
-	gpucmd_batch_kernel(b, "fault", one, one, NULL, 0);
-	gpucmd_response_free(run(c, b, "fault launch"));
-	b = new_batch(c, other);
-	gpucmd_batch_sync(b);
-	gpucmd_response_free(run(c, b, "sync of another stream"));
-	b = new_batch(c, s);
-	gpucmd_batch_sync(b);
-	if (gpucmd_run(b, &r) != 0)
-		fail_client(c, "fault sync: run");
-	if (gpucmd_response_error(r) != GPUCMD_ESTREAM)
-		fail_client(c,
-			    "the sync after a fault got %s, not "
-			    "GPUCMD_ESTREAM",
-			    gpucmd_errname(gpucmd_response_error(r)));
-	gpucmd_response_free(r);
-	b = new_batch(c, s);
-	gpucmd_batch_sync(b);
-	gpucmd_response_free(run(c, b, "sync after the reported fault"));
-}
-
 static void work_reports(struct client *c)
 {
 	struct gpucmd_batch *b = new_batch(c, rnd(c, 4));
@@ -600,6 +580,97 @@ static struct gpucmd_response *run_refused(struct client *c,
 			    gpucmd_errname(code));
 	c->batches++;
 	return r;
+}
+
+/*
+ * A fault: reported at the next sync of its stream, once, and only there;
+ * or at a share on that stream (GPUCMD_ESTREAM, "faulted before this
+ * share"), or at a read before a share in the batch, whose message names
+ * the share: the buffer is lost, its import is refused with GPUCMD_ESTREAM
+ * until its handle is released, and then the name is free.  The name is
+ * the client's own, so that every answer is known.
+ */
+static void work_fault(struct client *c, uint8_t *buf)
+{
+	uint32_t one[3] = { 1, 1, 1 };
+	uint32_t s = rnd(c, 4), other = (s + 1) % 4;
+	struct gpucmd_conn *conn = c->conn;
+	struct gpucmd_batch *b;
+	struct gpucmd_response *r = NULL;
+	uint64_t h = handle(c), imp = handle(c);
+	int how = rnd(c, 3);
+	char nm[16], want[96];
+
+	b = new_batch(c, s);
+	gpucmd_batch_kernel(b, "fault", one, one, NULL, 0);
+	gpucmd_response_free(run(c, b, "fault launch"));
+	b = new_batch(c, other);
+	gpucmd_batch_sync(b);
+	gpucmd_response_free(run(c, b, "sync of another stream"));
+	if (how == 0) {
+		b = new_batch(c, s);
+		gpucmd_batch_sync(b);
+		if (gpucmd_run(b, &r) != 0)
+			fail_client(c, "fault sync: run");
+		if (gpucmd_response_error(r) != GPUCMD_ESTREAM)
+			fail_client(c,
+				    "the sync after a fault got %s, not "
+				    "GPUCMD_ESTREAM",
+				    gpucmd_errname(gpucmd_response_error(r)));
+		gpucmd_response_free(r);
+		b = new_batch(c, s);
+		gpucmd_batch_sync(b);
+		gpucmd_response_free(
+			run(c, b, "sync after the reported fault"));
+		return;
+	}
+	snprintf(nm, sizeof(nm), "soak/f%d", c->index);
+	pattern(buf, 64, (unsigned)h);
+	b = new_batch(c, s);
+	gpucmd_batch_create_with_data(b, h, buf, 64);
+	if (how == 2)
+		gpucmd_batch_read(b, h, 0, 64);
+	gpucmd_batch_share(b, h, nm);
+	r = run_refused(c, b, 1, GPUCMD_ESTREAM, "a share after a fault");
+	if (how == 1)
+		snprintf(want, sizeof(want), "faulted before this share");
+	else
+		snprintf(want, sizeof(want), "shared as '%s' at op 2, is lost",
+			 nm);
+	if (strstr(gpucmd_response_message(r), want) == NULL)
+		fail_client(c, "a share after a fault: '%s' lacks '%s'",
+			    gpucmd_response_message(r), want);
+	gpucmd_response_free(r);
+	c->st.lost++;
+	/* Reported once: the stream is clean again. */
+	b = new_batch(c, s);
+	gpucmd_batch_sync(b);
+	gpucmd_response_free(
+		run(c, b, "sync after the fault a share reported"));
+	/* Lost: no connection imports it (the peer, when there is one). */
+	if (c->peer != NULL)
+		c->conn = c->peer;
+	b = new_batch(c, rnd(c, 4));
+	gpucmd_batch_import(b, imp, nm);
+	r = run_refused(c, b, 0, GPUCMD_ESTREAM, "import of a lost buffer");
+	if (strstr(gpucmd_response_message(r), "was lost") == NULL)
+		fail_client(c, "import of a lost buffer: '%s'",
+			    gpucmd_response_message(r));
+	gpucmd_response_free(r);
+	c->conn = conn;
+	/* Released (its only handle), the name is free. */
+	b = new_batch(c, rnd(c, 4));
+	gpucmd_batch_release(b, h);
+	gpucmd_batch_sync(b);
+	gpucmd_response_free(run(c, b, "release of a lost buffer"));
+	if (c->peer != NULL)
+		c->conn = c->peer;
+	b = new_batch(c, rnd(c, 4));
+	gpucmd_batch_import(b, imp, nm);
+	gpucmd_response_free(run_refused(c, b, 0, GPUCMD_ENOTFOUND,
+					 "import once a lost buffer was "
+					 "released"));
+	c->conn = conn;
 }
 
 /*
@@ -919,7 +990,7 @@ static void share_bytes(const struct client *c, uint8_t *buf, uint32_t len,
 		.magic = SHARE_MAGIC,
 		.seed = seed,
 		.len = len,
-		.service = (uint8_t)(c->index % NSERVICES),
+		.service = (uint8_t)gpucmd_info(c->conn)->service_id,
 		.name = (uint8_t)name,
 	};
 
@@ -1028,28 +1099,71 @@ static void detached_check(struct client *c, const char *what)
 	c->det_streams[k] = 0;
 }
 
-/* Release e, in a round trip or detached, and forget it. */
-static void share_release(struct client *c, struct held_share *e)
+/* Whether batches of c->conn may go detached: their count is kept. */
+static bool may_detach(const struct client *c)
 {
-	uint32_t s = rnd(c, 4);
-	struct gpucmd_batch *b = new_batch(c, s);
+	return !c->helper && c->conn != c->tight;
+}
 
+/*
+ * Release e, in a round trip or detached, and forget it.  Half the time
+ * a read of it waits on another stream behind a spin, sent before the
+ * release: the release (the last handle of the buffer, often) must leave
+ * the memory to it, and it reads what the sharer wrote.
+ */
+static void share_release(struct client *c, struct held_share *e, uint8_t *buf)
+{
+	uint32_t s = rnd(c, 4), s2 = (s + 1 + rnd(c, 3)) % 4;
+	uint32_t one[3] = { 1, 1, 1 };
+	struct gpucmd_arg spin = { .kind = GPUCMD_ARG_U32,
+				   .v.u32 = 500 + rnd(c, 3000) };
+	bool reading = max_in_flight(c, 2) == 2 && rnd(c, 2);
+	size_t off = rnd(c, e->len), n = 1 + rnd(c, (unsigned)(e->len - off));
+	struct gpucmd_response *r = NULL;
+	struct gpucmd_batch *b;
+	uint64_t id = 0;
+
+	if (reading) {
+		b = new_batch(c, s2);
+		gpucmd_batch_kernel(b, "spin", one, one, &spin, 1);
+		gpucmd_batch_read(b, e->handle, off, n);
+		if (gpucmd_submit(b, &id) != 0)
+			fail_client(c, "shared: submit");
+	}
+	b = new_batch(c, s);
 	gpucmd_batch_release(b, e->handle);
-	if (!c->helper && rnd(c, 2)) {
+	if (may_detach(c) && rnd(c, 2)) {
 		detach(c, b, s, 0);
 	} else {
 		if (rnd(c, 2))
 			gpucmd_batch_sync(b);
 		gpucmd_response_free(run(c, b, "shared: release"));
 	}
+	if (reading) {
+		if (gpucmd_wait(c->conn, id, &r) != 0)
+			fail_client(c, "shared: wait");
+		c->batches++;
+		if (gpucmd_response_error(r) != 0)
+			fail_client(c,
+				    "shared: a read sent before the release: "
+				    "op %d: %s (%s)",
+				    gpucmd_response_failed_index(r),
+				    gpucmd_errname(gpucmd_response_error(r)),
+				    gpucmd_response_message(r));
+		share_bytes(c, buf, e->len, e->seed, e->name);
+		expect_bytes(c, r, 1, buf + off, n,
+			     "shared: a read sent before the release");
+		gpucmd_response_free(r);
+		c->st.shared_reads++;
+	}
 	held_drop(c, e);
 }
 
 /* Room for one more shared handle on c->conn: a random one goes. */
-static void share_room(struct client *c)
+static void share_room(struct client *c, uint8_t *buf)
 {
 	while (held_count(c) >= KEPT_SHARED)
-		share_release(c, held_pick(c));
+		share_release(c, held_pick(c), buf);
 }
 
 /*
@@ -1108,7 +1222,7 @@ static struct gpucmd_batch *share_batch(struct client *c, uint8_t *buf,
 	/* Made with other bytes: the write after them is what is shared. */
 	pattern(buf, len, seed ^ 0x5a5a);
 	share_bytes(c, buf + SHARE_MAX, len, seed, name);
-	if (!c->helper && s1 != s && rnd(c, 2)) {
+	if (may_detach(c) && s1 != s && rnd(c, 2)) {
 		b = new_batch(c, s1);
 		gpucmd_batch_create_with_data(b, p->handle, buf, len);
 		gpucmd_batch_write(b, p->handle, 0, buf + SHARE_MAX, len);
@@ -1138,23 +1252,33 @@ static bool share_answer(struct client *c, const struct held_share *p, int at,
 {
 	struct gpucmd_conn *conn = c->conn;
 	int rc = gpucmd_response_error(r);
+	int failed = gpucmd_response_failed_index(r);
 	struct gpucmd_batch *b;
+	bool quota;
 
 	c->batches++;
-	if (rc != 0 &&
-	    (rc != GPUCMD_EEXIST || gpucmd_response_failed_index(r) != at))
-		fail_client(
-			c,
-			"shared: share of %u bytes as soak/w%u: op %d: %s (%s)",
-			p->len, p->name, gpucmd_response_failed_index(r),
-			gpucmd_errname(rc), gpucmd_response_message(r));
+	/* Under soak-tight's quota the allocation or the copy may not fit. */
+	quota = rc == GPUCMD_EQUOTA && p->conn == c->tight &&
+		(failed == 0 || failed == at);
+	if (rc != 0 && !quota && (rc != GPUCMD_EEXIST || failed != at))
+		fail_client(c,
+			    "shared: share of %u bytes as soak/w%u: op %d: %s "
+			    "(%s)",
+			    p->len, p->name, failed, gpucmd_errname(rc),
+			    gpucmd_response_message(r));
 	gpucmd_response_free(r);
 	if (rc == 0) {
 		c->held[c->nheld++] = *p;
 		c->st.shares++;
 		return true;
 	}
-	c->st.share_eexist++;
+	if (quota)
+		c->st.share_equota++;
+	else
+		c->st.share_eexist++;
+	/* Refused at the allocation, there is nothing to release. */
+	if (quota && failed == 0)
+		return false;
 	c->conn = p->conn;
 	b = new_batch(c, rnd(c, 4));
 	gpucmd_batch_release(b, p->handle);
@@ -1170,7 +1294,7 @@ static void share_one(struct client *c, uint8_t *buf)
 	struct gpucmd_response *r = NULL;
 	int at;
 
-	share_room(c);
+	share_room(c, buf);
 	b = share_batch(c, buf, 0, &p, &at);
 	if (gpucmd_run(b, &r) != 0)
 		fail_client(c, "shared: share: run");
@@ -1198,7 +1322,7 @@ static int share_import(struct client *c, uint8_t *buf, unsigned name,
 	char nm[16];
 	int rc;
 
-	share_room(c);
+	share_room(c, buf);
 	share_name(nm, sizeof(nm), name);
 	b = new_batch(c, rnd(c, 4));
 	gpucmd_batch_import(b, h, nm);
@@ -1225,7 +1349,8 @@ static int share_import(struct client *c, uint8_t *buf, unsigned name,
 		fail_client(c, "shared: the header of %s: %zu bytes", nm, len);
 	memcpy(&head, data, sizeof(head));
 	gpucmd_response_free(r);
-	if (head.magic != SHARE_MAGIC || head.service != c->index % NSERVICES ||
+	if (head.magic != SHARE_MAGIC ||
+	    head.service != (uint8_t)gpucmd_info(c->conn)->service_id ||
 	    head.name != name || head.len < SHARE_HEAD || head.len > SHARE_MAX)
 		fail_client(c,
 			    "shared: import of %s found magic 0x%08x, "
@@ -1266,7 +1391,8 @@ static void share_use(struct client *c, uint8_t *buf)
 	share_bytes(c, want, e->len, e->seed, e->name);
 	off = rnd(c, e->len);
 	n = 1 + rnd(c, (unsigned)(e->len - off));
-	switch (rnd(c, 5)) {
+	/* Under soak-tight's quota, nothing that allocates. */
+	switch (c->conn == c->tight ? 4 * rnd(c, 2) : rnd(c, 5)) {
 	case 0:
 	case 1:
 		b = new_batch(c, rnd(c, 4));
@@ -1419,7 +1545,7 @@ static void share_busy(struct client *c, uint8_t *buf,
 	uint64_t id;
 	int at;
 
-	share_room(c);
+	share_room(c, buf);
 	b = share_batch(c, buf, 2000 + rnd(c, 6000), &p, &at);
 	if (gpucmd_submit(b, &id) != 0)
 		fail_client(c, "shared: submit");
@@ -1521,11 +1647,13 @@ static void work_detached_on(struct client *c, uint8_t *buf)
 	c->conn = main_conn;
 }
 
+static void share_move(struct client *c, uint8_t *buf,
+		       struct gpucmd_conn *other);
+
 /* One of the shared-buffer moves, on one of the client's two connections. */
 static void work_shared(struct client *c, uint8_t *buf)
 {
 	struct gpucmd_conn *main_conn = c->conn, *other;
-	struct held_share *e;
 	char service[32];
 
 	if (c->peer == NULL) {
@@ -1536,7 +1664,20 @@ static void work_shared(struct client *c, uint8_t *buf)
 	if (rnd(c, 2))
 		c->conn = c->peer;
 	other = c->conn == c->peer ? main_conn : c->peer;
-	switch (rnd(c, 10)) {
+	share_move(c, buf, other);
+	c->conn = main_conn;
+}
+
+/*
+ * One move of the shared buffers on c->conn; with other (another
+ * connection of its service), a share that an import from it races.
+ */
+static void share_move(struct client *c, uint8_t *buf,
+		       struct gpucmd_conn *other)
+{
+	struct held_share *e;
+
+	switch (rnd(c, other != NULL ? 10 : 9)) {
 	case 0:
 	case 1:
 		share_one(c, buf);
@@ -1552,16 +1693,15 @@ static void work_shared(struct client *c, uint8_t *buf)
 	case 6:
 		share_write(c, buf);
 		break;
-	case 7:
+	case 9:
 		share_busy(c, buf, other);
 		break;
 	default:
 		e = held_pick(c);
 		if (e != NULL)
-			share_release(c, e);
+			share_release(c, e, buf);
 		break;
 	}
-	c->conn = main_conn;
 }
 
 /*
@@ -1830,6 +1970,12 @@ static void work_tight(struct client *c, uint8_t *buf)
 	c->conn = c->tight;
 	if (rnd(c, 2))
 		tight_region(c, buf);
+	/*
+	 * Every client shares under soak-tight's names: imports cross
+	 * processes there, and a share may go past the quota.
+	 */
+	if (rnd(c, 2))
+		share_move(c, buf, NULL);
 	for (int i = 0; i < nb; i++) {
 		struct gpucmd_batch *b = new_batch(c, (uint32_t)i);
 		struct gpucmd_arg args[3] = {
@@ -1904,7 +2050,7 @@ static void client_main(int index, uint64_t until_ms)
 		else if (w < 49)
 			work_writes(&c, buf);
 		else if (w < 53 && !c.cuda)
-			work_fault(&c);
+			work_fault(&c, buf);
 		else if (w < 53)
 			work_roundtrip(&c, buf);
 		else if (w < 58)
@@ -2230,10 +2376,29 @@ static bool cleanup(struct gpucmd_conn *mon, size_t k)
 }
 
 /*
+ * Whether name is one the clients share under: soak/w0 to soak/w2, or a
+ * client's soak/f<index>, which work_fault loses on purpose (lost then
+ * true is fine).
+ */
+static bool soak_share_name(const char *name, bool lost)
+{
+	char *end;
+	long k;
+
+	if (strncmp(name, "soak/w", 6) == 0)
+		return !lost && name[6] >= '0' && name[6] < '0' + SHARE_NAMES &&
+		       name[7] == 0;
+	if (strncmp(name, "soak/f", 6) != 0 || name[6] < '0' || name[6] > '9')
+		return false;
+	k = strtol(name + 6, &end, 10);
+	return *end == 0 && k >= 0 && k < (long)opt.clients;
+}
+
+/*
  * The shared buffers the memory report lists while the clients work:
- * only the soak's names in the clients' services, as many as the count
- * says, of the bytes it says, and counted in the service's bytes in use.
- * Whether they are; what is wrong goes to stderr.
+ * only the soak's names in the clients' services and soak-tight, as many
+ * as the names at most, of the bytes the count says, and counted in the
+ * service's bytes in use.  Whether they are; what is wrong goes to stderr.
  */
 static bool shared_sane(struct gpucmd_conn *mon)
 {
@@ -2246,46 +2411,48 @@ static bool shared_sane(struct gpucmd_conn *mon)
 			gpucmd_errname(rc));
 		return false;
 	}
-	for (size_t i = 0; i < rep->nservices; i++) {
+	for (size_t i = 0; i < rep->nservices && ok; i++) {
 		const struct gpucmd_service_report *s = &rep->services[i];
-		bool ours = strncmp(s->name, "soak-", 5) == 0 &&
-			    s->name[5] >= '0' && s->name[5] < '0' + NSERVICES &&
-			    s->name[6] == 0;
+		bool client = strncmp(s->name, "soak-", 5) == 0 &&
+			      s->name[5] >= '0' &&
+			      s->name[5] < '0' + NSERVICES && s->name[6] == 0;
+		bool tight = strcmp(s->name, "soak-tight") == 0;
+		uint32_t most = client ? SHARE_NAMES + opt.clients :
+				tight  ? SHARE_NAMES :
+					 0;
 		uint64_t bytes = 0;
 
 		for (size_t k = 0; k < s->nshared; k++) {
 			bytes += s->shared[k].bytes;
-			if (strncmp(s->shared[k].name, "soak/w", 6) != 0 ||
-			    s->shared[k].name[6] < '0' ||
-			    s->shared[k].name[6] >= '0' + SHARE_NAMES ||
-			    s->shared[k].name[7] != 0 ||
-			    s->shared[k].handles == 0 || s->shared[k].lost)
+			if (!soak_share_name(s->shared[k].name,
+					     s->shared[k].lost) ||
+			    (tight && s->shared[k].name[5] != 'w') ||
+			    s->shared[k].handles == 0)
 				ok = false;
 		}
 		if (s->nshared != s->shared_buffers ||
-		    s->shared_buffers > (ours ? SHARE_NAMES : 0) ||
+		    s->shared_buffers > most ||
 		    bytes != s->shared_buffer_bytes ||
 		    s->shared_buffer_bytes > s->bytes_in_use)
 			ok = false;
-		if (!ok) {
+		if (ok)
+			continue;
+		fprintf(stderr,
+			"soak: service %s reports %u shared buffers (%zu "
+			"listed) of %llu bytes (%llu listed), %llu bytes in "
+			"use\n",
+			s->name, s->shared_buffers, s->nshared,
+			(unsigned long long)s->shared_buffer_bytes,
+			(unsigned long long)bytes,
+			(unsigned long long)s->bytes_in_use);
+		for (size_t k = 0; k < s->nshared; k++)
 			fprintf(stderr,
-				"soak: service %s reports %u shared buffers "
-				"(%zu listed) of %llu bytes (%llu listed), "
-				"%llu bytes in use\n",
-				s->name, s->shared_buffers, s->nshared,
-				(unsigned long long)s->shared_buffer_bytes,
-				(unsigned long long)bytes,
-				(unsigned long long)s->bytes_in_use);
-			for (size_t k = 0; k < s->nshared; k++)
-				fprintf(stderr,
-					"soak:   '%s': %llu bytes, %u "
-					"handles, lost %d\n",
-					s->shared[k].name,
-					(unsigned long long)s->shared[k].bytes,
-					s->shared[k].handles,
-					s->shared[k].lost);
-			break;
-		}
+				"soak:   '%s': %llu bytes, %u handles, "
+				"ready %d, lost %d\n",
+				s->shared[k].name,
+				(unsigned long long)s->shared[k].bytes,
+				s->shared[k].handles, s->shared[k].ready,
+				s->shared[k].lost);
 	}
 	gpucmd_report_free(rep);
 	return ok;
@@ -2476,6 +2643,8 @@ int main(int argc, char **argv)
 		for (unsigned i = 0; i < opt.clients; i++) {
 			t.shares += stats[i].shares;
 			t.share_eexist += stats[i].share_eexist;
+			t.share_equota += stats[i].share_equota;
+			t.lost += stats[i].lost;
 			t.imports += stats[i].imports;
 			t.import_enotfound += stats[i].import_enotfound;
 			t.import_ebusy += stats[i].import_ebusy;
@@ -2484,12 +2653,15 @@ int main(int argc, char **argv)
 			t.detached += stats[i].detached;
 			t.detached_failed += stats[i].detached_failed;
 		}
-		printf("soak: %llu buffers shared (%llu EEXIST), %llu imports "
+		printf("soak: %llu buffers shared (%llu EEXIST, %llu EQUOTA, "
+		       "%llu lost to a fault), %llu imports "
 		       "(%llu ENOTFOUND, %llu EBUSY), %llu shared reads "
 		       "checked, %llu writes refused; %llu batches detached, "
 		       "%llu failed as due\n",
 		       (unsigned long long)t.shares,
 		       (unsigned long long)t.share_eexist,
+		       (unsigned long long)t.share_equota,
+		       (unsigned long long)t.lost,
 		       (unsigned long long)t.imports,
 		       (unsigned long long)t.import_enotfound,
 		       (unsigned long long)t.import_ebusy,
