@@ -1287,6 +1287,38 @@ static bool share_answer(struct client *c, const struct held_share *p, int at,
 	return false;
 }
 
+/*
+ * A buffer a graph writes cannot be shared (GPUCMD_EBUSY: the graph keeps
+ * its address) until the graph is destroyed.  Under the client's own
+ * name, so that the answer is known; the buffer is released after.
+ */
+static void share_under_graph(struct client *c)
+{
+	uint32_t one[3] = { 1, 1, 1 };
+	uint64_t h = handle(c), g = next_id(c);
+	struct gpucmd_arg fill[3] = {
+		{ .kind = GPUCMD_ARG_BUFFER, .v.handle = h },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 7 },
+		{ .kind = GPUCMD_ARG_U32, .v.u32 = 16 },
+	};
+	uint32_t s = rnd(c, 4);
+	struct gpucmd_batch *b = new_batch(c, s);
+	char nm[16];
+
+	snprintf(nm, sizeof(nm), "soak/f%d", c->index);
+	gpucmd_batch_empty(b, h, 64);
+	gpucmd_batch_capture_begin(b);
+	gpucmd_batch_kernel(b, "fill_u32", one, one, fill, 3);
+	gpucmd_batch_capture_end(b, g);
+	gpucmd_batch_share(b, h, nm);
+	gpucmd_response_free(
+		run_refused(c, b, 4, GPUCMD_EBUSY, "shared: under a graph"));
+	b = new_batch(c, s);
+	gpucmd_batch_graph_destroy(b, g);
+	gpucmd_batch_release(b, h);
+	gpucmd_response_free(run(c, b, "shared: graph destroyed"));
+}
+
 static void share_one(struct client *c, uint8_t *buf)
 {
 	struct held_share p;
@@ -1294,6 +1326,8 @@ static void share_one(struct client *c, uint8_t *buf)
 	struct gpucmd_response *r = NULL;
 	int at;
 
+	if (!c->helper && c->conn != c->tight && rnd(c, 8) == 0)
+		share_under_graph(c);
 	share_room(c, buf);
 	b = share_batch(c, buf, 0, &p, &at);
 	if (gpucmd_run(b, &r) != 0)
