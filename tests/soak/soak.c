@@ -755,7 +755,7 @@ static void work_region(struct client *c, uint8_t *buf)
 			c->kept_regions++;
 			break;
 		}
-		/* fall through */
+		__attribute__((fallthrough));
 	default:
 		rc = gpucmd_region_release(c->conn, id);
 		if (rc != 0)
